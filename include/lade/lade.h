@@ -1,0 +1,270 @@
+/*
+ * lade.h - the public C API of liblade, a data loader for deep-learning training.
+ *
+ * A loader reads samples from a source (a folder of images, .npy files, ...),
+ * transforms each into a tensor slot (JPEG decode + crop + flip + normalise,
+ * raw bytes, .npy payload), collates them into batch buffers taken from a
+ * bounded pool, and hands the batches out in plan order.
+ *
+ * Conventions (they hold for every call below unless its block says
+ * otherwise):
+ *  - Functions return 0 on success or a negative LADE_E* code. The human
+ *    detail (which file, which sample, which key, why) is kept in a
+ *    thread-local string read with lade_last_error().
+ *  - Handles are opaque; lade_x_destroy(NULL) does nothing.
+ *  - A handle is NOT thread-safe unless its block says so: one thread at a
+ *    time may call functions on it.
+ *  - Strings passed in are copied; pointers returned are borrowed and valid
+ *    for the lifetime stated in the block.
+ */
+#ifndef LADE_LADE_H
+#define LADE_LADE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define LADE_API
+#else
+#define LADE_API __attribute__((visibility("default")))
+#endif
+
+/* ------------------------------------------------------------------ version */
+
+#define LADE_VERSION_MAJOR 0
+#define LADE_VERSION_MINOR 1
+#define LADE_VERSION_PATCH 0
+#define LADE_VERSION_NUMBER \
+  (LADE_VERSION_MAJOR * 10000 + LADE_VERSION_MINOR * 100 + LADE_VERSION_PATCH)
+
+/* The library's version as "MAJOR.MINOR.PATCH" (static string). Thread-safe. */
+LADE_API const char *lade_version(void);
+
+/* ------------------------------------------------------------------- errors */
+
+/*
+ * Every error code, once. X(NAME, value, description). A code is never
+ * renumbered; new codes are appended.
+ */
+#define LADE_ERRORS(X)                                                   \
+  X(LADE_OK, 0, "success")                                               \
+  X(LADE_EINVAL, -1, "invalid argument or setting")                      \
+  X(LADE_ENOMEM, -2, "out of memory")                                    \
+  X(LADE_EIO, -3, "input/output error")                                  \
+  X(LADE_ENOENT, -4, "no such file, object or key")                      \
+  X(LADE_EFORMAT, -5, "malformed or unsupported data")                   \
+  X(LADE_ESHAPE, -6, "sample shape or dtype differs from the dataset's") \
+  X(LADE_ESTATE, -7, "call not valid in the current state")              \
+  X(LADE_EEMPTY, -8, "dataset is empty")                                 \
+  X(LADE_ETHREAD, -9, "thread creation or synchronisation failed")       \
+  X(LADE_EINTR, -10, "interrupted")                                      \
+  X(LADE_ETIMEOUT, -11, "timed out")                                     \
+  X(LADE_EREMOTE, -12, "remote storage error")                           \
+  X(LADE_EUNSUPPORTED, -13, "feature not built in or not supported")     \
+  X(LADE_ERANGE, -14, "value out of range")
+
+typedef enum lade_error {
+#define LADE_X_ENUM(name, value, text) name = value,
+  LADE_ERRORS(LADE_X_ENUM)
+#undef LADE_X_ENUM
+} lade_error_t;
+
+/* A static description of a code ("unknown error" for an unknown one).
+ * Thread-safe. */
+LADE_API const char *lade_strerror(int code);
+
+/* The code's symbolic name, e.g. "LADE_EIO" (static string). Thread-safe. */
+LADE_API const char *lade_error_name(int code);
+
+/* The detail of the last error raised on the calling thread: which file,
+ * sample, key or request, and why. Borrowed; valid until the next lade call
+ * on this thread. Never NULL ("" when there was none). Thread-safe (the
+ * storage is per thread). */
+LADE_API const char *lade_last_error(void);
+
+/* ---------------------------------------------------------------- allocator */
+
+/*
+ * Batch buffers come from this hook, so page-locked (pinned) GPU-visible
+ * memory can replace plain memory. alloc returns memory aligned to at least
+ * `align` bytes or NULL; free receives exactly what alloc returned and its
+ * size. Both may be called from any lade thread and must be thread-safe.
+ * The struct is copied at lade_config_set_allocator(); `ctx` is borrowed and
+ * must outlive every loader created from the config and every batch they
+ * handed out.
+ */
+typedef struct lade_allocator {
+  void *(*alloc)(void *ctx, size_t size, size_t align);
+  void (*free)(void *ctx, void *ptr, size_t size);
+  void *ctx;
+} lade_allocator_t;
+
+/* ------------------------------------------------------------------- config */
+
+typedef struct lade_config lade_config_t;
+
+/* Creates a config holding every setting at its default. *out is owned by the
+ * caller (lade_config_destroy). */
+LADE_API int lade_config_create(lade_config_t **out);
+
+/* Frees a config. NULL does nothing. */
+LADE_API void lade_config_destroy(lade_config_t *cfg);
+
+/*
+ * Sets one setting. The value is validated now: an unknown key is
+ * LADE_EINVAL with the list of valid keys in lade_last_error(); a bad value is
+ * LADE_EINVAL (or LADE_ERANGE) with the valid choices or range. Both strings
+ * are copied.
+ */
+LADE_API int lade_config_set(lade_config_t *cfg, const char *key, const char *value);
+
+/* Same as lade_config_set for one "key=value" string. */
+LADE_API int lade_config_parse(lade_config_t *cfg, const char *key_equals_value);
+
+/* Writes the current value of `key` as text (NUL-terminated, truncated to
+ * size). LADE_EINVAL for an unknown key. */
+LADE_API int lade_config_get(const lade_config_t *cfg, const char *key, char *buf, size_t size);
+
+/* The i-th setting's key, default value and one-line help (static strings),
+ * for listing; returns NULL key past the end. Thread-safe. */
+LADE_API const char *lade_config_key(size_t i, const char **default_value, const char **help);
+
+/* Installs an allocator hook for batch buffers (see lade_allocator_t). NULL
+ * restores the default (aligned malloc). */
+LADE_API int lade_config_set_allocator(lade_config_t *cfg, const lade_allocator_t *allocator);
+
+/* ------------------------------------------------------------------- batches */
+
+typedef enum lade_dtype {
+  LADE_DTYPE_UINT8 = 1,
+  LADE_DTYPE_INT8 = 2,
+  LADE_DTYPE_INT16 = 3,
+  LADE_DTYPE_UINT16 = 4,
+  LADE_DTYPE_INT32 = 5,
+  LADE_DTYPE_INT64 = 6,
+  LADE_DTYPE_FLOAT16 = 7,
+  LADE_DTYPE_FLOAT32 = 8,
+  LADE_DTYPE_FLOAT64 = 9,
+  LADE_DTYPE_BOOL = 10
+} lade_dtype_t;
+
+/* Size in bytes of one element of a dtype, 0 for an unknown one. */
+LADE_API size_t lade_dtype_size(int dtype);
+
+/* Lower-case name of a dtype ("float32"), "unknown" otherwise. */
+LADE_API const char *lade_dtype_name(int dtype);
+
+#define LADE_MAX_DIMS 8
+
+/*
+ * A batch view. Everything it points to is owned by the loader's batch pool
+ * and stays valid and unchanged until lade_batch_release(); the fields must
+ * not be modified (the data bytes may be, e.g. for in-place normalisation).
+ * shape[0] is the number of samples (the local batch size); the sample
+ * layout follows (C, H, W for float32 images, H, W, C for uint8 images, the
+ * .npy shape for npy, the slot size in bytes for raw).
+ */
+typedef struct lade_batch {
+  void *data;               /* first byte of sample 0; samples are contiguous */
+  size_t nbytes;            /* bytes of the whole batch tensor */
+  int dtype;                /* lade_dtype_t */
+  int ndim;                 /* dimensions in shape, 1 + sample dimensions */
+  int64_t shape[LADE_MAX_DIMS];
+  int64_t strides[LADE_MAX_DIMS]; /* in elements, C order */
+  const int64_t *labels;    /* shape[0] class labels (-1 where the source has none) */
+  const int64_t *indices;   /* shape[0] dataset indices of the delivered samples */
+  const uint32_t *sizes;    /* shape[0] payload bytes per sample (raw: before zero padding) */
+  uint64_t epoch;           /* 0-based epoch of this batch */
+  uint64_t step;            /* 0-based step within the epoch */
+  uint32_t substituted;     /* samples replaced by on_error=skip in this batch */
+  int device;               /* -1: host memory */
+} lade_batch_t;
+
+/* --------------------------------------------------------------------- loader */
+
+typedef struct lade_loader lade_loader_t;
+
+/*
+ * Creates a loader from a config (the config is copied; it may be destroyed
+ * right after). Returns at once: the source listing and the first batches are
+ * produced in the background, so errors found there (a missing folder, an
+ * empty dataset, a bad file) are reported by lade_loader_next(). Settings
+ * are checked here (LADE_EINVAL). *out is owned by the caller.
+ */
+LADE_API int lade_loader_create(lade_loader_t **out, const lade_config_t *cfg);
+
+/*
+ * Waits for the next batch in plan order and hands it out in *out. At the end
+ * of the last epoch returns 0 with *out = NULL. A batch must be given back
+ * with lade_batch_release(); at most `prefetch` + 1 batches exist at once, so
+ * holding them all stalls the loader (next() then waits for a release, or
+ * fails with LADE_ESTATE when every batch is held by the caller).
+ * On a sample error with on_error=fail returns the error (the detail names the
+ * file and the reason); the loader is then stopped for good.
+ */
+LADE_API int lade_loader_next(lade_loader_t *loader, lade_batch_t **out);
+
+/*
+ * Gives a batch back to its pool. Thread-safe: may be called from any thread,
+ * also after lade_loader_destroy() of its loader (the pool lives until its
+ * last batch is released). NULL does nothing.
+ */
+LADE_API void lade_batch_release(lade_batch_t *batch);
+
+/*
+ * Repositions the loader so the next batch is (epoch, step), exactly as an
+ * uninterrupted run would have produced it. Batches still held by the caller
+ * stay valid. LADE_ERANGE past the end.
+ */
+LADE_API int lade_loader_seek(lade_loader_t *loader, uint64_t epoch, uint64_t step);
+
+/* The (epoch, step) the next lade_loader_next() will return. */
+LADE_API int lade_loader_tell(const lade_loader_t *loader, uint64_t *epoch, uint64_t *step);
+
+/* Number of samples in the dataset (waits for the listing), steps per epoch
+ * for this learner, and number of epochs. */
+LADE_API int lade_loader_info(lade_loader_t *loader, uint64_t *samples, uint64_t *steps_per_epoch,
+                              uint64_t *epochs);
+
+/* Asks a blocked lade_loader_next() on another thread to return LADE_EINTR.
+ * Thread-safe. */
+LADE_API void lade_loader_interrupt(lade_loader_t *loader);
+
+/*
+ * Stops the workers and frees the loader. Batches still held stay valid until
+ * released. NULL does nothing.
+ */
+LADE_API void lade_loader_destroy(lade_loader_t *loader);
+
+/* ---------------------------------------------------------------- metrics */
+
+enum { LADE_STAGE_READ = 0, LADE_STAGE_TRANSFORM, LADE_STAGE_COLLATE, LADE_STAGE_WAIT, LADE_STAGE_COUNT };
+
+typedef struct lade_stats {
+  uint64_t batches;              /* batches delivered */
+  uint64_t samples;              /* samples delivered */
+  uint64_t bytes_read;           /* encoded bytes read from all sources */
+  uint64_t samples_by_source[4]; /* 0: storage, 1: memory cache, 2: disk cache, 3: peer */
+  uint64_t bytes_by_source[4];
+  uint64_t substituted;          /* samples replaced by on_error=skip */
+  double stage_seconds[LADE_STAGE_COUNT]; /* summed over threads; WAIT is the consumer's */
+  double first_batch_seconds;    /* create() to the first batch handed out */
+  double batch_latency_p50;      /* seconds from a batch's scheduling to its completion */
+  double batch_latency_p90;
+  double batch_latency_p99;
+  double batch_latency_max;
+  uint64_t peak_pool_bytes;      /* bytes of batch buffers allocated */
+  uint32_t threads;              /* worker threads running */
+} lade_stats_t;
+
+/* Fills *out with the loader's counters so far. Thread-safe. */
+LADE_API int lade_loader_stats(lade_loader_t *loader, lade_stats_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LADE_LADE_H */

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs every Debian package that lade's build, tests and benchmarks need.
+# Idempotent: packages already present are skipped without touching apt.
+set -euo pipefail
+
+pkgs=(
+  build-essential cmake pkg-config
+  libjpeg62-turbo-dev            # JPEG decode (libjpeg-turbo)
+  clang libclang-rt-14-dev       # libFuzzer targets, sanitizers
+  python3 python3-dev python3-numpy python3-pytest python3-pil
+  python3-torch python3-torchvision
+)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "install-deps: all ${#pkgs[@]} packages present"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+SUDO=
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,288 @@
+/* config.c - validated key=value settings. One table lists every key with its
+ * default and help; lade_config_set() parses into the typed struct. */
+#include "config.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+
+typedef enum { T_STR, T_U32, T_U64, T_BOOL, T_F64, T_ENUM } kind_t;
+
+typedef struct setting {
+  const char *key;
+  kind_t kind;
+  size_t offset;
+  size_t size;           /* for strings */
+  double lo, hi;         /* numeric range */
+  const char *choices;   /* for enums: "a|b|c" in value order */
+  const char *def;
+  const char *help;
+} setting_t;
+
+#define OFF(f) offsetof(struct lade_config, f)
+#define SZ(f) sizeof(((struct lade_config *)0)->f)
+
+static const setting_t settings[] = {
+    {"source", T_STR, OFF(source), SZ(source), 0, 0, NULL, "",
+     "dataset path: an ImageFolder tree, a folder of .npy files or one stacked .npy"},
+    {"source_type", T_ENUM, OFF(source_type), 0, 0, 0, "auto|dir|npy", "auto",
+     "source backend (auto: npy for a .npy file or a folder holding only .npy files, else dir)"},
+    {"transform", T_ENUM, OFF(transform), 0, 0, 0, "auto|raw|npy|imagenet-train|imagenet-eval", "auto",
+     "sample transform (auto: npy for npy sources, imagenet-train for dir)"},
+    {"batch_size", T_U32, OFF(batch_size), 0, 1, 1 << 20, NULL, "32", "samples per batch on this learner"},
+    {"epochs", T_U64, OFF(epochs), 0, 1, 1e9, NULL, "1", "epochs to iterate"},
+    {"seed", T_U64, OFF(seed), 0, 0, 1.8446744073709552e19, NULL, "0", "seed of shuffles and augmentations"},
+    {"shuffle", T_BOOL, OFF(shuffle), 0, 0, 0, NULL, "true", "shuffle the dataset every epoch"},
+    {"drop_last", T_BOOL, OFF(drop_last), 0, 0, 0, NULL, "false",
+     "drop the last incomplete global batch (false: pad it by wrapping to the start of the epoch's order)"},
+    {"rank", T_U32, OFF(rank), 0, 0, 1 << 20, NULL, "0", "this learner's rank"},
+    {"world_size", T_U32, OFF(world_size), 0, 1, 1 << 20, NULL, "1", "number of learners"},
+    {"threads", T_U32, OFF(threads), 0, 0, 1024, NULL, "0", "worker threads (0: online cores)"},
+    {"prefetch", T_U32, OFF(prefetch), 0, 1, 64, NULL, "2", "batches prepared ahead of the consumer"},
+    {"crop_size", T_U32, OFF(crop_size), 0, 8, 4096, NULL, "224", "output side of image transforms"},
+    {"resize_size", T_U32, OFF(resize_size), 0, 8, 8192, NULL, "256", "shorter side before the centre crop (imagenet-eval)"},
+    {"image_dtype", T_ENUM, OFF(image_dtype), 0, 0, 0, "float32|uint8", "float32",
+     "image output: float32 CHW normalised with ImageNet mean/std, or uint8 HWC"},
+    {"scale_min", T_F64, OFF(scale_min), 0, 1e-6, 1, NULL, "0.08", "RandomResizedCrop area scale, lower bound"},
+    {"scale_max", T_F64, OFF(scale_max), 0, 1e-6, 1, NULL, "1", "RandomResizedCrop area scale, upper bound"},
+    {"ratio_min", T_F64, OFF(ratio_min), 0, 0.01, 100, NULL, "0.75", "RandomResizedCrop aspect ratio, lower bound"},
+    {"ratio_max", T_F64, OFF(ratio_max), 0, 0.01, 100, NULL, "1.3333333333333333",
+     "RandomResizedCrop aspect ratio, upper bound"},
+    {"hflip", T_F64, OFF(hflip), 0, 0, 1, NULL, "0.5", "probability of a horizontal flip (imagenet-train)"},
+    {"raw_size", T_U64, OFF(raw_size), 0, 0, 1ull << 40, NULL, "0",
+     "raw transform: bytes per sample slot (0: size of sample 0); shorter samples are zero padded"},
+    {"on_error", T_ENUM, OFF(on_error), 0, 0, 0, "fail|skip", "fail",
+     "a bad sample stops the loader (fail) or is replaced by another valid sample, counted (skip)"},
+    {"trace", T_STR, OFF(trace), SZ(trace), 0, 0, NULL, "",
+     "write a Chrome trace-event JSON of every sample and batch to this file"},
+    {"npy_dtype", T_STR, OFF(npy_dtype), SZ(npy_dtype), 0, 0, NULL, "", "expected .npy dtype (\"\": from the first file)"},
+    {"npy_shape", T_STR, OFF(npy_shape), SZ(npy_shape), 0, 0, NULL, "",
+     "expected .npy sample shape, e.g. 3,224,224 (\"\": from the first file)"},
+};
+
+#define NSETTINGS (sizeof settings / sizeof settings[0])
+
+static const setting_t *find(const char *key) {
+  for (size_t i = 0; i < NSETTINGS; i++)
+    if (strcmp(settings[i].key, key) == 0) return &settings[i];
+  return NULL;
+}
+
+static int keys_error(const char *key) {
+  char list[2048];
+  size_t n = 0;
+  list[0] = '\0';
+  for (size_t i = 0; i < NSETTINGS && n < sizeof list; i++)
+    n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "", settings[i].key);
+  return lade__fail(LADE_EINVAL, "unknown setting '%s'; valid keys: %s", key, list);
+}
+
+static int enum_index(const char *choices, const char *value) {
+  int idx = 0;
+  const char *p = choices;
+  size_t vlen = strlen(value);
+  while (*p) {
+    const char *bar = strchr(p, '|');
+    size_t len = bar ? (size_t)(bar - p) : strlen(p);
+    if (len == vlen && strncmp(p, value, len) == 0) return idx;
+    if (!bar) break;
+    p = bar + 1;
+    idx++;
+  }
+  return -1;
+}
+
+static void enum_name(const char *choices, int idx, char *buf, size_t size) {
+  const char *p = choices;
+  for (int i = 0; i < idx && p; i++) {
+    p = strchr(p, '|');
+    if (p) p++;
+  }
+  if (!p) {
+    snprintf(buf, size, "?");
+    return;
+  }
+  const char *bar = strchr(p, '|');
+  size_t len = bar ? (size_t)(bar - p) : strlen(p);
+  snprintf(buf, size, "%.*s", (int)len, p);
+}
+
+static int parse_num(const setting_t *s, const char *value, double *out_d, uint64_t *out_u) {
+  char *end = NULL;
+  errno = 0;
+  if (s->kind == T_F64) {
+    double d = strtod(value, &end);
+    if (end == value || *end || errno || !isfinite(d))
+      return lade__fail(LADE_EINVAL, "setting '%s': '%s' is not a number (range %g..%g)", s->key, value, s->lo, s->hi);
+    if (d < s->lo || d > s->hi)
+      return lade__fail(LADE_ERANGE, "setting '%s': %s is out of range %g..%g", s->key, value, s->lo, s->hi);
+    *out_d = d;
+    return 0;
+  }
+  if (value[0] == '-' || value[0] == '\0')
+    return lade__fail(LADE_EINVAL, "setting '%s': '%s' is not a non-negative integer (range %.0f..%.0f)", s->key,
+                      value, s->lo, s->hi);
+  unsigned long long u = strtoull(value, &end, 10);
+  if (*end || errno)
+    return lade__fail(LADE_EINVAL, "setting '%s': '%s' is not a non-negative integer (range %.0f..%.0f)", s->key,
+                      value, s->lo, s->hi);
+  if ((double)u < s->lo || (double)u > s->hi)
+    return lade__fail(LADE_ERANGE, "setting '%s': %s is out of range %.0f..%.0f", s->key, value, s->lo, s->hi);
+  *out_u = u;
+  return 0;
+}
+
+static int apply(struct lade_config *c, const setting_t *s, const char *value) {
+  char *field = (char *)c + s->offset;
+  switch (s->kind) {
+    case T_STR:
+      if (strlen(value) >= s->size)
+        return lade__fail(LADE_ERANGE, "setting '%s': value longer than %zu bytes", s->key, s->size - 1);
+      memcpy(field, value, strlen(value) + 1);
+      return 0;
+    case T_BOOL: {
+      bool b;
+      if (!strcmp(value, "true") || !strcmp(value, "1") || !strcmp(value, "yes") || !strcmp(value, "on"))
+        b = true;
+      else if (!strcmp(value, "false") || !strcmp(value, "0") || !strcmp(value, "no") || !strcmp(value, "off"))
+        b = false;
+      else
+        return lade__fail(LADE_EINVAL, "setting '%s': '%s' is not a boolean (true|false|1|0)", s->key, value);
+      memcpy(field, &b, sizeof b);
+      return 0;
+    }
+    case T_ENUM: {
+      int idx = enum_index(s->choices, value);
+      if (idx < 0) return lade__fail(LADE_EINVAL, "setting '%s': '%s' is not one of %s", s->key, value, s->choices);
+      if (strcmp(s->key, "image_dtype") == 0) idx = idx == 0 ? LADE_DTYPE_FLOAT32 : LADE_DTYPE_UINT8;
+      memcpy(field, &idx, sizeof idx);
+      return 0;
+    }
+    case T_U32:
+    case T_U64:
+    case T_F64: {
+      double d = 0;
+      uint64_t u = 0;
+      int rc = parse_num(s, value, &d, &u);
+      if (rc) return rc;
+      if (s->kind == T_U32) {
+        uint32_t v = (uint32_t)u;
+        memcpy(field, &v, sizeof v);
+      } else if (s->kind == T_U64) {
+        memcpy(field, &u, sizeof u);
+      } else {
+        memcpy(field, &d, sizeof d);
+      }
+      return 0;
+    }
+  }
+  return LADE_EINVAL;
+}
+
+void lade__config_defaults(struct lade_config *c) {
+  memset(c, 0, sizeof *c);
+  for (size_t i = 0; i < NSETTINGS; i++) {
+    int rc = apply(c, &settings[i], settings[i].def);
+    (void)rc;
+  }
+  lade__clear_error();
+}
+
+int lade_config_create(lade_config_t **out) {
+  if (!out) return lade__fail(LADE_EINVAL, "lade_config_create: out is NULL");
+  struct lade_config *c = malloc(sizeof *c);
+  if (!c) return lade__fail(LADE_ENOMEM, "lade_config_create: out of memory");
+  lade__config_defaults(c);
+  *out = c;
+  return 0;
+}
+
+void lade_config_destroy(lade_config_t *cfg) { free(cfg); }
+
+int lade_config_set(lade_config_t *cfg, const char *key, const char *value) {
+  if (!cfg || !key || !value) return lade__fail(LADE_EINVAL, "lade_config_set: NULL argument");
+  const setting_t *s = find(key);
+  if (!s) return keys_error(key);
+  return apply(cfg, s, value);
+}
+
+int lade_config_parse(lade_config_t *cfg, const char *kv) {
+  if (!cfg || !kv) return lade__fail(LADE_EINVAL, "lade_config_parse: NULL argument");
+  const char *eq = strchr(kv, '=');
+  if (!eq || eq == kv) return lade__fail(LADE_EINVAL, "setting '%s' is not of the form key=value", kv);
+  char key[64];
+  size_t klen = (size_t)(eq - kv);
+  if (klen >= sizeof key) return keys_error(kv);
+  memcpy(key, kv, klen);
+  key[klen] = '\0';
+  return lade_config_set(cfg, key, eq + 1);
+}
+
+int lade_config_get(const lade_config_t *cfg, const char *key, char *buf, size_t size) {
+  if (!cfg || !key || !buf || size == 0) return lade__fail(LADE_EINVAL, "lade_config_get: bad argument");
+  const setting_t *s = find(key);
+  if (!s) return keys_error(key);
+  const char *field = (const char *)cfg + s->offset;
+  switch (s->kind) {
+    case T_STR:
+      snprintf(buf, size, "%s", field);
+      break;
+    case T_BOOL: {
+      bool b;
+      memcpy(&b, field, sizeof b);
+      snprintf(buf, size, "%s", b ? "true" : "false");
+      break;
+    }
+    case T_ENUM: {
+      int idx;
+      memcpy(&idx, field, sizeof idx);
+      if (strcmp(s->key, "image_dtype") == 0) idx = idx == LADE_DTYPE_FLOAT32 ? 0 : 1;
+      enum_name(s->choices, idx, buf, size);
+      break;
+    }
+    case T_U32: {
+      uint32_t v;
+      memcpy(&v, field, sizeof v);
+      snprintf(buf, size, "%u", v);
+      break;
+    }
+    case T_U64: {
+      uint64_t v;
+      memcpy(&v, field, sizeof v);
+      snprintf(buf, size, "%llu", (unsigned long long)v);
+      break;
+    }
+    case T_F64: {
+      double v;
+      memcpy(&v, field, sizeof v);
+      snprintf(buf, size, "%.17g", v);
+      break;
+    }
+  }
+  return 0;
+}
+
+const char *lade_config_key(size_t i, const char **default_value, const char **help) {
+  if (i >= NSETTINGS) return NULL;
+  if (default_value) *default_value = settings[i].def;
+  if (help) *help = settings[i].help;
+  return settings[i].key;
+}
+
+int lade_config_set_allocator(lade_config_t *cfg, const lade_allocator_t *allocator) {
+  if (!cfg) return lade__fail(LADE_EINVAL, "lade_config_set_allocator: cfg is NULL");
+  if (allocator && (!allocator->alloc || !allocator->free))
+    return lade__fail(LADE_EINVAL, "lade_config_set_allocator: alloc and free must both be set");
+  if (allocator) {
+    cfg->allocator = *allocator;
+    cfg->has_allocator = true;
+  } else {
+    memset(&cfg->allocator, 0, sizeof cfg->allocator);
+    cfg->has_allocator = false;
+  }
+  return 0;
+}

@@ -1,0 +1,73 @@
+/*
+ * core.h - internal services every module may use: errors, clocks, the
+ * counter-based RNG, aligned allocation, small string helpers. No module
+ * outside core/ is included from here.
+ */
+#ifndef LADE_CORE_H
+#define LADE_CORE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lade/lade.h"
+
+#define LADE_UNUSED(x) ((void)(x))
+#define LADE_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define LADE_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define LADE_CACHELINE 64
+
+/* ---- errors: set the thread's last error and return the code. */
+int lade__fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int lade__vfail(int code, const char *fmt, va_list ap);
+/* Prefixes the current last error with more context ("file x: " + old). */
+int lade__fail_prefix(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void lade__clear_error(void);
+/* Copies the thread's last error into buf (for carrying an error to another thread). */
+void lade__copy_error(char *buf, size_t size);
+/* Sets the thread's last error text verbatim. */
+void lade__set_error_text(const char *text);
+
+/* ---- clocks */
+double lade__now(void);       /* monotonic seconds */
+uint64_t lade__now_us(void);  /* monotonic microseconds */
+
+/* ---- memory */
+void *lade__aligned_alloc(size_t size, size_t align);
+void lade__aligned_free(void *p);
+char *lade__strdup(const char *s);
+
+/* ---- counter-based RNG (Philox4x32-10).
+ * A stream is fully determined by (seed, a, b): the same triple gives the same
+ * numbers on any thread, in any order of creation, which is what makes every
+ * batch independent of thread count and resumable. */
+typedef struct lade__rng {
+  uint32_t key[2];
+  uint32_t ctr[4];
+  uint32_t out[4];
+  int pos;
+} lade__rng_t;
+
+/* Domain tags for the b coordinate, so streams for different purposes never
+ * collide. */
+enum {
+  LADE_RNG_SHUFFLE = 0x5348,   /* epoch permutation: a = epoch */
+  LADE_RNG_AUGMENT = 0x4155,   /* per-sample augmentation: a = sample index */
+  LADE_RNG_SUBST = 0x5355,     /* on_error=skip substitutes: a = sample index */
+  LADE_RNG_PLAN = 0x504c       /* planners: a = epoch */
+};
+
+void lade__rng_init(lade__rng_t *r, uint64_t seed, uint64_t a, uint64_t b);
+uint32_t lade__rng_u32(lade__rng_t *r);
+uint64_t lade__rng_u64(lade__rng_t *r);
+/* Uniform double in [0, 1) with 53 random bits. */
+double lade__rng_double(lade__rng_t *r);
+/* Uniform integer in [0, n) without modulo bias (Lemire); n > 0. */
+uint64_t lade__rng_below(lade__rng_t *r, uint64_t n);
+/* 64-bit mixing function (splitmix64 finaliser). */
+uint64_t lade__mix64(uint64_t x);
+
+/* ---- hashing: FNV-1a 64 and a fast 64-bit checksum used for batch bytes. */
+uint64_t lade__hash64(const void *data, size_t n, uint64_t h);
+
+#endif

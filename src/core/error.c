@@ -1,0 +1,66 @@
+/* error.c - codes, names and the thread-local last-error text. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core.h"
+
+#define LADE_ERRBUF 1024
+static _Thread_local char tls_error[LADE_ERRBUF];
+
+const char *lade_strerror(int code) {
+  switch (code) {
+#define LADE_X_TEXT(name, value, text) \
+  case value:                          \
+    return text;
+    LADE_ERRORS(LADE_X_TEXT)
+#undef LADE_X_TEXT
+  }
+  return "unknown error";
+}
+
+const char *lade_error_name(int code) {
+  switch (code) {
+#define LADE_X_NAME(name, value, text) \
+  case value:                          \
+    return #name;
+    LADE_ERRORS(LADE_X_NAME)
+#undef LADE_X_NAME
+  }
+  return "LADE_E?";
+}
+
+const char *lade_last_error(void) { return tls_error; }
+
+int lade__vfail(int code, const char *fmt, va_list ap) {
+  vsnprintf(tls_error, sizeof tls_error, fmt, ap);
+  return code;
+}
+
+int lade__fail(int code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  lade__vfail(code, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+int lade__fail_prefix(int code, const char *fmt, ...) {
+  char old[LADE_ERRBUF];
+  memcpy(old, tls_error, sizeof old);
+  char pre[LADE_ERRBUF];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(pre, sizeof pre, fmt, ap);
+  va_end(ap);
+  snprintf(tls_error, sizeof tls_error, "%s%s", pre, old);
+  return code;
+}
+
+void lade__clear_error(void) { tls_error[0] = '\0'; }
+
+void lade__copy_error(char *buf, size_t size) {
+  if (size == 0) return;
+  snprintf(buf, size, "%s", tls_error);
+}
+
+void lade__set_error_text(const char *text) { snprintf(tls_error, sizeof tls_error, "%s", text); }
