@@ -1,0 +1,56 @@
+/*
+ * plan.h - which samples each learner trains on at every (epoch, step).
+ *
+ * Plans are pure, deterministic functions of (parameters, seed, world size):
+ * every learner computes the same plan without messages, and any (epoch,
+ * step) can be computed directly (seek). The `regular` plan is PyTorch's
+ * DistributedSampler applied to global batches: one permutation of [0, N)
+ * per epoch from the counter-based RNG keyed (seed, epoch), cut into global
+ * batches of G = batch_size * world_size, learner r taking the contiguous
+ * slice [r*B, (r+1)*B) of each. With drop_last the incomplete last global
+ * batch is dropped; otherwise the epoch's order is extended cyclically from
+ * its start so the last global batch is full (a few samples then appear twice
+ * in that epoch, as with DistributedSampler's padding).
+ */
+#ifndef LADE_PLAN_H
+#define LADE_PLAN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct lade__plan_params {
+  uint64_t samples;     /* N */
+  uint32_t batch_size;  /* local batch B */
+  uint32_t world_size;  /* p */
+  uint64_t epochs;
+  uint64_t seed;
+  bool shuffle;
+  bool drop_last;
+} lade__plan_params_t;
+
+/* Steps per epoch: floor(N/G) with drop_last, else ceil(N/G). */
+uint64_t lade__plan_steps(const lade__plan_params_t *p);
+
+/* Checks the parameters (zero learners, batch larger than the dataset with
+ * drop_last, ...). Returns 0 or LADE_EINVAL with the reason. */
+int lade__plan_check(const lade__plan_params_t *p);
+
+/* The permutation of an epoch (identity without shuffle): perm[i] for i in
+ * [0, N). Fisher-Yates driven by lade__rng keyed (seed, epoch, SHUFFLE). */
+void lade__shuffle_epoch(const lade__plan_params_t *p, uint64_t epoch, uint64_t *perm);
+
+/*
+ * The regular plan with its current epoch's permutation cached. Not
+ * thread-safe: one caller at a time.
+ */
+typedef struct lade__regular lade__regular_t;
+
+int lade__regular_create(lade__regular_t **out, const lade__plan_params_t *p);
+void lade__regular_destroy(lade__regular_t *r);
+const lade__plan_params_t *lade__regular_params(const lade__regular_t *r);
+/* The G = B*p indices of global batch (epoch, step). */
+int lade__regular_global(lade__regular_t *r, uint64_t epoch, uint64_t step, uint64_t *out);
+/* The B indices of learner `rank` in (epoch, step). */
+int lade__regular_local(lade__regular_t *r, uint64_t epoch, uint64_t step, uint32_t rank, uint64_t *out);
+
+#endif

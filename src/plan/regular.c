@@ -1,0 +1,106 @@
+/* regular.c - the regular plan: per-epoch global shuffle, contiguous slices. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "plan.h"
+
+struct lade__regular {
+  lade__plan_params_t p;
+  uint64_t *perm;     /* permutation of perm_epoch */
+  uint64_t perm_epoch;
+  bool have_perm;
+};
+
+uint64_t lade__plan_steps(const lade__plan_params_t *p) {
+  uint64_t g = (uint64_t)p->batch_size * p->world_size;
+  if (g == 0) return 0;
+  return p->drop_last ? p->samples / g : (p->samples + g - 1) / g;
+}
+
+int lade__plan_check(const lade__plan_params_t *p) {
+  if (p->world_size == 0) return lade__fail(LADE_EINVAL, "plan: world_size is 0 (zero learners)");
+  if (p->batch_size == 0) return lade__fail(LADE_EINVAL, "plan: batch_size is 0");
+  if (p->samples == 0) return lade__fail(LADE_EEMPTY, "plan: the dataset has no samples");
+  uint64_t g = (uint64_t)p->batch_size * p->world_size;
+  if (p->drop_last && g > p->samples)
+    return lade__fail(LADE_EINVAL,
+                      "plan: global batch %llu (batch_size %u x world_size %u) is larger than the dataset (%llu "
+                      "samples) and drop_last is set, so an epoch has no step",
+                      (unsigned long long)g, p->batch_size, p->world_size, (unsigned long long)p->samples);
+  return 0;
+}
+
+void lade__shuffle_epoch(const lade__plan_params_t *p, uint64_t epoch, uint64_t *perm) {
+  uint64_t n = p->samples;
+  for (uint64_t i = 0; i < n; i++) perm[i] = i;
+  if (!p->shuffle || n < 2) return;
+  lade__rng_t r;
+  lade__rng_init(&r, p->seed, epoch, LADE_RNG_SHUFFLE);
+  for (uint64_t i = n - 1; i > 0; i--) {
+    uint64_t j = lade__rng_below(&r, i + 1);
+    uint64_t t = perm[i];
+    perm[i] = perm[j];
+    perm[j] = t;
+  }
+}
+
+int lade__regular_create(lade__regular_t **out, const lade__plan_params_t *p) {
+  int rc = lade__plan_check(p);
+  if (rc) return rc;
+  lade__regular_t *r = calloc(1, sizeof *r);
+  if (!r) return lade__fail(LADE_ENOMEM, "plan: out of memory");
+  r->p = *p;
+  r->perm = malloc(p->samples * sizeof *r->perm);
+  if (!r->perm) {
+    free(r);
+    return lade__fail(LADE_ENOMEM, "plan: out of memory for a permutation of %llu samples",
+                      (unsigned long long)p->samples);
+  }
+  *out = r;
+  return 0;
+}
+
+void lade__regular_destroy(lade__regular_t *r) {
+  if (!r) return;
+  free(r->perm);
+  free(r);
+}
+
+const lade__plan_params_t *lade__regular_params(const lade__regular_t *r) { return &r->p; }
+
+static int check_pos(lade__regular_t *r, uint64_t epoch, uint64_t step) {
+  if (epoch >= r->p.epochs || step >= lade__plan_steps(&r->p))
+    return lade__fail(LADE_ERANGE, "plan: (epoch %llu, step %llu) is past the end (%llu epochs of %llu steps)",
+                      (unsigned long long)epoch, (unsigned long long)step, (unsigned long long)r->p.epochs,
+                      (unsigned long long)lade__plan_steps(&r->p));
+  if (!r->have_perm || r->perm_epoch != epoch) {
+    lade__shuffle_epoch(&r->p, epoch, r->perm);
+    r->perm_epoch = epoch;
+    r->have_perm = true;
+  }
+  return 0;
+}
+
+static void copy_range(const lade__regular_t *r, uint64_t start, uint64_t count, uint64_t *out) {
+  uint64_t n = r->p.samples;
+  for (uint64_t i = 0; i < count; i++) out[i] = r->perm[(start + i) % n];
+}
+
+int lade__regular_global(lade__regular_t *r, uint64_t epoch, uint64_t step, uint64_t *out) {
+  int rc = check_pos(r, epoch, step);
+  if (rc) return rc;
+  uint64_t g = (uint64_t)r->p.batch_size * r->p.world_size;
+  copy_range(r, step * g, g, out);
+  return 0;
+}
+
+int lade__regular_local(lade__regular_t *r, uint64_t epoch, uint64_t step, uint32_t rank, uint64_t *out) {
+  if (rank >= r->p.world_size)
+    return lade__fail(LADE_EINVAL, "plan: rank %u is not below world_size %u", rank, r->p.world_size);
+  int rc = check_pos(r, epoch, step);
+  if (rc) return rc;
+  uint64_t g = (uint64_t)r->p.batch_size * r->p.world_size;
+  copy_range(r, step * g + (uint64_t)rank * r->p.batch_size, r->p.batch_size, out);
+  return 0;
+}
