@@ -1,0 +1,1019 @@
+/*
+ * _lade.c - the CPython extension behind the `lade` Python package.
+ *
+ * Written against the public header lade/lade.h only.
+ *
+ * Ownership (see docs/python.md):
+ *  - A lade_batch_t handed out by lade_loader_next() is wrapped in a small
+ *    C refcounted holder (batch_ref_t, atomic counter). The Python Batch
+ *    object owns one reference; every DLPack capsule / DLManagedTensor made
+ *    by Batch.__dlpack__() owns one more. When the count drops to zero the
+ *    holder calls lade_batch_release() exactly once. The DLPack deleter does
+ *    not touch Python objects, so it is safe from any thread, with or without
+ *    the GIL, and after the loader (and even the Loader object) is gone:
+ *    lade_batch_release() is thread-safe and valid after
+ *    lade_loader_destroy().
+ *  - Labels and indices are small: they are copied into Array objects (buffer
+ *    protocol + DLPack), which own their memory.
+ *
+ * GIL and Ctrl-C: lade_loader_next() runs on a per-loader fetcher thread
+ * while the calling thread waits on a condition variable with the GIL
+ * released, waking every 50 ms to re-take the GIL and run
+ * PyErr_CheckSignals(). On a pending signal (KeyboardInterrupt) it calls
+ * lade_loader_interrupt(), waits for the fetcher to come back, keeps any batch
+ * that still arrived for the next call (so no batch is lost), and raises.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "lade/lade.h"
+
+/* ------------------------------------------------------------ DLPack v0.8 */
+
+typedef enum { kDLCPU = 1, kDLCUDA = 2, kDLCUDAHost = 3 } DLDeviceType;
+typedef struct {
+  DLDeviceType device_type;
+  int32_t device_id;
+} DLDevice;
+typedef enum { kDLInt = 0U, kDLUInt = 1U, kDLFloat = 2U, kDLBfloat = 4U, kDLBool = 6U } DLDataTypeCode;
+typedef struct {
+  uint8_t code;
+  uint8_t bits;
+  uint16_t lanes;
+} DLDataType;
+typedef struct {
+  void *data;
+  DLDevice device;
+  int32_t ndim;
+  DLDataType dtype;
+  int64_t *shape;
+  int64_t *strides;
+  uint64_t byte_offset;
+} DLTensor;
+typedef struct DLManagedTensor {
+  DLTensor dl_tensor;
+  void *manager_ctx;
+  void (*deleter)(struct DLManagedTensor *self);
+} DLManagedTensor;
+
+/* ------------------------------------------------------------ errors */
+
+static PyObject *LadeError; /* lade.Error, subclass of RuntimeError */
+
+static PyObject *raise_lade(int code, const char *detail) {
+  const char *msg = (detail && detail[0]) ? detail : lade_strerror(code);
+  PyObject *args = Py_BuildValue("(s)", msg);
+  if (!args) return NULL;
+  PyObject *exc = PyObject_Call(LadeError, args, NULL);
+  Py_DECREF(args);
+  if (!exc) return NULL;
+  PyObject *c = PyLong_FromLong(code);
+  PyObject *n = PyUnicode_FromString(lade_error_name(code));
+  if (c) PyObject_SetAttrString(exc, "code", c);
+  if (n) PyObject_SetAttrString(exc, "name", n);
+  Py_XDECREF(c);
+  Py_XDECREF(n);
+  PyErr_Clear();
+  PyErr_SetObject(LadeError, exc);
+  Py_DECREF(exc);
+  return NULL;
+}
+
+/* On the calling thread: message is lade_last_error(). */
+static PyObject *raise_last(int code) { return raise_lade(code, lade_last_error()); }
+
+/* ------------------------------------------------------------ batch holder */
+
+/* test hook: number of batches released through the holder (all threads) */
+static atomic_ullong g_released;
+
+typedef struct batch_ref {
+  atomic_long refs;
+  lade_batch_t *batch;
+} batch_ref_t;
+
+static batch_ref_t *ref_new(lade_batch_t *b) {
+  batch_ref_t *r = malloc(sizeof *r);
+  if (!r) return NULL;
+  atomic_init(&r->refs, 1);
+  r->batch = b;
+  return r;
+}
+static void ref_inc(batch_ref_t *r) { atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed); }
+static void ref_dec(batch_ref_t *r) {
+  if (!r) return;
+  if (atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) == 1) {
+    lade_batch_release(r->batch);
+    free(r);
+    atomic_fetch_add(&g_released, 1);
+  }
+}
+
+/* ------------------------------------------------------------ DLPack helpers */
+
+typedef struct managed {
+  DLManagedTensor m;
+  int64_t shape[LADE_MAX_DIMS];
+  int64_t strides[LADE_MAX_DIMS];
+  batch_ref_t *ref; /* batch tensors */
+  void *owned;      /* array tensors: malloc'd copy */
+} managed_t;
+
+static void managed_deleter(DLManagedTensor *self) {
+  managed_t *mt = (managed_t *)self->manager_ctx;
+  if (mt->ref) ref_dec(mt->ref);
+  free(mt->owned);
+  free(mt);
+}
+
+static void capsule_destructor(PyObject *cap) {
+  /* Only an unconsumed capsule still owns its tensor. */
+  if (PyCapsule_IsValid(cap, "dltensor")) {
+    DLManagedTensor *m = PyCapsule_GetPointer(cap, "dltensor");
+    if (m && m->deleter) m->deleter(m);
+  }
+}
+
+static int dl_dtype(int dtype, DLDataType *out) {
+  out->lanes = 1;
+  switch (dtype) {
+    case LADE_DTYPE_UINT8: out->code = kDLUInt; out->bits = 8; return 0;
+    case LADE_DTYPE_INT8: out->code = kDLInt; out->bits = 8; return 0;
+    case LADE_DTYPE_INT16: out->code = kDLInt; out->bits = 16; return 0;
+    case LADE_DTYPE_UINT16: out->code = kDLUInt; out->bits = 16; return 0;
+    case LADE_DTYPE_INT32: out->code = kDLInt; out->bits = 32; return 0;
+    case LADE_DTYPE_INT64: out->code = kDLInt; out->bits = 64; return 0;
+    case LADE_DTYPE_FLOAT16: out->code = kDLFloat; out->bits = 16; return 0;
+    case LADE_DTYPE_FLOAT32: out->code = kDLFloat; out->bits = 32; return 0;
+    case LADE_DTYPE_FLOAT64: out->code = kDLFloat; out->bits = 64; return 0;
+    case LADE_DTYPE_BOOL: out->code = kDLBool; out->bits = 8; return 0;
+    default: return -1;
+  }
+}
+
+static PyObject *wrap_managed(managed_t *mt) {
+  PyObject *cap = PyCapsule_New(&mt->m, "dltensor", capsule_destructor);
+  if (!cap) mt->m.deleter(&mt->m);
+  return cap;
+}
+
+/* ------------------------------------------------------------ Array (labels, indices) */
+
+typedef struct {
+  PyObject_HEAD
+  int64_t *data;
+  Py_ssize_t n;
+  Py_ssize_t shape[1];
+  Py_ssize_t strides[1];
+} ArrayObject;
+
+static PyTypeObject ArrayType;
+
+static PyObject *array_new_copy(const int64_t *src, Py_ssize_t n) {
+  ArrayObject *a = PyObject_New(ArrayObject, &ArrayType);
+  if (!a) return NULL;
+  a->n = n;
+  a->data = malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+  if (!a->data) {
+    a->n = 0;
+    Py_DECREF(a);
+    return PyErr_NoMemory();
+  }
+  if (src && n) memcpy(a->data, src, (size_t)n * sizeof(int64_t));
+  else if (n) memset(a->data, 0xff, (size_t)n * sizeof(int64_t)); /* -1 */
+  a->shape[0] = n;
+  a->strides[0] = sizeof(int64_t);
+  return (PyObject *)a;
+}
+
+static void array_dealloc(ArrayObject *a) {
+  free(a->data);
+  PyObject_Free(a);
+}
+
+static int array_getbuffer(ArrayObject *a, Py_buffer *view, int flags) {
+  view->buf = a->data;
+  view->obj = (PyObject *)a;
+  Py_INCREF(a);
+  view->len = a->n * (Py_ssize_t)sizeof(int64_t);
+  view->readonly = 0;
+  view->itemsize = sizeof(int64_t);
+  view->format = (flags & PyBUF_FORMAT) ? "q" : NULL;
+  view->ndim = 1;
+  view->shape = (flags & PyBUF_ND) ? a->shape : NULL;
+  view->strides = (flags & PyBUF_STRIDES) ? a->strides : NULL;
+  view->suboffsets = NULL;
+  view->internal = NULL;
+  return 0;
+}
+
+static PyBufferProcs array_as_buffer = {(getbufferproc)array_getbuffer, NULL};
+
+static Py_ssize_t array_len(ArrayObject *a) { return a->n; }
+
+static PyObject *array_item(ArrayObject *a, Py_ssize_t i) {
+  if (i < 0 || i >= a->n) {
+    PyErr_SetString(PyExc_IndexError, "index out of range");
+    return NULL;
+  }
+  return PyLong_FromLongLong(a->data[i]);
+}
+
+static PySequenceMethods array_as_sequence = {
+    .sq_length = (lenfunc)array_len,
+    .sq_item = (ssizeargfunc)array_item,
+};
+
+static PyObject *array_tolist(ArrayObject *a, PyObject *unused) {
+  PyObject *l = PyList_New(a->n);
+  if (!l) return NULL;
+  for (Py_ssize_t i = 0; i < a->n; i++) {
+    PyObject *v = PyLong_FromLongLong(a->data[i]);
+    if (!v) {
+      Py_DECREF(l);
+      return NULL;
+    }
+    PyList_SET_ITEM(l, i, v);
+  }
+  return l;
+}
+
+static PyObject *array_dlpack(ArrayObject *a, PyObject *args, PyObject *kwargs) {
+  managed_t *mt = calloc(1, sizeof *mt);
+  if (!mt) return PyErr_NoMemory();
+  mt->owned = malloc((size_t)(a->n ? a->n : 1) * sizeof(int64_t));
+  if (!mt->owned) {
+    free(mt);
+    return PyErr_NoMemory();
+  }
+  if (a->n) memcpy(mt->owned, a->data, (size_t)a->n * sizeof(int64_t));
+  mt->shape[0] = a->n;
+  mt->strides[0] = 1;
+  mt->m.dl_tensor.data = mt->owned;
+  mt->m.dl_tensor.device.device_type = kDLCPU;
+  mt->m.dl_tensor.device.device_id = 0;
+  mt->m.dl_tensor.ndim = 1;
+  mt->m.dl_tensor.dtype.code = kDLInt;
+  mt->m.dl_tensor.dtype.bits = 64;
+  mt->m.dl_tensor.dtype.lanes = 1;
+  mt->m.dl_tensor.shape = mt->shape;
+  mt->m.dl_tensor.strides = mt->strides;
+  mt->m.dl_tensor.byte_offset = 0;
+  mt->m.manager_ctx = mt;
+  mt->m.deleter = managed_deleter;
+  return wrap_managed(mt);
+}
+
+static PyObject *cpu_device(PyObject *self, PyObject *unused) { return Py_BuildValue("(ii)", (int)kDLCPU, 0); }
+
+static PyObject *array_repr(ArrayObject *a) {
+  PyObject *l = array_tolist(a, NULL);
+  if (!l) return NULL;
+  PyObject *r = PyUnicode_FromFormat("lade.Array(%R)", l);
+  Py_DECREF(l);
+  return r;
+}
+
+static PyMethodDef array_methods[] = {
+    {"tolist", (PyCFunction)array_tolist, METH_NOARGS, "the values as a list of ints"},
+    {"__dlpack__", (PyCFunction)(void (*)(void))array_dlpack, METH_VARARGS | METH_KEYWORDS,
+     "DLPack capsule of a copy (int64, 1-D, CPU)"},
+    {"__dlpack_device__", (PyCFunction)cpu_device, METH_NOARGS, "(kDLCPU, 0)"},
+    {NULL, NULL, 0, NULL}};
+
+static PyTypeObject ArrayType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "lade._lade.Array",
+    .tp_basicsize = sizeof(ArrayObject),
+    .tp_dealloc = (destructor)array_dealloc,
+    .tp_repr = (reprfunc)array_repr,
+    .tp_as_sequence = &array_as_sequence,
+    .tp_as_buffer = &array_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A 1-D int64 array (a copy of a batch's labels or indices); buffer protocol and DLPack.",
+    .tp_methods = array_methods,
+};
+
+/* ------------------------------------------------------------ Batch */
+
+typedef struct {
+  PyObject_HEAD
+  batch_ref_t *ref; /* NULL after close() */
+  lade_batch_t *b;
+} BatchObject;
+
+static PyTypeObject BatchType;
+
+static PyObject *batch_wrap(lade_batch_t *b) {
+  BatchObject *o = PyObject_New(BatchObject, &BatchType);
+  if (!o) {
+    lade_batch_release(b);
+    return NULL;
+  }
+  o->b = b;
+  o->ref = ref_new(b);
+  if (!o->ref) {
+    lade_batch_release(b);
+    o->b = NULL;
+    Py_DECREF(o);
+    return PyErr_NoMemory();
+  }
+  return (PyObject *)o;
+}
+
+static void batch_dealloc(BatchObject *o) {
+  batch_ref_t *r = o->ref;
+  o->ref = NULL;
+  ref_dec(r);
+  PyObject_Free(o);
+}
+
+static int batch_check(BatchObject *o) {
+  if (!o->ref) {
+    PyErr_SetString(LadeError, "batch was closed");
+    return -1;
+  }
+  return 0;
+}
+
+static PyObject *batch_dlpack(BatchObject *o, PyObject *args, PyObject *kwargs) {
+  if (batch_check(o)) return NULL;
+  const lade_batch_t *b = o->b;
+  if (b->ndim < 1 || b->ndim > LADE_MAX_DIMS) return raise_lade(LADE_EFORMAT, "batch has an invalid ndim");
+  managed_t *mt = calloc(1, sizeof *mt);
+  if (!mt) return PyErr_NoMemory();
+  if (dl_dtype(b->dtype, &mt->m.dl_tensor.dtype)) {
+    free(mt);
+    return raise_lade(LADE_EUNSUPPORTED, "batch dtype has no DLPack equivalent");
+  }
+  for (int i = 0; i < b->ndim; i++) {
+    mt->shape[i] = b->shape[i];
+    mt->strides[i] = b->strides[i];
+  }
+  mt->m.dl_tensor.data = b->data;
+  if (b->device < 0) {
+    mt->m.dl_tensor.device.device_type = kDLCPU;
+    mt->m.dl_tensor.device.device_id = 0;
+  } else {
+    mt->m.dl_tensor.device.device_type = kDLCUDA;
+    mt->m.dl_tensor.device.device_id = b->device;
+  }
+  mt->m.dl_tensor.ndim = b->ndim;
+  mt->m.dl_tensor.shape = mt->shape;
+  mt->m.dl_tensor.strides = mt->strides;
+  mt->m.dl_tensor.byte_offset = 0;
+  mt->m.manager_ctx = mt;
+  mt->m.deleter = managed_deleter;
+  mt->ref = o->ref;
+  ref_inc(o->ref);
+  return wrap_managed(mt);
+}
+
+static PyObject *batch_dlpack_device(BatchObject *o, PyObject *unused) {
+  if (batch_check(o)) return NULL;
+  if (o->b->device < 0) return Py_BuildValue("(ii)", (int)kDLCPU, 0);
+  return Py_BuildValue("(ii)", (int)kDLCUDA, o->b->device);
+}
+
+static PyObject *batch_close(BatchObject *o, PyObject *unused) {
+  batch_ref_t *r = o->ref;
+  o->ref = NULL;
+  ref_dec(r);
+  Py_RETURN_NONE;
+}
+
+static PyObject *batch_labels(BatchObject *o, void *c) {
+  if (batch_check(o)) return NULL;
+  return array_new_copy(o->b->labels, (Py_ssize_t)o->b->shape[0]);
+}
+static PyObject *batch_indices(BatchObject *o, void *c) {
+  if (batch_check(o)) return NULL;
+  return array_new_copy(o->b->indices, (Py_ssize_t)o->b->shape[0]);
+}
+static PyObject *batch_epoch(BatchObject *o, void *c) {
+  if (batch_check(o)) return NULL;
+  return PyLong_FromUnsignedLongLong(o->b->epoch);
+}
+static PyObject *batch_step(BatchObject *o, void *c) {
+  if (batch_check(o)) return NULL;
+  return PyLong_FromUnsignedLongLong(o->b->step);
+}
+static PyObject *batch_shape(BatchObject *o, void *c) {
+  if (batch_check(o)) return NULL;
+  PyObject *t = PyTuple_New(o->b->ndim);
+  if (!t) return NULL;
+  for (int i = 0; i < o->b->ndim; i++) PyTuple_SET_ITEM(t, i, PyLong_FromLongLong(o->b->shape[i]));
+  return t;
+}
+static PyObject *batch_strides(BatchObject *o, void *c) {
+  if (batch_check(o)) return NULL;
+  PyObject *t = PyTuple_New(o->b->ndim);
+  if (!t) return NULL;
+  for (int i = 0; i < o->b->ndim; i++) PyTuple_SET_ITEM(t, i, PyLong_FromLongLong(o->b->strides[i]));
+  return t;
+}
+static PyObject *batch_dtype(BatchObject *o, void *c) {
+  if (batch_check(o)) return NULL;
+  return PyUnicode_FromString(lade_dtype_name(o->b->dtype));
+}
+static PyObject *batch_nbytes(BatchObject *o, void *c) {
+  if (batch_check(o)) return NULL;
+  return PyLong_FromSize_t(o->b->nbytes);
+}
+static PyObject *batch_data_ptr(BatchObject *o, void *c) {
+  if (batch_check(o)) return NULL;
+  return PyLong_FromVoidPtr(o->b->data);
+}
+static PyObject *batch_substituted(BatchObject *o, void *c) {
+  if (batch_check(o)) return NULL;
+  return PyLong_FromUnsignedLong(o->b->substituted);
+}
+static PyObject *batch_refs(BatchObject *o, void *c) {
+  if (!o->ref) return PyLong_FromLong(0);
+  return PyLong_FromLong(atomic_load(&o->ref->refs));
+}
+
+/* Buffer protocol (NumPy: np.asarray(batch), writable, no copy): each export
+ * holds its own reference on the holder, dropped in releasebuffer. */
+static const char *buffer_format(int dtype) {
+  switch (dtype) {
+    case LADE_DTYPE_UINT8: return "B";
+    case LADE_DTYPE_INT8: return "b";
+    case LADE_DTYPE_INT16: return "h";
+    case LADE_DTYPE_UINT16: return "H";
+    case LADE_DTYPE_INT32: return "i";
+    case LADE_DTYPE_INT64: return "q";
+    case LADE_DTYPE_FLOAT16: return "e";
+    case LADE_DTYPE_FLOAT32: return "f";
+    case LADE_DTYPE_FLOAT64: return "d";
+    case LADE_DTYPE_BOOL: return "?";
+    default: return NULL;
+  }
+}
+
+typedef struct {
+  batch_ref_t *ref;
+  Py_ssize_t shape[LADE_MAX_DIMS];
+  Py_ssize_t strides[LADE_MAX_DIMS];
+} bufinfo_t;
+
+static int batch_getbuffer(BatchObject *o, Py_buffer *view, int flags) {
+  view->obj = NULL;
+  if (batch_check(o)) return -1;
+  const lade_batch_t *b = o->b;
+  const char *fmt = buffer_format(b->dtype);
+  size_t isz = lade_dtype_size(b->dtype);
+  if (!fmt || !isz || b->ndim < 1 || b->ndim > LADE_MAX_DIMS) {
+    PyErr_SetString(PyExc_BufferError, "batch dtype has no buffer format");
+    return -1;
+  }
+  bufinfo_t *bi = malloc(sizeof *bi);
+  if (!bi) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  bi->ref = o->ref;
+  ref_inc(o->ref);
+  for (int i = 0; i < b->ndim; i++) {
+    bi->shape[i] = (Py_ssize_t)b->shape[i];
+    bi->strides[i] = (Py_ssize_t)(b->strides[i] * (int64_t)isz);
+  }
+  view->buf = b->data;
+  view->obj = (PyObject *)o;
+  Py_INCREF(o);
+  view->len = (Py_ssize_t)b->nbytes;
+  view->readonly = 0;
+  view->itemsize = (Py_ssize_t)isz;
+  view->format = (flags & PyBUF_FORMAT) ? (char *)fmt : NULL;
+  view->ndim = b->ndim;
+  view->shape = bi->shape;
+  view->strides = bi->strides;
+  view->suboffsets = NULL;
+  view->internal = bi;
+  return 0;
+}
+
+static void batch_releasebuffer(BatchObject *o, Py_buffer *view) {
+  bufinfo_t *bi = view->internal;
+  if (bi) {
+    ref_dec(bi->ref);
+    free(bi);
+  }
+}
+
+static PyBufferProcs batch_as_buffer = {(getbufferproc)batch_getbuffer, (releasebufferproc)batch_releasebuffer};
+
+static PyGetSetDef batch_getset[] = {
+    {"labels", (getter)batch_labels, NULL, "class labels (int64 Array copy; -1 where none)", NULL},
+    {"indices", (getter)batch_indices, NULL, "dataset indices of the samples (int64 Array copy)", NULL},
+    {"epoch", (getter)batch_epoch, NULL, "0-based epoch", NULL},
+    {"step", (getter)batch_step, NULL, "0-based step within the epoch", NULL},
+    {"shape", (getter)batch_shape, NULL, "tensor shape", NULL},
+    {"strides", (getter)batch_strides, NULL, "strides in elements", NULL},
+    {"dtype", (getter)batch_dtype, NULL, "dtype name", NULL},
+    {"nbytes", (getter)batch_nbytes, NULL, "bytes of the batch tensor", NULL},
+    {"data_ptr", (getter)batch_data_ptr, NULL, "address of the batch buffer", NULL},
+    {"substituted", (getter)batch_substituted, NULL, "samples replaced by on_error=skip", NULL},
+    {"_refs", (getter)batch_refs, NULL, "owners of the buffer (this object + live DLPack exports)", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyMethodDef batch_methods[] = {
+    {"__dlpack__", (PyCFunction)(void (*)(void))batch_dlpack, METH_VARARGS | METH_KEYWORDS,
+     "DLPack capsule viewing the batch buffer (no copy); the buffer returns to the pool when the last view is freed"},
+    {"__dlpack_device__", (PyCFunction)batch_dlpack_device, METH_NOARGS, "(device_type, device_id)"},
+    {"close", (PyCFunction)batch_close, METH_NOARGS,
+     "drop this object's reference (views made by __dlpack__ stay valid)"},
+    {NULL, NULL, 0, NULL}};
+
+static PyTypeObject BatchType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "lade.Batch",
+    .tp_basicsize = sizeof(BatchObject),
+    .tp_dealloc = (destructor)batch_dealloc,
+    .tp_as_buffer = &batch_as_buffer,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One lade batch: the buffer (DLPack, zero-copy) plus labels, indices, epoch, step.",
+    .tp_methods = batch_methods,
+    .tp_getset = batch_getset,
+};
+
+/* ------------------------------------------------------------ Loader */
+
+typedef struct {
+  PyObject_HEAD
+  lade_loader_t *loader;
+  /* fetcher thread */
+  pthread_t thread;
+  int thread_started;
+  pthread_mutex_t mu;
+  pthread_cond_t cv_req, cv_done;
+  int req, done, quit;
+  int rc;
+  lade_batch_t *out;
+  char err[1024];
+  lade_batch_t *pending; /* arrived during an interrupted wait; handed out next */
+  int busy;
+} LoaderObject;
+
+static PyTypeObject LoaderType;
+
+static void *fetcher_main(void *arg) {
+  LoaderObject *L = arg;
+  pthread_mutex_lock(&L->mu);
+  for (;;) {
+    while (!L->req && !L->quit) pthread_cond_wait(&L->cv_req, &L->mu);
+    if (L->quit) break;
+    L->req = 0;
+    pthread_mutex_unlock(&L->mu);
+    lade_batch_t *b = NULL;
+    int rc = lade_loader_next(L->loader, &b);
+    char err[sizeof L->err];
+    err[0] = '\0';
+    if (rc) snprintf(err, sizeof err, "%s", lade_last_error());
+    pthread_mutex_lock(&L->mu);
+    L->rc = rc;
+    L->out = b;
+    memcpy(L->err, err, sizeof err);
+    L->done = 1;
+    pthread_cond_signal(&L->cv_done);
+  }
+  pthread_mutex_unlock(&L->mu);
+  return NULL;
+}
+
+static int loader_open(LoaderObject *L, PyObject *settings) {
+  lade_config_t *cfg = NULL;
+  int rc = lade_config_create(&cfg);
+  if (rc) {
+    raise_last(rc);
+    return -1;
+  }
+  PyObject *seq = PySequence_Fast(settings, "settings must be a sequence of (key, value) pairs");
+  if (!seq) goto fail;
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+    const char *k, *v;
+    if (!PyArg_ParseTuple(item, "ss", &k, &v)) {
+      Py_DECREF(seq);
+      goto fail;
+    }
+    rc = lade_config_set(cfg, k, v);
+    if (rc) {
+      raise_last(rc);
+      Py_DECREF(seq);
+      goto fail;
+    }
+  }
+  Py_DECREF(seq);
+  Py_BEGIN_ALLOW_THREADS rc = lade_loader_create(&L->loader, cfg);
+  if (rc) snprintf(L->err, sizeof L->err, "%s", lade_last_error());
+  Py_END_ALLOW_THREADS if (rc) {
+    L->loader = NULL;
+    raise_lade(rc, L->err);
+    goto fail;
+  }
+  lade_config_destroy(cfg);
+  return 0;
+fail:
+  lade_config_destroy(cfg);
+  return -1;
+}
+
+static int loader_init(LoaderObject *L, PyObject *args, PyObject *kwargs) {
+  PyObject *settings;
+  static char *kw[] = {"settings", NULL};
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O", kw, &settings)) return -1;
+  if (L->loader) {
+    PyErr_SetString(LadeError, "loader already initialised");
+    return -1;
+  }
+  return loader_open(L, settings);
+}
+
+static PyObject *loader_tp_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+  LoaderObject *L = (LoaderObject *)type->tp_alloc(type, 0);
+  if (!L) return NULL;
+  pthread_mutex_init(&L->mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&L->cv_done, &ca);
+  pthread_condattr_destroy(&ca);
+  pthread_cond_init(&L->cv_req, NULL);
+  return (PyObject *)L;
+}
+
+static void loader_shutdown(LoaderObject *L) {
+  if (L->thread_started) {
+    pthread_mutex_lock(&L->mu);
+    L->quit = 1;
+    pthread_cond_signal(&L->cv_req);
+    pthread_mutex_unlock(&L->mu);
+    Py_BEGIN_ALLOW_THREADS pthread_join(L->thread, NULL);
+    Py_END_ALLOW_THREADS L->thread_started = 0;
+  }
+  if (L->pending) {
+    lade_batch_release(L->pending);
+    L->pending = NULL;
+  }
+  if (L->loader) {
+    lade_loader_t *ld = L->loader;
+    L->loader = NULL;
+    Py_BEGIN_ALLOW_THREADS lade_loader_destroy(ld);
+    Py_END_ALLOW_THREADS
+  }
+}
+
+static void loader_dealloc(LoaderObject *L) {
+  loader_shutdown(L);
+  pthread_mutex_destroy(&L->mu);
+  pthread_cond_destroy(&L->cv_req);
+  pthread_cond_destroy(&L->cv_done);
+  Py_TYPE(L)->tp_free((PyObject *)L);
+}
+
+static int loader_ready(LoaderObject *L) {
+  if (!L->loader) {
+    raise_lade(LADE_ESTATE, "loader is closed");
+    return -1;
+  }
+  if (L->busy) {
+    raise_lade(LADE_ESTATE, "loader is in use by another thread");
+    return -1;
+  }
+  return 0;
+}
+
+static PyObject *loader_close(LoaderObject *L, PyObject *unused) {
+  if (L->busy) return raise_lade(LADE_ESTATE, "loader is in use by another thread");
+  loader_shutdown(L);
+  Py_RETURN_NONE;
+}
+
+static void add_ms(struct timespec *ts, long ms) {
+  clock_gettime(CLOCK_MONOTONIC, ts);
+  ts->tv_nsec += ms * 1000000L;
+  while (ts->tv_nsec >= 1000000000L) {
+    ts->tv_nsec -= 1000000000L;
+    ts->tv_sec++;
+  }
+}
+
+/* next() -> Batch, or None at the end of the last epoch. */
+static PyObject *loader_next(LoaderObject *L, PyObject *unused) {
+  if (loader_ready(L)) return NULL;
+  if (L->pending) {
+    lade_batch_t *b = L->pending;
+    L->pending = NULL;
+    return batch_wrap(b);
+  }
+  if (!L->thread_started) {
+    if (pthread_create(&L->thread, NULL, fetcher_main, L) != 0)
+      return raise_lade(LADE_ETHREAD, "cannot start the fetcher thread");
+    L->thread_started = 1;
+  }
+  L->busy = 1;
+  int interrupted = 0, retried = 0;
+again:;
+  PyThreadState *ts = PyEval_SaveThread();
+  pthread_mutex_lock(&L->mu);
+  L->done = 0;
+  L->req = 1;
+  pthread_cond_signal(&L->cv_req);
+  while (!L->done) {
+    struct timespec dl;
+    add_ms(&dl, 50);
+    int w = pthread_cond_timedwait(&L->cv_done, &L->mu, &dl);
+    if (L->done) break;
+    if (w == ETIMEDOUT) {
+      if (interrupted) {
+        lade_loader_interrupt(L->loader); /* in case it was not blocked yet */
+        continue;
+      }
+      pthread_mutex_unlock(&L->mu);
+      PyEval_RestoreThread(ts);
+      int sig = PyErr_CheckSignals();
+      ts = PyEval_SaveThread();
+      pthread_mutex_lock(&L->mu);
+      if (sig) {
+        interrupted = 1;
+        lade_loader_interrupt(L->loader);
+      }
+    }
+  }
+  int rc = L->rc;
+  lade_batch_t *b = L->out;
+  L->out = NULL;
+  char err[sizeof L->err];
+  memcpy(err, L->err, sizeof err);
+  pthread_mutex_unlock(&L->mu);
+  PyEval_RestoreThread(ts);
+
+  if (interrupted) {
+    /* the Python exception from PyErr_CheckSignals is set */
+    L->busy = 0;
+    if (rc == 0 && b) L->pending = b;
+    return NULL;
+  }
+  if (rc == LADE_EINTR && !retried) {
+    retried = 1; /* a stale interrupt from an earlier Ctrl-C */
+    goto again;
+  }
+  L->busy = 0;
+  if (rc) return raise_lade(rc, err);
+  if (!b) Py_RETURN_NONE;
+  return batch_wrap(b);
+}
+
+static PyObject *loader_seek(LoaderObject *L, PyObject *args) {
+  unsigned long long e, s;
+  if (!PyArg_ParseTuple(args, "KK", &e, &s)) return NULL;
+  if (loader_ready(L)) return NULL;
+  if (L->pending) {
+    lade_batch_release(L->pending);
+    L->pending = NULL;
+  }
+  int rc;
+  char err[1024] = "";
+  Py_BEGIN_ALLOW_THREADS rc = lade_loader_seek(L->loader, e, s);
+  if (rc) snprintf(err, sizeof err, "%s", lade_last_error());
+  Py_END_ALLOW_THREADS if (rc) return raise_lade(rc, err);
+  Py_RETURN_NONE;
+}
+
+static PyObject *loader_tell(LoaderObject *L, PyObject *unused) {
+  if (loader_ready(L)) return NULL;
+  if (L->pending) return Py_BuildValue("(KK)", (unsigned long long)L->pending->epoch,
+                                       (unsigned long long)L->pending->step);
+  uint64_t e = 0, s = 0;
+  int rc = lade_loader_tell(L->loader, &e, &s);
+  if (rc) return raise_last(rc);
+  return Py_BuildValue("(KK)", (unsigned long long)e, (unsigned long long)s);
+}
+
+static PyObject *loader_info(LoaderObject *L, PyObject *unused) {
+  if (loader_ready(L)) return NULL;
+  uint64_t n = 0, spe = 0, ep = 0;
+  int rc;
+  char err[1024] = "";
+  Py_BEGIN_ALLOW_THREADS rc = lade_loader_info(L->loader, &n, &spe, &ep);
+  if (rc) snprintf(err, sizeof err, "%s", lade_last_error());
+  Py_END_ALLOW_THREADS if (rc) return raise_lade(rc, err);
+  return Py_BuildValue("(KKK)", (unsigned long long)n, (unsigned long long)spe, (unsigned long long)ep);
+}
+
+static PyObject *loader_interrupt(LoaderObject *L, PyObject *unused) {
+  if (L->loader) lade_loader_interrupt(L->loader);
+  Py_RETURN_NONE;
+}
+
+static PyObject *stats_dict(const lade_stats_t *s) {
+  return Py_BuildValue(
+      "{sKsKsKs(KKKK)s(KKKK)sKs{sdsdsdsd}sdsdsdsdsdsKsI}", "batches", (unsigned long long)s->batches, "samples",
+      (unsigned long long)s->samples, "bytes_read", (unsigned long long)s->bytes_read, "samples_by_source",
+      (unsigned long long)s->samples_by_source[0], (unsigned long long)s->samples_by_source[1],
+      (unsigned long long)s->samples_by_source[2], (unsigned long long)s->samples_by_source[3], "bytes_by_source",
+      (unsigned long long)s->bytes_by_source[0], (unsigned long long)s->bytes_by_source[1],
+      (unsigned long long)s->bytes_by_source[2], (unsigned long long)s->bytes_by_source[3], "substituted",
+      (unsigned long long)s->substituted, "stage_seconds", "read", s->stage_seconds[LADE_STAGE_READ], "transform",
+      s->stage_seconds[LADE_STAGE_TRANSFORM], "collate", s->stage_seconds[LADE_STAGE_COLLATE], "wait",
+      s->stage_seconds[LADE_STAGE_WAIT], "first_batch_seconds", s->first_batch_seconds, "batch_latency_p50",
+      s->batch_latency_p50, "batch_latency_p90", s->batch_latency_p90, "batch_latency_p99", s->batch_latency_p99,
+      "batch_latency_max", s->batch_latency_max, "peak_pool_bytes", (unsigned long long)s->peak_pool_bytes,
+      "threads", (unsigned int)s->threads);
+}
+
+static PyObject *loader_stats(LoaderObject *L, PyObject *unused) {
+  if (!L->loader) return raise_lade(LADE_ESTATE, "loader is closed");
+  lade_stats_t s;
+  memset(&s, 0, sizeof s);
+  int rc = lade_loader_stats(L->loader, &s);
+  if (rc) return raise_last(rc);
+  return stats_dict(&s);
+}
+
+static PyObject *loader_closed(LoaderObject *L, void *c) { return PyBool_FromLong(L->loader == NULL); }
+
+static PyMethodDef loader_methods[] = {
+    {"next", (PyCFunction)loader_next, METH_NOARGS,
+     "the next Batch in plan order, or None after the last epoch (GIL released; Ctrl-C interrupts)"},
+    {"seek", (PyCFunction)loader_seek, METH_VARARGS, "seek(epoch, step)"},
+    {"tell", (PyCFunction)loader_tell, METH_NOARGS, "(epoch, step) of the next batch"},
+    {"info", (PyCFunction)loader_info, METH_NOARGS, "(samples, steps_per_epoch, epochs)"},
+    {"stats", (PyCFunction)loader_stats, METH_NOARGS, "counters as a dict"},
+    {"interrupt", (PyCFunction)loader_interrupt, METH_NOARGS, "make a blocked next() return (thread-safe)"},
+    {"close", (PyCFunction)loader_close, METH_NOARGS, "stop the workers; live batches stay valid"},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef loader_getset[] = {{"closed", (getter)loader_closed, NULL, "True after close()", NULL},
+                                      {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject LoaderType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "lade._lade.Loader",
+    .tp_basicsize = sizeof(LoaderObject),
+    .tp_dealloc = (destructor)loader_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Low-level loader handle: Loader([(key, value), ...]).",
+    .tp_methods = loader_methods,
+    .tp_getset = loader_getset,
+    .tp_init = (initproc)loader_init,
+    .tp_new = loader_tp_new,
+};
+
+/* ------------------------------------------------------------ module functions */
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+  const unsigned char *c = p;
+  for (size_t i = 0; i < n; i++) {
+    h ^= c[i];
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+#define FNV_OFFSET 14695981039346656037ULL
+
+static PyObject *mod_fnv1a(PyObject *m, PyObject *args) {
+  Py_buffer buf;
+  unsigned long long h = FNV_OFFSET;
+  if (!PyArg_ParseTuple(args, "y*|K", &buf, &h)) return NULL;
+  uint64_t r;
+  Py_BEGIN_ALLOW_THREADS r = fnv1a(h, buf.buf, (size_t)buf.len);
+  Py_END_ALLOW_THREADS PyBuffer_Release(&buf);
+  return PyLong_FromUnsignedLongLong(r);
+}
+
+/*
+ * c_run(settings, max_batches=-1, checksum=True) -> dict: iterates a loader
+ * through the C API alone (no Python objects per batch), for checksums and the
+ * C-API rate. Checksum: per batch, fnv1a over data bytes, then labels, then
+ * indices (the same as the Python side computes with fnv1a()).
+ */
+static PyObject *mod_c_run(PyObject *m, PyObject *args, PyObject *kwargs) {
+  PyObject *settings;
+  long long max_batches = -1;
+  int checksum = 1;
+  static char *kw[] = {"settings", "max_batches", "checksum", NULL};
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|Lp", kw, &settings, &max_batches, &checksum)) return NULL;
+  LoaderObject tmp;
+  memset(&tmp, 0, sizeof tmp);
+  if (loader_open(&tmp, settings)) return NULL;
+  lade_loader_t *ld = tmp.loader;
+  PyObject *sums = PyList_New(0);
+  if (!sums) {
+    lade_loader_destroy(ld);
+    return NULL;
+  }
+  unsigned long long batches = 0, samples = 0, bytes = 0;
+  int rc = 0;
+  char err[1024] = "";
+  double t0 = 0, t1 = 0;
+  struct timespec a, z;
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  for (;;) {
+    if (max_batches >= 0 && (long long)batches >= max_batches) break;
+    lade_batch_t *b = NULL;
+    uint64_t h = FNV_OFFSET;
+    Py_BEGIN_ALLOW_THREADS rc = lade_loader_next(ld, &b);
+    if (rc) snprintf(err, sizeof err, "%s", lade_last_error());
+    if (!rc && b && checksum) {
+      h = fnv1a(h, b->data, b->nbytes);
+      h = fnv1a(h, b->labels, (size_t)b->shape[0] * sizeof(int64_t));
+      h = fnv1a(h, b->indices, (size_t)b->shape[0] * sizeof(int64_t));
+    }
+    Py_END_ALLOW_THREADS if (rc || !b) break;
+    batches++;
+    samples += (unsigned long long)b->shape[0];
+    bytes += b->nbytes;
+    lade_batch_release(b);
+    if (checksum) {
+      PyObject *v = PyLong_FromUnsignedLongLong(h);
+      if (!v || PyList_Append(sums, v)) {
+        Py_XDECREF(v);
+        Py_DECREF(sums);
+        lade_loader_destroy(ld);
+        return NULL;
+      }
+      Py_DECREF(v);
+    }
+  }
+  clock_gettime(CLOCK_MONOTONIC, &z);
+  t1 = (double)(z.tv_sec - a.tv_sec) + 1e-9 * (double)(z.tv_nsec - a.tv_nsec);
+  (void)t0;
+  Py_BEGIN_ALLOW_THREADS lade_loader_destroy(ld);
+  Py_END_ALLOW_THREADS if (rc) {
+    Py_DECREF(sums);
+    return raise_lade(rc, err);
+  }
+  return Py_BuildValue("{sKsKsKsdsN}", "batches", batches, "samples", samples, "bytes", bytes, "seconds", t1,
+                       "checksums", sums);
+}
+
+static PyObject *mod_released(PyObject *m, PyObject *unused) {
+  return PyLong_FromUnsignedLongLong(atomic_load(&g_released));
+}
+
+static PyObject *mod_config_keys(PyObject *m, PyObject *unused) {
+  PyObject *d = PyDict_New();
+  if (!d) return NULL;
+  for (size_t i = 0;; i++) {
+    const char *def = NULL, *help = NULL;
+    const char *k = lade_config_key(i, &def, &help);
+    if (!k) break;
+    PyObject *v = Py_BuildValue("(ss)", def ? def : "", help ? help : "");
+    if (!v || PyDict_SetItemString(d, k, v)) {
+      Py_XDECREF(v);
+      Py_DECREF(d);
+      return NULL;
+    }
+    Py_DECREF(v);
+  }
+  return d;
+}
+
+static PyObject *mod_version(PyObject *m, PyObject *unused) { return PyUnicode_FromString(lade_version()); }
+
+static PyMethodDef mod_methods[] = {
+    {"fnv1a", mod_fnv1a, METH_VARARGS, "fnv1a(buffer, h=offset) -> 64-bit FNV-1a hash continuing from h"},
+    {"c_run", (PyCFunction)(void (*)(void))mod_c_run, METH_VARARGS | METH_KEYWORDS,
+     "c_run(settings, max_batches=-1, checksum=True): iterate through the C API only"},
+    {"config_keys", mod_config_keys, METH_NOARGS, "{key: (default, help)} of every setting"},
+    {"version", mod_version, METH_NOARGS, "the library version"},
+    {"_released", mod_released, METH_NOARGS, "test hook"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef lade_module = {PyModuleDef_HEAD_INIT, "_lade", "lade C extension", -1, mod_methods,
+                                         NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__lade(void) {
+  if (PyType_Ready(&ArrayType) < 0 || PyType_Ready(&BatchType) < 0 || PyType_Ready(&LoaderType) < 0) return NULL;
+  PyObject *m = PyModule_Create(&lade_module);
+  if (!m) return NULL;
+  LadeError = PyErr_NewExceptionWithDoc("lade.Error",
+                                        "A lade error; str() is lade_last_error(), .code the LADE_E* code, "
+                                        ".name its symbolic name.",
+                                        PyExc_RuntimeError, NULL);
+  if (!LadeError) goto fail;
+  Py_INCREF(LadeError);
+  if (PyModule_AddObject(m, "Error", LadeError) < 0) goto fail;
+  Py_INCREF(&ArrayType);
+  Py_INCREF(&BatchType);
+  Py_INCREF(&LoaderType);
+  if (PyModule_AddObject(m, "Array", (PyObject *)&ArrayType) < 0 ||
+      PyModule_AddObject(m, "Batch", (PyObject *)&BatchType) < 0 ||
+      PyModule_AddObject(m, "Loader", (PyObject *)&LoaderType) < 0)
+    goto fail;
+#define ADD_CODE(name, value, text) PyModule_AddIntConstant(m, #name, value);
+  LADE_ERRORS(ADD_CODE)
+#undef ADD_CODE
+  return m;
+fail:
+  Py_DECREF(m);
+  return NULL;
+}
