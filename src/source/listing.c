@@ -126,8 +126,8 @@ static int list_dir(lade__listing_t *l, int rootfd, const char *rel, const char 
   closedir(d);
   if (rc) return rc;
   sort_arena = l->arena;
-  qsort(dirs->off, dirs->n, sizeof *dirs->off, cmp_off);
-  qsort(files->off, files->n, sizeof *files->off, cmp_off);
+  if (dirs->n > 1) qsort(dirs->off, dirs->n, sizeof *dirs->off, cmp_off);
+  if (files->n > 1) qsort(files->off, files->n, sizeof *files->off, cmp_off);
   return 0;
 }
 
