@@ -135,10 +135,21 @@ static int usage_bench(FILE *f) {
   return f == stderr ? 2 : 0;
 }
 
+/* Peak RSS of this process. VmHWM belongs to the address space, so unlike
+ * getrusage's ru_maxrss it does not inherit a parent's peak across exec. */
 static double peak_rss_mib(void) {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return (double)ru.ru_maxrss / 1024.0;
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  double kib = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (strncmp(line, "VmHWM:", 6) == 0) kib = strtod(line + 6, NULL);
+  if (f) fclose(f);
+  if (kib < 0) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    kib = (double)ru.ru_maxrss;
+  }
+  return kib / 1024.0;
 }
 
 static void progress(double frac, double rate, int done) {
