@@ -229,18 +229,20 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
   double mbs_out = elapsed > 0 ? (double)out_bytes / elapsed / 1e6 : 0;
   char transform[64] = "";
   lade_config_get(cfg, "transform", transform, sizeof transform);
+  char sumtxt[32] = "null";
+  if (o->checksum) snprintf(sumtxt, sizeof sumtxt, "\"%016llx\"", (unsigned long long)sum);
   if (o->json) {
     printf("{\"dataset\":\"%s\",\"transform\":\"%s\",\"samples_in_dataset\":%llu,\"batches\":%llu,\"samples\":%llu,"
            "\"batch_shape\":\"%s\",\"dtype\":\"%s\",\"seconds\":%.6f,\"samples_per_s\":%.1f,\"read_mb_per_s\":%.2f,"
            "\"output_mb_per_s\":%.2f,\"first_batch_ms\":%.3f,\"peak_rss_mib\":%.1f,\"pool_mib\":%.1f,\"threads\":%u,"
            "\"read_s\":%.4f,\"transform_s\":%.4f,\"collate_s\":%.4f,\"wait_s\":%.4f,\"latency_p50_ms\":%.3f,"
-           "\"latency_p90_ms\":%.3f,\"latency_p99_ms\":%.3f,\"substituted\":%llu,\"checksum\":\"%016llx\"}\n",
+           "\"latency_p90_ms\":%.3f,\"latency_p99_ms\":%.3f,\"substituted\":%llu,\"checksum\":%s}\n",
            o->dir, transform, (unsigned long long)nsamples, (unsigned long long)batches, (unsigned long long)samples,
            shape, dtype, elapsed, rate, mbs_in, mbs_out, first * 1e3, peak_rss_mib(),
            (double)st.peak_pool_bytes / 1048576.0, st.threads, st.stage_seconds[LADE_STAGE_READ],
            st.stage_seconds[LADE_STAGE_TRANSFORM], st.stage_seconds[LADE_STAGE_COLLATE],
            st.stage_seconds[LADE_STAGE_WAIT], st.batch_latency_p50 * 1e3, st.batch_latency_p90 * 1e3,
-           st.batch_latency_p99 * 1e3, (unsigned long long)st.substituted, (unsigned long long)sum);
+           st.batch_latency_p99 * 1e3, (unsigned long long)st.substituted, sumtxt);
   } else {
     printf("dataset      %s (%llu samples), transform %s, batches %s %s\n", o->dir, (unsigned long long)nsamples,
            transform, shape, dtype);
