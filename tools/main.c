@@ -1,3 +1,372 @@
+/*
+ * main.c - the `lade` command: gen, bench, demo (here) and plan, simulate,
+ * model (plan_cli.c). Uses the public header only.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gen_jpeg.h"
+#include "gen_npy.h"
 #include "lade/lade.h"
-int main(void) { printf("lade %s\n", lade_version()); return 0; }
+#include "plan_cli.h"
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int usage_main(FILE *f) {
+  fprintf(f,
+          "lade %s - a data loader for deep-learning training\n\n"
+          "usage: lade <command> [options]   (lade <command> --help for each)\n\n"
+          "commands:\n"
+          "  gen jpeg|npy DIR   generate a deterministic synthetic dataset\n"
+          "  bench DIR          load a dataset and report throughput, latency, memory, checksum\n"
+          "  demo               generate ./lade-demo if absent and benchmark it\n"
+          "  plan               compute a loading plan (which learner loads which sample from where)\n"
+          "  simulate           run plans without I/O and report storage/peer/cache traffic\n"
+          "  model              evaluate the analytical performance and cost models\n"
+          "  settings           list every loader setting with its default\n",
+          lade_version());
+  return f == stderr ? 2 : 0;
+}
+
+/* ------------------------------------------------------------------ gen */
+
+static int usage_gen(FILE *f) {
+  fprintf(f,
+          "usage: lade gen jpeg DIR --count N [--seed S]\n"
+          "       lade gen npy DIR --count N [--shape D1,D2,...] [--seed S] [--stacked]\n\n"
+          "jpeg: ImageNet-like JPEGs (about 500x375, quality 90, ~100 KB) in ImageFolder layout,\n"
+          "      10 classes class_00..class_09.\n"
+          "npy:  float32 .npy samples of the given shape (default 32,32,32 = 128 KiB) in the same\n"
+          "      10-class layout, or one stacked N x shape file DIR/data.npy with --stacked.\n"
+          "The same arguments always produce the same bytes.\n");
+  return f == stderr ? 2 : 0;
+}
+
+static int parse_u64(const char *s, uint64_t *out, const char *what) {
+  char *end = NULL;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (!s[0] || *end || errno || s[0] == '-') {
+    fprintf(stderr, "lade: %s '%s' is not a non-negative integer\n", what, s);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+static int cmd_gen(int argc, char **argv) {
+  static const struct option opts[] = {{"count", required_argument, 0, 'n'}, {"seed", required_argument, 0, 's'},
+                                       {"shape", required_argument, 0, 'S'}, {"stacked", no_argument, 0, 'k'},
+                                       {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
+  uint64_t count = 0, seed = 0;
+  const char *shape = "32,32,32";
+  int stacked = 0, have_count = 0, c;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "n:s:S:kh", opts, NULL)) != -1) {
+    switch (c) {
+      case 'n':
+        if (parse_u64(optarg, &count, "--count")) return 2;
+        have_count = 1;
+        break;
+      case 's':
+        if (parse_u64(optarg, &seed, "--seed")) return 2;
+        break;
+      case 'S': shape = optarg; break;
+      case 'k': stacked = 1; break;
+      case 'h': return usage_gen(stdout);
+      default: return usage_gen(stderr);
+    }
+  }
+  if (argc - optind != 2 || !have_count) return usage_gen(stderr);
+  const char *kind = argv[optind], *dir = argv[optind + 1];
+  if (count == 0) {
+    fprintf(stderr, "lade gen: --count must be at least 1\n");
+    return 2;
+  }
+  char err[512] = "";
+  double t0 = now();
+  int rc;
+  if (strcmp(kind, "jpeg") == 0) {
+    rc = lade_tool_gen_jpeg(dir, count, seed, err, sizeof err);
+  } else if (strcmp(kind, "npy") == 0) {
+    rc = lade_tool_gen_npy(dir, count, seed, shape, stacked, err, sizeof err);
+  } else {
+    fprintf(stderr, "lade gen: unknown kind '%s' (jpeg|npy)\n", kind);
+    return 2;
+  }
+  if (rc) {
+    fprintf(stderr, "lade gen: %s\n", err);
+    return 1;
+  }
+  printf("generated %llu %s samples in %s (%.1f s)\n", (unsigned long long)count, kind, dir, now() - t0);
+  return 0;
+}
+
+/* ---------------------------------------------------------------- bench */
+
+static int usage_bench(FILE *f) {
+  fprintf(f,
+          "usage: lade bench DIR [options]\n\n"
+          "Loads every batch of the dataset at DIR and reports samples/s, MB/s, first-batch\n"
+          "latency, peak RSS, the per-stage time breakdown and a checksum of all delivered\n"
+          "batch bytes in order (equal checksums = identical batches).\n\n"
+          "  --transform T     raw|npy|imagenet-train|imagenet-eval (default: by source)\n"
+          "  --batch-size B    samples per batch (default 32)\n"
+          "  --epochs E        epochs (default 1)\n"
+          "  --threads T       worker threads (default: online cores)\n"
+          "  --prefetch K      batches prepared ahead (default 2)\n"
+          "  --seed S          shuffle and augmentation seed (default 0)\n"
+          "  --set KEY=VALUE   any loader setting (repeatable; `lade settings` lists them)\n"
+          "  --max-batches N   stop after N batches\n"
+          "  --no-checksum     do not read the delivered bytes (pure loader rate)\n"
+          "  --json            one JSON object on stdout instead of text\n");
+  return f == stderr ? 2 : 0;
+}
+
+/* Peak RSS of this process. VmHWM belongs to the address space, so unlike
+ * getrusage's ru_maxrss it does not inherit a parent's peak across exec. */
+static double peak_rss_mib(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  double kib = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (strncmp(line, "VmHWM:", 6) == 0) kib = strtod(line + 6, NULL);
+  if (f) fclose(f);
+  if (kib < 0) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    kib = (double)ru.ru_maxrss;
+  }
+  return kib / 1024.0;
+}
+
+static void progress(double frac, double rate, int done) {
+  int width = 30, fill = (int)(frac * width + 0.5);
+  char bar[64];
+  for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
+  bar[width] = '\0';
+  fprintf(stderr, "\r[%s] %5.1f%%  %10.0f samples/s%s", bar, frac * 100.0, rate, done ? "\n" : "");
+  fflush(stderr);
+}
+
+typedef struct bench_opts {
+  const char *dir;
+  uint64_t max_batches;
+  int json, checksum;
+} bench_opts_t;
+
+static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
+  lade_loader_t *L = NULL;
+  double t0 = now();
+  if (lade_loader_create(&L, cfg)) {
+    fprintf(stderr, "lade bench: %s\n", lade_last_error());
+    return 1;
+  }
+  uint64_t nsamples = 0, steps = 0, epochs = 0;
+  if (lade_loader_info(L, &nsamples, &steps, &epochs)) {
+    fprintf(stderr, "lade bench: %s\n", lade_last_error());
+    lade_loader_destroy(L);
+    return 1;
+  }
+  uint64_t total = steps * epochs;
+  if (o->max_batches && o->max_batches < total) total = o->max_batches;
+  int tty = isatty(2) && !o->json;
+  uint64_t sum = 0, batches = 0, samples = 0, out_bytes = 0, last_epoch = 0;
+  double first = 0, last_report = t0;
+  int rc = 0;
+  char shape[128] = "";
+  const char *dtype = "";
+  while (batches < total) {
+    lade_batch_t *b = NULL;
+    rc = lade_loader_next(L, &b);
+    if (rc) {
+      fprintf(stderr, "%slade bench: error: %s\n", tty ? "\n" : "", lade_last_error());
+      break;
+    }
+    if (!b) break;
+    if (batches == 0) {
+      first = now() - t0;
+      size_t n = 0;
+      for (int i = 0; i < b->ndim; i++)
+        n += (size_t)snprintf(shape + n, sizeof shape - n, "%s%lld", i ? "x" : "", (long long)b->shape[i]);
+      dtype = lade_dtype_name(b->dtype);
+    }
+    if (o->checksum) sum = lade_checksum(b->data, b->nbytes, sum);
+    samples += (uint64_t)b->shape[0];
+    out_bytes += b->nbytes;
+    batches++;
+    uint64_t ep = b->epoch;
+    lade_batch_release(b);
+    double t = now();
+    if (tty && (t - last_report > 0.2 || batches == total)) {
+      progress((double)batches / (double)total, (double)samples / (t - t0), batches == total);
+      last_report = t;
+    } else if (!tty && !o->json && (ep != last_epoch || batches == total)) {
+      printf("epoch %llu done: %llu batches, %.0f samples/s so far\n", (unsigned long long)(batches == total ? ep : last_epoch),
+             (unsigned long long)batches, (double)samples / (t - t0));
+      last_epoch = ep;
+    }
+  }
+  double elapsed = now() - t0;
+  lade_stats_t st;
+  lade_loader_stats(L, &st);
+  lade_loader_destroy(L);
+  if (rc) return 1;
+  double rate = elapsed > 0 ? (double)samples / elapsed : 0;
+  double mbs_in = elapsed > 0 ? (double)st.bytes_read / elapsed / 1e6 : 0;
+  double mbs_out = elapsed > 0 ? (double)out_bytes / elapsed / 1e6 : 0;
+  char transform[64] = "";
+  lade_config_get(cfg, "transform", transform, sizeof transform);
+  char sumtxt[32] = "null";
+  if (o->checksum) snprintf(sumtxt, sizeof sumtxt, "\"%016llx\"", (unsigned long long)sum);
+  if (o->json) {
+    printf("{\"dataset\":\"%s\",\"transform\":\"%s\",\"samples_in_dataset\":%llu,\"batches\":%llu,\"samples\":%llu,"
+           "\"batch_shape\":\"%s\",\"dtype\":\"%s\",\"seconds\":%.6f,\"samples_per_s\":%.1f,\"read_mb_per_s\":%.2f,"
+           "\"output_mb_per_s\":%.2f,\"first_batch_ms\":%.3f,\"peak_rss_mib\":%.1f,\"pool_mib\":%.1f,\"threads\":%u,"
+           "\"read_s\":%.4f,\"transform_s\":%.4f,\"collate_s\":%.4f,\"wait_s\":%.4f,\"latency_p50_ms\":%.3f,"
+           "\"latency_p90_ms\":%.3f,\"latency_p99_ms\":%.3f,\"substituted\":%llu,\"checksum\":%s}\n",
+           o->dir, transform, (unsigned long long)nsamples, (unsigned long long)batches, (unsigned long long)samples,
+           shape, dtype, elapsed, rate, mbs_in, mbs_out, first * 1e3, peak_rss_mib(),
+           (double)st.peak_pool_bytes / 1048576.0, st.threads, st.stage_seconds[LADE_STAGE_READ],
+           st.stage_seconds[LADE_STAGE_TRANSFORM], st.stage_seconds[LADE_STAGE_COLLATE],
+           st.stage_seconds[LADE_STAGE_WAIT], st.batch_latency_p50 * 1e3, st.batch_latency_p90 * 1e3,
+           st.batch_latency_p99 * 1e3, (unsigned long long)st.substituted, sumtxt);
+  } else {
+    printf("dataset      %s (%llu samples), transform %s, batches %s %s\n", o->dir, (unsigned long long)nsamples,
+           transform, shape, dtype);
+    printf("throughput   %.0f samples/s, %.1f MB/s read, %.1f MB/s delivered (%llu batches in %.3f s, %u threads)\n",
+           rate, mbs_in, mbs_out, (unsigned long long)batches, elapsed, st.threads);
+    printf("first batch  %.2f ms after create\n", first * 1e3);
+    printf("memory       peak RSS %.1f MiB, batch pool %.1f MiB\n", peak_rss_mib(),
+           (double)st.peak_pool_bytes / 1048576.0);
+    printf("stages       read %.3f s, transform %.3f s (summed over threads); collate %.4f s; consumer wait %.3f s\n",
+           st.stage_seconds[LADE_STAGE_READ], st.stage_seconds[LADE_STAGE_TRANSFORM],
+           st.stage_seconds[LADE_STAGE_COLLATE], st.stage_seconds[LADE_STAGE_WAIT]);
+    printf("batch time   p50 %.2f ms, p90 %.2f ms, p99 %.2f ms, max %.2f ms\n", st.batch_latency_p50 * 1e3,
+           st.batch_latency_p90 * 1e3, st.batch_latency_p99 * 1e3, st.batch_latency_max * 1e3);
+    if (st.substituted) printf("substituted  %llu bad samples (on_error=skip)\n", (unsigned long long)st.substituted);
+    if (o->checksum) printf("checksum     %016llx\n", (unsigned long long)sum);
+  }
+  return 0;
+}
+
+static int set_or_fail(lade_config_t *cfg, const char *key, const char *value) {
+  if (lade_config_set(cfg, key, value)) {
+    fprintf(stderr, "lade: %s\n", lade_last_error());
+    return -1;
+  }
+  return 0;
+}
+
+static int cmd_bench(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"transform", required_argument, 0, 't'}, {"batch-size", required_argument, 0, 'b'},
+      {"epochs", required_argument, 0, 'e'},    {"threads", required_argument, 0, 'j'},
+      {"prefetch", required_argument, 0, 'p'},  {"seed", required_argument, 0, 's'},
+      {"set", required_argument, 0, 'S'},       {"json", no_argument, 0, 'J'},
+      {"max-batches", required_argument, 0, 'm'}, {"no-checksum", no_argument, 0, 'C'},
+      {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
+  lade_config_t *cfg = NULL;
+  lade_config_create(&cfg);
+  bench_opts_t o = {.checksum = 1};
+  int c, bad = 0;
+  optind = 1;
+  while (!bad && (c = getopt_long(argc, argv, "t:b:e:j:p:s:S:Jm:Ch", opts, NULL)) != -1) {
+    switch (c) {
+      case 't': bad = set_or_fail(cfg, "transform", optarg); break;
+      case 'b': bad = set_or_fail(cfg, "batch_size", optarg); break;
+      case 'e': bad = set_or_fail(cfg, "epochs", optarg); break;
+      case 'j': bad = set_or_fail(cfg, "threads", optarg); break;
+      case 'p': bad = set_or_fail(cfg, "prefetch", optarg); break;
+      case 's': bad = set_or_fail(cfg, "seed", optarg); break;
+      case 'S':
+        if (lade_config_parse(cfg, optarg)) {
+          fprintf(stderr, "lade: %s\n", lade_last_error());
+          bad = 1;
+        }
+        break;
+      case 'J': o.json = 1; break;
+      case 'C': o.checksum = 0; break;
+      case 'm':
+        if (parse_u64(optarg, &o.max_batches, "--max-batches")) bad = 1;
+        break;
+      case 'h':
+        lade_config_destroy(cfg);
+        return usage_bench(stdout);
+      default: bad = 1;
+    }
+  }
+  if (bad || argc - optind != 1) {
+    lade_config_destroy(cfg);
+    if (!bad) usage_bench(stderr);
+    return 2;
+  }
+  o.dir = argv[optind];
+  int rc = set_or_fail(cfg, "source", o.dir) ? 2 : run_bench(cfg, &o);
+  lade_config_destroy(cfg);
+  return rc;
+}
+
+/* ----------------------------------------------------------------- demo */
+
+static int cmd_demo(int argc, char **argv) {
+  if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+    printf("usage: lade demo\n\nGenerates 1,000 synthetic JPEGs into ./lade-demo (once) and runs\n"
+           "`lade bench ./lade-demo --transform imagenet-train --epochs 2` on it.\n");
+    return 0;
+  }
+  const char *dir = "lade-demo";
+  struct stat st;
+  if (stat(dir, &st) != 0) {
+    char err[512] = "";
+    printf("generating 1000 synthetic ImageNet-like JPEGs into ./%s ...\n", dir);
+    if (lade_tool_gen_jpeg(dir, 1000, 0, err, sizeof err)) {
+      fprintf(stderr, "lade demo: %s\n", err);
+      return 1;
+    }
+  } else {
+    printf("using existing ./%s\n", dir);
+  }
+  char *args[] = {"bench", (char *)dir, "--transform", "imagenet-train", "--epochs", "2", "--batch-size", "64", NULL};
+  return cmd_bench(8, args);
+}
+
+static int cmd_settings(int argc, char **argv) {
+  (void)argc;
+  (void)argv;
+  const char *def, *help;
+  for (size_t i = 0; lade_config_key(i, &def, &help); i++)
+    printf("%-14s default %-22s %s\n", lade_config_key(i, NULL, NULL), def[0] ? def : "\"\"", help);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) return usage_main(stderr);
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) return usage_main(stdout);
+  if (!strcmp(cmd, "--version")) {
+    printf("lade %s\n", lade_version());
+    return 0;
+  }
+  if (!strcmp(cmd, "gen")) return cmd_gen(argc - 1, argv + 1);
+  if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
+  if (!strcmp(cmd, "demo")) return cmd_demo(argc - 1, argv + 1);
+  if (!strcmp(cmd, "settings")) return cmd_settings(argc - 1, argv + 1);
+  if (!strcmp(cmd, "plan")) return lade_tool_plan(argc - 1, argv + 1);
+  if (!strcmp(cmd, "simulate")) return lade_tool_simulate(argc - 1, argv + 1);
+  if (!strcmp(cmd, "model")) return lade_tool_model(argc - 1, argv + 1);
+  fprintf(stderr, "lade: unknown command '%s'\n\n", cmd);
+  return usage_main(stderr);
+}

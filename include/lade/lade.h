@@ -240,6 +240,17 @@ LADE_API void lade_loader_interrupt(lade_loader_t *loader);
  */
 LADE_API void lade_loader_destroy(lade_loader_t *loader);
 
+/* ---------------------------------------------------------------- checksum */
+
+/*
+ * A fast 64-bit checksum of bytes, chainable: checksum(b, checksum(a, s))
+ * digests a then b (the chain restarts at 8-byte boundaries of each piece, so
+ * digest a batch at a time). Used by `lade bench` and the Python module to
+ * prove two runs delivered the same bytes in the same order. Not
+ * cryptographic. Thread-safe.
+ */
+LADE_API uint64_t lade_checksum(const void *data, size_t size, uint64_t seed);
+
 /* ---------------------------------------------------------------- metrics */
 
 enum { LADE_STAGE_READ = 0, LADE_STAGE_TRANSFORM, LADE_STAGE_COLLATE, LADE_STAGE_WAIT, LADE_STAGE_COUNT };

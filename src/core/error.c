@@ -52,7 +52,10 @@ int lade__fail_prefix(int code, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(pre, sizeof pre, fmt, ap);
   va_end(ap);
-  snprintf(tls_error, sizeof tls_error, "%s%s", pre, old);
+  size_t n = strlen(pre);
+  if (n >= sizeof tls_error) n = sizeof tls_error - 1;
+  memcpy(tls_error, pre, n);
+  snprintf(tls_error + n, sizeof tls_error - n, "%.*s", (int)(sizeof tls_error - 1), old);
   return code;
 }
 

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs dependencies, builds lade, and runs every test: the release build's
+# full ctest suite, then the unit tests again under AddressSanitizer +
+# UndefinedBehaviorSanitizer and the engine test under ThreadSanitizer.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc 2>/dev/null || echo 2)
+
+bash scripts/install-deps.sh
+
+echo "== release build and all tests"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$jobs"
+(cd build && ctest --output-on-failure -j"$jobs")
+
+echo "== unit tests under AddressSanitizer + UndefinedBehaviorSanitizer"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DLADE_SANITIZE=ON >/dev/null
+cmake --build build-asan -j"$jobs"
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  ctest --output-on-failure -L unit -j"$jobs")
+
+echo "== engine test under ThreadSanitizer"
+cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DLADE_TSAN=ON >/dev/null
+cmake --build build-tsan -j"$jobs" --target test_engine
+(cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R '^test_engine$')
+
+echo "== all test suites passed"

@@ -1,0 +1,171 @@
+/* npyfmt.c - a strict parser of the .npy header dictionary. Input is outside
+ * bytes: every read is bounds-checked, every number overflow-checked, and the
+ * reason for a rejection is spelled out (fuzzed by fuzz/fuzz_npy.c). */
+#include "npyfmt.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core.h"
+
+static const char *skip_ws(const char *p, const char *end) {
+  while (p < end && (*p == ' ' || *p == '\t' || *p == '\n')) p++;
+  return p;
+}
+
+/* Reads a quoted string ('x' or "x") into buf. */
+static const char *parse_str(const char *p, const char *end, char *buf, size_t size) {
+  if (p >= end || (*p != '\'' && *p != '"')) return NULL;
+  char q = *p++;
+  size_t n = 0;
+  while (p < end && *p != q) {
+    if (n + 1 >= size) return NULL;
+    buf[n++] = *p++;
+  }
+  if (p >= end) return NULL;
+  buf[n] = '\0';
+  return p + 1;
+}
+
+static int dtype_from_descr(const char *d) {
+  /* byte order: '<' little, '|' not applicable, '=' native (little on every
+   * platform lade builds for). '>' with multi-byte types is rejected. */
+  char order = d[0];
+  const char *t = d + 1;
+  if (order != '<' && order != '|' && order != '=') return order == '>' ? -2 : 0;
+  static const struct {
+    const char *code;
+    int dtype;
+  } map[] = {{"u1", LADE_DTYPE_UINT8},  {"i1", LADE_DTYPE_INT8},    {"b1", LADE_DTYPE_BOOL},
+             {"i2", LADE_DTYPE_INT16},  {"u2", LADE_DTYPE_UINT16},  {"i4", LADE_DTYPE_INT32},
+             {"i8", LADE_DTYPE_INT64},  {"f2", LADE_DTYPE_FLOAT16}, {"f4", LADE_DTYPE_FLOAT32},
+             {"f8", LADE_DTYPE_FLOAT64}};
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+    if (strcmp(t, map[i].code) == 0) return map[i].dtype;
+  return 0;
+}
+
+int lade__npy_parse(const uint8_t *data, size_t len, lade__npy_header_t *out) {
+  memset(out, 0, sizeof *out);
+  if (len < 10) {
+    if (len >= 6 && memcmp(data, "\x93NUMPY", 6) != 0)
+      return lade__fail(LADE_EFORMAT, "not a .npy file (bad magic)");
+    return lade__fail(LADE_ERANGE, "npy header truncated (%zu bytes)", len);
+  }
+  if (memcmp(data, "\x93NUMPY", 6) != 0) return lade__fail(LADE_EFORMAT, "not a .npy file (bad magic)");
+  int major = data[6];
+  size_t hlen, pre;
+  if (major == 1) {
+    hlen = (size_t)data[8] | ((size_t)data[9] << 8);
+    pre = 10;
+  } else if (major == 2 || major == 3) {
+    if (len < 12) return lade__fail(LADE_ERANGE, "npy header truncated (%zu bytes)", len);
+    hlen = (size_t)data[8] | ((size_t)data[9] << 8) | ((size_t)data[10] << 16) | ((size_t)data[11] << 24);
+    pre = 12;
+    if (hlen > (1u << 24)) return lade__fail(LADE_EFORMAT, "npy header length %zu is implausible", hlen);
+  } else {
+    return lade__fail(LADE_EFORMAT, "unsupported .npy format version %d.%d", major, data[7]);
+  }
+  if (pre + hlen > len)
+    return lade__fail(LADE_ERANGE, "npy header truncated: needs %zu bytes, have %zu", pre + hlen, len);
+  const char *p = (const char *)data + pre, *end = p + hlen;
+  for (const char *c = p; c < end; c++)
+    if ((unsigned char)*c >= 0x80 || (*c < 0x20 && *c != '\n' && *c != '\t'))
+      return lade__fail(LADE_EFORMAT, "npy header has a non-ASCII or control byte at offset %zu",
+                        (size_t)(c - (const char *)data));
+  p = skip_ws(p, end);
+  if (p >= end || *p++ != '{') return lade__fail(LADE_EFORMAT, "npy header is not a dictionary");
+  bool have_descr = false, have_order = false, have_shape = false;
+  char descr[32];
+  for (;;) {
+    p = skip_ws(p, end);
+    if (p < end && *p == '}') break;
+    char key[32];
+    p = parse_str(p, end, key, sizeof key);
+    if (!p) return lade__fail(LADE_EFORMAT, "npy header: malformed key");
+    p = skip_ws(p, end);
+    if (p >= end || *p++ != ':') return lade__fail(LADE_EFORMAT, "npy header: missing ':' after '%s'", key);
+    p = skip_ws(p, end);
+    if (strcmp(key, "descr") == 0) {
+      p = parse_str(p, end, descr, sizeof descr);
+      if (!p) return lade__fail(LADE_EFORMAT, "npy header: descr is not a simple type string");
+      have_descr = true;
+    } else if (strcmp(key, "fortran_order") == 0) {
+      if (end - p >= 5 && strncmp(p, "False", 5) == 0) {
+        p += 5;
+      } else if (end - p >= 4 && strncmp(p, "True", 4) == 0) {
+        return lade__fail(LADE_EFORMAT, "npy fortran_order=True is not supported (save C-contiguous arrays)");
+      } else {
+        return lade__fail(LADE_EFORMAT, "npy header: fortran_order is not a boolean");
+      }
+      have_order = true;
+    } else if (strcmp(key, "shape") == 0) {
+      if (p >= end || *p++ != '(') return lade__fail(LADE_EFORMAT, "npy header: shape is not a tuple");
+      out->ndim = 0;
+      for (;;) {
+        p = skip_ws(p, end);
+        if (p < end && *p == ')') {
+          p++;
+          break;
+        }
+        if (p >= end || *p < '0' || *p > '9')
+          return lade__fail(LADE_EFORMAT, "npy header: shape has a negative or non-integer dimension");
+        uint64_t v = 0;
+        while (p < end && *p >= '0' && *p <= '9') {
+          if (v > (UINT64_C(1) << 48)) return lade__fail(LADE_EFORMAT, "npy header: shape dimension too large");
+          v = v * 10 + (uint64_t)(*p++ - '0');
+        }
+        if (out->ndim >= LADE_MAX_DIMS)
+          return lade__fail(LADE_EFORMAT, "npy header: more than %d dimensions", LADE_MAX_DIMS);
+        out->shape[out->ndim++] = (int64_t)v;
+        p = skip_ws(p, end);
+        if (p < end && *p == ',') p++;
+      }
+      have_shape = true;
+    } else {
+      return lade__fail(LADE_EFORMAT, "npy header: unexpected key '%s'", key);
+    }
+    p = skip_ws(p, end);
+    if (p < end && *p == ',') p++;
+  }
+  if (!have_descr || !have_order || !have_shape)
+    return lade__fail(LADE_EFORMAT, "npy header: missing %s", !have_descr ? "descr" : !have_order ? "fortran_order" : "shape");
+  int dt = dtype_from_descr(descr);
+  if (dt == -2) return lade__fail(LADE_EFORMAT, "npy dtype '%s' is big-endian (not supported)", descr);
+  if (dt <= 0) return lade__fail(LADE_EFORMAT, "npy dtype '%s' is not supported", descr);
+  if (descr[0] == '>' && lade_dtype_size(dt) > 1)
+    return lade__fail(LADE_EFORMAT, "npy dtype '%s' is big-endian (not supported)", descr);
+  out->dtype = dt;
+  out->header_len = pre + hlen;
+  uint64_t count = 1;
+  for (int i = 0; i < out->ndim; i++) {
+    uint64_t d = (uint64_t)out->shape[i];
+    if (d && count > (UINT64_C(1) << 50) / d) return lade__fail(LADE_EFORMAT, "npy shape is too large");
+    count *= d;
+  }
+  out->payload_bytes = (size_t)(count * lade_dtype_size(dt));
+  return 0;
+}
+
+int lade__npy_write_header(char *buf, size_t size, int dtype, int ndim, const int64_t *shape) {
+  static const char *codes[] = {NULL, "|u1", "|i1", "<i2", "<u2", "<i4", "<i8", "<f2", "<f4", "<f8", "|b1"};
+  if (dtype < 1 || dtype > 10 || ndim < 0 || ndim > LADE_MAX_DIMS)
+    return lade__fail(LADE_EINVAL, "npy header: bad dtype or ndim");
+  char dict[512];
+  int n = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (", codes[dtype]);
+  for (int i = 0; i < ndim; i++)
+    n += snprintf(dict + n, sizeof dict - (size_t)n, "%lld%s", (long long)shape[i], ndim == 1 ? "," : (i + 1 < ndim ? ", " : ""));
+  n += snprintf(dict + n, sizeof dict - (size_t)n, "), }");
+  size_t total = 10 + (size_t)n + 1;
+  size_t padded = (total + 63) / 64 * 64;
+  if (padded > size || padded - 10 > 65535) return lade__fail(LADE_ERANGE, "npy header: buffer too small");
+  memcpy(buf, "\x93NUMPY\x01\x00", 8);
+  size_t hl = padded - 10;
+  buf[8] = (char)(hl & 0xff);
+  buf[9] = (char)(hl >> 8);
+  memcpy(buf + 10, dict, (size_t)n);
+  memset(buf + 10 + n, ' ', padded - 10 - (size_t)n - 1);
+  buf[padded - 1] = '\n';
+  return (int)padded;
+}

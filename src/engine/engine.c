@@ -1,0 +1,737 @@
+/*
+ * engine.c - the pipeline: plan -> fetch -> transform -> collate -> deliver.
+ *
+ * Design. A loader owns `nslots` = prefetch + 1 batch slots. The batch of
+ * global sequence number q (= epoch * steps + step) always lives in slot
+ * q % nslots, so at most nslots batches exist and delivery in plan order is a
+ * matter of waiting on one slot. A slot cycles FREE -> FILLING -> READY ->
+ * HELD (by the caller) -> FREE. Worker threads share one queue of work that
+ * is implicit in the slots: a worker claims the next unclaimed sample of the
+ * oldest FILLING slot, so all workers converge on the batch the consumer
+ * needs first (within-batch parallelism) and spill over to later batches
+ * (prefetch). One claim per sample keeps the lock hold times tiny; the
+ * sample's read and transform run unlocked, straight into the slot.
+ *
+ * Slow steps never run under the lock: opening the source (listing) and
+ * planning a batch (which may shuffle a whole epoch) are done by one worker
+ * at a time, flagged, while the others keep working.
+ *
+ * Lifetime: batches may outlive the loader (the Python module hands them to
+ * tensors). lade_loader_destroy() stops and joins the workers; the slots and
+ * the loader struct are freed by whoever drops the last reference (destroy
+ * or the last lade_batch_release).
+ *
+ * Lock: `mu` guards every slot's state/claim/done counters, the cursors
+ * (next_sched, next_deliver), flags and the latency ring. Per-worker stats
+ * are written by their worker unlocked and read under `mu` (torn reads of
+ * counters are harmless for reporting). The trace file has its own lock,
+ * taken after `mu` is released (never both). Lock order: mu, then trace.
+ */
+#include <assert.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/config.h"
+#include "core/core.h"
+#include "engine/trace.h"
+#include "plan/plan.h"
+#include "source/source.h"
+#include "transform/transform.h"
+
+enum { SLOT_FREE = 0, SLOT_PLANNING, SLOT_FILLING, SLOT_READY, SLOT_HELD };
+
+#define LAT_RING 4096
+#define MAX_SUBST_TRIES 64
+
+typedef struct slot {
+  lade_batch_t view; /* must stay first: lade_batch_t* <-> slot_t* */
+  struct lade_loader *L;
+  uint8_t *data;
+  size_t cap;
+  int64_t *labels;
+  int64_t *indices;
+  uint32_t *sizes;
+  uint64_t seq;
+  uint32_t n, claimed, done;
+  int state;
+  bool stale;        /* a seek made this batch obsolete: free it once done */
+  int err;           /* first sample error (on_error=fail) */
+  char errmsg[1200];
+  uint32_t substituted;
+  double t_sched;
+} slot_t;
+
+typedef struct worker {
+  struct lade_loader *L;
+  pthread_t thread;
+  uint32_t id;
+  lade__buf_t buf;
+  void *wstate;
+  bool wstate_ok;
+  /* stats (written by this worker only) */
+  double t_read, t_xform;
+  uint64_t bytes, samples, substituted;
+} __attribute__((aligned(LADE_CACHELINE))) worker_t;
+
+struct lade_loader {
+  struct lade_config cfg;
+  pthread_mutex_t mu;
+  pthread_cond_t cv_work;  /* workers wait here for claimable work */
+  pthread_cond_t cv_ready; /* the consumer waits here */
+
+  /* set up by the opener (one worker), then read-only */
+  lade__source_t src;
+  const lade__source_ops_t *src_ops;
+  const lade__transform_ops_t *xf;
+  void *xf_state;
+  lade__sample_shape_t shape;
+  lade__regular_t *plan;
+  uint64_t steps, total; /* steps per epoch, epochs * steps */
+  bool direct_payload;   /* npy source + npy transform: read into the slot */
+
+  int open_state; /* 0 not started, 1 opening, 2 open, -1 failed */
+  bool planning;
+  bool stop;
+  bool interrupted;
+  int fatal;
+  char fatal_msg[1200];
+
+  slot_t *slots;
+  uint32_t nslots;
+  uint64_t next_sched, next_deliver;
+  uint32_t held;
+  bool destroyed;
+
+  worker_t *workers;
+  uint32_t nworkers, started;
+
+  /* stats */
+  double t_create, t_first, t_wait, t_collate;
+  uint64_t batches, delivered_samples;
+  double lat[LAT_RING];
+  uint64_t nlat;
+  uint64_t pool_bytes;
+  lade__trace_t *trace;
+};
+
+static inline slot_t *slot_of(lade_loader_t *L, uint64_t seq) { return &L->slots[seq % L->nslots]; }
+
+/* ------------------------------------------------------------ allocation */
+
+static void *pool_alloc(lade_loader_t *L, size_t size) {
+  if (L->cfg.has_allocator) return L->cfg.allocator.alloc(L->cfg.allocator.ctx, size, 4096);
+  return lade__aligned_alloc(size, 4096);
+}
+
+static void pool_free(lade_loader_t *L, void *p, size_t size) {
+  if (!p) return;
+  if (L->cfg.has_allocator)
+    L->cfg.allocator.free(L->cfg.allocator.ctx, p, size);
+  else
+    lade__aligned_free(p);
+}
+
+static void free_all(lade_loader_t *L) {
+  for (uint32_t i = 0; i < L->nslots; i++) {
+    slot_t *s = &L->slots[i];
+    pool_free(L, s->data, s->cap);
+    free(s->labels);
+    free(s->indices);
+    free(s->sizes);
+  }
+  free(L->slots);
+  if (L->xf && L->xf->destroy && L->xf_state) L->xf->destroy(L->xf_state);
+  if (L->src_ops && L->src_ops->close) L->src_ops->close(&L->src);
+  lade__regular_destroy(L->plan);
+  lade__trace_close(L->trace);
+  pthread_mutex_destroy(&L->mu);
+  pthread_cond_destroy(&L->cv_work);
+  pthread_cond_destroy(&L->cv_ready);
+  free(L->workers);
+  free(L);
+}
+
+/* ----------------------------------------------------------------- open */
+
+static const lade__transform_ops_t *transform_for(const struct lade_config *c, const lade__source_ops_t *src) {
+  int t = c->transform;
+  if (t == LADE_XF_AUTO) t = src == &lade__source_npy ? LADE_XF_NPY : LADE_XF_IMAGENET_TRAIN;
+  switch (t) {
+    case LADE_XF_RAW: return &lade__xform_raw;
+    case LADE_XF_NPY: return &lade__xform_npy;
+    case LADE_XF_IMAGENET_TRAIN: return &lade__xform_imagenet_train;
+    case LADE_XF_IMAGENET_EVAL: return &lade__xform_imagenet_eval;
+  }
+  return NULL;
+}
+
+/* Lists the source, sets up the transform and the plan. Runs on one worker,
+ * unlocked. */
+static int open_pipeline(lade_loader_t *L, worker_t *w) {
+  int rc = L->src_ops->open(&L->src, &L->cfg);
+  if (rc) return rc;
+  L->xf = transform_for(&L->cfg, L->src_ops);
+  L->direct_payload = L->xf == &lade__xform_npy && L->src_ops->read_payload && L->src.dtype;
+  if (L->direct_payload) {
+    /* the source knows the sample's type: no need to read sample 0 */
+    L->shape.dtype = L->src.dtype;
+    L->shape.ndim = L->src.ndim;
+    for (int i = 0; i < L->src.ndim; i++) L->shape.dims[i] = L->src.shape[i];
+    L->shape.bytes = L->src.payload_bytes;
+  } else {
+    const uint8_t *first = NULL;
+    size_t first_len = 0;
+    if (L->xf == &lade__xform_raw || L->xf == &lade__xform_npy) {
+      rc = L->src_ops->read(&L->src, 0, &w->buf);
+      if (rc) return rc;
+      first = w->buf.data;
+      first_len = w->buf.len;
+    }
+    rc = L->xf->init(&L->xf_state, &L->cfg, first, first_len, &L->shape);
+    if (rc) return rc;
+  }
+  if (L->shape.ndim + 1 > LADE_MAX_DIMS)
+    return lade__fail(LADE_ESHAPE, "samples have %d dimensions; at most %d are supported", L->shape.ndim,
+                      LADE_MAX_DIMS - 1);
+  if (L->shape.bytes == 0) return lade__fail(LADE_ESHAPE, "samples of the dataset %s are empty", L->cfg.source);
+  lade__plan_params_t p = {.samples = L->src.count,
+                           .batch_size = L->cfg.batch_size,
+                           .world_size = L->cfg.world_size,
+                           .epochs = L->cfg.epochs,
+                           .seed = L->cfg.seed,
+                           .shuffle = L->cfg.shuffle,
+                           .drop_last = L->cfg.drop_last};
+  rc = lade__regular_create(&L->plan, &p);
+  if (rc) return lade__fail_prefix(rc, "dataset %s: ", L->cfg.source);
+  L->steps = lade__plan_steps(&p);
+  L->total = L->steps * L->cfg.epochs;
+  return 0;
+}
+
+/* Per-worker transform state, made by each worker for itself. */
+static int worker_prepare(worker_t *w) {
+  lade_loader_t *L = w->L;
+  if (w->wstate_ok) return 0;
+  if (L->xf->worker_init) {
+    int rc = L->xf->worker_init(L->xf_state, &w->wstate);
+    if (rc) return rc;
+  }
+  w->wstate_ok = true;
+  return 0;
+}
+
+/* --------------------------------------------------------------- plan */
+
+/* Assigns sequence number q to its slot and writes its sample indices.
+ * Called unlocked by the one worker that set L->planning. */
+static int plan_slot(lade_loader_t *L, slot_t *s, uint64_t q) {
+  uint32_t B = L->cfg.batch_size;
+  if (!s->data) {
+    size_t cap = (size_t)B * L->shape.bytes;
+    s->data = pool_alloc(L, cap);
+    s->labels = malloc(B * sizeof *s->labels);
+    s->indices = malloc(B * sizeof *s->indices);
+    s->sizes = malloc(B * sizeof *s->sizes);
+    if (!s->data || !s->labels || !s->indices || !s->sizes)
+      return lade__fail(LADE_ENOMEM, "out of memory for a batch buffer of %zu bytes", cap);
+    s->cap = cap;
+    pthread_mutex_lock(&L->mu);
+    L->pool_bytes += cap;
+    pthread_mutex_unlock(&L->mu);
+  }
+  uint64_t epoch = q / L->steps, step = q % L->steps;
+  static_assert(sizeof(int64_t) == sizeof(uint64_t), "index width");
+  int rc = lade__regular_local(L->plan, epoch, step, L->cfg.rank, (uint64_t *)s->indices);
+  if (rc) return rc;
+  for (uint32_t i = 0; i < B; i++) {
+    int64_t idx = s->indices[i];
+    s->labels[i] = L->src.labels ? L->src.labels[idx] : -1;
+  }
+  return 0;
+}
+
+/* -------------------------------------------------------------- samples */
+
+/* Reads and transforms one sample into `out`. Returns 0 or an error with the
+ * file named in lade_last_error(). */
+static int load_sample(lade_loader_t *L, worker_t *w, uint64_t idx, uint64_t epoch, void *out, uint32_t *payload) {
+  double t0 = lade__now();
+  int rc;
+  if (L->direct_payload) {
+    rc = L->src_ops->read_payload(&L->src, idx, out, L->shape.bytes);
+    double t1 = lade__now();
+    w->t_read += t1 - t0;
+    if (rc) return rc;
+    w->bytes += L->shape.bytes;
+    *payload = (uint32_t)L->shape.bytes;
+    return 0;
+  }
+  rc = L->src_ops->read(&L->src, idx, &w->buf);
+  double t1 = lade__now();
+  w->t_read += t1 - t0;
+  if (rc) return rc;
+  w->bytes += w->buf.len;
+  lade__rng_t rng;
+  lade__rng_init(&rng, L->cfg.seed ^ lade__mix64(epoch + 1), idx, LADE_RNG_AUGMENT);
+  lade__xform_ctx_t ctx = {.index = idx, .epoch = epoch, .rng = &rng};
+  rc = L->xf->apply(L->xf_state, w->wstate, w->buf.data, w->buf.len, &ctx, out, payload);
+  w->t_xform += lade__now() - t1;
+  if (rc) {
+    char name[LADE_PATH_MAX + 64];
+    L->src_ops->describe(&L->src, idx, name, sizeof name);
+    return lade__fail_prefix(rc, "%s (sample %llu): ", name, (unsigned long long)idx);
+  }
+  return 0;
+}
+
+/* Processes sample i of slot s (unlocked). With on_error=skip, a failing
+ * sample is replaced by one drawn deterministically from (seed, epoch, index). */
+static void process_sample(lade_loader_t *L, worker_t *w, slot_t *s, uint32_t i) {
+  uint64_t epoch = s->seq / L->steps;
+  uint64_t idx = (uint64_t)s->indices[i];
+  uint8_t *out = s->data + (size_t)i * L->shape.bytes;
+  uint32_t payload = 0;
+  uint64_t t0 = L->trace ? (uint64_t)(lade__now() * 1e6) : 0;
+  int rc = load_sample(L, w, idx, epoch, out, &payload);
+  if (rc && L->cfg.on_error == LADE_ONERR_SKIP) {
+    lade__rng_t r;
+    lade__rng_init(&r, L->cfg.seed ^ lade__mix64(epoch + 1), idx, LADE_RNG_SUBST);
+    for (int t = 0; rc && t < MAX_SUBST_TRIES; t++) {
+      uint64_t j = lade__rng_below(&r, L->src.count);
+      rc = load_sample(L, w, j, epoch, out, &payload);
+      if (!rc) {
+        s->indices[i] = (int64_t)j;
+        s->labels[i] = L->src.labels ? L->src.labels[j] : -1;
+      }
+    }
+    if (!rc) {
+      __atomic_fetch_add(&s->substituted, 1, __ATOMIC_RELAXED);
+      w->substituted++;
+    } else {
+      lade__fail_prefix(rc, "on_error=skip found no valid substitute in %d tries; last: ", MAX_SUBST_TRIES);
+    }
+  }
+  s->sizes[i] = payload;
+  if (rc) {
+    pthread_mutex_lock(&L->mu);
+    if (!s->err) {
+      s->err = rc;
+      lade__copy_error(s->errmsg, sizeof s->errmsg);
+    }
+    pthread_mutex_unlock(&L->mu);
+  }
+  w->samples++;
+  if (L->trace)
+    lade__trace_event(L->trace, "sample", w->id + 1, t0, (uint64_t)(lade__now() * 1e6) - t0, s->seq / L->steps, s->seq % L->steps,
+                      (uint64_t)s->indices[i]);
+}
+
+/* ------------------------------------------------------------- workers */
+
+static void fail_locked(lade_loader_t *L, int rc) {
+  if (!L->fatal) {
+    L->fatal = rc;
+    lade__copy_error(L->fatal_msg, sizeof L->fatal_msg);
+  }
+  pthread_cond_broadcast(&L->cv_ready);
+  pthread_cond_broadcast(&L->cv_work);
+}
+
+/* Finds the oldest FILLING slot with an unclaimed sample. Locked. */
+static slot_t *find_claimable(lade_loader_t *L) {
+  for (uint64_t q = L->next_deliver; q < L->next_sched; q++) {
+    slot_t *s = slot_of(L, q);
+    if (s->seq == q && s->state == SLOT_FILLING && s->claimed < s->n) return s;
+  }
+  return NULL;
+}
+
+static void finish_slot_locked(lade_loader_t *L, slot_t *s) {
+  if (s->stale) {
+    s->state = SLOT_FREE;
+    s->stale = false;
+    pthread_cond_broadcast(&L->cv_work);
+    return;
+  }
+  double t = lade__now();
+  L->lat[L->nlat++ % LAT_RING] = t - s->t_sched;
+  s->state = SLOT_READY;
+  pthread_cond_broadcast(&L->cv_ready);
+  if (L->trace)
+    lade__trace_event(L->trace, "batch", 0, (uint64_t)(s->t_sched * 1e6), (uint64_t)((t - s->t_sched) * 1e6),
+                      s->seq / L->steps, s->seq % L->steps, UINT64_MAX);
+}
+
+static void *worker_main(void *arg) {
+  worker_t *w = arg;
+  lade_loader_t *L = w->L;
+  pthread_mutex_lock(&L->mu);
+  for (;;) {
+    if (L->stop) break;
+    if (L->open_state == 0) {
+      L->open_state = 1;
+      pthread_mutex_unlock(&L->mu);
+      int rc = open_pipeline(L, w);
+      pthread_mutex_lock(&L->mu);
+      if (rc) {
+        L->open_state = -1;
+        fail_locked(L, rc);
+      } else {
+        L->open_state = 2;
+        pthread_cond_broadcast(&L->cv_work);
+        pthread_cond_broadcast(&L->cv_ready);
+      }
+      continue;
+    }
+    if (L->open_state != 2 || L->fatal) {
+      pthread_cond_wait(&L->cv_work, &L->mu);
+      continue;
+    }
+    if (!w->wstate_ok) {
+      pthread_mutex_unlock(&L->mu);
+      int rc = worker_prepare(w);
+      pthread_mutex_lock(&L->mu);
+      if (rc) fail_locked(L, rc);
+      continue;
+    }
+    /* plan the next batch when its slot is free and nobody else is planning */
+    if (!L->planning && L->next_sched < L->total && slot_of(L, L->next_sched)->state == SLOT_FREE) {
+      uint64_t q = L->next_sched;
+      slot_t *s = slot_of(L, q);
+      L->planning = true;
+      s->state = SLOT_PLANNING;
+      s->seq = q;
+      pthread_mutex_unlock(&L->mu);
+      int rc = plan_slot(L, s, q);
+      pthread_mutex_lock(&L->mu);
+      L->planning = false;
+      if (rc) {
+        s->state = SLOT_FREE;
+        fail_locked(L, rc);
+        continue;
+      }
+      if (L->next_sched != q) { /* a seek happened meanwhile: drop this plan */
+        s->state = SLOT_FREE;
+        pthread_cond_broadcast(&L->cv_work);
+        continue;
+      }
+      s->n = L->cfg.batch_size;
+      s->claimed = s->done = 0;
+      s->err = 0;
+      s->substituted = 0;
+      s->stale = false;
+      s->t_sched = lade__now();
+      s->state = SLOT_FILLING;
+      L->next_sched = q + 1;
+      pthread_cond_broadcast(&L->cv_work);
+      continue;
+    }
+    slot_t *s = find_claimable(L);
+    if (!s) {
+      pthread_cond_wait(&L->cv_work, &L->mu);
+      continue;
+    }
+    uint32_t i = s->claimed++;
+    pthread_mutex_unlock(&L->mu);
+    process_sample(L, w, s, i);
+    pthread_mutex_lock(&L->mu);
+    if (++s->done == s->n) finish_slot_locked(L, s);
+  }
+  pthread_mutex_unlock(&L->mu);
+  if (w->wstate_ok && L->xf && L->xf->worker_free) L->xf->worker_free(L->xf_state, w->wstate);
+  lade__buf_free(&w->buf);
+  return NULL;
+}
+
+/* ----------------------------------------------------------------- API */
+
+static uint32_t online_cores(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (uint32_t)n : 1;
+}
+
+int lade_loader_create(lade_loader_t **out, const lade_config_t *cfg) {
+  if (!out || !cfg) return lade__fail(LADE_EINVAL, "lade_loader_create: NULL argument");
+  *out = NULL;
+  if (cfg->rank >= cfg->world_size)
+    return lade__fail(LADE_EINVAL, "setting 'rank' (%u) must be below 'world_size' (%u)", cfg->rank, cfg->world_size);
+  if (cfg->scale_min > cfg->scale_max || cfg->ratio_min > cfg->ratio_max)
+    return lade__fail(LADE_EINVAL, "scale_min/ratio_min must not exceed scale_max/ratio_max");
+  const lade__source_ops_t *ops = NULL;
+  int rc = lade__source_select(cfg, &ops);
+  if (rc) return rc;
+#ifndef LADE_HAVE_JPEG
+  if (cfg->transform == LADE_XF_IMAGENET_TRAIN || cfg->transform == LADE_XF_IMAGENET_EVAL ||
+      (cfg->transform == LADE_XF_AUTO && ops == &lade__source_dir))
+    return lade__fail(LADE_EUNSUPPORTED, "JPEG transforms need libjpeg-turbo, which this build lacks (LADE_WITH_JPEG)");
+#endif
+  lade_loader_t *L = calloc(1, sizeof *L);
+  if (!L) return lade__fail(LADE_ENOMEM, "lade_loader_create: out of memory");
+  L->cfg = *cfg;
+  L->src_ops = ops;
+  L->t_create = lade__now();
+  pthread_mutex_init(&L->mu, NULL);
+  pthread_cond_init(&L->cv_work, NULL);
+  pthread_cond_init(&L->cv_ready, NULL);
+  L->nslots = cfg->prefetch + 1;
+  L->slots = calloc(L->nslots, sizeof *L->slots);
+  L->nworkers = cfg->threads ? cfg->threads : online_cores();
+  L->workers = calloc(L->nworkers, sizeof *L->workers);
+  if (!L->slots || !L->workers) {
+    free_all(L);
+    return lade__fail(LADE_ENOMEM, "lade_loader_create: out of memory");
+  }
+  for (uint32_t i = 0; i < L->nslots; i++) L->slots[i].L = L;
+  if (cfg->trace[0]) {
+    rc = lade__trace_open(&L->trace, cfg->trace);
+    if (rc) {
+      free_all(L);
+      return rc;
+    }
+  }
+  for (uint32_t i = 0; i < L->nworkers; i++) {
+    worker_t *w = &L->workers[i];
+    w->L = L;
+    w->id = i;
+    if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+      pthread_mutex_lock(&L->mu);
+      L->stop = true;
+      pthread_cond_broadcast(&L->cv_work);
+      pthread_mutex_unlock(&L->mu);
+      for (uint32_t j = 0; j < i; j++) pthread_join(L->workers[j].thread, NULL);
+      free_all(L);
+      return lade__fail(LADE_ETHREAD, "cannot start worker thread %u: %s", i, strerror(errno));
+    }
+    L->started++;
+  }
+  *out = L;
+  return 0;
+}
+
+static void fill_view(lade_loader_t *L, slot_t *s) {
+  lade_batch_t *v = &s->view;
+  v->data = s->data;
+  v->nbytes = (size_t)s->n * L->shape.bytes;
+  v->dtype = L->shape.dtype;
+  v->ndim = L->shape.ndim + 1;
+  v->shape[0] = s->n;
+  for (int i = 0; i < L->shape.ndim; i++) v->shape[i + 1] = L->shape.dims[i];
+  int64_t stride = 1;
+  for (int i = v->ndim - 1; i >= 0; i--) {
+    v->strides[i] = stride;
+    stride *= v->shape[i];
+  }
+  v->labels = s->labels;
+  v->indices = s->indices;
+  v->sizes = s->sizes;
+  v->epoch = s->seq / L->steps;
+  v->step = s->seq % L->steps;
+  v->substituted = s->substituted;
+  v->device = -1;
+}
+
+int lade_loader_next(lade_loader_t *L, lade_batch_t **out) {
+  if (!L || !out) return lade__fail(LADE_EINVAL, "lade_loader_next: NULL argument");
+  *out = NULL;
+  double t0 = lade__now();
+  pthread_mutex_lock(&L->mu);
+  int rc = 0;
+  for (;;) {
+    if (L->fatal) {
+      rc = L->fatal;
+      lade__set_error_text(L->fatal_msg);
+      break;
+    }
+    if (L->interrupted) {
+      L->interrupted = false;
+      rc = lade__fail(LADE_EINTR, "lade_loader_next: interrupted");
+      break;
+    }
+    if (L->open_state == 2) {
+      if (L->next_deliver >= L->total) break; /* end: *out stays NULL */
+      slot_t *s = slot_of(L, L->next_deliver);
+      if (s->seq == L->next_deliver && s->state == SLOT_READY) {
+        if (s->err) {
+          L->fatal = s->err;
+          snprintf(L->fatal_msg, sizeof L->fatal_msg, "%s", s->errmsg);
+          pthread_cond_broadcast(&L->cv_work);
+          continue;
+        }
+        double tc = lade__now();
+        fill_view(L, s);
+        s->state = SLOT_HELD;
+        L->held++;
+        L->next_deliver++;
+        L->batches++;
+        L->delivered_samples += s->n;
+        if (L->batches == 1) L->t_first = lade__now() - L->t_create;
+        L->t_collate += lade__now() - tc;
+        *out = &s->view;
+        break;
+      }
+      if (s->state == SLOT_HELD && L->held == L->nslots) {
+        rc = lade__fail(LADE_ESTATE,
+                        "all %u batch buffers are held by the caller (prefetch=%u): release a batch before asking for "
+                        "the next one",
+                        L->nslots, L->cfg.prefetch);
+        break;
+      }
+    }
+    pthread_cond_wait(&L->cv_ready, &L->mu);
+  }
+  double waited = lade__now() - t0;
+  L->t_wait += waited;
+  pthread_mutex_unlock(&L->mu);
+  if (L->trace && *out)
+    lade__trace_event(L->trace, "wait", LADE_TRACE_CONSUMER, (uint64_t)(t0 * 1e6), (uint64_t)(waited * 1e6),
+                      (*out)->epoch, (*out)->step, UINT64_MAX);
+  return rc;
+}
+
+void lade_batch_release(lade_batch_t *batch) {
+  if (!batch) return;
+  slot_t *s = (slot_t *)batch;
+  lade_loader_t *L = s->L;
+  pthread_mutex_lock(&L->mu);
+  assert(s->state == SLOT_HELD);
+  s->state = SLOT_FREE;
+  L->held--;
+  bool last = L->destroyed && L->held == 0;
+  pthread_cond_broadcast(&L->cv_work);
+  pthread_cond_broadcast(&L->cv_ready);
+  pthread_mutex_unlock(&L->mu);
+  if (last) free_all(L);
+}
+
+int lade_loader_seek(lade_loader_t *L, uint64_t epoch, uint64_t step) {
+  if (!L) return lade__fail(LADE_EINVAL, "lade_loader_seek: NULL loader");
+  pthread_mutex_lock(&L->mu);
+  while (L->open_state < 2 && !L->fatal) pthread_cond_wait(&L->cv_ready, &L->mu);
+  int rc = 0;
+  if (L->fatal) {
+    rc = L->fatal;
+    lade__set_error_text(L->fatal_msg);
+  } else if (epoch > L->cfg.epochs || step >= L->steps || (epoch == L->cfg.epochs && step != 0)) {
+    rc = lade__fail(LADE_ERANGE, "seek to (epoch %llu, step %llu) is past the end (%llu epochs of %llu steps)",
+                    (unsigned long long)epoch, (unsigned long long)step, (unsigned long long)L->cfg.epochs,
+                    (unsigned long long)L->steps);
+  } else {
+    uint64_t q = epoch * L->steps + step;
+    for (uint32_t i = 0; i < L->nslots; i++) {
+      slot_t *s = &L->slots[i];
+      if (s->state == SLOT_READY) {
+        s->state = SLOT_FREE;
+      } else if (s->state == SLOT_FILLING) {
+        /* claim nothing more; samples in flight finish, then the slot frees */
+        s->n = s->claimed;
+        if (s->done == s->claimed) s->state = SLOT_FREE;
+        else s->stale = true;
+      }
+    }
+    L->next_sched = L->next_deliver = q;
+    pthread_cond_broadcast(&L->cv_work);
+  }
+  pthread_mutex_unlock(&L->mu);
+  return rc;
+}
+
+int lade_loader_tell(const lade_loader_t *cL, uint64_t *epoch, uint64_t *step) {
+  lade_loader_t *L = (lade_loader_t *)cL;
+  if (!L) return lade__fail(LADE_EINVAL, "lade_loader_tell: NULL loader");
+  pthread_mutex_lock(&L->mu);
+  while (L->open_state < 2 && !L->fatal) pthread_cond_wait(&L->cv_ready, &L->mu);
+  int rc = 0;
+  if (L->fatal) {
+    rc = L->fatal;
+    lade__set_error_text(L->fatal_msg);
+  } else {
+    if (epoch) *epoch = L->steps ? L->next_deliver / L->steps : 0;
+    if (step) *step = L->steps ? L->next_deliver % L->steps : 0;
+  }
+  pthread_mutex_unlock(&L->mu);
+  return rc;
+}
+
+int lade_loader_info(lade_loader_t *L, uint64_t *samples, uint64_t *steps, uint64_t *epochs) {
+  if (!L) return lade__fail(LADE_EINVAL, "lade_loader_info: NULL loader");
+  pthread_mutex_lock(&L->mu);
+  while (L->open_state < 2 && !L->fatal) pthread_cond_wait(&L->cv_ready, &L->mu);
+  int rc = 0;
+  if (L->open_state != 2) {
+    rc = L->fatal;
+    lade__set_error_text(L->fatal_msg);
+  } else {
+    if (samples) *samples = L->src.count;
+    if (steps) *steps = L->steps;
+    if (epochs) *epochs = L->cfg.epochs;
+  }
+  pthread_mutex_unlock(&L->mu);
+  return rc;
+}
+
+void lade_loader_interrupt(lade_loader_t *L) {
+  if (!L) return;
+  pthread_mutex_lock(&L->mu);
+  L->interrupted = true;
+  pthread_cond_broadcast(&L->cv_ready);
+  pthread_mutex_unlock(&L->mu);
+}
+
+void lade_loader_destroy(lade_loader_t *L) {
+  if (!L) return;
+  pthread_mutex_lock(&L->mu);
+  L->stop = true;
+  pthread_cond_broadcast(&L->cv_work);
+  pthread_cond_broadcast(&L->cv_ready);
+  pthread_mutex_unlock(&L->mu);
+  for (uint32_t i = 0; i < L->started; i++) pthread_join(L->workers[i].thread, NULL);
+  pthread_mutex_lock(&L->mu);
+  L->destroyed = true;
+  bool last = L->held == 0;
+  pthread_mutex_unlock(&L->mu);
+  if (last) free_all(L);
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+int lade_loader_stats(lade_loader_t *L, lade_stats_t *out) {
+  if (!L || !out) return lade__fail(LADE_EINVAL, "lade_loader_stats: NULL argument");
+  memset(out, 0, sizeof *out);
+  double lat[LAT_RING];
+  pthread_mutex_lock(&L->mu);
+  out->batches = L->batches;
+  out->samples = L->delivered_samples;
+  for (uint32_t i = 0; i < L->started; i++) {
+    worker_t *w = &L->workers[i];
+    out->stage_seconds[LADE_STAGE_READ] += w->t_read;
+    out->stage_seconds[LADE_STAGE_TRANSFORM] += w->t_xform;
+    out->bytes_read += w->bytes;
+    out->samples_by_source[0] += w->samples;
+    out->substituted += w->substituted;
+  }
+  out->bytes_by_source[0] = out->bytes_read;
+  out->stage_seconds[LADE_STAGE_COLLATE] = L->t_collate;
+  out->stage_seconds[LADE_STAGE_WAIT] = L->t_wait;
+  out->first_batch_seconds = L->t_first;
+  out->peak_pool_bytes = L->pool_bytes;
+  out->threads = L->started;
+  uint64_t n = L->nlat < LAT_RING ? L->nlat : LAT_RING;
+  memcpy(lat, L->lat, n * sizeof *lat);
+  pthread_mutex_unlock(&L->mu);
+  if (n) {
+    qsort(lat, n, sizeof *lat, cmp_double);
+    out->batch_latency_p50 = lat[(n - 1) * 50 / 100];
+    out->batch_latency_p90 = lat[(n - 1) * 90 / 100];
+    out->batch_latency_p99 = lat[(n - 1) * 99 / 100];
+    out->batch_latency_max = lat[n - 1];
+  }
+  return 0;
+}

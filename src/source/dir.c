@@ -1,0 +1,66 @@
+/* dir.c - the `dir` source: an ImageFolder tree, one file per sample. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "source.h"
+
+typedef struct dir_impl {
+  lade__listing_t list;
+  int rootfd;
+  char root[LADE_PATH_MAX];
+} dir_impl_t;
+
+static int dir_open(lade__source_t *s, const struct lade_config *cfg) {
+  dir_impl_t *d = calloc(1, sizeof *d);
+  if (!d) return lade__fail(LADE_ENOMEM, "dir source: out of memory");
+  snprintf(d->root, sizeof d->root, "%s", cfg->source);
+  d->rootfd = -1;
+  int rc = lade__listing_build(&d->list, d->root);
+  if (rc) {
+    free(d);
+    return rc;
+  }
+  if (d->list.count == 0) {
+    lade__listing_free(&d->list);
+    free(d);
+    return lade__fail(LADE_EEMPTY, "dataset folder %s holds no files", cfg->source);
+  }
+  d->rootfd = open(d->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (d->rootfd < 0) {
+    int e = errno;
+    lade__listing_free(&d->list);
+    free(d);
+    return lade__fail(LADE_EIO, "cannot open dataset folder %s: %s", cfg->source, strerror(e));
+  }
+  s->impl = d;
+  s->count = d->list.count;
+  s->labels = d->list.label;
+  s->classes = d->list.classes;
+  return 0;
+}
+
+static void dir_close(lade__source_t *s) {
+  dir_impl_t *d = s->impl;
+  if (!d) return;
+  if (d->rootfd >= 0) close(d->rootfd);
+  lade__listing_free(&d->list);
+  free(d);
+  s->impl = NULL;
+}
+
+static int dir_read(lade__source_t *s, uint64_t idx, lade__buf_t *out) {
+  dir_impl_t *d = s->impl;
+  return lade__read_file_at(d->rootfd, lade__listing_path(&d->list, idx), d->root, out);
+}
+
+static void dir_describe(lade__source_t *s, uint64_t idx, char *buf, size_t size) {
+  dir_impl_t *d = s->impl;
+  snprintf(buf, size, "%s/%s", d->root, lade__listing_path(&d->list, idx));
+}
+
+const lade__source_ops_t lade__source_dir = {
+    .name = "dir", .open = dir_open, .close = dir_close, .read = dir_read, .describe = dir_describe};

@@ -1,0 +1,227 @@
+/* listing.c - walks an ImageFolder-style tree into one arena. A million
+ * files cost two growing arrays and one growing string arena, never a
+ * malloc per file; entries are sorted with qsort over offsets. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "source.h"
+
+int lade__buf_reserve(lade__buf_t *b, size_t cap) {
+  if (b->cap >= cap) return 0;
+  size_t n = b->cap ? b->cap : 4096;
+  while (n < cap) n *= 2;
+  uint8_t *p = realloc(b->data, n);
+  if (!p) return lade__fail(LADE_ENOMEM, "out of memory for a %zu-byte buffer", n);
+  b->data = p;
+  b->cap = n;
+  return 0;
+}
+
+void lade__buf_free(lade__buf_t *b) {
+  free(b->data);
+  memset(b, 0, sizeof *b);
+}
+
+static int arena_add(lade__listing_t *l, const char *prefix, const char *name, uint64_t *off) {
+  size_t plen = prefix ? strlen(prefix) : 0, nlen = strlen(name);
+  size_t need = l->arena_len + plen + 1 + nlen + 1;
+  if (need > l->arena_cap) {
+    size_t cap = l->arena_cap ? l->arena_cap : 65536;
+    while (cap < need) cap *= 2;
+    char *a = realloc(l->arena, cap);
+    if (!a) return lade__fail(LADE_ENOMEM, "listing: out of memory");
+    l->arena = a;
+    l->arena_cap = cap;
+  }
+  *off = l->arena_len;
+  char *p = l->arena + l->arena_len;
+  if (plen) {
+    memcpy(p, prefix, plen);
+    p[plen] = '/';
+    p += plen + 1;
+  }
+  memcpy(p, name, nlen + 1);
+  l->arena_len = need;
+  return 0;
+}
+
+static int push_file(lade__listing_t *l, uint64_t off, int32_t label) {
+  if (l->count == l->cap) {
+    uint64_t cap = l->cap ? l->cap * 2 : 1024;
+    uint64_t *o = realloc(l->offset, cap * sizeof *o);
+    if (!o) return lade__fail(LADE_ENOMEM, "listing: out of memory");
+    l->offset = o;
+    int32_t *lb = realloc(l->label, cap * sizeof *lb);
+    if (!lb) return lade__fail(LADE_ENOMEM, "listing: out of memory");
+    l->label = lb;
+    l->cap = cap;
+  }
+  l->offset[l->count] = off;
+  l->label[l->count] = label;
+  l->count++;
+  return 0;
+}
+
+/* qsort over offsets into the arena (the arena pointer is passed through a
+ * file-scope variable: the listing is built by one thread). */
+static _Thread_local const char *sort_arena;
+static int cmp_off(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return strcmp(sort_arena + x, sort_arena + y);
+}
+
+/* Reads the names in dir `rel` (relative to rootfd) into the arena, sorted,
+ * returning [first, first+count) offsets in a temporary offsets vector. */
+typedef struct names {
+  uint64_t *off;
+  size_t n, cap;
+} names_t;
+
+static int list_dir(lade__listing_t *l, int rootfd, const char *rel, const char *root, names_t *dirs,
+                    names_t *files) {
+  int fd = rel ? openat(rootfd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : dup(rootfd);
+  if (fd < 0) return lade__fail(LADE_EIO, "cannot open folder %s/%s: %s", root, rel ? rel : "", strerror(errno));
+  DIR *d = fdopendir(fd);
+  if (!d) {
+    close(fd);
+    return lade__fail(LADE_EIO, "cannot read folder %s/%s: %s", root, rel ? rel : "", strerror(errno));
+  }
+  int rc = 0;
+  struct dirent *e;
+  dirs->n = files->n = 0;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue; /* ., .., hidden files */
+    int is_dir = 0, is_file = 0;
+    if (e->d_type == DT_DIR) {
+      is_dir = 1;
+    } else if (e->d_type == DT_REG) {
+      is_file = 1;
+    } else {
+      struct stat st;
+      if (fstatat(dirfd(d), e->d_name, &st, 0) != 0) continue; /* dangling link */
+      is_dir = S_ISDIR(st.st_mode);
+      is_file = S_ISREG(st.st_mode);
+    }
+    if (!is_dir && !is_file) continue;
+    names_t *v = is_dir ? dirs : files;
+    if (v->n == v->cap) {
+      size_t cap = v->cap ? v->cap * 2 : 256;
+      uint64_t *o = realloc(v->off, cap * sizeof *o);
+      if (!o) {
+        rc = lade__fail(LADE_ENOMEM, "listing: out of memory");
+        break;
+      }
+      v->off = o;
+      v->cap = cap;
+    }
+    rc = arena_add(l, rel, e->d_name, &v->off[v->n]);
+    if (rc) break;
+    v->n++;
+  }
+  closedir(d);
+  if (rc) return rc;
+  sort_arena = l->arena;
+  if (dirs->n > 1) qsort(dirs->off, dirs->n, sizeof *dirs->off, cmp_off);
+  if (files->n > 1) qsort(files->off, files->n, sizeof *files->off, cmp_off);
+  return 0;
+}
+
+/* Depth-first walk of a class folder: files sorted, then sub-folders sorted
+ * (torchvision sorts os.walk output the same way within a class). */
+static int walk(lade__listing_t *l, int rootfd, const char *root, uint64_t dir_off, int32_t label, int depth) {
+  if (depth > 64) return lade__fail(LADE_EFORMAT, "folder tree under %s is deeper than 64 levels", root);
+  /* copy the folder's path: the arena may move while this folder is listed */
+  char rel[LADE_PATH_MAX];
+  if (strlen(l->arena + dir_off) >= sizeof rel) return lade__fail(LADE_ERANGE, "path too long under %s", root);
+  strcpy(rel, l->arena + dir_off);
+  names_t dirs = {0}, files = {0};
+  int rc = list_dir(l, rootfd, rel, root, &dirs, &files);
+  for (size_t i = 0; !rc && i < files.n; i++) rc = push_file(l, files.off[i], label);
+  for (size_t i = 0; !rc && i < dirs.n; i++) rc = walk(l, rootfd, root, dirs.off[i], label, depth + 1);
+  free(dirs.off);
+  free(files.off);
+  return rc;
+}
+
+int lade__listing_build(lade__listing_t *l, const char *root) {
+  memset(l, 0, sizeof *l);
+  int rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (rootfd < 0) return lade__fail(errno == ENOENT ? LADE_ENOENT : LADE_EIO, "cannot open dataset folder %s: %s", root, strerror(errno));
+  names_t dirs = {0}, files = {0};
+  int rc = list_dir(l, rootfd, NULL, root, &dirs, &files);
+  if (!rc) {
+    for (size_t i = 0; !rc && i < files.n; i++) rc = push_file(l, files.off[i], -1);
+    l->classes = (uint32_t)dirs.n;
+    if (dirs.n) {
+      size_t total = 0;
+      for (size_t i = 0; i < dirs.n; i++) total += strlen(l->arena + dirs.off[i]) + 1;
+      l->class_arena = malloc(total);
+      l->class_names = malloc(dirs.n * sizeof *l->class_names);
+      if (!l->class_arena || !l->class_names) rc = lade__fail(LADE_ENOMEM, "listing: out of memory");
+      size_t pos = 0;
+      for (size_t i = 0; !rc && i < dirs.n; i++) {
+        size_t n = strlen(l->arena + dirs.off[i]) + 1;
+        memcpy(l->class_arena + pos, l->arena + dirs.off[i], n);
+        l->class_names[i] = l->class_arena + pos;
+        pos += n;
+      }
+    }
+    for (size_t i = 0; !rc && i < dirs.n; i++) rc = walk(l, rootfd, root, dirs.off[i], (int32_t)i, 1);
+  }
+  free(dirs.off);
+  free(files.off);
+  close(rootfd);
+  if (rc) lade__listing_free(l);
+  return rc;
+}
+
+void lade__listing_free(lade__listing_t *l) {
+  free(l->arena);
+  free(l->offset);
+  free(l->label);
+  free(l->class_arena);
+  free(l->class_names);
+  memset(l, 0, sizeof *l);
+}
+
+int lade__read_file_at(int dirfd, const char *rel, const char *shown_root, lade__buf_t *out) {
+  int fd = openat(dirfd, rel, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return lade__fail(errno == ENOENT ? LADE_ENOENT : LADE_EIO, "cannot open %s/%s: %s", shown_root, rel,
+                      strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    return lade__fail(LADE_EIO, "cannot stat %s/%s: %s", shown_root, rel, strerror(e));
+  }
+  size_t size = (size_t)st.st_size;
+  int rc = lade__buf_reserve(out, size + 1);
+  if (rc) {
+    close(fd);
+    return rc;
+  }
+  size_t got = 0;
+  while (got < size) {
+    ssize_t n = pread(fd, out->data + got, size - got, (off_t)got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int e = errno;
+      close(fd);
+      return lade__fail(LADE_EIO, "cannot read %s/%s: %s", shown_root, rel, strerror(e));
+    }
+    if (n == 0) break;
+    got += (size_t)n;
+  }
+  close(fd);
+  if (got != size)
+    return lade__fail(LADE_EIO, "short read of %s/%s: %zu of %zu bytes (file changed while reading?)", shown_root,
+                      rel, got, size);
+  out->len = size;
+  return 0;
+}

@@ -1,0 +1,321 @@
+/*
+ * npy.c - the `npy` source: one stacked .npy (N x ...) or a folder of .npy
+ * files of one dtype and shape (flat, or in class folders for labels).
+ *
+ * read_payload() puts the payload straight into the batch slot: for a
+ * stacked file one pread at header + i * sample_bytes; for a folder one
+ * readv() whose first buffer takes the header and whose second is the slot,
+ * after which the header bytes are compared with the dataset's (a memcmp;
+ * a full parse only when they differ, to name the shape or dtype mismatch).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "core/npyfmt.h"
+#include "source.h"
+
+#define HDR_MAX 4096
+
+typedef struct npy_impl {
+  bool stacked;
+  int fd;                    /* stacked: the file */
+  int rootfd;                /* folder: the root */
+  lade__listing_t list;
+  char root[LADE_PATH_MAX];
+  lade__npy_header_t hdr;    /* the dataset's (first file's) header */
+  uint8_t hdr_bytes[HDR_MAX];
+  size_t sample_bytes;
+} npy_impl_t;
+
+static int parse_expected(const struct lade_config *cfg, const char *what, const lade__npy_header_t *h, int skip_first) {
+  /* optional npy_dtype / npy_shape settings must match the data */
+  if (cfg->npy_dtype[0] && strcmp(cfg->npy_dtype, lade_dtype_name(h->dtype)) != 0)
+    return lade__fail(LADE_ESHAPE, "%s: dtype is %s, expected %s (setting npy_dtype)", what, lade_dtype_name(h->dtype),
+                      cfg->npy_dtype);
+  if (cfg->npy_shape[0]) {
+    char got[128];
+    size_t n = 0;
+    got[0] = '\0';
+    for (int i = skip_first; i < h->ndim; i++)
+      n += (size_t)snprintf(got + n, sizeof got - n, "%s%lld", i > skip_first ? "," : "", (long long)h->shape[i]);
+    if (strcmp(got, cfg->npy_shape) != 0)
+      return lade__fail(LADE_ESHAPE, "%s: sample shape is (%s), expected (%s) (setting npy_shape)", what, got,
+                        cfg->npy_shape);
+  }
+  return 0;
+}
+
+static int read_header_fd(int fd, const char *what, uint8_t *buf, lade__npy_header_t *h) {
+  ssize_t n = pread(fd, buf, HDR_MAX, 0);
+  if (n < 0) return lade__fail(LADE_EIO, "cannot read %s: %s", what, strerror(errno));
+  int rc = lade__npy_parse(buf, (size_t)n, h);
+  if (rc == LADE_ERANGE && (size_t)n == HDR_MAX) rc = lade__fail(LADE_EFORMAT, "npy header longer than %d bytes", HDR_MAX);
+  if (rc) return lade__fail_prefix(rc == LADE_ERANGE ? LADE_EFORMAT : rc, "%s: ", what);
+  return 0;
+}
+
+static int npy_open(lade__source_t *s, const struct lade_config *cfg) {
+  npy_impl_t *m = calloc(1, sizeof *m);
+  if (!m) return lade__fail(LADE_ENOMEM, "npy source: out of memory");
+  m->fd = m->rootfd = -1;
+  snprintf(m->root, sizeof m->root, "%s", cfg->source);
+  struct stat st;
+  int rc = 0;
+  if (stat(cfg->source, &st) != 0) {
+    rc = lade__fail(LADE_ENOENT, "dataset %s: %s", cfg->source, strerror(errno));
+    goto fail;
+  }
+  if (S_ISREG(st.st_mode)) {
+    m->stacked = true;
+    m->fd = open(cfg->source, O_RDONLY | O_CLOEXEC);
+    if (m->fd < 0) {
+      rc = lade__fail(LADE_EIO, "cannot open %s: %s", cfg->source, strerror(errno));
+      goto fail;
+    }
+    rc = read_header_fd(m->fd, cfg->source, m->hdr_bytes, &m->hdr);
+    if (rc) goto fail;
+    if (m->hdr.ndim < 1) {
+      rc = lade__fail(LADE_ESHAPE, "%s: a stacked .npy needs at least one dimension (N x ...)", cfg->source);
+      goto fail;
+    }
+    if (m->hdr.shape[0] == 0) {
+      rc = lade__fail(LADE_EEMPTY, "%s: the stacked array has 0 samples", cfg->source);
+      goto fail;
+    }
+    rc = parse_expected(cfg, cfg->source, &m->hdr, 1);
+    if (rc) goto fail;
+    if ((uint64_t)st.st_size < m->hdr.header_len + m->hdr.payload_bytes) {
+      rc = lade__fail(LADE_EFORMAT, "%s is truncated: %lld bytes, header says %zu", cfg->source,
+                      (long long)st.st_size, m->hdr.header_len + m->hdr.payload_bytes);
+      goto fail;
+    }
+    s->count = (uint64_t)m->hdr.shape[0];
+    m->sample_bytes = m->hdr.payload_bytes / (size_t)m->hdr.shape[0];
+    s->ndim = m->hdr.ndim - 1;
+    for (int i = 1; i < m->hdr.ndim; i++) s->shape[i - 1] = m->hdr.shape[i];
+  } else {
+    rc = lade__listing_build(&m->list, cfg->source);
+    if (rc) goto fail;
+    if (m->list.count == 0) {
+      rc = lade__fail(LADE_EEMPTY, "dataset folder %s holds no .npy files", cfg->source);
+      goto fail;
+    }
+    m->rootfd = open(cfg->source, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (m->rootfd < 0) {
+      rc = lade__fail(LADE_EIO, "cannot open %s: %s", cfg->source, strerror(errno));
+      goto fail;
+    }
+    char what[LADE_PATH_MAX + 256];
+    snprintf(what, sizeof what, "%s/%s", m->root, lade__listing_path(&m->list, 0));
+    int fd = openat(m->rootfd, lade__listing_path(&m->list, 0), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      rc = lade__fail(LADE_EIO, "cannot open %s: %s", what, strerror(errno));
+      goto fail;
+    }
+    rc = read_header_fd(fd, what, m->hdr_bytes, &m->hdr);
+    close(fd);
+    if (rc) goto fail;
+    rc = parse_expected(cfg, what, &m->hdr, 0);
+    if (rc) goto fail;
+    s->count = m->list.count;
+    s->labels = m->list.label;
+    s->classes = m->list.classes;
+    m->sample_bytes = m->hdr.payload_bytes;
+    s->ndim = m->hdr.ndim;
+    for (int i = 0; i < m->hdr.ndim; i++) s->shape[i] = m->hdr.shape[i];
+  }
+  s->dtype = m->hdr.dtype;
+  s->payload_bytes = m->sample_bytes;
+  s->impl = m;
+  return 0;
+fail:
+  if (m->fd >= 0) close(m->fd);
+  if (m->rootfd >= 0) close(m->rootfd);
+  lade__listing_free(&m->list);
+  free(m);
+  return rc;
+}
+
+static void npy_close(lade__source_t *s) {
+  npy_impl_t *m = s->impl;
+  if (!m) return;
+  if (m->fd >= 0) close(m->fd);
+  if (m->rootfd >= 0) close(m->rootfd);
+  lade__listing_free(&m->list);
+  free(m);
+  s->impl = NULL;
+}
+
+static void npy_describe(lade__source_t *s, uint64_t idx, char *buf, size_t size) {
+  npy_impl_t *m = s->impl;
+  if (m->stacked)
+    snprintf(buf, size, "%s[%llu]", m->root, (unsigned long long)idx);
+  else
+    snprintf(buf, size, "%s/%s", m->root, lade__listing_path(&m->list, idx));
+}
+
+static int pread_full(int fd, void *dst, size_t len, off_t off, const char *root, uint64_t idx) {
+  size_t got = 0;
+  while (got < len) {
+    ssize_t n = pread(fd, (uint8_t *)dst + got, len - got, off + (off_t)got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return lade__fail(LADE_EIO, "cannot read %s[%llu]: %s", root, (unsigned long long)idx, strerror(errno));
+    if (n == 0) return lade__fail(LADE_EIO, "%s[%llu]: file ended early", root, (unsigned long long)idx);
+    got += (size_t)n;
+  }
+  return 0;
+}
+
+/* A folder sample whose header bytes differ from the dataset's: parse it to
+ * say why, or (same dtype and shape, other header layout) re-read the payload
+ * at its own offset. */
+static int reread_other_header(npy_impl_t *m, int fd, const char *rel, void *dst, size_t len) {
+  uint8_t buf[HDR_MAX];
+  lade__npy_header_t h;
+  char what[LADE_PATH_MAX + 256];
+  snprintf(what, sizeof what, "%s/%s", m->root, rel);
+  int rc = read_header_fd(fd, what, buf, &h);
+  if (rc) return rc;
+  bool same = h.dtype == m->hdr.dtype && h.ndim == m->hdr.ndim;
+  for (int i = 0; same && i < h.ndim; i++) same = h.shape[i] == m->hdr.shape[i];
+  if (!same) {
+    char a[128], b[128];
+    size_t na = 0, nb = 0;
+    a[0] = b[0] = '\0';
+    for (int i = 0; i < h.ndim; i++) na += (size_t)snprintf(a + na, sizeof a - na, "%s%lld", i ? "," : "", (long long)h.shape[i]);
+    for (int i = 0; i < m->hdr.ndim; i++)
+      nb += (size_t)snprintf(b + nb, sizeof b - nb, "%s%lld", i ? "," : "", (long long)m->hdr.shape[i]);
+    return lade__fail(LADE_ESHAPE, "%s: %s (%s) differs from the dataset's %s (%s)", what, lade_dtype_name(h.dtype), a,
+                      lade_dtype_name(m->hdr.dtype), b);
+  }
+  size_t got = 0;
+  while (got < len) {
+    ssize_t n = pread(fd, (uint8_t *)dst + got, len - got, (off_t)(h.header_len + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return lade__fail(LADE_EIO, "cannot read %s: %s", what, strerror(errno));
+    if (n == 0) return lade__fail(LADE_EFORMAT, "%s is truncated: payload has %zu of %zu bytes", what, got, len);
+    got += (size_t)n;
+  }
+  return 0;
+}
+
+static int npy_read_payload(lade__source_t *s, uint64_t idx, void *dst, size_t len) {
+  npy_impl_t *m = s->impl;
+  if (len != m->sample_bytes) return lade__fail(LADE_EINVAL, "npy: slot of %zu bytes for %zu-byte samples", len, m->sample_bytes);
+  if (m->stacked) return pread_full(m->fd, dst, len, (off_t)(m->hdr.header_len + idx * len), m->root, idx);
+  const char *rel = lade__listing_path(&m->list, idx);
+  int fd = openat(m->rootfd, rel, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return lade__fail(LADE_EIO, "cannot open %s/%s: %s", m->root, rel, strerror(errno));
+  uint8_t hdr[HDR_MAX];
+  size_t hl = m->hdr.header_len;
+  struct iovec iov[2] = {{hdr, hl}, {dst, len}};
+  size_t want = hl + len, got = 0;
+  int rc = 0;
+  ssize_t n = readv(fd, iov, 2);
+  if (n < 0) {
+    rc = lade__fail(LADE_EIO, "cannot read %s/%s: %s", m->root, rel, strerror(errno));
+  } else {
+    got = (size_t)n;
+    /* a short readv (rare for regular files) or a different header: slow path */
+    if (got < hl || memcmp(hdr, m->hdr_bytes, hl) != 0) {
+      rc = reread_other_header(m, fd, rel, dst, len);
+    } else if (got < want) {
+      size_t done = got - hl;
+      while (!rc && done < len) {
+        ssize_t k = pread(fd, (uint8_t *)dst + done, len - done, (off_t)(hl + done));
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) rc = lade__fail(LADE_EIO, "cannot read %s/%s: %s", m->root, rel, strerror(errno));
+        else if (k == 0)
+          rc = lade__fail(LADE_EFORMAT, "%s/%s is truncated: payload has %zu of %zu bytes", m->root, rel, done, len);
+        else
+          done += (size_t)k;
+      }
+    }
+  }
+  close(fd);
+  return rc;
+}
+
+static int npy_read(lade__source_t *s, uint64_t idx, lade__buf_t *out) {
+  npy_impl_t *m = s->impl;
+  if (m->stacked) {
+    int rc = lade__buf_reserve(out, m->sample_bytes);
+    if (rc) return rc;
+    rc = pread_full(m->fd, out->data, m->sample_bytes, (off_t)(m->hdr.header_len + idx * m->sample_bytes), m->root, idx);
+    out->len = rc ? 0 : m->sample_bytes;
+    return rc;
+  }
+  return lade__read_file_at(m->rootfd, lade__listing_path(&m->list, idx), m->root, out);
+}
+
+const lade__source_ops_t lade__source_npy = {.name = "npy",
+                                             .open = npy_open,
+                                             .close = npy_close,
+                                             .read = npy_read,
+                                             .read_payload = npy_read_payload,
+                                             .describe = npy_describe};
+
+/* ---- backend selection */
+
+static int has_suffix(const char *s, const char *suf) {
+  size_t a = strlen(s), b = strlen(suf);
+  return a >= b && strcmp(s + a - b, suf) == 0;
+}
+
+/* auto: a regular file ending in .npy is stacked npy; a folder whose first
+ * file found (depth-first, sorted enough for a decision) ends in .npy is npy;
+ * otherwise dir. */
+static int folder_looks_npy(const char *root, int depth) {
+  if (depth > 3) return 0;
+  DIR *d = opendir(root);
+  if (!d) return 0;
+  struct dirent *e;
+  int verdict = -1;
+  char sub[LADE_PATH_MAX];
+  sub[0] = '\0';
+  while (verdict < 0 && (e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    if (e->d_type == DT_DIR) {
+      if (!sub[0]) snprintf(sub, sizeof sub, "%s/%s", root, e->d_name);
+      continue;
+    }
+    verdict = has_suffix(e->d_name, ".npy");
+  }
+  closedir(d);
+  if (verdict >= 0) return verdict;
+  return sub[0] ? folder_looks_npy(sub, depth + 1) : 0;
+}
+
+int lade__source_select(const struct lade_config *cfg, const lade__source_ops_t **ops) {
+  if (!cfg->source[0]) return lade__fail(LADE_EINVAL, "setting 'source' is empty: give the dataset path");
+  struct stat st;
+  if (stat(cfg->source, &st) != 0)
+    return lade__fail(errno == ENOENT ? LADE_ENOENT : LADE_EIO, "dataset %s: %s", cfg->source, strerror(errno));
+  switch (cfg->source_type) {
+    case LADE_SRC_DIR:
+      if (!S_ISDIR(st.st_mode)) return lade__fail(LADE_EINVAL, "dataset %s: source_type=dir needs a folder", cfg->source);
+      *ops = &lade__source_dir;
+      return 0;
+    case LADE_SRC_NPY:
+      *ops = &lade__source_npy;
+      return 0;
+    default:
+      break;
+  }
+  if (S_ISREG(st.st_mode)) {
+    if (!has_suffix(cfg->source, ".npy"))
+      return lade__fail(LADE_EINVAL, "dataset %s is a file but not a .npy; give a folder or a stacked .npy", cfg->source);
+    *ops = &lade__source_npy;
+    return 0;
+  }
+  if (!S_ISDIR(st.st_mode)) return lade__fail(LADE_EINVAL, "dataset %s is neither a folder nor a file", cfg->source);
+  *ops = folder_looks_npy(cfg->source, 0) ? &lade__source_npy : &lade__source_dir;
+  return 0;
+}

@@ -1,0 +1,96 @@
+/*
+ * source.h - where sample bytes come from. A backend is one file filling one
+ * vtable. The engine's fetch stage (engine/fetch.c) asks a source for the
+ * bytes of one sample at a time from its worker threads; local backends
+ * (dir, npy) answer synchronously with pread-style calls that are safe to run
+ * concurrently. High-latency backends (object stores, issue 5) answer the
+ * same read() but are driven from their own event loop (curl multi) so that
+ * hundreds of requests can be in flight without a thread each: the fetch
+ * stage submits whole batches ahead to such a source and workers only pick up
+ * samples whose bytes have arrived. A cache tier or a peer can stand in front
+ * of any source because every backend reads by dataset index.
+ */
+#ifndef LADE_SOURCE_H
+#define LADE_SOURCE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/config.h"
+#include "core/core.h"
+
+/* A growable byte buffer, reused across samples by one worker. */
+typedef struct lade__buf {
+  uint8_t *data;
+  size_t len;
+  size_t cap;
+} lade__buf_t;
+
+int lade__buf_reserve(lade__buf_t *b, size_t cap);
+void lade__buf_free(lade__buf_t *b);
+
+/* A listing of files under a root, kept in one arena (no allocation per
+ * file): sorted class folders give integer labels, files sorted within. */
+typedef struct lade__listing {
+  char *arena;        /* NUL-terminated relative paths, back to back */
+  size_t arena_len, arena_cap;
+  uint64_t *offset;   /* offset of each file's path in the arena */
+  int32_t *label;     /* class label of each file (-1: file at the root) */
+  uint64_t count, cap;
+  uint32_t classes;
+  char **class_names; /* borrowed pointers into class_arena */
+  char *class_arena;
+} lade__listing_t;
+
+/* Lists every regular, non-hidden file below `root` (recursively, sorted,
+ * symlinks followed). Files directly under root get label -1. */
+int lade__listing_build(lade__listing_t *l, const char *root);
+void lade__listing_free(lade__listing_t *l);
+static inline const char *lade__listing_path(const lade__listing_t *l, uint64_t i) {
+  return l->arena + l->offset[i];
+}
+
+typedef struct lade__source lade__source_t;
+
+typedef struct lade__source_ops {
+  const char *name;
+  /* Lists the dataset (fills count, labels); may take a while: called on a
+   * worker thread, never inside lade_loader_create(). */
+  int (*open)(lade__source_t *s, const struct lade_config *cfg);
+  void (*close)(lade__source_t *s);
+  /* Reads all bytes of sample idx into out (grown as needed). Thread-safe. */
+  int (*read)(lade__source_t *s, uint64_t idx, lade__buf_t *out);
+  /* Optional: reads the typed payload of sample idx (exactly s->payload_bytes)
+   * straight into dst, validating its header against the dataset's: the
+   * zero-extra-copy path of .npy data. Thread-safe. */
+  int (*read_payload)(lade__source_t *s, uint64_t idx, void *dst, size_t len);
+  /* A human name for sample idx (its path), for error messages. */
+  void (*describe)(lade__source_t *s, uint64_t idx, char *buf, size_t size);
+} lade__source_ops_t;
+
+struct lade__source {
+  const lade__source_ops_t *ops;
+  void *impl;
+  uint64_t count;
+  const int32_t *labels; /* count labels, or NULL (all -1) */
+  uint32_t classes;
+  /* Typed datasets (npy): the sample's dtype and shape, or dtype 0. */
+  int dtype;
+  int ndim;
+  int64_t shape[LADE_MAX_DIMS];
+  size_t payload_bytes;
+};
+
+extern const lade__source_ops_t lade__source_dir;
+extern const lade__source_ops_t lade__source_npy;
+
+/* Chooses the backend for cfg (source_type=auto inspects the path). Returns
+ * LADE_ENOENT naming the path when it does not exist. Does not list. */
+int lade__source_select(const struct lade_config *cfg, const lade__source_ops_t **ops);
+
+/* Reads a whole file at path relative to dirfd into out; names the file in
+ * errors. */
+int lade__read_file_at(int dirfd, const char *rel, const char *shown_root, lade__buf_t *out);
+
+#endif

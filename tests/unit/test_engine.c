@@ -1,0 +1,469 @@
+/* test_engine.c - the engine end to end on real files: determinism across
+ * thread counts, plan semantics, seek/resume, errors, skip, lifetime. */
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/npyfmt.h"
+#include "harness.h"
+#include "lade/lade.h"
+#include "source/source.h"
+
+#define DIM 16
+
+/* Sample i of the test datasets holds floats i*1000 + k, k < DIM. */
+static void fill_sample(float *v, uint64_t i) {
+  for (int k = 0; k < DIM; k++) v[k] = (float)(i * 1000 + (uint64_t)k);
+}
+
+static void write_npy(const char *path, int64_t n0, int ndim, const int64_t *shape, const float *data, size_t count) {
+  char hdr[256];
+  int hl = lade__npy_write_header(hdr, sizeof hdr, LADE_DTYPE_FLOAT32, ndim, shape);
+  FILE *f = fopen(path, "wb");
+  fwrite(hdr, 1, (size_t)hl, f);
+  fwrite(data, sizeof(float), count, f);
+  fclose(f);
+  (void)n0;
+}
+
+static const char *make_stacked(const char *name, uint64_t n) {
+  static char path[4096];
+  const char *dir = lade_test_tmpdir(name);
+  snprintf(path, sizeof path, "%s/data.npy", dir);
+  float *all = malloc(n * DIM * sizeof *all);
+  for (uint64_t i = 0; i < n; i++) fill_sample(all + i * DIM, i);
+  int64_t shape[2] = {(int64_t)n, DIM};
+  write_npy(path, (int64_t)n, 2, shape, all, n * DIM);
+  free(all);
+  return path;
+}
+
+/* A folder of per-sample .npy files in 3 class folders: file i in class i%3,
+ * holding the data of its dataset index (classes sorted, then names), so the
+ * same content check works for both layouts. n must be a multiple of 3. */
+static const char *make_folder(const char *name, uint64_t n) {
+  static char dir[4096];
+  snprintf(dir, sizeof dir, "%s", lade_test_tmpdir(name));
+  for (int c = 0; c < 3; c++) lade_test_sh("mkdir -p %s/c%d", dir, c);
+  float v[DIM];
+  int64_t shape[1] = {DIM};
+  for (uint64_t i = 0; i < n; i++) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/c%d/s%05llu.npy", dir, (int)(i % 3), (unsigned long long)i);
+    fill_sample(v, (i % 3) * (n / 3) + i / 3);
+    write_npy(path, 0, 1, shape, v, DIM);
+  }
+  return dir;
+}
+
+static lade_config_t *config(const char *source, const char *extra[]) {
+  lade_config_t *c = NULL;
+  lade_config_create(&c);
+  lade_config_set(c, "source", source);
+  for (int i = 0; extra && extra[i]; i++) {
+    int rc = lade_config_parse(c, extra[i]);
+    if (rc) fprintf(stderr, "bad setting %s: %s\n", extra[i], lade_last_error());
+  }
+  return c;
+}
+
+typedef struct run {
+  uint64_t batches, samples;
+  uint64_t sum;
+  uint64_t per_batch[4096];
+  int64_t idx[65536];
+  uint64_t nidx;
+  int content_ok;
+  int rc;
+  char err[1024];
+} run_t;
+
+static void drain(lade_loader_t *L, run_t *r) {
+  r->content_ok = 1;
+  for (;;) {
+    lade_batch_t *b = NULL;
+    r->rc = lade_loader_next(L, &b);
+    if (r->rc) {
+      snprintf(r->err, sizeof r->err, "%s", lade_last_error());
+      return;
+    }
+    if (!b) return;
+    const float *v = b->data;
+    for (int64_t i = 0; i < b->shape[0]; i++) {
+      float want[DIM];
+      fill_sample(want, (uint64_t)b->indices[i]);
+      if (memcmp(want, v + i * DIM, sizeof want) != 0) r->content_ok = 0;
+      if (r->nidx < 65536) r->idx[r->nidx++] = b->indices[i];
+    }
+    uint64_t h = lade_checksum(b->data, b->nbytes, 0);
+    if (r->batches < 4096) r->per_batch[r->batches] = h;
+    r->sum = lade_checksum(b->data, b->nbytes, r->sum);
+    r->batches++;
+    r->samples += (uint64_t)b->shape[0];
+    lade_batch_release(b);
+  }
+}
+
+static run_t *run_config(lade_config_t *c) {
+  run_t *r = calloc(1, sizeof *r);
+  lade_loader_t *L = NULL;
+  r->rc = lade_loader_create(&L, c);
+  if (r->rc) {
+    snprintf(r->err, sizeof r->err, "%s", lade_last_error());
+    return r;
+  }
+  drain(L, r);
+  lade_loader_destroy(L);
+  return r;
+}
+
+static void test_same_batches_any_thread_count(void) {
+  const char *src = make_stacked("threads", 1000);
+  run_t *ref = NULL;
+  const char *threads[] = {"threads=1", "threads=2", "threads=7", "threads=16"};
+  for (int t = 0; t < 4; t++) {
+    const char *extra[] = {threads[t], "batch_size=32", "epochs=2", "seed=5", "prefetch=3", NULL};
+    lade_config_t *c = config(src, extra);
+    run_t *r = run_config(c);
+    lade_config_destroy(c);
+    CHECK_OK(r->rc);
+    CHECK(r->content_ok);
+    CHECK_EQ_INT(r->batches, 2 * 32); /* ceil(1000/32) = 32 steps, padded */
+    if (!ref) {
+      ref = r;
+    } else {
+      CHECK(r->sum == ref->sum);
+      CHECK(memcmp(r->idx, ref->idx, ref->nidx * sizeof *ref->idx) == 0);
+      free(r);
+    }
+  }
+  /* each epoch: every sample at least once, the 24 padded ones twice */
+  for (int e = 0; e < 2; e++) {
+    int *seen = calloc(1000, sizeof *seen);
+    for (uint64_t i = 0; i < 1024; i++) seen[ref->idx[e * 1024 + i]]++;
+    int once = 0, twice = 0;
+    for (int i = 0; i < 1000; i++) {
+      once += seen[i] == 1;
+      twice += seen[i] == 2;
+    }
+    CHECK_EQ_INT(once, 976);
+    CHECK_EQ_INT(twice, 24);
+    free(seen);
+  }
+  /* the two epochs are shuffled differently */
+  CHECK(memcmp(ref->idx, ref->idx + 1024, 1024 * sizeof(int64_t)) != 0);
+  free(ref);
+}
+
+static void test_ranks_partition_global_batches(void) {
+  const char *src = make_stacked("ranks", 1000);
+  int64_t *all = calloc(4 * 65536, sizeof *all);
+  uint64_t n[4] = {0};
+  for (int r = 0; r < 4; r++) {
+    char rank[32];
+    snprintf(rank, sizeof rank, "rank=%d", r);
+    const char *extra[] = {rank, "world_size=4", "batch_size=10", "drop_last=true", "seed=9", "threads=2", NULL};
+    lade_config_t *c = config(src, extra);
+    run_t *res = run_config(c);
+    lade_config_destroy(c);
+    CHECK_OK(res->rc);
+    CHECK(res->content_ok);
+    CHECK_EQ_INT(res->batches, 25); /* floor(1000 / 40) */
+    memcpy(all + r * 65536, res->idx, res->nidx * sizeof *all);
+    n[r] = res->nidx;
+    free(res);
+  }
+  /* disjoint and complete over the epoch (1000 = 25 * 40: nothing dropped) */
+  int *seen = calloc(1000, sizeof *seen);
+  for (int r = 0; r < 4; r++)
+    for (uint64_t i = 0; i < n[r]; i++) seen[all[r * 65536 + i]]++;
+  int ok = 1;
+  for (int i = 0; i < 1000; i++) ok &= seen[i] == 1;
+  CHECK(ok);
+  /* rank r's batch s is the slice [r*10, r*10+10) of global batch s: rank 0 of
+   * a world of 1 with batch 40 sees the concatenation */
+  const char *extra[] = {"batch_size=40", "drop_last=true", "seed=9", NULL};
+  lade_config_t *c = config(src, extra);
+  run_t *g = run_config(c);
+  lade_config_destroy(c);
+  int slices = 1;
+  for (int s = 0; s < 25; s++)
+    for (int r = 0; r < 4; r++)
+      slices &= memcmp(g->idx + s * 40 + r * 10, all + r * 65536 + s * 10, 10 * sizeof(int64_t)) == 0;
+  CHECK(slices);
+  free(g);
+  free(seen);
+  free(all);
+}
+
+static void test_seek_resumes_exactly(void) {
+  const char *src = make_folder("seek", 300);
+  const char *extra[] = {"batch_size=16", "epochs=3", "seed=1", "threads=3", NULL};
+  lade_config_t *c = config(src, extra);
+  run_t *ref = run_config(c);
+  CHECK_OK(ref->rc);
+  CHECK(ref->content_ok);
+  uint64_t steps = 19; /* ceil(300/16) */
+  CHECK_EQ_INT(ref->batches, 3 * steps);
+  /* a fresh loader seeking to (1, 7) continues like the uninterrupted run */
+  lade_loader_t *L = NULL;
+  CHECK_OK(lade_loader_create(&L, c));
+  CHECK_OK(lade_loader_seek(L, 1, 7));
+  run_t *r = calloc(1, sizeof *r);
+  drain(L, r);
+  CHECK_OK(r->rc);
+  CHECK_EQ_INT(r->batches, 3 * steps - (steps + 7));
+  CHECK(memcmp(r->per_batch, ref->per_batch + steps + 7, r->batches * sizeof(uint64_t)) == 0);
+  /* seeking backwards in a loader that has prefetched ahead */
+  CHECK_OK(lade_loader_seek(L, 0, 2));
+  lade_batch_t *b = NULL;
+  CHECK_OK(lade_loader_next(L, &b));
+  CHECK(b && b->epoch == 0 && b->step == 2);
+  if (b) {
+    CHECK(lade_checksum(b->data, b->nbytes, 0) == ref->per_batch[2]);
+    lade_batch_release(b);
+  }
+  uint64_t e, s;
+  CHECK_OK(lade_loader_tell(L, &e, &s));
+  CHECK(e == 0 && s == 3);
+  CHECK_EQ_INT(lade_loader_seek(L, 3, 1), LADE_ERANGE);
+  CHECK_EQ_INT(lade_loader_seek(L, 0, 19), LADE_ERANGE);
+  lade_loader_destroy(L);
+  lade_config_destroy(c);
+  free(r);
+  free(ref);
+}
+
+static void test_labels_from_class_folders(void) {
+  const char *src = make_folder("labels", 30);
+  const char *extra[] = {"batch_size=30", "shuffle=false", NULL};
+  lade_config_t *c = config(src, extra);
+  lade_loader_t *L = NULL;
+  CHECK_OK(lade_loader_create(&L, c));
+  lade_batch_t *b = NULL;
+  CHECK_OK(lade_loader_next(L, &b));
+  if (b) {
+    /* sorted classes c0, c1, c2; within a class sorted names */
+    CHECK_EQ_INT(b->indices[0], 0);
+    CHECK_EQ_INT(b->labels[0], 0);
+    CHECK_EQ_INT(b->labels[10], 1);
+    CHECK_EQ_INT(b->labels[29], 2);
+    const float *v = b->data;
+    CHECK(v[10 * DIM] == 10000.0f); /* c1/s00001.npy, dataset index 10 */
+    CHECK_EQ_INT(b->ndim, 2);
+    CHECK_EQ_INT(b->shape[1], DIM);
+    CHECK_EQ_INT(b->dtype, LADE_DTYPE_FLOAT32);
+    lade_batch_release(b);
+  }
+  lade_loader_destroy(L);
+  lade_config_destroy(c);
+}
+
+static void test_errors_name_the_file(void) {
+  lade_config_t *c = config("/nonexistent/lade-data", NULL);
+  lade_loader_t *L = NULL;
+  CHECK_EQ_INT(lade_loader_create(&L, c), LADE_ENOENT);
+  CHECK(strstr(lade_last_error(), "/nonexistent/lade-data") != NULL);
+  lade_config_destroy(c);
+
+  const char *empty = lade_test_tmpdir("empty");
+  const char *raw[] = {"transform=raw", NULL};
+  c = config(empty, raw);
+  CHECK_OK(lade_loader_create(&L, c));
+  lade_batch_t *b = NULL;
+  CHECK_EQ_INT(lade_loader_next(L, &b), LADE_EEMPTY);
+  CHECK(strstr(lade_last_error(), empty) != NULL);
+  lade_loader_destroy(L);
+  lade_config_destroy(c);
+
+  /* one sample of another shape: fail names it */
+  const char *src = make_folder("badshape", 42);
+  char bad[4200];
+  snprintf(bad, sizeof bad, "%s/c1/s00013.npy", src);
+  float v[DIM * 2] = {0};
+  int64_t shape[1] = {DIM * 2};
+  write_npy(bad, 0, 1, shape, v, DIM * 2);
+  const char *extra[] = {"batch_size=8", "threads=2", NULL};
+  c = config(src, extra);
+  run_t *r = run_config(c);
+  CHECK_EQ_INT(r->rc, LADE_ESHAPE);
+  CHECK(strstr(r->err, "c1/s00013.npy") != NULL);
+  CHECK(strstr(r->err, "(32)") != NULL);
+  free(r);
+  lade_config_destroy(c);
+
+  /* on_error=skip: substitutes deterministically, batches keep their size */
+  const char *skip[] = {"batch_size=6", "threads=2", "on_error=skip", "epochs=2", NULL};
+  c = config(src, skip);
+  lade_loader_t *L2 = NULL;
+  CHECK_OK(lade_loader_create(&L2, c));
+  run_t *r1 = calloc(1, sizeof *r1);
+  drain(L2, r1);
+  lade_stats_t st;
+  lade_loader_stats(L2, &st);
+  lade_loader_destroy(L2);
+  CHECK_OK(r1->rc);
+  CHECK(r1->content_ok);
+  CHECK_EQ_INT(r1->samples, 84); /* 2 epochs of 42/6 = 7 steps, no padding */
+  CHECK_EQ_INT(st.substituted, 2); /* once per epoch */
+  for (uint64_t i = 0; i < r1->nidx; i++) CHECK(r1->idx[i] != 18); /* c1/s00013.npy */
+  const char *skip1[] = {"batch_size=6", "threads=1", "on_error=skip", "epochs=2", NULL};
+  lade_config_t *c1 = config(src, skip1);
+  run_t *r2 = run_config(c1);
+  CHECK(r2->sum == r1->sum);
+  free(r1);
+  free(r2);
+  lade_config_destroy(c);
+  lade_config_destroy(c1);
+
+  /* a truncated file in a stacked .npy */
+  const char *st_path = make_stacked("trunc", 100);
+  lade_test_sh("truncate -s 4000 %s", st_path);
+  c = config(st_path, NULL);
+  CHECK_OK(lade_loader_create(&L, c));
+  CHECK_EQ_INT(lade_loader_next(L, &b), LADE_EFORMAT);
+  CHECK(strstr(lade_last_error(), "truncated") && strstr(lade_last_error(), st_path));
+  lade_loader_destroy(L);
+  lade_config_destroy(c);
+
+  /* rank >= world_size */
+  const char *rk[] = {"rank=2", "world_size=2", NULL};
+  c = config(st_path, rk);
+  CHECK_EQ_INT(lade_loader_create(&L, c), LADE_EINVAL);
+  lade_config_destroy(c);
+}
+
+static void test_batches_outlive_loader(void) {
+  const char *src = make_stacked("lifetime", 64);
+  const char *extra[] = {"batch_size=8", "prefetch=1", NULL};
+  lade_config_t *c = config(src, extra);
+  lade_loader_t *L = NULL;
+  CHECK_OK(lade_loader_create(&L, c));
+  lade_batch_t *a = NULL, *b = NULL, *x = NULL;
+  CHECK_OK(lade_loader_next(L, &a));
+  CHECK_OK(lade_loader_next(L, &b));
+  /* both buffers held (prefetch=1 -> 2 batches): next() cannot proceed */
+  CHECK_EQ_INT(lade_loader_next(L, &x), LADE_ESTATE);
+  CHECK(strstr(lade_last_error(), "release") != NULL);
+  lade_loader_destroy(L);
+  /* still readable after destroy */
+  int ok = 1;
+  for (int i = 0; i < 8; i++) {
+    float want[DIM];
+    fill_sample(want, (uint64_t)b->indices[i]);
+    ok &= memcmp(want, (float *)b->data + i * DIM, sizeof want) == 0;
+  }
+  CHECK(ok);
+  lade_batch_release(a);
+  lade_batch_release(b);
+  lade_batch_release(NULL);
+  lade_loader_destroy(NULL);
+  lade_config_destroy(c);
+}
+
+static atomic_long allocs, frees;
+static void *count_alloc(void *ctx, size_t size, size_t align) {
+  (void)ctx;
+  atomic_fetch_add(&allocs, 1);
+  void *p = NULL;
+  return posix_memalign(&p, align, size) ? NULL : p;
+}
+static void count_free(void *ctx, void *p, size_t size) {
+  (void)ctx;
+  (void)size;
+  atomic_fetch_add(&frees, 1);
+  free(p);
+}
+
+static void test_allocator_hook_and_bounded_pool(void) {
+  const char *src = make_stacked("alloc", 500);
+  const char *extra[] = {"batch_size=10", "prefetch=2", "epochs=3", NULL};
+  lade_config_t *c = config(src, extra);
+  lade_allocator_t a = {count_alloc, count_free, NULL};
+  CHECK_OK(lade_config_set_allocator(c, &a));
+  run_t *r = run_config(c);
+  CHECK_OK(r->rc);
+  CHECK_EQ_INT(r->batches, 150);
+  CHECK_EQ_INT(atomic_load(&allocs), 3); /* prefetch + 1 buffers, never more */
+  CHECK_EQ_INT(atomic_load(&frees), 3);
+  free(r);
+  lade_config_destroy(c);
+}
+
+static void test_trace_and_stats(void) {
+  const char *src = make_stacked("trace", 100);
+  char tpath[4200];
+  snprintf(tpath, sizeof tpath, "%s.trace.json", src);
+  char tset[4300];
+  snprintf(tset, sizeof tset, "trace=%s", tpath);
+  const char *extra[] = {"batch_size=10", tset, "threads=2", NULL};
+  lade_config_t *c = config(src, extra);
+  lade_loader_t *L = NULL;
+  CHECK_OK(lade_loader_create(&L, c));
+  run_t *r = calloc(1, sizeof *r);
+  drain(L, r);
+  lade_stats_t st;
+  CHECK_OK(lade_loader_stats(L, &st));
+  CHECK_EQ_INT(st.batches, 10);
+  CHECK_EQ_INT(st.samples, 100);
+  CHECK_EQ_INT(st.bytes_read, 100 * DIM * 4);
+  CHECK(st.first_batch_seconds > 0);
+  CHECK(st.batch_latency_p50 > 0 && st.batch_latency_p50 <= st.batch_latency_max);
+  lade_loader_destroy(L);
+  /* 100 sample events, 10 batch events, 10 waits; valid JSON per python */
+  CHECK_EQ_INT(lade_test_sh("test $(grep -c '\"name\":\"sample\"' %s) -eq 100", tpath), 0);
+  CHECK_EQ_INT(lade_test_sh("test $(grep -c '\"name\":\"batch\"' %s) -eq 10", tpath), 0);
+  CHECK_EQ_INT(lade_test_sh("/usr/bin/python3 -c 'import json,sys; json.load(open(sys.argv[1]))' %s", tpath), 0);
+  free(r);
+  lade_config_destroy(c);
+}
+
+static void test_listing_sorted_arena(void) {
+  const char *d = lade_test_tmpdir("listing");
+  lade_test_sh("mkdir -p %s/b/sub %s/a %s/c && touch %s/b/z.jpg %s/b/a.jpg %s/b/sub/m.jpg %s/a/x.jpg %s/a/.hidden "
+               "%s/root.txt",
+               d, d, d, d, d, d, d, d, d);
+  lade__listing_t l;
+  CHECK_OK(lade__listing_build(&l, d));
+  CHECK_EQ_INT(l.count, 5);
+  CHECK_EQ_INT(l.classes, 3);
+  const char *want[] = {"root.txt", "a/x.jpg", "b/a.jpg", "b/z.jpg", "b/sub/m.jpg"};
+  const int labels[] = {-1, 0, 1, 1, 1};
+  for (uint64_t i = 0; i < l.count && i < 5; i++) {
+    CHECK(strcmp(lade__listing_path(&l, i), want[i]) == 0);
+    CHECK_EQ_INT(l.label[i], labels[i]);
+  }
+  CHECK(strcmp(l.class_names[2], "c") == 0);
+  lade__listing_free(&l);
+}
+
+static void test_interrupt(void) {
+  const char *src = make_stacked("intr", 50);
+  lade_config_t *c = config(src, NULL);
+  lade_loader_t *L = NULL;
+  CHECK_OK(lade_loader_create(&L, c));
+  lade_loader_interrupt(L);
+  lade_batch_t *b = NULL;
+  CHECK_EQ_INT(lade_loader_next(L, &b), LADE_EINTR);
+  CHECK_OK(lade_loader_next(L, &b)); /* the interrupt is consumed */
+  CHECK(b != NULL);
+  lade_batch_release(b);
+  lade_loader_destroy(L);
+  lade_config_destroy(c);
+}
+
+int main(void) {
+  RUN(test_listing_sorted_arena);
+  RUN(test_same_batches_any_thread_count);
+  RUN(test_ranks_partition_global_batches);
+  RUN(test_seek_resumes_exactly);
+  RUN(test_labels_from_class_folders);
+  RUN(test_errors_name_the_file);
+  RUN(test_batches_outlive_loader);
+  RUN(test_allocator_hook_and_bounded_pool);
+  RUN(test_trace_and_stats);
+  RUN(test_interrupt);
+  return lade_test_finish();
+}
