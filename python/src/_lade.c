@@ -911,6 +911,7 @@ static PyObject *mod_c_run(PyObject *m, PyObject *args, PyObject *kwargs) {
     return NULL;
   }
   unsigned long long batches = 0, samples = 0, bytes = 0;
+  uint64_t chain = 0;
   int rc = 0;
   char err[1024] = "";
   double t0 = 0, t1 = 0;
@@ -923,6 +924,7 @@ static PyObject *mod_c_run(PyObject *m, PyObject *args, PyObject *kwargs) {
     Py_BEGIN_ALLOW_THREADS rc = lade_loader_next(ld, &b);
     if (rc) snprintf(err, sizeof err, "%s", lade_last_error());
     if (!rc && b && checksum) {
+      chain = lade_checksum(b->data, b->nbytes, chain);
       h = fnv1a(h, b->data, b->nbytes);
       h = fnv1a(h, b->labels, (size_t)b->shape[0] * sizeof(int64_t));
       h = fnv1a(h, b->indices, (size_t)b->shape[0] * sizeof(int64_t));
@@ -951,8 +953,18 @@ static PyObject *mod_c_run(PyObject *m, PyObject *args, PyObject *kwargs) {
     Py_DECREF(sums);
     return raise_lade(rc, err);
   }
-  return Py_BuildValue("{sKsKsKsdsN}", "batches", batches, "samples", samples, "bytes", bytes, "seconds", t1,
-                       "checksums", sums);
+  return Py_BuildValue("{sKsKsKsdsNsK}", "batches", batches, "samples", samples, "bytes", bytes, "seconds", t1,
+                       "checksums", sums, "checksum", (unsigned long long)chain);
+}
+
+static PyObject *mod_checksum(PyObject *m, PyObject *args) {
+  Py_buffer buf;
+  unsigned long long seed = 0;
+  if (!PyArg_ParseTuple(args, "y*|K", &buf, &seed)) return NULL;
+  uint64_t r;
+  Py_BEGIN_ALLOW_THREADS r = lade_checksum(buf.buf, (size_t)buf.len, seed);
+  Py_END_ALLOW_THREADS PyBuffer_Release(&buf);
+  return PyLong_FromUnsignedLongLong(r);
 }
 
 static PyObject *mod_released(PyObject *m, PyObject *unused) {
@@ -980,6 +992,8 @@ static PyObject *mod_config_keys(PyObject *m, PyObject *unused) {
 static PyObject *mod_version(PyObject *m, PyObject *unused) { return PyUnicode_FromString(lade_version()); }
 
 static PyMethodDef mod_methods[] = {
+    {"checksum", mod_checksum, METH_VARARGS,
+     "checksum(buffer, seed=0) -> lade_checksum() of the bytes, chainable like `lade bench`"},
     {"fnv1a", mod_fnv1a, METH_VARARGS, "fnv1a(buffer, h=offset) -> 64-bit FNV-1a hash continuing from h"},
     {"c_run", (PyCFunction)(void (*)(void))mod_c_run, METH_VARARGS | METH_KEYWORDS,
      "c_run(settings, max_batches=-1, checksum=True): iterate through the C API only"},
