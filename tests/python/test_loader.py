@@ -1,0 +1,179 @@
+"""The Python module against the C API: identical batches, zero copy, resume, errors, outputs."""
+import json
+import os
+import subprocess
+
+import numpy as np
+import pytest
+
+import lade
+from conftest import list_files
+
+try:
+    import torch
+except ImportError:  # pragma: no cover
+    torch = None
+
+needs_torch = pytest.mark.skipif(torch is None, reason="torch is not installed")
+
+
+def _chain(arrays):
+    s = 0
+    for a in arrays:
+        s = lade._lade.checksum(np.ascontiguousarray(a), s)
+    return s
+
+
+def test_checksum_equals_c_api_and_cli(npy_dir, lade_cli):
+    out = subprocess.run([lade_cli, "bench", npy_dir, "--batch-size", "32", "--threads", "2", "--seed", "7",
+                          "--epochs", "2", "--json"], check=True, capture_output=True, text=True).stdout
+    cli = json.loads(out)
+    with lade.Loader(npy_dir, batch_size=32, threads=2, seed=7, epochs=2, output="numpy") as L:
+        datas = [d.copy() for d, _ in L]
+    assert len(datas) == cli["batches"] == 20
+    py_sum = _chain(datas)
+    assert "%016x" % py_sum == cli["checksum"]
+    c = lade._lade.c_run([("source", npy_dir), ("batch_size", "32"), ("threads", "1"), ("seed", "7"),
+                          ("epochs", "2")])
+    assert c["checksum"] == py_sum
+    assert c["batches"] == 20
+
+
+def test_values_match_files(npy_dir):
+    files, labels = list_files(npy_dir)
+    assert len(files) == 300
+    with lade.Loader(npy_dir, batch_size=64, threads=2, seed=1, output="numpy", meta=True) as L:
+        assert L.num_samples == 300 and L.steps_per_epoch == 5 and len(L) == 5
+        seen = []
+        for data, lab, b in L:
+            idx = b.indices.tolist()
+            assert data.shape == (64, 3, 8, 8) and data.dtype == np.float32
+            assert lab.dtype == np.int64 and lab.tolist() == [labels[i] for i in idx]
+            for j in (0, 17, 63):
+                assert np.array_equal(data[j], np.load(files[idx[j]]))
+            seen += idx
+    # one epoch of a shuffled plan: every sample once, then padded by wrapping
+    assert sorted(set(seen)) == list(range(300)) and len(seen) == 320
+
+
+@needs_torch
+def test_torch_zero_copy(npy_dir):
+    with lade.Loader(npy_dir, batch_size=16, threads=1, output="torch", meta=True) as L:
+        data, labels, b = next(iter(L))
+        assert isinstance(data, torch.Tensor) and data.dtype == torch.float32
+        assert tuple(data.shape) == (16, 3, 8, 8) and data.is_contiguous()
+        assert data.data_ptr() == b.data_ptr  # the tensor's memory is the batch buffer
+        assert labels.dtype == torch.int64 and labels.tolist() == b.labels.tolist()
+        # a second view shares the buffer; writes are visible through both
+        again = torch.utils.dlpack.from_dlpack(b.__dlpack__())
+        assert again.data_ptr() == data.data_ptr()
+        data[0, 0, 0, 0] = 12345.0
+        assert float(again[0, 0, 0, 0]) == 12345.0
+        assert b._refs == 3  # the Batch + two DLPack views
+
+
+def test_numpy_zero_copy_and_dlpack(npy_dir):
+    with lade.Loader(npy_dir, batch_size=16, threads=1, output="numpy", meta=True) as L:
+        data, labels, b = next(iter(L))
+        assert data.ctypes.data == b.data_ptr and data.flags.writeable
+        assert np.from_dlpack(b).ctypes.data == b.data_ptr
+        assert labels.tolist() == b.labels.tolist()
+    with lade.Loader(npy_dir, batch_size=16, threads=1, output="dlpack") as L:
+        batch, labels = next(iter(L))
+        assert isinstance(batch, lade.Batch) and isinstance(labels, lade.Array)
+        assert batch.__dlpack_device__() == (1, 0)
+        assert batch.shape == (16, 3, 8, 8) and batch.dtype == "float32" and batch.epoch == 0 and batch.step == 0
+        assert np.asarray(labels).dtype == np.int64 and len(labels) == 16
+
+
+@needs_torch
+def test_default_output_is_torch(npy_dir):
+    with lade.Loader(npy_dir, batch_size=8) as L:
+        d, l = next(iter(L))
+        assert isinstance(d, torch.Tensor) and isinstance(l, torch.Tensor)
+
+
+def _first_n(loader, n):
+    out = []
+    for data, labels, b in loader:
+        out.append((np.array(data, copy=True), np.array(labels, copy=True), b.epoch, b.step, b.indices.tolist()))
+        if len(out) == n:
+            break
+    return out
+
+
+def test_resume_mid_epoch_bit_exact(npy_dir):
+    kw = dict(batch_size=32, threads=2, seed=11, epochs=3, output="numpy", meta=True)
+    with lade.Loader(npy_dir, **kw) as L:
+        full = _first_n(L, 30)
+    with lade.Loader(npy_dir, **kw) as L:
+        _first_n(L, 13)  # into the second epoch (10 steps per epoch)
+        state = L.state_dict()
+    assert (state["epoch"], state["step"]) == (1, 3)
+    with lade.Loader(npy_dir, **kw) as L2:
+        L2.load_state_dict(state)
+        assert L2.tell() == (1, 3)
+        rest = _first_n(L2, 17)
+    assert len(rest) == 17
+    for a, b in zip(full[13:], rest):
+        assert a[2:] == b[2:]
+        assert np.array_equal(a[0].view(np.uint32), b[0].view(np.uint32)) and np.array_equal(a[1], b[1])
+
+
+def test_state_dict_mismatch_rejected(npy_dir):
+    with lade.Loader(npy_dir, batch_size=32, seed=1) as L:
+        st = L.state_dict()
+    with lade.Loader(npy_dir, batch_size=16, seed=1) as L:
+        with pytest.raises(lade.Error, match="batch_size"):
+            L.load_state_dict(st)
+
+
+def test_error_text(npy_dir, tmp_path):
+    with pytest.raises(lade.Error) as e:
+        lade.Loader(npy_dir, bogus_key=1)
+    assert isinstance(e.value, RuntimeError)
+    assert "unknown setting 'bogus_key'" in str(e.value) and "batch_size" in str(e.value)
+    assert e.value.name == "LADE_EINVAL" and e.value.code == lade._lade.LADE_EINVAL
+    with pytest.raises(lade.Error, match="prefetch"):
+        lade.Loader(npy_dir, prefetch=0)
+    missing = str(tmp_path / "does-not-exist")
+    with pytest.raises(lade.Error) as e:  # at create or at the first batch, by the engine's choice
+        with lade.Loader(missing, batch_size=4) as L:
+            for _ in L:
+                pass
+    assert "does-not-exist" in str(e.value) and "No such file" in str(e.value)
+    L = lade.Loader(npy_dir, batch_size=4)
+    L.close()
+    with pytest.raises(lade.Error, match="closed"):
+        L.next_batch()
+    with pytest.raises(ValueError):
+        lade.Loader(npy_dir, output="pandas")
+
+
+def test_rank_detection(monkeypatch, npy_dir):
+    for k in ("RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"):
+        monkeypatch.delenv(k, raising=False)
+    assert lade.detect_rank() == (0, 1)
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "1")
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "4")
+    assert lade.detect_rank() == (1, 4)
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    assert lade.detect_rank() == (2, 3)
+    L = lade.Loader(npy_dir, batch_size=10, output="numpy", meta=True)
+    assert L.settings["rank"] == "2" and L.settings["world_size"] == "3"
+    # rank 2 of 3 gets its own slice: disjoint from rank 0's
+    L0 = lade.Loader(npy_dir, batch_size=10, output="numpy", meta=True, rank=0)
+    i2 = set(next(iter(L))[2].indices.tolist())
+    i0 = set(next(iter(L0))[2].indices.tolist())
+    assert len(i2) == 10 and not (i0 & i2)
+    L.close()
+    L0.close()
+
+
+def test_settings_passthrough(npy_dir):
+    with lade.Loader(npy_dir, batch_size=50, shuffle=False, output="numpy", meta=True) as L:
+        _, _, b = next(iter(L))
+        assert b.indices.tolist() == list(range(50))
+    keys = lade.config_keys()
+    assert "prefetch" in keys and keys["batch_size"][0] == "32"
