@@ -2,6 +2,7 @@
 import json
 import os
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -177,3 +178,19 @@ def test_settings_passthrough(npy_dir):
         assert b.indices.tolist() == list(range(50))
     keys = lade.config_keys()
     assert "prefetch" in keys and keys["batch_size"][0] == "32"
+
+
+@needs_torch
+def test_train_cnn_example(lade_cli, tmp_path):
+    d = tmp_path / "train"
+    subprocess.run([lade_cli, "gen", "npy", str(d), "--count", "256", "--shape", "3,16,16"], check=True,
+                   stdout=subprocess.DEVNULL)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    script = os.path.join(root, "examples", "train_cnn.py")
+    r = subprocess.run([sys.executable, script, "--data", str(d), "--steps", "20", "--batch-size", "32"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert sum(1 for l in lines if l.startswith("step ")) == 20
+    assert lines[-1].startswith("final loss") and "after 20 steps" in lines[-1]
+    assert "resume at epoch 2 step 4" in lines[-1]  # 8 steps per epoch: 20 = 2 * 8 + 4
