@@ -138,6 +138,7 @@ def main():
         print("lade %s failed: %s" % (transform, msg.strip()))
         return 1
     c_best, py_best = max(c_rates), max(py_rates)
+    c_med, py_med = float(np.median(c_rates)), float(np.median(py_rates))
 
     torch_rates = {w: torch_fn(w) for w in (0, 1, 2)}
     t_best_w = max(torch_rates, key=torch_rates.get)
@@ -151,9 +152,12 @@ def main():
     print("%s: lade C API (lade bench) %s/s  [rounds: %s]"
           % (name, format(c_best, ",.0f"), ", ".join(format(r, ",.0f") for r in c_rates)))
     print("%s: ratio lade.Loader / PyTorch best (%d workers) = %.2fx" % (name, t_best_w, py_best / t_best))
-    print("%s: Python module overhead vs C API = %.1f%%" % (name, 100.0 * (1.0 - py_best / c_best)))
+    print("%s: Python module overhead vs C API = %.1f%% (best of %d), %.1f%% (medians %s vs %s)"
+          % (name, 100.0 * (1.0 - py_best / c_best), args.rounds, 100.0 * (1.0 - py_med / c_med),
+             format(py_med, ",.0f"), format(c_med, ",.0f")))
     print(json.dumps({"kind": args.kind, "batch_size": bs, "torch": torch_rates, "lade_python": py_best,
-                      "lade_c": c_best, "ratio": py_best / t_best, "overhead": 1.0 - py_best / c_best}))
+                      "lade_c": c_best, "lade_python_median": py_med, "lade_c_median": c_med,
+                      "ratio": py_best / t_best, "overhead": 1.0 - py_best / c_best}))
     return 0
 
 
