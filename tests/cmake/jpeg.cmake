@@ -26,3 +26,9 @@ if(LADE_HAVE_JPEG)
   target_compile_definitions(bench_jpeg_transform PRIVATE _GNU_SOURCE)
   target_link_libraries(bench_jpeg_transform PRIVATE lade_static)
 endif()
+
+# The unit test makes JPEGs with libjpeg's compressor when it is there
+# (lade_static does not pass on lade_obj's LADE_HAVE_JPEG definition).
+if(LADE_HAVE_JPEG AND TARGET test_imagenet)
+  target_compile_definitions(test_imagenet PRIVATE LADE_HAVE_JPEG=1)
+endif()
