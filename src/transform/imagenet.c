@@ -252,23 +252,48 @@ static inline uint8_t clip8(int32_t v) {
   return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
-/* One row of RGB pixels -> out_size RGB pixels. */
-static void resample_h(const coeffs_t *c, const uint8_t *in, uint8_t *out, int out_size) {
+/* Hot loops get an AVX2 clone picked at load time (ifunc); the arithmetic is
+ * the same integer arithmetic, so results do not depend on the CPU. Pixels
+ * are RGBX (4 bytes) so one tap is one 4-lane multiply-add. */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define LADE_NO_CLONES 1 /* clang: ifunc resolvers run before ASan is up */
+#endif
+#endif
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(LADE_NO_CLONES)
+#define LADE_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define LADE_CLONES
+#endif
+
+/* One row of RGBX pixels -> out_size RGBX pixels. */
+LADE_CLONES static void resample_h(const coeffs_t *c, const uint8_t *restrict in, uint8_t *restrict out,
+                                   int out_size) {
   const int ksize = c->ksize;
   for (int xx = 0; xx < out_size; xx++) {
     const int xmin = c->bounds[2 * xx], n = c->bounds[2 * xx + 1];
     const int32_t *k = c->k + (size_t)xx * ksize;
-    const uint8_t *p = in + (size_t)xmin * 3;
-    int32_t s0 = 1 << (PRECISION_BITS - 1), s1 = s0, s2 = s0;
+    const uint8_t *p = in + (size_t)xmin * 4;
+    int32_t s[4] = {1 << (PRECISION_BITS - 1), 1 << (PRECISION_BITS - 1), 1 << (PRECISION_BITS - 1),
+                    1 << (PRECISION_BITS - 1)};
     for (int x = 0; x < n; x++) {
-      s0 += p[3 * x] * k[x];
-      s1 += p[3 * x + 1] * k[x];
-      s2 += p[3 * x + 2] * k[x];
+      const int32_t kv = k[x];
+      for (int ch = 0; ch < 4; ch++) s[ch] += p[4 * x + ch] * kv;
     }
-    out[3 * xx] = clip8(s0);
-    out[3 * xx + 1] = clip8(s1);
-    out[3 * xx + 2] = clip8(s2);
+    for (int ch = 0; ch < 4; ch++) out[4 * xx + ch] = clip8(s[ch]);
   }
+}
+
+/* One output row of the vertical pass over n bytes of RGBX. */
+LADE_CLONES static void resample_v(const int32_t *restrict k, int taps, const uint8_t *restrict rows, size_t stride,
+                                   int32_t *restrict acc, uint8_t *restrict out, size_t n) {
+  for (size_t i = 0; i < n; i++) acc[i] = 1 << (PRECISION_BITS - 1);
+  for (int y = 0; y < taps; y++) {
+    const uint8_t *p = rows + (size_t)y * stride;
+    const int32_t kv = k[y];
+    for (size_t i = 0; i < n; i++) acc[i] += p[i] * kv;
+  }
+  for (size_t i = 0; i < n; i++) out[i] = clip8(acc[i]);
 }
 
 /* Pillow's CMYK;I (Adobe, inverted) or CMYK unpack followed by cmyk2rgb. */
@@ -285,9 +310,10 @@ static void cmyk_to_rgb(const uint8_t *in, uint8_t *out, int n, bool inverted) {
 #define MULDIV255(a, b) (t = (a) * (b) + 128, ((t >> 8) + t) >> 8)
     int r = nk - MULDIV255(c, nk), g = nk - MULDIV255(m, nk), b = nk - MULDIV255(y, nk);
 #undef MULDIV255
-    out[3 * x] = (uint8_t)(r < 0 ? 0 : r);
-    out[3 * x + 1] = (uint8_t)(g < 0 ? 0 : g);
-    out[3 * x + 2] = (uint8_t)(b < 0 ? 0 : b);
+    out[4 * x] = (uint8_t)(r < 0 ? 0 : r);
+    out[4 * x + 1] = (uint8_t)(g < 0 ? 0 : g);
+    out[4 * x + 2] = (uint8_t)(b < 0 ? 0 : b);
+    out[4 * x + 3] = 255;
   }
 }
 
@@ -323,7 +349,7 @@ static int decode_box(lade__imgdec_t *d, const uint8_t *jpeg, size_t len, const 
   if (cmyk)
     ci->out_color_space = JCS_CMYK;
   else if (ci->num_components == 1 || ci->num_components == 3)
-    ci->out_color_space = JCS_RGB;
+    ci->out_color_space = JCS_EXT_RGBX; /* gray and YCbCr alike; X pads for 4-lane SIMD */
   else
     return lade__fail(LADE_EFORMAT, "JPEG with %d components is not supported", ci->num_components);
   jpeg_start_decompress(ci);
@@ -361,9 +387,9 @@ static int decode_box(lade__imgdec_t *d, const uint8_t *jpeg, size_t len, const 
     if (e > vlast) vlast = e;
   }
   const int y_begin = ry0 + vfirst, nrows = vlast - vfirst;
-  const size_t orow = (size_t)out_size * 3;
+  const size_t orow = (size_t)out_size * 4; /* RGBX */
   if ((rc = grow(&d->row, &d->row_cap, (size_t)cw * (size_t)ncomp)) != 0) return rc;
-  if (cmyk && (rc = grow(&d->rgb, &d->rgb_cap, (size_t)rw * 3)) != 0) return rc;
+  if (cmyk && (rc = grow(&d->rgb, &d->rgb_cap, (size_t)rw * 4)) != 0) return rc;
   if ((rc = grow(&d->tmp, &d->tmp_cap, (size_t)LADE_MAX(nrows, 1) * orow)) != 0) return rc;
   if ((rc = grow(&d->vrow, &d->vrow_cap, orow)) != 0) return rc;
   if ((rc = grow(&d->acc, &d->acc_cap, orow * sizeof(int32_t))) != 0) return rc;
@@ -396,31 +422,21 @@ static int decode_box(lade__imgdec_t *d, const uint8_t *jpeg, size_t len, const 
   for (int yy = 0; yy < out_size; yy++) {
     const int ymin = d->cv.bounds[2 * yy] - vfirst, n = d->cv.bounds[2 * yy + 1];
     const int32_t *k = d->cv.k + (size_t)yy * ksize;
-    for (size_t i = 0; i < orow; i++) acc[i] = 1 << (PRECISION_BITS - 1);
-    for (int y = 0; y < n; y++) {
-      const uint8_t *p = d->tmp + (size_t)(ymin + y) * orow;
-      const int32_t kv = k[y];
-      for (size_t i = 0; i < orow; i++) acc[i] += p[i] * kv;
-    }
-    for (size_t i = 0; i < orow; i++) vrow[i] = clip8(acc[i]);
+    resample_v(k, n, d->tmp + (size_t)ymin * orow, orow, acc, vrow, orow);
     if (dtype == LADE_DTYPE_UINT8) {
-      uint8_t *o = (uint8_t *)out + (size_t)yy * orow;
-      if (!flip) {
-        memcpy(o, vrow, orow);
-      } else {
-        for (int x = 0; x < out_size; x++) {
-          const uint8_t *s = vrow + (size_t)(out_size - 1 - x) * 3;
-          o[3 * x] = s[0];
-          o[3 * x + 1] = s[1];
-          o[3 * x + 2] = s[2];
-        }
+      uint8_t *o = (uint8_t *)out + (size_t)yy * out_size * 3;
+      for (int x = 0; x < out_size; x++) {
+        const uint8_t *s = vrow + (size_t)(flip ? out_size - 1 - x : x) * 4;
+        o[3 * x] = s[0];
+        o[3 * x + 1] = s[1];
+        o[3 * x + 2] = s[2];
       }
     } else {
       const size_t plane = (size_t)out_size * out_size;
       float *o0 = (float *)out + (size_t)yy * out_size, *o1 = o0 + plane, *o2 = o1 + plane;
       const float *l0 = d->lut[0], *l1 = d->lut[1], *l2 = d->lut[2];
       for (int x = 0; x < out_size; x++) {
-        const uint8_t *s = vrow + (size_t)(flip ? out_size - 1 - x : x) * 3;
+        const uint8_t *s = vrow + (size_t)(flip ? out_size - 1 - x : x) * 4;
         o0[x] = l0[s[0]];
         o1[x] = l1[s[1]];
         o2[x] = l2[s[2]];
