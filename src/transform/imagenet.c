@@ -109,7 +109,11 @@ struct lade__imgdec {
   size_t acc_cap;
   coeffs_t ch, cv;
   float lut[3][256]; /* (v/255 - mean) / std */
+  void (*resample_h)(const coeffs_t *, const uint8_t *, uint8_t *, int);
 };
+
+typedef void (*resample_h_fn)(const coeffs_t *, const uint8_t *, uint8_t *, int);
+static resample_h_fn pick_resample_h(void);
 
 static void on_error_exit(j_common_ptr c) {
   err_mgr_t *e = (err_mgr_t *)c->err;
@@ -155,6 +159,7 @@ int lade__imgdec_create(lade__imgdec_t **out) {
   }
   jpeg_create_decompress(&d->cinfo);
   d->cinfo_ok = true;
+  d->resample_h = pick_resample_h();
   for (int c = 0; c < 3; c++)
     for (int v = 0; v < 256; v++) d->lut[c][v] = ((float)v / 255.0f - mean[c]) / stdv[c];
   *out = d;
@@ -267,10 +272,10 @@ static inline uint8_t clip8(int32_t v) {
 #endif
 
 /* One row of RGBX pixels -> out_size RGBX pixels. */
-LADE_CLONES static void resample_h(const coeffs_t *c, const uint8_t *restrict in, uint8_t *restrict out,
-                                   int out_size) {
+static void resample_h_from(const coeffs_t *c, const uint8_t *restrict in, uint8_t *restrict out, int from,
+                            int out_size) {
   const int ksize = c->ksize;
-  for (int xx = 0; xx < out_size; xx++) {
+  for (int xx = from; xx < out_size; xx++) {
     const int xmin = c->bounds[2 * xx], n = c->bounds[2 * xx + 1];
     const int32_t *k = c->k + (size_t)xx * ksize;
     const uint8_t *p = in + (size_t)xmin * 4;
@@ -282,6 +287,53 @@ LADE_CLONES static void resample_h(const coeffs_t *c, const uint8_t *restrict in
     }
     for (int ch = 0; ch < 4; ch++) out[4 * xx + ch] = clip8(s[ch]);
   }
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define LADE_HAVE_AVX2_PATH 1
+/*
+ * Two output pixels per 256-bit register (lanes 0-3: pixel xx, 4-7: xx+1).
+ * Both run to the longer of their two tap counts: coefficients past a
+ * pixel's own count are zero (make_coeffs pads them), and the input row has
+ * ROW_PAD readable bytes past its end, so the extra taps add nothing.
+ */
+__attribute__((target("avx2"))) static void resample_h_avx2(const coeffs_t *c, const uint8_t *restrict in,
+                                                             uint8_t *restrict out, int out_size) {
+  const int ksize = c->ksize;
+  const __m256i half = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
+  int xx = 0;
+  for (; xx + 1 < out_size; xx += 2) {
+    const int n0 = c->bounds[2 * xx + 1], n1 = c->bounds[2 * xx + 3], n = n0 > n1 ? n0 : n1;
+    const uint8_t *p0 = in + (size_t)c->bounds[2 * xx] * 4, *p1 = in + (size_t)c->bounds[2 * xx + 2] * 4;
+    const int32_t *k0 = c->k + (size_t)xx * ksize, *k1 = k0 + ksize;
+    __m256i s = half;
+    for (int x = 0; x < n; x++) {
+      int32_t a, b;
+      memcpy(&a, p0 + 4 * x, 4);
+      memcpy(&b, p1 + 4 * x, 4);
+      __m256i px = _mm256_cvtepu8_epi32(_mm_unpacklo_epi32(_mm_cvtsi32_si128(a), _mm_cvtsi32_si128(b)));
+      __m256i kv = _mm256_setr_m128i(_mm_set1_epi32(k0[x]), _mm_set1_epi32(k1[x]));
+      s = _mm256_add_epi32(s, _mm256_mullo_epi32(px, kv));
+    }
+    s = _mm256_srai_epi32(s, PRECISION_BITS);
+    __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    w = _mm_packus_epi16(w, w);
+    _mm_storel_epi64((__m128i *)(out + 4 * xx), w);
+  }
+  resample_h_from(c, in, out, xx, out_size); /* the odd last pixel */
+}
+#endif
+
+static void resample_h_c(const coeffs_t *c, const uint8_t *in, uint8_t *out, int out_size) {
+  resample_h_from(c, in, out, 0, out_size);
+}
+
+static resample_h_fn pick_resample_h(void) {
+#ifdef LADE_HAVE_AVX2_PATH
+  if (!getenv("LADE_NO_SIMD") && __builtin_cpu_supports("avx2")) return resample_h_avx2;
+#endif
+  return resample_h_c;
 }
 
 /* One output row of the vertical pass over n bytes of RGBX. */
@@ -388,8 +440,14 @@ static int decode_box(lade__imgdec_t *d, const uint8_t *jpeg, size_t len, const 
   }
   const int y_begin = ry0 + vfirst, nrows = vlast - vfirst;
   const size_t orow = (size_t)out_size * 4; /* RGBX */
-  if ((rc = grow(&d->row, &d->row_cap, (size_t)cw * (size_t)ncomp)) != 0) return rc;
-  if (cmyk && (rc = grow(&d->rgb, &d->rgb_cap, (size_t)rw * 4)) != 0) return rc;
+  /* Rows are followed by `pad` readable bytes for the two-pixel SIMD loop. */
+  const size_t pad = (size_t)d->ch.ksize * 4 + 16, rowbytes = (size_t)cw * (size_t)ncomp;
+  if ((rc = grow(&d->row, &d->row_cap, rowbytes + pad)) != 0) return rc;
+  memset(d->row + rowbytes, 0, pad);
+  if (cmyk) {
+    if ((rc = grow(&d->rgb, &d->rgb_cap, (size_t)rw * 4 + pad)) != 0) return rc;
+    memset(d->rgb + (size_t)rw * 4, 0, pad);
+  }
   if ((rc = grow(&d->tmp, &d->tmp_cap, (size_t)LADE_MAX(nrows, 1) * orow)) != 0) return rc;
   if ((rc = grow(&d->vrow, &d->vrow_cap, orow)) != 0) return rc;
   if ((rc = grow(&d->acc, &d->acc_cap, orow * sizeof(int32_t))) != 0) return rc;
@@ -411,7 +469,7 @@ static int decode_box(lade__imgdec_t *d, const uint8_t *jpeg, size_t len, const 
       cmyk_to_rgb(src, d->rgb, rw, inverted);
       src = d->rgb;
     }
-    resample_h(&d->ch, src, d->tmp + (size_t)r * orow, out_size);
+    d->resample_h(&d->ch, src, d->tmp + (size_t)r * orow, out_size);
   }
   jpeg_abort_decompress(ci);
 
