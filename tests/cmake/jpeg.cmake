@@ -18,7 +18,23 @@ if(LADE_HAVE_JPEG)
              COMMAND ${LADE_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/python/jpeg_reference.py
                      --helper $<TARGET_FILE:jpeg_crop> --tmp ${CMAKE_CURRENT_BINARY_DIR}/tmp/jpeg_reference)
     set_tests_properties(jpeg_reference_torchvision PROPERTIES LABELS jpeg TIMEOUT 600 SKIP_RETURN_CODE 77)
+    # The same comparison with the portable C resample loops (no AVX2).
+    add_test(NAME jpeg_reference_torchvision_nosimd
+             COMMAND ${CMAKE_COMMAND} -E env LADE_NO_SIMD=1 ${LADE_PYTHON3}
+                     ${PROJECT_SOURCE_DIR}/tests/python/jpeg_reference.py --helper $<TARGET_FILE:jpeg_crop>
+                     --tmp ${CMAKE_CURRENT_BINARY_DIR}/tmp/jpeg_reference_nosimd)
+    set_tests_properties(jpeg_reference_torchvision_nosimd PROPERTIES LABELS jpeg TIMEOUT 600 SKIP_RETURN_CODE 77)
   endif()
+
+  # The synthetic dataset generator (tools/gen_jpeg.c).
+  add_executable(gen_jpeg_check ${PROJECT_SOURCE_DIR}/tests/tools/gen_jpeg_check.c ${PROJECT_SOURCE_DIR}/tools/gen_jpeg.c)
+  target_include_directories(gen_jpeg_check PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tools)
+  target_compile_definitions(gen_jpeg_check PRIVATE _GNU_SOURCE)
+  target_link_libraries(gen_jpeg_check PRIVATE lade_static)
+  add_test(NAME gen_jpeg COMMAND ${CMAKE_COMMAND} -E env sh -c
+           "rm -rf \"$1\" && mkdir -p \"$1\" && exec \"$0\" \"$1\"" $<TARGET_FILE:gen_jpeg_check>
+           ${CMAKE_CURRENT_BINARY_DIR}/tmp/gen_jpeg)
+  set_tests_properties(gen_jpeg PROPERTIES LABELS jpeg TIMEOUT 120)
 
   add_executable(bench_jpeg_transform ${PROJECT_SOURCE_DIR}/bench/jpeg_transform.c
                  ${PROJECT_SOURCE_DIR}/tools/gen_jpeg.c)
