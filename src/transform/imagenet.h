@@ -36,4 +36,12 @@ void lade__rrc_params(lade__rng_t *rng, int width, int height, double scale_min,
 int lade__imgdec_crop(lade__imgdec_t *d, const uint8_t *jpeg, size_t len, int top, int left, int h, int w,
                       int out_size, bool flip, int dtype, void *out);
 
+/*
+ * Like lade__imgdec_crop for a fractional box, with "resize the whole image,
+ * then crop" semantics: pixels just outside the box feed the filter at its
+ * edges, as in torchvision's Resize + CenterCrop (imagenet-eval).
+ */
+int lade__imgdec_resize_crop(lade__imgdec_t *d, const uint8_t *jpeg, size_t len, double top, double left, double h,
+                             double w, int out_size, bool flip, int dtype, void *out);
+
 #endif

@@ -1,0 +1,18 @@
+# Runs `HELPER check FILE` on every file of CORPUS and requires each to fail
+# cleanly: exit status 1 (not a signal, not success) and an "error:" line.
+file(GLOB files ${CORPUS}/*)
+list(LENGTH files n)
+if(n EQUAL 0)
+  message(FATAL_ERROR "empty corpus ${CORPUS}")
+endif()
+foreach(f ${files})
+  execute_process(COMMAND ${HELPER} check ${f} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 1)
+    message(FATAL_ERROR "${f}: expected a clean failure (exit 1), got '${rc}' stdout='${out}' stderr='${err}'")
+  endif()
+  if(NOT err MATCHES "^error: LADE_E[A-Z]+: .+")
+    message(FATAL_ERROR "${f}: no error message: '${err}'")
+  endif()
+  message(STATUS "${f}: ${err}")
+endforeach()
+message(STATUS "${n} broken files rejected cleanly")

@@ -1,0 +1,127 @@
+/*
+ * jpeg_crop.c - a test helper that exposes the JPEG pipeline to scripts
+ * before the Python module exists. Modes:
+ *   crop  FILE TOP LEFT H W SIZE FLIP u8|f32 OUT   one box -> raw bytes in OUT
+ *   eval  FILE RESIZE CROP u8|f32 OUT              the imagenet-eval transform
+ *   train FILE CROP SEED INDEX u8|f32 OUT          the imagenet-train transform
+ *   rrc   W H N SEED                               N RandomResizedCrop boxes
+ *   check FILE                                     decode a box; exit 0/1
+ * Errors exit with status 1 and "error: NAME: detail" on stderr.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/config.h"
+#include "transform/imagenet.h"
+#include "transform/transform.h"
+
+static uint8_t *slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  size_t cap = 1 << 16, n = 0;
+  uint8_t *b = malloc(cap);
+  for (;;) {
+    if (n == cap) b = realloc(b, cap *= 2);
+    size_t r = fread(b + n, 1, cap - n, f);
+    if (r == 0) break;
+    n += r;
+  }
+  fclose(f);
+  *len = n;
+  return b;
+}
+
+static int fail(int rc) {
+  fprintf(stderr, "error: %s: %s\n", lade_error_name(rc), lade_last_error());
+  return 1;
+}
+
+static int dump(const char *path, const void *p, size_t n) {
+  FILE *f = fopen(path, "wb");
+  if (!f || fwrite(p, 1, n, f) != n) return 1;
+  return fclose(f) != 0;
+}
+
+static int run_xform(const lade__transform_ops_t *ops, struct lade_config *cfg, const uint8_t *jpg, size_t len,
+                     uint64_t index, const char *out) {
+  void *st = NULL, *ws = NULL;
+  lade__sample_shape_t shape;
+  int rc = ops->init(&st, cfg, NULL, 0, &shape);
+  if (rc) return fail(rc);
+  if ((rc = ops->worker_init(st, &ws)) != 0) return fail(rc);
+  void *buf = malloc(shape.bytes);
+  lade__rng_t rng;
+  lade__rng_init(&rng, cfg->seed, index, LADE_RNG_AUGMENT);
+  lade__xform_ctx_t ctx = {index, 0, &rng};
+  uint32_t payload = 0;
+  rc = ops->apply(st, ws, jpg, len, &ctx, buf, &payload);
+  if (rc) return fail(rc);
+  int e = dump(out, buf, shape.bytes);
+  free(buf);
+  ops->worker_free(st, ws);
+  ops->destroy(st);
+  return e;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) goto usage;
+  const char *mode = argv[1];
+  if (strcmp(mode, "rrc") == 0 && argc == 6) {
+    int W = atoi(argv[2]), H = atoi(argv[3]);
+    long n = atol(argv[4]);
+    uint64_t seed = strtoull(argv[5], NULL, 10);
+    for (long i = 0; i < n; i++) {
+      lade__rng_t rng;
+      lade__rng_init(&rng, seed, (uint64_t)i, LADE_RNG_AUGMENT);
+      int t, l, h, w;
+      lade__rrc_params(&rng, W, H, 0.08, 1.0, 3.0 / 4.0, 4.0 / 3.0, &t, &l, &h, &w);
+      printf("%d %d %d %d\n", t, l, h, w);
+    }
+    return 0;
+  }
+  if (argc < 3) goto usage;
+  size_t len = 0;
+  uint8_t *jpg = slurp(argv[2], &len);
+  if (!jpg) {
+    fprintf(stderr, "error: cannot read %s\n", argv[2]);
+    return 1;
+  }
+  lade__imgdec_t *d = NULL;
+  int rc = lade__imgdec_create(&d);
+  if (rc) return fail(rc);
+  if (strcmp(mode, "check") == 0 && argc == 3) {
+    int W, H;
+    if ((rc = lade__jpeg_size(d, jpg, len, &W, &H)) != 0) return fail(rc);
+    static uint8_t out[64 * 64 * 3];
+    if ((rc = lade__imgdec_crop(d, jpg, len, 0, 0, H, W, 64, false, LADE_DTYPE_UINT8, out)) != 0) return fail(rc);
+    printf("ok %dx%d\n", W, H);
+    return 0;
+  }
+  if (strcmp(mode, "crop") == 0 && argc == 11) {
+    int top = atoi(argv[3]), left = atoi(argv[4]), h = atoi(argv[5]), w = atoi(argv[6]), size = atoi(argv[7]);
+    bool flip = atoi(argv[8]) != 0;
+    int dtype = strcmp(argv[9], "f32") == 0 ? LADE_DTYPE_FLOAT32 : LADE_DTYPE_UINT8;
+    size_t n = (size_t)size * size * 3 * lade_dtype_size(dtype);
+    void *out = malloc(n);
+    if ((rc = lade__imgdec_crop(d, jpg, len, top, left, h, w, size, flip, dtype, out)) != 0) return fail(rc);
+    return dump(argv[10], out, n);
+  }
+  struct lade_config cfg;
+  lade__config_defaults(&cfg);
+  if (strcmp(mode, "eval") == 0 && argc == 7) {
+    cfg.resize_size = (uint32_t)atoi(argv[3]);
+    cfg.crop_size = (uint32_t)atoi(argv[4]);
+    cfg.image_dtype = strcmp(argv[5], "f32") == 0 ? LADE_DTYPE_FLOAT32 : LADE_DTYPE_UINT8;
+    return run_xform(&lade__xform_imagenet_eval, &cfg, jpg, len, 0, argv[6]);
+  }
+  if (strcmp(mode, "train") == 0 && argc == 8) {
+    cfg.crop_size = (uint32_t)atoi(argv[3]);
+    cfg.seed = strtoull(argv[4], NULL, 10);
+    cfg.image_dtype = strcmp(argv[6], "f32") == 0 ? LADE_DTYPE_FLOAT32 : LADE_DTYPE_UINT8;
+    return run_xform(&lade__xform_imagenet_train, &cfg, jpg, len, strtoull(argv[5], NULL, 10), argv[7]);
+  }
+usage:
+  fprintf(stderr, "usage: jpeg_crop crop|eval|train|rrc|check ... (see the source)\n");
+  return 2;
+}

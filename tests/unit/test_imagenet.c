@@ -1,0 +1,323 @@
+/* test_imagenet.c - the JPEG pipeline: RandomResizedCrop parameters (bounds,
+ * determinism, the centre-crop fallback), decode of RGB/grayscale images,
+ * flip and normalisation, DCT-scaled decode, clean errors on truncated and
+ * garbage input, and the train/eval vtables. JPEGs are made in memory with
+ * libjpeg's compressor. (The torchvision comparison is
+ * tests/python/jpeg_reference.py.) */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "transform/imagenet.h"
+#include "transform/transform.h"
+
+static void test_rrc_bounds_and_determinism(void) {
+  static const int sizes[][2] = {{500, 375}, {375, 500}, {1, 1}, {2, 3}, {64, 48}, {1000, 10}, {10, 1000}, {4096, 17}};
+  for (size_t s = 0; s < sizeof(sizes) / sizeof(sizes[0]); s++) {
+    int W = sizes[s][0], H = sizes[s][1];
+    for (uint64_t seed = 0; seed < 300; seed++) {
+      lade__rng_t a, b;
+      lade__rng_init(&a, seed, s, LADE_RNG_AUGMENT);
+      lade__rng_init(&b, seed, s, LADE_RNG_AUGMENT);
+      int t1, l1, h1, w1, t2, l2, h2, w2;
+      lade__rrc_params(&a, W, H, 0.08, 1.0, 0.75, 4.0 / 3.0, &t1, &l1, &h1, &w1);
+      lade__rrc_params(&b, W, H, 0.08, 1.0, 0.75, 4.0 / 3.0, &t2, &l2, &h2, &w2);
+      CHECK(t1 == t2 && l1 == l2 && h1 == h2 && w1 == w2);
+      CHECK(h1 > 0 && w1 > 0 && t1 >= 0 && l1 >= 0 && t1 + h1 <= H && l1 + w1 <= W);
+      /* The RNG must advance identically too (the flip draw follows). */
+      CHECK(lade__rng_u64(&a) == lade__rng_u64(&b));
+    }
+  }
+}
+
+/* Replays the first try by hand: the box must come from the same formula. */
+static void test_rrc_first_try_formula(void) {
+  int matched = 0;
+  for (uint64_t seed = 0; seed < 200; seed++) {
+    lade__rng_t r, c;
+    lade__rng_init(&r, seed, 1, 2);
+    c = r;
+    int t, l, h, w;
+    lade__rrc_params(&r, 500, 375, 0.08, 1.0, 0.75, 4.0 / 3.0, &t, &l, &h, &w);
+    double area = 500.0 * 375.0 * (0.08 + 0.92 * lade__rng_double(&c));
+    double ar = exp(log(0.75) + (log(4.0 / 3.0) - log(0.75)) * lade__rng_double(&c));
+    int ew = (int)nearbyint(sqrt(area * ar)), eh = (int)nearbyint(sqrt(area / ar));
+    if (ew <= 500 && eh <= 375) {
+      CHECK_EQ_INT(w, ew);
+      CHECK_EQ_INT(h, eh);
+      CHECK_EQ_INT(t, (int)lade__rng_below(&c, (uint64_t)(375 - eh + 1)));
+      CHECK_EQ_INT(l, (int)lade__rng_below(&c, (uint64_t)(500 - ew + 1)));
+      matched++;
+    }
+  }
+  CHECK(matched > 100);
+}
+
+static void test_rrc_fallback(void) {
+  for (uint64_t seed = 0; seed < 50; seed++) {
+    lade__rng_t r;
+    lade__rng_init(&r, seed, 0, 0);
+    int t, l, h, w;
+    /* 1000x10: every try is too tall, so the fallback: h = 10, w = round(10 * 4/3). */
+    lade__rrc_params(&r, 1000, 10, 0.08, 1.0, 0.75, 4.0 / 3.0, &t, &l, &h, &w);
+    CHECK(t == 0 && h == 10 && w == 13 && l == (1000 - 13) / 2);
+    lade__rrc_params(&r, 10, 1000, 0.08, 1.0, 0.75, 4.0 / 3.0, &t, &l, &h, &w);
+    CHECK(l == 0 && w == 10 && h == 13 && t == (1000 - 13) / 2);
+  }
+}
+
+#ifdef LADE_HAVE_JPEG
+#include <stdio.h>
+
+#include <jpeglib.h>
+
+/* A JPEG in memory: RGB gradient (or gray), or a solid colour when solid != NULL. */
+static uint8_t *make_jpeg(int W, int H, int gray, const uint8_t *solid, size_t *len) {
+  struct jpeg_compress_struct c;
+  struct jpeg_error_mgr e;
+  c.err = jpeg_std_error(&e);
+  jpeg_create_compress(&c);
+  unsigned char *buf = NULL;
+  unsigned long n = 0;
+  jpeg_mem_dest(&c, &buf, &n);
+  c.image_width = (JDIMENSION)W;
+  c.image_height = (JDIMENSION)H;
+  c.input_components = gray ? 1 : 3;
+  c.in_color_space = gray ? JCS_GRAYSCALE : JCS_RGB;
+  jpeg_set_defaults(&c);
+  jpeg_set_quality(&c, 95, TRUE);
+  jpeg_start_compress(&c, TRUE);
+  uint8_t *row = malloc((size_t)W * 3);
+  for (int y = 0; y < H; y++) {
+    for (int x = 0; x < W; x++) {
+      for (int k = 0; k < c.input_components; k++)
+        row[x * c.input_components + k] =
+            solid ? solid[k] : (uint8_t)((k == 0 ? x * 255 / W : k == 1 ? y * 255 / H : (x + y) * 127 / (W + H)));
+    }
+    JSAMPROW rows[1] = {row};
+    jpeg_write_scanlines(&c, rows, 1);
+  }
+  jpeg_finish_compress(&c);
+  jpeg_destroy_compress(&c);
+  free(row);
+  *len = n;
+  return buf;
+}
+
+static void test_solid_colour_and_normalise(void) {
+  const uint8_t col[3] = {200, 100, 30};
+  size_t len;
+  uint8_t *j = make_jpeg(96, 64, 0, col, &len);
+  lade__imgdec_t *d;
+  CHECK_OK(lade__imgdec_create(&d));
+  int W, H;
+  CHECK_OK(lade__jpeg_size(d, j, len, &W, &H));
+  CHECK(W == 96 && H == 64);
+  uint8_t u8[32 * 32 * 3];
+  float f[3 * 32 * 32];
+  CHECK_OK(lade__imgdec_crop(d, j, len, 5, 7, 40, 50, 32, false, LADE_DTYPE_UINT8, u8));
+  CHECK_OK(lade__imgdec_crop(d, j, len, 5, 7, 40, 50, 32, true, LADE_DTYPE_FLOAT32, f));
+  static const float mean[3] = {0.485f, 0.456f, 0.406f}, sd[3] = {0.229f, 0.224f, 0.225f};
+  int bad = 0;
+  for (int i = 0; i < 32 * 32; i++)
+    for (int c = 0; c < 3; c++) {
+      if (abs(u8[i * 3 + c] - col[c]) > 3) bad++;
+      float expect = ((float)u8[(i / 32) * 96 + (31 - i % 32) * 3 + c] / 255.0f - mean[c]) / sd[c];
+      if (fabsf(f[c * 1024 + i] - expect) > 1e-5f) bad++;
+    }
+  CHECK_EQ_INT(bad, 0);
+  lade__imgdec_destroy(d);
+  free(j);
+}
+
+static void test_flip_mirrors(void) {
+  size_t len;
+  uint8_t *j = make_jpeg(120, 90, 0, NULL, &len);
+  lade__imgdec_t *d;
+  CHECK_OK(lade__imgdec_create(&d));
+  static uint8_t a[48 * 48 * 3], b[48 * 48 * 3];
+  CHECK_OK(lade__imgdec_crop(d, j, len, 10, 20, 70, 90, 48, false, LADE_DTYPE_UINT8, a));
+  CHECK_OK(lade__imgdec_crop(d, j, len, 10, 20, 70, 90, 48, true, LADE_DTYPE_UINT8, b));
+  int bad = 0;
+  for (int y = 0; y < 48; y++)
+    for (int x = 0; x < 48; x++)
+      for (int c = 0; c < 3; c++) bad += a[(y * 48 + x) * 3 + c] != b[(y * 48 + 47 - x) * 3 + c];
+  CHECK_EQ_INT(bad, 0);
+  /* The gradient runs left to right in red: the crop must too. */
+  CHECK(a[(24 * 48 + 40) * 3] > a[(24 * 48 + 5) * 3] + 20);
+  lade__imgdec_destroy(d);
+  free(j);
+}
+
+static void test_grayscale_decodes(void) {
+  size_t len;
+  uint8_t *j = make_jpeg(75, 51, 1, NULL, &len);
+  lade__imgdec_t *d;
+  CHECK_OK(lade__imgdec_create(&d));
+  static uint8_t o[40 * 40 * 3];
+  CHECK_OK(lade__imgdec_crop(d, j, len, 0, 0, 51, 75, 40, false, LADE_DTYPE_UINT8, o));
+  int bad = 0, lo = 255, hi = 0;
+  for (int i = 0; i < 40 * 40; i++) {
+    bad += o[3 * i] != o[3 * i + 1] || o[3 * i] != o[3 * i + 2];
+    lo = LADE_MIN(lo, o[3 * i]);
+    hi = LADE_MAX(hi, o[3 * i]);
+  }
+  CHECK_EQ_INT(bad, 0);
+  CHECK(hi - lo > 150); /* the gradient survived */
+  lade__imgdec_destroy(d);
+  free(j);
+}
+
+static void test_dct_scaled_decode(void) {
+  const uint8_t col[3] = {10, 250, 128};
+  size_t len;
+  uint8_t *j = make_jpeg(1100, 900, 0, col, &len);
+  lade__imgdec_t *d;
+  CHECK_OK(lade__imgdec_create(&d));
+  static uint8_t o[64 * 64 * 3];
+  /* Boxes 2x, 4x, 8x and 14x the output: 1/2, 1/4, 1/8 scaling. */
+  const int sides[] = {130, 260, 520, 900};
+  for (int s = 0; s < 4; s++) {
+    CHECK_OK(lade__imgdec_crop(d, j, len, 900 - sides[s], 1100 - sides[s], sides[s], sides[s], 64, s & 1,
+                               LADE_DTYPE_UINT8, o));
+    int bad = 0;
+    for (int i = 0; i < 64 * 64 * 3; i++) bad += abs(o[i] - col[i % 3]) > 3;
+    CHECK_EQ_INT(bad, 0);
+  }
+  lade__imgdec_destroy(d);
+  free(j);
+}
+
+static void test_truncated_is_error(void) {
+  size_t len;
+  uint8_t *j = make_jpeg(200, 150, 0, NULL, &len);
+  lade__imgdec_t *d;
+  CHECK_OK(lade__imgdec_create(&d));
+  static uint8_t o[32 * 32 * 3];
+  for (size_t cut = 1; cut < len; cut += len / 17 + 1) {
+    lade__clear_error();
+    int rc = lade__imgdec_crop(d, j, cut, 0, 0, 150, 200, 32, false, LADE_DTYPE_UINT8, o);
+    CHECK_EQ_INT(rc, LADE_EFORMAT);
+    CHECK(strstr(lade_last_error(), "corrupt JPEG") != NULL);
+  }
+  lade__clear_error();
+  CHECK_EQ_INT(lade__imgdec_crop(d, j, len / 2, 0, 0, 150, 200, 32, false, LADE_DTYPE_UINT8, o), LADE_EFORMAT);
+  CHECK(strstr(lade_last_error(), "Premature end") != NULL);
+  CHECK_EQ_INT(lade__imgdec_crop(d, j, 0, 0, 0, 150, 200, 32, false, LADE_DTYPE_UINT8, o), LADE_EFORMAT);
+  /* The decoder is still usable after errors. */
+  CHECK_OK(lade__imgdec_crop(d, j, len, 0, 0, 150, 200, 32, false, LADE_DTYPE_UINT8, o));
+  /* A box outside the image is refused. */
+  CHECK_EQ_INT(lade__imgdec_crop(d, j, len, 100, 0, 100, 200, 32, false, LADE_DTYPE_UINT8, o), LADE_EINVAL);
+  lade__imgdec_destroy(d);
+  free(j);
+}
+
+static void test_garbage_is_error_not_crash(void) {
+  size_t len;
+  uint8_t *j = make_jpeg(64, 48, 0, NULL, &len);
+  lade__imgdec_t *d;
+  CHECK_OK(lade__imgdec_create(&d));
+  static uint8_t o[16 * 16 * 3 * 4];
+  uint8_t *buf = malloc(len);
+  lade__rng_t r;
+  lade__rng_init(&r, 99, 0, 0);
+  int errors = 0;
+  for (int it = 0; it < 300; it++) {
+    size_t n = 1 + lade__rng_below(&r, len);
+    for (size_t i = 0; i < n; i++) buf[i] = (uint8_t)lade__rng_u32(&r);
+    if (it % 2) memcpy(buf, j, LADE_MIN(n, 2)); /* some start like a JPEG */
+    int rc = lade__imgdec_crop(d, buf, n, 0, 0, 1, 1, 16, false, LADE_DTYPE_FLOAT32, o);
+    CHECK(rc == 0 || rc == LADE_EFORMAT || rc == LADE_EINVAL);
+    errors += rc != 0;
+  }
+  CHECK_EQ_INT(errors, 300);
+  /* Bit flips in a valid file: anything but a crash. */
+  for (int it = 0; it < 300; it++) {
+    memcpy(buf, j, len);
+    for (int k = 0; k < 4; k++) buf[lade__rng_below(&r, len)] ^= (uint8_t)(1u << lade__rng_below(&r, 8));
+    int W = 0, H = 0;
+    if (lade__jpeg_size(d, buf, len, &W, &H) == 0 && W > 0 && H > 0 && (uint64_t)W * H < 1u << 22) {
+      int rc = lade__imgdec_crop(d, buf, len, 0, 0, H, W, 16, it & 1, LADE_DTYPE_UINT8, o);
+      CHECK(rc == 0 || rc == LADE_EFORMAT);
+    }
+  }
+  free(buf);
+  lade__imgdec_destroy(d);
+  free(j);
+}
+
+static void test_vtables(void) {
+  size_t len;
+  uint8_t *j = make_jpeg(300, 200, 0, NULL, &len);
+  struct lade_config cfg;
+  lade__config_defaults(&cfg);
+  cfg.crop_size = 64;
+  cfg.resize_size = 72;
+  for (int dt = 0; dt < 2; dt++) {
+    cfg.image_dtype = dt ? LADE_DTYPE_UINT8 : LADE_DTYPE_FLOAT32;
+    void *st = NULL, *ws = NULL;
+    lade__sample_shape_t shape;
+    CHECK_OK(lade__xform_imagenet_train.init(&st, &cfg, NULL, 0, &shape));
+    CHECK_OK(lade__xform_imagenet_train.worker_init(st, &ws));
+    CHECK_EQ_INT(shape.ndim, 3);
+    CHECK_EQ_INT(shape.bytes, 64 * 64 * 3 * (dt ? 1 : 4));
+    CHECK_EQ_INT(shape.dims[dt ? 2 : 0], 3);
+    uint8_t *a = malloc(shape.bytes), *b = malloc(shape.bytes), *c = malloc(shape.bytes);
+    uint32_t payload = 0;
+    lade__rng_t r1, r2;
+    lade__rng_init(&r1, 5, 17, LADE_RNG_AUGMENT);
+    lade__rng_init(&r2, 5, 17, LADE_RNG_AUGMENT);
+    lade__xform_ctx_t c1 = {17, 0, &r1}, c2 = {17, 0, &r2};
+    CHECK_OK(lade__xform_imagenet_train.apply(st, ws, j, len, &c1, a, &payload));
+    CHECK_EQ_INT(payload, shape.bytes);
+    /* Same as doing it by hand: crop params, then one double for the flip. */
+    int t, l, h, w;
+    lade__rrc_params(&r2, 300, 200, cfg.scale_min, cfg.scale_max, cfg.ratio_min, cfg.ratio_max, &t, &l, &h, &w);
+    bool flip = lade__rng_double(&r2) < cfg.hflip;
+    lade__imgdec_t *d = ws;
+    CHECK_OK(lade__imgdec_crop(d, j, len, t, l, h, w, 64, flip, cfg.image_dtype, b));
+    CHECK(memcmp(a, b, shape.bytes) == 0);
+    CHECK(memcmp(&r1, &r2, sizeof(r1)) == 0);
+    /* A different sample index gives a different crop. */
+    lade__rng_init(&r1, 5, 18, LADE_RNG_AUGMENT);
+    c1.index = 18;
+    CHECK_OK(lade__xform_imagenet_train.apply(st, ws, j, len, &c1, c, &payload));
+    CHECK(memcmp(a, c, shape.bytes) != 0);
+    /* Bad bytes: an error with a reason. */
+    CHECK_EQ_INT(lade__xform_imagenet_train.apply(st, ws, j, len / 3, &c1, c, &payload), LADE_EFORMAT);
+    lade__xform_imagenet_train.worker_free(st, ws);
+    lade__xform_imagenet_train.destroy(st);
+
+    CHECK_OK(lade__xform_imagenet_eval.init(&st, &cfg, NULL, 0, &shape));
+    CHECK_OK(lade__xform_imagenet_eval.worker_init(st, &ws));
+    CHECK_OK(lade__xform_imagenet_eval.apply(st, ws, j, len, &c1, a, &payload));
+    CHECK_OK(lade__xform_imagenet_eval.apply(st, ws, j, len, &c2, b, &payload));
+    CHECK(memcmp(a, b, shape.bytes) == 0); /* eval ignores the RNG */
+    lade__xform_imagenet_eval.worker_free(st, ws);
+    lade__xform_imagenet_eval.destroy(st);
+    free(a);
+    free(b);
+    free(c);
+  }
+  free(j);
+}
+#endif
+
+int main(void) {
+  RUN(test_rrc_bounds_and_determinism);
+  RUN(test_rrc_first_try_formula);
+  RUN(test_rrc_fallback);
+#ifdef LADE_HAVE_JPEG
+  RUN(test_solid_colour_and_normalise);
+  RUN(test_flip_mirrors);
+  RUN(test_grayscale_decodes);
+  RUN(test_dct_scaled_decode);
+  RUN(test_truncated_is_error);
+  RUN(test_garbage_is_error_not_crash);
+  RUN(test_vtables);
+#else
+  printf("JPEG support not built in: decode tests skipped\n");
+#endif
+  return lade_test_finish();
+}
