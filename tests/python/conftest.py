@@ -53,3 +53,14 @@ def list_files(root):
                 files.append(os.path.join(root, c, f))
                 labels.append(ci)
     return files, labels
+
+
+@pytest.fixture(scope="session")
+def jpeg_dir(tmp_path_factory, lade_cli):
+    """24 synthetic JPEGs in 10 class folders."""
+    d = tmp_path_factory.mktemp("data") / "jpeg"
+    r = subprocess.run([lade_cli, "gen", "jpeg", str(d), "--count", "24"], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        pytest.skip("lade gen jpeg unavailable: " + r.stderr.strip())
+    return str(d)

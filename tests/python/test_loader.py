@@ -194,3 +194,33 @@ def test_train_cnn_example(lade_cli, tmp_path):
     assert sum(1 for l in lines if l.startswith("step ")) == 20
     assert lines[-1].startswith("final loss") and "after 20 steps" in lines[-1]
     assert "resume at epoch 2 step 4" in lines[-1]  # 8 steps per epoch: 20 = 2 * 8 + 4
+
+
+def test_jpeg_imagenet_train_matches_cli(jpeg_dir, lade_cli):
+    r = subprocess.run([lade_cli, "bench", jpeg_dir, "--transform", "imagenet-train", "--batch-size", "8",
+                        "--threads", "2", "--seed", "4", "--set", "crop_size=32", "--json"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip("imagenet-train unavailable: " + r.stderr.strip())
+    cli = json.loads(r.stdout)
+    with lade.Loader(jpeg_dir, transform="imagenet-train", batch_size=8, threads=2, seed=4, crop_size=32,
+                     output="numpy", meta=True) as L:
+        got = [(d.copy(), l.copy(), b.indices.tolist()) for d, l, b in L]
+    assert len(got) == cli["batches"] == 3
+    assert got[0][0].shape == (8, 3, 32, 32) and got[0][0].dtype == np.float32
+    assert "%016x" % _chain(d for d, _, _ in got) == cli["checksum"]
+    files, labels = list_files(jpeg_dir)
+    for _, lab, idx in got:
+        assert lab.tolist() == [labels[i] for i in idx]
+
+
+@needs_torch
+def test_jpeg_uint8_hwc(jpeg_dir):
+    try:
+        L = lade.Loader(jpeg_dir, transform="imagenet-eval", batch_size=4, crop_size=16, resize_size=20,
+                        image_dtype="uint8", output="torch", meta=True)
+        d, l, b = next(iter(L))
+    except lade.Error as e:
+        pytest.skip("imagenet-eval unavailable: %s" % e)
+    assert d.dtype == torch.uint8 and tuple(d.shape) == (4, 16, 16, 3) and d.data_ptr() == b.data_ptr
+    L.close()
