@@ -224,3 +224,18 @@ def test_jpeg_uint8_hwc(jpeg_dir):
         pytest.skip("imagenet-eval unavailable: %s" % e)
     assert d.dtype == torch.uint8 and tuple(d.shape) == (4, 16, 16, 3) and d.data_ptr() == b.data_ptr
     L.close()
+
+
+@needs_torch
+def test_rank_from_torch_distributed(tmp_path, monkeypatch):
+    import torch.distributed as dist
+    if not dist.is_available():
+        pytest.skip("torch.distributed unavailable")
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    dist.init_process_group("gloo", init_method="file://" + str(tmp_path / "store"), rank=0, world_size=1)
+    try:
+        assert lade.detect_rank() == (0, 1)  # an initialised process group wins over the environment
+    finally:
+        dist.destroy_process_group()
+    assert lade.detect_rank() == (3, 4)
