@@ -71,6 +71,10 @@ def test_torch_zero_copy(npy_dir):
         data[0, 0, 0, 0] = 12345.0
         assert float(again[0, 0, 0, 0]) == 12345.0
         assert b._refs == 3  # the Batch + two DLPack views
+        third = torch.from_dlpack(b)  # the protocol form (__dlpack_device__ + __dlpack__)
+        assert third.data_ptr() == b.data_ptr and b._refs == 4
+        del again, third
+        assert b._refs == 2
 
 
 def test_numpy_zero_copy_and_dlpack(npy_dir):
