@@ -7,8 +7,9 @@ pkgs=(
   build-essential cmake pkg-config
   libjpeg62-turbo-dev            # JPEG decode (libjpeg-turbo)
   clang libclang-rt-14-dev       # libFuzzer targets, sanitizers
-  python3 python3-dev python3-numpy python3-pytest python3-pil
+  python3 python3-dev python3-numpy python3-pytest python3-pil python3-setuptools
   python3-torch python3-torchvision
+  gnuplot-nox                    # lade simulate/model --plot
 )
 
 missing=()
