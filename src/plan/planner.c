@@ -530,15 +530,20 @@ static int step_locality(lade_plan_t *pl) {
       pl->sur_tmp[nmiss++] = pl->gb[i];
     }
   }
-  /* 2. uncached samples are read from storage by learners with a deficit */
-  uint32_t r = 0;
-  for (uint64_t j = 0; j < nmiss; j++) {
-    while (pl->kept[r] >= B) r++;
-    assert(r < p);
-    uint64_t at = pl->off[r] + pl->kept[r]++;
-    pl->samples[at] = pl->sur_tmp[j];
-    pl->from[at] = LADE_FROM_STORAGE;
-  }
+  /* 2. uncached samples are read from storage by learners with a deficit,
+   * first by those whose cache still has room (so the aggregate cache fills up) */
+  uint64_t j = 0, C = pl->s.cache;
+  for (int pass = 0; pass < 2; pass++)
+    for (uint32_t r = 0; r < p && j < nmiss; r++) {
+      uint64_t take = B - pl->kept[r];
+      if (pass == 0) take = LADE_MIN(take, pl->ucount[r] < C ? C - pl->ucount[r] : 0);
+      for (; take > 0 && j < nmiss; take--, j++) {
+        uint64_t at = pl->off[r] + pl->kept[r]++;
+        pl->samples[at] = pl->sur_tmp[j];
+        pl->from[at] = LADE_FROM_STORAGE;
+      }
+    }
+  assert(j == nmiss);
   /* 3. Algorithm 1 moves the surplus to the remaining deficits */
   for (uint32_t q = 0; q < p; q++) {
     pl->imb[q] = (int64_t)pl->cnt[q] > (int64_t)B ? (int64_t)(pl->cnt[q] - B) : -(int64_t)(B - pl->kept[q]);
