@@ -595,9 +595,16 @@ static void solar_quota(lade_plan_t *pl) {
     pl->quota[r] = LADE_MAX(lo, LADE_MIN(hi, pl->cnt[r] + a));
     sum += pl->quota[r];
   }
-  for (int pass = 0; pass < 2 && sum > pl->G; pass++)
+  /* trim the excess: first learners exactly at the level (their load drops),
+   * then round robin over any learner above lo (only when level 0 overshoots) */
+  for (uint32_t r = 0; r < p && sum > pl->G && a > 0; r++)
+    if (pl->quota[r] > lo && pl->quota[r] == pl->cnt[r] + a) {
+      pl->quota[r]--;
+      sum--;
+    }
+  while (sum > pl->G)
     for (uint32_t r = 0; r < p && sum > pl->G; r++)
-      if (pl->quota[r] > lo && (pass == 1 || pl->quota[r] == pl->cnt[r] + a)) {
+      if (pl->quota[r] > lo) {
         pl->quota[r]--;
         sum--;
       }
