@@ -167,7 +167,7 @@ static void test_invariants_all_plans(void) {
           s.cache = ci == 0 ? 0 : ci == 1 ? (share / 3) : ci == 2 ? share : s.samples;
           s.drop_last = (ci != 3);
           s.balance_peer = ci % 2;
-          s.imbalance = ci == 3 ? 2 * bs[bi] + 1 : ci;
+          s.imbalance = ci == 3 ? 2 * bs[bi] + 1 : (uint32_t)ci;
           s.coalesce = ci & 1;
           s.order_algo = ci == 3 ? LADE_ORDER_PSO : LADE_ORDER_AUTO;
           check_plan(&s);
