@@ -200,6 +200,17 @@ static void test_targets(void) {
   CHECK(sol < bel);
   CHECK(bel <= lru);
   CHECK(lru < 3 * 4096);
+  /* solar's quota with skewed caches: level 0 may overshoot the global batch by more than 2p */
+  lade_plan_settings_t s;
+  lade_plan_settings_default(&s);
+  s.kind = LADE_PLAN_SOLAR;
+  s.samples = 262896;
+  s.learners = 16;
+  s.batch_size = 64;
+  s.cache = 8215;
+  s.epochs = 10;
+  s.imbalance = 16;
+  check_plan(&s);
 }
 
 static void test_balance(void) {
