@@ -665,7 +665,12 @@ int lade_tool_model(int argc, char **argv) {
   if (rc) return rc;
   if (o.calibrate) {
     double U = 0, R = 0;
-    if (lade_tool_model_calibrate(o.calibrate, &U, &R)) return die("model", "%s", lade_last_error());
+    int crc = lade_tool_model_calibrate(o.calibrate, &U, &R);
+    if (crc) {
+      const char *e = lade_last_error();
+      fprintf(stderr, "lade model: --calibrate %s: %s\n", o.calibrate, e && *e ? e : lade_strerror(crc));
+      return 1;
+    }
     printf("calibrated on %s: U = %.1f samples/s per learner (preprocessing), R = %.1f samples/s (storage reads)\n",
            o.calibrate, U, R);
     o.m.U = U;
