@@ -422,7 +422,7 @@ static int sim_fig6(opts_t *o) {
     sbuf_t sc = {0};
     sb(&sc,
        "$d << EOD\n%sEOD\nset title 'Imbalance traffic (paper 000 Fig. 6): local batch / learners'\n"
-       "set ylabel 'sum of deficits / global batch (%%)'\nset xtics rotate by -60 (%s)\nset boxwidth 0.6\n"
+       "set ylabel 'sum of deficits / global batch (%%)'\nset xtics rotate by 60 right (%s)\nset bmargin 5\nset boxwidth 0.6\n"
        "set style fill solid 0.4\nset key off\nset grid y\nset xrange [0:%d]\n"
        "plot $d using 1:2:3:4:5:(0.6):($7+1) with candlesticks whiskerbars lc variable, "
        "$d using 1:6:6:6:6:(0.6) with candlesticks lc rgb 'black'\n",
@@ -500,7 +500,7 @@ static int sim_ablation(opts_t *o) {
     sbuf_t sc = {0};
     sb(&sc,
        "$d << EOD\n%sEOD\nset title 'Storage reads, all epochs (paper 002 ablation)'\nset style data histograms\n"
-       "set style fill solid 0.6\nset xtics rotate by -30\nset ylabel 'samples'\nset grid y\n"
+       "set style fill solid 0.6\nset xtics rotate by 30 right\nset yrange [0:*]\nset format y '%%.1s%%c'\nset bmargin 6\nset ylabel 'samples'\nset grid y\n"
        "plot $d using 2:xtic(1) title 'storage reads', '' using 3 title 'storage requests (coalesced)'\n",
        data.p);
     rc = gnuplot("simulate", o->plot, sc.p);
