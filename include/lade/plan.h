@@ -1,0 +1,251 @@
+/*
+ * lade/plan.h - the planner, simulator and analytical models of liblade.
+ *
+ * A plan says, for every (epoch, step, learner), which sample indices the
+ * learner trains on and where each one comes from (its own cache, a named
+ * peer's cache, or storage), plus which samples each learner admits to and
+ * evicts from its cache at the end of the step. Plans are deterministic
+ * functions of (settings, seed, learners): every learner computes the same
+ * plan without messages. They are computed a step at a time (memory stays
+ * O(samples + learners * cache)), and lade_plan_seek() jumps anywhere.
+ *
+ * Cache semantics of a step: every `from` refers to the caches as they are at
+ * the START of the step; the step's evictions and admissions take effect at
+ * its END (so a peer never loses a sample it must send in the same step).
+ * After the step no learner holds more than `cache` samples.
+ *
+ * Kept in its own header because the tools and benchmarks use it while the
+ * loader itself (lade.h) drives plans internally. Same conventions as lade.h:
+ * 0 or a negative LADE_E* code, detail in lade_last_error(), handles not
+ * thread-safe.
+ */
+#ifndef LADE_PLAN_PUBLIC_H
+#define LADE_PLAN_PUBLIC_H
+
+#include <stdint.h>
+
+#include "lade/lade.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Source codes in lade_plan_step_t.from; a value >= 0 is the peer's rank. */
+#define LADE_FROM_CACHE (-1)
+#define LADE_FROM_STORAGE (-2)
+
+typedef enum lade_plan_kind {
+  LADE_PLAN_REGULAR = 0,     /* global shuffle, contiguous slices, no reuse */
+  LADE_PLAN_REGULAR_LRU,     /* regular slices + per-learner LRU cache */
+  LADE_PLAN_REGULAR_BELADY,  /* regular slices + per-learner farthest-next-use cache */
+  LADE_PLAN_DISTCACHE,       /* regular slices, misses served by the peer caching the sample (paper 000 III-C) */
+  LADE_PLAN_LOCALITY,        /* train on cached samples, Algorithm 1 balancing (paper 000 V) */
+  LADE_PLAN_SOLAR,           /* epoch order + remapping + load balance + chunks (paper 002) */
+  LADE_PLAN_KIND_COUNT
+} lade_plan_kind_t;
+
+/* Epoch-order solvers for solar. */
+typedef enum lade_plan_order_algo {
+  LADE_ORDER_AUTO = 0,   /* exact DP up to 16 epochs, local search beyond */
+  LADE_ORDER_DP,         /* Held-Karp dynamic program (exact; at most 16 epochs) */
+  LADE_ORDER_LOCAL,      /* nearest neighbour from every start + swap/relocate local search */
+  LADE_ORDER_PSO         /* discrete particle swarm (swap sequences), as in paper 002 */
+} lade_plan_order_algo_t;
+
+typedef struct lade_plan_settings {
+  int kind;                /* lade_plan_kind_t */
+  uint64_t samples;        /* N, the dataset size */
+  uint32_t learners;       /* p */
+  uint32_t batch_size;     /* B, each learner's local batch; global batch G = B * p */
+  uint64_t epochs;
+  uint64_t seed;
+  uint64_t cache;          /* per-learner cache capacity in samples (0: no cache) */
+  uint64_t cache_bytes;    /* if nonzero, cache = cache_bytes / sample_bytes (overrides cache) */
+  uint64_t sample_bytes;   /* sample size used with cache_bytes (uniform sizes assumed) */
+  int drop_last;           /* 1: drop the incomplete last global batch; 0: pad cyclically */
+  int balance_peer;        /* locality: 1 = balancing transfers are peer sends, 0 = receiver reloads from storage */
+  int reorder;             /* solar: 1 = optimise the epoch order (changes which epoch's shuffle a step uses) */
+  int order_algo;          /* solar: lade_plan_order_algo_t */
+  uint32_t imbalance;      /* solar: local batch sizes may differ by at most this (0: all equal B) */
+  int coalesce;            /* solar: sort each learner's storage reads and coalesce adjacent indices */
+} lade_plan_settings_t;
+
+/* Fills *s with the defaults: regular, drop_last 1, balance_peer 1, reorder 1,
+ * order AUTO, imbalance 0, coalesce 1, seed 0, cache 0. */
+LADE_API void lade_plan_settings_default(lade_plan_settings_t *s);
+
+/* "regular", "regular+lru", "regular+belady", "distcache", "locality", "solar". */
+LADE_API const char *lade_plan_kind_name(int kind);
+/* The kind for a name, or LADE_EINVAL. */
+LADE_API int lade_plan_kind_parse(const char *name);
+
+/* One Algorithm 1 transfer: `count` samples go from learner src to dst. */
+typedef struct lade_plan_transfer {
+  uint32_t src, dst;
+  uint64_t count;
+} lade_plan_transfer_t;
+
+/*
+ * One step of a plan. All arrays are borrowed from the plan and valid until
+ * the next lade_plan_next()/lade_plan_seek()/lade_plan_destroy().
+ * Learner r trains on samples[offset[r] .. offset[r+1]) with sources
+ * from[offset[r] ..]; it admits admit[admit_offset[r] .. admit_offset[r+1])
+ * and evicts evict[evict_offset[r] ..] at the end of the step. Its storage
+ * reads, sorted and coalesced (only when coalesce is set), are the ranges
+ * [read_start[i], read_start[i] + read_count[i]) for i in
+ * [read_offset[r], read_offset[r+1]).
+ */
+typedef struct lade_plan_step {
+  uint64_t epoch, step;        /* position in training order */
+  uint64_t shuffle_epoch;      /* the regular epoch whose global batch this step is */
+  uint32_t learners;
+  uint64_t total;              /* samples in the global batch */
+  const uint64_t *samples;
+  const int32_t *from;
+  const uint64_t *offset;
+  const uint64_t *admit, *admit_offset;
+  const uint64_t *evict, *evict_offset;
+  uint64_t transfers;          /* locality: the Algorithm 1 schedule of this step */
+  const lade_plan_transfer_t *transfer;
+  uint64_t deficit;            /* locality/solar: sum over learners of max(0, share - cached samples of the batch) */
+  const uint64_t *read_start, *read_count, *read_offset; /* NULL unless coalesce */
+} lade_plan_step_t;
+
+typedef struct lade_plan lade_plan_t;
+
+/* Validates the settings (zero learners, batch or cache larger than the
+ * dataset, ...) and builds a plan positioned at (0, 0). solar computes its
+ * epoch order here (all epochs' shuffles are drawn ahead). */
+LADE_API int lade_plan_create(lade_plan_t **out, const lade_plan_settings_t *s);
+LADE_API void lade_plan_destroy(lade_plan_t *plan);
+/* The settings as used (cache resolved from cache_bytes). Borrowed. */
+LADE_API const lade_plan_settings_t *lade_plan_settings(const lade_plan_t *plan);
+LADE_API uint64_t lade_plan_steps_per_epoch(const lade_plan_t *plan);
+/* Computes the next step; LADE_ERANGE after the last one. *out is borrowed. */
+LADE_API int lade_plan_next(lade_plan_t *plan, const lade_plan_step_t **out);
+/* Positions the plan so the next lade_plan_next() gives (epoch, step). Plans
+ * with cache state replay from the start (or from the current position when
+ * seeking forward): the result is identical to reaching it sequentially. */
+LADE_API int lade_plan_seek(lade_plan_t *plan, uint64_t epoch, uint64_t step);
+/* The epoch order (shuffle epoch of each training epoch); borrowed, `epochs` long. */
+LADE_API const uint64_t *lade_plan_epoch_order(const lade_plan_t *plan);
+
+/* ---- epoch order (paper 002 eq. 1-2), exposed for comparison and tests */
+
+/* cost[u*E+v] = N(u,v) = |first `buffer` samples of epoch v's shuffle minus the
+ * last `buffer` of epoch u's|, for the shuffles of the settings' seed. The
+ * caller owns cost (E*E entries). */
+LADE_API int lade_plan_order_costs(const lade_plan_settings_t *s, uint64_t buffer, uint64_t *cost);
+/* Solves the open-path TSP over cost (E x E) with `algo`; writes the order and
+ * its total cost. seed drives PSO. */
+LADE_API int lade_plan_order_solve(const uint64_t *cost, uint64_t epochs, int algo, uint64_t seed, uint64_t *order,
+                                   uint64_t *total);
+
+/* Algorithm 1 of paper 000: imbalance[r] = load_r - share_r (surplus > 0,
+ * deficit < 0, summing to 0). Writes at most p-1 transfers; returns their
+ * number in *count. */
+LADE_API int lade_plan_balance(uint32_t p, const int64_t *imbalance, lade_plan_transfer_t *out, uint64_t *count);
+
+/* ---- plan files: versioned, checksummed, memory-mappable */
+
+#define LADE_PLAN_FILE_VERSION 1u
+
+/* Writes every step of the plan to path (see docs/plan.md for the layout). */
+LADE_API int lade_plan_write(const lade_plan_settings_t *s, const char *path);
+
+typedef struct lade_plan_file lade_plan_file_t;
+/* Maps path read-only and checks magic, version and checksum. */
+LADE_API int lade_plan_file_open(lade_plan_file_t **out, const char *path);
+LADE_API void lade_plan_file_close(lade_plan_file_t *f);
+LADE_API const lade_plan_settings_t *lade_plan_file_settings(const lade_plan_file_t *f);
+LADE_API uint64_t lade_plan_file_steps(const lade_plan_file_t *f);
+/* The i-th step in training order (i = epoch * steps_per_epoch + step). The
+ * arrays point into the mapping (read_* are NULL) and *out is owned by f. */
+LADE_API int lade_plan_file_step(lade_plan_file_t *f, uint64_t i, const lade_plan_step_t **out);
+
+/* ---- simulator: runs a plan without I/O */
+
+typedef struct lade_sim_costs {
+  double storage_rate;   /* R: samples/s from storage, whole system (0: not modelled) */
+  double peer_rate;      /* R_c: samples/s between learners, per learner */
+  double cache_rate;     /* samples/s from a learner's own cache */
+  double train_rate;     /* V: samples/s trained per learner */
+} lade_sim_costs_t;
+
+typedef struct lade_sim_epoch {
+  uint64_t epoch;
+  uint64_t steps;
+  uint64_t from_storage, from_peer, from_cache;
+  uint64_t storage_requests;   /* coalesced storage reads (ranges); = from_storage without coalescing */
+  uint64_t max_storage_sum;    /* sum over steps of max over learners of storage reads (numPFS) */
+  uint64_t max_storage_peak;   /* the largest per-step maximum */
+  double imbalance_pct;        /* mean over steps of deficit / global batch * 100 */
+  uint64_t batch_min, batch_max; /* local batch sizes seen */
+  uint64_t transfers;          /* Algorithm 1 messages */
+  double time_s;               /* modelled epoch time */
+} lade_sim_epoch_t;
+
+/* Runs the plan; out has `epochs` entries. If step_imbalance is not NULL it
+ * receives the per-step imbalance percentage (epochs * steps entries). */
+LADE_API int lade_simulate(const lade_plan_settings_t *s, const lade_sim_costs_t *costs, lade_sim_epoch_t *out,
+                           double *step_imbalance);
+
+/* ---- analytical model of paper 000, eqs. (1)-(8), per epoch in seconds */
+
+typedef struct lade_model_params {
+  double D;      /* samples in the dataset */
+  double p;      /* learners */
+  double V;      /* training rate per learner, samples/s */
+  double R;      /* storage rate, samples/s (aggregate) */
+  double Rc;     /* remote cache rate, samples/s (aggregate) */
+  double Rb;     /* load-balancing rate, samples/s (aggregate) */
+  double U;      /* preprocessing rate per learner, samples/s */
+  double alpha;  /* fraction of the dataset in the aggregated cache */
+  double beta;   /* balancing traffic / dataset (<0: unset) */
+} lade_model_params_t;
+
+typedef struct lade_model_result {
+  double train;            /* (1) D/(pV) */
+  double io_regular;       /* (2) D/R */
+  double preprocess;       /* (3) D/(pU) */
+  double loading_regular;  /* (4) */
+  double true_regular;     /* (6) */
+  double io_distcache;     /* (7) */
+  double io_locality;      /* (8) */
+  double epoch_regular, epoch_distcache, epoch_locality; /* max(train, io + preprocess) */
+  double crossover_p;      /* (5) R/V */
+} lade_model_result_t;
+
+LADE_API void lade_model_eval(const lade_model_params_t *m, lade_model_result_t *r);
+
+/* Cloud cost of paper 004 (section III-C), in dollars. */
+typedef struct lade_cost_params {
+  double nodes;                 /* n */
+  double epochs;                /* E */
+  double samples;               /* N */
+  double compute_s;             /* T_c: compute seconds per epoch */
+  double load_s;                /* T_l: data-wait seconds per epoch */
+  double vm_hour;               /* $ per node-hour */
+  double disk_gb_month;         /* $ per GB-month of node disk */
+  double os_gb;                 /* GB of OS and dependencies per node */
+  double cache_gb;              /* GB of cache per node */
+  double bucket_gb_month;       /* $ per GB-month in the bucket */
+  double dataset_gb;
+  double class_a;               /* $ per list request */
+  double class_b;               /* $ per get request */
+  double page;                  /* samples per list page */
+  double fetch;                 /* samples per prefetch (0: no prefetcher listing) */
+  double miss_rate;             /* fraction of samples fetched from the bucket */
+} lade_cost_params_t;
+
+typedef struct lade_cost_result {
+  double hours, vm, disk, bucket, requests, total;
+} lade_cost_result_t;
+
+LADE_API void lade_cost_defaults(lade_cost_params_t *c);
+LADE_API void lade_cost_eval(const lade_cost_params_t *c, lade_cost_result_t *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* LADE_PLAN_PUBLIC_H */

@@ -1,0 +1,72 @@
+/*
+ * model.c - closed-form models: paper 000's per-epoch time model, eqs. (1)-(8)
+ * (regular loading, distributed caching, locality-aware loading) and the cloud
+ * cost model of paper 004 section III-C. The paper 004 PDF text lost its
+ * formulas; the form used here is reconstructed from its prose: VM hours for
+ * compute + loading time, node disks (OS + cache) for the run's duration,
+ * bucket storage, and Class A (list) + Class B (get) requests per epoch, the
+ * list count multiplied by the number of prefetches when a prefetcher lists
+ * the bucket on each fetch.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "core/core.h"
+#include "lade/plan.h"
+
+static double dmax(double a, double b) { return a > b ? a : b; }
+
+void lade_model_eval(const lade_model_params_t *m, lade_model_result_t *r) {
+  memset(r, 0, sizeof *r);
+  double D = m->D, p = m->p;
+  r->train = D / (p * m->V);                                     /* (1) */
+  r->io_regular = D / m->R;                                      /* (2) */
+  r->preprocess = m->U > 0 ? D / (p * m->U) : 0;                 /* (3) */
+  r->loading_regular = r->io_regular + r->preprocess;            /* (4) */
+  r->crossover_p = m->R / m->V;                                  /* (5) */
+  r->true_regular = p <= r->crossover_p ? r->train : r->io_regular; /* (6) */
+  r->io_distcache = (1 - m->alpha) * D / m->R + m->alpha * D / m->Rc * (p - 1) / p; /* (7) */
+  double beta = m->beta < 0 ? 0 : m->beta;
+  r->io_locality = (1 - m->alpha) * D / m->R + m->alpha * D / m->Rb * beta;          /* (8) */
+  r->epoch_regular = dmax(r->train, r->loading_regular);
+  r->epoch_distcache = dmax(r->train, r->io_distcache + r->preprocess);
+  r->epoch_locality = dmax(r->train, r->io_locality + r->preprocess);
+}
+
+/* Defaults: Google Cloud list prices as quoted by paper 004 (Class A $0.05 and
+ * Class B $0.002 per 10,000 requests) and GCP's 2021 list prices for an
+ * n1-standard-8 + one V100 ($2.95/h), pd-standard disk ($0.04/GB-month) and
+ * Standard bucket storage ($0.020/GB-month); a two-epoch CIFAR-10-sized run. */
+void lade_cost_defaults(lade_cost_params_t *c) {
+  memset(c, 0, sizeof *c);
+  c->nodes = 3;
+  c->epochs = 2;
+  c->samples = 50000;
+  c->compute_s = 300;
+  c->load_s = 60;
+  c->vm_hour = 2.95;
+  c->disk_gb_month = 0.04;
+  c->os_gb = 10;
+  c->cache_gb = 0.2;
+  c->bucket_gb_month = 0.020;
+  c->dataset_gb = 0.17;
+  c->class_a = 0.05 / 10000;
+  c->class_b = 0.002 / 10000;
+  c->page = 1000;
+  c->fetch = 1024;
+  c->miss_rate = 1;
+}
+
+void lade_cost_eval(const lade_cost_params_t *c, lade_cost_result_t *r) {
+  memset(r, 0, sizeof *r);
+  r->hours = c->epochs * (c->compute_s + c->load_s) / 3600.0;
+  double months = r->hours / (24.0 * 30.0);
+  r->vm = c->nodes * r->hours * c->vm_hour;
+  r->disk = c->nodes * (c->os_gb + c->cache_gb) * c->disk_gb_month * months;
+  r->bucket = c->dataset_gb * c->bucket_gb_month * months;
+  double lists = c->page > 0 ? ceil(c->samples / c->page) : 0;
+  if (c->fetch > 0) lists *= ceil(c->samples / c->fetch);
+  double gets = c->samples * c->miss_rate;
+  r->requests = c->epochs * (lists * c->class_a + gets * c->class_b);
+  r->total = r->vm + r->disk + r->bucket + r->requests;
+}

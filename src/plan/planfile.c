@@ -1,0 +1,255 @@
+/*
+ * planfile.c - plans on disk, so the engine can memory-map a precomputed plan
+ * instead of recomputing it. Layout (little-endian, every field 8-byte
+ * aligned; docs/plan.md):
+ *
+ *   header   "LADEPLAN" u32 version u32 header_bytes, settings, steps/epoch,
+ *            step count, index offset
+ *   steps    per step: 8 u64 (epoch, step, shuffle_epoch, total, transfers,
+ *            deficit, admits, evicts), offset[p+1], samples[total],
+ *            from[total] (i32, padded to 8 bytes), admit_offset[p+1],
+ *            admit[], evict_offset[p+1], evict[], transfers (u32 src,
+ *            u32 dst, u64 count)
+ *   index    u64 file offset of every step
+ *   trailer  u64 checksum (lade__hash64 of all bytes before it), "LADEEND\0"
+ *
+ * A reader checks magic, version, sizes and the checksum before trusting any
+ * offset, so a truncated or foreign file fails with a clear message.
+ */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/core.h"
+#include "lade/plan.h"
+
+#define HEADER_U64 20
+
+typedef struct writer {
+  FILE *f;
+  uint64_t pos, hash;
+} writer_t;
+
+static int put(writer_t *w, const void *data, size_t n) {
+  if (n && fwrite(data, 1, n, w->f) != n) return lade__fail(LADE_EIO, "plan file: write failed");
+  w->hash = lade__hash64(data, n, w->hash);
+  w->pos += n;
+  return 0;
+}
+
+static void settings_to_header(const lade_plan_settings_t *s, uint64_t steps, uint64_t nsteps, uint64_t *h) {
+  memset(h, 0, HEADER_U64 * 8);
+  memcpy(h, "LADEPLAN", 8);
+  h[1] = LADE_PLAN_FILE_VERSION | ((uint64_t)(HEADER_U64 * 8) << 32);
+  h[2] = (uint64_t)s->kind;
+  h[3] = s->samples;
+  h[4] = s->learners;
+  h[5] = s->batch_size;
+  h[6] = s->epochs;
+  h[7] = s->seed;
+  h[8] = s->cache;
+  h[9] = (uint64_t)s->drop_last;
+  h[10] = (uint64_t)s->balance_peer;
+  h[11] = (uint64_t)s->reorder;
+  h[12] = (uint64_t)s->order_algo;
+  h[13] = s->imbalance;
+  h[14] = (uint64_t)s->coalesce;
+  h[15] = steps;
+  h[16] = nsteps;
+  /* h[17]: index offset, filled at the end */
+}
+
+int lade_plan_write(const lade_plan_settings_t *s, const char *path) {
+  lade_plan_t *pl = NULL;
+  int rc = lade_plan_create(&pl, s);
+  if (rc) return rc;
+  const lade_plan_settings_t *u = lade_plan_settings(pl);
+  uint64_t steps = lade_plan_steps_per_epoch(pl), nsteps = steps * u->epochs, p = u->learners;
+  uint64_t *index = malloc((nsteps ? nsteps : 1) * sizeof *index);
+  writer_t w = {fopen(path, "wb"), 0, 1469598103934665603ull};
+  if (!index || !w.f) {
+    rc = !index ? lade__fail(LADE_ENOMEM, "plan file: out of memory") : lade__fail(LADE_EIO, "plan file: cannot create %s", path);
+    goto out;
+  }
+  uint64_t h[HEADER_U64];
+  settings_to_header(u, steps, nsteps, h);
+  if ((rc = put(&w, h, sizeof h))) goto out;
+  static const uint8_t zero[8] = {0};
+  for (uint64_t i = 0; i < nsteps; i++) {
+    const lade_plan_step_t *v;
+    if ((rc = lade_plan_next(pl, &v))) goto out;
+    index[i] = w.pos;
+    uint64_t na = v->admit_offset[p], ne = v->evict_offset[p];
+    uint64_t rec[8] = {v->epoch, v->step, v->shuffle_epoch, v->total, v->transfers, v->deficit, na, ne};
+    if ((rc = put(&w, rec, sizeof rec)) || (rc = put(&w, v->offset, (p + 1) * 8)) ||
+        (rc = put(&w, v->samples, v->total * 8)) || (rc = put(&w, v->from, v->total * 4)) ||
+        (rc = put(&w, zero, (v->total * 4) % 8)) || (rc = put(&w, v->admit_offset, (p + 1) * 8)) ||
+        (rc = put(&w, v->admit, na * 8)) || (rc = put(&w, v->evict_offset, (p + 1) * 8)) ||
+        (rc = put(&w, v->evict, ne * 8)) || (rc = put(&w, v->transfer, v->transfers * sizeof *v->transfer)))
+      goto out;
+  }
+  uint64_t index_at = w.pos;
+  if ((rc = put(&w, index, nsteps * 8))) goto out;
+  /* patch the index offset into the header, then hash the whole file again for the trailer */
+  if (fflush(w.f) || fseek(w.f, 17 * 8, SEEK_SET) || fwrite(&index_at, 8, 1, w.f) != 1 || fflush(w.f)) {
+    rc = lade__fail(LADE_EIO, "plan file: cannot patch the header of %s", path);
+    goto out;
+  }
+  fclose(w.f);
+  w.f = NULL;
+  {
+    int fd = open(path, O_RDONLY);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st)) {
+      if (fd >= 0) close(fd);
+      rc = lade__fail(LADE_EIO, "plan file: cannot reopen %s", path);
+      goto out;
+    }
+    void *m = st.st_size ? mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
+    close(fd);
+    if (m == MAP_FAILED) {
+      rc = lade__fail(LADE_EIO, "plan file: cannot map %s", path);
+      goto out;
+    }
+    uint64_t trailer[2];
+    trailer[0] = lade__hash64(m, (size_t)st.st_size, 1469598103934665603ull);
+    memcpy(&trailer[1], "LADEEND", 8);
+    munmap(m, (size_t)st.st_size);
+    FILE *f = fopen(path, "ab");
+    if (!f || fwrite(trailer, 8, 2, f) != 2 || fclose(f)) {
+      rc = lade__fail(LADE_EIO, "plan file: cannot finish %s", path);
+      goto out;
+    }
+  }
+out:
+  if (w.f) fclose(w.f);
+  free(index);
+  lade_plan_destroy(pl);
+  return rc;
+}
+
+struct lade_plan_file {
+  const uint8_t *map;
+  size_t size;
+  lade_plan_settings_t s;
+  uint64_t steps, nsteps;
+  const uint64_t *index;
+  lade_plan_step_t view;
+};
+
+static int bad(lade_plan_file_t *f, const char *path, const char *why) {
+  lade_plan_file_close(f);
+  return lade__fail(LADE_EFORMAT, "plan file %s: %s", path, why);
+}
+
+int lade_plan_file_open(lade_plan_file_t **out, const char *path) {
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) return lade__fail(LADE_ENOENT, "plan file: cannot open %s", path);
+  struct stat st;
+  if (fstat(fd, &st)) {
+    close(fd);
+    return lade__fail(LADE_EIO, "plan file: cannot stat %s", path);
+  }
+  lade_plan_file_t *f = calloc(1, sizeof *f);
+  if (!f) {
+    close(fd);
+    return lade__fail(LADE_ENOMEM, "plan file: out of memory");
+  }
+  f->size = (size_t)st.st_size;
+  if (f->size < HEADER_U64 * 8 + 16) {
+    close(fd);
+    return bad(f, path, "too short to be a plan file");
+  }
+  void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  if (m == MAP_FAILED) {
+    free(f);
+    return lade__fail(LADE_EIO, "plan file: cannot map %s", path);
+  }
+  f->map = m;
+  const uint64_t *h = m;
+  if (memcmp(h, "LADEPLAN", 8)) return bad(f, path, "not a lade plan file (bad magic)");
+  if ((uint32_t)h[1] != LADE_PLAN_FILE_VERSION) {
+    char msg[128];
+    snprintf(msg, sizeof msg, "version %u, this build reads version %u", (unsigned)(uint32_t)h[1],
+             LADE_PLAN_FILE_VERSION);
+    return bad(f, path, msg);
+  }
+  const uint64_t *tr = (const uint64_t *)(f->map + f->size - 16);
+  if (memcmp(&tr[1], "LADEEND", 8)) return bad(f, path, "truncated (no trailer)");
+  if (lade__hash64(f->map, f->size - 16, 1469598103934665603ull) != tr[0])
+    return bad(f, path, "checksum mismatch (corrupted)");
+  lade_plan_settings_t *s = &f->s;
+  lade_plan_settings_default(s);
+  s->kind = (int)h[2];
+  s->samples = h[3];
+  s->learners = (uint32_t)h[4];
+  s->batch_size = (uint32_t)h[5];
+  s->epochs = h[6];
+  s->seed = h[7];
+  s->cache = h[8];
+  s->drop_last = (int)h[9];
+  s->balance_peer = (int)h[10];
+  s->reorder = (int)h[11];
+  s->order_algo = (int)h[12];
+  s->imbalance = (uint32_t)h[13];
+  s->coalesce = (int)h[14];
+  f->steps = h[15];
+  f->nsteps = h[16];
+  if (h[17] + f->nsteps * 8 > f->size - 16 || h[17] % 8) return bad(f, path, "index out of bounds");
+  f->index = (const uint64_t *)(f->map + h[17]);
+  *out = f;
+  return 0;
+}
+
+void lade_plan_file_close(lade_plan_file_t *f) {
+  if (!f) return;
+  if (f->map) munmap((void *)f->map, f->size);
+  free(f);
+}
+
+const lade_plan_settings_t *lade_plan_file_settings(const lade_plan_file_t *f) { return &f->s; }
+uint64_t lade_plan_file_steps(const lade_plan_file_t *f) { return f->nsteps; }
+
+int lade_plan_file_step(lade_plan_file_t *f, uint64_t i, const lade_plan_step_t **out) {
+  if (i >= f->nsteps)
+    return lade__fail(LADE_ERANGE, "plan file: step %llu of %llu", (unsigned long long)i, (unsigned long long)f->nsteps);
+  uint64_t p = f->s.learners, at = f->index[i];
+  if (at % 8 || at + 64 > f->size) return lade__fail(LADE_EFORMAT, "plan file: step %llu out of bounds", (unsigned long long)i);
+  const uint64_t *rec = (const uint64_t *)(f->map + at);
+  uint64_t total = rec[3], nt = rec[4], na = rec[6], ne = rec[7];
+  uint64_t need = 64 + (p + 1) * 8 * 3 + total * 8 + (total * 4 + 7) / 8 * 8 + (na + ne) * 8 + nt * 16;
+  if (total > f->s.samples * 2 + (uint64_t)f->s.batch_size * p || at + need > f->size)
+    return lade__fail(LADE_EFORMAT, "plan file: step %llu out of bounds", (unsigned long long)i);
+  lade_plan_step_t *v = &f->view;
+  memset(v, 0, sizeof *v);
+  v->epoch = rec[0];
+  v->step = rec[1];
+  v->shuffle_epoch = rec[2];
+  v->total = total;
+  v->transfers = nt;
+  v->deficit = rec[5];
+  v->learners = (uint32_t)p;
+  const uint8_t *q = (const uint8_t *)(rec + 8);
+  v->offset = (const uint64_t *)q;
+  q += (p + 1) * 8;
+  v->samples = (const uint64_t *)q;
+  q += total * 8;
+  v->from = (const int32_t *)q;
+  q += (total * 4 + 7) / 8 * 8;
+  v->admit_offset = (const uint64_t *)q;
+  q += (p + 1) * 8;
+  v->admit = (const uint64_t *)q;
+  q += na * 8;
+  v->evict_offset = (const uint64_t *)q;
+  q += (p + 1) * 8;
+  v->evict = (const uint64_t *)q;
+  q += ne * 8;
+  v->transfer = (const lade_plan_transfer_t *)q;
+  *out = v;
+  return 0;
+}
