@@ -6,9 +6,22 @@
  *   R: raw transform (bytes only), all threads: samples/s of one epoch.
  *   U: the imagenet-train transform with one worker thread: samples/s.
  */
+#include <ftw.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
 
 #include "lade/lade.h"
+
+/* The raw transform needs a fixed slot: the largest file of the dataset. */
+static uint64_t max_size;
+static int note_size(const char *path, const struct stat *st, int type, struct FTW *f) {
+  (void)path;
+  (void)f;
+  if (type == FTW_F && (uint64_t)st->st_size > max_size) max_size = (uint64_t)st->st_size;
+  return 0;
+}
 
 int lade_tool_model_calibrate(const char *dir, double *U, double *R);
 
@@ -21,6 +34,13 @@ static int rate(const char *dir, const char *transform, const char *threads, dou
   if (!rc) rc = lade_config_set(cfg, "threads", threads);
   if (!rc) rc = lade_config_set(cfg, "epochs", "1");
   if (!rc) rc = lade_config_set(cfg, "batch_size", "16");
+  if (!rc && strcmp(transform, "raw") == 0) {
+    char size[32];
+    max_size = 0;
+    nftw(dir, note_size, 16, FTW_PHYS);
+    snprintf(size, sizeof size, "%llu", (unsigned long long)(max_size ? max_size : 1));
+    rc = lade_config_set(cfg, "raw_size", size);
+  }
   if (!rc) rc = lade_loader_create(&ld, cfg);
   lade_config_destroy(cfg);
   if (rc) return rc;
