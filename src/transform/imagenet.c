@@ -89,7 +89,8 @@ typedef struct coeffs {
   int32_t *k;    /* out * ksize */
   int *bounds;   /* out * 2: first input index, tap count */
   double *pre;   /* ksize, the float weights of one output pixel */
-  size_t kcap, bcap, pcap;
+  int32_t *k2;   /* SIMD layout: per output pair and tap, {k0 x4, k1 x4} */
+  size_t kcap, bcap, pcap, k2cap;
   int ksize;
 } coeffs_t;
 
@@ -177,6 +178,7 @@ void lade__imgdec_destroy(lade__imgdec_t *d) {
   free(d->ch.k);
   free(d->ch.bounds);
   free(d->ch.pre);
+  free(d->ch.k2);
   free(d->cv.k);
   free(d->cv.bounds);
   free(d->cv.pre);
@@ -215,7 +217,7 @@ static double tri_filter(double x) {
  * output pixel xx samples input [in0, in1) (float box inside [0, in_size)),
  * window clipped to [0, in_size).
  */
-static int make_coeffs(coeffs_t *c, int in_size, double in0, double in1, int out_size) {
+static int make_coeffs(coeffs_t *c, int in_size, double in0, double in1, int out_size, bool pairs) {
   double scale = (in1 - in0) / out_size, fscale = scale < 1.0 ? 1.0 : scale;
   double support = 1.0 * fscale;
   int ksize = (int)ceil(support) * 2 + 1;
@@ -248,6 +250,14 @@ static int make_coeffs(coeffs_t *c, int in_size, double in0, double in1, int out
     for (int x = xmax; x < ksize; x++) k[x] = 0;
     c->bounds[2 * xx] = xmin;
     c->bounds[2 * xx + 1] = xmax;
+  }
+  if (pairs) {
+    size_t np = (size_t)out_size / 2;
+    if ((rc = grow(&c->k2, &c->k2cap, np * (size_t)ksize * 8 * sizeof(int32_t))) != 0) return rc;
+    for (size_t pi = 0; pi < np; pi++)
+      for (int x = 0; x < ksize; x++)
+        for (int lane = 0; lane < 8; lane++)
+          c->k2[(pi * (size_t)ksize + (size_t)x) * 8 + (size_t)lane] = c->k[(2 * pi + (lane >> 2)) * (size_t)ksize + (size_t)x];
   }
   return 0;
 }
@@ -294,9 +304,9 @@ static void resample_h_from(const coeffs_t *c, const uint8_t *restrict in, uint8
 #define LADE_HAVE_AVX2_PATH 1
 /*
  * Two output pixels per 256-bit register (lanes 0-3: pixel xx, 4-7: xx+1).
- * Both run to the longer of their two tap counts: coefficients past a
- * pixel's own count are zero (make_coeffs pads them), and the input row has
- * ROW_PAD readable bytes past its end, so the extra taps add nothing.
+ * Both run ksize taps: coefficients past a pixel's own count are zero
+ * (make_coeffs pads them), and the input row has ksize*4+16 readable bytes
+ * past its end, so the extra taps add nothing.
  */
 __attribute__((target("avx2"))) static void resample_h_avx2(const coeffs_t *c, const uint8_t *restrict in,
                                                              uint8_t *restrict out, int out_size) {
@@ -304,16 +314,18 @@ __attribute__((target("avx2"))) static void resample_h_avx2(const coeffs_t *c, c
   const __m256i half = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
   int xx = 0;
   for (; xx + 1 < out_size; xx += 2) {
-    const int n0 = c->bounds[2 * xx + 1], n1 = c->bounds[2 * xx + 3], n = n0 > n1 ? n0 : n1;
+    /* Always ksize taps (zero-padded): a trip count that varies from pair to
+     * pair costs a branch mispredict per pair, more than the extra taps. */
+    const int n = ksize;
     const uint8_t *p0 = in + (size_t)c->bounds[2 * xx] * 4, *p1 = in + (size_t)c->bounds[2 * xx + 2] * 4;
-    const int32_t *k0 = c->k + (size_t)xx * ksize, *k1 = k0 + ksize;
+    const int32_t *k2 = c->k2 + (size_t)(xx / 2) * ksize * 8;
     __m256i s = half;
     for (int x = 0; x < n; x++) {
       int32_t a, b;
       memcpy(&a, p0 + 4 * x, 4);
       memcpy(&b, p1 + 4 * x, 4);
       __m256i px = _mm256_cvtepu8_epi32(_mm_unpacklo_epi32(_mm_cvtsi32_si128(a), _mm_cvtsi32_si128(b)));
-      __m256i kv = _mm256_setr_m128i(_mm_set1_epi32(k0[x]), _mm_set1_epi32(k1[x]));
+      __m256i kv = _mm256_loadu_si256((const __m256i *)(k2 + 8 * x));
       s = _mm256_add_epi32(s, _mm256_mullo_epi32(px, kv));
     }
     s = _mm256_srai_epi32(s, PRECISION_BITS);
@@ -430,8 +442,8 @@ static int decode_box(lade__imgdec_t *d, const uint8_t *jpeg, size_t len, const 
   else xoff = 0, cw = (JDIMENSION)sw;
   const size_t shift = (size_t)(rx0 - (int)xoff) * (size_t)ncomp;
 
-  if ((rc = make_coeffs(&d->ch, rw, bx0 - rx0, bx1 - rx0, out_size)) != 0) return rc;
-  if ((rc = make_coeffs(&d->cv, rh, by0 - ry0, by1 - ry0, out_size)) != 0) return rc;
+  if ((rc = make_coeffs(&d->ch, rw, bx0 - rx0, bx1 - rx0, out_size, d->resample_h != resample_h_c)) != 0) return rc;
+  if ((rc = make_coeffs(&d->cv, rh, by0 - ry0, by1 - ry0, out_size, false)) != 0) return rc;
   /* Only the rows the vertical filter reads are decoded (Pillow does the same). */
   int vfirst = d->cv.bounds[0], vlast = vfirst;
   for (int yy = 0; yy < out_size; yy++) {
