@@ -11,6 +11,30 @@
  */
 #include "gen_jpeg.h"
 
+#include <stdarg.h>
+#include <stdio.h>
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...) {
+  if (!err || errlen == 0) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+}
+
+#ifndef LADE_HAVE_JPEG
+int lade_tool_gen_jpeg(const char *dir, uint64_t count, uint64_t seed, char *err, size_t errlen) {
+  (void)dir, (void)count, (void)seed;
+  seterr(err, errlen, "JPEG support is not built in (install libjpeg-turbo and reconfigure)");
+  return -1;
+}
+int lade_tool_gen_jpeg_one(uint64_t seed, uint64_t index, uint8_t **out, size_t *len, char *err, size_t errlen) {
+  (void)seed, (void)index, (void)out, (void)len;
+  seterr(err, errlen, "JPEG support is not built in (install libjpeg-turbo and reconfigure)");
+  return -1;
+}
+#else
+
 #include <errno.h>
 #include <math.h>
 #include <setjmp.h>
@@ -37,14 +61,6 @@ static uint64_t splitmix(uint64_t *s) {
 }
 
 static int uniform(uint64_t *s, int lo, int hi) { return lo + (int)(splitmix(s) % (uint64_t)(hi - lo + 1)); }
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-  if (!err || errlen == 0) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-}
 
 typedef struct gen {
   struct jpeg_compress_struct c;
@@ -259,3 +275,4 @@ int lade_tool_gen_jpeg(const char *dir, uint64_t count, uint64_t seed, char *err
   gen_free(g);
   return 0;
 }
+#endif /* LADE_HAVE_JPEG */

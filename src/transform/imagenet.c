@@ -89,7 +89,8 @@ typedef struct coeffs {
   int32_t *k;    /* out * ksize */
   int *bounds;   /* out * 2: first input index, tap count */
   double *pre;   /* ksize, the float weights of one output pixel */
-  size_t kcap, bcap, pcap;
+  int16_t *k2;   /* SIMD layout, see resample_h_avx2 */
+  size_t kcap, bcap, pcap, k2cap;
   int ksize;
 } coeffs_t;
 
@@ -131,17 +132,20 @@ static void on_emit(j_common_ptr c, int level) {
 
 static void on_output(j_common_ptr c) { LADE_UNUSED(c); }
 
-static int grow(void *pp, size_t *cap, size_t need) {
+/* Scratch buffers only grow and do not keep their contents. */
+static int grow_align(void *pp, size_t *cap, size_t need, size_t align) {
   void **p = (void **)pp;
   if (need <= *cap) return 0;
   size_t n = *cap ? *cap : 256;
   while (n < need) n *= 2;
-  void *q = realloc(*p, n);
-  if (!q) return lade__fail(LADE_ENOMEM, "out of memory (%zu bytes of image scratch)", n);
-  *p = q;
+  lade__aligned_free(*p);
+  *cap = 0;
+  if (!(*p = lade__aligned_alloc(n, align))) return lade__fail(LADE_ENOMEM, "out of memory (%zu bytes of image scratch)", n);
   *cap = n;
   return 0;
 }
+
+static int grow(void *pp, size_t *cap, size_t need) { return grow_align(pp, cap, need, 16); }
 
 int lade__imgdec_create(lade__imgdec_t **out) {
   static const float mean[3] = {0.485f, 0.456f, 0.406f}, stdv[3] = {0.229f, 0.224f, 0.225f};
@@ -169,17 +173,9 @@ int lade__imgdec_create(lade__imgdec_t **out) {
 void lade__imgdec_destroy(lade__imgdec_t *d) {
   if (!d) return;
   if (d->cinfo_ok) jpeg_destroy_decompress(&d->cinfo);
-  free(d->row);
-  free(d->rgb);
-  free(d->tmp);
-  free(d->vrow);
-  free(d->acc);
-  free(d->ch.k);
-  free(d->ch.bounds);
-  free(d->ch.pre);
-  free(d->cv.k);
-  free(d->cv.bounds);
-  free(d->cv.pre);
+  void *bufs[] = {d->row, d->rgb, d->tmp, d->vrow, d->acc, d->ch.k, d->ch.bounds, d->ch.pre, d->ch.k2,
+                  d->cv.k, d->cv.bounds, d->cv.pre, d->cv.k2};
+  for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) lade__aligned_free(bufs[i]);
   free(d);
 }
 
@@ -215,7 +211,7 @@ static double tri_filter(double x) {
  * output pixel xx samples input [in0, in1) (float box inside [0, in_size)),
  * window clipped to [0, in_size).
  */
-static int make_coeffs(coeffs_t *c, int in_size, double in0, double in1, int out_size) {
+static int make_coeffs(coeffs_t *c, int in_size, double in0, double in1, int out_size, bool pairs) {
   double scale = (in1 - in0) / out_size, fscale = scale < 1.0 ? 1.0 : scale;
   double support = 1.0 * fscale;
   int ksize = (int)ceil(support) * 2 + 1;
@@ -248,6 +244,30 @@ static int make_coeffs(coeffs_t *c, int in_size, double in0, double in1, int out
     for (int x = xmax; x < ksize; x++) k[x] = 0;
     c->bounds[2 * xx] = xmin;
     c->bounds[2 * xx + 1] = xmax;
+  }
+  if (pairs) {
+    /* Per output pair pi and tap pair tp: 16 int16 of the low 11 bits of
+     * the coefficients, then 16 of the high bits, each as
+     * {k0[2tp], k0[2tp+1]} x4 channels, then the same for the pair's second
+     * pixel k1. The bilinear coefficients are >= 0 and <= 2^22. */
+    const size_t np = (size_t)out_size / 2, ntp = (size_t)(ksize + 1) / 2;
+    /* 64-byte aligned: its 32-byte loads must never split a cache line. */
+    if ((rc = grow_align(&c->k2, &c->k2cap, np * ntp * 32 * sizeof(int16_t), 64)) != 0) return rc;
+    for (size_t pi = 0; pi < np; pi++)
+      for (size_t tp = 0; tp < ntp; tp++) {
+        int16_t *o = c->k2 + (pi * ntp + tp) * 32;
+        for (int half = 0; half < 2; half++) {
+          const int32_t *k = c->k + (2 * pi + (size_t)half) * (size_t)ksize;
+          for (int t = 0; t < 2; t++) {
+            size_t x = 2 * tp + (size_t)t;
+            int32_t kv = x < (size_t)ksize ? k[x] : 0;
+            for (int ch = 0; ch < 4; ch++) {
+              o[half * 8 + ch * 2 + t] = (int16_t)(kv & 2047);
+              o[16 + half * 8 + ch * 2 + t] = (int16_t)(kv >> 11);
+            }
+          }
+        }
+      }
   }
   return 0;
 }
@@ -293,29 +313,32 @@ static void resample_h_from(const coeffs_t *c, const uint8_t *restrict in, uint8
 #include <immintrin.h>
 #define LADE_HAVE_AVX2_PATH 1
 /*
- * Two output pixels per 256-bit register (lanes 0-3: pixel xx, 4-7: xx+1).
- * Both run to the longer of their two tap counts: coefficients past a
- * pixel's own count are zero (make_coeffs pads them), and the input row has
- * ROW_PAD readable bytes past its end, so the extra taps add nothing.
+ * Two output pixels per 256-bit register, two taps per multiply: pmaddwd on
+ * 16-bit lanes {tap a, tap b} per channel gives a*ka + b*kb in 32 bits. The
+ * 22-bit coefficients are split into high and low 11-bit halves (two
+ * pmaddwd), so the sum is exactly Pillow's 32-bit fixed-point sum. Every pair
+ * runs ceil(ksize/2) tap pairs: padded coefficients are zero and the input
+ * row has ksize*4+16 readable bytes past its end. (A fixed trip count also
+ * avoids a branch mispredict per pair.)
  */
 __attribute__((target("avx2"))) static void resample_h_avx2(const coeffs_t *c, const uint8_t *restrict in,
                                                              uint8_t *restrict out, int out_size) {
-  const int ksize = c->ksize;
+  const int ntp = (c->ksize + 1) / 2;
   const __m256i half = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
+  const __m128i interleave = _mm_setr_epi8(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
   int xx = 0;
   for (; xx + 1 < out_size; xx += 2) {
-    const int n0 = c->bounds[2 * xx + 1], n1 = c->bounds[2 * xx + 3], n = n0 > n1 ? n0 : n1;
     const uint8_t *p0 = in + (size_t)c->bounds[2 * xx] * 4, *p1 = in + (size_t)c->bounds[2 * xx + 2] * 4;
-    const int32_t *k0 = c->k + (size_t)xx * ksize, *k1 = k0 + ksize;
-    __m256i s = half;
-    for (int x = 0; x < n; x++) {
-      int32_t a, b;
-      memcpy(&a, p0 + 4 * x, 4);
-      memcpy(&b, p1 + 4 * x, 4);
-      __m256i px = _mm256_cvtepu8_epi32(_mm_unpacklo_epi32(_mm_cvtsi32_si128(a), _mm_cvtsi32_si128(b)));
-      __m256i kv = _mm256_setr_m128i(_mm_set1_epi32(k0[x]), _mm_set1_epi32(k1[x]));
-      s = _mm256_add_epi32(s, _mm256_mullo_epi32(px, kv));
+    const int16_t *k2 = c->k2 + (size_t)(xx / 2) * ntp * 32;
+    __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+    for (int tp = 0; tp < ntp; tp++) {
+      __m128i a = _mm_loadl_epi64((const __m128i *)(p0 + 8 * tp));
+      __m128i b = _mm_loadl_epi64((const __m128i *)(p1 + 8 * tp));
+      __m256i px = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_unpacklo_epi64(a, b), interleave));
+      lo = _mm256_add_epi32(lo, _mm256_madd_epi16(px, _mm256_loadu_si256((const __m256i *)(k2 + 32 * tp))));
+      hi = _mm256_add_epi32(hi, _mm256_madd_epi16(px, _mm256_loadu_si256((const __m256i *)(k2 + 32 * tp + 16))));
     }
+    __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(hi, 11), lo), half);
     s = _mm256_srai_epi32(s, PRECISION_BITS);
     __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
     w = _mm_packus_epi16(w, w);
@@ -324,6 +347,7 @@ __attribute__((target("avx2"))) static void resample_h_avx2(const coeffs_t *c, c
   resample_h_from(c, in, out, xx, out_size); /* the odd last pixel */
 }
 #endif
+
 
 static void resample_h_c(const coeffs_t *c, const uint8_t *in, uint8_t *out, int out_size) {
   resample_h_from(c, in, out, 0, out_size);
@@ -430,8 +454,8 @@ static int decode_box(lade__imgdec_t *d, const uint8_t *jpeg, size_t len, const 
   else xoff = 0, cw = (JDIMENSION)sw;
   const size_t shift = (size_t)(rx0 - (int)xoff) * (size_t)ncomp;
 
-  if ((rc = make_coeffs(&d->ch, rw, bx0 - rx0, bx1 - rx0, out_size)) != 0) return rc;
-  if ((rc = make_coeffs(&d->cv, rh, by0 - ry0, by1 - ry0, out_size)) != 0) return rc;
+  if ((rc = make_coeffs(&d->ch, rw, bx0 - rx0, bx1 - rx0, out_size, d->resample_h != resample_h_c)) != 0) return rc;
+  if ((rc = make_coeffs(&d->cv, rh, by0 - ry0, by1 - ry0, out_size, false)) != 0) return rc;
   /* Only the rows the vertical filter reads are decoded (Pillow does the same). */
   int vfirst = d->cv.bounds[0], vlast = vfirst;
   for (int yy = 0; yy < out_size; yy++) {

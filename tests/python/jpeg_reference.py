@@ -55,9 +55,12 @@ def make_images(tmp):
         ("big_2000x1800", 2000, 1800, "RGB"),
         ("gray_300x201", 300, 201, "L"),
         ("cmyk_320x240", 320, 240, "CMYK"),
+        ("prog_401x299", 401, 299, "RGB", {"progressive": True}),
+        ("s444_250x180", 250, 180, "RGB", {"subsampling": 0}),
+        ("s422_500x375", 500, 375, "RGB", {"subsampling": 1}),
     ]
     out = []
-    for i, (name, w, h, mode) in enumerate(specs):
+    for i, (name, w, h, mode, *extra) in enumerate(specs):
         arr = photo(w, h, i)
         im = Image.fromarray(arr, "RGB")
         if mode == "L":
@@ -65,7 +68,7 @@ def make_images(tmp):
         elif mode == "CMYK":
             im = im.convert("CMYK")
         path = os.path.join(tmp, name + ".jpg")
-        im.save(path, quality=90)
+        im.save(path, quality=90, **(extra[0] if extra else {}))
         out.append((name, path))
     return out
 

@@ -37,10 +37,22 @@ static int fail(int rc) {
   return 1;
 }
 
+/* Everything main() allocates, freed on every exit path (LeakSanitizer). */
+static uint8_t *g_jpg;
+static lade__imgdec_t *g_dec;
+static void *g_out;
+static int finish(int status) {
+  free(g_jpg);
+  free(g_out);
+  lade__imgdec_destroy(g_dec);
+  return status;
+}
+
 static int dump(const char *path, const void *p, size_t n) {
   FILE *f = fopen(path, "wb");
-  if (!f || fwrite(p, 1, n, f) != n) return 1;
-  return fclose(f) != 0;
+  if (!f) return 1;
+  int bad = fwrite(p, 1, n, f) != n;
+  return (fclose(f) != 0) | bad;
 }
 
 static int run_xform(const lade__transform_ops_t *ops, struct lade_config *cfg, const uint8_t *jpg, size_t len,
@@ -49,16 +61,18 @@ static int run_xform(const lade__transform_ops_t *ops, struct lade_config *cfg, 
   lade__sample_shape_t shape;
   int rc = ops->init(&st, cfg, NULL, 0, &shape);
   if (rc) return fail(rc);
-  if ((rc = ops->worker_init(st, &ws)) != 0) return fail(rc);
+  if ((rc = ops->worker_init(st, &ws)) != 0) {
+    ops->destroy(st);
+    return fail(rc);
+  }
   void *buf = malloc(shape.bytes);
+  g_out = buf;
   lade__rng_t rng;
   lade__rng_init(&rng, cfg->seed, index, LADE_RNG_AUGMENT);
   lade__xform_ctx_t ctx = {index, 0, &rng};
   uint32_t payload = 0;
   rc = ops->apply(st, ws, jpg, len, &ctx, buf, &payload);
-  if (rc) return fail(rc);
-  int e = dump(out, buf, shape.bytes);
-  free(buf);
+  int e = rc ? fail(rc) : dump(out, buf, shape.bytes);
   ops->worker_free(st, ws);
   ops->destroy(st);
   return e;
@@ -82,30 +96,33 @@ int main(int argc, char **argv) {
   }
   if (argc < 3) goto usage;
   size_t len = 0;
-  uint8_t *jpg = slurp(argv[2], &len);
+  uint8_t *jpg = g_jpg = slurp(argv[2], &len);
   if (!jpg) {
     fprintf(stderr, "error: cannot read %s\n", argv[2]);
     return 1;
   }
   lade__imgdec_t *d = NULL;
   int rc = lade__imgdec_create(&d);
-  if (rc) return fail(rc);
+  if (rc) return finish(fail(rc));
+  g_dec = d;
   if (strcmp(mode, "check") == 0 && argc == 3) {
     int W, H;
-    if ((rc = lade__jpeg_size(d, jpg, len, &W, &H)) != 0) return fail(rc);
+    if ((rc = lade__jpeg_size(d, jpg, len, &W, &H)) != 0) return finish(fail(rc));
     static uint8_t out[64 * 64 * 3];
-    if ((rc = lade__imgdec_crop(d, jpg, len, 0, 0, H, W, 64, false, LADE_DTYPE_UINT8, out)) != 0) return fail(rc);
+    if ((rc = lade__imgdec_crop(d, jpg, len, 0, 0, H, W, 64, false, LADE_DTYPE_UINT8, out)) != 0)
+      return finish(fail(rc));
     printf("ok %dx%d\n", W, H);
-    return 0;
+    return finish(0);
   }
   if (strcmp(mode, "crop") == 0 && argc == 11) {
     int top = atoi(argv[3]), left = atoi(argv[4]), h = atoi(argv[5]), w = atoi(argv[6]), size = atoi(argv[7]);
     bool flip = atoi(argv[8]) != 0;
     int dtype = strcmp(argv[9], "f32") == 0 ? LADE_DTYPE_FLOAT32 : LADE_DTYPE_UINT8;
     size_t n = (size_t)size * size * 3 * lade_dtype_size(dtype);
-    void *out = malloc(n);
-    if ((rc = lade__imgdec_crop(d, jpg, len, top, left, h, w, size, flip, dtype, out)) != 0) return fail(rc);
-    return dump(argv[10], out, n);
+    void *out = g_out = malloc(n);
+    if ((rc = lade__imgdec_crop(d, jpg, len, top, left, h, w, size, flip, dtype, out)) != 0)
+      return finish(fail(rc));
+    return finish(dump(argv[10], out, n));
   }
   struct lade_config cfg;
   lade__config_defaults(&cfg);
@@ -113,15 +130,15 @@ int main(int argc, char **argv) {
     cfg.resize_size = (uint32_t)atoi(argv[3]);
     cfg.crop_size = (uint32_t)atoi(argv[4]);
     cfg.image_dtype = strcmp(argv[5], "f32") == 0 ? LADE_DTYPE_FLOAT32 : LADE_DTYPE_UINT8;
-    return run_xform(&lade__xform_imagenet_eval, &cfg, jpg, len, 0, argv[6]);
+    return finish(run_xform(&lade__xform_imagenet_eval, &cfg, jpg, len, 0, argv[6]));
   }
   if (strcmp(mode, "train") == 0 && argc == 8) {
     cfg.crop_size = (uint32_t)atoi(argv[3]);
     cfg.seed = strtoull(argv[4], NULL, 10);
     cfg.image_dtype = strcmp(argv[6], "f32") == 0 ? LADE_DTYPE_FLOAT32 : LADE_DTYPE_UINT8;
-    return run_xform(&lade__xform_imagenet_train, &cfg, jpg, len, strtoull(argv[5], NULL, 10), argv[7]);
+    return finish(run_xform(&lade__xform_imagenet_train, &cfg, jpg, len, strtoull(argv[5], NULL, 10), argv[7]));
   }
 usage:
   fprintf(stderr, "usage: jpeg_crop crop|eval|train|rrc|check ... (see the source)\n");
-  return 2;
+  return finish(2);
 }
