@@ -280,9 +280,14 @@ static inline uint8_t clip8(int32_t v) {
 /* Hot loops get an AVX2 clone picked at load time (ifunc); the arithmetic is
  * the same integer arithmetic, so results do not depend on the CPU. Pixels
  * are RGBX (4 bytes) so one tap is one 4-lane multiply-add. */
+/* ifunc resolvers run before a sanitizer runtime is up and crash in
+ * instrumented builds: no clones there (gcc and clang spell it differently). */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define LADE_NO_CLONES 1
+#endif
 #if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define LADE_NO_CLONES 1 /* clang: ifunc resolvers run before ASan is up */
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define LADE_NO_CLONES 1
 #endif
 #endif
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(LADE_NO_CLONES)
