@@ -608,19 +608,24 @@ void lade_batch_release(lade_batch_t *batch) {
   if (last) free_all(L);
 }
 
+/* Waits (locked) until the source is listed; returns the loader's fatal
+ * error, with its message restored on this thread, if opening failed. */
+static int wait_open_locked(lade_loader_t *L) {
+  while (L->open_state < 2 && !L->fatal) pthread_cond_wait(&L->cv_ready, &L->mu);
+  if (!L->fatal) return 0;
+  lade__set_error_text(L->fatal_msg);
+  return L->fatal;
+}
+
 int lade_loader_seek(lade_loader_t *L, uint64_t epoch, uint64_t step) {
   if (!L) return lade__fail(LADE_EINVAL, "lade_loader_seek: NULL loader");
   pthread_mutex_lock(&L->mu);
-  while (L->open_state < 2 && !L->fatal) pthread_cond_wait(&L->cv_ready, &L->mu);
-  int rc = 0;
-  if (L->fatal) {
-    rc = L->fatal;
-    lade__set_error_text(L->fatal_msg);
-  } else if (epoch > L->cfg.epochs || step >= L->steps || (epoch == L->cfg.epochs && step != 0)) {
+  int rc = wait_open_locked(L);
+  if (!rc && (epoch > L->cfg.epochs || step >= L->steps || (epoch == L->cfg.epochs && step != 0))) {
     rc = lade__fail(LADE_ERANGE, "seek to (epoch %llu, step %llu) is past the end (%llu epochs of %llu steps)",
                     (unsigned long long)epoch, (unsigned long long)step, (unsigned long long)L->cfg.epochs,
                     (unsigned long long)L->steps);
-  } else {
+  } else if (!rc) {
     uint64_t q = epoch * L->steps + step;
     for (uint32_t i = 0; i < L->nslots; i++) {
       slot_t *s = &L->slots[i];
@@ -644,12 +649,8 @@ int lade_loader_tell(const lade_loader_t *cL, uint64_t *epoch, uint64_t *step) {
   lade_loader_t *L = (lade_loader_t *)cL;
   if (!L) return lade__fail(LADE_EINVAL, "lade_loader_tell: NULL loader");
   pthread_mutex_lock(&L->mu);
-  while (L->open_state < 2 && !L->fatal) pthread_cond_wait(&L->cv_ready, &L->mu);
-  int rc = 0;
-  if (L->fatal) {
-    rc = L->fatal;
-    lade__set_error_text(L->fatal_msg);
-  } else {
+  int rc = wait_open_locked(L);
+  if (!rc) {
     if (epoch) *epoch = L->steps ? L->next_deliver / L->steps : 0;
     if (step) *step = L->steps ? L->next_deliver % L->steps : 0;
   }
