@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -35,28 +35,10 @@ import lade  # noqa: E402
 CORES = 2
 
 
-class NpyFolder(Dataset):
-    def __init__(self, root):
-        self.files = []
-        classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)))
-        for label, c in enumerate(classes):
-            for f in sorted(os.listdir(os.path.join(root, c))):
-                self.files.append((os.path.join(root, c, f), label))
-
-    def __len__(self):
-        return len(self.files)
-
-    def __getitem__(self, i):
-        path, label = self.files[i]
-        return torch.from_numpy(np.load(path)), label
-
-
-def warm(path):
-    for root, _, files in os.walk(path):
-        for f in files:
-            with open(os.path.join(root, f), "rb") as fh:
-                while fh.read(1 << 20):
-                    pass
+# The PyTorch-side dataset and the page-cache warm-up are shared with the
+# C-API comparison so both benchmarks measure PyTorch the same way.
+sys.path.insert(0, HERE)
+from vs_pytorch import NpyFolder, warm  # noqa: E402
 
 
 def torch_rate(dataset, batch_size, workers, epochs):
