@@ -213,9 +213,15 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
     if (tty && (t - last_report > 0.2 || batches == total)) {
       progress((double)batches / (double)total, (double)samples / (t - t0), batches == total);
       last_report = t;
-    } else if (!tty && !o->json && (ep != last_epoch || batches == total)) {
-      printf("epoch %llu done: %llu batches, %.0f samples/s so far\n", (unsigned long long)(batches == total ? ep : last_epoch),
-             (unsigned long long)batches, (double)samples / (t - t0));
+    } else if (!tty && !o->json) {
+      /* a plain line per finished epoch (the batch just counted may be the
+       * first of the next one) */
+      if (ep != last_epoch)
+        printf("epoch %llu done: %llu batches, %.0f samples/s so far\n", (unsigned long long)last_epoch,
+               (unsigned long long)(batches - 1), (double)samples / (t - t0));
+      if (batches == total)
+        printf("epoch %llu done: %llu batches, %.0f samples/s so far\n", (unsigned long long)ep,
+               (unsigned long long)batches, (double)samples / (t - t0));
       last_epoch = ep;
     }
   }
