@@ -28,9 +28,9 @@ typedef struct setting {
 
 static const setting_t settings[] = {
     {"source", T_STR, OFF(source), SZ(source), 0, 0, NULL, "",
-     "dataset path: an ImageFolder tree, a folder of .npy files or one stacked .npy"},
-    {"source_type", T_ENUM, OFF(source_type), 0, 0, 0, "auto|dir|npy", "auto",
-     "source backend (auto: npy for a .npy file or a folder holding only .npy files, else dir)"},
+     "dataset: an ImageFolder tree, a folder of .npy files, one stacked .npy, or s3://bucket/prefix"},
+    {"source_type", T_ENUM, OFF(source_type), 0, 0, 0, "auto|dir|npy|s3", "auto",
+     "source backend (auto: s3 for s3://, npy for a .npy file or a folder holding only .npy files, else dir)"},
     {"transform", T_ENUM, OFF(transform), 0, 0, 0, "auto|raw|npy|imagenet-train|imagenet-eval", "auto",
      "sample transform (auto: npy for npy sources, imagenet-train for dir)"},
     {"batch_size", T_U32, OFF(batch_size), 0, 1, 1 << 20, NULL, "32", "samples per batch on this learner"},
@@ -62,6 +62,48 @@ static const setting_t settings[] = {
     {"npy_dtype", T_STR, OFF(npy_dtype), SZ(npy_dtype), 0, 0, NULL, "", "expected .npy dtype (\"\": from the first file)"},
     {"npy_shape", T_STR, OFF(npy_shape), SZ(npy_shape), 0, 0, NULL, "",
      "expected .npy sample shape, e.g. 3,224,224 (\"\": from the first file)"},
+    {"s3_endpoint", T_STR, OFF(s3_endpoint), SZ(s3_endpoint), 0, 0, NULL, "",
+     "S3 endpoint URL (\"\": $AWS_ENDPOINT_URL, else https://s3.REGION.amazonaws.com)"},
+    {"s3_region", T_STR, OFF(s3_region), SZ(s3_region), 0, 0, NULL, "",
+     "S3 region for SigV4 (\"\": $AWS_REGION, $AWS_DEFAULT_REGION, else us-east-1)"},
+    {"s3_addressing", T_ENUM, OFF(s3_addressing), 0, 0, 0, "auto|path|virtual", "auto",
+     "S3 URL style (auto: virtual-host on amazonaws.com, path elsewhere)"},
+    {"s3_access_key_id", T_STR, OFF(s3_access_key_id), SZ(s3_access_key_id), 0, 0, NULL, "",
+     "S3 access key id (\"\": $AWS_ACCESS_KEY_ID); never printed"},
+    {"s3_secret_access_key", T_STR, OFF(s3_secret_access_key), SZ(s3_secret_access_key), 0, 0, NULL, "",
+     "S3 secret key (\"\": $AWS_SECRET_ACCESS_KEY); never printed"},
+    {"s3_session_token", T_STR, OFF(s3_session_token), SZ(s3_session_token), 0, 0, NULL, "",
+     "S3 session token (\"\": $AWS_SESSION_TOKEN); never printed"},
+    {"s3_concurrency", T_U32, OFF(s3_concurrency), 0, 0, 4096, NULL, "0",
+     "S3 requests in flight (0: tuned at run time between 4 and s3_max_concurrency)"},
+    {"s3_max_concurrency", T_U32, OFF(s3_max_concurrency), 0, 1, 4096, NULL, "128",
+     "upper bound of the tuned number of S3 requests in flight"},
+    {"s3_timeout_ms", T_U32, OFF(s3_timeout_ms), 0, 100, 3600000, NULL, "30000",
+     "a single S3 request (connect to last byte) is abandoned and retried after this long"},
+    {"s3_connect_timeout_ms", T_U32, OFF(s3_connect_timeout_ms), 0, 10, 600000, NULL, "5000",
+     "S3 connection timeout"},
+    {"s3_retries", T_U32, OFF(s3_retries), 0, 0, 100, NULL, "6",
+     "retries of a transient S3 error (5xx, 429/SlowDown, timeout, reset) before the sample fails"},
+    {"s3_retry_base_ms", T_U32, OFF(s3_retry_base_ms), 0, 1, 60000, NULL, "100",
+     "first retry delay; doubles per retry (capped at 20 s) with full jitter"},
+    {"label_file", T_STR, OFF(label_file), SZ(label_file), 0, 0, NULL, "",
+     "labels as lines 'KEY LABEL' (a local path or s3://bucket/key); \"\": from the class folder in the key"},
+    {"listing_ttl", T_U64, OFF(listing_ttl), 0, 0, 1e12, NULL, "86400",
+     "seconds a remote listing stored in cache_dir is reused (0: list every run)"},
+    {"cache_dir", T_STR, OFF(cache_dir), SZ(cache_dir), 0, 0, NULL, "",
+     "disk cache folder (created with mode 0700; persists across runs); \"\": no disk cache"},
+    {"cache_disk_bytes", T_U64, OFF(cache_disk_bytes), 0, 0, 1.8446744073709552e19, NULL, "0",
+     "disk cache capacity in bytes (0: half the free space of cache_dir's file system)"},
+    {"cache_mem_bytes", T_U64, OFF(cache_mem_bytes), 0, 0, 1.8446744073709552e19, NULL, "0",
+     "memory cache capacity in bytes (0: no memory cache)"},
+    {"cache_policy", T_ENUM, OFF(cache_policy), 0, 0, 0, "auto|fifo|lru|clairvoyant", "auto",
+     "eviction (auto: clairvoyant, from the plan's future accesses; fifo as DELI; lru)"},
+    {"prefetcher", T_ENUM, OFF(prefetcher), 0, 0, 0, "auto|on|off", "auto",
+     "DELI prefetcher into the disk cache (auto: on for remote sources with a disk cache)"},
+    {"fetch_size", T_U64, OFF(fetch_size), 0, 0, 1e15, NULL, "0",
+     "samples per prefetcher fetch (0: half the disk cache, the 50/50 rule)"},
+    {"prefetch_threshold", T_U64, OFF(prefetch_threshold), 0, 0, 1e15, NULL, "0",
+     "fetch again when fetched-but-unused samples fall to this (0: fetch_size, the 50/50 rule)"},
 };
 
 #define NSETTINGS (sizeof settings / sizeof settings[0])
@@ -229,7 +271,10 @@ int lade_config_get(const lade_config_t *cfg, const char *key, char *buf, size_t
   const char *field = (const char *)cfg + s->offset;
   switch (s->kind) {
     case T_STR:
-      snprintf(buf, size, "%s", field);
+      if (strstr(s->help, "never printed") && field[0])
+        snprintf(buf, size, "(set, hidden)");
+      else
+        snprintf(buf, size, "%s", field);
       break;
     case T_BOOL: {
       bool b;

@@ -8,7 +8,10 @@
 
 #include "lade/lade.h"
 
-enum { LADE_SRC_AUTO = 0, LADE_SRC_DIR, LADE_SRC_NPY };
+enum { LADE_SRC_AUTO = 0, LADE_SRC_DIR, LADE_SRC_NPY, LADE_SRC_S3 };
+enum { LADE_S3_ADDR_AUTO = 0, LADE_S3_ADDR_PATH, LADE_S3_ADDR_VIRTUAL };
+enum { LADE_CACHE_AUTO = 0, LADE_CACHE_FIFO, LADE_CACHE_LRU, LADE_CACHE_CLAIRVOYANT };
+enum { LADE_TRISTATE_AUTO = 0, LADE_TRISTATE_ON, LADE_TRISTATE_OFF };
 enum { LADE_XF_AUTO = 0, LADE_XF_RAW, LADE_XF_NPY, LADE_XF_IMAGENET_TRAIN, LADE_XF_IMAGENET_EVAL };
 enum { LADE_ONERR_FAIL = 0, LADE_ONERR_SKIP };
 
@@ -36,6 +39,30 @@ struct lade_config {
   char trace[LADE_PATH_MAX];
   char npy_dtype[16];    /* "" : taken from the first file */
   char npy_shape[128];   /* "" : taken from the first file, else "3,224,224" */
+  /* object stores (source=s3://bucket/prefix); "" falls back to the AWS_*
+   * environment variables, read when the source opens */
+  char s3_endpoint[512];
+  char s3_region[64];
+  int s3_addressing;
+  char s3_access_key_id[256];      /* secret: never printed */
+  char s3_secret_access_key[256];  /* secret: never printed */
+  char s3_session_token[4096];     /* secret: never printed */
+  uint32_t s3_concurrency;         /* 0: tuned at run time */
+  uint32_t s3_max_concurrency;
+  uint32_t s3_timeout_ms;
+  uint32_t s3_connect_timeout_ms;
+  uint32_t s3_retries;
+  uint32_t s3_retry_base_ms;
+  char label_file[LADE_PATH_MAX];
+  uint64_t listing_ttl;            /* seconds a cached listing is reused; 0: never cached */
+  /* cache tiers and the DELI prefetcher */
+  char cache_dir[LADE_PATH_MAX];
+  uint64_t cache_disk_bytes;       /* 0 with cache_dir set: half the free space */
+  uint64_t cache_mem_bytes;        /* 0: no memory tier */
+  int cache_policy;
+  int prefetcher;                  /* LADE_TRISTATE_* */
+  uint64_t fetch_size;             /* samples per prefetch; 0: half the disk cache (50/50 rule) */
+  uint64_t prefetch_threshold;     /* fetched-but-unused samples that trigger a fetch; 0: = fetch_size */
   lade_allocator_t allocator;
   bool has_allocator;
 };

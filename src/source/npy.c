@@ -295,6 +295,17 @@ static int folder_looks_npy(const char *root, int depth) {
 
 int lade__source_select(const struct lade_config *cfg, const lade__source_ops_t **ops) {
   if (!cfg->source[0]) return lade__fail(LADE_EINVAL, "setting 'source' is empty: give the dataset path");
+  if (cfg->source_type == LADE_SRC_S3 || strncmp(cfg->source, "s3://", 5) == 0) {
+#ifdef LADE_HAVE_CURL
+    if (strncmp(cfg->source, "s3://", 5) != 0)
+      return lade__fail(LADE_EINVAL, "dataset %s: source_type=s3 needs source=s3://bucket/prefix", cfg->source);
+    *ops = &lade__source_s3;
+    return 0;
+#else
+    return lade__fail(LADE_EUNSUPPORTED, "dataset %s: the s3 source needs libcurl, which this build lacks (LADE_WITH_CURL)",
+                      cfg->source);
+#endif
+  }
   struct stat st;
   if (stat(cfg->source, &st) != 0)
     return lade__fail(errno == ENOENT ? LADE_ENOENT : LADE_EIO, "dataset %s: %s", cfg->source, strerror(errno));

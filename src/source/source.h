@@ -52,6 +52,7 @@ static inline const char *lade__listing_path(const lade__listing_t *l, uint64_t 
 }
 
 typedef struct lade__source lade__source_t;
+struct lade__source_stats;
 
 typedef struct lade__source_ops {
   const char *name;
@@ -67,7 +68,35 @@ typedef struct lade__source_ops {
   int (*read_payload)(lade__source_t *s, uint64_t idx, void *dst, size_t len);
   /* A human name for sample idx (its path), for error messages. */
   void (*describe)(lade__source_t *s, uint64_t idx, char *buf, size_t size);
+
+  /* ---- optional: high-latency (remote) sources. NULL for local ones. ----
+   * submit() starts fetching these samples in the background and returns at
+   * once (never waits for the network). Each submitted index is one "want":
+   * a later read(idx) takes the bytes of one want for idx (waiting only if
+   * they have not arrived) instead of starting its own request; the same
+   * index submitted twice is fetched once per want, or shared, as the source
+   * likes, but is handed to read() once per want. read() of an index with no
+   * want fetches it itself. Arrived bytes nobody read are kept up to a bound
+   * chosen by the source and dropped oldest first (a later read re-fetches),
+   * so a seek that abandons submitted batches cannot leak. Thread-safe. */
+  int (*submit)(lade__source_t *s, const uint64_t *idx, size_t n);
+  /* True when read(idx) would not wait for the network now: its bytes (or its
+   * final error) have arrived, or it has no want (read() would then start
+   * it, which the caller does on purpose). Cheap; thread-safe. */
+  bool (*ready)(lade__source_t *s, uint64_t idx);
+  /* Counters of the source's own traffic, for lade_stats_t. Thread-safe. */
+  void (*stats)(lade__source_t *s, struct lade__source_stats *out);
 } lade__source_ops_t;
+
+/* Traffic counters of a remote source (all zero for local ones). */
+typedef struct lade__source_stats {
+  uint64_t get_requests;   /* GET requests sent, retries included */
+  uint64_t list_requests;  /* LIST requests sent (0 when the listing came from the cache) */
+  uint64_t retries;        /* requests retried after a transient error */
+  uint64_t bytes;          /* body bytes received */
+  uint32_t in_flight;      /* requests in flight now */
+  uint32_t concurrency;    /* the current limit on requests in flight */
+} lade__source_stats_t;
 
 struct lade__source {
   const lade__source_ops_t *ops;
@@ -80,10 +109,20 @@ struct lade__source {
   int ndim;
   int64_t shape[LADE_MAX_DIMS];
   size_t payload_bytes;
+  /* Encoded size of each sample when the listing knows it (object stores):
+   * count entries, or NULL. Used to size the DELI fetch from the cache's
+   * byte capacity and to detect truncated bodies. */
+  const uint64_t *sizes;
+  /* Set by the engine before open(): called (from the source's own thread,
+   * with none of the source's locks held) whenever a submitted sample
+   * arrives, so workers waiting for ready samples wake up. May be NULL. */
+  void (*on_ready)(void *ctx);
+  void *on_ready_ctx;
 };
 
 extern const lade__source_ops_t lade__source_dir;
 extern const lade__source_ops_t lade__source_npy;
+extern const lade__source_ops_t lade__source_s3; /* source=s3://bucket/prefix (needs libcurl) */
 
 /* Chooses the backend for cfg (source_type=auto inspects the path). Returns
  * LADE_ENOENT naming the path when it does not exist. Does not list. */

@@ -1,0 +1,89 @@
+/*
+ * cache.h - memory and disk cache tiers for sample bytes, keyed by dataset
+ * index. The engine's fetch path asks the memory tier, then the disk tier,
+ * then the source; the DELI prefetcher fills the disk tier ahead of the
+ * consumer. Both tiers have a byte capacity that they never exceed, and one
+ * of three eviction policies:
+ *
+ *   fifo         evict in insertion order (DELI's cache)
+ *   lru          evict the least recently read or inserted entry
+ *   clairvoyant  evict the entry whose next use is farthest in the future
+ *                (Belady), asking the engine's plan through next_use(); an
+ *                entry whose next use is farther than every resident's is
+ *                not admitted when the tier is full
+ *
+ * The disk tier persists across runs (a second run of the same dataset
+ * starts warm), lives in a folder created with mode 0700 and locked
+ * (flock) by one process at a time, and is crash-safe: every entry carries
+ * a checksum verified on each read, entries are written to a temporary file
+ * and renamed into place, so a kill -9 at any moment leaves at worst an
+ * orphan temporary (removed at the next open) and never a corrupt entry
+ * served. A corrupt or truncated entry found on read is removed, counted,
+ * and reported as a miss.
+ *
+ * Every function is thread-safe.
+ */
+#ifndef LADE_CACHE_H
+#define LADE_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "source/source.h" /* lade__buf_t */
+
+/* Policy numbers: LADE_CACHE_FIFO, LADE_CACHE_LRU, LADE_CACHE_CLAIRVOYANT
+ * from core/config.h (LADE_CACHE_AUTO is resolved by the engine). */
+
+/* Position (in the consumer's future access order) of the next use of key,
+ * UINT64_MAX for never. Called with the cache's lock held: must not call
+ * back into the cache. */
+typedef uint64_t (*lade__next_use_fn)(void *ctx, uint64_t key);
+
+typedef struct lade__cache_opts {
+  const char *dir;       /* disk tier: the folder (created 0700 if missing); NULL: memory tier */
+  const char *ns;        /* dataset identity (e.g. the source URL): entries live in dir/<hash of ns>/,
+                          * so two datasets never share entries; the text is stored there too */
+  uint64_t capacity;     /* bytes of entries (payload + per-entry overhead) kept at most; > 0 */
+  int policy;            /* LADE_CACHE_FIFO | LRU | CLAIRVOYANT */
+  lade__next_use_fn next_use; /* required for clairvoyant */
+  void *next_use_ctx;
+} lade__cache_opts_t;
+
+typedef struct lade__cache lade__cache_t;
+
+/* Opens a tier. The disk tier scans (or loads the index of) its folder, so
+ * entries of an earlier run are found; entries over capacity (a smaller
+ * capacity than last time) are evicted at once. Errors name the folder:
+ * LADE_EIO (cannot create, not writable, mode not 0700 and not fixable),
+ * LADE_ESTATE (locked by another live process). */
+int lade__cache_open(lade__cache_t **out, const lade__cache_opts_t *o);
+void lade__cache_close(lade__cache_t *c);
+
+/* Copies the bytes of key into out (grown as needed). 0 on a hit,
+ * LADE_ENOENT on a miss (also when a disk entry failed its checksum: it is
+ * removed and counted in `corrupt`). Other errors are real I/O failures. */
+int lade__cache_get(lade__cache_t *c, uint64_t key, lade__buf_t *out);
+
+/* True when key is resident (no I/O). */
+bool lade__cache_contains(lade__cache_t *c, uint64_t key);
+
+/* Stores a copy of the bytes under key (replacing an older entry), evicting
+ * per policy to stay within capacity. An entry larger than the capacity, or
+ * refused by clairvoyant admission, is not stored (returns 0; counted in
+ * `rejected`). */
+int lade__cache_put(lade__cache_t *c, uint64_t key, const void *data, size_t len);
+
+typedef struct lade__cache_stats {
+  uint64_t hits, misses;
+  uint64_t inserts, evictions, rejected, corrupt;
+  uint64_t bytes_read;    /* payload bytes returned by get */
+  uint64_t bytes_written; /* payload bytes stored by put */
+  uint64_t entries;       /* resident now */
+  uint64_t used;          /* bytes charged against capacity now */
+  uint64_t capacity;
+} lade__cache_stats_t;
+
+void lade__cache_stats(lade__cache_t *c, lade__cache_stats_t *out);
+
+#endif
