@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,6 +132,8 @@ static int usage_bench(FILE *f) {
           "  --set KEY=VALUE   any loader setting (repeatable; `lade settings` lists them)\n"
           "  --max-batches N   stop after N batches\n"
           "  --no-checksum     do not read the delivered bytes (pure loader rate)\n"
+          "  --step-ms MS      sleep MS per batch after taking it (a stand-in for the training step,\n"
+          "                    so the loader can work ahead; the consumer wait is what it could not hide)\n"
           "  --json            one JSON object on stdout instead of text\n");
   return f == stderr ? 2 : 0;
 }
@@ -165,6 +168,7 @@ typedef struct bench_opts {
   const char *dir;
   uint64_t max_batches;
   int json, checksum;
+  double step_ms;
 } bench_opts_t;
 
 static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
@@ -209,6 +213,10 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
     batches++;
     uint64_t ep = b->epoch;
     lade_batch_release(b);
+    if (o->step_ms > 0) {
+      struct timespec ts = {(time_t)(o->step_ms / 1e3), (long)(fmod(o->step_ms, 1e3) * 1e6)};
+      nanosleep(&ts, NULL);
+    }
     double t = now();
     if (tty && (t - last_report > 0.2 || batches == total)) {
       progress((double)batches / (double)total, (double)samples / (t - t0), batches == total);
@@ -228,8 +236,14 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
   double elapsed = now() - t0;
   lade_stats_t st;
   lade_loader_stats(L, &st);
+  enum { MAX_EPOCH_LINES = 64 };
+  lade_epoch_stats_t eps[MAX_EPOCH_LINES];
+  int neps = 0;
+  while (neps < MAX_EPOCH_LINES && lade_loader_epoch_stats(L, (uint64_t)neps, &eps[neps]) == 0) neps++;
   lade_loader_destroy(L);
   if (rc) return 1;
+  int tiers = st.samples_by_source[1] || st.samples_by_source[2] || st.cache_misses || st.prefetched;
+  int remote = st.get_requests || st.list_requests;
   double rate = elapsed > 0 ? (double)samples / elapsed : 0;
   double mbs_in = elapsed > 0 ? (double)st.bytes_read / elapsed / 1e6 : 0;
   double mbs_out = elapsed > 0 ? (double)out_bytes / elapsed / 1e6 : 0;
@@ -242,13 +256,31 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
            "\"batch_shape\":\"%s\",\"dtype\":\"%s\",\"seconds\":%.6f,\"samples_per_s\":%.1f,\"read_mb_per_s\":%.2f,"
            "\"output_mb_per_s\":%.2f,\"first_batch_ms\":%.3f,\"peak_rss_mib\":%.1f,\"pool_mib\":%.1f,\"threads\":%u,"
            "\"read_s\":%.4f,\"transform_s\":%.4f,\"collate_s\":%.4f,\"wait_s\":%.4f,\"latency_p50_ms\":%.3f,"
-           "\"latency_p90_ms\":%.3f,\"latency_p99_ms\":%.3f,\"substituted\":%llu,\"checksum\":%s}\n",
+           "\"latency_p90_ms\":%.3f,\"latency_p99_ms\":%.3f,\"substituted\":%llu,\"checksum\":%s,"
+           "\"samples_by_source\":[%llu,%llu,%llu],\"bytes_by_source\":[%llu,%llu,%llu],\"cache_misses\":%llu,"
+           "\"prefetched\":%llu,\"get_requests\":%llu,\"list_requests\":%llu,\"retries\":%llu,"
+           "\"remote_bytes\":%llu,\"concurrency\":%u,\"epochs\":[",
            o->dir, transform, (unsigned long long)nsamples, (unsigned long long)batches, (unsigned long long)samples,
            shape, dtype, elapsed, rate, mbs_in, mbs_out, first * 1e3, peak_rss_mib(),
            (double)st.peak_pool_bytes / 1048576.0, st.threads, st.stage_seconds[LADE_STAGE_READ],
            st.stage_seconds[LADE_STAGE_TRANSFORM], st.stage_seconds[LADE_STAGE_COLLATE],
            st.stage_seconds[LADE_STAGE_WAIT], st.batch_latency_p50 * 1e3, st.batch_latency_p90 * 1e3,
-           st.batch_latency_p99 * 1e3, (unsigned long long)st.substituted, sumtxt);
+           st.batch_latency_p99 * 1e3, (unsigned long long)st.substituted, sumtxt,
+           (unsigned long long)st.samples_by_source[0], (unsigned long long)st.samples_by_source[1],
+           (unsigned long long)st.samples_by_source[2], (unsigned long long)st.bytes_by_source[0],
+           (unsigned long long)st.bytes_by_source[1], (unsigned long long)st.bytes_by_source[2],
+           (unsigned long long)st.cache_misses, (unsigned long long)st.prefetched, (unsigned long long)st.get_requests,
+           (unsigned long long)st.list_requests, (unsigned long long)st.retries, (unsigned long long)st.remote_bytes,
+           st.concurrency);
+    for (int e = 0; e < neps; e++)
+      printf("%s{\"epoch\":%d,\"miss_rate\":%.4f,\"wait_s\":%.4f,\"get_requests\":%llu,\"list_requests\":%llu,"
+             "\"remote_bytes\":%llu,\"samples_by_source\":[%llu,%llu,%llu],\"bytes_by_source\":[%llu,%llu,%llu]}",
+             e ? "," : "", e, eps[e].miss_rate, eps[e].wait_seconds, (unsigned long long)eps[e].get_requests,
+             (unsigned long long)eps[e].list_requests, (unsigned long long)eps[e].remote_bytes,
+             (unsigned long long)eps[e].samples_by_source[0], (unsigned long long)eps[e].samples_by_source[1],
+             (unsigned long long)eps[e].samples_by_source[2], (unsigned long long)eps[e].bytes_by_source[0],
+             (unsigned long long)eps[e].bytes_by_source[1], (unsigned long long)eps[e].bytes_by_source[2]);
+    printf("]}\n");
   } else {
     printf("dataset      %s (%llu samples), transform %s, batches %s %s\n", o->dir, (unsigned long long)nsamples,
            transform, shape, dtype);
@@ -263,6 +295,26 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
     printf("batch time   p50 %.2f ms, p90 %.2f ms, p99 %.2f ms, max %.2f ms\n", st.batch_latency_p50 * 1e3,
            st.batch_latency_p90 * 1e3, st.batch_latency_p99 * 1e3, st.batch_latency_max * 1e3);
     if (st.substituted) printf("substituted  %llu bad samples (on_error=skip)\n", (unsigned long long)st.substituted);
+    if (remote)
+      printf("remote       %llu GET, %llu LIST, %llu retries, %.1f MB received, %u requests in flight allowed\n",
+             (unsigned long long)st.get_requests, (unsigned long long)st.list_requests,
+             (unsigned long long)st.retries, (double)st.remote_bytes / 1e6, st.concurrency);
+    if (tiers) {
+      printf("tiers        storage %llu, memory %llu, disk %llu samples; %llu misses", (unsigned long long)st.samples_by_source[0],
+             (unsigned long long)st.samples_by_source[1], (unsigned long long)st.samples_by_source[2],
+             (unsigned long long)st.cache_misses);
+      if (st.fetch_size)
+        printf("; prefetcher stored %llu (fetch %llu, threshold %llu)", (unsigned long long)st.prefetched,
+               (unsigned long long)st.fetch_size, (unsigned long long)st.prefetch_threshold);
+      printf("\n");
+    }
+    if (tiers || remote)
+      for (int e = 0; e < neps; e++)
+        printf("epoch %-6d miss rate %.3f, consumer wait %.3f s, %llu GET, %llu LIST, %.1f MB from storage, "
+               "%.1f MB memory, %.1f MB disk\n",
+               e, eps[e].miss_rate, eps[e].wait_seconds, (unsigned long long)eps[e].get_requests,
+               (unsigned long long)eps[e].list_requests, (double)eps[e].bytes_by_source[0] / 1e6,
+               (double)eps[e].bytes_by_source[1] / 1e6, (double)eps[e].bytes_by_source[2] / 1e6);
     if (o->checksum) printf("checksum     %016llx\n", (unsigned long long)sum);
   }
   return 0;
@@ -283,13 +335,14 @@ static int cmd_bench(int argc, char **argv) {
       {"prefetch", required_argument, 0, 'p'},  {"seed", required_argument, 0, 's'},
       {"set", required_argument, 0, 'S'},       {"json", no_argument, 0, 'J'},
       {"max-batches", required_argument, 0, 'm'}, {"no-checksum", no_argument, 0, 'C'},
+      {"step-ms", required_argument, 0, 'T'},
       {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
   lade_config_t *cfg = NULL;
   lade_config_create(&cfg);
   bench_opts_t o = {.checksum = 1};
   int c, bad = 0;
   optind = 1;
-  while (!bad && (c = getopt_long(argc, argv, "t:b:e:j:p:s:S:Jm:Ch", opts, NULL)) != -1) {
+  while (!bad && (c = getopt_long(argc, argv, "t:b:e:j:p:s:S:Jm:CT:h", opts, NULL)) != -1) {
     switch (c) {
       case 't': bad = set_or_fail(cfg, "transform", optarg); break;
       case 'b': bad = set_or_fail(cfg, "batch_size", optarg); break;
@@ -304,6 +357,15 @@ static int cmd_bench(int argc, char **argv) {
         }
         break;
       case 'J': o.json = 1; break;
+      case 'T': {
+        char *end = NULL;
+        o.step_ms = strtod(optarg, &end);
+        if (!end || *end || o.step_ms < 0 || o.step_ms > 1e6) {
+          fprintf(stderr, "lade: --step-ms: '%s' is not a number of milliseconds\n", optarg);
+          bad = 1;
+        }
+        break;
+      }
       case 'C': o.checksum = 0; break;
       case 'm':
         if (parse_u64(optarg, &o.max_batches, "--max-batches")) bad = 1;

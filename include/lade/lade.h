@@ -270,10 +270,44 @@ typedef struct lade_stats {
   double batch_latency_max;
   uint64_t peak_pool_bytes;      /* bytes of batch buffers allocated */
   uint32_t threads;              /* worker threads running */
+  /* object stores and cache tiers (zero when not in use) */
+  uint32_t concurrency;          /* remote requests allowed in flight now (tuned or set) */
+  uint64_t get_requests;         /* GET requests sent to the object store, retries included */
+  uint64_t list_requests;        /* LIST requests sent (0 when the listing came from cache_dir) */
+  uint64_t retries;              /* remote requests retried after a transient error */
+  uint64_t remote_bytes;         /* body bytes received from the object store (prefetcher included) */
+  uint64_t cache_misses;         /* samples read from storage while a cache tier was on */
+  uint64_t prefetched;           /* samples the DELI prefetcher stored in the disk cache */
+  uint64_t cache_corrupt;        /* disk cache entries that failed their checksum (fetched again) */
+  uint64_t fetch_size;           /* the prefetcher's fetch size and threshold, in samples (0: off) */
+  uint64_t prefetch_threshold;
 } lade_stats_t;
 
 /* Fills *out with the loader's counters so far. Thread-safe. */
 LADE_API int lade_loader_stats(lade_loader_t *loader, lade_stats_t *out);
+
+/*
+ * Counters of one epoch (paper 004's per-epoch metrics). Samples and bytes by
+ * source count the samples of this epoch's batches by where the workers found
+ * them; wait_seconds is the consumer's time blocked in lade_loader_next() for
+ * this epoch's batches; requests and remote bytes are those sent while this
+ * epoch's batches were being handed out (from the first batch of the epoch
+ * to the first of the next; the listing counts in epoch 0), so they include
+ * the prefetcher's work for later epochs.
+ */
+typedef struct lade_epoch_stats {
+  uint64_t epoch;
+  uint64_t batches;              /* batches of this epoch handed out */
+  uint64_t samples;              /* samples of this epoch read by the workers */
+  uint64_t samples_by_source[4]; /* 0: storage, 1: memory cache, 2: disk cache, 3: peer */
+  uint64_t bytes_by_source[4];
+  double miss_rate;              /* samples from storage / samples (0 with no cache tier) */
+  double wait_seconds;
+  uint64_t get_requests, list_requests, remote_bytes;
+} lade_epoch_stats_t;
+
+/* Fills *out for `epoch` (LADE_ERANGE for an epoch not started yet). Thread-safe. */
+LADE_API int lade_loader_epoch_stats(lade_loader_t *loader, uint64_t epoch, lade_epoch_stats_t *out);
 
 #ifdef __cplusplus
 }

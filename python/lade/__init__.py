@@ -207,6 +207,12 @@ class Loader:
     def stats(self):
         return self._h.stats()
 
+    def epoch_stats(self, epoch):
+        """Per-epoch metrics (DELI's): miss_rate, wait_seconds, get_requests,
+        list_requests, remote_bytes, samples/bytes_by_source (storage, memory,
+        disk, peer). Raises for an epoch that has not started."""
+        return self._h.epoch_stats(epoch)
+
     def interrupt(self):
         self._h.interrupt()
 

@@ -815,7 +815,7 @@ static PyObject *loader_interrupt(LoaderObject *L, PyObject *unused) {
 }
 
 static PyObject *stats_dict(const lade_stats_t *s) {
-  return Py_BuildValue(
+  PyObject *d = Py_BuildValue(
       "{sKsKsKs(KKKK)s(KKKK)sKs{sdsdsdsd}sdsdsdsdsdsKsI}", "batches", (unsigned long long)s->batches, "samples",
       (unsigned long long)s->samples, "bytes_read", (unsigned long long)s->bytes_read, "samples_by_source",
       (unsigned long long)s->samples_by_source[0], (unsigned long long)s->samples_by_source[1],
@@ -828,6 +828,39 @@ static PyObject *stats_dict(const lade_stats_t *s) {
       s->batch_latency_p50, "batch_latency_p90", s->batch_latency_p90, "batch_latency_p99", s->batch_latency_p99,
       "batch_latency_max", s->batch_latency_max, "peak_pool_bytes", (unsigned long long)s->peak_pool_bytes,
       "threads", (unsigned int)s->threads);
+  if (!d) return NULL;
+  PyObject *more = Py_BuildValue(
+      "{sIsKsKsKsKsKsKsKsKsK}", "concurrency", (unsigned int)s->concurrency, "get_requests",
+      (unsigned long long)s->get_requests, "list_requests", (unsigned long long)s->list_requests, "retries",
+      (unsigned long long)s->retries, "remote_bytes", (unsigned long long)s->remote_bytes, "cache_misses",
+      (unsigned long long)s->cache_misses, "prefetched", (unsigned long long)s->prefetched, "cache_corrupt",
+      (unsigned long long)s->cache_corrupt, "fetch_size", (unsigned long long)s->fetch_size, "prefetch_threshold",
+      (unsigned long long)s->prefetch_threshold);
+  if (!more || PyDict_Update(d, more) != 0) {
+    Py_XDECREF(more);
+    Py_DECREF(d);
+    return NULL;
+  }
+  Py_DECREF(more);
+  return d;
+}
+
+static PyObject *loader_epoch_stats(LoaderObject *L, PyObject *args) {
+  unsigned long long epoch = 0;
+  if (!PyArg_ParseTuple(args, "K", &epoch)) return NULL;
+  if (!L->loader) return raise_lade(LADE_ESTATE, "loader is closed");
+  lade_epoch_stats_t e;
+  int rc = lade_loader_epoch_stats(L->loader, epoch, &e);
+  if (rc) return raise_last(rc);
+  return Py_BuildValue("{sKsKsKs(KKKK)s(KKKK)sdsdsKsKsK}", "epoch", (unsigned long long)e.epoch, "batches",
+                       (unsigned long long)e.batches, "samples", (unsigned long long)e.samples, "samples_by_source",
+                       (unsigned long long)e.samples_by_source[0], (unsigned long long)e.samples_by_source[1],
+                       (unsigned long long)e.samples_by_source[2], (unsigned long long)e.samples_by_source[3],
+                       "bytes_by_source", (unsigned long long)e.bytes_by_source[0],
+                       (unsigned long long)e.bytes_by_source[1], (unsigned long long)e.bytes_by_source[2],
+                       (unsigned long long)e.bytes_by_source[3], "miss_rate", e.miss_rate, "wait_seconds",
+                       e.wait_seconds, "get_requests", (unsigned long long)e.get_requests, "list_requests",
+                       (unsigned long long)e.list_requests, "remote_bytes", (unsigned long long)e.remote_bytes);
 }
 
 static PyObject *loader_stats(LoaderObject *L, PyObject *unused) {
@@ -848,6 +881,8 @@ static PyMethodDef loader_methods[] = {
     {"tell", (PyCFunction)loader_tell, METH_NOARGS, "(epoch, step) of the next batch"},
     {"info", (PyCFunction)loader_info, METH_NOARGS, "(samples, steps_per_epoch, epochs)"},
     {"stats", (PyCFunction)loader_stats, METH_NOARGS, "counters as a dict"},
+    {"epoch_stats", (PyCFunction)loader_epoch_stats, METH_VARARGS,
+     "epoch_stats(epoch): that epoch's miss rate, consumer wait, requests and bytes by tier, as a dict"},
     {"interrupt", (PyCFunction)loader_interrupt, METH_NOARGS, "make a blocked next() return (thread-safe)"},
     {"close", (PyCFunction)loader_close, METH_NOARGS, "stop the workers; live batches stay valid"},
     {NULL, NULL, 0, NULL}};

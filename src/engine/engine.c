@@ -34,10 +34,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/config.h"
 #include "core/core.h"
+#include "engine/fetch.h"
 #include "engine/trace.h"
 #include "plan/plan.h"
 #include "source/source.h"
@@ -64,6 +66,10 @@ typedef struct slot {
   char errmsg[1200];
   uint32_t substituted;
   double t_sched;
+  /* remote sources: samples are claimed in arrival order, not index order */
+  uint8_t *taken;
+  uint32_t first_free;  /* every sample before it is taken */
+  uint64_t tier_samples[LADE_TIER_COUNT], tier_bytes[LADE_TIER_COUNT]; /* guarded by mu */
 } slot_t;
 
 typedef struct worker {
@@ -76,6 +82,7 @@ typedef struct worker {
   /* stats (written by this worker only) */
   double t_read, t_xform;
   uint64_t bytes, samples, substituted;
+  uint64_t tier_samples[LADE_TIER_COUNT], tier_bytes[LADE_TIER_COUNT];
 } __attribute__((aligned(LADE_CACHELINE))) worker_t;
 
 struct lade_loader {
@@ -93,6 +100,8 @@ struct lade_loader {
   lade__regular_t *plan;
   uint64_t steps, total; /* steps per epoch, epochs * steps */
   bool direct_payload;   /* npy source + npy transform: read into the slot */
+  lade__fetch_t *fetch;  /* cache tiers, remote submits, prefetcher */
+  bool async;            /* claim samples whose bytes are ready first */
 
   int open_state; /* 0 not started, 1 opening, 2 open, -1 failed */
   bool planning;
@@ -117,6 +126,14 @@ struct lade_loader {
   uint64_t nlat;
   uint64_t pool_bytes;
   lade__trace_t *trace;
+  /* per-epoch counters (grown as epochs start), guarded by mu */
+  struct epoch_acc {
+    uint64_t batches, samples[LADE_TIER_COUNT], bytes[LADE_TIER_COUNT];
+    double wait;
+    bool started;
+    lade__source_stats_t at_start; /* the source's counters at the epoch's first batch */
+  } *ep;
+  uint64_t nep;
 };
 
 static inline slot_t *slot_of(lade_loader_t *L, uint64_t seq) { return &L->slots[seq % L->nslots]; }
@@ -143,8 +160,11 @@ static void free_all(lade_loader_t *L) {
     free(s->labels);
     free(s->indices);
     free(s->sizes);
+    free(s->taken);
   }
   free(L->slots);
+  free(L->ep);
+  lade__fetch_close(L->fetch);
   if (L->xf && L->xf->destroy && L->xf_state) L->xf->destroy(L->xf_state);
   if (L->src_ops && L->src_ops->close) L->src_ops->close(&L->src);
   lade__regular_destroy(L->plan);
@@ -172,11 +192,21 @@ static const lade__transform_ops_t *transform_for(const struct lade_config *c, c
 
 /* Lists the source, sets up the transform and the plan. Runs on one worker,
  * unlocked. */
+static void wake_workers(void *ctx) {
+  lade_loader_t *L = ctx;
+  pthread_mutex_lock(&L->mu);
+  pthread_cond_broadcast(&L->cv_work);
+  pthread_mutex_unlock(&L->mu);
+}
+
 static int open_pipeline(lade_loader_t *L, worker_t *w) {
+  L->src.on_ready = wake_workers;
+  L->src.on_ready_ctx = L;
   int rc = L->src_ops->open(&L->src, &L->cfg);
   if (rc) return rc;
   L->xf = transform_for(&L->cfg, L->src_ops);
-  L->direct_payload = L->xf == &lade__xform_npy && L->src_ops->read_payload && L->src.dtype;
+  bool caching = L->cfg.cache_mem_bytes || L->cfg.cache_dir[0];
+  L->direct_payload = L->xf == &lade__xform_npy && L->src_ops->read_payload && L->src.dtype && !caching;
   if (L->direct_payload) {
     /* the source knows the sample's type: no need to read sample 0 */
     L->shape.dtype = L->src.dtype;
@@ -210,6 +240,11 @@ static int open_pipeline(lade_loader_t *L, worker_t *w) {
   if (rc) return lade__fail_prefix(rc, "dataset %s: ", L->cfg.source);
   L->steps = lade__plan_steps(&p);
   L->total = L->steps * L->cfg.epochs;
+  lade__fetch_params_t fp = {.cfg = &L->cfg, .src = &L->src, .ops = L->src_ops, .steps = L->steps,
+                             .batch = L->cfg.batch_size};
+  rc = lade__fetch_open(&L->fetch, &fp);
+  if (rc) return rc;
+  L->async = lade__fetch_async(L->fetch);
   return 0;
 }
 
@@ -237,7 +272,8 @@ static int plan_slot(lade_loader_t *L, slot_t *s, uint64_t q) {
     s->labels = malloc(B * sizeof *s->labels);
     s->indices = malloc(B * sizeof *s->indices);
     s->sizes = malloc(B * sizeof *s->sizes);
-    if (!s->data || !s->labels || !s->indices || !s->sizes)
+    s->taken = malloc(B);
+    if (!s->data || !s->labels || !s->indices || !s->sizes || !s->taken)
       return lade__fail(LADE_ENOMEM, "out of memory for a batch buffer of %zu bytes", cap);
     s->cap = cap;
     pthread_mutex_lock(&L->mu);
@@ -252,6 +288,7 @@ static int plan_slot(lade_loader_t *L, slot_t *s, uint64_t q) {
     int64_t idx = s->indices[i];
     s->labels[i] = L->src.labels ? L->src.labels[idx] : -1;
   }
+  lade__fetch_batch_planned(L->fetch, (const uint64_t *)s->indices, B);
   return 0;
 }
 
@@ -259,23 +296,29 @@ static int plan_slot(lade_loader_t *L, slot_t *s, uint64_t q) {
 
 /* Reads and transforms one sample into `out`. Returns 0 or an error with the
  * file named in lade_last_error(). */
-static int load_sample(lade_loader_t *L, worker_t *w, uint64_t idx, uint64_t epoch, void *out, uint32_t *payload) {
+static int load_sample(lade_loader_t *L, worker_t *w, uint64_t idx, uint64_t epoch, void *out, uint32_t *payload,
+                       int *tier) {
   double t0 = lade__now();
   int rc;
+  *tier = LADE_TIER_STORAGE;
   if (L->direct_payload) {
     rc = L->src_ops->read_payload(&L->src, idx, out, L->shape.bytes);
     double t1 = lade__now();
     w->t_read += t1 - t0;
     if (rc) return rc;
     w->bytes += L->shape.bytes;
+    w->tier_samples[0]++;
+    w->tier_bytes[0] += L->shape.bytes;
     *payload = (uint32_t)L->shape.bytes;
     return 0;
   }
-  rc = L->src_ops->read(&L->src, idx, &w->buf);
+  rc = lade__fetch_read(L->fetch, idx, &w->buf, tier);
   double t1 = lade__now();
   w->t_read += t1 - t0;
   if (rc) return rc;
   w->bytes += w->buf.len;
+  w->tier_samples[*tier]++;
+  w->tier_bytes[*tier] += w->buf.len;
   lade__rng_t rng;
   lade__rng_init(&rng, L->cfg.seed ^ lade__mix64(epoch + 1), idx, LADE_RNG_AUGMENT);
   lade__xform_ctx_t ctx = {.index = idx, .epoch = epoch, .rng = &rng};
@@ -291,19 +334,19 @@ static int load_sample(lade_loader_t *L, worker_t *w, uint64_t idx, uint64_t epo
 
 /* Processes sample i of slot s (unlocked). With on_error=skip, a failing
  * sample is replaced by one drawn deterministically from (seed, epoch, index). */
-static void process_sample(lade_loader_t *L, worker_t *w, slot_t *s, uint32_t i) {
+static void process_sample(lade_loader_t *L, worker_t *w, slot_t *s, uint32_t i, int *tier, uint64_t *nbytes) {
   uint64_t epoch = s->seq / L->steps;
   uint64_t idx = (uint64_t)s->indices[i];
   uint8_t *out = s->data + (size_t)i * L->shape.bytes;
   uint32_t payload = 0;
   uint64_t t0 = L->trace ? (uint64_t)(lade__now() * 1e6) : 0;
-  int rc = load_sample(L, w, idx, epoch, out, &payload);
+  int rc = load_sample(L, w, idx, epoch, out, &payload, tier);
   if (rc && L->cfg.on_error == LADE_ONERR_SKIP) {
     lade__rng_t r;
     lade__rng_init(&r, L->cfg.seed ^ lade__mix64(epoch + 1), idx, LADE_RNG_SUBST);
     for (int t = 0; rc && t < MAX_SUBST_TRIES; t++) {
       uint64_t j = lade__rng_below(&r, L->src.count);
-      rc = load_sample(L, w, j, epoch, out, &payload);
+      rc = load_sample(L, w, j, epoch, out, &payload, tier);
       if (!rc) {
         s->indices[i] = (int64_t)j;
         s->labels[i] = L->src.labels ? L->src.labels[j] : -1;
@@ -317,6 +360,7 @@ static void process_sample(lade_loader_t *L, worker_t *w, slot_t *s, uint32_t i)
     }
   }
   s->sizes[i] = payload;
+  *nbytes = L->direct_payload ? L->shape.bytes : w->buf.len;
   if (rc) {
     pthread_mutex_lock(&L->mu);
     if (!s->err) {
@@ -342,11 +386,43 @@ static void fail_locked(lade_loader_t *L, int rc) {
   pthread_cond_broadcast(&L->cv_work);
 }
 
-/* Finds the oldest FILLING slot with an unclaimed sample. Locked. */
-static slot_t *find_claimable(lade_loader_t *L) {
+/* Claims a sample: the next one of the oldest FILLING slot; with a remote
+ * source, the oldest one whose bytes are ready (so a slow request never
+ * holds a worker while decodable samples wait). *pending tells whether
+ * unclaimed samples exist that are not ready yet. Locked. */
+static slot_t *claim_sample(lade_loader_t *L, uint32_t *out_i, bool *pending) {
+  *pending = false;
   for (uint64_t q = L->next_deliver; q < L->next_sched; q++) {
     slot_t *s = slot_of(L, q);
-    if (s->seq == q && s->state == SLOT_FILLING && s->claimed < s->n) return s;
+    if (s->seq != q || s->state != SLOT_FILLING || s->claimed >= s->n) continue;
+    while (s->first_free < s->n && s->taken[s->first_free]) s->first_free++;
+    for (uint32_t i = s->first_free; i < s->n; i++) {
+      if (s->taken[i]) continue;
+      if (L->async && !lade__fetch_ready(L->fetch, (uint64_t)s->indices[i])) {
+        *pending = true;
+        continue;
+      }
+      s->taken[i] = 1;
+      s->claimed++;
+      *out_i = i;
+      return s;
+    }
+  }
+  return NULL;
+}
+
+/* The first unclaimed sample of the oldest FILLING slot, ready or not. Locked. */
+static slot_t *claim_any(lade_loader_t *L, uint32_t *out_i) {
+  for (uint64_t q = L->next_deliver; q < L->next_sched; q++) {
+    slot_t *s = slot_of(L, q);
+    if (s->seq != q || s->state != SLOT_FILLING || s->claimed >= s->n) continue;
+    for (uint32_t i = s->first_free; i < s->n; i++)
+      if (!s->taken[i]) {
+        s->taken[i] = 1;
+        s->claimed++;
+        *out_i = i;
+        return s;
+      }
   }
   return NULL;
 }
@@ -422,6 +498,10 @@ static void *worker_main(void *arg) {
       }
       s->n = L->cfg.batch_size;
       s->claimed = s->done = 0;
+      s->first_free = 0;
+      memset(s->taken, 0, s->n);
+      memset(s->tier_samples, 0, sizeof s->tier_samples);
+      memset(s->tier_bytes, 0, sizeof s->tier_bytes);
       s->err = 0;
       s->substituted = 0;
       s->stale = false;
@@ -431,15 +511,31 @@ static void *worker_main(void *arg) {
       pthread_cond_broadcast(&L->cv_work);
       continue;
     }
-    slot_t *s = find_claimable(L);
+    uint32_t i = 0;
+    bool pending = false;
+    slot_t *s = claim_sample(L, &i, &pending);
+    if (!s && pending) {
+      /* samples are in flight: wait for one to arrive (on_ready wakes us);
+       * if none does for a while, read one anyway, so a source whose
+       * readiness is wrong can slow the loader but never stall it */
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      ts.tv_nsec += 200 * 1000000L;
+      if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+      if (pthread_cond_timedwait(&L->cv_work, &L->mu, &ts) == ETIMEDOUT) s = claim_any(L, &i);
+      if (!s) continue;
+    }
     if (!s) {
       pthread_cond_wait(&L->cv_work, &L->mu);
       continue;
     }
-    uint32_t i = s->claimed++;
     pthread_mutex_unlock(&L->mu);
-    process_sample(L, w, s, i);
+    int tier = LADE_TIER_STORAGE;
+    uint64_t nbytes = 0;
+    process_sample(L, w, s, i, &tier, &nbytes);
     pthread_mutex_lock(&L->mu);
+    s->tier_samples[tier]++;
+    s->tier_bytes[tier] += nbytes;
     if (++s->done == s->n) finish_slot_locked(L, s);
   }
   pthread_mutex_unlock(&L->mu);
@@ -513,6 +609,34 @@ int lade_loader_create(lade_loader_t **out, const lade_config_t *cfg) {
   return 0;
 }
 
+/* The per-epoch counters of epoch e, grown on demand. Locked. */
+static struct epoch_acc *epoch_acc(lade_loader_t *L, uint64_t e) {
+  if (e >= L->nep) {
+    uint64_t n = LADE_MAX(e + 1, L->nep * 2);
+    struct epoch_acc *p = realloc(L->ep, n * sizeof *p);
+    if (!p) return NULL;
+    memset(p + L->nep, 0, (n - L->nep) * sizeof *p);
+    L->ep = p;
+    L->nep = n;
+  }
+  return &L->ep[e];
+}
+
+/* Accounts a delivered batch to its epoch. Locked. */
+static void account_batch(lade_loader_t *L, slot_t *s) {
+  struct epoch_acc *a = epoch_acc(L, s->seq / L->steps);
+  if (!a) return; /* no memory for counters: the batch is still delivered */
+  if (!a->started) {
+    a->started = true;
+    if (s->seq / L->steps > 0 && L->src_ops->stats) L->src_ops->stats(&L->src, &a->at_start);
+  }
+  a->batches++;
+  for (int t = 0; t < LADE_TIER_COUNT; t++) {
+    a->samples[t] += s->tier_samples[t];
+    a->bytes[t] += s->tier_bytes[t];
+  }
+}
+
 static void fill_view(lade_loader_t *L, slot_t *s) {
   lade_batch_t *v = &s->view;
   v->data = s->data;
@@ -563,6 +687,7 @@ int lade_loader_next(lade_loader_t *L, lade_batch_t **out) {
           continue;
         }
         double tc = lade__now();
+        account_batch(L, s);
         fill_view(L, s);
         s->state = SLOT_HELD;
         L->held++;
@@ -586,7 +711,13 @@ int lade_loader_next(lade_loader_t *L, lade_batch_t **out) {
   }
   double waited = lade__now() - t0;
   L->t_wait += waited;
+  uint64_t consumed = L->next_deliver * L->cfg.batch_size;
+  if (*out) {
+    struct epoch_acc *a = epoch_acc(L, (*out)->epoch);
+    if (a) a->wait += waited;
+  }
   pthread_mutex_unlock(&L->mu);
+  if (*out) lade__fetch_consumed(L->fetch, consumed);
   if (L->trace && *out)
     lade__trace_event(L->trace, "wait", LADE_TRACE_CONSUMER, (uint64_t)(t0 * 1e6), (uint64_t)(waited * 1e6),
                       (*out)->epoch, (*out)->step, UINT64_MAX);
@@ -642,6 +773,7 @@ int lade_loader_seek(lade_loader_t *L, uint64_t epoch, uint64_t step) {
     pthread_cond_broadcast(&L->cv_work);
   }
   pthread_mutex_unlock(&L->mu);
+  if (!rc) lade__fetch_seek(L->fetch, (epoch * L->steps + step) * L->cfg.batch_size);
   return rc;
 }
 
@@ -715,10 +847,12 @@ int lade_loader_stats(lade_loader_t *L, lade_stats_t *out) {
     out->stage_seconds[LADE_STAGE_READ] += w->t_read;
     out->stage_seconds[LADE_STAGE_TRANSFORM] += w->t_xform;
     out->bytes_read += w->bytes;
-    out->samples_by_source[0] += w->samples;
+    for (int t = 0; t < LADE_TIER_COUNT; t++) {
+      out->samples_by_source[t] += w->tier_samples[t];
+      out->bytes_by_source[t] += w->tier_bytes[t];
+    }
     out->substituted += w->substituted;
   }
-  out->bytes_by_source[0] = out->bytes_read;
   out->stage_seconds[LADE_STAGE_COLLATE] = L->t_collate;
   out->stage_seconds[LADE_STAGE_WAIT] = L->t_wait;
   out->first_batch_seconds = L->t_first;
@@ -726,7 +860,22 @@ int lade_loader_stats(lade_loader_t *L, lade_stats_t *out) {
   out->threads = L->started;
   uint64_t n = L->nlat < LAT_RING ? L->nlat : LAT_RING;
   memcpy(lat, L->lat, n * sizeof *lat);
+  lade__fetch_t *f = L->open_state == 2 ? L->fetch : NULL;
   pthread_mutex_unlock(&L->mu);
+  if (f) {
+    lade__fetch_stats_t fs;
+    lade__fetch_stats(f, &fs);
+    out->concurrency = fs.src.concurrency;
+    out->get_requests = fs.src.get_requests;
+    out->list_requests = fs.src.list_requests;
+    out->retries = fs.src.retries;
+    out->remote_bytes = fs.src.bytes;
+    out->cache_misses = fs.misses;
+    out->prefetched = fs.prefetched;
+    out->cache_corrupt = fs.corrupt;
+    out->fetch_size = fs.fetch_size;
+    out->prefetch_threshold = fs.threshold;
+  }
   if (n) {
     qsort(lat, n, sizeof *lat, cmp_double);
     out->batch_latency_p50 = lat[(n - 1) * 50 / 100];
@@ -734,5 +883,35 @@ int lade_loader_stats(lade_loader_t *L, lade_stats_t *out) {
     out->batch_latency_p99 = lat[(n - 1) * 99 / 100];
     out->batch_latency_max = lat[n - 1];
   }
+  return 0;
+}
+
+int lade_loader_epoch_stats(lade_loader_t *L, uint64_t epoch, lade_epoch_stats_t *out) {
+  if (!L || !out) return lade__fail(LADE_EINVAL, "lade_loader_epoch_stats: NULL argument");
+  memset(out, 0, sizeof *out);
+  out->epoch = epoch;
+  pthread_mutex_lock(&L->mu);
+  if (epoch >= L->nep || !L->ep[epoch].started) {
+    pthread_mutex_unlock(&L->mu);
+    return lade__fail(LADE_ERANGE, "epoch %llu has not started", (unsigned long long)epoch);
+  }
+  struct epoch_acc a = L->ep[epoch];
+  bool have_next = epoch + 1 < L->nep && L->ep[epoch + 1].started;
+  lade__source_stats_t end = have_next ? L->ep[epoch + 1].at_start : (lade__source_stats_t){0};
+  pthread_mutex_unlock(&L->mu);
+  if (!have_next && L->src_ops->stats) L->src_ops->stats(&L->src, &end);
+  out->batches = a.batches;
+  uint64_t total = 0;
+  for (int t = 0; t < LADE_TIER_COUNT; t++) {
+    out->samples_by_source[t] = a.samples[t];
+    out->bytes_by_source[t] = a.bytes[t];
+    total += a.samples[t];
+  }
+  out->samples = total;
+  out->miss_rate = total && lade__fetch_cached(L->fetch) ? (double)a.samples[LADE_TIER_STORAGE] / (double)total : 0;
+  out->wait_seconds = a.wait;
+  out->get_requests = end.get_requests - a.at_start.get_requests;
+  out->list_requests = end.list_requests - a.at_start.list_requests;
+  out->remote_bytes = end.bytes - a.at_start.bytes;
   return 0;
 }

@@ -1,0 +1,564 @@
+/*
+ * fetch.c - the fetch stage: memory tier -> disk tier -> source, remote
+ * requests started when a batch is planned, and the DELI prefetcher.
+ *
+ * The prefetcher (paper 004) walks this learner's future sample sequence
+ * (position = (epoch * steps + step) * B + i, the order the consumer will
+ * use them) and, whenever the samples it has fetched but the consumer has
+ * not yet used fall to `threshold`, fetches the next `fetch_size` samples
+ * into the disk tier: one submit() of the whole window to the source (so a
+ * remote source has them all in flight at once, paper 003), then one read
+ * and one disk put per sample in plan order. It starts past the engine's
+ * own window (the batches the engine is filling itself), so the two never
+ * fetch the same sample; a worker that needs a sample the prefetcher has
+ * in flight waits for it instead of sending a second GET.
+ *
+ * Clairvoyant eviction asks next_use(key): the position of key's next use
+ * at or after the consumer's position, from inverse permutations of the
+ * consumer's epoch and the one after (a sample not used again in those two
+ * epochs counts as never). With padding (drop_last=false) a sample may
+ * appear twice in an epoch; the map keeps its first position.
+ *
+ * Locks: `mu` guards the consumer position, the prefetcher's cursor, the
+ * in-flight set and the flags; `nu_mu` guards the next-use maps and is
+ * taken inside a cache tier's lock (next_use is called with it held), so
+ * nothing here calls into a cache tier while holding nu_mu. Order: cache
+ * lock, then nu_mu; mu is never held while calling a cache tier or the
+ * source, and the engine's callback (on_ready) is called with no lock held.
+ */
+#include "engine/fetch.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+
+#include "cache/cache.h"
+#include "core/core.h"
+#include "plan/plan.h"
+
+#define NONE32 UINT32_MAX
+
+/* A small multiset of sample indices (open addressing, backward-shift
+ * deletion): the prefetcher's requests in flight. */
+typedef struct idxset {
+  uint64_t *key;
+  uint32_t *count;
+  size_t cap, n; /* cap: power of two */
+} idxset_t;
+
+static int idxset_init(idxset_t *s, size_t want) {
+  size_t cap = 64;
+  while (cap < want * 2) cap <<= 1;
+  s->key = malloc(cap * sizeof *s->key);
+  s->count = calloc(cap, sizeof *s->count);
+  s->cap = cap;
+  s->n = 0;
+  return s->key && s->count ? 0 : -1;
+}
+
+static void idxset_free(idxset_t *s) {
+  free(s->key);
+  free(s->count);
+}
+
+static size_t idxset_slot(const idxset_t *s, uint64_t k) {
+  size_t m = s->cap - 1, i = (size_t)lade__mix64(k) & m;
+  while (s->count[i] && s->key[i] != k) i = (i + 1) & m;
+  return i;
+}
+
+static bool idxset_has(const idxset_t *s, uint64_t k) { return s->count[idxset_slot(s, k)] != 0; }
+
+/* Adds k; false when it was already there (or the set is full). */
+static bool idxset_add(idxset_t *s, uint64_t k) {
+  size_t i = idxset_slot(s, k);
+  if (s->count[i]) return false;
+  if ((s->n + 1) * 2 > s->cap) return false;
+  s->key[i] = k;
+  s->count[i] = 1;
+  s->n++;
+  return true;
+}
+
+static void idxset_del(idxset_t *s, uint64_t k) {
+  size_t m = s->cap - 1, i = idxset_slot(s, k);
+  if (!s->count[i]) return;
+  s->count[i] = 0;
+  s->n--;
+  for (size_t j = (i + 1) & m; s->count[j]; j = (j + 1) & m) {
+    size_t home = (size_t)lade__mix64(s->key[j]) & m;
+    /* move j back into the hole i when its home is not in (i, j] */
+    if ((j > i && (home <= i || home > j)) || (j < i && (home <= i && home > j))) {
+      s->key[i] = s->key[j];
+      s->count[i] = s->count[j];
+      s->count[j] = 0;
+      i = j;
+    }
+  }
+}
+
+struct lade__fetch {
+  lade__fetch_params_t p;
+  const struct lade_config *cfg;
+  lade__plan_params_t pp;
+  uint64_t per_epoch; /* positions per epoch: steps * B */
+  uint64_t total;     /* positions in the run */
+  lade__cache_t *mem, *disk;
+  bool remote;        /* the source has submit() */
+
+  pthread_mutex_t mu;
+  pthread_cond_t cv_pf;       /* the prefetcher waits here */
+  pthread_cond_t cv_inflight; /* readers wait for the prefetcher's request of their sample */
+  uint64_t consumed;          /* the consumer took every position below this */
+  uint64_t window;            /* positions past `consumed` the engine fetches itself */
+  uint64_t seek_gen;
+  bool stop;
+  bool pf_on, pf_started;
+  pthread_t pf_thread;
+  uint64_t pf_pos; /* the prefetcher fetched every position below this (that it is responsible for) */
+  uint64_t fetch_size, threshold;
+  idxset_t inflight;
+
+  /* clairvoyant next-use maps: local position within the epoch, per sample */
+  pthread_mutex_t nu_mu;
+  uint32_t *nu_map[2]; /* epochs nu_epoch and nu_epoch + 1 */
+  uint64_t nu_epoch;
+  uint64_t nu_cursor;
+  bool nu_on;
+
+  _Atomic uint64_t samples[LADE_TIER_COUNT], bytes[LADE_TIER_COUNT];
+  _Atomic uint64_t misses, prefetched, pf_errors, waited;
+};
+
+/* ------------------------------------------------------------ next use */
+
+/* The local position within epoch e of every sample (first occurrence). */
+static int build_map(lade__fetch_t *f, uint64_t e, uint32_t *map) {
+  uint64_t n = f->pp.samples;
+  for (uint64_t i = 0; i < n; i++) map[i] = NONE32;
+  if (e >= f->pp.epochs) return 0;
+  uint64_t *perm = malloc(n * sizeof *perm);
+  if (!perm) return lade__fail(LADE_ENOMEM, "cache: out of memory for the next-use map of %llu samples",
+                               (unsigned long long)n);
+  lade__shuffle_epoch(&f->pp, e, perm);
+  uint64_t B = f->p.batch, G = B * f->pp.world_size, r = f->cfg->rank;
+  for (uint64_t step = 0; step < f->p.steps; step++)
+    for (uint64_t i = 0; i < B; i++) {
+      uint64_t idx = perm[(step * G + r * B + i) % n];
+      if (map[idx] == NONE32) map[idx] = (uint32_t)(step * B + i);
+    }
+  free(perm);
+  return 0;
+}
+
+/* Moves the maps so nu_map[0] is epoch e. Called by the consumer thread. */
+static void advance_maps(lade__fetch_t *f, uint64_t e) {
+  if (!f->nu_on) return;
+  pthread_mutex_lock(&f->nu_mu);
+  bool have = f->nu_epoch == e;
+  pthread_mutex_unlock(&f->nu_mu);
+  if (have) return;
+  uint64_t n = f->pp.samples;
+  uint32_t *m0 = malloc(n * sizeof *m0), *m1 = malloc(n * sizeof *m1);
+  int rc = m0 && m1 ? 0 : -1;
+  pthread_mutex_lock(&f->nu_mu);
+  bool shift = f->nu_epoch + 1 == e && f->nu_map[1];
+  pthread_mutex_unlock(&f->nu_mu);
+  if (!rc && shift) {
+    /* the old "next" epoch becomes the current one: only e+1 is new */
+    rc = build_map(f, e + 1, m1);
+    pthread_mutex_lock(&f->nu_mu);
+    memcpy(m0, f->nu_map[1], n * sizeof *m0);
+    pthread_mutex_unlock(&f->nu_mu);
+  } else if (!rc) {
+    rc = build_map(f, e, m0);
+    if (!rc) rc = build_map(f, e + 1, m1);
+  }
+  if (rc) { /* no memory: keep the old maps (eviction gets less exact, never wrong) */
+    free(m0);
+    free(m1);
+    return;
+  }
+  pthread_mutex_lock(&f->nu_mu);
+  free(f->nu_map[0]);
+  free(f->nu_map[1]);
+  f->nu_map[0] = m0;
+  f->nu_map[1] = m1;
+  f->nu_epoch = e;
+  pthread_mutex_unlock(&f->nu_mu);
+}
+
+static uint64_t next_use(void *ctx, uint64_t key) {
+  lade__fetch_t *f = ctx;
+  uint64_t r = UINT64_MAX;
+  pthread_mutex_lock(&f->nu_mu);
+  if (f->nu_map[0] && key < f->pp.samples) {
+    uint64_t e = f->nu_epoch, base = e * f->per_epoch;
+    uint64_t off = f->nu_cursor > base ? f->nu_cursor - base : 0;
+    uint32_t p0 = f->nu_map[0][key], p1 = f->nu_map[1][key];
+    if (p0 != NONE32 && p0 >= off)
+      r = base + p0;
+    else if (p1 != NONE32)
+      r = base + f->per_epoch + p1;
+  }
+  pthread_mutex_unlock(&f->nu_mu);
+  return r;
+}
+
+/* ---------------------------------------------------------------- open */
+
+/* The dataset's identity for the disk tier: the source, its size, and a
+ * digest of every sample's name and listed size, so a changed listing
+ * (objects added or removed, which shifts indices) never reuses entries. */
+static void dataset_ns(lade__fetch_t *f, char *ns, size_t size) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  char name[LADE_PATH_MAX + 64];
+  for (uint64_t i = 0; i < f->p.src->count; i++) {
+    f->p.ops->describe(f->p.src, i, name, sizeof name);
+    h = lade__hash64(name, strlen(name) + 1, h);
+    if (f->p.src->sizes) h = lade__hash64(&f->p.src->sizes[i], sizeof(uint64_t), h);
+  }
+  snprintf(ns, size, "%s|%llu samples|listing %016llx", f->cfg->source, (unsigned long long)f->p.src->count,
+           (unsigned long long)h);
+}
+
+static int mkdir_p(const char *path) {
+  char tmp[LADE_PATH_MAX];
+  snprintf(tmp, sizeof tmp, "%s", path);
+  for (char *p = tmp + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    if (mkdir(tmp, 0700) != 0 && errno != EEXIST) return -1;
+    *p = '/';
+  }
+  if (mkdir(tmp, 0700) != 0 && errno != EEXIST) return -1;
+  return 0;
+}
+
+/* Mean bytes per sample: from the listing, else from sample 0. */
+static uint64_t mean_sample_bytes(lade__fetch_t *f) {
+  lade__source_t *s = f->p.src;
+  if (s->sizes && s->count) {
+    uint64_t sum = 0;
+    for (uint64_t i = 0; i < s->count; i++) sum += s->sizes[i];
+    return LADE_MAX(sum / s->count, 1);
+  }
+  lade__buf_t b = {0};
+  uint64_t n = f->p.ops->read(s, 0, &b) == 0 ? b.len : 4096;
+  lade__buf_free(&b);
+  lade__clear_error();
+  return LADE_MAX(n, 1);
+}
+
+static void *prefetch_main(void *arg);
+
+int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
+  *out = NULL;
+  const struct lade_config *cfg = p->cfg;
+  lade__fetch_t *f = calloc(1, sizeof *f);
+  if (!f) return lade__fail(LADE_ENOMEM, "fetch: out of memory");
+  f->p = *p;
+  f->cfg = cfg;
+  f->pp = (lade__plan_params_t){.samples = p->src->count,
+                                .batch_size = p->batch,
+                                .world_size = cfg->world_size,
+                                .epochs = cfg->epochs,
+                                .seed = cfg->seed,
+                                .shuffle = cfg->shuffle,
+                                .drop_last = cfg->drop_last};
+  f->per_epoch = p->steps * p->batch;
+  f->total = f->per_epoch * cfg->epochs;
+  f->remote = p->ops->submit != NULL;
+  pthread_mutex_init(&f->mu, NULL);
+  pthread_mutex_init(&f->nu_mu, NULL);
+  pthread_cond_init(&f->cv_pf, NULL);
+  pthread_cond_init(&f->cv_inflight, NULL);
+  f->nu_epoch = UINT64_MAX;
+
+  int policy = cfg->cache_policy;
+  if (policy == LADE_CACHE_AUTO) policy = LADE_CACHE_CLAIRVOYANT;
+  if (policy == LADE_CACHE_CLAIRVOYANT && p->src->count >= NONE32) policy = LADE_CACHE_LRU;
+  bool any = cfg->cache_mem_bytes || cfg->cache_dir[0];
+  f->nu_on = any && policy == LADE_CACHE_CLAIRVOYANT;
+  if (f->nu_on) advance_maps(f, 0);
+  if (f->nu_on && !f->nu_map[0]) policy = LADE_CACHE_LRU, f->nu_on = false;
+
+  int rc = 0;
+  char ns[LADE_PATH_MAX + 128] = "";
+  if (cfg->cache_dir[0]) dataset_ns(f, ns, sizeof ns);
+  if (cfg->cache_mem_bytes) {
+    lade__cache_opts_t o = {.dir = NULL, .ns = cfg->source, .capacity = cfg->cache_mem_bytes, .policy = policy,
+                            .next_use = next_use, .next_use_ctx = f};
+    rc = lade__cache_open(&f->mem, &o);
+  }
+  if (!rc && cfg->cache_dir[0]) {
+    uint64_t cap = cfg->cache_disk_bytes;
+    if (!cap) {
+      struct statvfs v;
+      if (mkdir_p(cfg->cache_dir) != 0 || statvfs(cfg->cache_dir, &v) != 0)
+        rc = lade__fail(LADE_EIO, "cache_dir %s: %s", cfg->cache_dir, strerror(errno));
+      else
+        cap = (uint64_t)v.f_bavail * v.f_frsize / 2;
+    }
+    if (!rc && !cap) rc = lade__fail(LADE_EIO, "cache_dir %s: its file system has no free space", cfg->cache_dir);
+    if (!rc) {
+      lade__cache_opts_t o = {.dir = cfg->cache_dir, .ns = ns, .capacity = cap, .policy = policy,
+                              .next_use = next_use, .next_use_ctx = f};
+      rc = lade__cache_open(&f->disk, &o);
+    }
+    if (!rc) {
+      /* DELI's 50/50 rule: fetch size = threshold = half the cache, in
+       * samples (entries are charged in whole 4 KiB blocks on disk) */
+      uint64_t per = (mean_sample_bytes(f) + 64 + 4095) / 4096 * 4096;
+      uint64_t slots = cap / per, window = (uint64_t)(cfg->prefetch + 1) * p->batch;
+      /* the engine's own window of batches is resident too while it is read */
+      uint64_t half = LADE_MAX((slots > window ? slots - window : 0) / 2, 1);
+      f->fetch_size = cfg->fetch_size ? cfg->fetch_size : half;
+      f->threshold = cfg->prefetch_threshold ? cfg->prefetch_threshold : f->fetch_size;
+      f->pf_on = cfg->prefetcher == LADE_TRISTATE_ON || (cfg->prefetcher == LADE_TRISTATE_AUTO && f->remote);
+    }
+  }
+  if (!rc && cfg->prefetcher == LADE_TRISTATE_ON && !f->disk)
+    rc = lade__fail(LADE_EINVAL, "prefetcher=on needs a disk cache: set cache_dir");
+  if (!rc && f->pf_on) {
+    if (idxset_init(&f->inflight, f->fetch_size) != 0) rc = lade__fail(LADE_ENOMEM, "prefetcher: out of memory");
+  }
+  if (!rc && f->pf_on) {
+    if (pthread_create(&f->pf_thread, NULL, prefetch_main, f) != 0)
+      rc = lade__fail(LADE_ETHREAD, "cannot start the prefetcher thread: %s", strerror(errno));
+    else
+      f->pf_started = true;
+  }
+  if (rc) {
+    lade__fetch_close(f);
+    return rc;
+  }
+  *out = f;
+  return 0;
+}
+
+void lade__fetch_close(lade__fetch_t *f) {
+  if (!f) return;
+  pthread_mutex_lock(&f->mu);
+  f->stop = true;
+  pthread_cond_broadcast(&f->cv_pf);
+  pthread_cond_broadcast(&f->cv_inflight);
+  pthread_mutex_unlock(&f->mu);
+  if (f->pf_started) pthread_join(f->pf_thread, NULL);
+  lade__cache_close(f->mem);
+  lade__cache_close(f->disk);
+  idxset_free(&f->inflight);
+  free(f->nu_map[0]);
+  free(f->nu_map[1]);
+  pthread_mutex_destroy(&f->mu);
+  pthread_mutex_destroy(&f->nu_mu);
+  pthread_cond_destroy(&f->cv_pf);
+  pthread_cond_destroy(&f->cv_inflight);
+  free(f);
+}
+
+bool lade__fetch_cached(const lade__fetch_t *f) { return f->mem || f->disk; }
+bool lade__fetch_async(const lade__fetch_t *f) { return f->remote || f->pf_on; }
+
+/* ---------------------------------------------------------------- reads */
+
+static void count(lade__fetch_t *f, int tier, size_t len) {
+  atomic_fetch_add_explicit(&f->samples[tier], 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&f->bytes[tier], len, memory_order_relaxed);
+}
+
+int lade__fetch_read(lade__fetch_t *f, uint64_t idx, lade__buf_t *out, int *tier) {
+  if (f->mem && lade__cache_get(f->mem, idx, out) == 0) {
+    *tier = LADE_TIER_MEM;
+    count(f, *tier, out->len);
+    return 0;
+  }
+  for (int pass = 0; pass < 2; pass++) {
+    if (f->disk && lade__cache_get(f->disk, idx, out) == 0) {
+      if (f->mem) lade__cache_put(f->mem, idx, out->data, out->len);
+      *tier = LADE_TIER_DISK;
+      count(f, *tier, out->len);
+      return 0;
+    }
+    if (!f->pf_on || pass) break;
+    /* the prefetcher may be fetching this very sample: wait for it rather
+     * than send a second request */
+    bool waited = false;
+    pthread_mutex_lock(&f->mu);
+    while (!f->stop && idxset_has(&f->inflight, idx)) {
+      waited = true;
+      pthread_cond_wait(&f->cv_inflight, &f->mu);
+    }
+    pthread_mutex_unlock(&f->mu);
+    if (!waited) break;
+    atomic_fetch_add_explicit(&f->waited, 1, memory_order_relaxed);
+  }
+  lade__clear_error();
+  int rc = f->p.ops->read(f->p.src, idx, out);
+  if (rc) return rc;
+  *tier = LADE_TIER_STORAGE;
+  count(f, *tier, out->len);
+  if (f->mem || f->disk) atomic_fetch_add_explicit(&f->misses, 1, memory_order_relaxed);
+  if (f->mem) lade__cache_put(f->mem, idx, out->data, out->len);
+  /* with the prefetcher on, it alone fills the disk tier (DELI): a miss
+   * written there would push out samples fetched for the near future */
+  if (f->disk && !f->pf_on) lade__cache_put(f->disk, idx, out->data, out->len);
+  return 0;
+}
+
+static bool resident(lade__fetch_t *f, uint64_t idx) {
+  return (f->mem && lade__cache_contains(f->mem, idx)) || (f->disk && lade__cache_contains(f->disk, idx));
+}
+
+static bool pf_inflight(lade__fetch_t *f, uint64_t idx) {
+  if (!f->pf_on) return false;
+  pthread_mutex_lock(&f->mu);
+  bool r = idxset_has(&f->inflight, idx);
+  pthread_mutex_unlock(&f->mu);
+  return r;
+}
+
+void lade__fetch_batch_planned(lade__fetch_t *f, const uint64_t *idx, uint32_t n) {
+  if (!f->remote) return;
+  uint64_t stackbuf[512];
+  uint64_t *want = n <= 512 ? stackbuf : malloc(n * sizeof *want);
+  if (!want) return; /* the workers' reads then fetch one by one: slower, not wrong */
+  size_t k = 0;
+  for (uint32_t i = 0; i < n; i++)
+    if (!resident(f, idx[i]) && !pf_inflight(f, idx[i])) want[k++] = idx[i];
+  if (k) f->p.ops->submit(f->p.src, want, k);
+  if (want != stackbuf) free(want);
+}
+
+bool lade__fetch_ready(lade__fetch_t *f, uint64_t idx) {
+  if (resident(f, idx)) return true;
+  if (pf_inflight(f, idx)) return false;
+  return f->p.ops->ready ? f->p.ops->ready(f->p.src, idx) : true;
+}
+
+/* ----------------------------------------------------------- consumer */
+
+void lade__fetch_consumed(lade__fetch_t *f, uint64_t pos) {
+  if (f->nu_on) {
+    advance_maps(f, f->per_epoch ? pos / f->per_epoch : 0);
+    pthread_mutex_lock(&f->nu_mu);
+    f->nu_cursor = pos;
+    pthread_mutex_unlock(&f->nu_mu);
+  }
+  pthread_mutex_lock(&f->mu);
+  f->consumed = pos;
+  pthread_cond_broadcast(&f->cv_pf);
+  pthread_mutex_unlock(&f->mu);
+}
+
+void lade__fetch_seek(lade__fetch_t *f, uint64_t pos) {
+  pthread_mutex_lock(&f->mu);
+  f->seek_gen++;
+  f->pf_pos = pos;
+  pthread_mutex_unlock(&f->mu);
+  lade__fetch_consumed(f, pos);
+}
+
+/* --------------------------------------------------------- prefetcher */
+
+static void *prefetch_main(void *arg) {
+  lade__fetch_t *f = arg;
+  lade__regular_t *plan = NULL;
+  uint64_t B = f->p.batch;
+  uint64_t *batch = malloc(B * sizeof *batch);
+  uint64_t *want = malloc(f->fetch_size * sizeof *want);
+  lade__buf_t buf = {0};
+  if (!batch || !want || lade__regular_create(&plan, &f->pp) != 0) {
+    /* without its memory the prefetcher does nothing; reads still work */
+    atomic_fetch_add_explicit(&f->pf_errors, 1, memory_order_relaxed);
+    free(batch);
+    free(want);
+    lade__regular_destroy(plan);
+    return NULL;
+  }
+  /* the engine fetches its own window (prefetch + 1 batches) itself */
+  uint64_t window = (uint64_t)(f->cfg->prefetch + 1) * B;
+  pthread_mutex_lock(&f->mu);
+  for (;;) {
+    if (f->stop) break;
+    uint64_t lo = f->consumed + window;
+    if (f->pf_pos < lo) f->pf_pos = lo; /* the consumer overtook us: skip ahead */
+    if (f->pf_pos >= f->total || f->pf_pos - f->consumed > f->threshold + window) {
+      pthread_cond_wait(&f->cv_pf, &f->mu);
+      continue;
+    }
+    uint64_t start = f->pf_pos, end = LADE_MIN(start + f->fetch_size, f->total), gen = f->seek_gen;
+    pthread_mutex_unlock(&f->mu);
+
+    /* the window's samples in plan order, minus those cached or repeated */
+    size_t k = 0;
+    for (uint64_t q = start / B; q * B < end; q++) {
+      if (lade__regular_local(plan, q / f->p.steps, q % f->p.steps, f->cfg->rank, batch) != 0) break;
+      for (uint64_t i = 0; i < B; i++) {
+        uint64_t pos = q * B + i;
+        if (pos < start || pos >= end || lade__cache_contains(f->disk, batch[i])) continue;
+        pthread_mutex_lock(&f->mu);
+        bool added = idxset_add(&f->inflight, batch[i]);
+        pthread_mutex_unlock(&f->mu);
+        if (added) want[k++] = batch[i];
+      }
+    }
+    if (k && f->p.ops->submit) f->p.ops->submit(f->p.src, want, k);
+    size_t done = 0;
+    for (; done < k; done++) {
+      pthread_mutex_lock(&f->mu);
+      bool quit = f->stop || f->seek_gen != gen;
+      pthread_mutex_unlock(&f->mu);
+      if (quit) break;
+      uint64_t idx = want[done];
+      if (f->p.ops->read(f->p.src, idx, &buf) == 0) {
+        lade__cache_put(f->disk, idx, buf.data, buf.len);
+        atomic_fetch_add_explicit(&f->prefetched, 1, memory_order_relaxed);
+      } else {
+        atomic_fetch_add_explicit(&f->pf_errors, 1, memory_order_relaxed); /* the worker's own read reports it */
+      }
+      pthread_mutex_lock(&f->mu);
+      idxset_del(&f->inflight, idx);
+      pthread_cond_broadcast(&f->cv_inflight);
+      pthread_mutex_unlock(&f->mu);
+      if (f->p.src->on_ready) f->p.src->on_ready(f->p.src->on_ready_ctx);
+    }
+    pthread_mutex_lock(&f->mu);
+    for (size_t j = done; j < k; j++) idxset_del(&f->inflight, want[j]);
+    pthread_cond_broadcast(&f->cv_inflight);
+    if (f->seek_gen == gen && f->pf_pos == start) f->pf_pos = end;
+  }
+  pthread_mutex_unlock(&f->mu);
+  lade__buf_free(&buf);
+  free(batch);
+  free(want);
+  lade__regular_destroy(plan);
+  return NULL;
+}
+
+/* ---------------------------------------------------------------- stats */
+
+void lade__fetch_stats(lade__fetch_t *f, lade__fetch_stats_t *out) {
+  memset(out, 0, sizeof *out);
+  for (int t = 0; t < LADE_TIER_COUNT; t++) {
+    out->samples[t] = atomic_load(&f->samples[t]);
+    out->bytes[t] = atomic_load(&f->bytes[t]);
+  }
+  out->misses = atomic_load(&f->misses);
+  out->prefetched = atomic_load(&f->prefetched);
+  out->prefetch_errors = atomic_load(&f->pf_errors);
+  out->waited_prefetch = atomic_load(&f->waited);
+  if (f->disk) {
+    lade__cache_stats_t cs;
+    lade__cache_stats(f->disk, &cs);
+    out->corrupt = cs.corrupt;
+  }
+  if (f->p.ops->stats) f->p.ops->stats(f->p.src, &out->src);
+  out->fetch_size = f->fetch_size;
+  out->threshold = f->threshold;
+}

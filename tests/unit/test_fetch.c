@@ -1,0 +1,242 @@
+/* test_fetch.c - the fetch stage through the public API on a local dataset:
+ * memory and disk tiers in front of the source, warm second runs, the DELI
+ * prefetcher, clairvoyant versus FIFO/LRU eviction, seek with caches, and
+ * per-epoch metrics. (The same paths against a real S3 server are tested in
+ * tests/s3/.) */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "harness.h"
+#include "lade/lade.h"
+
+#define N 96
+#define SZ 256
+
+/* Byte k of dataset sample i. */
+static uint8_t byte_of(uint64_t i, int k) { return (uint8_t)(i * 31 + (uint64_t)k * 7 + 1); }
+
+/* N files of SZ bytes in 3 class folders; sorted order gives index
+ * c * (N/3) + j for file j of class c. */
+static const char *make_dataset(const char *name) {
+  static char dir[4096];
+  snprintf(dir, sizeof dir, "%s", lade_test_tmpdir(name));
+  uint8_t buf[SZ];
+  for (int c = 0; c < 3; c++) {
+    lade_test_sh("mkdir -p %s/data/c%d", dir, c);
+    for (int j = 0; j < N / 3; j++) {
+      uint64_t idx = (uint64_t)c * (N / 3) + (uint64_t)j;
+      for (int k = 0; k < SZ; k++) buf[k] = byte_of(idx, k);
+      char path[4300];
+      snprintf(path, sizeof path, "%s/data/c%d/f%05d.bin", dir, c, j);
+      FILE *f = fopen(path, "wb");
+      fwrite(buf, 1, SZ, f);
+      fclose(f);
+    }
+  }
+  return dir;
+}
+
+typedef struct result {
+  uint64_t sum, batches, samples;
+  int content_ok;
+  lade_stats_t st;
+  lade_epoch_stats_t ep[8];
+  int rc;
+} result_t;
+
+static int run(const char *dir, const char *extra[], result_t *r, int sleep_us) {
+  memset(r, 0, sizeof *r);
+  r->content_ok = 1;
+  lade_config_t *c = NULL;
+  lade_config_create(&c);
+  char src[4200];
+  snprintf(src, sizeof src, "%s/data", dir);
+  lade_config_set(c, "source", src);
+  lade_config_set(c, "source_type", "dir");
+  lade_config_set(c, "transform", "raw");
+  lade_config_set(c, "batch_size", "8");
+  for (int i = 0; extra && extra[i]; i++)
+    if (lade_config_parse(c, extra[i])) fprintf(stderr, "bad setting %s: %s\n", extra[i], lade_last_error());
+  lade_loader_t *L = NULL;
+  r->rc = lade_loader_create(&L, c);
+  lade_config_destroy(c);
+  if (r->rc) return r->rc;
+  for (;;) {
+    lade_batch_t *b = NULL;
+    r->rc = lade_loader_next(L, &b);
+    if (r->rc || !b) break;
+    r->sum = lade_checksum(b->data, b->nbytes, r->sum);
+    const uint8_t *d = b->data;
+    for (int64_t s = 0; s < b->shape[0]; s++)
+      for (int k = 0; k < SZ; k++)
+        if (d[s * SZ + k] != byte_of((uint64_t)b->indices[s], k)) r->content_ok = 0;
+    r->batches++;
+    r->samples += (uint64_t)b->shape[0];
+    lade_batch_release(b);
+    if (sleep_us) {
+      struct timespec ts = {0, sleep_us * 1000L};
+      nanosleep(&ts, NULL);
+    }
+  }
+  if (r->rc) fprintf(stderr, "  loader error: %s\n", lade_last_error());
+  lade_loader_stats(L, &r->st);
+  for (uint64_t e = 0; e < 8; e++) lade_loader_epoch_stats(L, e, &r->ep[e]);
+  lade_loader_destroy(L);
+  return r->rc;
+}
+
+static void test_memory_tier_serves_later_epochs(void) {
+  const char *dir = make_dataset("memtier");
+  result_t plain, cached;
+  const char *base[] = {"epochs=3", "threads=2", "seed=5", NULL};
+  const char *mem[] = {"epochs=3", "threads=2", "seed=5", "cache_mem_bytes=10000000", NULL};
+  CHECK_OK(run(dir, base, &plain, 0));
+  CHECK_OK(run(dir, mem, &cached, 0));
+  CHECK(plain.content_ok && cached.content_ok);
+  CHECK(plain.sum == cached.sum); /* a cache never changes a batch */
+  CHECK_EQ_INT(cached.ep[0].samples_by_source[0], N);
+  CHECK_EQ_INT(cached.ep[0].samples_by_source[1], 0);
+  for (int e = 1; e < 3; e++) {
+    CHECK_EQ_INT(cached.ep[e].samples_by_source[1], N);
+    CHECK_EQ_INT(cached.ep[e].samples_by_source[0], 0);
+    CHECK(cached.ep[e].miss_rate == 0.0);
+    CHECK_EQ_INT(cached.ep[e].bytes_by_source[1], (uint64_t)N * SZ);
+  }
+  CHECK(cached.ep[0].miss_rate == 1.0);
+  CHECK_EQ_INT(cached.st.cache_misses, N);
+  CHECK_EQ_INT(cached.st.samples_by_source[1], 2 * N);
+  CHECK(plain.ep[1].miss_rate == 0.0); /* no cache: no miss rate */
+}
+
+static void test_disk_tier_warm_second_run_and_listing_change(void) {
+  const char *dir = make_dataset("disktier");
+  char cache[4200], opt[4300];
+  snprintf(cache, sizeof cache, "%s/cache", dir);
+  snprintf(opt, sizeof opt, "cache_dir=%s", cache);
+  const char *s[] = {"epochs=1", "threads=2", "prefetcher=off", "cache_disk_bytes=100000000", opt, NULL};
+  result_t r1, r2, r3;
+  CHECK_OK(run(dir, s, &r1, 0));
+  CHECK_EQ_INT(r1.st.samples_by_source[0], N);
+  CHECK_OK(run(dir, s, &r2, 0));
+  CHECK(r1.sum == r2.sum && r2.content_ok);
+  CHECK_EQ_INT(r2.st.samples_by_source[2], N); /* every sample from the disk tier */
+  CHECK_EQ_INT(r2.st.samples_by_source[0], 0);
+  CHECK_EQ_INT(r2.st.cache_misses, 0);
+  struct stat st;
+  CHECK(stat(cache, &st) == 0 && (st.st_mode & 0777) == 0700);
+  /* a new file shifts the indices: the old entries must not be served */
+  lade_test_sh("cp %s/data/c0/f00000.bin %s/data/c0/a-new.bin", dir, dir);
+  CHECK_OK(run(dir, s, &r3, 0));
+  CHECK_EQ_INT(r3.st.samples_by_source[2], 0);
+  CHECK_EQ_INT(r3.st.samples_by_source[0], N + 1);
+}
+
+static void test_prefetcher_fills_disk_ahead(void) {
+  const char *dir = make_dataset("prefetcher");
+  char opt[4300];
+  snprintf(opt, sizeof opt, "cache_dir=%s/cache", dir);
+  /* 48 samples of 4 KiB blocks fit: fetch 16 with threshold 16 */
+  const char *s[] = {"epochs=2", "threads=2", "prefetch=1", "prefetcher=on", "fetch_size=16", "prefetch_threshold=16",
+                     "cache_disk_bytes=196608", "cache_policy=fifo", opt, NULL};
+  const char *plain_s[] = {"epochs=2", "threads=2", "prefetch=1", NULL};
+  result_t r, plain;
+  CHECK_OK(run(dir, plain_s, &plain, 0));
+  CHECK_OK(run(dir, s, &r, 3000)); /* a slow consumer: the prefetcher gets ahead */
+  CHECK(r.content_ok && r.sum == plain.sum);
+  CHECK_EQ_INT(r.st.fetch_size, 16);
+  CHECK_EQ_INT(r.st.prefetch_threshold, 16);
+  /* everything past the engine's own first window (2 batches) was prefetched */
+  CHECK(r.st.prefetched >= 2 * N - 16 - 8);
+  CHECK(r.st.samples_by_source[2] >= 2 * N - 16 - 8);
+  CHECK_EQ_INT(r.st.samples_by_source[0] + r.st.samples_by_source[2], 2 * N);
+  CHECK(r.ep[1].miss_rate < 0.1);
+}
+
+static void test_clairvoyant_beats_fifo_and_lru(void) {
+  const char *dir = make_dataset("policies");
+  /* memory for about half the dataset (256 + 64 bytes charged per entry) */
+  const char *pol[] = {"fifo", "lru", "clairvoyant"};
+  uint64_t hits[3], sums[3];
+  for (int p = 0; p < 3; p++) {
+    char o[64];
+    snprintf(o, sizeof o, "cache_policy=%s", pol[p]);
+    const char *s[] = {"epochs=4", "threads=1", "prefetch=1", "seed=9", "cache_mem_bytes=15360", o, NULL};
+    result_t r;
+    CHECK_OK(run(dir, s, &r, 0));
+    CHECK(r.content_ok);
+    hits[p] = r.st.samples_by_source[1];
+    sums[p] = r.sum;
+    fprintf(stderr, "  %s: %llu memory hits of %d reads\n", pol[p], (unsigned long long)hits[p], 4 * N);
+  }
+  CHECK(sums[0] == sums[1] && sums[1] == sums[2]);
+  CHECK(hits[2] > hits[0]);
+  CHECK(hits[2] >= hits[1]);
+  CHECK(hits[2] > 0);
+}
+
+static void test_seek_with_caches(void) {
+  const char *dir = make_dataset("seekcache");
+  char opt[4300];
+  snprintf(opt, sizeof opt, "cache_dir=%s/cache", dir);
+  const char *s[] = {"epochs=2", "threads=2", "prefetcher=on", "fetch_size=8", "cache_mem_bytes=4000",
+                     "cache_disk_bytes=100000000", opt, NULL};
+  result_t full;
+  CHECK_OK(run(dir, s, &full, 0));
+  /* resume at (1, 3) and compare the remaining batches' checksum */
+  lade_config_t *c = NULL;
+  lade_config_create(&c);
+  char src[4200];
+  snprintf(src, sizeof src, "%s/data", dir);
+  lade_config_set(c, "source", src);
+  lade_config_set(c, "transform", "raw");
+  lade_config_set(c, "batch_size", "8");
+  for (int i = 0; s[i]; i++) lade_config_parse(c, s[i]);
+  uint64_t want = 0, got = 0;
+  for (int pass = 0; pass < 2; pass++) {
+    lade_loader_t *L = NULL;
+    CHECK_OK(lade_loader_create(&L, c));
+    uint64_t sum = 0, n = 0;
+    if (pass == 1) CHECK_OK(lade_loader_seek(L, 1, 3));
+    for (;;) {
+      lade_batch_t *b = NULL;
+      if (lade_loader_next(L, &b) || !b) break;
+      if (pass == 1 || b->epoch * 12 + b->step >= 15) sum = lade_checksum(b->data, b->nbytes, sum);
+      n++;
+      lade_batch_release(b);
+    }
+    if (pass == 0) want = sum;
+    else got = sum;
+    lade_loader_destroy(L);
+  }
+  lade_config_destroy(c);
+  CHECK(want == got);
+}
+
+static void test_bad_cache_settings(void) {
+  const char *dir = make_dataset("badcache");
+  result_t r;
+  const char *s[] = {"prefetcher=on", NULL}; /* no cache_dir */
+  run(dir, s, &r, 0);
+  CHECK_EQ_INT(r.rc, LADE_EINVAL);
+  CHECK(strstr(lade_last_error(), "cache_dir") != NULL);
+  /* a cache folder that cannot be created names the folder */
+  char opt[4300];
+  snprintf(opt, sizeof opt, "cache_dir=%s/data/c0/f00000.bin/sub", dir);
+  const char *s2[] = {"cache_disk_bytes=1000000", opt, NULL};
+  run(dir, s2, &r, 0);
+  CHECK(r.rc != 0);
+  CHECK(strstr(lade_last_error(), "f00000.bin") != NULL);
+}
+
+int main(void) {
+  RUN(test_memory_tier_serves_later_epochs);
+  RUN(test_disk_tier_warm_second_run_and_listing_change);
+  RUN(test_prefetcher_fills_disk_ahead);
+  RUN(test_clairvoyant_beats_fifo_and_lru);
+  RUN(test_seek_with_caches);
+  RUN(test_bad_cache_settings);
+  return lade_test_finish();
+}
