@@ -1,0 +1,556 @@
+/*
+ * diskcache.c - the disk tier: one file per entry under
+ *
+ *   dir/<16 hex: checksum of ns>/NAMESPACE      the ns text
+ *                               /LOCK           flock()ed while open
+ *                               /<2 hex>/<16 hex key>   entries (2 hex: key & 0xff)
+ *                               /.tmp.<pid>.<n> entries being written
+ *
+ * An entry file is a 48-byte header {magic "LADECE01", key, payload length,
+ * insertion sequence number, checksum of the payload, checksum of the
+ * previous 40 bytes} followed by the payload. A put writes a temporary file
+ * and rename()s it over the entry's name, so a reader or a crash sees either
+ * the old complete file or the new complete one. There is no fsync: this is
+ * a cache, and a kill -9 loses nothing the kernel has accepted; after a power
+ * loss a renamed file may be short or hold zeros, which the length and
+ * checksums catch on read (the file is removed and the read is a miss). Open
+ * removes temporaries left by a crash and rebuilds the index from the
+ * headers alone, ordered by sequence number, so FIFO order (and LRU order as
+ * of the last insertion) carries over to the next run.
+ *
+ * Each entry is charged its file size rounded up to 4096-byte blocks.
+ *
+ * Lock: `mu` guards the index, the entries' fields, the counters and every
+ * change to the set of entry names (rename into place, unlink on eviction or
+ * corruption), so the index always names exactly the files present. Payload
+ * I/O runs outside it: get pins the entry, reads its file unlocked and
+ * re-locks to count; put writes its temporary unlocked. A file evicted or
+ * replaced while being read is either read whole (POSIX keeps an unlinked
+ * open file) or not found (a miss); the header's key and checksums are
+ * verified, so the bytes served always belong to the key. No other lock is
+ * taken while holding mu.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "cache/cindex.h"
+
+#define HDR_BYTES 48
+#define BLOCK 4096
+#define SUM_SEED 0x4c414445434531ull /* fixed seed of the entry checksums */
+#define NS_SEED 0x4c4144454e53ull    /* fixed seed of the namespace folder's name */
+static const char MAGIC[8] = {'L', 'A', 'D', 'E', 'C', 'E', '0', '1'};
+
+typedef struct hdr {
+  char magic[8];
+  uint64_t key, len, seq, sum, hsum;
+} hdr_t;
+_Static_assert(sizeof(hdr_t) == HDR_BYTES, "entry header is 48 bytes");
+
+typedef struct diskcache {
+  lade__cache_t base;
+  pthread_mutex_t mu;
+  lade__cindex_t ix;
+  lade__cache_stats_t st;
+  uint64_t seq, tmpn;
+  int dirfd, lockfd;
+  char path[LADE_PATH_MAX]; /* the namespace folder */
+} diskcache_t;
+
+typedef struct name {
+  char s[24];
+} name_t;
+
+static name_t entry_name(uint64_t key) {
+  name_t n;
+  snprintf(n.s, sizeof n.s, "%02x/%016llx", (unsigned)(key & 0xff), (unsigned long long)key);
+  return n;
+}
+
+static uint64_t charge_of(uint64_t len) { return (HDR_BYTES + len + BLOCK - 1) / BLOCK * BLOCK; }
+
+static uint64_t hdr_sum(const hdr_t *h) { return lade_checksum(h, offsetof(hdr_t, hsum), SUM_SEED); }
+
+/* ---- folders */
+
+/* mkdir -p with mode 0700 for what it creates; the last component must end
+ * up a directory of mode 0700 (chmod'ed when wider). */
+static int ensure_dir(const char *path) {
+  char p[LADE_PATH_MAX];
+  size_t n = strlen(path);
+  if (n == 0 || n >= sizeof p) return lade__fail(LADE_EINVAL, "cache folder '%s': empty or too long", path);
+  memcpy(p, path, n + 1);
+  for (size_t i = 1; i <= n; i++) {
+    if (p[i] != '/' && p[i] != '\0') continue;
+    char c = p[i];
+    p[i] = '\0';
+    if (mkdir(p, 0700) != 0 && errno != EEXIST)
+      return lade__fail(LADE_EIO, "cache folder %s: cannot create: %s", p, strerror(errno));
+    p[i] = c;
+  }
+  struct stat st;
+  if (stat(path, &st) != 0) return lade__fail(LADE_EIO, "cache folder %s: %s", path, strerror(errno));
+  if (!S_ISDIR(st.st_mode)) return lade__fail(LADE_EIO, "cache folder %s: not a directory", path);
+  if ((st.st_mode & 07777) != 0700 && chmod(path, 0700) != 0)
+    return lade__fail(LADE_EIO, "cache folder %s: mode %04o, cannot change it to 0700: %s", path,
+                      (unsigned)(st.st_mode & 07777), strerror(errno));
+  return 0;
+}
+
+/* Checks the NAMESPACE file against ns, writing it when missing. */
+static int check_namespace(diskcache_t *d, const char *ns) {
+  size_t n = strlen(ns);
+  int fd = openat(d->dirfd, "NAMESPACE", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    char *buf = malloc(n + 2);
+    if (!buf) {
+      close(fd);
+      return lade__fail(LADE_ENOMEM, "cache: out of memory");
+    }
+    ssize_t got = pread(fd, buf, n + 1, 0);
+    close(fd);
+    bool same = got == (ssize_t)n && memcmp(buf, ns, n) == 0;
+    free(buf);
+    if (same) return 0;
+    if (got > 0)
+      return lade__fail(LADE_ESTATE, "cache folder %s: its NAMESPACE names another dataset than '%s'", d->path, ns);
+    /* empty or unreadable: rewrite it */
+  } else if (errno != ENOENT) {
+    return lade__fail(LADE_EIO, "cache file %s/NAMESPACE: %s", d->path, strerror(errno));
+  }
+  fd = openat(d->dirfd, ".tmp.NAMESPACE", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return lade__fail(LADE_EIO, "cache file %s/.tmp.NAMESPACE: %s", d->path, strerror(errno));
+  ssize_t w = write(fd, ns, n);
+  bool ok = w == (ssize_t)n;
+  int err = ok ? 0 : w < 0 ? errno : EIO;
+  close(fd);
+  if (ok && renameat(d->dirfd, ".tmp.NAMESPACE", d->dirfd, "NAMESPACE") != 0) ok = false, err = errno;
+  if (!ok) {
+    unlinkat(d->dirfd, ".tmp.NAMESPACE", 0);
+    return lade__fail(LADE_EIO, "cache file %s/NAMESPACE: cannot write: %s", d->path, strerror(err));
+  }
+  return 0;
+}
+
+/* ---- entry files */
+
+static int write_all(int fd, struct iovec *iov, int n) {
+  while (n > 0) {
+    ssize_t w = writev(fd, iov, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    while (n > 0 && (size_t)w >= iov->iov_len) {
+      w -= (ssize_t)iov->iov_len;
+      iov++;
+      n--;
+    }
+    if (n > 0) {
+      iov->iov_base = (char *)iov->iov_base + w;
+      iov->iov_len -= (size_t)w;
+    }
+  }
+  return 0;
+}
+
+static int write_tmp(diskcache_t *d, const char *tmp, uint64_t key, uint64_t seq, const void *data, size_t len) {
+  hdr_t h;
+  memcpy(h.magic, MAGIC, 8);
+  h.key = key;
+  h.len = len;
+  h.seq = seq;
+  h.sum = lade_checksum(data, len, SUM_SEED);
+  h.hsum = hdr_sum(&h);
+  int fd = openat(d->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) return lade__fail(LADE_EIO, "cache file %s/%s: cannot create: %s", d->path, tmp, strerror(errno));
+  struct iovec iov[2] = {{&h, sizeof h}, {(void *)data, len}};
+  int rc = write_all(fd, iov, 2);
+  int err = errno;
+  if (close(fd) != 0 && rc == 0) rc = -1, err = errno;
+  if (rc != 0) {
+    unlinkat(d->dirfd, tmp, 0);
+    return lade__fail(LADE_EIO, "cache file %s/%s: cannot write: %s", d->path, tmp, strerror(err));
+  }
+  return 0;
+}
+
+enum { READ_OK, READ_GONE, READ_BAD, READ_ERR };
+
+/* Reads and verifies the entry file of key into out. READ_ERR has set the error. */
+static int read_entry(diskcache_t *d, uint64_t key, lade__buf_t *out) {
+  name_t nm = entry_name(key);
+  int fd = openat(d->dirfd, nm.s, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return READ_GONE;
+    lade__fail(LADE_EIO, "cache file %s/%s: cannot open: %s", d->path, nm.s, strerror(errno));
+    return READ_ERR;
+  }
+  int res = READ_BAD;
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    lade__fail(LADE_EIO, "cache file %s/%s: %s", d->path, nm.s, strerror(errno));
+    res = READ_ERR;
+    goto done;
+  }
+  if (st.st_size < HDR_BYTES) goto done;
+  size_t len = (size_t)st.st_size - HDR_BYTES;
+  if (lade__buf_reserve(out, len ? len : 1) != 0) {
+    res = READ_ERR;
+    goto done;
+  }
+  hdr_t h;
+  struct iovec iov[2] = {{&h, sizeof h}, {out->data, len}};
+  ssize_t got = preadv(fd, iov, 2, 0);
+  if (got < 0) {
+    lade__fail(LADE_EIO, "cache file %s/%s: cannot read: %s", d->path, nm.s, strerror(errno));
+    res = READ_ERR;
+    goto done;
+  }
+  if ((size_t)got != HDR_BYTES + len) goto done; /* shrank under us */
+  if (memcmp(h.magic, MAGIC, 8) != 0 || h.hsum != hdr_sum(&h) || h.key != key || h.len != len) goto done;
+  if (lade_checksum(out->data, len, SUM_SEED) != h.sum) goto done;
+  out->len = len;
+  res = READ_OK;
+done:
+  close(fd);
+  return res;
+}
+
+/* ---- index upkeep (mu held) */
+
+static void drop(diskcache_t *d, lade__centry_t *e, bool unlink_file) {
+  if (unlink_file) {
+    name_t nm = entry_name(e->key);
+    unlinkat(d->dirfd, nm.s, 0);
+  }
+  lade__cindex_remove(&d->ix, e);
+  if (e->refs == 0) free(e);
+}
+
+static void evict_to(diskcache_t *d, uint64_t room) {
+  while (d->ix.used + room > d->ix.capacity) {
+    drop(d, lade__cindex_victim(&d->ix), true);
+    d->st.evictions++;
+  }
+}
+
+/* ---- open: scan */
+
+typedef struct found {
+  uint64_t key, len, seq;
+} found_t;
+
+static int by_seq(const void *a, const void *b) {
+  const found_t *x = a, *y = b;
+  return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+static bool parse_hex16(const char *s, uint64_t *v) {
+  uint64_t x = 0;
+  for (int i = 0; i < 16; i++) {
+    char c = s[i];
+    int dg = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+    if (dg < 0) return false;
+    x = x << 4 | (uint64_t)dg;
+  }
+  *v = x;
+  return s[16] == '\0';
+}
+
+/* Reads one entry's header; true when it is sound for key. */
+static bool header_ok(int fd, uint64_t key, found_t *f) {
+  struct stat st;
+  hdr_t h;
+  if (fstat(fd, &st) != 0 || st.st_size < HDR_BYTES) return false;
+  if (pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h) return false;
+  if (memcmp(h.magic, MAGIC, 8) != 0 || h.hsum != hdr_sum(&h) || h.key != key) return false;
+  if (h.len != (uint64_t)st.st_size - HDR_BYTES) return false;
+  f->key = key;
+  f->len = h.len;
+  f->seq = h.seq;
+  return true;
+}
+
+static int scan(diskcache_t *d, found_t **out, size_t *nout) {
+  found_t *v = NULL;
+  size_t n = 0, cap = 0;
+  int rc = 0;
+  /* stale temporaries of a crashed writer */
+  int fd = openat(d->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
+  if (!dir) {
+    if (fd >= 0) close(fd);
+    return lade__fail(LADE_EIO, "cache folder %s: cannot list: %s", d->path, strerror(errno));
+  }
+  struct dirent *de;
+  while ((de = readdir(dir)))
+    if (strncmp(de->d_name, ".tmp.", 5) == 0) unlinkat(d->dirfd, de->d_name, 0);
+  closedir(dir);
+
+  for (unsigned sub = 0; sub < 256 && rc == 0; sub++) {
+    char sname[4];
+    snprintf(sname, sizeof sname, "%02x", sub);
+    if (mkdirat(d->dirfd, sname, 0700) != 0 && errno != EEXIST) {
+      rc = lade__fail(LADE_EIO, "cache folder %s/%s: cannot create: %s", d->path, sname, strerror(errno));
+      break;
+    }
+    int sfd = openat(d->dirfd, sname, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *sd = sfd >= 0 ? fdopendir(sfd) : NULL;
+    if (!sd) {
+      if (sfd >= 0) close(sfd);
+      rc = lade__fail(LADE_EIO, "cache folder %s/%s: cannot list: %s", d->path, sname, strerror(errno));
+      break;
+    }
+    while ((de = readdir(sd))) {
+      uint64_t key;
+      if (strncmp(de->d_name, ".tmp.", 5) == 0) {
+        unlinkat(dirfd(sd), de->d_name, 0);
+        continue;
+      }
+      if (!parse_hex16(de->d_name, &key)) continue; /* not ours; left alone */
+      found_t f;
+      int efd = openat(dirfd(sd), de->d_name, O_RDONLY | O_CLOEXEC);
+      bool ok = efd >= 0 && (key & 0xff) == sub && header_ok(efd, key, &f);
+      if (efd >= 0) close(efd);
+      if (!ok) {
+        unlinkat(dirfd(sd), de->d_name, 0);
+        d->st.corrupt++;
+        continue;
+      }
+      if (n == cap) {
+        size_t nc = cap ? cap * 2 : 1024;
+        found_t *nv = realloc(v, nc * sizeof *nv);
+        if (!nv) {
+          rc = lade__fail(LADE_ENOMEM, "cache folder %s: out of memory listing entries", d->path);
+          break;
+        }
+        v = nv;
+        cap = nc;
+      }
+      v[n++] = f;
+    }
+    closedir(sd);
+  }
+  if (rc) {
+    free(v);
+    return rc;
+  }
+  qsort(v, n, sizeof *v, by_seq);
+  *out = v;
+  *nout = n;
+  return 0;
+}
+
+/* ---- the vtable */
+
+static void disk_close(lade__cache_t *c) {
+  diskcache_t *d = (diskcache_t *)c;
+  lade__centry_t *e;
+  while ((e = d->ix.head)) drop(d, e, false);
+  lade__cindex_free(&d->ix);
+  pthread_mutex_destroy(&d->mu);
+  if (d->dirfd >= 0) close(d->dirfd);
+  if (d->lockfd >= 0) close(d->lockfd); /* releases the flock */
+  free(d);
+}
+
+static int disk_get(lade__cache_t *c, uint64_t key, lade__buf_t *out) {
+  diskcache_t *d = (diskcache_t *)c;
+  pthread_mutex_lock(&d->mu);
+  lade__centry_t *e = lade__cindex_find(&d->ix, key);
+  if (!e) {
+    d->st.misses++;
+    pthread_mutex_unlock(&d->mu);
+    return LADE_ENOENT;
+  }
+  e->refs++;
+  lade__cindex_touch(&d->ix, e);
+  pthread_mutex_unlock(&d->mu);
+
+  int res = read_entry(d, key, out);
+
+  pthread_mutex_lock(&d->mu);
+  e->refs--;
+  int rc = 0;
+  if (res == READ_OK) {
+    d->st.hits++;
+    d->st.bytes_read += out->len;
+  } else if (res == READ_ERR) {
+    rc = LADE_EIO;
+  } else {
+    d->st.misses++;
+    rc = LADE_ENOENT;
+    /* Still the indexed entry: nobody renamed a new file over it since we
+     * pinned it, so what we read was its file: remove it. */
+    if (e->live) {
+      if (res == READ_BAD) d->st.corrupt++;
+      drop(d, e, res == READ_BAD);
+      e = NULL;
+    }
+  }
+  if (e && e->refs == 0 && !e->live) free(e);
+  pthread_mutex_unlock(&d->mu);
+  if (rc == LADE_ENOENT) {
+    name_t nm = entry_name(key);
+    lade__fail(LADE_ENOENT, "cache file %s/%s: %s", d->path, nm.s,
+               res == READ_BAD ? "corrupt (removed)" : "not found");
+  }
+  return rc;
+}
+
+static bool disk_contains(lade__cache_t *c, uint64_t key) {
+  diskcache_t *d = (diskcache_t *)c;
+  pthread_mutex_lock(&d->mu);
+  bool r = lade__cindex_find(&d->ix, key) != NULL;
+  pthread_mutex_unlock(&d->mu);
+  return r;
+}
+
+static int disk_put(lade__cache_t *c, uint64_t key, const void *data, size_t len) {
+  diskcache_t *d = (diskcache_t *)c;
+  uint64_t charge = charge_of(len);
+  pthread_mutex_lock(&d->mu);
+  /* Refuse early what would be refused anyway, before writing anything. */
+  if (!lade__cindex_admit(&d->ix, key, charge)) {
+    d->st.rejected++;
+    pthread_mutex_unlock(&d->mu);
+    return 0;
+  }
+  uint64_t seq = ++d->seq, n = ++d->tmpn;
+  pthread_mutex_unlock(&d->mu);
+
+  char tmp[64];
+  snprintf(tmp, sizeof tmp, ".tmp.%ld.%llu", (long)getpid(), (unsigned long long)n);
+  lade__centry_t *e = calloc(1, sizeof *e);
+  if (!e) return lade__fail(LADE_ENOMEM, "disk cache: out of memory");
+  int rc = write_tmp(d, tmp, key, seq, data, len);
+  if (rc) {
+    free(e);
+    return rc;
+  }
+  e->key = key;
+  e->len = len;
+  e->charge = charge;
+  e->seq = seq;
+  name_t nm = entry_name(key);
+
+  pthread_mutex_lock(&d->mu);
+  lade__centry_t *old = lade__cindex_find(&d->ix, key);
+  if (old) drop(d, old, false); /* its file is replaced by the rename, or unlinked below */
+  if (!lade__cindex_admit(&d->ix, key, charge)) {
+    d->st.rejected++;
+    unlinkat(d->dirfd, tmp, 0);
+    if (old) unlinkat(d->dirfd, nm.s, 0);
+    free(e);
+  } else {
+    evict_to(d, charge);
+    if (renameat(d->dirfd, tmp, d->dirfd, nm.s) != 0) {
+      rc = lade__fail(LADE_EIO, "cache file %s/%s: cannot rename %s into place: %s", d->path, nm.s, tmp,
+                      strerror(errno));
+      unlinkat(d->dirfd, tmp, 0);
+      if (old) unlinkat(d->dirfd, nm.s, 0);
+      free(e);
+    } else if ((rc = lade__cindex_insert(&d->ix, e)) != 0) {
+      unlinkat(d->dirfd, nm.s, 0);
+      free(e);
+    } else {
+      d->st.inserts++;
+      d->st.bytes_written += len;
+    }
+  }
+  pthread_mutex_unlock(&d->mu);
+  return rc;
+}
+
+static void disk_stats(lade__cache_t *c, lade__cache_stats_t *out) {
+  diskcache_t *d = (diskcache_t *)c;
+  pthread_mutex_lock(&d->mu);
+  *out = d->st;
+  out->entries = d->ix.count;
+  out->used = d->ix.used;
+  out->capacity = d->ix.capacity;
+  pthread_mutex_unlock(&d->mu);
+}
+
+static const lade__cache_ops_t disk_ops = {disk_close, disk_get, disk_contains, disk_put, disk_stats};
+
+int lade__diskcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
+  const char *ns = o->ns ? o->ns : "";
+  diskcache_t *d = calloc(1, sizeof *d);
+  if (!d) return lade__fail(LADE_ENOMEM, "disk cache: out of memory");
+  d->dirfd = d->lockfd = -1;
+  int rc = lade__cindex_init(&d->ix, o);
+  if (rc) {
+    free(d);
+    return rc;
+  }
+  if (pthread_mutex_init(&d->mu, NULL) != 0) {
+    lade__cindex_free(&d->ix);
+    free(d);
+    return lade__fail(LADE_ETHREAD, "disk cache: cannot create its lock");
+  }
+  d->base.ops = &disk_ops;
+  found_t *f = NULL;
+  size_t nf = 0;
+
+  int len = snprintf(d->path, sizeof d->path, "%s/%016llx", o->dir,
+                     (unsigned long long)lade_checksum(ns, strlen(ns), NS_SEED));
+  if (len < 0 || (size_t)len >= sizeof d->path) {
+    rc = lade__fail(LADE_EINVAL, "cache folder '%s': path too long", o->dir);
+    goto fail;
+  }
+  if ((rc = ensure_dir(o->dir)) || (rc = ensure_dir(d->path))) goto fail;
+  d->dirfd = open(d->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (d->dirfd < 0) {
+    rc = lade__fail(LADE_EIO, "cache folder %s: cannot open: %s", d->path, strerror(errno));
+    goto fail;
+  }
+  d->lockfd = openat(d->dirfd, "LOCK", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (d->lockfd < 0) {
+    rc = lade__fail(LADE_EIO, "cache folder %s: cannot create LOCK: %s", d->path, strerror(errno));
+    goto fail;
+  }
+  if (flock(d->lockfd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK)
+      rc = lade__fail(LADE_ESTATE, "cache folder %s: in use by another process (LOCK is held)", d->path);
+    else
+      rc = lade__fail(LADE_EIO, "cache folder %s: cannot lock LOCK: %s", d->path, strerror(errno));
+    goto fail;
+  }
+  if ((rc = check_namespace(d, ns)) || (rc = scan(d, &f, &nf))) goto fail;
+  for (size_t i = 0; i < nf; i++) {
+    lade__centry_t *e = calloc(1, sizeof *e);
+    if (!e) {
+      rc = lade__fail(LADE_ENOMEM, "cache folder %s: out of memory", d->path);
+      goto fail;
+    }
+    e->key = f[i].key;
+    e->len = f[i].len;
+    e->charge = charge_of(f[i].len);
+    e->seq = f[i].seq;
+    if ((rc = lade__cindex_insert(&d->ix, e)) != 0) {
+      free(e);
+      goto fail;
+    }
+    if (e->seq > d->seq) d->seq = e->seq;
+  }
+  free(f);
+  f = NULL;
+  evict_to(d, 0);
+  *out = &d->base;
+  return 0;
+fail:
+  free(f);
+  disk_close(&d->base);
+  return rc;
+}

@@ -1,0 +1,159 @@
+/*
+ * memcache.c - the memory tier: each entry's bytes in one malloc'd block,
+ * charged its length plus LADE_MEMCACHE_OVERHEAD.
+ *
+ * Lock: `mu` guards the index, every entry's fields and the stats. Copies
+ * run outside it: get pins the entry (refs), copies, and re-locks to unpin;
+ * put copies into a fresh block before locking. An entry evicted or replaced
+ * while pinned leaves the index at once (its bytes no longer count) and is
+ * freed by the last unpin. No other lock is taken while holding mu.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cache/cindex.h"
+
+#define LADE_MEMCACHE_OVERHEAD 64
+
+typedef struct memcache {
+  lade__cache_t base;
+  pthread_mutex_t mu;
+  lade__cindex_t ix;
+  lade__cache_stats_t st;
+  uint64_t seq;
+} memcache_t;
+
+static void entry_free(lade__centry_t *e) {
+  free(e->data);
+  free(e);
+}
+
+/* Takes e out of the index; frees it unless a reader holds it. */
+static void drop(memcache_t *m, lade__centry_t *e) {
+  lade__cindex_remove(&m->ix, e);
+  if (e->refs == 0) entry_free(e);
+}
+
+static void mem_close(lade__cache_t *c) {
+  memcache_t *m = (memcache_t *)c;
+  lade__centry_t *e;
+  while ((e = m->ix.head)) drop(m, e);
+  lade__cindex_free(&m->ix);
+  pthread_mutex_destroy(&m->mu);
+  free(m);
+}
+
+static int mem_get(lade__cache_t *c, uint64_t key, lade__buf_t *out) {
+  memcache_t *m = (memcache_t *)c;
+  pthread_mutex_lock(&m->mu);
+  lade__centry_t *e = lade__cindex_find(&m->ix, key);
+  if (!e) {
+    m->st.misses++;
+    pthread_mutex_unlock(&m->mu);
+    return LADE_ENOENT;
+  }
+  e->refs++;
+  lade__cindex_touch(&m->ix, e);
+  pthread_mutex_unlock(&m->mu);
+
+  int rc = lade__buf_reserve(out, e->len);
+  if (rc == 0) {
+    memcpy(out->data, e->data, e->len);
+    out->len = e->len;
+  }
+
+  pthread_mutex_lock(&m->mu);
+  if (rc == 0) {
+    m->st.hits++;
+    m->st.bytes_read += e->len;
+  }
+  if (--e->refs == 0 && !e->live) entry_free(e);
+  pthread_mutex_unlock(&m->mu);
+  return rc;
+}
+
+static bool mem_contains(lade__cache_t *c, uint64_t key) {
+  memcache_t *m = (memcache_t *)c;
+  pthread_mutex_lock(&m->mu);
+  bool r = lade__cindex_find(&m->ix, key) != NULL;
+  pthread_mutex_unlock(&m->mu);
+  return r;
+}
+
+static int mem_put(lade__cache_t *c, uint64_t key, const void *data, size_t len) {
+  memcache_t *m = (memcache_t *)c;
+  uint64_t charge = (uint64_t)len + LADE_MEMCACHE_OVERHEAD;
+  if (charge > m->ix.capacity) {
+    pthread_mutex_lock(&m->mu);
+    m->st.rejected++;
+    pthread_mutex_unlock(&m->mu);
+    return 0;
+  }
+  lade__centry_t *e = calloc(1, sizeof *e);
+  void *copy = malloc(len ? len : 1);
+  if (!e || !copy) {
+    free(e);
+    free(copy);
+    return lade__fail(LADE_ENOMEM, "memory cache: out of memory for a %zu-byte entry", len);
+  }
+  memcpy(copy, data, len);
+  e->key = key;
+  e->len = len;
+  e->charge = charge;
+  e->data = copy;
+
+  pthread_mutex_lock(&m->mu);
+  lade__centry_t *old = lade__cindex_find(&m->ix, key);
+  if (old) drop(m, old);
+  int rc = 0;
+  if (!lade__cindex_admit(&m->ix, key, charge)) {
+    m->st.rejected++;
+    entry_free(e);
+  } else {
+    while (m->ix.used + charge > m->ix.capacity) {
+      drop(m, lade__cindex_victim(&m->ix));
+      m->st.evictions++;
+    }
+    e->seq = ++m->seq;
+    rc = lade__cindex_insert(&m->ix, e);
+    if (rc) {
+      entry_free(e);
+    } else {
+      m->st.inserts++;
+      m->st.bytes_written += len;
+    }
+  }
+  pthread_mutex_unlock(&m->mu);
+  return rc;
+}
+
+static void mem_stats(lade__cache_t *c, lade__cache_stats_t *out) {
+  memcache_t *m = (memcache_t *)c;
+  pthread_mutex_lock(&m->mu);
+  *out = m->st;
+  out->entries = m->ix.count;
+  out->used = m->ix.used;
+  out->capacity = m->ix.capacity;
+  pthread_mutex_unlock(&m->mu);
+}
+
+static const lade__cache_ops_t mem_ops = {mem_close, mem_get, mem_contains, mem_put, mem_stats};
+
+int lade__memcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
+  memcache_t *m = calloc(1, sizeof *m);
+  if (!m) return lade__fail(LADE_ENOMEM, "memory cache: out of memory");
+  int rc = lade__cindex_init(&m->ix, o);
+  if (rc) {
+    free(m);
+    return rc;
+  }
+  if (pthread_mutex_init(&m->mu, NULL) != 0) {
+    lade__cindex_free(&m->ix);
+    free(m);
+    return lade__fail(LADE_ETHREAD, "memory cache: cannot create its lock");
+  }
+  m->base.ops = &mem_ops;
+  *out = &m->base;
+  return 0;
+}
