@@ -19,9 +19,9 @@ cmake --build build-asan -j"$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --output-on-failure -L "unit|asan" -j"$jobs")
 
-echo "== engine test under ThreadSanitizer"
+echo "== engine and fetch tests under ThreadSanitizer"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DLADE_TSAN=ON >/dev/null
-cmake --build build-tsan -j"$jobs" --target test_engine
-(cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R '^test_engine$')
+cmake --build build-tsan -j"$jobs" --target test_engine test_fetch
+(cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R "^(test_engine|test_fetch)$")
 
 echo "== all test suites passed"

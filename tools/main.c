@@ -259,7 +259,7 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
            "\"latency_p90_ms\":%.3f,\"latency_p99_ms\":%.3f,\"substituted\":%llu,\"checksum\":%s,"
            "\"samples_by_source\":[%llu,%llu,%llu],\"bytes_by_source\":[%llu,%llu,%llu],\"cache_misses\":%llu,"
            "\"prefetched\":%llu,\"get_requests\":%llu,\"list_requests\":%llu,\"retries\":%llu,"
-           "\"remote_bytes\":%llu,\"concurrency\":%u,\"epochs\":[",
+           "\"remote_bytes\":%llu,\"concurrency\":%u,\"fetch_size\":%llu,\"prefetch_threshold\":%llu,\"epochs\":[",
            o->dir, transform, (unsigned long long)nsamples, (unsigned long long)batches, (unsigned long long)samples,
            shape, dtype, elapsed, rate, mbs_in, mbs_out, first * 1e3, peak_rss_mib(),
            (double)st.peak_pool_bytes / 1048576.0, st.threads, st.stage_seconds[LADE_STAGE_READ],
@@ -271,7 +271,7 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
            (unsigned long long)st.bytes_by_source[1], (unsigned long long)st.bytes_by_source[2],
            (unsigned long long)st.cache_misses, (unsigned long long)st.prefetched, (unsigned long long)st.get_requests,
            (unsigned long long)st.list_requests, (unsigned long long)st.retries, (unsigned long long)st.remote_bytes,
-           st.concurrency);
+           st.concurrency, (unsigned long long)st.fetch_size, (unsigned long long)st.prefetch_threshold);
     for (int e = 0; e < neps; e++)
       printf("%s{\"epoch\":%d,\"miss_rate\":%.4f,\"wait_s\":%.4f,\"get_requests\":%llu,\"list_requests\":%llu,"
              "\"remote_bytes\":%llu,\"samples_by_source\":[%llu,%llu,%llu],\"bytes_by_source\":[%llu,%llu,%llu]}",

@@ -312,7 +312,7 @@ static int load_sample(lade_loader_t *L, worker_t *w, uint64_t idx, uint64_t epo
     *payload = (uint32_t)L->shape.bytes;
     return 0;
   }
-  rc = lade__fetch_read(L->fetch, idx, &w->buf, tier);
+  rc = lade__fetch_read(L->fetch, idx, epoch, &w->buf, tier);
   double t1 = lade__now();
   w->t_read += t1 - t0;
   if (rc) return rc;

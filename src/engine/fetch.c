@@ -130,6 +130,7 @@ struct lade__fetch {
   uint64_t nu_epoch;
   uint64_t nu_cursor;
   bool nu_on;
+  _Atomic uint32_t *used; /* epoch + 1 of each sample's latest read (0: never) */
 
   _Atomic uint64_t samples[LADE_TIER_COUNT], bytes[LADE_TIER_COUNT];
   _Atomic uint64_t misses, prefetched, pf_errors, waited;
@@ -201,7 +202,12 @@ static uint64_t next_use(void *ctx, uint64_t key) {
     uint64_t e = f->nu_epoch, base = e * f->per_epoch;
     uint64_t off = f->nu_cursor > base ? f->nu_cursor - base : 0;
     uint32_t p0 = f->nu_map[0][key], p1 = f->nu_map[1][key];
-    if (p0 != NONE32 && p0 >= off)
+    uint64_t used = atomic_load_explicit(&f->used[key], memory_order_relaxed);
+    if (used > e + 1) /* read ahead for the next epoch already */
+      r = UINT64_MAX;
+    else if (used == e + 1) /* read this epoch already (the engine's window runs ahead of the consumer) */
+      r = p1 != NONE32 ? base + f->per_epoch + p1 : UINT64_MAX;
+    else if (p0 != NONE32 && p0 >= off)
       r = base + p0;
     else if (p1 != NONE32)
       r = base + f->per_epoch + p1;
@@ -285,7 +291,10 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
   if (policy == LADE_CACHE_CLAIRVOYANT && p->src->count >= NONE32) policy = LADE_CACHE_LRU;
   bool any = cfg->cache_mem_bytes || cfg->cache_dir[0];
   f->nu_on = any && policy == LADE_CACHE_CLAIRVOYANT;
-  if (f->nu_on) advance_maps(f, 0);
+  if (f->nu_on) {
+    f->used = calloc(p->src->count, sizeof *f->used);
+    if (f->used) advance_maps(f, 0);
+  }
   if (f->nu_on && !f->nu_map[0]) policy = LADE_CACHE_LRU, f->nu_on = false;
 
   int rc = 0;
@@ -355,6 +364,7 @@ void lade__fetch_close(lade__fetch_t *f) {
   idxset_free(&f->inflight);
   free(f->nu_map[0]);
   free(f->nu_map[1]);
+  free((void *)f->used);
   pthread_mutex_destroy(&f->mu);
   pthread_mutex_destroy(&f->nu_mu);
   pthread_cond_destroy(&f->cv_pf);
@@ -372,7 +382,10 @@ static void count(lade__fetch_t *f, int tier, size_t len) {
   atomic_fetch_add_explicit(&f->bytes[tier], len, memory_order_relaxed);
 }
 
-int lade__fetch_read(lade__fetch_t *f, uint64_t idx, lade__buf_t *out, int *tier) {
+int lade__fetch_read(lade__fetch_t *f, uint64_t idx, uint64_t epoch, lade__buf_t *out, int *tier) {
+  /* before the tiers see the read: a hit's refreshed next use is the one after this */
+  if (f->used && idx < f->pp.samples)
+    atomic_store_explicit(&f->used[idx], (uint32_t)LADE_MIN(epoch + 1, UINT32_MAX), memory_order_relaxed);
   if (f->mem && lade__cache_get(f->mem, idx, out) == 0) {
     *tier = LADE_TIER_MEM;
     count(f, *tier, out->len);

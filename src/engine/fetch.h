@@ -35,9 +35,9 @@ void lade__fetch_close(lade__fetch_t *f);
 /* True when any cache tier is on. */
 bool lade__fetch_cached(const lade__fetch_t *f);
 
-/* Reads the bytes of sample idx into out; *tier says where they came from.
- * Thread-safe. */
-int lade__fetch_read(lade__fetch_t *f, uint64_t idx, lade__buf_t *out, int *tier);
+/* Reads the bytes of sample idx for a batch of `epoch` into out; *tier says
+ * where they came from. Thread-safe. */
+int lade__fetch_read(lade__fetch_t *f, uint64_t idx, uint64_t epoch, lade__buf_t *out, int *tier);
 
 /* A batch was planned: start remote requests for its samples that no tier
  * holds and the prefetcher is not already fetching. Thread-safe. */
