@@ -243,3 +243,20 @@ def test_rank_from_torch_distributed(tmp_path, monkeypatch):
     finally:
         dist.destroy_process_group()
     assert lade.detect_rank() == (3, 4)
+
+
+def test_cache_stats_and_epoch_stats(npy_dir):
+    # a memory tier big enough for the dataset: epoch 0 from storage, epoch 1 from memory
+    with lade.Loader(npy_dir, batch_size=50, threads=2, epochs=2, output="numpy", cache_mem_bytes=10_000_000) as L:
+        for _ in L:
+            pass
+        st = L.stats()
+        e0, e1 = L.epoch_stats(0), L.epoch_stats(1)
+        with pytest.raises(lade.Error):
+            L.epoch_stats(2)
+    assert st["samples_by_source"][0] == 300 and st["samples_by_source"][1] == 300
+    assert st["cache_misses"] == 300 and st["get_requests"] == 0 and st["fetch_size"] == 0
+    assert e0["miss_rate"] == 1.0 and e0["samples_by_source"][0] == 300 and e0["batches"] == 6
+    assert e1["miss_rate"] == 0.0 and e1["samples_by_source"][1] == 300
+    assert e1["bytes_by_source"][1] == e0["bytes_by_source"][0] > 0
+    assert e0["wait_seconds"] >= 0 and e1["get_requests"] == 0
