@@ -345,7 +345,7 @@ static int scan(diskcache_t *d, found_t **out, size_t *nout) {
     free(v);
     return rc;
   }
-  qsort(v, n, sizeof *v, by_seq);
+  if (n) qsort(v, n, sizeof *v, by_seq);
   *out = v;
   *nout = n;
   return 0;

@@ -1,0 +1,600 @@
+/* test_cache.c - memory and disk cache tiers: hits, replacement, capacity,
+ * eviction order of each policy, clairvoyant admission, disk persistence,
+ * corruption, folder mode and lock, concurrency and kill -9 crash safety. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cache/cache.h"
+#include "harness.h"
+
+static const int POLICIES[3] = {LADE_CACHE_FIFO, LADE_CACHE_LRU, LADE_CACHE_CLAIRVOYANT};
+static const char *POLICY_NAME[4] = {"auto", "fifo", "lru", "clairvoyant"};
+
+/* ---- deterministic payloads: bytes and length a function of the key (and a
+ * version, for replacement tests). */
+static size_t payload_len(uint64_t key) { return 50 + (size_t)(lade__mix64(key * 3 + 1) % 3000); }
+
+static void payload_fill(uint64_t key, uint64_t version, uint8_t *p, size_t len) {
+  for (size_t i = 0; i < len; i += 8) {
+    uint64_t w = lade__mix64(key * 0x9e3779b97f4a7c15ull + version * 0x51ed27ull + i);
+    size_t n = LADE_MIN(8, len - i);
+    memcpy(p + i, &w, n);
+  }
+}
+
+static bool payload_ok(uint64_t key, uint64_t version, const lade__buf_t *b) {
+  static _Thread_local uint8_t want[4096];
+  size_t len = payload_len(key);
+  if (b->len != len) return false;
+  payload_fill(key, version, want, len);
+  return memcmp(b->data, want, len) == 0;
+}
+
+static int put_key(lade__cache_t *c, uint64_t key, uint64_t version) {
+  uint8_t p[4096];
+  size_t len = payload_len(key);
+  payload_fill(key, version, p, len);
+  return lade__cache_put(c, key, p, len);
+}
+
+/* next use from an array (tests change it), or from a pure function of the key */
+static uint64_t nu_array[64];
+static uint64_t nu_from_array(void *ctx, uint64_t key) { return ((uint64_t *)ctx)[key]; }
+static uint64_t nu_hash(void *ctx, uint64_t key) { return lade__mix64(key ^ 0x77) % 1000; }
+
+static lade__cache_t *open_tier(const char *dir, int policy, uint64_t capacity, lade__next_use_fn nu, void *ctx) {
+  lade__cache_opts_t o = {.dir = dir, .ns = "test://dataset", .capacity = capacity, .policy = policy};
+  o.next_use = nu ? nu : nu_hash;
+  o.next_use_ctx = ctx;
+  lade__cache_t *c = NULL;
+  int rc = lade__cache_open(&c, &o);
+  if (rc) fprintf(stderr, "  open failed: %d %s\n", rc, lade_last_error());
+  return c;
+}
+
+static lade__cache_stats_t stats(lade__cache_t *c) {
+  lade__cache_stats_t s;
+  lade__cache_stats(c, &s);
+  return s;
+}
+
+/* The namespace folder: the one sub-folder of dir. */
+static void ns_dir(const char *dir, char *out, size_t size) {
+  DIR *d = opendir(dir);
+  struct dirent *de;
+  out[0] = '\0';
+  while (d && (de = readdir(d)))
+    if (de->d_name[0] != '.') snprintf(out, size, "%.3000s/%.200s", dir, de->d_name);
+  if (d) closedir(d);
+}
+
+static void entry_path(const char *dir, uint64_t key, char *out, size_t size) {
+  char ns[4096];
+  ns_dir(dir, ns, sizeof ns);
+  snprintf(out, size, "%s/%02x/%016llx", ns, (unsigned)(key & 0xff), (unsigned long long)key);
+}
+
+/* memory tier charge: len + 64; disk: 48-byte header + len rounded to 4 KiB */
+static uint64_t charge(bool disk, size_t len) { return disk ? (48 + len + 4095) / 4096 * 4096 : len + 64; }
+
+/* ---------------------------------------------------------------- tests */
+
+static void test_hit_miss_replace(void) {
+  for (int disk = 0; disk < 2; disk++)
+    for (int p = 0; p < 3; p++) {
+      const char *dir = disk ? lade_test_tmpdir("cache_basic") : NULL;
+      lade__cache_t *c = open_tier(dir, POLICIES[p], 1 << 20, NULL, NULL);
+      CHECK(c != NULL);
+      if (!c) continue;
+      lade__buf_t b = {0};
+      CHECK_EQ_INT(lade__cache_get(c, 7, &b), LADE_ENOENT);
+      CHECK(!lade__cache_contains(c, 7));
+      CHECK_OK(put_key(c, 7, 0));
+      CHECK(lade__cache_contains(c, 7));
+      CHECK_OK(lade__cache_get(c, 7, &b));
+      CHECK(payload_ok(7, 0, &b));
+      CHECK_OK(put_key(c, 7, 1)); /* replacement */
+      CHECK_OK(lade__cache_get(c, 7, &b));
+      CHECK(payload_ok(7, 1, &b));
+      CHECK_OK(lade__cache_put(c, 8, "", 0)); /* empty entries are fine */
+      CHECK_OK(lade__cache_get(c, 8, &b));
+      CHECK_EQ_INT(b.len, 0);
+      /* larger than the whole capacity: refused, counted, nothing evicted */
+      uint8_t *big = calloc(1, (1 << 20) + 1);
+      CHECK_OK(lade__cache_put(c, 9, big, (1 << 20) + 1));
+      free(big);
+      CHECK(!lade__cache_contains(c, 9));
+      lade__cache_stats_t s = stats(c);
+      CHECK_EQ_INT(s.hits, 3);
+      CHECK_EQ_INT(s.misses, 1);
+      CHECK_EQ_INT(s.inserts, 3);
+      CHECK_EQ_INT(s.rejected, 1);
+      CHECK_EQ_INT(s.entries, 2);
+      CHECK_EQ_INT(s.used, charge(disk, payload_len(7)) + charge(disk, 0));
+      CHECK_EQ_INT(s.bytes_read, 2 * payload_len(7));
+      CHECK_EQ_INT(s.bytes_written, 2 * payload_len(7));
+      CHECK_EQ_INT(s.capacity, 1 << 20);
+      lade__buf_free(&b);
+      lade__cache_close(c);
+      if (disk) lade_test_sh("rm -rf '%s'", dir);
+    }
+  lade__cache_close(NULL);
+}
+
+static void test_capacity_random(void) {
+  for (int disk = 0; disk < 2; disk++)
+    for (int p = 0; p < 3; p++) {
+      const char *dir = disk ? lade_test_tmpdir("cache_cap") : NULL;
+      uint64_t cap = disk ? 20 * 4096 : 20000;
+      lade__cache_t *c = open_tier(dir, POLICIES[p], cap, NULL, NULL);
+      CHECK(c != NULL);
+      if (!c) continue;
+      lade__rng_t r;
+      lade__rng_init(&r, 5, (uint64_t)p, 1);
+      lade__buf_t b = {0};
+      int over = 0, bad = 0, hits = 0;
+      for (int i = 0; i < 1500; i++) {
+        uint64_t key = lade__rng_below(&r, 200);
+        if (lade__rng_below(&r, 2)) {
+          CHECK_OK(put_key(c, key, 0));
+          if (stats(c).used > cap) over++;
+        } else if (lade__cache_get(c, key, &b) == 0) {
+          hits++;
+          bad += !payload_ok(key, 0, &b);
+        }
+      }
+      lade__cache_stats_t s = stats(c);
+      CHECK_EQ_INT(over, 0);
+      CHECK_EQ_INT(bad, 0);
+      CHECK(hits > 0);
+      CHECK(s.evictions > 0);
+      CHECK_EQ_INT(s.hits, hits);
+      if (POLICIES[p] != LADE_CACHE_CLAIRVOYANT) CHECK_EQ_INT(s.rejected, 0);
+      /* the index agrees with what is there */
+      uint64_t n = 0;
+      for (uint64_t k = 0; k < 200; k++) n += lade__cache_contains(c, k);
+      CHECK_EQ_INT(n, s.entries);
+      lade__buf_free(&b);
+      lade__cache_close(c);
+      if (disk) lade_test_sh("rm -rf '%s'", dir);
+    }
+}
+
+/* three 100-byte entries fit exactly */
+static uint64_t cap3(bool disk) { return 3 * charge(disk, 100); }
+
+static int put100(lade__cache_t *c, uint64_t key) {
+  uint8_t p[100];
+  memset(p, (int)key, sizeof p);
+  return lade__cache_put(c, key, p, sizeof p);
+}
+
+static void resident(lade__cache_t *c, bool *out, int n) {
+  for (int k = 0; k < n; k++) out[k] = lade__cache_contains(c, (uint64_t)k);
+}
+
+static void test_fifo_lru_order(void) {
+  for (int disk = 0; disk < 2; disk++)
+    for (int lru = 0; lru < 2; lru++) {
+      const char *dir = disk ? lade_test_tmpdir("cache_order") : NULL;
+      lade__cache_t *c = open_tier(dir, lru ? LADE_CACHE_LRU : LADE_CACHE_FIFO, cap3(disk), NULL, NULL);
+      CHECK(c != NULL);
+      if (!c) continue;
+      lade__buf_t b = {0};
+      for (uint64_t k = 1; k <= 3; k++) CHECK_OK(put100(c, k));
+      CHECK_OK(lade__cache_get(c, 1, &b)); /* LRU: 1 becomes the most recent */
+      CHECK_OK(put100(c, 4));
+      bool r[6];
+      resident(c, r, 6);
+      /* FIFO evicted 1 (oldest insert); LRU evicted 2 (least recent) */
+      CHECK(r[1] == (bool)lru && r[2] == !lru && r[3] && r[4]);
+      CHECK_OK(put100(c, 5));
+      resident(c, r, 6);
+      if (lru) CHECK(r[1] && !r[2] && !r[3] && r[4] && r[5]);
+      else CHECK(!r[1] && !r[2] && r[3] && r[4] && r[5]);
+      CHECK_EQ_INT(stats(c).evictions, 2);
+      CHECK_EQ_INT(stats(c).used, cap3(disk));
+      /* a replacement re-inserts: under both policies 3 is now the newest */
+      CHECK_OK(put100(c, 3));
+      CHECK_OK(put100(c, 6));
+      CHECK(lade__cache_contains(c, 3) && lade__cache_contains(c, 6));
+      CHECK_EQ_INT(stats(c).entries, 3);
+      lade__buf_free(&b);
+      lade__cache_close(c);
+      if (disk) lade_test_sh("rm -rf '%s'", dir);
+    }
+}
+
+static void test_clairvoyant(void) {
+  for (int disk = 0; disk < 2; disk++) {
+    const char *dir = disk ? lade_test_tmpdir("cache_belady") : NULL;
+    memset(nu_array, 0, sizeof nu_array);
+    nu_array[1] = 10, nu_array[2] = 30, nu_array[3] = 20, nu_array[4] = 15, nu_array[5] = 100;
+    lade__cache_t *c = open_tier(dir, LADE_CACHE_CLAIRVOYANT, cap3(disk), nu_from_array, nu_array);
+    CHECK(c != NULL);
+    if (!c) continue;
+    lade__buf_t b = {0};
+    for (uint64_t k = 1; k <= 3; k++) CHECK_OK(put100(c, k));
+    CHECK_OK(put100(c, 4)); /* evicts 2, the farthest (30) */
+    bool r[8];
+    resident(c, r, 8);
+    CHECK(r[1] && !r[2] && r[3] && r[4]);
+    CHECK_OK(put100(c, 5)); /* 100 is farther than every resident: refused */
+    resident(c, r, 8);
+    CHECK(r[1] && r[3] && r[4] && !r[5]);
+    CHECK_EQ_INT(stats(c).rejected, 1);
+    CHECK_EQ_INT(stats(c).evictions, 1);
+    /* 3's next use moved closer (5) behind the cache's back: the stale heap
+     * top is re-checked, and 4 (15) is the farthest now */
+    nu_array[3] = 5;
+    nu_array[6] = 12;
+    CHECK_OK(put100(c, 6));
+    resident(c, r, 8);
+    CHECK(r[1] && r[3] && !r[4] && r[6]);
+    /* a read refreshes the entry's next use: 1 is read and next used at 50 */
+    nu_array[1] = 50;
+    CHECK_OK(lade__cache_get(c, 1, &b));
+    nu_array[7] = 40;
+    CHECK_OK(put100(c, 7));
+    resident(c, r, 8);
+    CHECK(!r[1] && r[3] && r[6] && r[7]);
+    /* equal to the farthest is admitted */
+    nu_array[0] = 40;
+    CHECK_OK(put100(c, 0));
+    CHECK(lade__cache_contains(c, 0));
+    CHECK_EQ_INT(stats(c).rejected, 1);
+    CHECK(stats(c).used <= cap3(disk));
+    lade__buf_free(&b);
+    lade__cache_close(c);
+    if (disk) lade_test_sh("rm -rf '%s'", dir);
+  }
+}
+
+static void test_disk_reopen(void) {
+  const char *dir0 = lade_test_tmpdir("cache_reopen");
+  char dir[4096];
+  snprintf(dir, sizeof dir, "%s/a/b", dir0); /* parents created too */
+  for (int p = 0; p < 3; p++) {
+    uint64_t cap = 40 * 4096;
+    lade__cache_t *c = open_tier(dir, POLICIES[p], cap, NULL, NULL);
+    CHECK(c != NULL);
+    if (!c) continue;
+    for (uint64_t k = 0; k < 30; k++) CHECK_OK(put_key(c, k, 3));
+    lade__cache_stats_t s0 = stats(c);
+    lade__cache_close(c);
+
+    /* warm: same entries, same bytes, same charge */
+    c = open_tier(dir, POLICIES[p], cap, NULL, NULL);
+    CHECK(c != NULL);
+    if (!c) continue;
+    lade__cache_stats_t s1 = stats(c);
+    CHECK_EQ_INT(s1.entries, 30);
+    CHECK_EQ_INT(s1.used, s0.used);
+    CHECK_EQ_INT(s1.corrupt, 0);
+    lade__buf_t b = {0};
+    int good = 0;
+    for (uint64_t k = 0; k < 30; k++) good += lade__cache_get(c, k, &b) == 0 && payload_ok(k, 3, &b);
+    CHECK_EQ_INT(good, 30);
+    lade__cache_close(c);
+
+    /* smaller: evicted down at open; FIFO keeps the newest inserts */
+    c = open_tier(dir, POLICIES[p], 10 * 4096, NULL, NULL);
+    CHECK(c != NULL);
+    if (!c) continue;
+    lade__cache_stats_t s2 = stats(c);
+    CHECK(s2.used <= 10 * 4096);
+    CHECK(s2.entries > 0 && s2.entries < 30);
+    CHECK_EQ_INT(s2.evictions, 30 - s2.entries);
+    if (POLICIES[p] != LADE_CACHE_CLAIRVOYANT) {
+      CHECK(lade__cache_contains(c, 29) && !lade__cache_contains(c, 0));
+      for (uint64_t k = 30 - s2.entries; k < 30; k++) CHECK(lade__cache_contains(c, k));
+    }
+    good = 0;
+    for (uint64_t k = 0; k < 30; k++) good += lade__cache_get(c, k, &b) == 0 && payload_ok(k, 3, &b);
+    CHECK_EQ_INT(good, s2.entries);
+    /* the evicted files are gone from disk */
+    char path[8192];
+    int files = 0;
+    for (uint64_t k = 0; k < 30; k++) {
+      entry_path(dir, k, path, sizeof path);
+      files += access(path, F_OK) == 0;
+    }
+    CHECK_EQ_INT(files, s2.entries);
+    lade__buf_free(&b);
+    lade__cache_close(c);
+    lade_test_sh("rm -rf '%s'", dir);
+  }
+  /* a different namespace in the same folder does not see the entries */
+  lade__cache_opts_t o = {.dir = dir, .ns = "one", .capacity = 1 << 20, .policy = LADE_CACHE_FIFO};
+  lade__cache_t *c = NULL;
+  CHECK_OK(lade__cache_open(&c, &o));
+  if (c) {
+    CHECK_OK(put_key(c, 1, 0));
+    lade__cache_close(c);
+  }
+  o.ns = "two";
+  CHECK_OK(lade__cache_open(&c, &o));
+  if (c) {
+    CHECK(!lade__cache_contains(c, 1));
+    lade__cache_close(c);
+  }
+  lade_test_sh("rm -rf '%s'", dir0);
+}
+
+static void test_disk_corrupt(void) {
+  const char *dir = lade_test_tmpdir("cache_corrupt");
+  lade__cache_t *c = open_tier(dir, LADE_CACHE_LRU, 1 << 20, NULL, NULL);
+  CHECK(c != NULL);
+  if (!c) return;
+  for (uint64_t k = 1; k <= 5; k++) CHECK_OK(put_key(c, k, 0));
+  char p1[8192], p2[8192], p3[8192], p4[8192];
+  entry_path(dir, 1, p1, sizeof p1);
+  entry_path(dir, 2, p2, sizeof p2);
+  entry_path(dir, 3, p3, sizeof p3);
+  entry_path(dir, 4, p4, sizeof p4);
+  /* 1: a flipped payload byte; 2: truncated; 3: garbage header */
+  int fd = open(p1, O_RDWR);
+  CHECK(fd >= 0);
+  uint8_t byte;
+  CHECK(pread(fd, &byte, 1, 60) == 1);
+  byte ^= 0x10;
+  CHECK(pwrite(fd, &byte, 1, 60) == 1);
+  close(fd);
+  CHECK(truncate(p2, 48 + 10) == 0);
+  fd = open(p3, O_RDWR);
+  CHECK(fd >= 0);
+  CHECK(pwrite(fd, "garbage garbage garbage garbage ", 32, 0) == 32);
+  close(fd);
+  lade__buf_t b = {0};
+  CHECK_EQ_INT(lade__cache_get(c, 1, &b), LADE_ENOENT);
+  CHECK(strstr(lade_last_error(), "corrupt") != NULL);
+  CHECK_EQ_INT(lade__cache_get(c, 2, &b), LADE_ENOENT);
+  CHECK_EQ_INT(lade__cache_get(c, 3, &b), LADE_ENOENT);
+  CHECK(access(p1, F_OK) != 0 && access(p2, F_OK) != 0 && access(p3, F_OK) != 0);
+  CHECK(!lade__cache_contains(c, 1) && !lade__cache_contains(c, 2) && !lade__cache_contains(c, 3));
+  lade__cache_stats_t s = stats(c);
+  CHECK_EQ_INT(s.corrupt, 3);
+  CHECK_EQ_INT(s.misses, 3);
+  CHECK_EQ_INT(s.entries, 2);
+  CHECK_EQ_INT(s.used, charge(true, payload_len(4)) + charge(true, payload_len(5)));
+  CHECK_OK(lade__cache_get(c, 4, &b));
+  CHECK(payload_ok(4, 0, &b));
+  lade__cache_close(c);
+  /* found at open: a bad header is dropped by the scan */
+  fd = open(p4, O_RDWR);
+  CHECK(fd >= 0);
+  CHECK(pwrite(fd, "X", 1, 20) == 1);
+  close(fd);
+  c = open_tier(dir, LADE_CACHE_LRU, 1 << 20, NULL, NULL);
+  CHECK(c != NULL);
+  if (c) {
+    s = stats(c);
+    CHECK_EQ_INT(s.corrupt, 1);
+    CHECK_EQ_INT(s.entries, 1);
+    CHECK(access(p4, F_OK) != 0);
+    CHECK_OK(lade__cache_get(c, 5, &b));
+    CHECK(payload_ok(5, 0, &b));
+    lade__cache_close(c);
+  }
+  lade__buf_free(&b);
+  lade_test_sh("rm -rf '%s'", dir);
+}
+
+static void test_disk_folder(void) {
+  const char *dir = lade_test_tmpdir("cache_folder");
+  CHECK(chmod(dir, 0755) == 0); /* pre-existing and too open */
+  lade__cache_t *c = open_tier(dir, LADE_CACHE_FIFO, 1 << 20, NULL, NULL);
+  CHECK(c != NULL);
+  if (!c) return;
+  char ns[4096];
+  ns_dir(dir, ns, sizeof ns);
+  struct stat st;
+  CHECK(stat(dir, &st) == 0 && (st.st_mode & 07777) == 0700);
+  CHECK(stat(ns, &st) == 0 && (st.st_mode & 07777) == 0700);
+  char nsfile[8192];
+  snprintf(nsfile, sizeof nsfile, "%s/NAMESPACE", ns);
+  FILE *f = fopen(nsfile, "r");
+  char text[64] = {0};
+  CHECK(f && fread(text, 1, sizeof text - 1, f) > 0);
+  if (f) fclose(f);
+  CHECK(strcmp(text, "test://dataset") == 0);
+
+  /* a second opener in another process is refused, naming the folder */
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    lade__cache_opts_t o = {.dir = dir, .ns = "test://dataset", .capacity = 1 << 20, .policy = LADE_CACHE_FIFO};
+    lade__cache_t *c2 = NULL;
+    int rc = lade__cache_open(&c2, &o);
+    _exit(rc == LADE_ESTATE && strstr(lade_last_error(), ns) ? 0 : 1);
+  }
+  int status = -1;
+  CHECK(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  CHECK_OK(put_key(c, 3, 0));
+  lade__cache_close(c);
+
+  /* a temporary left by a crashed writer is removed at the next open */
+  char tmp[8192];
+  snprintf(tmp, sizeof tmp, "%s/.tmp.99999.1", ns);
+  f = fopen(tmp, "w");
+  CHECK(f != NULL);
+  if (f) {
+    fputs("half an entry", f);
+    fclose(f);
+  }
+  CHECK(chmod(ns, 0777) == 0);
+  c = open_tier(dir, LADE_CACHE_FIFO, 1 << 20, NULL, NULL); /* unlocked now */
+  CHECK(c != NULL);
+  CHECK(access(tmp, F_OK) != 0);
+  CHECK(stat(ns, &st) == 0 && (st.st_mode & 07777) == 0700);
+  if (c) {
+    CHECK(lade__cache_contains(c, 3));
+    CHECK_EQ_INT(stats(c).corrupt, 0);
+    lade__cache_close(c);
+  }
+  /* a folder that is a file: EIO naming it */
+  char file[8192];
+  snprintf(file, sizeof file, "%s/plainfile", dir);
+  f = fopen(file, "w");
+  if (f) fclose(f);
+  lade__cache_opts_t o = {.dir = file, .ns = "x", .capacity = 1 << 20, .policy = LADE_CACHE_FIFO};
+  CHECK_EQ_INT(lade__cache_open(&c, &o), LADE_EIO);
+  CHECK(strstr(lade_last_error(), file) != NULL);
+  o.dir = dir;
+  o.policy = LADE_CACHE_CLAIRVOYANT; /* without next_use */
+  CHECK_EQ_INT(lade__cache_open(&c, &o), LADE_EINVAL);
+  lade_test_sh("rm -rf '%s'", dir);
+}
+
+/* ---- concurrency */
+typedef struct worker {
+  lade__cache_t *c;
+  uint64_t seed;
+  int ops, bad, hits, gets, errors;
+} worker_t;
+
+static void *worker_main(void *arg) {
+  worker_t *w = arg;
+  lade__rng_t r;
+  lade__rng_init(&r, w->seed, 0, 2);
+  lade__buf_t b = {0};
+  for (int i = 0; i < w->ops; i++) {
+    uint64_t key = lade__rng_below(&r, 48);
+    if (lade__rng_below(&r, 3) == 0) {
+      if (put_key(w->c, key, 0) != 0) w->errors++;
+    } else {
+      w->gets++;
+      int rc = lade__cache_get(w->c, key, &b);
+      if (rc == 0) {
+        w->hits++;
+        w->bad += !payload_ok(key, 0, &b);
+      } else if (rc != LADE_ENOENT) {
+        w->errors++;
+      }
+    }
+  }
+  lade__buf_free(&b);
+  return NULL;
+}
+
+static void test_threads(void) {
+  for (int disk = 0; disk < 2; disk++)
+    for (int p = 0; p < 3; p++) {
+      const char *dir = disk ? lade_test_tmpdir("cache_threads") : NULL;
+      uint64_t cap = disk ? 24 * 4096 : 24 * 1600;
+      lade__cache_t *c = open_tier(dir, POLICIES[p], cap, NULL, NULL);
+      CHECK(c != NULL);
+      if (!c) continue;
+      worker_t w[4];
+      pthread_t t[4];
+      for (int i = 0; i < 4; i++) {
+        w[i] = (worker_t){.c = c, .seed = (uint64_t)(i + 10 * p + 100 * disk), .ops = disk ? 1500 : 6000};
+        CHECK(pthread_create(&t[i], NULL, worker_main, &w[i]) == 0);
+      }
+      int bad = 0, hits = 0, gets = 0, errors = 0;
+      for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        bad += w[i].bad, hits += w[i].hits, gets += w[i].gets, errors += w[i].errors;
+      }
+      lade__cache_stats_t s = stats(c);
+      if (bad || errors)
+        fprintf(stderr, "  %s %s: %d bad, %d errors\n", disk ? "disk" : "memory", POLICY_NAME[POLICIES[p]], bad,
+                errors);
+      CHECK_EQ_INT(bad, 0);
+      CHECK_EQ_INT(errors, 0);
+      CHECK(hits > 0);
+      CHECK_EQ_INT(s.hits, hits);
+      CHECK_EQ_INT(s.hits + s.misses, gets);
+      CHECK_EQ_INT(s.corrupt, 0);
+      CHECK(s.used <= cap);
+      lade__cache_close(c);
+      if (disk) {
+        /* what is on disk after the storm reopens clean and correct */
+        c = open_tier(dir, POLICIES[p], cap, NULL, NULL);
+        CHECK(c != NULL);
+        if (c) {
+          lade__buf_t b = {0};
+          int found = 0, good = 0;
+          for (uint64_t k = 0; k < 48; k++)
+            if (lade__cache_get(c, k, &b) == 0) found++, good += payload_ok(k, 0, &b);
+          CHECK_EQ_INT(found, s.entries);
+          CHECK_EQ_INT(good, found);
+          CHECK_EQ_INT(stats(c).corrupt, 0);
+          lade__buf_free(&b);
+          lade__cache_close(c);
+        }
+        lade_test_sh("rm -rf '%s'", dir);
+      }
+    }
+}
+
+/* ---- kill -9 while writing */
+static void test_crash(void) {
+  const char *dir = lade_test_tmpdir("cache_crash");
+  lade__rng_t r;
+  lade__rng_init(&r, 99, 0, 3);
+  int total_found = 0;
+  for (int round = 0; round < 6; round++) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+      lade__cache_t *c = open_tier(dir, LADE_CACHE_FIFO, 64 * 4096, NULL, NULL);
+      if (!c) _exit(2);
+      lade__rng_t cr;
+      lade__rng_init(&cr, (uint64_t)getpid(), 0, 4);
+      for (;;) put_key(c, lade__rng_below(&cr, 200), 0);
+    }
+    struct timespec ts = {0, (long)(5 + lade__rng_below(&r, 46)) * 1000000L};
+    nanosleep(&ts, NULL);
+    kill(pid, SIGKILL);
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+
+    lade__cache_t *c = open_tier(dir, LADE_CACHE_FIFO, 64 * 4096, NULL, NULL);
+    CHECK(c != NULL);
+    if (!c) continue;
+    lade__cache_stats_t s = stats(c);
+    CHECK_EQ_INT(s.corrupt, 0);
+    CHECK(s.used <= 64 * 4096);
+    lade__buf_t b = {0};
+    int found = 0, good = 0;
+    for (uint64_t k = 0; k < 200; k++)
+      if (lade__cache_get(c, k, &b) == 0) found++, good += payload_ok(k, 0, &b);
+    CHECK_EQ_INT(found, s.entries);
+    CHECK_EQ_INT(good, found);
+    CHECK_EQ_INT(stats(c).corrupt, 0);
+    total_found += found;
+    lade__buf_free(&b);
+    lade__cache_close(c);
+    /* no temporary survives an open */
+    char ns[4096];
+    ns_dir(dir, ns, sizeof ns);
+    CHECK_EQ_INT(lade_test_sh("ls -a '%s' | grep -q '^.tmp' ", ns), 1);
+  }
+  CHECK(total_found > 0);
+  lade_test_sh("rm -rf '%s'", dir);
+}
+
+int main(void) {
+  RUN(test_hit_miss_replace);
+  RUN(test_capacity_random);
+  RUN(test_fifo_lru_order);
+  RUN(test_clairvoyant);
+  RUN(test_disk_reopen);
+  RUN(test_disk_corrupt);
+  RUN(test_disk_folder);
+  RUN(test_threads);
+  RUN(test_crash);
+  return lade_test_finish();
+}
