@@ -22,6 +22,8 @@ int lade__cache_get(lade__cache_t *c, uint64_t key, lade__buf_t *out) { return c
 
 bool lade__cache_contains(lade__cache_t *c, uint64_t key) { return c->ops->contains(c, key); }
 
+bool lade__cache_touch(lade__cache_t *c, uint64_t key) { return c->ops->touch(c, key); }
+
 int lade__cache_put(lade__cache_t *c, uint64_t key, const void *data, size_t len) {
   return c->ops->put(c, key, data, len);
 }

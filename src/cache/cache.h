@@ -68,6 +68,11 @@ int lade__cache_get(lade__cache_t *c, uint64_t key, lade__buf_t *out);
 /* True when key is resident (no I/O). */
 bool lade__cache_contains(lade__cache_t *c, uint64_t key);
 
+/* Counts a use of key served elsewhere (e.g. by the memory tier in front of
+ * this one) without reading it: LRU moves it to the back, clairvoyant
+ * refreshes its next use. No I/O. True when key is resident. */
+bool lade__cache_touch(lade__cache_t *c, uint64_t key);
+
 /* Stores a copy of the bytes under key (replacing an older entry), evicting
  * per policy to stay within capacity. An entry larger than the capacity, or
  * refused by clairvoyant admission, is not stored (returns 0; counted in

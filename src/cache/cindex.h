@@ -20,6 +20,7 @@ typedef struct lade__cache_ops {
   bool (*contains)(lade__cache_t *c, uint64_t key);
   int (*put)(lade__cache_t *c, uint64_t key, const void *data, size_t len);
   void (*stats)(lade__cache_t *c, lade__cache_stats_t *out);
+  bool (*touch)(lade__cache_t *c, uint64_t key);
 } lade__cache_ops_t;
 
 /* Every tier's handle starts with this, so cache.c can dispatch. */

@@ -408,6 +408,15 @@ static int disk_get(lade__cache_t *c, uint64_t key, lade__buf_t *out) {
   return rc;
 }
 
+static bool disk_touch(lade__cache_t *c, uint64_t key) {
+  diskcache_t *d = (diskcache_t *)c;
+  pthread_mutex_lock(&d->mu);
+  lade__centry_t *e = lade__cindex_find(&d->ix, key);
+  if (e) lade__cindex_touch(&d->ix, e);
+  pthread_mutex_unlock(&d->mu);
+  return e != NULL;
+}
+
 static bool disk_contains(lade__cache_t *c, uint64_t key) {
   diskcache_t *d = (diskcache_t *)c;
   pthread_mutex_lock(&d->mu);
@@ -482,7 +491,7 @@ static void disk_stats(lade__cache_t *c, lade__cache_stats_t *out) {
   pthread_mutex_unlock(&d->mu);
 }
 
-static const lade__cache_ops_t disk_ops = {disk_close, disk_get, disk_contains, disk_put, disk_stats};
+static const lade__cache_ops_t disk_ops = {disk_close, disk_get, disk_contains, disk_put, disk_stats, disk_touch};
 
 int lade__diskcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
   const char *ns = o->ns ? o->ns : "";

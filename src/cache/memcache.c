@@ -73,6 +73,15 @@ static int mem_get(lade__cache_t *c, uint64_t key, lade__buf_t *out) {
   return rc;
 }
 
+static bool mem_touch(lade__cache_t *c, uint64_t key) {
+  memcache_t *m = (memcache_t *)c;
+  pthread_mutex_lock(&m->mu);
+  lade__centry_t *e = lade__cindex_find(&m->ix, key);
+  if (e) lade__cindex_touch(&m->ix, e);
+  pthread_mutex_unlock(&m->mu);
+  return e != NULL;
+}
+
 static bool mem_contains(lade__cache_t *c, uint64_t key) {
   memcache_t *m = (memcache_t *)c;
   pthread_mutex_lock(&m->mu);
@@ -138,7 +147,7 @@ static void mem_stats(lade__cache_t *c, lade__cache_stats_t *out) {
   pthread_mutex_unlock(&m->mu);
 }
 
-static const lade__cache_ops_t mem_ops = {mem_close, mem_get, mem_contains, mem_put, mem_stats};
+static const lade__cache_ops_t mem_ops = {mem_close, mem_get, mem_contains, mem_put, mem_stats, mem_touch};
 
 int lade__memcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
   memcache_t *m = calloc(1, sizeof *m);

@@ -387,6 +387,7 @@ int lade__fetch_read(lade__fetch_t *f, uint64_t idx, uint64_t epoch, lade__buf_t
   if (f->used && idx < f->pp.samples)
     atomic_store_explicit(&f->used[idx], (uint32_t)LADE_MIN(epoch + 1, UINT32_MAX), memory_order_relaxed);
   if (f->mem && lade__cache_get(f->mem, idx, out) == 0) {
+    if (f->disk) lade__cache_touch(f->disk, idx); /* keep the disk tier's policy state true */
     *tier = LADE_TIER_MEM;
     count(f, *tier, out->len);
     return 0;

@@ -191,7 +191,10 @@ static void test_fifo_lru_order(void) {
       if (!c) continue;
       lade__buf_t b = {0};
       for (uint64_t k = 1; k <= 3; k++) CHECK_OK(put100(c, k));
-      CHECK_OK(lade__cache_get(c, 1, &b)); /* LRU: 1 becomes the most recent */
+      if (lru && disk) /* LRU: 1 becomes the most recent, by a read or by a touch */
+        CHECK(lade__cache_touch(c, 1));
+      else
+        CHECK_OK(lade__cache_get(c, 1, &b));
       CHECK_OK(put100(c, 4));
       bool r[6];
       resident(c, r, 6);
@@ -247,8 +250,17 @@ static void test_clairvoyant(void) {
     CHECK_OK(put100(c, 7));
     resident(c, r, 8);
     CHECK(!r[1] && r[3] && r[6] && r[7]);
+    /* a touch (a use served by another tier) refreshes it too, without I/O:
+     * 3 is used and next needed at 60, so the newcomer 8 (45) evicts it */
+    nu_array[3] = 60;
+    CHECK(lade__cache_touch(c, 3));
+    CHECK(!lade__cache_touch(c, 2)); /* not resident */
+    nu_array[8] = 45;
+    CHECK_OK(put100(c, 8));
+    resident(c, r, 8);
+    CHECK(!r[3] && r[6] && r[7] && lade__cache_contains(c, 8));
     /* equal to the farthest is admitted */
-    nu_array[0] = 40;
+    nu_array[0] = 45;
     CHECK_OK(put100(c, 0));
     CHECK(lade__cache_contains(c, 0));
     CHECK_EQ_INT(stats(c).rejected, 1);
