@@ -149,7 +149,7 @@ static void test_prefetcher_fills_disk_ahead(void) {
   const char *plain_s[] = {"epochs=2", "threads=2", "prefetch=1", NULL};
   result_t r, plain;
   CHECK_OK(run(dir, plain_s, &plain, 0));
-  CHECK_OK(run(dir, s, &r, 5000)); /* a slow consumer: the prefetcher gets ahead */
+  CHECK_OK(run(dir, s, &r, 20000)); /* a slow consumer (20 ms a batch): the prefetcher gets ahead */
   CHECK(r.content_ok && r.sum == plain.sum);
   fprintf(stderr, "  prefetched %llu, from disk %llu, storage %llu, misses %llu\n", (unsigned long long)r.st.prefetched,
           (unsigned long long)r.st.samples_by_source[2], (unsigned long long)r.st.samples_by_source[0],
@@ -169,7 +169,7 @@ static void test_prefetcher_fills_disk_ahead(void) {
   const char *fifo[] = {"epochs=2", "threads=2", "prefetch=1", "prefetcher=on", "fetch_size=16", "prefetch_threshold=16",
                         "cache_disk_bytes=196608", "cache_policy=fifo", opt, NULL};
   result_t rf;
-  CHECK_OK(run(dir, fifo, &rf, 2000));
+  CHECK_OK(run(dir, fifo, &rf, 20000));
   CHECK(rf.content_ok && rf.sum == plain.sum);
   CHECK(rf.st.samples_by_source[2] > N);
 }
