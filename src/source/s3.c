@@ -495,7 +495,7 @@ static int parse_list_page(s3_impl_t *d, lade__buf_t *page, char *token, size_t 
   *more = !strcmp(trunc, "true");
   xml_text(b, end, "NextContinuationToken", token, token_size);
   if (*more && !token[0]) return lade__fail(LADE_EFORMAT, "%s: truncated listing without a continuation token", shown);
-  if (!xml_find(b, end, "ListBucketResult", &(size_t){0}) && !strstr(b, "<ListBucketResult"))
+  if (!strstr(b, "<ListBucketResult"))
     return lade__fail(LADE_EFORMAT, "%s: the reply is not a ListObjectsV2 result", shown);
   size_t plen = strlen(d->prefix);
   char key[4096];
