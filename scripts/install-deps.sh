@@ -6,6 +6,8 @@ set -euo pipefail
 pkgs=(
   build-essential cmake pkg-config
   libjpeg62-turbo-dev            # JPEG decode (libjpeg-turbo)
+  libcurl4-openssl-dev           # the s3 source (curl multi + AWS SigV4)
+  python3-boto3                  # S3 tests: uploads to the test server
   clang libclang-rt-14-dev       # libFuzzer targets, sanitizers
   python3 python3-dev python3-numpy python3-pytest python3-pil python3-setuptools
   python3-torch python3-torchvision
@@ -16,6 +18,10 @@ missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
+# S3 tests run s3rver (npm) and a Node fault proxy; any node + npm will do
+if ! { command -v node && command -v npm; } >/dev/null 2>&1; then
+  missing+=(nodejs npm)
+fi
 
 if [ "${#missing[@]}" -eq 0 ]; then
   echo "install-deps: all ${#pkgs[@]} packages present"

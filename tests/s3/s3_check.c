@@ -1,0 +1,180 @@
+/*
+ * s3_check.c - drives lade against a live S3 server for tests/s3/test_s3.py,
+ * printing what it got so the test can compare with what it uploaded.
+ *
+ *   s3_check loader KEY=VALUE...   the public API: every sample of every batch
+ *       S epoch step index label size crc32
+ *   s3_check source KEY=VALUE...   the source vtable directly: the listing, then
+ *       submit()/ready()/read() of every index (in reverse, as a planner that
+ *       submits ahead would), a read() without a want, and stats()
+ *       O index label size s3://bucket/key
+ *       G index size crc32
+ *   both end with "OK" or "ERROR NAME message" (exit status 1).
+ */
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lade/lade.h"
+#include "source/source.h"
+
+static uint32_t crc_table[256];
+
+static void crc_init(void) {
+  for (uint32_t i = 0; i < 256; i++) {
+    uint32_t c = i;
+    for (int k = 0; k < 8; k++) c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+    crc_table[i] = c;
+  }
+}
+
+static uint32_t crc32(const uint8_t *p, size_t n) {
+  uint32_t c = 0xFFFFFFFFu;
+  for (size_t i = 0; i < n; i++) c = crc_table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
+  return c ^ 0xFFFFFFFFu;
+}
+
+static int fail(int rc) {
+  printf("ERROR %s %s\n", lade_error_name(rc), lade_last_error());
+  return 1;
+}
+
+static int run_loader(lade_config_t *cfg) {
+  lade_loader_t *L = NULL;
+  int rc = lade_loader_create(&L, cfg);
+  if (rc) return fail(rc);
+  for (;;) {
+    lade_batch_t *b = NULL;
+    rc = lade_loader_next(L, &b);
+    if (rc) {
+      fail(rc);
+      lade_loader_destroy(L);
+      return 1;
+    }
+    if (!b) break;
+    size_t slot = (size_t)b->shape[1];
+    for (int64_t i = 0; i < b->shape[0]; i++) {
+      const uint8_t *p = (const uint8_t *)b->data + (size_t)i * slot;
+      printf("S %" PRIu64 " %" PRIu64 " %" PRId64 " %" PRId64 " %u %08x\n", b->epoch, b->step, b->indices[i],
+             b->labels[i], b->sizes[i], crc32(p, b->sizes[i]));
+    }
+    lade_batch_release(b);
+  }
+  lade_loader_destroy(L);
+  printf("OK\n");
+  return 0;
+}
+
+static atomic_int ready_calls;
+static void on_ready(void *ctx) {
+  (void)ctx;
+  atomic_fetch_add(&ready_calls, 1);
+}
+
+static int run_source(lade_config_t *cfg) {
+  const lade__source_ops_t *ops = NULL;
+  int rc = lade__source_select(cfg, &ops);
+  if (rc) return fail(rc);
+  if (!ops->submit || !ops->ready || !ops->stats) {
+    printf("ERROR LADE_EUNSUPPORTED the %s source has no remote hooks\n", ops->name);
+    return 1;
+  }
+  lade__source_t s;
+  memset(&s, 0, sizeof s);
+  s.ops = ops;
+  s.on_ready = on_ready;
+  rc = ops->open(&s, cfg);
+  if (rc) return fail(rc);
+  lade__source_stats_t st;
+  ops->stats(&s, &st);
+  printf("LISTED count=%" PRIu64 " classes=%u list_requests=%" PRIu64 " get_requests=%" PRIu64 "\n", s.count,
+         s.classes, st.list_requests, st.get_requests);
+  char name[8192];
+  for (uint64_t i = 0; i < s.count; i++) {
+    ops->describe(&s, i, name, sizeof name);
+    printf("O %" PRIu64 " %d %" PRIu64 " %s\n", i, s.labels ? s.labels[i] : -1, s.sizes ? s.sizes[i] : 0, name);
+  }
+  /* an index with no want is ready (read() would start it on purpose) */
+  int bad = !ops->ready(&s, 0);
+  uint64_t *idx = malloc(s.count * sizeof *idx);
+  for (uint64_t i = 0; i < s.count; i++) idx[i] = s.count - 1 - i;
+  rc = ops->submit(&s, idx, s.count);
+  if (rc) return fail(rc);
+  /* wait until everything submitted has arrived, without reading */
+  double t0 = 0;
+  for (int spins = 0;; spins++) {
+    uint64_t nready = 0;
+    for (uint64_t i = 0; i < s.count; i++) nready += ops->ready(&s, i);
+    if (nready == s.count) break;
+    if (spins > 6000) {
+      printf("ERROR LADE_ETIMEOUT only %" PRIu64 " of %" PRIu64 " submitted samples became ready in 60 s\n", nready,
+             s.count);
+      return 1;
+    }
+    usleep(10000);
+  }
+  (void)t0;
+  ops->stats(&s, &st);
+  uint64_t get_after_submit = st.get_requests;
+  printf("ARRIVED get_requests=%" PRIu64 " retries=%" PRIu64 " in_flight=%u concurrency=%u ready_calls=%d\n",
+         st.get_requests, st.retries, st.in_flight, st.concurrency, atomic_load(&ready_calls));
+  lade__buf_t buf = {0};
+  int err = 0;
+  for (uint64_t k = 0; k < s.count; k++) {
+    uint64_t i = idx[k];
+    rc = ops->read(&s, i, &buf);
+    if (rc) {
+      fail(rc);
+      err = 1;
+      continue;
+    }
+    printf("G %" PRIu64 " %zu %08x\n", i, buf.len, crc32(buf.data, buf.len));
+  }
+  ops->stats(&s, &st);
+  /* reading what was submitted sends nothing new */
+  printf("READ get_requests=%" PRIu64 " new_requests=%" PRIu64 "\n", st.get_requests,
+         st.get_requests - get_after_submit);
+  /* a read without a want fetches on its own */
+  if (s.count) {
+    rc = ops->read(&s, 0, &buf);
+    if (rc) {
+      fail(rc);
+      err = 1;
+    } else {
+      printf("G %d %zu %08x\n", 0, buf.len, crc32(buf.data, buf.len));
+    }
+  }
+  ops->stats(&s, &st);
+  printf("STATS get_requests=%" PRIu64 " list_requests=%" PRIu64 " retries=%" PRIu64 " bytes=%" PRIu64
+         " in_flight=%u concurrency=%u ready_calls=%d ready0=%d\n",
+         st.get_requests, st.list_requests, st.retries, st.bytes, st.in_flight, st.concurrency,
+         atomic_load(&ready_calls), !bad);
+  lade__buf_free(&buf);
+  free(idx);
+  ops->close(&s);
+  if (err) return 1;
+  printf("OK\n");
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOFBF, 1 << 16);
+  crc_init();
+  if (argc < 2 || (strcmp(argv[1], "loader") && strcmp(argv[1], "source"))) {
+    fprintf(stderr, "usage: s3_check loader|source KEY=VALUE...\n");
+    return 2;
+  }
+  lade_config_t *cfg = NULL;
+  lade_config_create(&cfg);
+  for (int i = 2; i < argc; i++) {
+    int rc = lade_config_parse(cfg, argv[i]);
+    if (rc) return fail(rc);
+  }
+  int rc = !strcmp(argv[1], "loader") ? run_loader(cfg) : run_source(cfg);
+  lade_config_destroy(cfg);
+  fflush(stdout);
+  return rc;
+}
