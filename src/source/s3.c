@@ -17,7 +17,9 @@
  *
  * The limit on requests in flight is fixed (s3_concurrency) or tuned by the
  * loop: completed bytes/s measured over half-second windows while requests
- * wait in the queue; raised while it grows, lowered when it falls, halved
+ * wait in the queue. It starts at 32, doubles while the rate grows (slow
+ * start), then moves in steps of a quarter: up while the rate grows, down
+ * when it falls by a quarter, and a probe up after 8 flat windows; halved
  * when the server throttles (503/429/SlowDown).
  *
  * Faults: per-request timeout and a low-speed limit; 5xx, 429, SlowDown-like
@@ -52,7 +54,7 @@
 #define S3_EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 #define S3_BACKOFF_CAP_MS 20000.0
 #define S3_MIN_AUTO 4
-#define S3_START_AUTO 8
+#define S3_START_AUTO 32
 #define S3_WINDOW_S 0.5
 #define S3_MSG 768
 
@@ -132,6 +134,7 @@ typedef struct s3_impl {
   double win_start, win_prev_rate, last_throttle;
   uint64_t win_bytes;
   int win_starved, flat_windows;
+  int slow_start; /* doubling the limit until the rate stops growing */
 } s3_impl_t;
 
 static pthread_once_t g_curl_once = PTHREAD_ONCE_INIT;
@@ -979,14 +982,19 @@ static void tune(s3_impl_t *d, double now) {
   if (!d->win_starved && now - d->last_throttle > S3_WINDOW_S) {
     /* only a window with demand queued all along says anything about the server */
     if (d->win_prev_rate <= 0 || rate > d->win_prev_rate * 1.05) {
-      d->limit = LADE_MIN(d->max_conc, d->limit + step);
+      /* slow start (as TCP's): double while it pays, then steps of a quarter */
+      d->limit = LADE_MIN(d->max_conc, d->slow_start ? d->limit * 2 : d->limit + step);
       d->flat_windows = 0;
-    } else if (rate < d->win_prev_rate * 0.85) {
+    } else if (rate < d->win_prev_rate * 0.75) { /* a clear fall, not the noise of a busy machine */
+      d->slow_start = 0;
       d->limit = d->limit > lo + step ? d->limit - step : lo;
       d->flat_windows = 0;
-    } else if (++d->flat_windows >= 8) { /* probe now and then */
-      d->limit = LADE_MIN(d->max_conc, d->limit + step);
-      d->flat_windows = 0;
+    } else {
+      d->slow_start = 0;
+      if (++d->flat_windows >= 8) { /* probe now and then */
+        d->limit = LADE_MIN(d->max_conc, d->limit + step);
+        d->flat_windows = 0;
+      }
     }
     d->win_prev_rate = rate;
   }
@@ -1425,6 +1433,7 @@ static int resolve(s3_impl_t *d, const struct lade_config *cfg) {
   d->max_conc = cfg->s3_max_concurrency ? cfg->s3_max_concurrency : 128;
   d->fixed_conc = cfg->s3_concurrency;
   d->limit = d->fixed_conc ? d->fixed_conc : LADE_MIN((uint32_t)S3_START_AUTO, d->max_conc);
+  d->slow_start = 1;
   return 0;
 }
 
