@@ -141,7 +141,9 @@ def main():
             r["s3_lat"] = lade_bench(lade, src, tf, args.epochs, s3)
             env.proxy(latency_ms=0)
             if "one" not in skip:
+                env.proxy(latency_ms=args.latency_ms)
                 r["one"] = one_at_a_time(env, keys, tf, args.one_limit)
+                env.proxy(latency_ms=0)
             print("\n[%s] local %.0f/s | s3 0 ms %.0f/s | s3 %g ms %.0f/s (%u in flight allowed at the end) | "
                   "one-at-a-time %s" % (tf, r["local"], r["s3_0ms"]["samples_per_s"], args.latency_ms,
                                         r["s3_lat"]["samples_per_s"], r["s3_lat"]["concurrency"],

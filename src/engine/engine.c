@@ -204,31 +204,6 @@ static int open_pipeline(lade_loader_t *L, worker_t *w) {
   L->src.on_ready_ctx = L;
   int rc = L->src_ops->open(&L->src, &L->cfg);
   if (rc) return rc;
-  L->xf = transform_for(&L->cfg, L->src_ops);
-  bool caching = L->cfg.cache_mem_bytes || L->cfg.cache_dir[0];
-  L->direct_payload = L->xf == &lade__xform_npy && L->src_ops->read_payload && L->src.dtype && !caching;
-  if (L->direct_payload) {
-    /* the source knows the sample's type: no need to read sample 0 */
-    L->shape.dtype = L->src.dtype;
-    L->shape.ndim = L->src.ndim;
-    for (int i = 0; i < L->src.ndim; i++) L->shape.dims[i] = L->src.shape[i];
-    L->shape.bytes = L->src.payload_bytes;
-  } else {
-    const uint8_t *first = NULL;
-    size_t first_len = 0;
-    if (L->xf == &lade__xform_raw || L->xf == &lade__xform_npy) {
-      rc = L->src_ops->read(&L->src, 0, &w->buf);
-      if (rc) return rc;
-      first = w->buf.data;
-      first_len = w->buf.len;
-    }
-    rc = L->xf->init(&L->xf_state, &L->cfg, first, first_len, &L->shape);
-    if (rc) return rc;
-  }
-  if (L->shape.ndim + 1 > LADE_MAX_DIMS)
-    return lade__fail(LADE_ESHAPE, "samples have %d dimensions; at most %d are supported", L->shape.ndim,
-                      LADE_MAX_DIMS - 1);
-  if (L->shape.bytes == 0) return lade__fail(LADE_ESHAPE, "samples of the dataset %s are empty", L->cfg.source);
   lade__plan_params_t p = {.samples = L->src.count,
                            .batch_size = L->cfg.batch_size,
                            .world_size = L->cfg.world_size,
@@ -245,6 +220,35 @@ static int open_pipeline(lade_loader_t *L, worker_t *w) {
   rc = lade__fetch_open(&L->fetch, &fp);
   if (rc) return rc;
   L->async = lade__fetch_async(L->fetch);
+
+  L->xf = transform_for(&L->cfg, L->src_ops);
+  L->direct_payload =
+      L->xf == &lade__xform_npy && L->src_ops->read_payload && L->src.dtype && !lade__fetch_cached(L->fetch);
+  if (L->direct_payload) {
+    /* the source knows the sample's type: no need to read sample 0 */
+    L->shape.dtype = L->src.dtype;
+    L->shape.ndim = L->src.ndim;
+    for (int i = 0; i < L->src.ndim; i++) L->shape.dims[i] = L->src.shape[i];
+    L->shape.bytes = L->src.payload_bytes;
+  } else {
+    const uint8_t *first = NULL;
+    size_t first_len = 0;
+    /* sample 0 gives the slot size (raw without raw_size) or the .npy header;
+     * read through the tiers, so a warm cache sends no request */
+    if ((L->xf == &lade__xform_raw && !L->cfg.raw_size) || L->xf == &lade__xform_npy) {
+      int tier;
+      rc = lade__fetch_read(L->fetch, 0, 0, &w->buf, &tier);
+      if (rc) return rc;
+      first = w->buf.data;
+      first_len = w->buf.len;
+    }
+    rc = L->xf->init(&L->xf_state, &L->cfg, first, first_len, &L->shape);
+    if (rc) return rc;
+  }
+  if (L->shape.ndim + 1 > LADE_MAX_DIMS)
+    return lade__fail(LADE_ESHAPE, "samples have %d dimensions; at most %d are supported", L->shape.ndim,
+                      LADE_MAX_DIMS - 1);
+  if (L->shape.bytes == 0) return lade__fail(LADE_ESHAPE, "samples of the dataset %s are empty", L->cfg.source);
   return 0;
 }
 

@@ -196,14 +196,14 @@ class TestS3(unittest.TestCase):
         self.check_epochs(lines, 1, img_order())
 
     def test_503_burst(self):
-        # the loader reads sample 0 alone first (to size raw slots): a burst right at the start hits one key
-        # every time, so the retry budget must cover the whole burst
+        # a burst right at the start hits the first requests again and again, so the retry budget must
+        # cover the whole burst
         ENV.proxy(rules=[{"action": "503", "count": 12}])
         lines, _ = self.loader(epochs=1, s3_retries=14, s3_retry_base_ms=1)
         self.check_epochs(lines, 1, img_order())
         c = ENV.counts()
         self.assertEqual(c["faults"].get("503"), 12)
-        self.assertEqual(c["get"], 301 + 12)  # sample 0 is read twice: to size the slots, then in its batch
+        self.assertEqual(c["get"], 300 + 12)
         ENV.reset()
         ENV.proxy(rules=[{"action": "503", "count": 30}])
         lines, _ = self.run_check("source", "s3://lade/img", s3_retry_base_ms=5)
@@ -324,6 +324,102 @@ class TestS3(unittest.TestCase):
         ENV.put("labels/mixed.txt", b"top.bin 3\n")
         lines, _ = self.run_check("source", "s3://lade/mixed", label_file="s3://lade/labels/mixed.txt")
         self.assertEqual([int(o.split()[2]) for o in lines if o.startswith("O ")], [-1, -1, -1, 3])
+
+    # ---- the engine's use of the source: requests overlap, caches, prefetcher
+    def cache_files(self, cache):
+        """(count, bytes) of the disk tier's entry files below cache (the listing file excluded)."""
+        n = size = 0
+        for root, _, names in os.walk(cache):
+            for nm in names:
+                if root == cache or nm in ("LOCK", "NAMESPACE") or nm.startswith(".tmp"):
+                    continue
+                n += 1
+                size += os.path.getsize(os.path.join(root, nm))
+        return n, size
+
+    def test_engine_keeps_many_requests_in_flight(self):
+        # 2 worker threads, 20 ms per request: the engine submits whole batches, so far more
+        # than 2 requests are open at once and the epoch takes far less than 300 x 20 ms / 2
+        ENV.proxy(latency_ms=20)
+        lines, elapsed = self.loader(epochs=1, threads=2, prefetch=4)
+        self.check_epochs(lines, 1, img_order())
+        self.assertGreaterEqual(ENV.counts()["max_open"], 16)
+        self.assertLess(elapsed, 3.0)
+        st = self.parse_kv(lines, "LSTATS")
+        self.assertEqual(st["get_requests"], 300)  # raw_size is set: sample 0 is not read alone first
+        self.assertEqual(st["storage"], 300)
+
+    def test_prefetcher_disk_cache_half_the_dataset(self):
+        ENV.proxy(latency_ms=5)
+        blocks = lambda n: (48 + n + 4095) // 4096 * 4096
+        half = sum(blocks(len(v)) for v in IMG.values()) // 2
+        with tempfile.TemporaryDirectory() as tmp:
+            cache = os.path.join(tmp, "cache")
+            lines, _ = self.loader(epochs=3, cache_dir=cache, cache_disk_bytes=half, prefetch=1)
+            self.check_epochs(lines, 3, img_order())
+            st = self.parse_kv(lines, "LSTATS")
+            self.assertGreater(st["fetch_size"], 0)
+            self.assertGreater(st["prefetched"], 100)
+            self.assertGreater(st["disk"], 300)
+            self.assertEqual(st["storage"] + st["disk"], 900)
+            # the cache saved requests: fewer GETs than 3 uncached epochs
+            self.assertLess(ENV.counts()["get"], 3 * 300)
+            n, size = self.cache_files(cache)
+            self.assertLessEqual(size, half, "the disk tier exceeded its capacity")
+            self.assertGreater(n, 0)
+            self.assertEqual(os.stat(cache).st_mode & 0o777, 0o700)
+            eps = [x for x in lines if x.startswith("EPOCH ")]
+            self.assertEqual(len(eps), 3)
+
+    def test_warm_second_run_and_kill9_during_fill(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            cache = os.path.join(tmp, "cache")
+            kw = dict(cache_dir=cache, cache_disk_bytes=100 << 20, prefetcher="off", listing_ttl=3600)
+            # a first run killed with SIGKILL while it fills the cache (50 ms per request: mid-way)
+            ENV.proxy(latency_ms=50)
+            base = dict(transform="raw", raw_size=MAX_SIZE, batch_size=20, shuffle=True, drop_last=True, epochs=1,
+                        threads=2, prefetch=1)
+            s = {"source": "s3://lade/img", "s3_session_token": SESSION_TOKEN}
+            s.update(ENV.lade_settings())
+            s.update({k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in dict(base, **kw).items()})
+            p = subprocess.Popen([S3_CHECK, "loader"] + ["%s=%s" % kv for kv in s.items()], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+            t0 = time.time()
+            while self.cache_files(cache)[0] < 20 and time.time() - t0 < 60 and p.poll() is None:
+                time.sleep(0.005)
+            p.kill()
+            p.wait()
+            n_killed, _ = self.cache_files(cache)
+            self.assertGreater(n_killed, 0, "the kill came before any entry was written")
+            self.assertLess(n_killed, 300, "the kill came after the fill finished")
+            # a damaged entry (as a torn write would leave) is detected, not served
+            victim = None
+            for root, _, names in os.walk(cache):
+                for nm in names:
+                    if root != cache and nm not in ("LOCK", "NAMESPACE") and not nm.startswith(".tmp"):
+                        victim = os.path.join(root, nm)
+            with open(victim, "r+b") as f:
+                f.seek(-1, 2)
+                b = f.read(1)
+                f.seek(-1, 2)
+                f.write(bytes([b[0] ^ 1]))
+            # the next run serves what survived (checked byte for byte) and fetches the rest
+            ENV.reset()
+            lines, _ = self.loader(**kw)
+            self.check_epochs(lines, 1, img_order())
+            st = self.parse_kv(lines, "LSTATS")
+            self.assertEqual(st["list_requests"], 0)  # the listing came from cache_dir
+            self.assertGreaterEqual(st["disk"], n_killed - 2)
+            self.assertEqual(st["storage"] + st["disk"], 300)
+            self.assertLessEqual(st["get_requests"], 300 - n_killed + 2)
+            # a third run is warm: no request at all
+            ENV.reset()
+            lines, _ = self.loader(**kw)
+            self.check_epochs(lines, 1, img_order())
+            st = self.parse_kv(lines, "LSTATS")
+            self.assertEqual((st["get_requests"], st["list_requests"], st["disk"]), (0, 0, 300))
+            c = ENV.counts()
+            self.assertEqual((c["get"], c["list"]), (0, 0))
 
 
 if __name__ == "__main__":
