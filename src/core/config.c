@@ -75,7 +75,7 @@ static const setting_t settings[] = {
     {"s3_session_token", T_STR, OFF(s3_session_token), SZ(s3_session_token), 0, 0, NULL, "",
      "S3 session token (\"\": $AWS_SESSION_TOKEN); never printed"},
     {"s3_concurrency", T_U32, OFF(s3_concurrency), 0, 0, 4096, NULL, "0",
-     "S3 requests in flight (0: tuned at run time between 4 and s3_max_concurrency)"},
+     "S3 requests in flight (0: tuned at run time, from 32, between 4 and s3_max_concurrency)"},
     {"s3_max_concurrency", T_U32, OFF(s3_max_concurrency), 0, 1, 4096, NULL, "128",
      "upper bound of the tuned number of S3 requests in flight"},
     {"s3_timeout_ms", T_U32, OFF(s3_timeout_ms), 0, 100, 3600000, NULL, "30000",
