@@ -163,8 +163,15 @@ def main():
                 half = total_bytes // 2 + len(files) // 2 * 4096  # half the dataset in 4 KiB blocks
                 de = lade_bench(lade, src, tf, 3, s3, step_ms=step,
                                 extra=[("cache_dir", cache), ("cache_disk_bytes", half), ("prefetcher", "on")])
+                # DELI's disk tier persists: a second run of the same job starts warm (listing included)
+                de2 = lade_bench(lade, src, tf, 3, s3, step_ms=step,
+                                 extra=[("cache_dir", cache), ("cache_disk_bytes", half), ("prefetcher", "on")])
                 env.proxy(latency_ms=0)
-                r.setdefault("deli", {}).update({"step_ms": step, "uncached": un, "cached": de})
+                r.setdefault("deli", {}).update({"step_ms": step, "uncached": un, "cached": de, "cached_rerun": de2})
+                print("  deli, second run on the warm cache: consumer wait %.3f s -> %.3f of uncached (target < 0.10); "
+                      "%d GET, %d LIST, epoch 0 miss rate %.3f" %
+                      (de2["wait_s"], de2["wait_s"] / max(un["wait_s"], 1e-9), de2["get_requests"],
+                       de2["list_requests"], de2["epochs"][0]["miss_rate"]))
                 print("  deli (3 epochs, step %.1f ms/batch, cache %.1f MB = half): consumer wait uncached %.3f s, "
                       "cached+prefetcher %.3f s -> %.3f (target < 0.10)" %
                       (step, half / 1e6, un["wait_s"], de["wait_s"], de["wait_s"] / max(un["wait_s"], 1e-9)))
