@@ -50,6 +50,7 @@
 #include <unistd.h>
 
 #include "source.h"
+#include "source/s3xml.h"
 
 #define S3_EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 #define S3_BACKOFF_CAP_MS 20000.0
@@ -184,99 +185,6 @@ static int url_encode(char *dst, size_t size, const char *src, int keep_slash) {
   return 0;
 }
 
-/* Decodes the XML character references S3 uses, in place. */
-static void xml_unescape(char *s) {
-  char *w = s;
-  for (char *r = s; *r;) {
-    if (*r != '&') {
-      *w++ = *r++;
-      continue;
-    }
-    char *semi = strchr(r, ';');
-    if (!semi || semi - r > 10) {
-      *w++ = *r++;
-      continue;
-    }
-    size_t n = (size_t)(semi - r - 1);
-    const char *ent = r + 1;
-    unsigned long cp = 0;
-    int ok = 1;
-    if (n == 3 && !strncmp(ent, "amp", 3)) cp = '&';
-    else if (n == 2 && !strncmp(ent, "lt", 2)) cp = '<';
-    else if (n == 2 && !strncmp(ent, "gt", 2)) cp = '>';
-    else if (n == 4 && !strncmp(ent, "quot", 4)) cp = '"';
-    else if (n == 4 && !strncmp(ent, "apos", 4)) cp = '\'';
-    else if (n >= 2 && ent[0] == '#') {
-      char *end;
-      cp = (ent[1] == 'x' || ent[1] == 'X') ? strtoul(ent + 2, &end, 16) : strtoul(ent + 1, &end, 10);
-      ok = end == semi && cp > 0 && cp <= 0x10FFFF;
-    } else {
-      ok = 0;
-    }
-    if (!ok) {
-      *w++ = *r++;
-      continue;
-    }
-    /* UTF-8 encode (the encoded form is never longer than the reference) */
-    if (cp < 0x80) {
-      *w++ = (char)cp;
-    } else if (cp < 0x800) {
-      *w++ = (char)(0xC0 | (cp >> 6));
-      *w++ = (char)(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      *w++ = (char)(0xE0 | (cp >> 12));
-      *w++ = (char)(0x80 | ((cp >> 6) & 0x3F));
-      *w++ = (char)(0x80 | (cp & 0x3F));
-    } else {
-      *w++ = (char)(0xF0 | (cp >> 18));
-      *w++ = (char)(0x80 | ((cp >> 12) & 0x3F));
-      *w++ = (char)(0x80 | ((cp >> 6) & 0x3F));
-      *w++ = (char)(0x80 | (cp & 0x3F));
-    }
-    r = semi + 1;
-  }
-  *w = '\0';
-}
-
-/* Finds <tag>text</tag> in [p, end); returns a pointer to the text and its
- * length, or NULL. */
-static const char *xml_find(const char *p, const char *end, const char *tag, size_t *len) {
-  char open[64], close[64];
-  snprintf(open, sizeof open, "<%s>", tag);
-  snprintf(close, sizeof close, "</%s>", tag);
-  size_t ol = strlen(open), cl = strlen(close);
-  for (const char *q = p; q + ol <= end; q++) {
-    q = memchr(q, '<', (size_t)(end - q));
-    if (!q || q + ol > end) return NULL;
-    if (memcmp(q, open, ol) != 0) continue;
-    const char *t = q + ol;
-    for (const char *e = t; e + cl <= end; e++) {
-      e = memchr(e, '<', (size_t)(end - e));
-      if (!e || e + cl > end) return NULL;
-      if (memcmp(e, close, cl) == 0) {
-        *len = (size_t)(e - t);
-        return t;
-      }
-    }
-    return NULL;
-  }
-  return NULL;
-}
-
-/* Copies the decoded text of <tag> in [p, end) into out ("" when absent). */
-static void xml_text(const char *p, const char *end, const char *tag, char *out, size_t size) {
-  size_t len = 0;
-  const char *t = xml_find(p, end, tag, &len);
-  if (!t) len = 0;
-  if (len >= size) len = size - 1;
-  if (t) memcpy(out, t, len);
-  out[len] = '\0';
-  xml_unescape(out);
-  /* printable only: a server's message must not break a log line */
-  for (char *c = out; *c; c++)
-    if ((unsigned char)*c < 0x20) *c = ' ';
-}
-
 /* ------------------------------------------------------ classifying replies */
 
 enum { S3_OK = 0, S3_RETRY, S3_FINAL };
@@ -343,8 +251,8 @@ static void judge(CURL *e, CURLcode cc, const char *errbuf, const lade__buf_t *b
   char code[128], msg[512];
   const char *b = (const char *)body->data, *end = b ? b + body->len : NULL;
   if (b) {
-    xml_text(b, end, "Code", code, sizeof code);
-    xml_text(b, end, "Message", msg, sizeof msg);
+    lade__xml_text(b, end, "Code", code, sizeof code);
+    lade__xml_text(b, end, "Message", msg, sizeof msg);
   } else {
     code[0] = msg[0] = '\0';
   }
@@ -489,44 +397,18 @@ static int list_push(s3_impl_t *d, const char *key, size_t klen, uint64_t size) 
   return 0;
 }
 
+static int list_push_cb(void *ctx, const char *key, size_t klen, uint64_t size) {
+  s3_impl_t *d = ctx;
+  size_t plen = strlen(d->prefix);
+  if (klen == 0 || key[klen - 1] == '/') return 0;  /* folder marker */
+  if (strncmp(key, d->prefix, plen) != 0) return 0; /* not ours (a server ignoring prefix) */
+  return list_push(d, key, klen, size);
+}
+
 /* Parses one ListObjectsV2 page; appends objects, sets the next token. */
 static int parse_list_page(s3_impl_t *d, lade__buf_t *page, char *token, size_t token_size, int *more,
                            const char *shown) {
-  const char *b = (const char *)page->data, *end = b + page->len;
-  char trunc[16];
-  xml_text(b, end, "IsTruncated", trunc, sizeof trunc);
-  *more = !strcmp(trunc, "true");
-  xml_text(b, end, "NextContinuationToken", token, token_size);
-  if (*more && !token[0]) return lade__fail(LADE_EFORMAT, "%s: truncated listing without a continuation token", shown);
-  if (!strstr(b, "<ListBucketResult"))
-    return lade__fail(LADE_EFORMAT, "%s: the reply is not a ListObjectsV2 result", shown);
-  size_t plen = strlen(d->prefix);
-  char key[4096];
-  for (const char *p = b;;) {
-    size_t clen;
-    const char *c = xml_find(p, end, "Contents", &clen);
-    if (!c) break;
-    const char *ce = c + clen;
-    size_t klen;
-    const char *k = xml_find(c, ce, "Key", &klen);
-    char sz[32];
-    xml_text(c, ce, "Size", sz, sizeof sz);
-    p = ce;
-    if (!k || klen >= sizeof key) return lade__fail(LADE_EFORMAT, "%s: a listed object has no usable <Key>", shown);
-    memcpy(key, k, klen);
-    key[klen] = '\0';
-    xml_unescape(key);
-    klen = strlen(key);
-    if (klen == 0 || key[klen - 1] == '/') continue;  /* folder marker */
-    if (strncmp(key, d->prefix, plen) != 0) continue; /* not ours (a server ignoring prefix) */
-    char *e;
-    errno = 0;
-    unsigned long long size = strtoull(sz, &e, 10);
-    if (!sz[0] || *e || errno) return lade__fail(LADE_EFORMAT, "%s: object %s has no valid <Size>", shown, key);
-    int rc = list_push(d, key, klen, size);
-    if (rc) return rc;
-  }
-  return 0;
+  return lade__s3_parse_list((const char *)page->data, page->len, list_push_cb, d, token, token_size, more, shown);
 }
 
 static int list_remote(s3_impl_t *d, const char *shown) {

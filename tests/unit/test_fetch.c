@@ -58,6 +58,7 @@ static int run(const char *dir, const char *extra[], result_t *r, int sleep_us) 
   lade_config_set(c, "source", src);
   lade_config_set(c, "source_type", "dir");
   lade_config_set(c, "transform", "raw");
+  lade_config_set(c, "raw_size", "256"); /* so sample 0 is not read alone at open: exact tier counts */
   lade_config_set(c, "batch_size", "8");
   for (int i = 0; extra && extra[i]; i++)
     if (lade_config_parse(c, extra[i])) fprintf(stderr, "bad setting %s: %s\n", extra[i], lade_last_error());
