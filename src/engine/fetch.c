@@ -6,9 +6,10 @@
  * (position = (epoch * steps + step) * B + i, the order the consumer will
  * use them) and, whenever the samples it has fetched but the consumer has
  * not yet used fall to `threshold`, fetches the next `fetch_size` samples
- * into the disk tier: one submit() of the whole window to the source (so a
- * remote source has them all in flight at once, paper 003), then one read
- * and one disk put per sample in plan order. It starts past the engine's
+ * into the disk tier: one background submit() of the window (a remote
+ * source has them all in flight at once, paper 003, yet starts the
+ * workers' own misses first), then a read and a disk put per sample in
+ * plan order. It starts past the engine's
  * own window (the batches the engine is filling itself), so the two never
  * fetch the same sample; a worker that needs a sample the prefetcher has
  * in flight waits for it instead of sending a second GET.
@@ -445,7 +446,7 @@ void lade__fetch_batch_planned(lade__fetch_t *f, const uint64_t *idx, uint32_t n
   size_t k = 0;
   for (uint32_t i = 0; i < n; i++)
     if (!resident(f, idx[i]) && !pf_inflight(f, idx[i])) want[k++] = idx[i];
-  if (k) f->p.ops->submit(f->p.src, want, k);
+  if (k) f->p.ops->submit(f->p.src, want, k, 0);
   if (want != stackbuf) free(want);
 }
 
@@ -522,7 +523,9 @@ static void *prefetch_main(void *arg) {
         if (added) want[k++] = batch[i];
       }
     }
-    if (k && f->p.ops->submit) f->p.ops->submit(f->p.src, want, k);
+    /* the whole window in flight at once, in the background: the workers'
+     * own misses (the batch the consumer needs now) start first */
+    if (k && f->p.ops->submit) f->p.ops->submit(f->p.src, want, k, 1);
     size_t done = 0;
     for (; done < k; done++) {
       pthread_mutex_lock(&f->mu);

@@ -8,7 +8,8 @@
  * hundreds of requests in flight cost sockets, not threads (paper 003's
  * fetchers without a thread per request). Requests enter through two FIFO
  * queues - `urgent` for read()s that found no want (a worker is blocked on
- * them right now) and `queue` for submit()ted batches, started in submission
+ * them right now), `queue` for submit()ted batches, and `bg` for background
+ * submits (the DELI prefetcher's speculative fetches), each started in submission
  * order - and a timer list for retries waiting out their backoff. Arrived
  * submitted samples go into a table keyed by dataset index (one result per
  * want); read() takes one and swaps its buffer with the caller's, so the body
@@ -116,7 +117,7 @@ typedef struct s3_impl {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int stop;
-  s3_fifo_t urgent, queue, timers; /* timers: unsorted, scanned each turn */
+  s3_fifo_t urgent, queue, bg, timers; /* bg: background submits; timers: unsorted, scanned each turn */
   s3_req_t *active;                /* in flight (doubly linked) */
   lade__source_t *src;             /* for on_ready */
   s3_req_t *free_reqs;
@@ -988,10 +989,11 @@ static void *loop_main(void *arg) {
     while (d->in_flight + n_start < d->limit && n_start < 256) {
       s3_req_t *r = fifo_pop(&d->urgent);
       if (!r) r = fifo_pop(&d->queue);
+      if (!r) r = fifo_pop(&d->bg);
       if (!r) break;
       startable[n_start++] = r;
     }
-    if (d->in_flight + n_start < d->limit && !d->urgent.n && !d->queue.n) d->win_starved = 1;
+    if (d->in_flight + n_start < d->limit && !d->urgent.n && !d->queue.n && !d->bg.n) d->win_starved = 1;
     d->in_flight += (uint32_t)n_start;
     d->get_requests += n_start;
     pthread_mutex_unlock(&d->mu);
@@ -1032,7 +1034,7 @@ static void *loop_main(void *arg) {
     if (f.notify && d->src->on_ready) d->src->on_ready(d->src->on_ready_ctx);
     pthread_mutex_lock(&d->mu);
     tune(d, lade__now());
-    int more = (d->urgent.n || d->queue.n) && d->in_flight < d->limit;
+    int more = (d->urgent.n || d->queue.n || d->bg.n) && d->in_flight < d->limit;
     pthread_mutex_unlock(&d->mu);
     if (f.notify || more) continue; /* start what just became possible */
     curl_multi_poll(d->multi, NULL, 0, (int)wait_ms, NULL);
@@ -1041,6 +1043,7 @@ static void *loop_main(void *arg) {
   pthread_mutex_lock(&d->mu);
   fail_waiting(d, &d->urgent);
   fail_waiting(d, &d->queue);
+  fail_waiting(d, &d->bg);
   fail_waiting(d, &d->timers);
   s3_fifo_t active = {0};
   while (d->active) {
@@ -1065,7 +1068,7 @@ static void *loop_main(void *arg) {
 
 static int wake(s3_impl_t *d) { return curl_multi_wakeup(d->multi) == CURLM_OK ? 0 : -1; }
 
-static int s3_submit(lade__source_t *s, const uint64_t *idx, size_t n) {
+static int s3_submit(lade__source_t *s, const uint64_t *idx, size_t n, int background) {
   s3_impl_t *d = s->impl;
   int rc = 0;
   pthread_mutex_lock(&d->mu);
@@ -1081,7 +1084,7 @@ static int s3_submit(lade__source_t *s, const uint64_t *idx, size_t n) {
       break;
     }
     d->wants[idx[i]]++;
-    fifo_push(&d->queue, r);
+    fifo_push(background ? &d->bg : &d->queue, r);
   }
   pthread_mutex_unlock(&d->mu);
   wake(d);

@@ -78,8 +78,11 @@ typedef struct lade__source_ops {
    * likes, but is handed to read() once per want. read() of an index with no
    * want fetches it itself. Arrived bytes nobody read are kept up to a bound
    * chosen by the source and dropped oldest first (a later read re-fetches),
-   * so a seek that abandons submitted batches cannot leak. Thread-safe. */
-  int (*submit)(lade__source_t *s, const uint64_t *idx, size_t n);
+   * so a seek that abandons submitted batches cannot leak. `background`
+   * (the prefetcher's speculative fetches) starts only when no foreground
+   * submit or read waits: the batch the consumer needs never queues behind
+   * a prefetch window. Thread-safe. */
+  int (*submit)(lade__source_t *s, const uint64_t *idx, size_t n, int background);
   /* True when read(idx) would not wait for the network now: its bytes (or its
    * final error) have arrived, or it has no want (read() would then start
    * it, which the caller does on purpose). Cheap; thread-safe. */

@@ -114,7 +114,7 @@ static int run_source(lade_config_t *cfg) {
   int bad = !ops->ready(&s, 0);
   uint64_t *idx = malloc(s.count * sizeof *idx);
   for (uint64_t i = 0; i < s.count; i++) idx[i] = s.count - 1 - i;
-  rc = ops->submit(&s, idx, s.count);
+  rc = ops->submit(&s, idx, s.count, 0);
   if (rc) return fail(rc);
   /* wait until everything submitted has arrived, without reading */
   double t0 = 0;
