@@ -20,12 +20,30 @@ void lade__cache_close(lade__cache_t *c) {
 
 int lade__cache_get(lade__cache_t *c, uint64_t key, lade__buf_t *out) { return c->ops->get(c, key, out); }
 
-bool lade__cache_contains(lade__cache_t *c, uint64_t key) { return c->ops->contains(c, key); }
+bool lade__cache_contains(lade__cache_t *c, uint64_t key) {
+  pthread_mutex_lock(&c->mu);
+  bool r = lade__cindex_find(&c->ix, key) != NULL;
+  pthread_mutex_unlock(&c->mu);
+  return r;
+}
 
-bool lade__cache_touch(lade__cache_t *c, uint64_t key) { return c->ops->touch(c, key); }
+bool lade__cache_touch(lade__cache_t *c, uint64_t key) {
+  pthread_mutex_lock(&c->mu);
+  lade__centry_t *e = lade__cindex_find(&c->ix, key);
+  if (e) lade__cindex_touch(&c->ix, e);
+  pthread_mutex_unlock(&c->mu);
+  return e != NULL;
+}
 
 int lade__cache_put(lade__cache_t *c, uint64_t key, const void *data, size_t len) {
   return c->ops->put(c, key, data, len);
 }
 
-void lade__cache_stats(lade__cache_t *c, lade__cache_stats_t *out) { c->ops->stats(c, out); }
+void lade__cache_stats(lade__cache_t *c, lade__cache_stats_t *out) {
+  pthread_mutex_lock(&c->mu);
+  *out = c->st;
+  out->entries = c->ix.count;
+  out->used = c->ix.used;
+  out->capacity = c->ix.capacity;
+  pthread_mutex_unlock(&c->mu);
+}

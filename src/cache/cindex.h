@@ -8,25 +8,13 @@
 #ifndef LADE_CINDEX_H
 #define LADE_CINDEX_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "cache/cache.h"
 
-typedef struct lade__cache_ops {
-  void (*close)(lade__cache_t *c);
-  int (*get)(lade__cache_t *c, uint64_t key, lade__buf_t *out);
-  bool (*contains)(lade__cache_t *c, uint64_t key);
-  int (*put)(lade__cache_t *c, uint64_t key, const void *data, size_t len);
-  void (*stats)(lade__cache_t *c, lade__cache_stats_t *out);
-  bool (*touch)(lade__cache_t *c, uint64_t key);
-} lade__cache_ops_t;
-
-/* Every tier's handle starts with this, so cache.c can dispatch. */
-struct lade__cache {
-  const lade__cache_ops_t *ops;
-};
 
 int lade__memcache_open(lade__cache_t **out, const lade__cache_opts_t *o);
 int lade__diskcache_open(lade__cache_t **out, const lade__cache_opts_t *o);
@@ -55,6 +43,23 @@ typedef struct lade__cindex {
   lade__next_use_fn next_use;
   void *next_use_ctx;
 } lade__cindex_t;
+
+/* The tier-specific calls; contains, touch and stats need only the shared
+ * index and are done once in cache.c. */
+typedef struct lade__cache_ops {
+  void (*close)(lade__cache_t *c);
+  int (*get)(lade__cache_t *c, uint64_t key, lade__buf_t *out);
+  int (*put)(lade__cache_t *c, uint64_t key, const void *data, size_t len);
+} lade__cache_ops_t;
+
+/* Every tier's handle starts with this: the vtable, and the lock, index and
+ * counters every tier has. `mu` guards ix and st. */
+struct lade__cache {
+  const lade__cache_ops_t *ops;
+  pthread_mutex_t mu;
+  lade__cindex_t ix;
+  lade__cache_stats_t st;
+};
 
 int lade__cindex_init(lade__cindex_t *ix, const lade__cache_opts_t *o);
 /* Frees the index's own arrays, not the entries. */

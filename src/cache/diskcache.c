@@ -57,10 +57,7 @@ typedef struct hdr {
 _Static_assert(sizeof(hdr_t) == HDR_BYTES, "entry header is 48 bytes");
 
 typedef struct diskcache {
-  lade__cache_t base;
-  pthread_mutex_t mu;
-  lade__cindex_t ix;
-  lade__cache_stats_t st;
+  lade__cache_t base; /* ops, mu, ix, st */
   uint64_t seq, tmpn;
   int dirfd, lockfd;
   char path[LADE_PATH_MAX]; /* the namespace folder */
@@ -233,14 +230,14 @@ static void drop(diskcache_t *d, lade__centry_t *e, bool unlink_file) {
     name_t nm = entry_name(e->key);
     unlinkat(d->dirfd, nm.s, 0);
   }
-  lade__cindex_remove(&d->ix, e);
+  lade__cindex_remove(&d->base.ix, e);
   if (e->refs == 0) free(e);
 }
 
 static void evict_to(diskcache_t *d, uint64_t room) {
-  while (d->ix.used + room > d->ix.capacity) {
-    drop(d, lade__cindex_victim(&d->ix), true);
-    d->st.evictions++;
+  while (d->base.ix.used + room > d->base.ix.capacity) {
+    drop(d, lade__cindex_victim(&d->base.ix), true);
+    d->base.st.evictions++;
   }
 }
 
@@ -324,7 +321,7 @@ static int scan(diskcache_t *d, found_t **out, size_t *nout) {
       if (efd >= 0) close(efd);
       if (!ok) {
         unlinkat(dirfd(sd), de->d_name, 0);
-        d->st.corrupt++;
+        d->base.st.corrupt++;
         continue;
       }
       if (n == cap) {
@@ -356,9 +353,9 @@ static int scan(diskcache_t *d, found_t **out, size_t *nout) {
 static void disk_close(lade__cache_t *c) {
   diskcache_t *d = (diskcache_t *)c;
   lade__centry_t *e;
-  while ((e = d->ix.head)) drop(d, e, false);
-  lade__cindex_free(&d->ix);
-  pthread_mutex_destroy(&d->mu);
+  while ((e = d->base.ix.head)) drop(d, e, false);
+  lade__cindex_free(&d->base.ix);
+  pthread_mutex_destroy(&d->base.mu);
   if (d->dirfd >= 0) close(d->dirfd);
   if (d->lockfd >= 0) close(d->lockfd); /* releases the flock */
   free(d);
@@ -366,40 +363,40 @@ static void disk_close(lade__cache_t *c) {
 
 static int disk_get(lade__cache_t *c, uint64_t key, lade__buf_t *out) {
   diskcache_t *d = (diskcache_t *)c;
-  pthread_mutex_lock(&d->mu);
-  lade__centry_t *e = lade__cindex_find(&d->ix, key);
+  pthread_mutex_lock(&d->base.mu);
+  lade__centry_t *e = lade__cindex_find(&d->base.ix, key);
   if (!e) {
-    d->st.misses++;
-    pthread_mutex_unlock(&d->mu);
+    d->base.st.misses++;
+    pthread_mutex_unlock(&d->base.mu);
     return LADE_ENOENT;
   }
   e->refs++;
-  lade__cindex_touch(&d->ix, e);
-  pthread_mutex_unlock(&d->mu);
+  lade__cindex_touch(&d->base.ix, e);
+  pthread_mutex_unlock(&d->base.mu);
 
   int res = read_entry(d, key, out);
 
-  pthread_mutex_lock(&d->mu);
+  pthread_mutex_lock(&d->base.mu);
   e->refs--;
   int rc = 0;
   if (res == READ_OK) {
-    d->st.hits++;
-    d->st.bytes_read += out->len;
+    d->base.st.hits++;
+    d->base.st.bytes_read += out->len;
   } else if (res == READ_ERR) {
     rc = LADE_EIO;
   } else {
-    d->st.misses++;
+    d->base.st.misses++;
     rc = LADE_ENOENT;
     /* Still the indexed entry: nobody renamed a new file over it since we
      * pinned it, so what we read was its file: remove it. */
     if (e->live) {
-      if (res == READ_BAD) d->st.corrupt++;
+      if (res == READ_BAD) d->base.st.corrupt++;
       drop(d, e, res == READ_BAD);
       e = NULL;
     }
   }
   if (e && e->refs == 0 && !e->live) free(e);
-  pthread_mutex_unlock(&d->mu);
+  pthread_mutex_unlock(&d->base.mu);
   if (rc == LADE_ENOENT) {
     name_t nm = entry_name(key);
     lade__fail(LADE_ENOENT, "cache file %s/%s: %s", d->path, nm.s,
@@ -408,35 +405,18 @@ static int disk_get(lade__cache_t *c, uint64_t key, lade__buf_t *out) {
   return rc;
 }
 
-static bool disk_touch(lade__cache_t *c, uint64_t key) {
-  diskcache_t *d = (diskcache_t *)c;
-  pthread_mutex_lock(&d->mu);
-  lade__centry_t *e = lade__cindex_find(&d->ix, key);
-  if (e) lade__cindex_touch(&d->ix, e);
-  pthread_mutex_unlock(&d->mu);
-  return e != NULL;
-}
-
-static bool disk_contains(lade__cache_t *c, uint64_t key) {
-  diskcache_t *d = (diskcache_t *)c;
-  pthread_mutex_lock(&d->mu);
-  bool r = lade__cindex_find(&d->ix, key) != NULL;
-  pthread_mutex_unlock(&d->mu);
-  return r;
-}
-
 static int disk_put(lade__cache_t *c, uint64_t key, const void *data, size_t len) {
   diskcache_t *d = (diskcache_t *)c;
   uint64_t charge = charge_of(len);
-  pthread_mutex_lock(&d->mu);
+  pthread_mutex_lock(&d->base.mu);
   /* Refuse early what would be refused anyway, before writing anything. */
-  if (!lade__cindex_admit(&d->ix, key, charge)) {
-    d->st.rejected++;
-    pthread_mutex_unlock(&d->mu);
+  if (!lade__cindex_admit(&d->base.ix, key, charge)) {
+    d->base.st.rejected++;
+    pthread_mutex_unlock(&d->base.mu);
     return 0;
   }
   uint64_t seq = ++d->seq, n = ++d->tmpn;
-  pthread_mutex_unlock(&d->mu);
+  pthread_mutex_unlock(&d->base.mu);
 
   char tmp[64];
   snprintf(tmp, sizeof tmp, ".tmp.%ld.%llu", (long)getpid(), (unsigned long long)n);
@@ -453,11 +433,11 @@ static int disk_put(lade__cache_t *c, uint64_t key, const void *data, size_t len
   e->seq = seq;
   name_t nm = entry_name(key);
 
-  pthread_mutex_lock(&d->mu);
-  lade__centry_t *old = lade__cindex_find(&d->ix, key);
+  pthread_mutex_lock(&d->base.mu);
+  lade__centry_t *old = lade__cindex_find(&d->base.ix, key);
   if (old) drop(d, old, false); /* its file is replaced by the rename, or unlinked below */
-  if (!lade__cindex_admit(&d->ix, key, charge)) {
-    d->st.rejected++;
+  if (!lade__cindex_admit(&d->base.ix, key, charge)) {
+    d->base.st.rejected++;
     unlinkat(d->dirfd, tmp, 0);
     if (old) unlinkat(d->dirfd, nm.s, 0);
     free(e);
@@ -469,42 +449,32 @@ static int disk_put(lade__cache_t *c, uint64_t key, const void *data, size_t len
       unlinkat(d->dirfd, tmp, 0);
       if (old) unlinkat(d->dirfd, nm.s, 0);
       free(e);
-    } else if ((rc = lade__cindex_insert(&d->ix, e)) != 0) {
+    } else if ((rc = lade__cindex_insert(&d->base.ix, e)) != 0) {
       unlinkat(d->dirfd, nm.s, 0);
       free(e);
     } else {
-      d->st.inserts++;
-      d->st.bytes_written += len;
+      d->base.st.inserts++;
+      d->base.st.bytes_written += len;
     }
   }
-  pthread_mutex_unlock(&d->mu);
+  pthread_mutex_unlock(&d->base.mu);
   return rc;
 }
 
-static void disk_stats(lade__cache_t *c, lade__cache_stats_t *out) {
-  diskcache_t *d = (diskcache_t *)c;
-  pthread_mutex_lock(&d->mu);
-  *out = d->st;
-  out->entries = d->ix.count;
-  out->used = d->ix.used;
-  out->capacity = d->ix.capacity;
-  pthread_mutex_unlock(&d->mu);
-}
-
-static const lade__cache_ops_t disk_ops = {disk_close, disk_get, disk_contains, disk_put, disk_stats, disk_touch};
+static const lade__cache_ops_t disk_ops = {disk_close, disk_get, disk_put};
 
 int lade__diskcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
   const char *ns = o->ns ? o->ns : "";
   diskcache_t *d = calloc(1, sizeof *d);
   if (!d) return lade__fail(LADE_ENOMEM, "disk cache: out of memory");
   d->dirfd = d->lockfd = -1;
-  int rc = lade__cindex_init(&d->ix, o);
+  int rc = lade__cindex_init(&d->base.ix, o);
   if (rc) {
     free(d);
     return rc;
   }
-  if (pthread_mutex_init(&d->mu, NULL) != 0) {
-    lade__cindex_free(&d->ix);
+  if (pthread_mutex_init(&d->base.mu, NULL) != 0) {
+    lade__cindex_free(&d->base.ix);
     free(d);
     return lade__fail(LADE_ETHREAD, "disk cache: cannot create its lock");
   }
@@ -547,7 +517,7 @@ int lade__diskcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
     e->len = f[i].len;
     e->charge = charge_of(f[i].len);
     e->seq = f[i].seq;
-    if ((rc = lade__cindex_insert(&d->ix, e)) != 0) {
+    if ((rc = lade__cindex_insert(&d->base.ix, e)) != 0) {
       free(e);
       goto fail;
     }

@@ -17,10 +17,7 @@
 #define LADE_MEMCACHE_OVERHEAD 64
 
 typedef struct memcache {
-  lade__cache_t base;
-  pthread_mutex_t mu;
-  lade__cindex_t ix;
-  lade__cache_stats_t st;
+  lade__cache_t base; /* ops, mu, ix, st */
   uint64_t seq;
 } memcache_t;
 
@@ -31,31 +28,31 @@ static void entry_free(lade__centry_t *e) {
 
 /* Takes e out of the index; frees it unless a reader holds it. */
 static void drop(memcache_t *m, lade__centry_t *e) {
-  lade__cindex_remove(&m->ix, e);
+  lade__cindex_remove(&m->base.ix, e);
   if (e->refs == 0) entry_free(e);
 }
 
 static void mem_close(lade__cache_t *c) {
   memcache_t *m = (memcache_t *)c;
   lade__centry_t *e;
-  while ((e = m->ix.head)) drop(m, e);
-  lade__cindex_free(&m->ix);
-  pthread_mutex_destroy(&m->mu);
+  while ((e = m->base.ix.head)) drop(m, e);
+  lade__cindex_free(&m->base.ix);
+  pthread_mutex_destroy(&m->base.mu);
   free(m);
 }
 
 static int mem_get(lade__cache_t *c, uint64_t key, lade__buf_t *out) {
   memcache_t *m = (memcache_t *)c;
-  pthread_mutex_lock(&m->mu);
-  lade__centry_t *e = lade__cindex_find(&m->ix, key);
+  pthread_mutex_lock(&m->base.mu);
+  lade__centry_t *e = lade__cindex_find(&m->base.ix, key);
   if (!e) {
-    m->st.misses++;
-    pthread_mutex_unlock(&m->mu);
+    m->base.st.misses++;
+    pthread_mutex_unlock(&m->base.mu);
     return LADE_ENOENT;
   }
   e->refs++;
-  lade__cindex_touch(&m->ix, e);
-  pthread_mutex_unlock(&m->mu);
+  lade__cindex_touch(&m->base.ix, e);
+  pthread_mutex_unlock(&m->base.mu);
 
   int rc = lade__buf_reserve(out, e->len);
   if (rc == 0) {
@@ -63,40 +60,23 @@ static int mem_get(lade__cache_t *c, uint64_t key, lade__buf_t *out) {
     out->len = e->len;
   }
 
-  pthread_mutex_lock(&m->mu);
+  pthread_mutex_lock(&m->base.mu);
   if (rc == 0) {
-    m->st.hits++;
-    m->st.bytes_read += e->len;
+    m->base.st.hits++;
+    m->base.st.bytes_read += e->len;
   }
   if (--e->refs == 0 && !e->live) entry_free(e);
-  pthread_mutex_unlock(&m->mu);
+  pthread_mutex_unlock(&m->base.mu);
   return rc;
-}
-
-static bool mem_touch(lade__cache_t *c, uint64_t key) {
-  memcache_t *m = (memcache_t *)c;
-  pthread_mutex_lock(&m->mu);
-  lade__centry_t *e = lade__cindex_find(&m->ix, key);
-  if (e) lade__cindex_touch(&m->ix, e);
-  pthread_mutex_unlock(&m->mu);
-  return e != NULL;
-}
-
-static bool mem_contains(lade__cache_t *c, uint64_t key) {
-  memcache_t *m = (memcache_t *)c;
-  pthread_mutex_lock(&m->mu);
-  bool r = lade__cindex_find(&m->ix, key) != NULL;
-  pthread_mutex_unlock(&m->mu);
-  return r;
 }
 
 static int mem_put(lade__cache_t *c, uint64_t key, const void *data, size_t len) {
   memcache_t *m = (memcache_t *)c;
   uint64_t charge = (uint64_t)len + LADE_MEMCACHE_OVERHEAD;
-  if (charge > m->ix.capacity) {
-    pthread_mutex_lock(&m->mu);
-    m->st.rejected++;
-    pthread_mutex_unlock(&m->mu);
+  if (charge > m->base.ix.capacity) {
+    pthread_mutex_lock(&m->base.mu);
+    m->base.st.rejected++;
+    pthread_mutex_unlock(&m->base.mu);
     return 0;
   }
   lade__centry_t *e = calloc(1, sizeof *e);
@@ -112,53 +92,43 @@ static int mem_put(lade__cache_t *c, uint64_t key, const void *data, size_t len)
   e->charge = charge;
   e->data = copy;
 
-  pthread_mutex_lock(&m->mu);
-  lade__centry_t *old = lade__cindex_find(&m->ix, key);
+  pthread_mutex_lock(&m->base.mu);
+  lade__centry_t *old = lade__cindex_find(&m->base.ix, key);
   if (old) drop(m, old);
   int rc = 0;
-  if (!lade__cindex_admit(&m->ix, key, charge)) {
-    m->st.rejected++;
+  if (!lade__cindex_admit(&m->base.ix, key, charge)) {
+    m->base.st.rejected++;
     entry_free(e);
   } else {
-    while (m->ix.used + charge > m->ix.capacity) {
-      drop(m, lade__cindex_victim(&m->ix));
-      m->st.evictions++;
+    while (m->base.ix.used + charge > m->base.ix.capacity) {
+      drop(m, lade__cindex_victim(&m->base.ix));
+      m->base.st.evictions++;
     }
     e->seq = ++m->seq;
-    rc = lade__cindex_insert(&m->ix, e);
+    rc = lade__cindex_insert(&m->base.ix, e);
     if (rc) {
       entry_free(e);
     } else {
-      m->st.inserts++;
-      m->st.bytes_written += len;
+      m->base.st.inserts++;
+      m->base.st.bytes_written += len;
     }
   }
-  pthread_mutex_unlock(&m->mu);
+  pthread_mutex_unlock(&m->base.mu);
   return rc;
 }
 
-static void mem_stats(lade__cache_t *c, lade__cache_stats_t *out) {
-  memcache_t *m = (memcache_t *)c;
-  pthread_mutex_lock(&m->mu);
-  *out = m->st;
-  out->entries = m->ix.count;
-  out->used = m->ix.used;
-  out->capacity = m->ix.capacity;
-  pthread_mutex_unlock(&m->mu);
-}
-
-static const lade__cache_ops_t mem_ops = {mem_close, mem_get, mem_contains, mem_put, mem_stats, mem_touch};
+static const lade__cache_ops_t mem_ops = {mem_close, mem_get, mem_put};
 
 int lade__memcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
   memcache_t *m = calloc(1, sizeof *m);
   if (!m) return lade__fail(LADE_ENOMEM, "memory cache: out of memory");
-  int rc = lade__cindex_init(&m->ix, o);
+  int rc = lade__cindex_init(&m->base.ix, o);
   if (rc) {
     free(m);
     return rc;
   }
-  if (pthread_mutex_init(&m->mu, NULL) != 0) {
-    lade__cindex_free(&m->ix);
+  if (pthread_mutex_init(&m->base.mu, NULL) != 0) {
+    lade__cindex_free(&m->base.ix);
     free(m);
     return lade__fail(LADE_ETHREAD, "memory cache: cannot create its lock");
   }
