@@ -79,28 +79,10 @@ static uint64_t hdr_sum(const hdr_t *h) { return lade_checksum(h, offsetof(hdr_t
 
 /* ---- folders */
 
-/* mkdir -p with mode 0700 for what it creates; the last component must end
- * up a directory of mode 0700 (chmod'ed when wider). */
+/* The tier's folders: private to the user (core's mkdir -p, 0700). */
 static int ensure_dir(const char *path) {
-  char p[LADE_PATH_MAX];
-  size_t n = strlen(path);
-  if (n == 0 || n >= sizeof p) return lade__fail(LADE_EINVAL, "cache folder '%s': empty or too long", path);
-  memcpy(p, path, n + 1);
-  for (size_t i = 1; i <= n; i++) {
-    if (p[i] != '/' && p[i] != '\0') continue;
-    char c = p[i];
-    p[i] = '\0';
-    if (mkdir(p, 0700) != 0 && errno != EEXIST)
-      return lade__fail(LADE_EIO, "cache folder %s: cannot create: %s", p, strerror(errno));
-    p[i] = c;
-  }
-  struct stat st;
-  if (stat(path, &st) != 0) return lade__fail(LADE_EIO, "cache folder %s: %s", path, strerror(errno));
-  if (!S_ISDIR(st.st_mode)) return lade__fail(LADE_EIO, "cache folder %s: not a directory", path);
-  if ((st.st_mode & 07777) != 0700 && chmod(path, 0700) != 0)
-    return lade__fail(LADE_EIO, "cache folder %s: mode %04o, cannot change it to 0700: %s", path,
-                      (unsigned)(st.st_mode & 07777), strerror(errno));
-  return 0;
+  int rc = lade__mkdir_private(path);
+  return rc ? lade__fail_prefix(rc, "cache ") : 0;
 }
 
 /* Checks the NAMESPACE file against ns, writing it when missing. */

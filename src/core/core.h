@@ -37,6 +37,11 @@ void *lade__aligned_alloc(size_t size, size_t align);
 void lade__aligned_free(void *p);
 char *lade__strdup(const char *s);
 
+/* ---- files: mkdir -p creating folders with mode 0700; the last component
+ * must end up a directory of mode 0700 (chmod'ed when wider). LADE_EIO
+ * naming the folder ("folder X: ...") otherwise. */
+int lade__mkdir_private(const char *path);
+
 /* ---- counter-based RNG (Philox4x32-10).
  * A stream is fully determined by (seed, a, b): the same triple gives the same
  * numbers on any thread, in any order of creation, which is what makes every

@@ -1,9 +1,13 @@
 /* util.c - clocks, aligned memory, version, dtypes, hashing. */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
+#include "config.h"
 #include "core.h"
 
 #define LADE_STR2(x) #x
@@ -120,4 +124,26 @@ uint64_t lade_checksum(const void *data, size_t n, uint64_t seed) {
   uint64_t h = lade__mix64(a) ^ lade__mix64(b + 1) ^ lade__mix64(c + 2) ^ lade__mix64(d + 3);
   h = lade__hash64(p, n % 32, h ^ (uint64_t)n);
   return lade__mix64(h);
+}
+
+int lade__mkdir_private(const char *path) {
+  char p[LADE_PATH_MAX];
+  size_t n = strlen(path);
+  if (n == 0 || n >= sizeof p) return lade__fail(LADE_EINVAL, "folder '%s': empty or too long", path);
+  memcpy(p, path, n + 1);
+  for (size_t i = 1; i <= n; i++) {
+    if (p[i] != '/' && p[i] != '\0') continue;
+    char c = p[i];
+    p[i] = '\0';
+    if (mkdir(p, 0700) != 0 && errno != EEXIST)
+      return lade__fail(LADE_EIO, "folder %s: cannot create: %s", p, strerror(errno));
+    p[i] = c;
+  }
+  struct stat st;
+  if (stat(path, &st) != 0) return lade__fail(LADE_EIO, "folder %s: %s", path, strerror(errno));
+  if (!S_ISDIR(st.st_mode)) return lade__fail(LADE_EIO, "folder %s: not a directory", path);
+  if ((st.st_mode & 07777) != 0700 && chmod(path, 0700) != 0)
+    return lade__fail(LADE_EIO, "folder %s: mode %04o, cannot change it to 0700: %s", path,
+                      (unsigned)(st.st_mode & 07777), strerror(errno));
+  return 0;
 }

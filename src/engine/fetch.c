@@ -234,19 +234,6 @@ static void dataset_ns(lade__fetch_t *f, char *ns, size_t size) {
            (unsigned long long)h);
 }
 
-static int mkdir_p(const char *path) {
-  char tmp[LADE_PATH_MAX];
-  snprintf(tmp, sizeof tmp, "%s", path);
-  for (char *p = tmp + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = '\0';
-    if (mkdir(tmp, 0700) != 0 && errno != EEXIST) return -1;
-    *p = '/';
-  }
-  if (mkdir(tmp, 0700) != 0 && errno != EEXIST) return -1;
-  return 0;
-}
-
 /* Mean bytes per sample: from the listing, else from sample 0. */
 static uint64_t mean_sample_bytes(lade__fetch_t *f) {
   lade__source_t *s = f->p.src;
@@ -310,10 +297,10 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
     uint64_t cap = cfg->cache_disk_bytes;
     if (!cap) {
       struct statvfs v;
-      if (mkdir_p(cfg->cache_dir) != 0 || statvfs(cfg->cache_dir, &v) != 0)
+      rc = lade__mkdir_private(cfg->cache_dir);
+      if (!rc && statvfs(cfg->cache_dir, &v) != 0)
         rc = lade__fail(LADE_EIO, "cache_dir %s: %s", cfg->cache_dir, strerror(errno));
-      else
-        cap = (uint64_t)v.f_bavail * v.f_frsize / 2;
+      if (!rc) cap = (uint64_t)v.f_bavail * v.f_frsize / 2;
     }
     if (!rc && !cap) rc = lade__fail(LADE_EIO, "cache_dir %s: its file system has no free space", cfg->cache_dir);
     if (!rc) {

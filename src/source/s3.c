@@ -696,7 +696,10 @@ static int cache_load(s3_impl_t *d, const char *path, uint64_t ttl, uint32_t *cl
 /* Stores the listing (temp file + rename, so readers never see half). A
  * failure to store is not an error: the next run lists again. */
 static void cache_store(const s3_impl_t *d, const char *dir, const char *path, uint32_t classes) {
-  mkdir(dir, 0700);
+  if (lade__mkdir_private(dir) != 0) {
+    lade__clear_error();
+    return;
+  }
   char tmp[LADE_PATH_MAX + 64];
   snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
