@@ -48,9 +48,8 @@ typedef struct result {
   char err[2048];
 } result_t;
 
-static int run(const char *dir, const char *extra[], result_t *r, int sleep_us) {
-  memset(r, 0, sizeof *r);
-  r->content_ok = 1;
+/* The raw loader over dir/data in batches of 8, plus `extra` settings. */
+static lade_config_t *config(const char *dir, const char *extra[]) {
   lade_config_t *c = NULL;
   lade_config_create(&c);
   char src[4200];
@@ -62,6 +61,13 @@ static int run(const char *dir, const char *extra[], result_t *r, int sleep_us) 
   lade_config_set(c, "batch_size", "8");
   for (int i = 0; extra && extra[i]; i++)
     if (lade_config_parse(c, extra[i])) fprintf(stderr, "bad setting %s: %s\n", extra[i], lade_last_error());
+  return c;
+}
+
+static int run(const char *dir, const char *extra[], result_t *r, int sleep_us) {
+  memset(r, 0, sizeof *r);
+  r->content_ok = 1;
+  lade_config_t *c = config(dir, extra);
   lade_loader_t *L = NULL;
   r->rc = lade_loader_create(&L, c);
   lade_config_destroy(c);
@@ -206,14 +212,7 @@ static void test_seek_with_caches(void) {
   result_t full;
   CHECK_OK(run(dir, s, &full, 0));
   /* resume at (1, 3) and compare the remaining batches' checksum */
-  lade_config_t *c = NULL;
-  lade_config_create(&c);
-  char src[4200];
-  snprintf(src, sizeof src, "%s/data", dir);
-  lade_config_set(c, "source", src);
-  lade_config_set(c, "transform", "raw");
-  lade_config_set(c, "batch_size", "8");
-  for (int i = 0; s[i]; i++) lade_config_parse(c, s[i]);
+  lade_config_t *c = config(dir, s);
   uint64_t want = 0, got = 0;
   for (int pass = 0; pass < 2; pass++) {
     lade_loader_t *L = NULL;
