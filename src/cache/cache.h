@@ -48,6 +48,7 @@ typedef struct lade__cache_opts {
   int policy;            /* LADE_CACHE_FIFO | LRU | CLAIRVOYANT */
   lade__next_use_fn next_use; /* required for clairvoyant */
   void *next_use_ctx;
+  int named_temporaries; /* disk tier: write named temporaries even where O_TMPFILE works (tests the fallback) */
 } lade__cache_opts_t;
 
 typedef struct lade__cache lade__cache_t;
@@ -84,6 +85,8 @@ typedef struct lade__cache_stats {
   uint64_t inserts, evictions, rejected, corrupt;
   uint64_t bytes_read;    /* payload bytes returned by get */
   uint64_t bytes_written; /* payload bytes stored by put */
+  uint64_t unnamed_puts;  /* disk tier: puts written as new O_TMPFILE files */
+  uint64_t recycled_puts; /* disk tier: puts written into the file of the entry they evicted */
   uint64_t entries;       /* resident now */
   uint64_t used;          /* bytes charged against capacity now */
   uint64_t capacity;

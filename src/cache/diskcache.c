@@ -8,9 +8,11 @@
  *
  * An entry file is a 48-byte header {magic "LADECE01", key, payload length,
  * insertion sequence number, checksum of the payload, checksum of the
- * previous 40 bytes} followed by the payload. A put writes a temporary file
- * and rename()s it over the entry's name, so a reader or a crash sees either
- * the old complete file or the new complete one. There is no fsync: this is
+ * previous 40 bytes} followed by the payload. A put writes an unnamed file
+ * (O_TMPFILE) and links it under the entry's name - or, to replace an
+ * entry, under a temporary name rename()d over it; where O_TMPFILE is not
+ * supported it writes a named temporary and rename()s it. A reader or a
+ * crash sees either the old complete file or the new complete one. There is no fsync: this is
  * a cache, and a kill -9 loses nothing the kernel has accepted; after a power
  * loss a renamed file may be short or hold zeros, which the length and
  * checksums catch on read (the file is removed and the read is a miss). Open
@@ -59,7 +61,9 @@ _Static_assert(sizeof(hdr_t) == HDR_BYTES, "entry header is 48 bytes");
 typedef struct diskcache {
   lade__cache_t base; /* ops, mu, ix, st */
   uint64_t seq, tmpn;
+  uint64_t reserved; /* charges of the puts being written (room made for them) */
   int dirfd, lockfd;
+  _Atomic int no_tmpfile; /* the file system refused O_TMPFILE: named temporaries */
   char path[LADE_PATH_MAX]; /* the namespace folder */
 } diskcache_t;
 
@@ -142,7 +146,16 @@ static int write_all(int fd, struct iovec *iov, int n) {
   return 0;
 }
 
-static int write_tmp(diskcache_t *d, const char *tmp, uint64_t key, uint64_t seq, const void *data, size_t len) {
+/* Writes an entry's header and payload into a new file that has no name
+ * yet: an O_TMPFILE inode (Linux; a crash frees it, and creating one skips
+ * the cost some systems put on creating a named file: 0.7 ms against
+ * 0.02 ms on the project VM), or, where the file system lacks O_TMPFILE,
+ * the named temporary `tmp`; with `reuse`, tmp is an existing file
+ * (an evicted entry's) rewritten in place. Returns the open descriptor of the unnamed
+ * file, -2 when `tmp` was written instead (and closed), or -1 with the
+ * error set. */
+static int write_tmp(diskcache_t *d, const char *tmp, bool reuse, uint64_t key, uint64_t seq, const void *data,
+                     size_t len) {
   hdr_t h;
   memcpy(h.magic, MAGIC, 8);
   h.key = key;
@@ -150,17 +163,61 @@ static int write_tmp(diskcache_t *d, const char *tmp, uint64_t key, uint64_t seq
   h.seq = seq;
   h.sum = lade_checksum(data, len, SUM_SEED);
   h.hsum = hdr_sum(&h);
-  int fd = openat(d->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  int fd = -1;
+  if (reuse) { /* an evicted entry's file, renamed to tmp for us */
+    fd = openat(d->dirfd, tmp, O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      struct iovec iov[2] = {{&h, sizeof h}, {(void *)data, len}};
+      int rc = write_all(fd, iov, 2);
+      if (rc == 0 && ftruncate(fd, (off_t)(HDR_BYTES + len)) != 0) rc = -1;
+      int err = errno;
+      if (close(fd) != 0 && rc == 0) rc = -1, err = errno;
+      if (rc == 0) return -2;
+      unlinkat(d->dirfd, tmp, 0);
+      lade__fail(LADE_EIO, "cache file %s/%s: cannot write: %s", d->path, tmp, strerror(err));
+      return -1;
+    }
+    unlinkat(d->dirfd, tmp, 0);
+    fd = -1;
+  }
+#ifdef O_TMPFILE
+  if (!d->no_tmpfile) {
+    fd = openat(d->dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+    if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL || errno == ENOENT)) d->no_tmpfile = 1;
+  }
+#endif
+  bool named = fd < 0;
+  if (named) fd = openat(d->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return lade__fail(LADE_EIO, "cache file %s/%s: cannot create: %s", d->path, tmp, strerror(errno));
   struct iovec iov[2] = {{&h, sizeof h}, {(void *)data, len}};
   int rc = write_all(fd, iov, 2);
   int err = errno;
+  if (rc == 0 && !named) return fd;
   if (close(fd) != 0 && rc == 0) rc = -1, err = errno;
   if (rc != 0) {
-    unlinkat(d->dirfd, tmp, 0);
-    return lade__fail(LADE_EIO, "cache file %s/%s: cannot write: %s", d->path, tmp, strerror(err));
+    if (named) unlinkat(d->dirfd, tmp, 0);
+    lade__fail(LADE_EIO, "cache file %s/%s: cannot write: %s", d->path, tmp, strerror(err));
+    return -1;
   }
-  return 0;
+  return -2;
+}
+
+/* Gives the file written by write_tmp (fd >= 0: unnamed; -2: named `tmp`)
+ * the entry's name, atomically replacing an existing entry file: a reader
+ * sees the old complete file or the new one. Locked (names change under mu).
+ * 0, or -1 with errno set. */
+static int place(diskcache_t *d, int fd, const char *tmp, const char *name, bool replacing) {
+  if (fd >= 0) {
+    char proc[40];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+    if (!replacing && linkat(AT_FDCWD, proc, d->dirfd, name, AT_SYMLINK_FOLLOW) == 0) return 0;
+    if (linkat(AT_FDCWD, proc, d->dirfd, tmp, AT_SYMLINK_FOLLOW) != 0) return -1;
+  }
+  if (renameat(d->dirfd, tmp, d->dirfd, name) == 0) return 0;
+  int e = errno;
+  unlinkat(d->dirfd, tmp, 0);
+  errno = e;
+  return -1;
 }
 
 enum { READ_OK, READ_GONE, READ_BAD, READ_ERR };
@@ -216,11 +273,26 @@ static void drop(diskcache_t *d, lade__centry_t *e, bool unlink_file) {
   if (e->refs == 0) free(e);
 }
 
-static void evict_to(diskcache_t *d, uint64_t room) {
-  while (d->base.ix.used + room > d->base.ix.capacity) {
-    drop(d, lade__cindex_victim(&d->base.ix), true);
+/* Evicts until `room` more bytes fit beside the entries and the puts being
+ * written. With `recycle` (a temporary name), the first unpinned victim's
+ * file is renamed there instead of unlinked, so the put about to write
+ * reuses its inode and blocks: allocating an inode is the dearest part of a
+ * put on some file systems (ext4 without a journal scans for recently
+ * deleted inodes). Returns whether it did. Locked. */
+static bool evict_to(diskcache_t *d, uint64_t room, const char *recycle) {
+  bool recycled = false;
+  while (d->base.ix.used + d->reserved + room > d->base.ix.capacity) {
+    lade__centry_t *v = lade__cindex_victim(&d->base.ix);
+    if (!v) break;
+    bool unlink_file = true;
+    if (recycle && !recycled && v->refs == 0) {
+      name_t nm = entry_name(v->key);
+      if (renameat(d->dirfd, nm.s, d->dirfd, recycle) == 0) recycled = true, unlink_file = false;
+    }
+    drop(d, v, unlink_file);
     d->base.st.evictions++;
   }
+  return recycled;
 }
 
 /* ---- open: scan */
@@ -398,17 +470,25 @@ static int disk_put(lade__cache_t *c, uint64_t key, const void *data, size_t len
     return 0;
   }
   uint64_t seq = ++d->seq, n = ++d->tmpn;
-  pthread_mutex_unlock(&d->base.mu);
-
   char tmp[64];
   snprintf(tmp, sizeof tmp, ".tmp.%ld.%llu", (long)getpid(), (unsigned long long)n);
+  /* make room now, taking a victim's file to write into */
+  bool reuse = evict_to(d, charge, tmp);
+  d->reserved += charge;
+  pthread_mutex_unlock(&d->base.mu);
+
   lade__centry_t *e = calloc(1, sizeof *e);
-  if (!e) return lade__fail(LADE_ENOMEM, "disk cache: out of memory");
-  int rc = write_tmp(d, tmp, key, seq, data, len);
-  if (rc) {
+  bool nomem = !e;
+  if (nomem && reuse) unlinkat(d->dirfd, tmp, 0);
+  int fd = nomem ? -1 : write_tmp(d, tmp, reuse, key, seq, data, len);
+  if (fd == -1) {
+    pthread_mutex_lock(&d->base.mu);
+    d->reserved -= charge;
+    pthread_mutex_unlock(&d->base.mu);
     free(e);
-    return rc;
+    return nomem ? lade__fail(LADE_ENOMEM, "disk cache: out of memory") : LADE_EIO;
   }
+  int rc = 0;
   e->key = key;
   e->len = len;
   e->charge = charge;
@@ -416,19 +496,19 @@ static int disk_put(lade__cache_t *c, uint64_t key, const void *data, size_t len
   name_t nm = entry_name(key);
 
   pthread_mutex_lock(&d->base.mu);
+  d->reserved -= charge;
   lade__centry_t *old = lade__cindex_find(&d->base.ix, key);
-  if (old) drop(d, old, false); /* its file is replaced by the rename, or unlinked below */
+  if (old) drop(d, old, false); /* its file is replaced by place(), or unlinked below */
   if (!lade__cindex_admit(&d->base.ix, key, charge)) {
     d->base.st.rejected++;
-    unlinkat(d->dirfd, tmp, 0);
+    if (fd == -2) unlinkat(d->dirfd, tmp, 0);
     if (old) unlinkat(d->dirfd, nm.s, 0);
     free(e);
   } else {
-    evict_to(d, charge);
-    if (renameat(d->dirfd, tmp, d->dirfd, nm.s) != 0) {
-      rc = lade__fail(LADE_EIO, "cache file %s/%s: cannot rename %s into place: %s", d->path, nm.s, tmp,
+    evict_to(d, charge, NULL);
+    if (place(d, fd, tmp, nm.s, old != NULL) != 0) {
+      rc = lade__fail(LADE_EIO, "cache file %s/%s: cannot move the new entry into place: %s", d->path, nm.s,
                       strerror(errno));
-      unlinkat(d->dirfd, tmp, 0);
       if (old) unlinkat(d->dirfd, nm.s, 0);
       free(e);
     } else if ((rc = lade__cindex_insert(&d->base.ix, e)) != 0) {
@@ -437,9 +517,12 @@ static int disk_put(lade__cache_t *c, uint64_t key, const void *data, size_t len
     } else {
       d->base.st.inserts++;
       d->base.st.bytes_written += len;
+      if (fd >= 0) d->base.st.unnamed_puts++;
+      if (reuse) d->base.st.recycled_puts++;
     }
   }
   pthread_mutex_unlock(&d->base.mu);
+  if (fd >= 0) close(fd);
   return rc;
 }
 
@@ -476,6 +559,9 @@ int lade__diskcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
     rc = lade__fail(LADE_EIO, "cache folder %s: cannot open: %s", d->path, strerror(errno));
     goto fail;
   }
+  /* an unnamed file is named through /proc/self/fd (linkat with
+   * AT_EMPTY_PATH needs a capability): without /proc, named temporaries */
+  if (o->named_temporaries || access("/proc/self/fd", X_OK) != 0) d->no_tmpfile = 1;
   d->lockfd = openat(d->dirfd, "LOCK", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (d->lockfd < 0) {
     rc = lade__fail(LADE_EIO, "cache folder %s: cannot create LOCK: %s", d->path, strerror(errno));
@@ -507,7 +593,7 @@ int lade__diskcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
   }
   free(f);
   f = NULL;
-  evict_to(d, 0);
+  evict_to(d, 0, NULL);
   *out = &d->base;
   return 0;
 fail:
