@@ -115,6 +115,7 @@ struct lade__fetch {
   pthread_cond_t cv_pf;       /* the prefetcher waits here */
   pthread_cond_t cv_inflight; /* readers wait for the prefetcher's request of their sample */
   uint64_t consumed;          /* the consumer took every position below this */
+  uint64_t planned;           /* batches the engine planned (submitted) since open */
   uint64_t window;            /* positions past `consumed` the engine fetches itself */
   uint64_t seek_gen;
   bool stop;
@@ -425,6 +426,11 @@ static bool pf_inflight(lade__fetch_t *f, uint64_t idx) {
 }
 
 void lade__fetch_batch_planned(lade__fetch_t *f, const uint64_t *idx, uint32_t n) {
+  if (f->pf_on) {
+    pthread_mutex_lock(&f->mu);
+    if (++f->planned <= (uint64_t)f->cfg->prefetch + 1) pthread_cond_broadcast(&f->cv_pf);
+    pthread_mutex_unlock(&f->mu);
+  }
   if (!f->remote) return;
   uint64_t stackbuf[512];
   uint64_t *want = n <= 512 ? stackbuf : malloc(n * sizeof *want);
@@ -484,9 +490,18 @@ static void *prefetch_main(void *arg) {
   }
   /* the engine fetches its own window (prefetch + 1 batches) itself */
   uint64_t window = (uint64_t)(f->cfg->prefetch + 1) * B;
+  uint64_t steps_total = f->per_epoch ? f->total / B : 0;
+  uint64_t first = LADE_MIN((uint64_t)f->cfg->prefetch + 1, steps_total);
   pthread_mutex_lock(&f->mu);
   for (;;) {
     if (f->stop) break;
+    /* start once the engine's first window is submitted: a remote source
+     * starts requests in submission order, so speculative ones sent before
+     * would hold every connection while the first batch waits */
+    if (f->planned < first && f->consumed == 0) {
+      pthread_cond_wait(&f->cv_pf, &f->mu);
+      continue;
+    }
     uint64_t lo = f->consumed + window;
     if (f->pf_pos < lo) f->pf_pos = lo; /* the consumer overtook us: skip ahead */
     if (f->pf_pos >= f->total || f->pf_pos - f->consumed > f->threshold + window) {

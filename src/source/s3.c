@@ -10,7 +10,8 @@
  * queues - `urgent` for read()s that found no want (a worker is blocked on
  * them right now), `queue` for submit()ted batches, and `bg` for background
  * submits (the DELI prefetcher's speculative fetches), each started in submission
- * order - and a timer list for retries waiting out their backoff. Arrived
+ * order, and never more than three quarters of the limit) - and a timer
+ * list for retries waiting out their backoff. Arrived
  * submitted samples go into a table keyed by dataset index (one result per
  * want); read() takes one and swaps its buffer with the caller's, so the body
  * bytes are never copied. Arrived-but-unread results are bounded and dropped
@@ -84,6 +85,7 @@ typedef struct s3_req {
   lade__buf_t body;
   uint32_t retries;
   double not_before;               /* retry timer (monotonic s) */
+  int bg;                          /* a background submit */
   char errbuf[CURL_ERROR_SIZE];
   struct s3_req *next, *prev;     /* a queue, or the active list while in flight */
 } s3_req_t;
@@ -133,6 +135,7 @@ typedef struct s3_impl {
   /* counters and tuning */
   uint64_t get_requests, list_requests, retried, bytes, truncated, throttled;
   uint32_t in_flight, limit;
+  uint32_t bg_in_flight;           /* background requests among in_flight */
   double win_start, win_prev_rate, last_throttle;
   uint64_t win_bytes;
   int win_starved, flat_windows;
@@ -905,6 +908,7 @@ static void finish(s3_impl_t *d, CURL *e, CURLcode cc, lade__rng_t *rng, finishe
   pthread_mutex_lock(&d->mu);
   active_unlink(d, r);
   d->in_flight--;
+  if (r->bg) d->bg_in_flight--;
   d->bytes += r->body.len;
   if (v.throttled && !d->fixed_conc && now - d->last_throttle > S3_WINDOW_S) {
     d->limit = LADE_MAX(conc_min(d), d->limit / 2);
@@ -989,14 +993,20 @@ static void *loop_main(void *arg) {
       }
     }
     d->timers = keep;
+    /* background requests take at most three quarters of the limit, so a
+     * batch's request finds a free connection at once */
+    uint32_t bg_cap = LADE_MAX(1u, d->limit - d->limit / 4), bg_start = 0;
+    for (size_t i = 0; i < n_start; i++) bg_start += (uint32_t)startable[i]->bg;
     while (d->in_flight + n_start < d->limit && n_start < 256) {
       s3_req_t *r = fifo_pop(&d->urgent);
       if (!r) r = fifo_pop(&d->queue);
-      if (!r) r = fifo_pop(&d->bg);
+      if (!r && d->bg_in_flight + bg_start < bg_cap) r = fifo_pop(&d->bg), bg_start += r != NULL;
       if (!r) break;
       startable[n_start++] = r;
     }
-    if (d->in_flight + n_start < d->limit && !d->urgent.n && !d->queue.n && !d->bg.n) d->win_starved = 1;
+    d->bg_in_flight += bg_start;
+    if (d->in_flight + n_start < d->limit && !d->urgent.n && !d->queue.n && (!d->bg.n || d->bg_in_flight < bg_cap))
+      d->win_starved = 1;
     d->in_flight += (uint32_t)n_start;
     d->get_requests += n_start;
     pthread_mutex_unlock(&d->mu);
@@ -1012,6 +1022,7 @@ static void *loop_main(void *arg) {
       s3_req_t *r = startable[i];
       pthread_mutex_lock(&d->mu);
       d->in_flight--;
+      if (r->bg) d->bg_in_flight--;
       char msg[S3_MSG];
       snprintf(msg, sizeof msg, "s3://%s/%s: cannot start a request (out of memory or URL too long)", d->bucket,
                key_of(d, r->idx));
@@ -1037,7 +1048,8 @@ static void *loop_main(void *arg) {
     if (f.notify && d->src->on_ready) d->src->on_ready(d->src->on_ready_ctx);
     pthread_mutex_lock(&d->mu);
     tune(d, lade__now());
-    int more = (d->urgent.n || d->queue.n || d->bg.n) && d->in_flight < d->limit;
+    int more = (d->urgent.n || d->queue.n || (d->bg.n && d->bg_in_flight < LADE_MAX(1u, d->limit - d->limit / 4))) &&
+               d->in_flight < d->limit;
     pthread_mutex_unlock(&d->mu);
     if (f.notify || more) continue; /* start what just became possible */
     curl_multi_poll(d->multi, NULL, 0, (int)wait_ms, NULL);
@@ -1087,6 +1099,7 @@ static int s3_submit(lade__source_t *s, const uint64_t *idx, size_t n, int backg
       break;
     }
     d->wants[idx[i]]++;
+    r->bg = background != 0;
     fifo_push(background ? &d->bg : &d->queue, r);
   }
   pthread_mutex_unlock(&d->mu);
