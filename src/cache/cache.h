@@ -87,6 +87,7 @@ typedef struct lade__cache_stats {
   uint64_t bytes_written; /* payload bytes stored by put */
   uint64_t unnamed_puts;  /* disk tier: puts written as new O_TMPFILE files */
   uint64_t recycled_puts; /* disk tier: puts written into the file of the entry they evicted */
+  uint64_t from_index;    /* disk tier: entries listed by INDEX at open (0: the folder was scanned) */
   uint64_t entries;       /* resident now */
   uint64_t used;          /* bytes charged against capacity now */
   uint64_t capacity;

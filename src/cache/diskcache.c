@@ -3,6 +3,7 @@
  *
  *   dir/<16 hex: checksum of ns>/NAMESPACE      the ns text
  *                               /LOCK           flock()ed while open
+ *                               /INDEX          entry list of the last clean close
  *                               /<2 hex>/<16 hex key>   entries (2 hex: key & 0xff)
  *                               /.tmp.<pid>.<n> entries being written
  *
@@ -16,9 +17,10 @@
  * a cache, and a kill -9 loses nothing the kernel has accepted; after a power
  * loss a renamed file may be short or hold zeros, which the length and
  * checksums catch on read (the file is removed and the read is a miss). Open
- * removes temporaries left by a crash and rebuilds the index from the
- * headers alone, ordered by sequence number, so FIFO order (and LRU order as
- * of the last insertion) carries over to the next run.
+ * removes temporaries left by a crash and rebuilds the index from INDEX
+ * (see load_index) or, without one, from the headers alone, ordered by
+ * sequence number, so FIFO order (and LRU order as of the last insertion)
+ * carries over to the next run.
  *
  * Each entry is charged its file size rounded up to 4096-byte blocks.
  *
@@ -64,6 +66,7 @@ typedef struct diskcache {
   uint64_t reserved; /* charges of the puts being written (room made for them) */
   int dirfd, lockfd;
   _Atomic int no_tmpfile; /* the file system refused O_TMPFILE: named temporaries */
+  bool opened;             /* open succeeded: close writes INDEX */
   char path[LADE_PATH_MAX]; /* the namespace folder */
 } diskcache_t;
 
@@ -332,11 +335,8 @@ static bool header_ok(int fd, uint64_t key, found_t *f) {
   return true;
 }
 
-static int scan(diskcache_t *d, found_t **out, size_t *nout) {
-  found_t *v = NULL;
-  size_t n = 0, cap = 0;
-  int rc = 0;
-  /* stale temporaries of a crashed writer */
+/* Removes the temporaries a crashed writer left in the namespace folder. */
+static int remove_temporaries(diskcache_t *d) {
   int fd = openat(d->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
   if (!dir) {
@@ -347,6 +347,14 @@ static int scan(diskcache_t *d, found_t **out, size_t *nout) {
   while ((de = readdir(dir)))
     if (strncmp(de->d_name, ".tmp.", 5) == 0) unlinkat(d->dirfd, de->d_name, 0);
   closedir(dir);
+  return 0;
+}
+
+static int scan(diskcache_t *d, found_t **out, size_t *nout) {
+  found_t *v = NULL;
+  size_t n = 0, cap = 0;
+  int rc = 0;
+  struct dirent *de;
 
   for (unsigned sub = 0; sub < 256 && rc == 0; sub++) {
     char sname[4];
@@ -404,8 +412,11 @@ static int scan(diskcache_t *d, found_t **out, size_t *nout) {
 
 /* ---- the vtable */
 
+static void save_index(diskcache_t *d);
+
 static void disk_close(lade__cache_t *c) {
   diskcache_t *d = (diskcache_t *)c;
+  if (d->opened) save_index(d);
   lade__centry_t *e;
   while ((e = d->base.ix.head)) drop(d, e, false);
   lade__cindex_free(&d->base.ix);
@@ -526,6 +537,81 @@ static int disk_put(lade__cache_t *c, uint64_t key, const void *data, size_t len
   return rc;
 }
 
+/* ---- INDEX: the entry list, written by a clean close
+
+   {magic "LADEIX01", count, checksum of the records, checksum of the
+   previous 24 bytes} then count records {key, payload length, seq}. Open
+   reads it instead of every entry's header, then removes it (and syncs the
+   folder) before anything changes, so an INDEX present always matches the
+   folder as the last clean close left it; after a crash there is none and
+   open scans. A stale or damaged INDEX is never needed for correctness:
+   every get still verifies the entry file. */
+
+#define IX_MAGIC "LADEIX01"
+#define IX_SEED 0x4c414445495831ull
+typedef struct ixrec {
+  uint64_t key, len, seq;
+} ixrec_t;
+typedef struct ixhdr {
+  char magic[8];
+  uint64_t count, sum, hsum;
+} ixhdr_t;
+
+/* 1: the index listed *out; 0: none or unusable (scan instead); the file is
+ * removed either way. */
+static int load_index(diskcache_t *d, found_t **out, size_t *nout) {
+  int fd = openat(d->dirfd, "INDEX", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  int ok = 0;
+  ixhdr_t h;
+  struct stat st;
+  found_t *v = NULL;
+  ixrec_t *r = NULL;
+  if (fstat(fd, &st) == 0 && pread(fd, &h, sizeof h, 0) == (ssize_t)sizeof h && memcmp(h.magic, IX_MAGIC, 8) == 0 &&
+      h.hsum == lade_checksum(&h, offsetof(ixhdr_t, hsum), IX_SEED) && h.count <= SIZE_MAX / sizeof *r &&
+      (uint64_t)st.st_size == sizeof h + h.count * sizeof *r) {
+    size_t n = (size_t)h.count, bytes = n * sizeof *r;
+    r = malloc(bytes ? bytes : 1);
+    v = malloc(n ? n * sizeof *v : 1);
+    if (r && v && (bytes == 0 || pread(fd, r, bytes, sizeof h) == (ssize_t)bytes) &&
+        lade_checksum(r, bytes, IX_SEED) == h.sum) {
+      for (size_t i = 0; i < n; i++) v[i] = (found_t){r[i].key, r[i].len, r[i].seq};
+      *out = v;
+      *nout = n;
+      v = NULL;
+      ok = 1;
+    }
+  }
+  close(fd);
+  free(r);
+  free(v);
+  unlinkat(d->dirfd, "INDEX", 0);
+  fsync(d->dirfd); /* the removal reaches the disk before any entry changes */
+  return ok;
+}
+
+/* Writes INDEX from the index (close of a successful open; locked or alone).
+ * Best effort: without it the next open scans. */
+static void save_index(diskcache_t *d) {
+  size_t n = d->base.ix.count, bytes = n * sizeof(ixrec_t), k = 0;
+  ixrec_t *r = malloc(bytes ? bytes : 1);
+  if (!r) return;
+  for (lade__centry_t *e = d->base.ix.head; e && k < n; e = e->next) r[k++] = (ixrec_t){e->key, e->len, e->seq};
+  ixhdr_t h;
+  memcpy(h.magic, IX_MAGIC, 8);
+  h.count = k;
+  h.sum = lade_checksum(r, k * sizeof *r, IX_SEED);
+  h.hsum = lade_checksum(&h, offsetof(ixhdr_t, hsum), IX_SEED);
+  int fd = openat(d->dirfd, ".tmp.INDEX", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd >= 0) {
+    struct iovec iov[2] = {{&h, sizeof h}, {r, k * sizeof *r}};
+    int rc = write_all(fd, iov, 2);
+    if (close(fd) != 0) rc = -1;
+    if (rc != 0 || renameat(d->dirfd, ".tmp.INDEX", d->dirfd, "INDEX") != 0) unlinkat(d->dirfd, ".tmp.INDEX", 0);
+  }
+  free(r);
+}
+
 static const lade__cache_ops_t disk_ops = {disk_close, disk_get, disk_put};
 
 int lade__diskcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
@@ -574,7 +660,21 @@ int lade__diskcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
       rc = lade__fail(LADE_EIO, "cache folder %s: cannot lock LOCK: %s", d->path, strerror(errno));
     goto fail;
   }
-  if ((rc = check_namespace(d, ns)) || (rc = scan(d, &f, &nf))) goto fail;
+  if ((rc = check_namespace(d, ns)) || (rc = remove_temporaries(d))) goto fail;
+  if (load_index(d, &f, &nf)) {
+    d->base.st.from_index = nf;
+    if (nf) qsort(f, nf, sizeof *f, by_seq);
+    for (unsigned sub = 0; sub < 256; sub++) { /* as the scan would: puts need them */
+      char sname[4];
+      snprintf(sname, sizeof sname, "%02x", sub);
+      if (mkdirat(d->dirfd, sname, 0700) != 0 && errno != EEXIST) {
+        rc = lade__fail(LADE_EIO, "cache folder %s/%s: cannot create: %s", d->path, sname, strerror(errno));
+        goto fail;
+      }
+    }
+  } else if ((rc = scan(d, &f, &nf))) {
+    goto fail;
+  }
   for (size_t i = 0; i < nf; i++) {
     lade__centry_t *e = calloc(1, sizeof *e);
     if (!e) {
@@ -594,6 +694,7 @@ int lade__diskcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
   free(f);
   f = NULL;
   evict_to(d, 0, NULL);
+  d->opened = true;
   *out = &d->base;
   return 0;
 fail:

@@ -303,19 +303,31 @@ static void test_disk_reopen(void) {
     lade__cache_stats_t s0 = stats(c);
     lade__cache_close(c);
 
-    /* warm: same entries, same bytes, same charge */
-    c = open_tier(dir, POLICIES[p], cap, NULL, NULL);
-    CHECK(c != NULL);
-    if (!c) continue;
-    lade__cache_stats_t s1 = stats(c);
-    CHECK_EQ_INT(s1.entries, 30);
-    CHECK_EQ_INT(s1.used, s0.used);
-    CHECK_EQ_INT(s1.corrupt, 0);
+    /* warm: same entries, same bytes, same charge; listed by the INDEX the
+     * clean close wrote (removed while open), then again by a scan when
+     * INDEX is damaged */
+    char ns[4096], ixpath[8192];
+    ns_dir(dir, ns, sizeof ns);
+    snprintf(ixpath, sizeof ixpath, "%s/INDEX", ns);
+    CHECK(access(ixpath, F_OK) == 0);
     lade__buf_t b = {0};
+    for (int damaged = 0; damaged < 2; damaged++) {
+      if (damaged) lade_test_sh("printf 'X' | dd of='%s' bs=1 seek=40 conv=notrunc 2>/dev/null", ixpath);
+      c = open_tier(dir, POLICIES[p], cap, NULL, NULL);
+      CHECK(c != NULL);
+      if (!c) break;
+      CHECK(access(ixpath, F_OK) != 0);
+      lade__cache_stats_t s1 = stats(c);
+      CHECK_EQ_INT(s1.from_index, damaged ? 0 : 30);
+      CHECK_EQ_INT(s1.entries, 30);
+      CHECK_EQ_INT(s1.used, s0.used);
+      CHECK_EQ_INT(s1.corrupt, 0);
+      int good = 0;
+      for (uint64_t k = 0; k < 30; k++) good += lade__cache_get(c, k, &b) == 0 && payload_ok(k, 3, &b);
+      CHECK_EQ_INT(good, 30);
+      lade__cache_close(c);
+    }
     int good = 0;
-    for (uint64_t k = 0; k < 30; k++) good += lade__cache_get(c, k, &b) == 0 && payload_ok(k, 3, &b);
-    CHECK_EQ_INT(good, 30);
-    lade__cache_close(c);
 
     /* smaller: evicted down at open; FIFO keeps the newest inserts */
     c = open_tier(dir, POLICIES[p], 10 * 4096, NULL, NULL);
@@ -400,23 +412,73 @@ static void test_disk_corrupt(void) {
   CHECK_OK(lade__cache_get(c, 4, &b));
   CHECK(payload_ok(4, 0, &b));
   lade__cache_close(c);
-  /* found at open: a bad header is dropped by the scan */
-  fd = open(p4, O_RDWR);
-  CHECK(fd >= 0);
-  CHECK(pwrite(fd, "X", 1, 20) == 1);
-  close(fd);
-  c = open_tier(dir, LADE_CACHE_LRU, 1 << 20, NULL, NULL);
-  CHECK(c != NULL);
-  if (c) {
+  /* damaged while closed: with the clean close's INDEX the open lists it
+   * and the get finds the damage; without INDEX (a crash) the scan drops it */
+  for (int indexed = 1; indexed >= 0; indexed--) {
+    fd = open(p4, O_RDWR);
+    CHECK(fd >= 0);
+    CHECK(pwrite(fd, "X", 1, 20) == 1);
+    close(fd);
+    if (!indexed) {
+      char ns[4096];
+      ns_dir(dir, ns, sizeof ns);
+      lade_test_sh("rm -f '%s/INDEX'", ns);
+    }
+    c = open_tier(dir, LADE_CACHE_LRU, 1 << 20, NULL, NULL);
+    CHECK(c != NULL);
+    if (!c) break;
+    s = stats(c);
+    CHECK_EQ_INT(s.from_index, indexed ? 2 : 0);
+    if (indexed) {
+      CHECK_EQ_INT(lade__cache_get(c, 4, &b), LADE_ENOENT);
+      CHECK(strstr(lade_last_error(), "corrupt") != NULL);
+    }
     s = stats(c);
     CHECK_EQ_INT(s.corrupt, 1);
     CHECK_EQ_INT(s.entries, 1);
     CHECK(access(p4, F_OK) != 0);
     CHECK_OK(lade__cache_get(c, 5, &b));
     CHECK(payload_ok(5, 0, &b));
+    if (indexed) CHECK_OK(put_key(c, 4, 0)); /* back for the scan round */
     lade__cache_close(c);
   }
   lade__buf_free(&b);
+  lade_test_sh("rm -rf '%s'", dir);
+}
+
+/* INDEX (a clean close's entry list) against files changed behind its back */
+static void test_disk_index(void) {
+  const char *dir = lade_test_tmpdir("cache_index");
+  lade__cache_t *c = open_tier(dir, LADE_CACHE_FIFO, 1 << 20, NULL, NULL);
+  CHECK(c != NULL);
+  if (!c) return;
+  CHECK_EQ_INT(stats(c).from_index, 0); /* new folder */
+  for (uint64_t k = 0; k < 10; k++) CHECK_OK(put_key(c, k, 1));
+  lade__cache_close(c);
+  char path[8192];
+  entry_path(dir, 5, path, sizeof path);
+  CHECK(unlink(path) == 0);
+  c = open_tier(dir, LADE_CACHE_FIFO, 1 << 20, NULL, NULL);
+  CHECK(c != NULL);
+  if (!c) return;
+  lade__buf_t b = {0};
+  CHECK_EQ_INT(stats(c).from_index, 10);
+  CHECK_EQ_INT(lade__cache_get(c, 5, &b), LADE_ENOENT); /* a miss, not corrupt */
+  CHECK_EQ_INT(stats(c).corrupt, 0);
+  CHECK_EQ_INT(stats(c).entries, 9);
+  int good = 0;
+  for (uint64_t k = 0; k < 10; k++) good += lade__cache_get(c, k, &b) == 0 && payload_ok(k, 1, &b);
+  CHECK_EQ_INT(good, 9);
+  lade__buf_free(&b);
+  lade__cache_close(c);
+  /* a reopen with a smaller capacity evicts by the index's FIFO order */
+  c = open_tier(dir, LADE_CACHE_FIFO, 3 * 4096, NULL, NULL);
+  CHECK(c != NULL);
+  if (c) {
+    CHECK_EQ_INT(stats(c).from_index, 9);
+    CHECK(lade__cache_contains(c, 9) && lade__cache_contains(c, 8) && !lade__cache_contains(c, 0));
+    lade__cache_close(c);
+  }
   lade_test_sh("rm -rf '%s'", dir);
 }
 
@@ -600,6 +662,7 @@ static void test_crash(void) {
     CHECK(c != NULL);
     if (!c) continue;
     lade__cache_stats_t s = stats(c);
+    CHECK_EQ_INT(s.from_index, 0); /* the killed writer left no INDEX: scanned */
     CHECK_EQ_INT(s.corrupt, 0);
     CHECK(s.used <= 64 * 4096);
     lade__buf_t b = {0};
@@ -628,6 +691,7 @@ int main(void) {
   RUN(test_clairvoyant);
   RUN(test_disk_reopen);
   RUN(test_disk_corrupt);
+  RUN(test_disk_index);
   RUN(test_disk_folder);
   RUN(test_threads);
   RUN(test_crash);
