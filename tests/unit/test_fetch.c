@@ -165,10 +165,12 @@ static void test_prefetcher_fills_disk_ahead(void) {
   CHECK_EQ_INT(r.st.prefetch_threshold, 16);
   /* everything past the engine's own first window (2 batches) comes from the
    * disk tier: prefetched, or still resident from epoch 0 (then not fetched
-   * again); a batch of slack for a slow machine */
+   * again); two batches of slack for a slow machine (under TSan with another
+   * test beside it, the consumer once overtook the prefetcher by 9 samples
+   * at start-up) */
   CHECK(r.st.prefetched >= N - 16);
   CHECK(r.st.prefetched < 2 * N);
-  CHECK(r.st.samples_by_source[2] >= 2 * N - 16 - 8);
+  CHECK(r.st.samples_by_source[2] >= 2 * N - 16 - 16);
   CHECK_EQ_INT(r.st.samples_by_source[0] + r.st.samples_by_source[2], 2 * N);
   CHECK_EQ_INT(r.ep[0].samples_by_source[0] >= 16, 1); /* the engine's own first window */
   CHECK(r.ep[1].miss_rate < 0.1);
