@@ -8,16 +8,22 @@ generated dataset:
   one-at-a-time  a plain PyTorch Dataset doing one boto3 get_object per sample
                (DataLoader, num_workers=0), 20 ms added: what most training
                scripts do
-  deli         3 epochs with a training step per batch (--step-ms), 20 ms:
-               uncached (lade's concurrency only) versus a disk cache of half
-               the dataset with the DELI prefetcher; compares the consumer's
-               total wait
+  deli         paper 004's setting: a bucket whose bandwidth is below what
+               training consumes. 3 epochs with a training step per batch
+               (--step-ms; default: the consumer asks for half of lade's
+               20 ms rate, so the machine's CPU is not the limit), 20 ms per
+               request, and the proxy's shared link at --deli-bandwidth
+               (default 0.75) of the consumer's demand. Uncached (lade's
+               concurrency only) versus a disk cache of half the dataset with
+               the DELI prefetcher, cold and then warm (a second run); compares
+               the consumer's total wait
 
 for the `raw` and `imagenet-train` transforms. Prints every rate and the ratios
 the issue sets targets for:
   latency hiding  s3 20 ms / s3 0 ms       >= 0.90
   vs one-at-a-time  s3 20 ms / one-at-a-time >= 15
-  deli            deli wait / uncached wait  < 0.10
+  deli            deli wait / uncached wait  < 0.10 (a cold cache cannot go below
+                  about 1/3 here: epoch 0 must come from the bucket either way)
 
     /usr/bin/python3 bench/object_store.py [--lade build/lade] [--count 2000]
 """
@@ -99,7 +105,9 @@ def main():
     ap.add_argument("--latency-ms", type=float, default=20)
     ap.add_argument("--one-limit", type=int, default=320, help="samples the one-at-a-time loader reads")
     ap.add_argument("--step-ms", type=float, default=0,
-                    help="training step per batch in the deli case (0: 1.25x lade's uncached batch time)")
+                    help="training step per batch in the deli case (0: twice lade's 20 ms batch time)")
+    ap.add_argument("--deli-bandwidth", type=float, default=0.75,
+                    help="the bucket's bandwidth in the deli case, as a fraction of the consumer's demand")
     ap.add_argument("--transforms", default="raw,imagenet-train")
     ap.add_argument("--epochs", type=int, default=3, help="epochs of each throughput run (the tuner's ramp included)")
     ap.add_argument("--skip", default="", help="comma list of cases to skip: one,deli")
@@ -156,8 +164,10 @@ def main():
             if "deli" not in skip:
                 step = args.step_ms
                 if not step:
-                    step = 32 / r["s3_lat"]["samples_per_s"] * 1e3  # balanced: the training step takes a batch's load time
-                env.proxy(latency_ms=args.latency_ms)
+                    step = 2 * 32 / r["s3_lat"]["samples_per_s"] * 1e3  # the consumer asks for half of lade's rate
+                # the bucket's link: a fraction of what the consumer needs
+                bw = args.deli_bandwidth * (32 / (step / 1e3)) * (total_bytes / len(files)) / 1e6
+                env.proxy(latency_ms=args.latency_ms, bandwidth_mb_s=bw)
                 un = lade_bench(lade, src, tf, 3, s3, step_ms=step)
                 cache = tempfile.mkdtemp(prefix="deli-cache-", dir=work)
                 half = total_bytes // 2 + len(files) // 2 * 4096  # half the dataset in 4 KiB blocks
@@ -166,21 +176,26 @@ def main():
                 # DELI's disk tier persists: a second run of the same job starts warm (listing included)
                 de2 = lade_bench(lade, src, tf, 3, s3, step_ms=step,
                                  extra=[("cache_dir", cache), ("cache_disk_bytes", half), ("prefetcher", "on")])
-                env.proxy(latency_ms=0)
-                r.setdefault("deli", {}).update({"step_ms": step, "uncached": un, "cached": de, "cached_rerun": de2})
+                env.proxy(latency_ms=0, bandwidth_mb_s=0)
+                r.setdefault("deli", {}).update({"step_ms": step, "bandwidth_mb_s": bw, "uncached": un, "cached": de,
+                                                 "cached_rerun": de2})
                 print("  deli, second run on the warm cache: consumer wait %.3f s -> %.3f of uncached (target < 0.10); "
                       "%d GET, %d LIST, epoch 0 miss rate %.3f" %
                       (de2["wait_s"], de2["wait_s"] / max(un["wait_s"], 1e-9), de2["get_requests"],
                        de2["list_requests"], de2["epochs"][0]["miss_rate"]))
-                print("  deli (3 epochs, step %.1f ms/batch, cache %.1f MB = half): consumer wait uncached %.3f s, "
-                      "cached+prefetcher %.3f s -> %.3f (target < 0.10)" %
-                      (step, half / 1e6, un["wait_s"], de["wait_s"], de["wait_s"] / max(un["wait_s"], 1e-9)))
+                print("  deli (3 epochs, step %.1f ms/batch, bucket link %.1f MB/s, cache %.1f MB = half): consumer wait "
+                      "uncached %.3f s, cold cache+prefetcher %.3f s -> %.3f (target < 0.10; floor about 1/3 cold)" %
+                      (step, bw, half / 1e6, un["wait_s"], de["wait_s"], de["wait_s"] / max(un["wait_s"], 1e-9)))
+                u12 = sum(e["wait_s"] for e in un["epochs"][1:])
+                d12 = sum(e["wait_s"] for e in de["epochs"][1:])
+                print("  deli epochs 1-2 (the cache holds data): wait %.3f s vs uncached %.3f s -> %.4f" %
+                      (d12, u12, d12 / max(u12, 1e-9)))
                 if "one" in r:
                     # paper 004's baseline loads synchronously (num_workers=0): all its load time is wait
                     one_wait = de["samples"] / r["one"]
                     print("  deli vs one-at-a-time (paper 004's baseline; its every load is a wait, %.1f s for %d "
                           "samples): %.4f (target < 0.10)" % (one_wait, de["samples"], de["wait_s"] / one_wait))
-                    r["deli"] = {"one_wait_s": one_wait}
+                    r["deli"]["one_wait_s"] = one_wait
                 for e, (a, b) in enumerate(zip(un["epochs"], de["epochs"])):
                     print("    epoch %d: uncached wait %.3f s, %d GET | cached wait %.3f s, miss rate %.3f, %d GET, "
                           "%.1f MB from bucket, %.1f MB from disk" %

@@ -8,6 +8,9 @@
 // Everything under /__proxy/ is the control endpoint, never forwarded:
 //   POST /__proxy/config  JSON {latency_ms, secret, rules: [{action, match, count}]}
 //        latency_ms: added to every forwarded request (a timer: requests overlap)
+//        bandwidth_mb_s: the bucket's link, shared by all requests: response
+//                bodies are delivered one after another at this rate (each
+//                held until its turn on a virtual clock ends); 0: unlimited
 //        secret: when set, every request's AWS SigV4 header signature is
 //                verified with it (s3rver does not); a mismatch is a 403
 //                SignatureDoesNotMatch and is counted in sig_failures
@@ -37,8 +40,8 @@ const portFile = arg('--port-file', null);
 const agent = new http.Agent({ keepAlive: true, maxSockets: 1024, maxFreeSockets: 1024 });
 let state;
 function reset() {
-  state = { latency: 0, secret: '', rules: [], total: 0, list: 0, get: 0, byKey: new Map(), faults: {},
-            sigFailures: 0, open: 0, maxOpen: 0 };
+  state = { latency: 0, bandwidth: 0, linkFree: 0, secret: '', rules: [], total: 0, list: 0, get: 0,
+            byKey: new Map(), faults: {}, sigFailures: 0, open: 0, maxOpen: 0 };
 }
 reset();
 
@@ -86,6 +89,20 @@ function forward(req, res, body, fault) {
   const up = http.request({ host: uhost, port: uport, method: req.method, path: req.url, headers: req.headers, agent },
     (ures) => {
       if (!fault) {
+        const len = Number(ures.headers['content-length'] || 0);
+        if (state.bandwidth > 0 && len > 0) {
+          // the shared link: this body's transfer ends len/bandwidth after
+          // the previous one's (or now, when the link is idle)
+          const now = Date.now();
+          state.linkFree = Math.max(now, state.linkFree) + (len / (state.bandwidth * 1e6)) * 1000;
+          const chunks = [];
+          ures.on('data', (c) => chunks.push(c));
+          ures.on('end', () => setTimeout(() => {
+            res.writeHead(ures.statusCode, ures.headers);
+            res.end(Buffer.concat(chunks));
+          }, Math.max(0, state.linkFree - Date.now())));
+          return;
+        }
         res.writeHead(ures.statusCode, ures.headers);
         ures.pipe(res);
         return;
@@ -175,6 +192,7 @@ function control(req, res, path, body) {
     let c;
     try { c = JSON.parse(body.toString() || '{}'); } catch (e) { res.writeHead(400); return res.end('bad json'); }
     if ('latency_ms' in c) state.latency = Number(c.latency_ms) || 0;
+    if ('bandwidth_mb_s' in c) state.bandwidth = Number(c.bandwidth_mb_s) || 0;
     if ('secret' in c) state.secret = String(c.secret || '');
     if ('rules' in c) state.rules = (c.rules || []).map((r) => ({ action: String(r.action), match: r.match || '',
                                                              count: r.count === undefined ? -1 : Number(r.count) }));

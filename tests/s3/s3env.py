@@ -182,10 +182,12 @@ class S3Env:
         with urllib.request.urlopen(req, timeout=10) as r:
             return json.loads(r.read())
 
-    def proxy(self, latency_ms=None, rules=None):
+    def proxy(self, latency_ms=None, rules=None, bandwidth_mb_s=None):
         c = {}
         if latency_ms is not None:
             c["latency_ms"] = latency_ms
+        if bandwidth_mb_s is not None:
+            c["bandwidth_mb_s"] = bandwidth_mb_s
         if rules is not None:
             c["rules"] = rules
         return self._ctl("config", c)

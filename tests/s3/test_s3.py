@@ -195,6 +195,16 @@ class TestS3(unittest.TestCase):
         lines, _ = self.loader(epochs=1)
         self.check_epochs(lines, 1, img_order())
 
+    def test_bandwidth_limit(self):
+        # the proxy's shared link (the deli benchmark's bandwidth-limited bucket): 300 bodies at a
+        # rate that makes the epoch take about 1 s, every byte still exact
+        total = sum(len(v) for v in IMG.values())
+        ENV.proxy(bandwidth_mb_s=total / 1e6)
+        lines, elapsed = self.loader(epochs=1)
+        self.check_epochs(lines, 1, img_order())
+        self.assertGreaterEqual(elapsed, 0.8)
+        self.assertLess(elapsed, 10)
+
     def test_503_burst(self):
         # a burst right at the start hits the first requests again and again, so the retry budget must
         # cover the whole burst
