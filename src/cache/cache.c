@@ -27,6 +27,19 @@ bool lade__cache_contains(lade__cache_t *c, uint64_t key) {
   return r;
 }
 
+lade__centry_t *lade__cache_pin(lade__cache_t *c, uint64_t key) {
+  pthread_mutex_lock(&c->mu);
+  lade__centry_t *e = lade__cindex_find(&c->ix, key);
+  if (e) {
+    e->refs++;
+    lade__cindex_touch(&c->ix, e);
+  } else {
+    c->st.misses++;
+  }
+  pthread_mutex_unlock(&c->mu);
+  return e;
+}
+
 bool lade__cache_touch(lade__cache_t *c, uint64_t key) {
   pthread_mutex_lock(&c->mu);
   lade__centry_t *e = lade__cindex_find(&c->ix, key);

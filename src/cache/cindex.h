@@ -79,4 +79,9 @@ lade__centry_t *lade__cindex_victim(lade__cindex_t *ix);
  * older entry of the same key first. */
 bool lade__cindex_admit(lade__cindex_t *ix, uint64_t key, uint64_t charge);
 
+/* The start of every tier's get: finds key and pins it (refs++; a use for
+ * the policy), or counts a miss and returns NULL. Takes and releases the
+ * tier's lock; the caller unpins under it. */
+lade__centry_t *lade__cache_pin(lade__cache_t *c, uint64_t key);
+
 #endif

@@ -92,6 +92,43 @@ static int ensure_dir(const char *path) {
   return rc ? lade__fail_prefix(rc, "cache ") : 0;
 }
 
+static int write_all(int fd, struct iovec *iov, int n) {
+  while (n > 0) {
+    ssize_t w = writev(fd, iov, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    while (n > 0 && (size_t)w >= iov->iov_len) {
+      w -= (ssize_t)iov->iov_len;
+      iov++;
+      n--;
+    }
+    if (n > 0) {
+      iov->iov_base = (char *)iov->iov_base + w;
+      iov->iov_len -= (size_t)w;
+    }
+  }
+  return 0;
+}
+
+/* Writes a small control file (NAMESPACE, INDEX) whole: to .tmp.<name>,
+ * then rename()d over name. 0, or -1 with errno set. */
+static int replace_file(diskcache_t *d, const char *name, struct iovec *iov, int n) {
+  char tmp[32];
+  snprintf(tmp, sizeof tmp, ".tmp.%s", name);
+  int fd = openat(d->dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return -1;
+  int rc = write_all(fd, iov, n), err = errno;
+  if (close(fd) != 0 && rc == 0) rc = -1, err = errno;
+  if (rc == 0 && renameat(d->dirfd, tmp, d->dirfd, name) != 0) rc = -1, err = errno;
+  if (rc != 0) {
+    unlinkat(d->dirfd, tmp, 0);
+    errno = err;
+  }
+  return rc;
+}
+
 /* Checks the NAMESPACE file against ns, writing it when missing. */
 static int check_namespace(diskcache_t *d, const char *ns) {
   size_t n = strlen(ns);
@@ -113,41 +150,14 @@ static int check_namespace(diskcache_t *d, const char *ns) {
   } else if (errno != ENOENT) {
     return lade__fail(LADE_EIO, "cache file %s/NAMESPACE: %s", d->path, strerror(errno));
   }
-  fd = openat(d->dirfd, ".tmp.NAMESPACE", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return lade__fail(LADE_EIO, "cache file %s/.tmp.NAMESPACE: %s", d->path, strerror(errno));
-  ssize_t w = write(fd, ns, n);
-  bool ok = w == (ssize_t)n;
-  int err = ok ? 0 : w < 0 ? errno : EIO;
-  close(fd);
-  if (ok && renameat(d->dirfd, ".tmp.NAMESPACE", d->dirfd, "NAMESPACE") != 0) ok = false, err = errno;
-  if (!ok) {
-    unlinkat(d->dirfd, ".tmp.NAMESPACE", 0);
-    return lade__fail(LADE_EIO, "cache file %s/NAMESPACE: cannot write: %s", d->path, strerror(err));
-  }
+  struct iovec iov = {(void *)ns, n};
+  if (replace_file(d, "NAMESPACE", &iov, 1) != 0)
+    return lade__fail(LADE_EIO, "cache file %s/NAMESPACE: cannot write: %s", d->path, strerror(errno));
   return 0;
 }
 
 /* ---- entry files */
 
-static int write_all(int fd, struct iovec *iov, int n) {
-  while (n > 0) {
-    ssize_t w = writev(fd, iov, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return -1;
-    }
-    while (n > 0 && (size_t)w >= iov->iov_len) {
-      w -= (ssize_t)iov->iov_len;
-      iov++;
-      n--;
-    }
-    if (n > 0) {
-      iov->iov_base = (char *)iov->iov_base + w;
-      iov->iov_len -= (size_t)w;
-    }
-  }
-  return 0;
-}
 
 /* Writes an entry's header and payload into a new file that has no name
  * yet: an O_TMPFILE inode (Linux; a crash frees it, and creating one skips
@@ -167,33 +177,26 @@ static int write_tmp(diskcache_t *d, const char *tmp, bool reuse, uint64_t key, 
   h.sum = lade_checksum(data, len, SUM_SEED);
   h.hsum = hdr_sum(&h);
   int fd = -1;
+  bool named = true;
   if (reuse) { /* an evicted entry's file, renamed to tmp for us */
     fd = openat(d->dirfd, tmp, O_WRONLY | O_CLOEXEC);
-    if (fd >= 0) {
-      struct iovec iov[2] = {{&h, sizeof h}, {(void *)data, len}};
-      int rc = write_all(fd, iov, 2);
-      if (rc == 0 && ftruncate(fd, (off_t)(HDR_BYTES + len)) != 0) rc = -1;
-      int err = errno;
-      if (close(fd) != 0 && rc == 0) rc = -1, err = errno;
-      if (rc == 0) return -2;
+    if (fd < 0) {
       unlinkat(d->dirfd, tmp, 0);
-      lade__fail(LADE_EIO, "cache file %s/%s: cannot write: %s", d->path, tmp, strerror(err));
-      return -1;
+      reuse = false;
     }
-    unlinkat(d->dirfd, tmp, 0);
-    fd = -1;
   }
 #ifdef O_TMPFILE
-  if (!d->no_tmpfile) {
+  if (fd < 0 && !d->no_tmpfile) {
     fd = openat(d->dirfd, ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
-    if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL || errno == ENOENT)) d->no_tmpfile = 1;
+    if (fd >= 0) named = false;
+    else if (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL || errno == ENOENT) d->no_tmpfile = 1;
   }
 #endif
-  bool named = fd < 0;
-  if (named) fd = openat(d->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) fd = openat(d->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) return lade__fail(LADE_EIO, "cache file %s/%s: cannot create: %s", d->path, tmp, strerror(errno));
   struct iovec iov[2] = {{&h, sizeof h}, {(void *)data, len}};
   int rc = write_all(fd, iov, 2);
+  if (rc == 0 && reuse && ftruncate(fd, (off_t)(HDR_BYTES + len)) != 0) rc = -1; /* drop the old tail */
   int err = errno;
   if (rc == 0 && !named) return fd;
   if (close(fd) != 0 && rc == 0) rc = -1, err = errno;
@@ -350,6 +353,17 @@ static int remove_temporaries(diskcache_t *d) {
   return 0;
 }
 
+/* The 256 entry folders 00..ff (puts link into them). */
+static int make_subdirs(diskcache_t *d) {
+  for (unsigned sub = 0; sub < 256; sub++) {
+    char sname[4];
+    snprintf(sname, sizeof sname, "%02x", sub);
+    if (mkdirat(d->dirfd, sname, 0700) != 0 && errno != EEXIST)
+      return lade__fail(LADE_EIO, "cache folder %s/%s: cannot create: %s", d->path, sname, strerror(errno));
+  }
+  return 0;
+}
+
 static int scan(diskcache_t *d, found_t **out, size_t *nout) {
   found_t *v = NULL;
   size_t n = 0, cap = 0;
@@ -359,10 +373,6 @@ static int scan(diskcache_t *d, found_t **out, size_t *nout) {
   for (unsigned sub = 0; sub < 256 && rc == 0; sub++) {
     char sname[4];
     snprintf(sname, sizeof sname, "%02x", sub);
-    if (mkdirat(d->dirfd, sname, 0700) != 0 && errno != EEXIST) {
-      rc = lade__fail(LADE_EIO, "cache folder %s/%s: cannot create: %s", d->path, sname, strerror(errno));
-      break;
-    }
     int sfd = openat(d->dirfd, sname, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     DIR *sd = sfd >= 0 ? fdopendir(sfd) : NULL;
     if (!sd) {
@@ -428,16 +438,8 @@ static void disk_close(lade__cache_t *c) {
 
 static int disk_get(lade__cache_t *c, uint64_t key, lade__buf_t *out) {
   diskcache_t *d = (diskcache_t *)c;
-  pthread_mutex_lock(&d->base.mu);
-  lade__centry_t *e = lade__cindex_find(&d->base.ix, key);
-  if (!e) {
-    d->base.st.misses++;
-    pthread_mutex_unlock(&d->base.mu);
-    return LADE_ENOENT;
-  }
-  e->refs++;
-  lade__cindex_touch(&d->base.ix, e);
-  pthread_mutex_unlock(&d->base.mu);
+  lade__centry_t *e = lade__cache_pin(c, key);
+  if (!e) return LADE_ENOENT;
 
   int res = read_entry(d, key, out);
 
@@ -602,13 +604,8 @@ static void save_index(diskcache_t *d) {
   h.count = k;
   h.sum = lade_checksum(r, k * sizeof *r, IX_SEED);
   h.hsum = lade_checksum(&h, offsetof(ixhdr_t, hsum), IX_SEED);
-  int fd = openat(d->dirfd, ".tmp.INDEX", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd >= 0) {
-    struct iovec iov[2] = {{&h, sizeof h}, {r, k * sizeof *r}};
-    int rc = write_all(fd, iov, 2);
-    if (close(fd) != 0) rc = -1;
-    if (rc != 0 || renameat(d->dirfd, ".tmp.INDEX", d->dirfd, "INDEX") != 0) unlinkat(d->dirfd, ".tmp.INDEX", 0);
-  }
+  struct iovec iov[2] = {{&h, sizeof h}, {r, k * sizeof *r}};
+  replace_file(d, "INDEX", iov, 2);
   free(r);
 }
 
@@ -660,18 +657,10 @@ int lade__diskcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
       rc = lade__fail(LADE_EIO, "cache folder %s: cannot lock LOCK: %s", d->path, strerror(errno));
     goto fail;
   }
-  if ((rc = check_namespace(d, ns)) || (rc = remove_temporaries(d))) goto fail;
+  if ((rc = check_namespace(d, ns)) || (rc = remove_temporaries(d)) || (rc = make_subdirs(d))) goto fail;
   if (load_index(d, &f, &nf)) {
     d->base.st.from_index = nf;
     if (nf) qsort(f, nf, sizeof *f, by_seq);
-    for (unsigned sub = 0; sub < 256; sub++) { /* as the scan would: puts need them */
-      char sname[4];
-      snprintf(sname, sizeof sname, "%02x", sub);
-      if (mkdirat(d->dirfd, sname, 0700) != 0 && errno != EEXIST) {
-        rc = lade__fail(LADE_EIO, "cache folder %s/%s: cannot create: %s", d->path, sname, strerror(errno));
-        goto fail;
-      }
-    }
   } else if ((rc = scan(d, &f, &nf))) {
     goto fail;
   }

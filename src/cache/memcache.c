@@ -43,16 +43,8 @@ static void mem_close(lade__cache_t *c) {
 
 static int mem_get(lade__cache_t *c, uint64_t key, lade__buf_t *out) {
   memcache_t *m = (memcache_t *)c;
-  pthread_mutex_lock(&m->base.mu);
-  lade__centry_t *e = lade__cindex_find(&m->base.ix, key);
-  if (!e) {
-    m->base.st.misses++;
-    pthread_mutex_unlock(&m->base.mu);
-    return LADE_ENOENT;
-  }
-  e->refs++;
-  lade__cindex_touch(&m->base.ix, e);
-  pthread_mutex_unlock(&m->base.mu);
+  lade__centry_t *e = lade__cache_pin(c, key);
+  if (!e) return LADE_ENOENT;
 
   int rc = lade__buf_reserve(out, e->len);
   if (rc == 0) {
