@@ -312,16 +312,17 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
                               .next_use = next_use, .next_use_ctx = f};
       rc = lade__cache_open(&f->disk, &o);
     }
-    if (!rc) {
+    if (!rc) f->pf_on = cfg->prefetcher == LADE_TRISTATE_ON || (cfg->prefetcher == LADE_TRISTATE_AUTO && f->remote);
+    if (!rc && f->pf_on) {
       /* DELI's 50/50 rule: fetch size = threshold = half the cache, in
-       * samples (entries are charged in whole 4 KiB blocks on disk) */
+       * samples (entries are charged in whole 4 KiB blocks on disk); only
+       * then is the mean size needed (a source without sizes reads sample 0) */
       uint64_t per = (mean_sample_bytes(f) + 64 + 4095) / 4096 * 4096;
       uint64_t slots = cap / per, window = (uint64_t)(cfg->prefetch + 1) * p->batch;
       /* the engine's own window of batches is resident too while it is read */
       uint64_t half = LADE_MAX((slots > window ? slots - window : 0) / 2, 1);
       f->fetch_size = cfg->fetch_size ? cfg->fetch_size : half;
       f->threshold = cfg->prefetch_threshold ? cfg->prefetch_threshold : f->fetch_size;
-      f->pf_on = cfg->prefetcher == LADE_TRISTATE_ON || (cfg->prefetcher == LADE_TRISTATE_AUTO && f->remote);
     }
   }
   if (!rc && cfg->prefetcher == LADE_TRISTATE_ON && !f->disk)
@@ -500,8 +501,7 @@ static void *prefetch_main(void *arg) {
   }
   /* the engine fetches its own window (prefetch + 1 batches) itself */
   uint64_t window = (uint64_t)(f->cfg->prefetch + 1) * B;
-  uint64_t steps_total = f->per_epoch ? f->total / B : 0;
-  uint64_t first = LADE_MIN((uint64_t)f->cfg->prefetch + 1, steps_total);
+  uint64_t first = LADE_MIN((uint64_t)f->cfg->prefetch + 1, f->p.steps * f->cfg->epochs);
   pthread_mutex_lock(&f->mu);
   uint64_t gen = f->seek_gen;
   for (;;) {

@@ -862,6 +862,10 @@ static void easy_release(s3_impl_t *d, CURL *e) {
 
 static uint32_t conc_min(const s3_impl_t *d) { return LADE_MIN((uint32_t)S3_MIN_AUTO, d->max_conc); }
 
+/* Background requests take at most three quarters of the limit, so a
+ * batch's request finds a free connection at once (locked). */
+static uint32_t bg_cap(const s3_impl_t *d) { return LADE_MAX(1u, d->limit - d->limit / 4); }
+
 /* Tuning step of the auto limit (locked). */
 static void tune(s3_impl_t *d, double now) {
   if (d->fixed_conc) return;
@@ -993,19 +997,17 @@ static void *loop_main(void *arg) {
       }
     }
     d->timers = keep;
-    /* background requests take at most three quarters of the limit, so a
-     * batch's request finds a free connection at once */
-    uint32_t bg_cap = LADE_MAX(1u, d->limit - d->limit / 4), bg_start = 0;
+    uint32_t bg_limit = bg_cap(d), bg_start = 0;
     for (size_t i = 0; i < n_start; i++) bg_start += (uint32_t)startable[i]->bg;
     while (d->in_flight + n_start < d->limit && n_start < 256) {
       s3_req_t *r = fifo_pop(&d->urgent);
       if (!r) r = fifo_pop(&d->queue);
-      if (!r && d->bg_in_flight + bg_start < bg_cap) r = fifo_pop(&d->bg), bg_start += r != NULL;
+      if (!r && d->bg_in_flight + bg_start < bg_limit) r = fifo_pop(&d->bg), bg_start += r != NULL;
       if (!r) break;
       startable[n_start++] = r;
     }
     d->bg_in_flight += bg_start;
-    if (d->in_flight + n_start < d->limit && !d->urgent.n && !d->queue.n && (!d->bg.n || d->bg_in_flight < bg_cap))
+    if (d->in_flight + n_start < d->limit && !d->urgent.n && !d->queue.n && (!d->bg.n || d->bg_in_flight < bg_limit))
       d->win_starved = 1;
     d->in_flight += (uint32_t)n_start;
     d->get_requests += n_start;
@@ -1048,8 +1050,7 @@ static void *loop_main(void *arg) {
     if (f.notify && d->src->on_ready) d->src->on_ready(d->src->on_ready_ctx);
     pthread_mutex_lock(&d->mu);
     tune(d, lade__now());
-    int more = (d->urgent.n || d->queue.n || (d->bg.n && d->bg_in_flight < LADE_MAX(1u, d->limit - d->limit / 4))) &&
-               d->in_flight < d->limit;
+    int more = (d->urgent.n || d->queue.n || (d->bg.n && d->bg_in_flight < bg_cap(d))) && d->in_flight < d->limit;
     pthread_mutex_unlock(&d->mu);
     if (f.notify || more) continue; /* start what just became possible */
     curl_multi_poll(d->multi, NULL, 0, (int)wait_ms, NULL);
