@@ -58,8 +58,9 @@ def lade_py_rate(path, transform, batch_size, epochs):
     n = 0
     with lade.Loader(path, transform=transform, batch_size=batch_size, epochs=epochs, threads=CORES,
                      output="torch", rank=0, world_size=1) as L:
-        for data, _labels in L:
-            n += data.shape[0]
+        for _ in range(epochs):  # the same loop as the DataLoader's: one iter() per epoch
+            for data, _labels in L:
+                n += data.shape[0]
     return n / (time.perf_counter() - t0)
 
 

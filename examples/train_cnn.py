@@ -49,7 +49,7 @@ def main(argv=None):
     settings = {}
     if args.transform.startswith("imagenet"):
         settings["crop_size"] = args.crop
-    loader = lade.Loader(args.data, transform=args.transform, batch_size=args.batch_size, epochs=1000,
+    loader = lade.Loader(args.data, transform=args.transform, batch_size=args.batch_size,
                          seed=args.seed, threads=args.threads, output="torch", **settings)
     model = None
     opt = None
@@ -57,21 +57,25 @@ def main(argv=None):
     loss = None
     step = 0
     with loader:
-        for images, labels in loader:
-            if images.dtype != torch.float32:
-                images = images.float()
-            if model is None:
-                model = TinyCNN(channels=images.shape[1])
-                opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-            labels = labels.clamp(min=0)  # -1 (no class) would be an invalid target
-            loss = F.cross_entropy(model(images), labels)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            step += 1
-            print("step %3d  loss %.4f  batch %s" % (step, loss.item(), tuple(images.shape)), flush=True)
-            if step == args.steps:
-                break
+        epoch = 0
+        while step < args.steps:
+            loader.set_epoch(epoch)  # as with DistributedSampler (lade would also advance by itself)
+            epoch += 1
+            for images, labels in loader:  # one epoch, as with a DataLoader
+                if images.dtype != torch.float32:
+                    images = images.float()
+                if model is None:
+                    model = TinyCNN(channels=images.shape[1])
+                    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+                labels = labels.clamp(min=0)  # -1 (no class) would be an invalid target
+                loss = F.cross_entropy(model(images), labels)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                step += 1
+                print("step %3d  loss %.4f  batch %s" % (step, loss.item(), tuple(images.shape)), flush=True)
+                if step == args.steps:
+                    break
         state = loader.state_dict()
     if loss is None or not torch.isfinite(loss):
         print("training failed", file=sys.stderr)

@@ -164,11 +164,22 @@ LADE_API const char *lade_dtype_name(int dtype);
  * A batch view. Everything it points to is owned by the loader's batch pool
  * and stays valid and unchanged until lade_batch_release(); the fields must
  * not be modified (the data bytes may be, e.g. for in-place normalisation).
- * shape[0] is the number of samples (the local batch size); the sample
- * layout follows (C, H, W for float32 images, H, W, C for uint8 images, the
- * .npy shape for npy, the slot size in bytes for raw).
+ * shape[0] is the number of samples: batch_size, except in the last step of
+ * an epoch with drop_last=false, which is short as DataLoader's last batch.
+ * The sample layout follows (C, H, W for float32 images, H, W, C for uint8
+ * images, the .npy shape for npy, the slot size in bytes for raw).
+ *
+ * With world_size > 1 and drop_last=false the epoch is padded by wrapping to
+ * its start up to a multiple of world_size (DistributedSampler's padding), so
+ * every learner has the same number of steps; the padding samples are always
+ * the last shape[0] - valid of a batch. Evaluation counts only the first
+ * `valid` samples.
+ *
+ * `size` is sizeof(lade_batch_t) of the library that filled it: a field added
+ * later (always at the end) exists when offsetof(field) < size.
  */
 typedef struct lade_batch {
+  size_t size;              /* sizeof(lade_batch_t) of the library */
   void *data;               /* first byte of sample 0; samples are contiguous */
   size_t nbytes;            /* bytes of the whole batch tensor */
   int dtype;                /* lade_dtype_t */
@@ -182,6 +193,7 @@ typedef struct lade_batch {
   uint64_t step;            /* 0-based step within the epoch */
   uint32_t substituted;     /* samples replaced by on_error=skip in this batch */
   int device;               /* -1: host memory */
+  uint32_t valid;           /* samples that are real; the rest (at the end) are padding repeats */
 } lade_batch_t;
 
 /* --------------------------------------------------------------------- loader */
@@ -190,19 +202,24 @@ typedef struct lade_loader lade_loader_t;
 
 /*
  * Creates a loader from a config (the config is copied; it may be destroyed
- * right after). Returns at once: the source listing and the first batches are
- * produced in the background, so errors found there (a missing folder, an
- * empty dataset, a bad file) are reported by lade_loader_next(). Settings
- * are checked here (LADE_EINVAL). *out is owned by the caller.
+ * right after). Lists the source and makes the plan before returning, so a
+ * missing folder, an empty dataset or bad settings fail here (as
+ * torchvision's ImageFolder raises at construction); the batches are then
+ * produced in the background, and errors of single samples (a bad file) are
+ * reported by lade_loader_next(). *out is owned by the caller.
  */
 LADE_API int lade_loader_create(lade_loader_t **out, const lade_config_t *cfg);
 
 /*
- * Waits for the next batch in plan order and hands it out in *out. At the end
+ * Waits for the next batch in plan order and hands it out in *out. Batches
+ * of all epochs come one after the other (the workers cross epoch boundaries
+ * without a pause); b->epoch and b->step say where each belongs. At the end
  * of the last epoch returns 0 with *out = NULL. A batch must be given back
- * with lade_batch_release(); at most `prefetch` + 1 batches exist at once, so
- * holding them all stalls the loader (next() then waits for a release, or
- * fails with LADE_ESTATE when every batch is held by the caller).
+ * with lade_batch_release(). The pool holds prefetch + 1 buffers plus one
+ * for each batch the caller holds: holding batches never stalls the loader,
+ * but each one held costs its buffer (a one-time warning on stderr says so
+ * when the pool first grows). With the setting pool_max > 0, next() fails
+ * with LADE_ESTATE instead once the caller holds pool_max batches.
  * On a sample error with on_error=fail returns the error (the detail names the
  * file and the reason); the loader is then stopped for good.
  */

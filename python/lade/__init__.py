@@ -80,21 +80,39 @@ _OUTPUTS = ("torch", "numpy", "dlpack")
 class Loader:
     """An iterable over lade batches.
 
-    Loader(source, transform="auto", batch_size=32, epochs=1, seed=0, threads=0,
+    Loader(source, transform="auto", batch_size=32, epochs=None, seed=0, threads=0,
            rank=None, world_size=None, output=None, meta=False, **settings)
 
-    Iterating yields ``(data, labels)`` from the current position to the end of
-    the last epoch (``(data, labels, batch)`` with meta=True, where batch is the
-    lade.Batch holding indices/epoch/step). ``output`` picks the array type:
-    "torch" (default when torch imports), "numpy", or "dlpack" (data is the
-    lade.Batch itself, which has ``__dlpack__``; labels a lade.Array).
-    Any other keyword is a lade setting (see lade.config_keys()); values are
-    validated by the C library and errors raise lade.Error.
+    As torch's DataLoader: each ``iter(loader)`` is one epoch, so
+    ``for epoch in range(E): for x, y in loader:`` trains E epochs, and
+    ``len(loader)`` is the number of batches of one epoch. Each epoch is
+    shuffled anew (keyed by seed and epoch); ``set_epoch(e)`` picks the epoch
+    the next ``iter()`` yields, as DistributedSampler.set_epoch does. The
+    last batch is short (``drop_last=False``) or dropped (``drop_last=True``);
+    with world_size > 1 the epoch is padded to a multiple of world_size as
+    DistributedSampler pads it, and ``batch.valid`` (meta=True) counts the
+    real samples, which always come first. ``stream()`` yields every
+    remaining batch of every epoch in one loop.
 
-    len(loader) is the number of batches of all epochs (steps_per_epoch * epochs).
+    Iterating yields ``(data, labels)`` (``(data, labels, batch)`` with
+    meta=True, where batch is the lade.Batch holding indices/epoch/step/valid).
+    ``output`` picks the array type: "torch" (default when torch imports),
+    "numpy", or "dlpack" (data is the lade.Batch itself, which has
+    ``__dlpack__``; labels a lade.Array). ``epochs=None`` (the default) lets
+    you iterate as many epochs as you like; a number ends the loader after
+    that many. Any other keyword is a lade setting (see lade.config_keys());
+    values are validated by the C library and errors raise lade.Error. The
+    dataset is listed when the loader is created: a missing or empty dataset
+    raises here.
+
+    The workers never stop at an epoch boundary: while you finish an epoch
+    the first batches of the next are already being prepared.
     """
 
-    def __init__(self, source, transform="auto", batch_size=32, epochs=1, seed=0, threads=0,
+    # epochs=None: as many as the caller iterates (the C library's largest epochs)
+    _UNBOUNDED_EPOCHS = 1000000000
+
+    def __init__(self, source, transform="auto", batch_size=32, epochs=None, seed=0, threads=0,
                  rank=None, world_size=None, output=None, meta=False, **settings):
         if rank is None or world_size is None:
             r, w = detect_rank()
@@ -106,6 +124,10 @@ class Loader:
             raise ValueError("output must be one of %s, not %r" % ("|".join(_OUTPUTS), output))
         self.output = output
         self.meta = bool(meta)
+        self.epochs = epochs
+        if epochs is None:
+            epochs = self._UNBOUNDED_EPOCHS
+        self._resume = False  # the position was set by seek/load_state_dict: the next iter() starts there
         pairs = [("source", _setting_text("source", source)),
                  ("transform", _setting_text("transform", transform)),
                  ("batch_size", _setting_text("batch_size", batch_size)),
@@ -147,14 +169,16 @@ class Loader:
         """The next lade.Batch, or None after the last epoch."""
         return self._h.next()
 
-    def __iter__(self):
+    def _yield(self, count):
         nxt = self._h.next
         conv = self._convert
         meta = self.meta
-        while True:
+        while count is None or count > 0:
             b = nxt()
             if b is None:
                 return
+            if count is not None:
+                count -= 1
             if meta:
                 yield conv(b) + (b,)
             else:
@@ -163,9 +187,40 @@ class Loader:
                     b.close()  # the tensors hold the buffer now
                 yield out
 
+    def __iter__(self):
+        """One epoch: the epoch the loader stands in, from its start, or, right
+        after load_state_dict()/seek(), from the position loaded. An iteration
+        left early (break) is started again from its first batch by the next
+        iter(), as a new pass over a DataLoader would be."""
+        epoch, step = self._h.tell()
+        if step and not self._resume:
+            self._h.seek(epoch, 0)
+            step = 0
+        self._resume = False
+        steps = self.steps_per_epoch
+        return self._yield(steps - step if steps else 0)
+
+    def stream(self):
+        """Every remaining batch of every epoch, from the current position to
+        the end of the last epoch (forever with epochs=None), in one loop; the
+        batch's epoch is ``batch.epoch`` (meta=True)."""
+        self._resume = False
+        return self._yield(None)
+
+    def set_epoch(self, epoch):
+        """As DistributedSampler.set_epoch: the next iter() yields epoch
+        `epoch` from its first batch. A loader that a load_state_dict()/seek()
+        put inside that epoch (a resumed run) continues there instead."""
+        epoch = int(epoch)
+        e, s = self._h.tell()
+        if e == epoch and (s == 0 or self._resume):
+            return
+        self._h.seek(epoch, 0)
+        self._resume = False
+
     def __len__(self):
-        _, steps, epochs = self._h.info()
-        return int(steps * epochs)
+        """Batches of one epoch on this learner, as len(DataLoader)."""
+        return int(self._h.info()[1])
 
     @property
     def steps_per_epoch(self):
@@ -181,7 +236,10 @@ class Loader:
         return self._h.tell()
 
     def seek(self, epoch, step=0):
+        """Positions the loader so the next batch is (epoch, step); the next
+        iter() yields the rest of that epoch."""
         self._h.seek(int(epoch), int(step))
+        self._resume = True
 
     _CHECKED = ("source", "batch_size", "seed", "rank", "world_size", "transform")
 
@@ -202,6 +260,7 @@ class Loader:
                 raise Error("load_state_dict: setting '%s' differs (saved %r, this loader %r)"
                             % (k, saved[k], self.settings.get(k, "")))
         self._h.seek(int(state["epoch"]), int(state["step"]))
+        self._resume = True
 
     # ---- misc
     def stats(self):

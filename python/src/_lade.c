@@ -435,6 +435,11 @@ static PyObject *batch_substituted(BatchObject *o, void *c) {
   if (batch_check(o)) return NULL;
   return PyLong_FromUnsignedLong(o->b->substituted);
 }
+static PyObject *batch_valid(BatchObject *o, void *c) {
+  if (batch_check(o)) return NULL;
+  return PyLong_FromUnsignedLong(o->b->valid);
+}
+
 static PyObject *batch_refs(BatchObject *o, void *c) {
   if (!o->ref) return PyLong_FromLong(0);
   return PyLong_FromLong(atomic_load(&o->ref->refs));
@@ -521,6 +526,8 @@ static PyGetSetDef batch_getset[] = {
     {"nbytes", (getter)batch_nbytes, NULL, "bytes of the batch tensor", NULL},
     {"data_ptr", (getter)batch_data_ptr, NULL, "address of the batch buffer", NULL},
     {"substituted", (getter)batch_substituted, NULL, "samples replaced by on_error=skip", NULL},
+    {"valid", (getter)batch_valid, NULL,
+     "samples that are real: the first `valid`; the rest pad the epoch (world_size > 1, drop_last=False)", NULL},
     {"_refs", (getter)batch_refs, NULL, "owners of the buffer (this object + live DLPack exports)", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 

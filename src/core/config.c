@@ -38,11 +38,15 @@ static const setting_t settings[] = {
     {"seed", T_U64, OFF(seed), 0, 0, 1.8446744073709552e19, NULL, "0", "seed of shuffles and augmentations"},
     {"shuffle", T_BOOL, OFF(shuffle), 0, 0, 0, NULL, "true", "shuffle the dataset every epoch"},
     {"drop_last", T_BOOL, OFF(drop_last), 0, 0, 0, NULL, "false",
-     "drop the last incomplete global batch (false: pad it by wrapping to the start of the epoch's order)"},
+     "drop the last incomplete global batch (false: the last batch is short, as DataLoader's; with world_size > 1 "
+     "the epoch is padded by wrapping to a multiple of world_size, as DistributedSampler, and batch.valid counts "
+     "the real samples)"},
     {"rank", T_U32, OFF(rank), 0, 0, 1 << 20, NULL, "0", "this learner's rank"},
     {"world_size", T_U32, OFF(world_size), 0, 1, 1 << 20, NULL, "1", "number of learners"},
     {"threads", T_U32, OFF(threads), 0, 0, 1024, NULL, "0", "worker threads (0: online cores)"},
     {"prefetch", T_U32, OFF(prefetch), 0, 1, 64, NULL, "2", "batches prepared ahead of the consumer"},
+    {"pool_max", T_U32, OFF(pool_max), 0, 0, 1e6, NULL, "0",
+     "most batch buffers at once (0: no cap); the pool grows past prefetch+1 only while the caller holds batches"},
     {"crop_size", T_U32, OFF(crop_size), 0, 8, 4096, NULL, "224", "output side of image transforms"},
     {"resize_size", T_U32, OFF(resize_size), 0, 8, 8192, NULL, "256", "shorter side before the centre crop (imagenet-eval)"},
     {"image_dtype", T_ENUM, OFF(image_dtype), 0, 0, 0, "float32|uint8", "float32",

@@ -30,6 +30,7 @@ struct lade_config {
   uint32_t world_size;
   uint32_t threads;      /* 0: online cores */
   uint32_t prefetch;     /* batches prepared ahead of the consumer (K) */
+  uint32_t pool_max;     /* most batch buffers (0: no cap) */
   uint32_t crop_size;
   uint32_t resize_size;
   int image_dtype;       /* LADE_DTYPE_FLOAT32 (CHW, normalised) or LADE_DTYPE_UINT8 (HWC) */

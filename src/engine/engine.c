@@ -1,28 +1,36 @@
 /*
  * engine.c - the pipeline: plan -> fetch -> transform -> collate -> deliver.
  *
- * Design. A loader owns `nslots` = prefetch + 1 batch slots. The batch of
- * global sequence number q (= epoch * steps + step) always lives in slot
- * q % nslots, so at most nslots batches exist and delivery in plan order is a
- * matter of waiting on one slot. A slot cycles FREE -> FILLING -> READY ->
- * HELD (by the caller) -> FREE. Worker threads share one queue of work that
+ * Design. The batches of global sequence numbers q (= epoch * steps + step)
+ * in [next_deliver, next_deliver + window), window = prefetch + 1, are
+ * prepared ahead; the one of q is found at sched[q % window], so delivery in
+ * plan order is a matter of waiting on one slot. A slot (a batch buffer)
+ * cycles FREE -> PLANNING -> FILLING -> READY -> HELD (by the caller) -> FREE.
+ * The pool starts at `window` slots and grows only while the caller holds
+ * more than one batch (to held + prefetch, capped by pool_max), and shrinks
+ * again as they
+ * are released: a caller that keeps batches (torch.cat of a whole epoch)
+ * costs exactly the memory it keeps, and never deadlocks the loader. Worker
+ * threads share one queue of work that
  * is implicit in the slots: a worker claims the next unclaimed sample of the
  * oldest FILLING slot, so all workers converge on the batch the consumer
  * needs first (within-batch parallelism) and spill over to later batches
  * (prefetch). One claim per sample keeps the lock hold times tiny; the
  * sample's read and transform run unlocked, straight into the slot.
  *
- * Slow steps never run under the lock: opening the source (listing) and
- * planning a batch (which may shuffle a whole epoch) are done by one worker
- * at a time, flagged, while the others keep working.
+ * The source is listed and the plan made in lade_loader_create(), so a
+ * missing or empty dataset fails there, as torchvision's ImageFolder does.
+ * Slow steps never run under the lock: planning a batch (which may shuffle a
+ * whole epoch) is done by one worker at a time, flagged, while the others
+ * keep working.
  *
  * Lifetime: batches may outlive the loader (the Python module hands them to
  * tensors). lade_loader_destroy() stops and joins the workers; the slots and
  * the loader struct are freed by whoever drops the last reference (destroy
  * or the last lade_batch_release).
  *
- * Lock: `mu` guards every slot's state/claim/done counters, the cursors
- * (next_sched, next_deliver), flags and the latency ring. Per-worker stats
+ * Lock: `mu` guards the slot list, every slot's state/claim/done counters,
+ * sched, the cursors (next_sched, next_deliver), flags and the latency ring. Per-worker stats
  * are written by their worker unlocked and read under `mu` (torn reads of
  * counters are harmless for reporting). The trace file has its own lock,
  * taken after `mu` is released (never both). Lock order: mu, then trace.
@@ -59,7 +67,7 @@ typedef struct slot {
   int64_t *indices;
   uint32_t *sizes;
   uint64_t seq;
-  uint32_t n, claimed, done;
+  uint32_t n, valid, claimed, done; /* n <= batch_size: the last step may be short */
   int state;
   bool stale;        /* a seek made this batch obsolete: free it once done */
   int err;           /* first sample error (on_error=fail) */
@@ -103,18 +111,20 @@ struct lade_loader {
   lade__fetch_t *fetch;  /* cache tiers, remote submits, prefetcher */
   bool async;            /* claim samples whose bytes are ready first */
 
-  int open_state; /* 0 not started, 1 opening, 2 open, -1 failed */
   bool planning;
   bool stop;
   bool interrupted;
   int fatal;
   char fatal_msg[1200];
 
-  slot_t *slots;
-  uint32_t nslots;
+  slot_t **slots;  /* every batch buffer of the pool (each slot allocated alone: views stay put) */
+  uint32_t nslots, slots_cap;
+  uint32_t window; /* prefetch + 1 batches prepared ahead */
+  slot_t **sched;  /* window entries: the slot of scheduled, undelivered q at q % window */
   uint64_t next_sched, next_deliver;
   uint32_t held;
   bool destroyed;
+  bool warned_growth;
 
   worker_t *workers;
   uint32_t nworkers, started;
@@ -124,7 +134,7 @@ struct lade_loader {
   uint64_t batches, delivered_samples;
   double lat[LAT_RING];
   uint64_t nlat;
-  uint64_t pool_bytes;
+  uint64_t pool_bytes, peak_pool_bytes;
   lade__trace_t *trace;
   /* per-epoch counters (grown as epochs start), guarded by mu */
   struct epoch_acc {
@@ -136,7 +146,11 @@ struct lade_loader {
   uint64_t nep;
 };
 
-static inline slot_t *slot_of(lade_loader_t *L, uint64_t seq) { return &L->slots[seq % L->nslots]; }
+/* The slot scheduled for q, or NULL. Locked. */
+static inline slot_t *slot_of(lade_loader_t *L, uint64_t q) {
+  slot_t *s = L->sched[q % L->window];
+  return s && s->seq == q && s->state != SLOT_FREE && s->state != SLOT_HELD ? s : NULL;
+}
 
 /* ------------------------------------------------------------ allocation */
 
@@ -153,16 +167,20 @@ static void pool_free(lade_loader_t *L, void *p, size_t size) {
     lade__aligned_free(p);
 }
 
+static void slot_free(lade_loader_t *L, slot_t *s) {
+  if (!s) return;
+  pool_free(L, s->data, s->cap);
+  free(s->labels);
+  free(s->indices);
+  free(s->sizes);
+  free(s->taken);
+  free(s);
+}
+
 static void free_all(lade_loader_t *L) {
-  for (uint32_t i = 0; i < L->nslots; i++) {
-    slot_t *s = &L->slots[i];
-    pool_free(L, s->data, s->cap);
-    free(s->labels);
-    free(s->indices);
-    free(s->sizes);
-    free(s->taken);
-  }
+  for (uint32_t i = 0; i < L->nslots; i++) slot_free(L, L->slots[i]);
   free(L->slots);
+  free(L->sched);
   free(L->ep);
   lade__fetch_close(L->fetch);
   if (L->xf && L->xf->destroy && L->xf_state) L->xf->destroy(L->xf_state);
@@ -199,7 +217,7 @@ static void wake_workers(void *ctx) {
   pthread_mutex_unlock(&L->mu);
 }
 
-static int open_pipeline(lade_loader_t *L, worker_t *w) {
+static int open_pipeline(lade_loader_t *L, lade__buf_t *buf) {
   L->src.on_ready = wake_workers;
   L->src.on_ready_ctx = L;
   int rc = L->src_ops->open(&L->src, &L->cfg);
@@ -237,10 +255,10 @@ static int open_pipeline(lade_loader_t *L, worker_t *w) {
      * read through the tiers, so a warm cache sends no request */
     if ((L->xf == &lade__xform_raw && !L->cfg.raw_size) || L->xf == &lade__xform_npy) {
       int tier;
-      rc = lade__fetch_read(L->fetch, 0, 0, &w->buf, &tier);
+      rc = lade__fetch_read(L->fetch, 0, 0, buf, &tier);
       if (rc) return rc;
-      first = w->buf.data;
-      first_len = w->buf.len;
+      first = buf->data;
+      first_len = buf->len;
     }
     rc = L->xf->init(&L->xf_state, &L->cfg, first, first_len, &L->shape);
     if (rc) return rc;
@@ -282,17 +300,22 @@ static int plan_slot(lade_loader_t *L, slot_t *s, uint64_t q) {
     s->cap = cap;
     pthread_mutex_lock(&L->mu);
     L->pool_bytes += cap;
+    if (L->pool_bytes > L->peak_pool_bytes) L->peak_pool_bytes = L->pool_bytes;
     pthread_mutex_unlock(&L->mu);
   }
   uint64_t epoch = q / L->steps, step = q % L->steps;
   static_assert(sizeof(int64_t) == sizeof(uint64_t), "index width");
-  int rc = lade__regular_local(L->plan, epoch, step, L->cfg.rank, (uint64_t *)s->indices);
+  uint32_t n = 0, valid = 0;
+  int rc = lade__regular_local(L->plan, epoch, step, L->cfg.rank, (uint64_t *)s->indices, &n, &valid);
   if (rc) return rc;
-  for (uint32_t i = 0; i < B; i++) {
+  assert(n >= 1 && n <= B && valid <= n);
+  for (uint32_t i = 0; i < n; i++) {
     int64_t idx = s->indices[i];
     s->labels[i] = L->src.labels ? L->src.labels[idx] : -1;
   }
-  lade__fetch_batch_planned(L->fetch, (const uint64_t *)s->indices, B);
+  s->n = n;
+  s->valid = valid;
+  lade__fetch_batch_planned(L->fetch, (const uint64_t *)s->indices, n);
   return 0;
 }
 
@@ -398,7 +421,7 @@ static slot_t *claim_sample(lade_loader_t *L, uint32_t *out_i, bool *pending) {
   *pending = false;
   for (uint64_t q = L->next_deliver; q < L->next_sched; q++) {
     slot_t *s = slot_of(L, q);
-    if (s->seq != q || s->state != SLOT_FILLING || s->claimed >= s->n) continue;
+    if (!s || s->state != SLOT_FILLING || s->claimed >= s->n) continue;
     while (s->first_free < s->n && s->taken[s->first_free]) s->first_free++;
     for (uint32_t i = s->first_free; i < s->n; i++) {
       if (s->taken[i]) continue;
@@ -419,7 +442,7 @@ static slot_t *claim_sample(lade_loader_t *L, uint32_t *out_i, bool *pending) {
 static slot_t *claim_any(lade_loader_t *L, uint32_t *out_i) {
   for (uint64_t q = L->next_deliver; q < L->next_sched; q++) {
     slot_t *s = slot_of(L, q);
-    if (s->seq != q || s->state != SLOT_FILLING || s->claimed >= s->n) continue;
+    if (!s || s->state != SLOT_FILLING || s->claimed >= s->n) continue;
     for (uint32_t i = s->first_free; i < s->n; i++)
       if (!s->taken[i]) {
         s->taken[i] = 1;
@@ -447,28 +470,52 @@ static void finish_slot_locked(lade_loader_t *L, slot_t *s) {
                       s->seq / L->steps, s->seq % L->steps, UINT64_MAX);
 }
 
+/* A FREE slot for the next batch to plan, or a new one when every buffer is
+ * busy because the caller holds batches (never for slots a seek left
+ * finishing: they come back by themselves). NULL when none can be had now.
+ * Marks the slot PLANNING. Locked. */
+static slot_t *take_free_slot_locked(lade_loader_t *L) {
+  for (uint32_t i = 0; i < L->nslots; i++) {
+    slot_t *s = L->slots[i];
+    if (s->state == SLOT_FREE) {
+      s->state = SLOT_PLANNING;
+      return s;
+    }
+  }
+  /* prefetch buffers beside those held (the old fixed pool of prefetch + 1
+   * while the caller holds one batch, as a `for` loop does) */
+  if (L->nslots >= LADE_MAX(L->window, L->held + L->cfg.prefetch)) return NULL;
+  if (L->cfg.pool_max && L->nslots >= L->cfg.pool_max) return NULL;
+  if (L->nslots == L->slots_cap) {
+    uint32_t cap = L->slots_cap * 2;
+    slot_t **p = realloc(L->slots, cap * sizeof *p);
+    if (!p) return NULL; /* the caller's next release frees a slot */
+    L->slots = p;
+    L->slots_cap = cap;
+  }
+  slot_t *s = calloc(1, sizeof *s);
+  if (!s) return NULL;
+  s->L = L;
+  s->state = SLOT_PLANNING;
+  L->slots[L->nslots++] = s;
+  if (!L->warned_growth) {
+    L->warned_growth = true;
+    fprintf(stderr,
+            "lade: warning: the caller holds %u batches, so the batch pool grows past prefetch+1 = %u buffers "
+            "(%.1f MB each); memory now grows with every batch kept. Copy what you keep (tensor.clone()) or "
+            "release it; the setting pool_max caps the pool.\n",
+            L->held, L->window, (double)L->cfg.batch_size * (double)L->shape.bytes / 1e6);
+  }
+  return s;
+}
+
 static void *worker_main(void *arg) {
   worker_t *w = arg;
   lade_loader_t *L = w->L;
   pthread_mutex_lock(&L->mu);
   for (;;) {
     if (L->stop) break;
-    if (L->open_state == 0) {
-      L->open_state = 1;
-      pthread_mutex_unlock(&L->mu);
-      int rc = open_pipeline(L, w);
-      pthread_mutex_lock(&L->mu);
-      if (rc) {
-        L->open_state = -1;
-        fail_locked(L, rc);
-      } else {
-        L->open_state = 2;
-        pthread_cond_broadcast(&L->cv_work);
-        pthread_cond_broadcast(&L->cv_ready);
-      }
-      continue;
-    }
-    if (L->open_state != 2 || L->fatal) {
+    if (L->fatal) {
       pthread_cond_wait(&L->cv_work, &L->mu);
       continue;
     }
@@ -479,10 +526,13 @@ static void *worker_main(void *arg) {
       if (rc) fail_locked(L, rc);
       continue;
     }
-    /* plan the next batch when its slot is free and nobody else is planning */
-    if (!L->planning && L->next_sched < L->total && slot_of(L, L->next_sched)->state == SLOT_FREE) {
+    /* plan the next batch when it is within the window, a buffer is free
+     * and nobody else is planning */
+    slot_t *fs = NULL;
+    if (!L->planning && L->next_sched < L->total && L->next_sched < L->next_deliver + L->window &&
+        (fs = take_free_slot_locked(L)) != NULL) {
       uint64_t q = L->next_sched;
-      slot_t *s = slot_of(L, q);
+      slot_t *s = fs;
       L->planning = true;
       s->state = SLOT_PLANNING;
       s->seq = q;
@@ -500,7 +550,6 @@ static void *worker_main(void *arg) {
         pthread_cond_broadcast(&L->cv_work);
         continue;
       }
-      s->n = L->cfg.batch_size;
       s->claimed = s->done = 0;
       s->first_free = 0;
       memset(s->taken, 0, s->n);
@@ -511,6 +560,7 @@ static void *worker_main(void *arg) {
       s->stale = false;
       s->t_sched = lade__now();
       s->state = SLOT_FILLING;
+      L->sched[q % L->window] = s;
       L->next_sched = q + 1;
       pthread_cond_broadcast(&L->cv_work);
       continue;
@@ -562,6 +612,9 @@ int lade_loader_create(lade_loader_t **out, const lade_config_t *cfg) {
     return lade__fail(LADE_EINVAL, "setting 'rank' (%u) must be below 'world_size' (%u)", cfg->rank, cfg->world_size);
   if (cfg->scale_min > cfg->scale_max || cfg->ratio_min > cfg->ratio_max)
     return lade__fail(LADE_EINVAL, "scale_min/ratio_min must not exceed scale_max/ratio_max");
+  if (cfg->pool_max && cfg->pool_max < cfg->prefetch + 1)
+    return lade__fail(LADE_EINVAL, "setting 'pool_max' (%u) must be 0 (no cap) or at least prefetch+1 (%u)",
+                      cfg->pool_max, cfg->prefetch + 1);
   const lade__source_ops_t *ops = NULL;
   int rc = lade__source_select(cfg, &ops);
   if (rc) return rc;
@@ -578,21 +631,40 @@ int lade_loader_create(lade_loader_t **out, const lade_config_t *cfg) {
   pthread_mutex_init(&L->mu, NULL);
   pthread_cond_init(&L->cv_work, NULL);
   pthread_cond_init(&L->cv_ready, NULL);
-  L->nslots = cfg->prefetch + 1;
-  L->slots = calloc(L->nslots, sizeof *L->slots);
+  L->window = cfg->prefetch + 1;
+  L->slots_cap = L->window;
+  L->slots = calloc(L->slots_cap, sizeof *L->slots);
+  L->sched = calloc(L->window, sizeof *L->sched);
   L->nworkers = cfg->threads ? cfg->threads : online_cores();
   L->workers = calloc(L->nworkers, sizeof *L->workers);
-  if (!L->slots || !L->workers) {
+  if (!L->slots || !L->sched || !L->workers) {
     free_all(L);
     return lade__fail(LADE_ENOMEM, "lade_loader_create: out of memory");
   }
-  for (uint32_t i = 0; i < L->nslots; i++) L->slots[i].L = L;
+  for (uint32_t i = 0; i < L->window; i++) {
+    slot_t *s = calloc(1, sizeof *s);
+    if (!s) {
+      free_all(L);
+      return lade__fail(LADE_ENOMEM, "lade_loader_create: out of memory");
+    }
+    s->L = L;
+    L->slots[L->nslots++] = s;
+  }
   if (cfg->trace[0]) {
     rc = lade__trace_open(&L->trace, cfg->trace);
     if (rc) {
       free_all(L);
       return rc;
     }
+  }
+  /* list the source and plan now: a missing or empty dataset is an error of
+   * create(), not of the first next() */
+  lade__buf_t first = {0};
+  rc = open_pipeline(L, &first);
+  lade__buf_free(&first);
+  if (rc) {
+    free_all(L);
+    return rc;
   }
   for (uint32_t i = 0; i < L->nworkers; i++) {
     worker_t *w = &L->workers[i];
@@ -643,6 +715,7 @@ static void account_batch(lade_loader_t *L, slot_t *s) {
 
 static void fill_view(lade_loader_t *L, slot_t *s) {
   lade_batch_t *v = &s->view;
+  v->size = sizeof *v;
   v->data = s->data;
   v->nbytes = (size_t)s->n * L->shape.bytes;
   v->dtype = L->shape.dtype;
@@ -660,6 +733,7 @@ static void fill_view(lade_loader_t *L, slot_t *s) {
   v->epoch = s->seq / L->steps;
   v->step = s->seq % L->steps;
   v->substituted = s->substituted;
+  v->valid = s->valid;
   v->device = -1;
 }
 
@@ -680,10 +754,10 @@ int lade_loader_next(lade_loader_t *L, lade_batch_t **out) {
       rc = lade__fail(LADE_EINTR, "lade_loader_next: interrupted");
       break;
     }
-    if (L->open_state == 2) {
+    {
       if (L->next_deliver >= L->total) break; /* end: *out stays NULL */
       slot_t *s = slot_of(L, L->next_deliver);
-      if (s->seq == L->next_deliver && s->state == SLOT_READY) {
+      if (s && s->state == SLOT_READY) {
         if (s->err) {
           L->fatal = s->err;
           snprintf(L->fatal_msg, sizeof L->fatal_msg, "%s", s->errmsg);
@@ -694,8 +768,10 @@ int lade_loader_next(lade_loader_t *L, lade_batch_t **out) {
         account_batch(L, s);
         fill_view(L, s);
         s->state = SLOT_HELD;
+        L->sched[L->next_deliver % L->window] = NULL;
         L->held++;
         L->next_deliver++;
+        pthread_cond_broadcast(&L->cv_work); /* the window moved: one more batch may be planned */
         L->batches++;
         L->delivered_samples += s->n;
         if (L->batches == 1) L->t_first = lade__now() - L->t_create;
@@ -703,11 +779,11 @@ int lade_loader_next(lade_loader_t *L, lade_batch_t **out) {
         *out = &s->view;
         break;
       }
-      if (s->state == SLOT_HELD && L->held == L->nslots) {
+      if (!s && L->cfg.pool_max && L->held >= L->cfg.pool_max) {
         rc = lade__fail(LADE_ESTATE,
-                        "all %u batch buffers are held by the caller (prefetch=%u): release a batch before asking for "
-                        "the next one",
-                        L->nslots, L->cfg.prefetch);
+                        "the caller holds %u batches, as many as the setting pool_max (%u) allows: release a batch "
+                        "(or copy what you keep, e.g. tensor.clone()) before asking for the next one",
+                        L->held, L->cfg.pool_max);
         break;
       }
     }
@@ -737,33 +813,38 @@ void lade_batch_release(lade_batch_t *batch) {
   s->state = SLOT_FREE;
   L->held--;
   bool last = L->destroyed && L->held == 0;
+  slot_t *drop = NULL;
+  if (!L->destroyed && L->nslots > LADE_MAX(L->window, L->held + L->cfg.prefetch)) {
+    /* the pool grew while the caller held batches: give this buffer back */
+    for (uint32_t i = 0; i < L->nslots; i++)
+      if (L->slots[i] == s) {
+        L->slots[i] = L->slots[--L->nslots];
+        drop = s;
+        L->pool_bytes -= s->cap;
+        break;
+      }
+  }
   pthread_cond_broadcast(&L->cv_work);
   pthread_cond_broadcast(&L->cv_ready);
   pthread_mutex_unlock(&L->mu);
+  if (drop) slot_free(L, drop);
   if (last) free_all(L);
-}
-
-/* Waits (locked) until the source is listed; returns the loader's fatal
- * error, with its message restored on this thread, if opening failed. */
-static int wait_open_locked(lade_loader_t *L) {
-  while (L->open_state < 2 && !L->fatal) pthread_cond_wait(&L->cv_ready, &L->mu);
-  if (!L->fatal) return 0;
-  lade__set_error_text(L->fatal_msg);
-  return L->fatal;
 }
 
 int lade_loader_seek(lade_loader_t *L, uint64_t epoch, uint64_t step) {
   if (!L) return lade__fail(LADE_EINVAL, "lade_loader_seek: NULL loader");
   pthread_mutex_lock(&L->mu);
-  int rc = wait_open_locked(L);
-  if (!rc && (epoch > L->cfg.epochs || step >= L->steps || (epoch == L->cfg.epochs && step != 0))) {
+  int rc = 0;
+  /* (epochs, 0) is the end; with zero steps per epoch every (e, 0) is */
+  bool at_end = step == 0 && (epoch == L->cfg.epochs || (L->steps == 0 && epoch <= L->cfg.epochs));
+  if (!at_end && (epoch >= L->cfg.epochs || step >= L->steps)) {
     rc = lade__fail(LADE_ERANGE, "seek to (epoch %llu, step %llu) is past the end (%llu epochs of %llu steps)",
                     (unsigned long long)epoch, (unsigned long long)step, (unsigned long long)L->cfg.epochs,
                     (unsigned long long)L->steps);
   } else if (!rc) {
     uint64_t q = epoch * L->steps + step;
     for (uint32_t i = 0; i < L->nslots; i++) {
-      slot_t *s = &L->slots[i];
+      slot_t *s = L->slots[i];
       if (s->state == SLOT_READY) {
         s->state = SLOT_FREE;
       } else if (s->state == SLOT_FILLING) {
@@ -773,6 +854,7 @@ int lade_loader_seek(lade_loader_t *L, uint64_t epoch, uint64_t step) {
         else s->stale = true;
       }
     }
+    memset(L->sched, 0, L->window * sizeof *L->sched);
     L->next_sched = L->next_deliver = q;
     pthread_cond_broadcast(&L->cv_work);
   }
@@ -785,30 +867,18 @@ int lade_loader_tell(const lade_loader_t *cL, uint64_t *epoch, uint64_t *step) {
   lade_loader_t *L = (lade_loader_t *)cL;
   if (!L) return lade__fail(LADE_EINVAL, "lade_loader_tell: NULL loader");
   pthread_mutex_lock(&L->mu);
-  int rc = wait_open_locked(L);
-  if (!rc) {
-    if (epoch) *epoch = L->steps ? L->next_deliver / L->steps : 0;
-    if (step) *step = L->steps ? L->next_deliver % L->steps : 0;
-  }
+  if (epoch) *epoch = L->steps ? L->next_deliver / L->steps : L->cfg.epochs;
+  if (step) *step = L->steps ? L->next_deliver % L->steps : 0;
   pthread_mutex_unlock(&L->mu);
-  return rc;
+  return 0;
 }
 
 int lade_loader_info(lade_loader_t *L, uint64_t *samples, uint64_t *steps, uint64_t *epochs) {
   if (!L) return lade__fail(LADE_EINVAL, "lade_loader_info: NULL loader");
-  pthread_mutex_lock(&L->mu);
-  while (L->open_state < 2 && !L->fatal) pthread_cond_wait(&L->cv_ready, &L->mu);
-  int rc = 0;
-  if (L->open_state != 2) {
-    rc = L->fatal;
-    lade__set_error_text(L->fatal_msg);
-  } else {
-    if (samples) *samples = L->src.count;
-    if (steps) *steps = L->steps;
-    if (epochs) *epochs = L->cfg.epochs;
-  }
-  pthread_mutex_unlock(&L->mu);
-  return rc;
+  if (samples) *samples = L->src.count;
+  if (steps) *steps = L->steps;
+  if (epochs) *epochs = L->cfg.epochs;
+  return 0;
 }
 
 void lade_loader_interrupt(lade_loader_t *L) {
@@ -860,11 +930,11 @@ int lade_loader_stats(lade_loader_t *L, lade_stats_t *out) {
   out->stage_seconds[LADE_STAGE_COLLATE] = L->t_collate;
   out->stage_seconds[LADE_STAGE_WAIT] = L->t_wait;
   out->first_batch_seconds = L->t_first;
-  out->peak_pool_bytes = L->pool_bytes;
+  out->peak_pool_bytes = L->peak_pool_bytes;
   out->threads = L->started;
   uint64_t n = L->nlat < LAT_RING ? L->nlat : LAT_RING;
   memcpy(lat, L->lat, n * sizeof *lat);
-  lade__fetch_t *f = L->open_state == 2 ? L->fetch : NULL;
+  lade__fetch_t *f = L->fetch;
   pthread_mutex_unlock(&L->mu);
   if (f) {
     lade__fetch_stats_t fs;

@@ -152,12 +152,16 @@ static int build_map(lade__fetch_t *f, uint64_t e, uint32_t *map) {
   if (!perm) return lade__fail(LADE_ENOMEM, "cache: out of memory for the next-use map of %llu samples",
                                (unsigned long long)n);
   lade__shuffle_epoch(&f->pp, e, perm);
-  uint64_t B = f->p.batch, G = B * f->pp.world_size, r = f->cfg->rank;
-  for (uint64_t step = 0; step < f->p.steps; step++)
-    for (uint64_t i = 0; i < B; i++) {
-      uint64_t idx = perm[(step * G + r * B + i) % n];
+  uint64_t B = f->p.batch;
+  for (uint64_t step = 0; step < f->p.steps; step++) {
+    uint64_t start;
+    uint32_t count, valid;
+    lade__plan_slice(&f->pp, step, f->cfg->rank, &start, &count, &valid);
+    for (uint64_t i = 0; i < count; i++) {
+      uint64_t idx = perm[(start + i) % n];
       if (map[idx] == NONE32) map[idx] = (uint32_t)(step * B + i);
     }
+  }
   free(perm);
   return 0;
 }
@@ -530,8 +534,9 @@ static void *prefetch_main(void *arg) {
       /* the window's samples in plan order, minus those cached or repeated */
       size_t k = 0;
       for (uint64_t q = start / B; q * B < end; q++) {
-        if (lade__regular_local(plan, q / f->p.steps, q % f->p.steps, f->cfg->rank, batch) != 0) break;
-        for (uint64_t i = 0; i < B; i++) {
+        uint32_t cnt, valid;
+        if (lade__regular_local(plan, q / f->p.steps, q % f->p.steps, f->cfg->rank, batch, &cnt, &valid) != 0) break;
+        for (uint64_t i = 0; i < cnt; i++) {
           uint64_t pos = q * B + i;
           if (pos < start || pos >= end || lade__cache_contains(f->disk, batch[i])) continue;
           pthread_mutex_lock(&f->mu);

@@ -8,9 +8,15 @@
  * per epoch from the counter-based RNG keyed (seed, epoch), cut into global
  * batches of G = batch_size * world_size, learner r taking the contiguous
  * slice [r*B, (r+1)*B) of each. With drop_last the incomplete last global
- * batch is dropped; otherwise the epoch's order is extended cyclically from
- * its start so the last global batch is full (a few samples then appear twice
- * in that epoch, as with DistributedSampler's padding).
+ * batch is dropped. Otherwise the last step is short, as DataLoader's last
+ * batch: the epoch's order is extended cyclically from its start only to a
+ * multiple of world_size (DistributedSampler's padding; none with one
+ * learner), and the last global batch of R such positions gives each learner
+ * R / world_size of them. Padding positions come last, so a learner's batch
+ * is `valid` real samples followed by repeats.
+ *
+ * (The simulator's lade__regular_global still pads the last global batch to
+ * a full G; with its default drop_last the two agree.)
  */
 #ifndef LADE_PLAN_H
 #define LADE_PLAN_H
@@ -50,7 +56,20 @@ void lade__regular_destroy(lade__regular_t *r);
 const lade__plan_params_t *lade__regular_params(const lade__regular_t *r);
 /* The G = B*p indices of global batch (epoch, step). */
 int lade__regular_global(lade__regular_t *r, uint64_t epoch, uint64_t step, uint64_t *out);
-/* The B indices of learner `rank` in (epoch, step). */
-int lade__regular_local(lade__regular_t *r, uint64_t epoch, uint64_t step, uint32_t rank, uint64_t *out);
+/* Positions of an epoch's (padded) order that are trained on: floor(N/G)*G
+ * with drop_last, else N rounded up to a multiple of world_size. */
+uint64_t lade__plan_epoch_len(const lade__plan_params_t *p);
+
+/* Learner `rank`'s slice of step `step`: positions [*start, *start + *count)
+ * of the epoch's padded order; the first *valid of them are real samples
+ * (positions below N), the rest repeat the epoch's start. *count is B except
+ * in a short last step. */
+void lade__plan_slice(const lade__plan_params_t *p, uint64_t step, uint32_t rank, uint64_t *start, uint32_t *count,
+                      uint32_t *valid);
+
+/* The indices of learner `rank` in (epoch, step): *n (at most B, see
+ * lade__plan_slice) written to out, the first *valid of them real. */
+int lade__regular_local(lade__regular_t *r, uint64_t epoch, uint64_t step, uint32_t rank, uint64_t *out,
+                        uint32_t *n, uint32_t *valid);
 
 #endif

@@ -166,7 +166,8 @@ int lade_plan_create(lade_plan_t **out, const lade_plan_settings_t *in) {
   pl->rp.seed = s.seed;
   pl->rp.shuffle = true;
   pl->rp.drop_last = s.drop_last != 0;
-  rc = lade__regular_create(&pl->reg, &pl->rp);
+  rc = lade__plan_check(&pl->rp); /* the simulator needs at least one step */
+  if (!rc) rc = lade__regular_create(&pl->reg, &pl->rp);
   if (rc) {
     free(pl);
     return rc;

@@ -18,10 +18,16 @@ uint64_t lade__plan_steps(const lade__plan_params_t *p) {
   return p->drop_last ? p->samples / g : (p->samples + g - 1) / g;
 }
 
-int lade__plan_check(const lade__plan_params_t *p) {
+static int check_basic(const lade__plan_params_t *p) {
   if (p->world_size == 0) return lade__fail(LADE_EINVAL, "plan: world_size is 0 (zero learners)");
   if (p->batch_size == 0) return lade__fail(LADE_EINVAL, "plan: batch_size is 0");
   if (p->samples == 0) return lade__fail(LADE_EEMPTY, "plan: the dataset has no samples");
+  return 0;
+}
+
+int lade__plan_check(const lade__plan_params_t *p) {
+  int rc = check_basic(p);
+  if (rc) return rc;
   uint64_t g = (uint64_t)p->batch_size * p->world_size;
   if (p->drop_last && g > p->samples)
     return lade__fail(LADE_EINVAL,
@@ -45,8 +51,29 @@ void lade__shuffle_epoch(const lade__plan_params_t *p, uint64_t epoch, uint64_t 
   }
 }
 
+uint64_t lade__plan_epoch_len(const lade__plan_params_t *p) {
+  uint64_t g = (uint64_t)p->batch_size * p->world_size;
+  if (g == 0) return 0;
+  if (p->drop_last) return p->samples / g * g;
+  uint64_t w = p->world_size;
+  return (p->samples + w - 1) / w * w;
+}
+
+void lade__plan_slice(const lade__plan_params_t *p, uint64_t step, uint32_t rank, uint64_t *start, uint32_t *count,
+                      uint32_t *valid) {
+  uint64_t g = (uint64_t)p->batch_size * p->world_size, len = lade__plan_epoch_len(p);
+  uint64_t base = step * g, in_step = len > base ? LADE_MIN(g, len - base) : 0;
+  uint64_t local = in_step / p->world_size; /* len and g are multiples of world_size */
+  *start = base + (uint64_t)rank * local;
+  *count = (uint32_t)local;
+  uint64_t real = p->samples > *start ? p->samples - *start : 0;
+  *valid = (uint32_t)LADE_MIN(local, real);
+}
+
 int lade__regular_create(lade__regular_t **out, const lade__plan_params_t *p) {
-  int rc = lade__plan_check(p);
+  /* not lade__plan_check: a batch larger than the dataset with drop_last is
+   * a plan of zero steps for the engine, as for DataLoader */
+  int rc = check_basic(p);
   if (rc) return rc;
   lade__regular_t *r = calloc(1, sizeof *r);
   if (!r) return lade__fail(LADE_ENOMEM, "plan: out of memory");
@@ -95,12 +122,14 @@ int lade__regular_global(lade__regular_t *r, uint64_t epoch, uint64_t step, uint
   return 0;
 }
 
-int lade__regular_local(lade__regular_t *r, uint64_t epoch, uint64_t step, uint32_t rank, uint64_t *out) {
+int lade__regular_local(lade__regular_t *r, uint64_t epoch, uint64_t step, uint32_t rank, uint64_t *out,
+                        uint32_t *n, uint32_t *valid) {
   if (rank >= r->p.world_size)
     return lade__fail(LADE_EINVAL, "plan: rank %u is not below world_size %u", rank, r->p.world_size);
   int rc = check_pos(r, epoch, step);
   if (rc) return rc;
-  uint64_t g = (uint64_t)r->p.batch_size * r->p.world_size;
-  copy_range(r, step * g + (uint64_t)rank * r->p.batch_size, r->p.batch_size, out);
+  uint64_t start;
+  lade__plan_slice(&r->p, step, rank, &start, n, valid);
+  copy_range(r, start, *n, out);
   return 0;
 }

@@ -12,7 +12,7 @@ import lade
 L = lade.Loader(sys.argv[1], batch_size=32, threads=1, epochs=1000000, prefetch=1, output="numpy")
 n = 0
 try:
-    for data, labels in L:
+    for data, labels in L.stream():
         n += 1
         if n == 3:
             print("iterating", flush=True)

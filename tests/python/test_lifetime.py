@@ -75,5 +75,5 @@ def test_many_batches_do_not_stall(npy_dir):
     # each batch's buffer goes back to the pool when its arrays die: 10 epochs
     # through a pool of prefetch+1 buffers only works if releases happen
     with lade.Loader(npy_dir, batch_size=32, threads=2, epochs=10, prefetch=1, output="numpy") as L:
-        n = sum(1 for _ in L)
+        n = sum(1 for _ in L.stream())
     assert n == 100

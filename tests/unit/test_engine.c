@@ -130,7 +130,8 @@ static void test_same_batches_any_thread_count(void) {
     lade_config_destroy(c);
     CHECK_OK(r->rc);
     CHECK(r->content_ok);
-    CHECK_EQ_INT(r->batches, 2 * 32); /* ceil(1000/32) = 32 steps, padded */
+    CHECK_EQ_INT(r->batches, 2 * 32); /* ceil(1000/32) = 32 steps, the last of 8 */
+    CHECK_EQ_INT(r->samples, 2 * 1000);
     if (!ref) {
       ref = r;
     } else {
@@ -139,21 +140,17 @@ static void test_same_batches_any_thread_count(void) {
       free(r);
     }
   }
-  /* each epoch: every sample at least once, the 24 padded ones twice */
+  /* each epoch: every sample exactly once (no padding with one learner) */
   for (int e = 0; e < 2; e++) {
     int *seen = calloc(1000, sizeof *seen);
-    for (uint64_t i = 0; i < 1024; i++) seen[ref->idx[e * 1024 + i]]++;
-    int once = 0, twice = 0;
-    for (int i = 0; i < 1000; i++) {
-      once += seen[i] == 1;
-      twice += seen[i] == 2;
-    }
-    CHECK_EQ_INT(once, 976);
-    CHECK_EQ_INT(twice, 24);
+    for (uint64_t i = 0; i < 1000; i++) seen[ref->idx[e * 1000 + i]]++;
+    int once = 0;
+    for (int i = 0; i < 1000; i++) once += seen[i] == 1;
+    CHECK_EQ_INT(once, 1000);
     free(seen);
   }
   /* the two epochs are shuffled differently */
-  CHECK(memcmp(ref->idx, ref->idx + 1024, 1024 * sizeof(int64_t)) != 0);
+  CHECK(memcmp(ref->idx, ref->idx + 1000, 1000 * sizeof(int64_t)) != 0);
   free(ref);
 }
 
@@ -271,11 +268,8 @@ static void test_errors_name_the_file(void) {
   const char *empty = lade_test_tmpdir("empty");
   const char *raw[] = {"transform=raw", NULL};
   c = config(empty, raw);
-  CHECK_OK(lade_loader_create(&L, c));
-  lade_batch_t *b = NULL;
-  CHECK_EQ_INT(lade_loader_next(L, &b), LADE_EEMPTY);
+  CHECK_EQ_INT(lade_loader_create(&L, c), LADE_EEMPTY); /* at create, as ImageFolder */
   CHECK(strstr(lade_last_error(), empty) != NULL);
-  lade_loader_destroy(L);
   lade_config_destroy(c);
 
   /* one sample of another shape: fail names it */
@@ -322,10 +316,8 @@ static void test_errors_name_the_file(void) {
   const char *st_path = make_stacked("trunc", 100);
   lade_test_sh("truncate -s 4000 %s", st_path);
   c = config(st_path, NULL);
-  CHECK_OK(lade_loader_create(&L, c));
-  CHECK_EQ_INT(lade_loader_next(L, &b), LADE_EFORMAT);
+  CHECK_EQ_INT(lade_loader_create(&L, c), LADE_EFORMAT);
   CHECK(strstr(lade_last_error(), "truncated") && strstr(lade_last_error(), st_path));
-  lade_loader_destroy(L);
   lade_config_destroy(c);
 
   /* rank >= world_size */
@@ -344,9 +336,10 @@ static void test_batches_outlive_loader(void) {
   lade_batch_t *a = NULL, *b = NULL, *x = NULL;
   CHECK_OK(lade_loader_next(L, &a));
   CHECK_OK(lade_loader_next(L, &b));
-  /* both buffers held (prefetch=1 -> 2 batches): next() cannot proceed */
-  CHECK_EQ_INT(lade_loader_next(L, &x), LADE_ESTATE);
-  CHECK(strstr(lade_last_error(), "release") != NULL);
+  /* both buffers of prefetch=1 held: the pool grows instead of failing */
+  CHECK_OK(lade_loader_next(L, &x));
+  CHECK(x && x->step == 2 && x != a && x != b);
+  lade_batch_release(x);
   lade_loader_destroy(L);
   /* still readable after destroy */
   int ok = 1;
@@ -361,6 +354,216 @@ static void test_batches_outlive_loader(void) {
   lade_batch_release(NULL);
   lade_loader_destroy(NULL);
   lade_config_destroy(c);
+}
+
+
+/* Batch sizes, valid counts and index multisets of one loader, per step. */
+typedef struct shape_run {
+  uint64_t batches, samples;
+  uint32_t n[256], valid[256];
+  int64_t idx[8192];
+  uint64_t nidx;
+  int content_ok;
+} shape_run_t;
+
+static int shape_of_run(const char *src, const char *extra[], shape_run_t *r) {
+  memset(r, 0, sizeof *r);
+  r->content_ok = 1;
+  lade_config_t *c = config(src, extra);
+  lade_loader_t *L = NULL;
+  int rc = lade_loader_create(&L, c);
+  lade_config_destroy(c);
+  if (rc) return rc;
+  lade_batch_t *b = NULL;
+  while ((rc = lade_loader_next(L, &b)) == 0 && b) {
+    CHECK(b->size == sizeof(lade_batch_t));
+    CHECK(b->nbytes == (size_t)b->shape[0] * DIM * sizeof(float));
+    if (r->batches < 256) {
+      r->n[r->batches] = (uint32_t)b->shape[0];
+      r->valid[r->batches] = b->valid;
+    }
+    for (int64_t i = 0; i < b->shape[0]; i++) {
+      float want[DIM];
+      fill_sample(want, (uint64_t)b->indices[i]);
+      if (memcmp(want, (float *)b->data + i * DIM, sizeof want) != 0) r->content_ok = 0;
+      if (r->nidx < 8192) r->idx[r->nidx++] = b->indices[i];
+    }
+    r->batches++;
+    r->samples += (uint64_t)b->shape[0];
+    lade_batch_release(b);
+  }
+  lade_loader_destroy(L);
+  return rc;
+}
+
+/* DataLoader(range(103), batch_size=8): 12 batches of 8 and one of 7;
+ * drop_last drops the 7; a batch larger than the dataset is one short batch,
+ * or no batch at all with drop_last (not an error). */
+static void test_last_batch_like_dataloader(void) {
+  const char *src = make_stacked("lastbatch", 103);
+  shape_run_t *r = malloc(sizeof *r);
+  const char *plain[] = {"batch_size=8", "seed=3", "threads=3", NULL};
+  CHECK_OK(shape_of_run(src, plain, r));
+  CHECK_EQ_INT(r->batches, 13);
+  CHECK_EQ_INT(r->samples, 103);
+  CHECK(r->content_ok);
+  int sizes_ok = 1;
+  for (int i = 0; i < 12; i++) sizes_ok &= r->n[i] == 8 && r->valid[i] == 8;
+  CHECK(sizes_ok);
+  CHECK_EQ_INT(r->n[12], 7);
+  CHECK_EQ_INT(r->valid[12], 7);
+  int *seen = calloc(103, sizeof *seen);
+  for (uint64_t i = 0; i < r->nidx; i++) seen[r->idx[i]]++;
+  int once = 0;
+  for (int i = 0; i < 103; i++) once += seen[i] == 1;
+  CHECK_EQ_INT(once, 103);
+  free(seen);
+
+  const char *drop[] = {"batch_size=8", "seed=3", "drop_last=true", NULL};
+  CHECK_OK(shape_of_run(src, drop, r));
+  CHECK_EQ_INT(r->batches, 12);
+  CHECK_EQ_INT(r->samples, 96);
+
+  const char *big[] = {"batch_size=200", "epochs=2", NULL};
+  CHECK_OK(shape_of_run(src, big, r));
+  CHECK_EQ_INT(r->batches, 2);
+  CHECK_EQ_INT(r->n[0], 103);
+  CHECK_EQ_INT(r->n[1], 103);
+
+  const char *big_drop[] = {"batch_size=200", "epochs=2", "drop_last=true", NULL};
+  CHECK_OK(shape_of_run(src, big_drop, r));
+  CHECK_EQ_INT(r->batches, 0);
+  /* and such a loader is at its end everywhere */
+  lade_config_t *c = config(src, big_drop);
+  lade_loader_t *L = NULL;
+  CHECK_OK(lade_loader_create(&L, c));
+  uint64_t samples = 0, steps = 9, epochs = 0, e = 9, s = 9;
+  CHECK_OK(lade_loader_info(L, &samples, &steps, &epochs));
+  CHECK(samples == 103 && steps == 0 && epochs == 2);
+  CHECK_OK(lade_loader_seek(L, 0, 0));
+  CHECK_OK(lade_loader_tell(L, &e, &s));
+  CHECK(e == 2 && s == 0);
+  lade_loader_destroy(L);
+  lade_config_destroy(c);
+  free(r);
+}
+
+/* world_size 4, 103 samples, batch 8: DistributedSampler pads to 104 (each
+ * rank 26 samples: batches 8, 8, 8, 2); the one repeat is the last sample of
+ * rank 3 and is marked by valid; the valid samples of all ranks are the
+ * dataset exactly once. */
+static void test_distributed_padding_marked(void) {
+  const char *src = make_stacked("distpad", 103);
+  shape_run_t *r = malloc(sizeof *r);
+  int *seen = calloc(103, sizeof *seen);
+  uint64_t total_valid = 0;
+  for (int k = 0; k < 4; k++) {
+    char rank[32];
+    snprintf(rank, sizeof rank, "rank=%d", k);
+    const char *extra[] = {rank, "world_size=4", "batch_size=8", "seed=11", NULL};
+    CHECK_OK(shape_of_run(src, extra, r));
+    CHECK_EQ_INT(r->batches, 4);
+    CHECK_EQ_INT(r->samples, 26);
+    CHECK(r->n[0] == 8 && r->n[1] == 8 && r->n[2] == 8 && r->n[3] == 2);
+    CHECK(r->content_ok);
+    uint64_t pos = 0;
+    for (uint64_t b = 0; b < r->batches; b++) {
+      CHECK(r->valid[b] == (k == 3 && b == 3 ? 1u : r->n[b]));
+      for (uint32_t i = 0; i < r->n[b]; i++, pos++)
+        if (i < r->valid[b]) seen[r->idx[pos]]++, total_valid++;
+    }
+  }
+  CHECK_EQ_INT(total_valid, 103);
+  int once = 0;
+  for (int i = 0; i < 103; i++) once += seen[i] == 1;
+  CHECK_EQ_INT(once, 103);
+  free(seen);
+  free(r);
+}
+
+/* Keeping batches: every batch of an epoch held at once (torch.cat of the
+ * epoch), then one batch held across the rest of the run (at prefetch=2 the
+ * 4th next() used to wait forever for the held buffer). The pool grows to
+ * what is held + prefetch, and gives the buffers back as they are released. */
+static void test_holding_batches(void) {
+  const char *src = make_stacked("holding", 100);
+  const char *extra[] = {"batch_size=10", "prefetch=2", "epochs=3", "seed=2", "threads=2", NULL};
+  lade_config_t *c = config(src, extra);
+  lade_loader_t *L = NULL;
+  CHECK_OK(lade_loader_create(&L, c));
+  lade_batch_t *held[10] = {0};
+  for (int i = 0; i < 10; i++) {
+    CHECK_OK(lade_loader_next(L, &held[i]));
+    CHECK(held[i] && held[i]->step == (uint64_t)i);
+  }
+  int ok = 1;
+  int *seen = calloc(100, sizeof *seen);
+  for (int i = 0; i < 10; i++)
+    for (int j = 0; held[i] && j < 10; j++) {
+      float want[DIM];
+      int64_t idx = held[i]->indices[j];
+      fill_sample(want, (uint64_t)idx);
+      ok &= memcmp(want, (float *)held[i]->data + j * DIM, sizeof want) == 0;
+      seen[idx]++;
+    }
+  CHECK(ok);
+  for (int i = 0; i < 100; i++) ok &= seen[i] == 1;
+  CHECK(ok);
+  free(seen);
+  lade_stats_t st;
+  CHECK_OK(lade_loader_stats(L, &st));
+  size_t bb = 10 * DIM * sizeof(float);
+  CHECK(st.peak_pool_bytes >= 10 * bb && st.peak_pool_bytes <= 12 * bb);
+  for (int i = 1; i < 10; i++) lade_batch_release(held[i]);
+  /* keep batch 0; the other 20 batches still come, in order */
+  uint64_t n = 0;
+  lade_batch_t *b = NULL;
+  while (lade_loader_next(L, &b) == 0 && b) {
+    CHECK(b->epoch * 10 + b->step == 10 + n);
+    n++;
+    lade_batch_release(b);
+  }
+  CHECK_EQ_INT(n, 20);
+  float want[DIM];
+  fill_sample(want, (uint64_t)held[0]->indices[0]);
+  CHECK(memcmp(want, held[0]->data, sizeof want) == 0); /* untouched meanwhile */
+  lade_batch_release(held[0]);
+  lade_loader_destroy(L);
+  lade_config_destroy(c);
+
+  /* pool_max caps the pool: the caller holding pool_max batches gets a clear
+   * error instead of more memory; releasing one lets it go on */
+  const char *capped[] = {"batch_size=10", "prefetch=2", "pool_max=4", NULL};
+  c = config(src, capped);
+  CHECK_OK(lade_loader_create(&L, c));
+  lade_batch_t *h[5] = {0};
+  for (int i = 0; i < 4; i++) CHECK_OK(lade_loader_next(L, &h[i]));
+  CHECK_EQ_INT(lade_loader_next(L, &h[4]), LADE_ESTATE);
+  CHECK(strstr(lade_last_error(), "pool_max") != NULL);
+  lade_batch_release(h[0]);
+  CHECK_OK(lade_loader_next(L, &h[4]));
+  CHECK(h[4] && h[4]->step == 4);
+  for (int i = 1; i < 5; i++) lade_batch_release(h[i]);
+  lade_loader_destroy(L);
+  lade_config_destroy(c);
+  const char *too_small[] = {"prefetch=2", "pool_max=2", NULL};
+  c = config(src, too_small);
+  CHECK_EQ_INT(lade_loader_create(&L, c), LADE_EINVAL);
+  CHECK(strstr(lade_last_error(), "pool_max") != NULL);
+  lade_config_destroy(c);
+}
+
+/* A missing or empty dataset fails in create(), not at the first next(). */
+static void test_empty_dataset_fails_at_create(void) {
+  const char *dir = lade_test_tmpdir("emptyds");
+  lade_config_t *c = config(dir, (const char *[]){"transform=raw", NULL});
+  lade_loader_t *L = NULL;
+  int rc = lade_loader_create(&L, c);
+  CHECK(rc == LADE_EEMPTY || rc == LADE_ENOENT);
+  CHECK(L == NULL);
+  CHECK(strstr(lade_last_error(), dir) != NULL);
+  lade_config_destroy(c);
+  if (L) lade_loader_destroy(L);
 }
 
 static atomic_long allocs, frees;
@@ -462,6 +665,10 @@ int main(void) {
   RUN(test_labels_from_class_folders);
   RUN(test_errors_name_the_file);
   RUN(test_batches_outlive_loader);
+  RUN(test_last_batch_like_dataloader);
+  RUN(test_distributed_padding_marked);
+  RUN(test_holding_batches);
+  RUN(test_empty_dataset_fails_at_create);
   RUN(test_allocator_hook_and_bounded_pool);
   RUN(test_trace_and_stats);
   RUN(test_interrupt);
