@@ -7,7 +7,7 @@
  * plan order is a matter of waiting on one slot. A slot (a batch buffer)
  * cycles FREE -> PLANNING -> FILLING -> READY -> HELD (by the caller) -> FREE.
  * The pool starts at `window` slots and grows only while the caller holds
- * more than one batch (to held + prefetch, capped by pool_max), and shrinks
+ * more than two batches (see pool_target; capped by pool_max), and shrinks
  * again as they
  * are released: a caller that keeps batches (torch.cat of a whole epoch)
  * costs exactly the memory it keeps, and never deadlocks the loader. Worker
@@ -470,6 +470,17 @@ static void finish_slot_locked(lade_loader_t *L, slot_t *s) {
                       s->seq / L->steps, s->seq % L->steps, UINT64_MAX);
 }
 
+/* The buffers the pool may have now: prefetch + 1, or, while the caller
+ * holds more than two batches, what it holds plus prefetch - 1 (at least
+ * one) to prepare ahead. A `for` loop holds two at each next() (the batch
+ * of the last iteration until the loop variable is rebound, and the one
+ * just handed out), as it did when the pool was fixed at prefetch + 1.
+ * Locked. */
+static uint32_t pool_target(const lade_loader_t *L) {
+  uint32_t ahead = LADE_MAX(L->cfg.prefetch, 2u) - 1;
+  return LADE_MAX(L->window, L->held + ahead);
+}
+
 /* A FREE slot for the next batch to plan, or a new one when every buffer is
  * busy because the caller holds batches (never for slots a seek left
  * finishing: they come back by themselves). NULL when none can be had now.
@@ -482,9 +493,7 @@ static slot_t *take_free_slot_locked(lade_loader_t *L) {
       return s;
     }
   }
-  /* prefetch buffers beside those held (the old fixed pool of prefetch + 1
-   * while the caller holds one batch, as a `for` loop does) */
-  if (L->nslots >= LADE_MAX(L->window, L->held + L->cfg.prefetch)) return NULL;
+  if (L->nslots >= pool_target(L)) return NULL;
   if (L->cfg.pool_max && L->nslots >= L->cfg.pool_max) return NULL;
   if (L->nslots == L->slots_cap) {
     uint32_t cap = L->slots_cap * 2;
@@ -814,7 +823,7 @@ void lade_batch_release(lade_batch_t *batch) {
   L->held--;
   bool last = L->destroyed && L->held == 0;
   slot_t *drop = NULL;
-  if (!L->destroyed && L->nslots > LADE_MAX(L->window, L->held + L->cfg.prefetch)) {
+  if (!L->destroyed && L->nslots > pool_target(L)) {
     /* the pool grew while the caller held batches: give this buffer back */
     for (uint32_t i = 0; i < L->nslots; i++)
       if (L->slots[i] == s) {
