@@ -191,7 +191,9 @@ static int list_dir(lade__listing_t *l, int rootfd, const char *rel, const char 
  * the class's range with cmp_walk). */
 static int walk(lade__listing_t *l, int rootfd, const char *root, int which, uint64_t dir_off, int32_t label,
                 int depth) {
-  if (depth > 64) return lade__fail(LADE_EFORMAT, "folder tree under %s is deeper than 64 levels", root);
+  if (depth > 64)
+    return lade__fail(LADE_EFORMAT, "folder tree under %s is deeper than 64 levels (a symlink loop?) at %.200s...",
+                      root, l->arena + dir_off);
   /* copy the folder's path: the arena may move while this folder is listed */
   char rel[LADE_PATH_MAX];
   if (strlen(l->arena + dir_off) >= sizeof rel) return lade__fail(LADE_ERANGE, "path too long under %s", root);
