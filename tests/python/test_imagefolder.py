@@ -80,20 +80,23 @@ def test_root_path_spelling_and_trailing_slash(tmp_path):
 
 
 def test_symlinked_folders_and_files(tmp_path):
-    make_tree(tmp_path / "elsewhere", ["deep/s.jpg", "deep/t.png", "u.jpg"])
-    root = make_tree(tmp_path / "ds", ["a/f.jpg", "c/g.jpg"],
+    make_tree(tmp_path / "elsewhere", ["deep/s.jpg", "deep/t.png", "deep/in/s2.jpg", "u.jpg"])
+    root = make_tree(tmp_path / "ds", ["a/f.jpg", "a/sub-x/k.jpg", "c/g.jpg"],
                      links=[("b", "../elsewhere"),                     # a class folder that is a link
                             ("a/sub", "../../elsewhere/deep"),         # a linked sub-folder
                             ("c/h.jpg", "../../elsewhere/u.jpg")])     # a linked file
     ref = ImageFolder(root)
-    assert len(ref.samples) == 8
+    assert len(ref.samples) == 11
+    # whole-path order through the link: "a/sub", then "a/sub-x", then "a/sub/in"
+    assert [os.path.relpath(p, root) for p, _ in ref.samples[:5]] == [
+        "a/f.jpg", "a/sub/s.jpg", "a/sub/t.png", "a/sub-x/k.jpg", "a/sub/in/s2.jpg"]
     assert_same(root, ref)
 
 
 def test_hidden_entries_are_skipped(tmp_path):
     # ImageFolder makes '.ipynb_checkpoints' a class and keeps hidden files and
     # folders; lade skips every name starting with '.', as documented
-    root = make_tree(tmp_path / "ds", ["a/x.jpg", "a/.y.jpg", "a/.thumbs/t.jpg", "a/._x.jpg", "b/z.jpg",
+    root = make_tree(tmp_path / "ds", ["a/x.jpg", "a/notes.txt", "a/.y.jpg", "a/.thumbs/t.jpg", "a/._x.jpg", "b/z.jpg",
                                        ".ipynb_checkpoints/c.jpg", ".git/objects/o.png"])
 
     class NoHidden(ImageFolder):
