@@ -49,6 +49,17 @@ check "skip is deterministic across thread counts" test "$j1" = "$(echo "$js" | 
 out=$("$lade" bench "$tmp/j" --batch-size 8 2>&1); rc=$?
 check "empty file fails naming it" test $rc -ne 0 -a -n "$(echo "$out" | grep 'class_03/notes.jpg')"
 
+# lade ls: ImageFolder's files and order (folders by whole path: a, a-b, a.b, a/b), errors naming the class
+mkdir -p "$tmp/ls/k/a/b" "$tmp/ls/k/a-b" "$tmp/ls/k/a.b" "$tmp/ls/m"
+touch "$tmp/ls/k/a/b/x.jpg" "$tmp/ls/k/a-b/y.PNG" "$tmp/ls/k/a.b/z.jpeg" "$tmp/ls/k/a/w.webp" "$tmp/ls/k/notes.txt" "$tmp/ls/m/1.jpg"
+want=$(printf '0\t0\tk\t%s\n1\t0\tk\t%s\n2\t0\tk\t%s\n3\t0\tk\t%s\n4\t1\tm\t%s' "$tmp/ls/k/a/w.webp" \
+  "$tmp/ls/k/a-b/y.PNG" "$tmp/ls/k/a.b/z.jpeg" "$tmp/ls/k/a/b/x.jpg" "$tmp/ls/m/1.jpg")
+check "lade ls lists ImageFolder's files in its order" test "$("$lade" ls "$tmp/ls")" = "$want"
+check "lade ls --classes" test "$("$lade" ls "$tmp/ls" --classes | tr '\t\n' ' ;')" = "0 k;1 m;"
+mkdir "$tmp/ls/n"
+out=$("$lade" ls "$tmp/ls" 2>&1); rc=$?
+check "lade ls names an empty class folder" test $rc -ne 0 -a -n "$(echo "$out" | grep "class folder 'n' has no images")"
+
 rm -rf "$tmp"
 echo "$pass passed, $fail failed"
 test $fail -eq 0
