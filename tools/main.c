@@ -411,6 +411,80 @@ static int cmd_demo(int argc, char **argv) {
   return cmd_bench(8, args);
 }
 
+/* ------------------------------------------------------------------- ls */
+
+static int usage_ls(FILE *f) {
+  fprintf(f,
+          "usage: lade ls SOURCE [--transform T] [--classes] [--set key=value ...]\n\n"
+          "Lists the dataset as the loader sees it, one sample per line:\n"
+          "INDEX<TAB>LABEL<TAB>CLASS<TAB>PATH (CLASS is - without one). With --classes,\n"
+          "one class per line: LABEL<TAB>NAME. The transform (default auto) decides which\n"
+          "files of a folder are samples: images only, or every file with raw.\n");
+  return f == stderr ? 2 : 0;
+}
+
+static int cmd_ls(int argc, char **argv) {
+  static const struct option opts[] = {{"transform", required_argument, 0, 't'}, {"set", required_argument, 0, 'S'},
+                                       {"classes", no_argument, 0, 'c'},         {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+  lade_config_t *cfg = NULL;
+  lade_config_create(&cfg);
+  int c, bad = 0, classes_only = 0;
+  optind = 1;
+  while (!bad && (c = getopt_long(argc, argv, "t:S:ch", opts, NULL)) != -1) {
+    switch (c) {
+      case 't': bad = set_or_fail(cfg, "transform", optarg); break;
+      case 'S':
+        if (lade_config_parse(cfg, optarg)) {
+          fprintf(stderr, "lade: %s\n", lade_last_error());
+          bad = 1;
+        }
+        break;
+      case 'c': classes_only = 1; break;
+      case 'h':
+        lade_config_destroy(cfg);
+        return usage_ls(stdout);
+      default: bad = 1;
+    }
+  }
+  if (bad || argc - optind != 1) {
+    lade_config_destroy(cfg);
+    if (!bad) usage_ls(stderr);
+    return 2;
+  }
+  /* one worker, one small batch: the loader is made for its listing only */
+  if (set_or_fail(cfg, "source", argv[optind]) || set_or_fail(cfg, "threads", "1") ||
+      set_or_fail(cfg, "batch_size", "1") || set_or_fail(cfg, "prefetch", "1")) {
+    lade_config_destroy(cfg);
+    return 2;
+  }
+  lade_loader_t *L = NULL;
+  int rc = lade_loader_create(&L, cfg);
+  lade_config_destroy(cfg);
+  uint64_t n = 0;
+  uint32_t nc = 0;
+  if (!rc) rc = lade_loader_info(L, &n, NULL, NULL);
+  if (!rc) rc = lade_loader_classes(L, &nc);
+  const char **names = rc ? NULL : calloc(nc ? nc : 1, sizeof *names);
+  for (uint32_t i = 0; !rc && i < nc; i++)
+    if (lade_loader_class_name(L, i, &names[i])) names[i] = NULL; /* a source without names */
+  if (!rc && classes_only) {
+    for (uint32_t i = 0; i < nc; i++) printf("%u\t%s\n", i, names[i] ? names[i] : "-");
+  } else if (!rc) {
+    static char path[2 * 4096 + 64];
+    for (uint64_t i = 0; !rc && i < n; i++) {
+      int64_t label = -1;
+      rc = lade_loader_sample(L, i, path, sizeof path, &label);
+      const char *cls = label >= 0 && (uint64_t)label < nc && names[label] ? names[label] : "-";
+      if (!rc) printf("%llu\t%lld\t%s\t%s\n", (unsigned long long)i, (long long)label, cls, path);
+    }
+  }
+  if (rc) fprintf(stderr, "lade ls: %s\n", lade_last_error());
+  free(names);
+  lade_loader_destroy(L);
+  return rc ? 1 : 0;
+}
+
 static int cmd_settings(int argc, char **argv) {
   (void)argc;
   (void)argv;
@@ -432,6 +506,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
   if (!strcmp(cmd, "demo")) return cmd_demo(argc - 1, argv + 1);
   if (!strcmp(cmd, "settings")) return cmd_settings(argc - 1, argv + 1);
+  if (!strcmp(cmd, "ls")) return cmd_ls(argc - 1, argv + 1);
   if (!strcmp(cmd, "plan")) return lade_tool_plan(argc - 1, argv + 1);
   if (!strcmp(cmd, "simulate")) return lade_tool_simulate(argc - 1, argv + 1);
   if (!strcmp(cmd, "model")) return lade_tool_model(argc - 1, argv + 1);

@@ -247,6 +247,40 @@ LADE_API int lade_loader_tell(const lade_loader_t *loader, uint64_t *epoch, uint
 LADE_API int lade_loader_info(lade_loader_t *loader, uint64_t *samples, uint64_t *steps_per_epoch,
                               uint64_t *epochs);
 
+/*
+ * The dataset's classes and samples, so labels map back to names and files
+ * (torchvision ImageFolder's classes, class_to_idx and samples). Each call
+ * waits for the listing like lade_loader_info() and returns its error if
+ * listing failed. The listing never changes afterwards, so these calls are
+ * thread-safe: they may run on any thread, also during lade_loader_next().
+ *
+ * lade_loader_classes: *count = the number of classes; labels are
+ * 0..count-1. 0 for a dataset without classes (a flat folder, or .npy
+ * samples without class folders: every label is -1).
+ */
+LADE_API int lade_loader_classes(lade_loader_t *loader, uint32_t *count);
+
+/*
+ * *name = the name of class `index` (for a folder dataset, the class
+ * folder's name as bytes, UTF-8 when the file system's names are).
+ * Borrowed: valid until lade_loader_destroy(). LADE_ERANGE for an index >=
+ * the class count; LADE_EUNSUPPORTED when the source has labels but no
+ * names for them (an s3 or npy source today).
+ */
+LADE_API int lade_loader_class_name(lade_loader_t *loader, uint32_t index, const char **name);
+
+/*
+ * Sample `index` (the dataset index of lade_batch_t.indices): writes the
+ * path a user would open into path (NUL-terminated; the root joined with the
+ * file's relative path as Python's os.path.join does, the s3:// URI for an
+ * s3 source, "FILE.npy[index]" for a stacked .npy) and its label (-1 when it
+ * has none) into *label. path may be NULL (size 0) and label NULL when not
+ * wanted. LADE_ERANGE for an index >= the sample count, or when the path
+ * does not fit in size bytes (lade_last_error() says how many it needs;
+ * 2 * 4096 always suffice). The path is copied.
+ */
+LADE_API int lade_loader_sample(lade_loader_t *loader, uint64_t index, char *path, size_t size, int64_t *label);
+
 /* Asks a blocked lade_loader_next() on another thread to return LADE_EINTR.
  * Thread-safe. */
 LADE_API void lade_loader_interrupt(lade_loader_t *loader);

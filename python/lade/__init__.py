@@ -9,6 +9,7 @@
 Every batch's tensor views the batch buffer of lade's pool; the buffer goes
 back to the pool when the last view of it is freed. See docs/python.md.
 """
+import functools as _functools
 import os as _os
 
 from . import _lade
@@ -229,6 +230,29 @@ class Loader:
     @property
     def num_samples(self):
         return int(self._h.info()[0])
+
+    # ---- the dataset's classes and samples (torchvision ImageFolder's attributes)
+    @_functools.cached_property
+    def classes(self):
+        """Class names, sorted; label i is classes[i]. [] when the dataset has no
+        classes (a flat folder: every label is -1)."""
+        return self._h.classes()
+
+    @_functools.cached_property
+    def class_to_idx(self):
+        """{class name: label}."""
+        return {c: i for i, c in enumerate(self.classes)}
+
+    @_functools.cached_property
+    def samples(self):
+        """[(path, label), ...] by dataset index (the indices of Batch.indices):
+        for a folder, exactly torchvision ImageFolder(root).samples."""
+        return self._h.samples()
+
+    @_functools.cached_property
+    def targets(self):
+        """[label, ...] by dataset index."""
+        return [s[1] for s in self.samples]
 
     # ---- position and resume
     def tell(self):

@@ -879,6 +879,82 @@ static PyObject *loader_stats(LoaderObject *L, PyObject *unused) {
   return stats_dict(&s);
 }
 
+/* Waits for the listing with the GIL released; 0 or -1 with the error raised.
+ * After it the class and sample accessors do not block. */
+static int loader_listed(LoaderObject *L) {
+  if (!L->loader) {
+    raise_lade(LADE_ESTATE, "loader is closed");
+    return -1;
+  }
+  int rc;
+  char err[1024] = "";
+  Py_BEGIN_ALLOW_THREADS rc = lade_loader_info(L->loader, NULL, NULL, NULL);
+  if (rc) snprintf(err, sizeof err, "%s", lade_last_error());
+  Py_END_ALLOW_THREADS if (rc) {
+    raise_lade(rc, err);
+    return -1;
+  }
+  return 0;
+}
+
+/* classes() -> [name, ...] (names decoded as os.fsdecode does, like os.scandir's). */
+static PyObject *loader_classes(LoaderObject *L, PyObject *unused) {
+  if (loader_listed(L)) return NULL;
+  uint32_t n = 0;
+  int rc = lade_loader_classes(L->loader, &n);
+  if (rc) return raise_last(rc);
+  PyObject *list = PyList_New(n);
+  if (!list) return NULL;
+  for (uint32_t i = 0; i < n; i++) {
+    const char *name = NULL;
+    rc = lade_loader_class_name(L->loader, i, &name);
+    PyObject *o = rc ? raise_last(rc) : PyUnicode_DecodeFSDefault(name);
+    if (!o) {
+      Py_DECREF(list);
+      return NULL;
+    }
+    PyList_SET_ITEM(list, i, o);
+  }
+  return list;
+}
+
+static PyObject *sample_tuple(LoaderObject *L, uint64_t i, char *buf, size_t size) {
+  int64_t label = -1;
+  int rc = lade_loader_sample(L->loader, i, buf, size, &label);
+  if (rc) return raise_last(rc);
+  return Py_BuildValue("(NL)", PyUnicode_DecodeFSDefault(buf), (long long)label);
+}
+
+/* sample(index) -> (path, label) */
+static PyObject *loader_sample(LoaderObject *L, PyObject *args) {
+  unsigned long long i;
+  if (!PyArg_ParseTuple(args, "K", &i)) return NULL;
+  if (loader_listed(L)) return NULL;
+  char buf[2 * 4096 + 64];
+  return sample_tuple(L, i, buf, sizeof buf);
+}
+
+/* samples() -> [(path, label), ...] in dataset index order, as ImageFolder.samples */
+static PyObject *loader_samples(LoaderObject *L, PyObject *unused) {
+  if (loader_listed(L)) return NULL;
+  uint64_t n = 0;
+  int rc = lade_loader_info(L->loader, &n, NULL, NULL);
+  if (rc) return raise_last(rc);
+  if (n > (uint64_t)PY_SSIZE_T_MAX) return raise_lade(LADE_ERANGE, "too many samples for a Python list");
+  PyObject *list = PyList_New((Py_ssize_t)n);
+  if (!list) return NULL;
+  char buf[2 * 4096 + 64];
+  for (uint64_t i = 0; i < n; i++) {
+    PyObject *t = sample_tuple(L, i, buf, sizeof buf);
+    if (!t) {
+      Py_DECREF(list);
+      return NULL;
+    }
+    PyList_SET_ITEM(list, (Py_ssize_t)i, t);
+  }
+  return list;
+}
+
 static PyObject *loader_closed(LoaderObject *L, void *c) { return PyBool_FromLong(L->loader == NULL); }
 
 static PyMethodDef loader_methods[] = {
@@ -891,6 +967,10 @@ static PyMethodDef loader_methods[] = {
     {"epoch_stats", (PyCFunction)loader_epoch_stats, METH_VARARGS,
      "epoch_stats(epoch): that epoch's miss rate, consumer wait, requests and bytes by tier, as a dict"},
     {"interrupt", (PyCFunction)loader_interrupt, METH_NOARGS, "make a blocked next() return (thread-safe)"},
+    {"classes", (PyCFunction)loader_classes, METH_NOARGS, "[class name, ...]: label i is the i-th name"},
+    {"sample", (PyCFunction)loader_sample, METH_VARARGS, "sample(index) -> (path, label)"},
+    {"samples", (PyCFunction)loader_samples, METH_NOARGS,
+     "[(path, label), ...] for every dataset index, as torchvision ImageFolder.samples"},
     {"close", (PyCFunction)loader_close, METH_NOARGS, "stop the workers; live batches stay valid"},
     {NULL, NULL, 0, NULL}};
 

@@ -998,3 +998,50 @@ int lade_loader_epoch_stats(lade_loader_t *L, uint64_t epoch, lade_epoch_stats_t
   out->remote_bytes = end.bytes - a.at_start.bytes;
   return 0;
 }
+
+/* ------------------------------------------------- classes and samples */
+
+/* The listing is read-only once the source is open: after
+ * lade_loader_info() has waited for it (under mu, which orders the opener's
+ * writes before these reads), the source is read without the lock. */
+static int listed(lade_loader_t *L, const char *fn) {
+  if (!L) return lade__fail(LADE_EINVAL, "%s: NULL loader", fn);
+  return lade_loader_info(L, NULL, NULL, NULL);
+}
+
+int lade_loader_classes(lade_loader_t *L, uint32_t *count) {
+  int rc = listed(L, "lade_loader_classes");
+  if (rc) return rc;
+  if (count) *count = L->src.classes;
+  return 0;
+}
+
+int lade_loader_class_name(lade_loader_t *L, uint32_t index, const char **name) {
+  int rc = listed(L, "lade_loader_class_name");
+  if (rc) return rc;
+  if (index >= L->src.classes)
+    return lade__fail(LADE_ERANGE, "class %u of a dataset with %u classes", index, L->src.classes);
+  if (!L->src.class_names)
+    return lade__fail(LADE_EUNSUPPORTED, "the %s source of %s does not name its classes (labels 0..%u)",
+                      L->src_ops->name, L->cfg.source, L->src.classes - 1);
+  if (name) *name = L->src.class_names[index];
+  return 0;
+}
+
+int lade_loader_sample(lade_loader_t *L, uint64_t index, char *path, size_t size, int64_t *label) {
+  int rc = listed(L, "lade_loader_sample");
+  if (rc) return rc;
+  if (index >= L->src.count)
+    return lade__fail(LADE_ERANGE, "sample %llu of a dataset with %llu samples", (unsigned long long)index,
+                      (unsigned long long)L->src.count);
+  if (label) *label = L->src.labels ? L->src.labels[index] : -1;
+  if (!path) return 0;
+  char full[2 * LADE_PATH_MAX + 64];
+  L->src_ops->describe(&L->src, index, full, sizeof full);
+  size_t n = strlen(full);
+  if (n >= size)
+    return lade__fail(LADE_ERANGE, "the path of sample %llu needs %zu bytes, the buffer has %zu",
+                      (unsigned long long)index, n + 1, size);
+  memcpy(path, full, n + 1);
+  return 0;
+}

@@ -1,4 +1,6 @@
-/* dir.c - the `dir` source: an ImageFolder tree, one file per sample. */
+/* dir.c - the `dir` source: an ImageFolder tree, one file per sample. With a
+ * decoding transform only image files are listed (torchvision's
+ * IMG_EXTENSIONS); raw and npy transforms take every regular file. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -19,15 +21,14 @@ static int dir_open(lade__source_t *s, const struct lade_config *cfg) {
   if (!d) return lade__fail(LADE_ENOMEM, "dir source: out of memory");
   snprintf(d->root, sizeof d->root, "%s", cfg->source);
   d->rootfd = -1;
-  int rc = lade__listing_build(&d->list, d->root);
+  int t = cfg->transform;
+  int which = t == LADE_XF_AUTO || t == LADE_XF_IMAGENET_TRAIN || t == LADE_XF_IMAGENET_EVAL ? LADE_LIST_IMAGES
+                                                                                            : LADE_LIST_ALL;
+  /* an empty dataset or class folder fails here, naming the root */
+  int rc = lade__listing_scan(&d->list, d->root, which);
   if (rc) {
     free(d);
     return rc;
-  }
-  if (d->list.count == 0) {
-    lade__listing_free(&d->list);
-    free(d);
-    return lade__fail(LADE_EEMPTY, "dataset folder %s holds no files", cfg->source);
   }
   d->rootfd = open(d->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (d->rootfd < 0) {
@@ -40,6 +41,7 @@ static int dir_open(lade__source_t *s, const struct lade_config *cfg) {
   s->count = d->list.count;
   s->labels = d->list.label;
   s->classes = d->list.classes;
+  s->class_names = (const char *const *)d->list.class_names;
   return 0;
 }
 
@@ -59,7 +61,7 @@ static int dir_read(lade__source_t *s, uint64_t idx, lade__buf_t *out) {
 
 static void dir_describe(lade__source_t *s, uint64_t idx, char *buf, size_t size) {
   dir_impl_t *d = s->impl;
-  snprintf(buf, size, "%s/%s", d->root, lade__listing_path(&d->list, idx));
+  lade__path_join(buf, size, d->root, lade__listing_path(&d->list, idx));
 }
 
 const lade__source_ops_t lade__source_dir = {

@@ -1,11 +1,19 @@
 /* listing.c - walks an ImageFolder-style tree into one arena. A million
  * files cost two growing arrays and one growing string arena, never a
- * malloc per file; entries are sorted with qsort over offsets. */
+ * malloc per file; entries are sorted with qsort over offsets.
+ *
+ * The order is torchvision 0.14's ImageFolder order, exactly: a class's
+ * files are walked in any order and then sorted as sorted(os.walk(...))
+ * sorts them, by (folder path as one string, file name) - which is not a
+ * depth-first walk, because '-' and '.' sort before '/'. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -67,35 +75,82 @@ static int push_file(lade__listing_t *l, uint64_t off, int32_t label) {
   return 0;
 }
 
+const char *const lade__image_exts[] = {".jpg", ".jpeg", ".png", ".ppm", ".bmp",
+                                        ".pgm", ".tif", ".tiff", ".webp", NULL};
+
+/* torchvision's has_file_allowed_extension: name.lower().endswith(ext).
+ * No non-ASCII character lower-cases to one of the extensions' letters, so
+ * an ASCII case fold gives the same answer. */
+static bool has_image_ext(const char *name) {
+  size_t n = strlen(name);
+  for (const char *const *e = lade__image_exts; *e; e++) {
+    size_t k = strlen(*e);
+    if (n >= k && strcasecmp(name + n - k, *e) == 0) return true;
+  }
+  return false;
+}
+
+static void ext_list(char *buf, size_t size) {
+  size_t pos = 0;
+  buf[0] = '\0';
+  for (const char *const *e = lade__image_exts; *e && pos < size; e++)
+    pos += (size_t)snprintf(buf + pos, size - pos, "%s%s", pos ? " " : "", *e);
+}
+
+void lade__path_join(char *buf, size_t size, const char *root, const char *rel) {
+  size_t n = strlen(root);
+  snprintf(buf, size, "%s%s%s", root, n && root[n - 1] == '/' ? "" : "/", rel);
+}
+
 /* qsort over offsets into the arena (the arena pointer is passed through a
- * file-scope variable: the listing is built by one thread). */
+ * thread-local variable: one listing is built by one thread). */
 static _Thread_local const char *sort_arena;
 static int cmp_off(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
   return strcmp(sort_arena + x, sort_arena + y);
 }
 
-/* Reads the names in dir `rel` (relative to rootfd) into the arena, sorted,
- * returning [first, first+count) offsets in a temporary offsets vector. */
+/* sorted(os.walk(class)) then sorted(fnames): by the folder's whole path as
+ * one string ("c/a-b" < "c/a.b" < "c/a/b", unlike a depth-first walk), then
+ * by file name. Bytes compare unsigned, which is code-point order for UTF-8. */
+static int cmp_walk(const void *a, const void *b) {
+  const char *x = sort_arena + *(const uint64_t *)a, *y = sort_arena + *(const uint64_t *)b;
+  const char *sx = strrchr(x, '/'), *sy = strrchr(y, '/');
+  size_t dx = sx ? (size_t)(sx - x) : 0, dy = sy ? (size_t)(sy - y) : 0;
+  int c = memcmp(x, y, dx < dy ? dx : dy);
+  if (c) return c;
+  if (dx != dy) return dx < dy ? -1 : 1;
+  return strcmp(sx ? sx + 1 : x, sy ? sy + 1 : y);
+}
+
+/* Offsets of names in the arena (a folder's sub-folders or files). */
 typedef struct names {
   uint64_t *off;
   size_t n, cap;
 } names_t;
 
-static int list_dir(lade__listing_t *l, int rootfd, const char *rel, const char *root, names_t *dirs,
+static const char *why(int e) {
+  return e == ELOOP ? "too many levels of symbolic links (a symlink loop?)" : strerror(e);
+}
+
+/* Reads the non-hidden names in folder `rel` (relative to rootfd; NULL: the
+ * root) into the arena: sub-folders (symlinks followed) into dirs, sorted,
+ * and the regular files `which` keeps into files, sorted. */
+static int list_dir(lade__listing_t *l, int rootfd, const char *rel, const char *root, int which, names_t *dirs,
                     names_t *files) {
   int fd = rel ? openat(rootfd, rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : dup(rootfd);
-  if (fd < 0) return lade__fail(LADE_EIO, "cannot open folder %s/%s: %s", root, rel ? rel : "", strerror(errno));
+  if (fd < 0) return lade__fail(LADE_EIO, "cannot open folder %s/%s: %s", root, rel ? rel : "", why(errno));
   DIR *d = fdopendir(fd);
   if (!d) {
+    int e = errno;
     close(fd);
-    return lade__fail(LADE_EIO, "cannot read folder %s/%s: %s", root, rel ? rel : "", strerror(errno));
+    return lade__fail(LADE_EIO, "cannot read folder %s/%s: %s", root, rel ? rel : "", why(e));
   }
   int rc = 0;
   struct dirent *e;
   dirs->n = files->n = 0;
   while ((e = readdir(d)) != NULL) {
-    if (e->d_name[0] == '.') continue; /* ., .., hidden files */
+    if (e->d_name[0] == '.') continue; /* ., .., hidden files and folders */
     int is_dir = 0, is_file = 0;
     if (e->d_type == DT_DIR) {
       is_dir = 1;
@@ -108,6 +163,7 @@ static int list_dir(lade__listing_t *l, int rootfd, const char *rel, const char 
       is_file = S_ISREG(st.st_mode);
     }
     if (!is_dir && !is_file) continue;
+    if (is_file && which == LADE_LIST_IMAGES && !has_image_ext(e->d_name)) continue;
     names_t *v = is_dir ? dirs : files;
     if (v->n == v->cap) {
       size_t cap = v->cap ? v->cap * 2 : 256;
@@ -131,54 +187,113 @@ static int list_dir(lade__listing_t *l, int rootfd, const char *rel, const char 
   return 0;
 }
 
-/* Depth-first walk of a class folder: files sorted, then sub-folders sorted
- * (torchvision sorts os.walk output the same way within a class). */
-static int walk(lade__listing_t *l, int rootfd, const char *root, uint64_t dir_off, int32_t label, int depth) {
-  if (depth > 64) return lade__fail(LADE_EFORMAT, "folder tree under %s is deeper than 64 levels", root);
+/* Appends every kept file below folder dir_off (any order; the caller sorts
+ * the class's range with cmp_walk). */
+static int walk(lade__listing_t *l, int rootfd, const char *root, int which, uint64_t dir_off, int32_t label,
+                int depth) {
+  if (depth > 64)
+    return lade__fail(LADE_EFORMAT, "folder tree under %s is deeper than 64 levels (a symlink loop?) at %.200s...",
+                      root, l->arena + dir_off);
   /* copy the folder's path: the arena may move while this folder is listed */
   char rel[LADE_PATH_MAX];
   if (strlen(l->arena + dir_off) >= sizeof rel) return lade__fail(LADE_ERANGE, "path too long under %s", root);
   strcpy(rel, l->arena + dir_off);
   names_t dirs = {0}, files = {0};
-  int rc = list_dir(l, rootfd, rel, root, &dirs, &files);
+  int rc = list_dir(l, rootfd, rel, root, which, &dirs, &files);
   for (size_t i = 0; !rc && i < files.n; i++) rc = push_file(l, files.off[i], label);
-  for (size_t i = 0; !rc && i < dirs.n; i++) rc = walk(l, rootfd, root, dirs.off[i], label, depth + 1);
+  for (size_t i = 0; !rc && i < dirs.n; i++) rc = walk(l, rootfd, root, which, dirs.off[i], label, depth + 1);
   free(dirs.off);
   free(files.off);
   return rc;
 }
 
-int lade__listing_build(lade__listing_t *l, const char *root) {
+/* LADE_EEMPTY naming (up to 8 of) the class folders with no kept file. */
+static int fail_empty_classes(const lade__listing_t *l, const char *root, int which, const uint8_t *empty,
+                              uint32_t nempty) {
+  char names[640] = "";
+  size_t pos = 0;
+  uint32_t shown = 0;
+  for (uint32_t i = 0; i < l->classes && shown < 8; i++) {
+    if (!empty[i] || pos >= sizeof names) continue;
+    pos += (size_t)snprintf(names + pos, sizeof names - pos, "%s'%s'", shown ? ", " : "", l->class_names[i]);
+    shown++;
+  }
+  char more[48] = "", exts[96];
+  if (nempty > shown) snprintf(more, sizeof more, " and %u more", nempty - shown);
+  ext_list(exts, sizeof exts);
+  if (which == LADE_LIST_IMAGES)
+    return lade__fail(LADE_EEMPTY, "dataset folder %s: class folder%s %s%s %s no images (extensions, any case: %s)",
+                      root, nempty > 1 ? "s" : "", names, more, nempty > 1 ? "have" : "has", exts);
+  return lade__fail(LADE_EEMPTY, "dataset folder %s: class folder%s %s%s %s no files", root, nempty > 1 ? "s" : "",
+                    names, more, nempty > 1 ? "have" : "has");
+}
+
+static int copy_class_names(lade__listing_t *l, const names_t *dirs) {
+  size_t total = 0;
+  for (size_t i = 0; i < dirs->n; i++) total += strlen(l->arena + dirs->off[i]) + 1;
+  l->class_arena = malloc(total);
+  l->class_names = malloc(dirs->n * sizeof *l->class_names);
+  if (!l->class_arena || !l->class_names) return lade__fail(LADE_ENOMEM, "listing: out of memory");
+  size_t pos = 0;
+  for (size_t i = 0; i < dirs->n; i++) {
+    size_t n = strlen(l->arena + dirs->off[i]) + 1;
+    memcpy(l->class_arena + pos, l->arena + dirs->off[i], n);
+    l->class_names[i] = l->class_arena + pos;
+    pos += n;
+  }
+  l->classes = (uint32_t)dirs->n;
+  return 0;
+}
+
+int lade__listing_scan(lade__listing_t *l, const char *root, int which) {
   memset(l, 0, sizeof *l);
   int rootfd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (rootfd < 0) return lade__fail(errno == ENOENT ? LADE_ENOENT : LADE_EIO, "cannot open dataset folder %s: %s", root, strerror(errno));
+  if (rootfd < 0)
+    return lade__fail(errno == ENOENT ? LADE_ENOENT : LADE_EIO, "cannot open dataset folder %s: %s", root,
+                      strerror(errno));
   names_t dirs = {0}, files = {0};
-  int rc = list_dir(l, rootfd, NULL, root, &dirs, &files);
-  if (!rc) {
+  uint8_t *empty = NULL;
+  uint32_t nempty = 0;
+  int rc = list_dir(l, rootfd, NULL, root, which, &dirs, &files);
+  if (!rc && dirs.n == 0) {
+    /* a flat folder: an unlabelled dataset */
     for (size_t i = 0; !rc && i < files.n; i++) rc = push_file(l, files.off[i], -1);
-    l->classes = (uint32_t)dirs.n;
-    if (dirs.n) {
-      size_t total = 0;
-      for (size_t i = 0; i < dirs.n; i++) total += strlen(l->arena + dirs.off[i]) + 1;
-      l->class_arena = malloc(total);
-      l->class_names = malloc(dirs.n * sizeof *l->class_names);
-      if (!l->class_arena || !l->class_names) rc = lade__fail(LADE_ENOMEM, "listing: out of memory");
-      size_t pos = 0;
-      for (size_t i = 0; !rc && i < dirs.n; i++) {
-        size_t n = strlen(l->arena + dirs.off[i]) + 1;
-        memcpy(l->class_arena + pos, l->arena + dirs.off[i], n);
-        l->class_names[i] = l->class_arena + pos;
-        pos += n;
+  } else if (!rc) {
+    /* class folders: files at the root are not samples (as in ImageFolder) */
+    if (dirs.n > INT32_MAX) rc = lade__fail(LADE_ERANGE, "dataset folder %s has too many class folders", root);
+    if (!rc) rc = copy_class_names(l, &dirs);
+    if (!rc && !(empty = calloc(dirs.n, 1))) rc = lade__fail(LADE_ENOMEM, "listing: out of memory");
+    for (size_t i = 0; !rc && i < dirs.n; i++) {
+      uint64_t first = l->count;
+      rc = walk(l, rootfd, root, which, dirs.off[i], (int32_t)i, 1);
+      if (rc) break;
+      sort_arena = l->arena;
+      if (l->count - first > 1) qsort(l->offset + first, l->count - first, sizeof *l->offset, cmp_walk);
+      if (l->count == first) {
+        empty[i] = 1;
+        nempty++;
       }
     }
-    for (size_t i = 0; !rc && i < dirs.n; i++) rc = walk(l, rootfd, root, dirs.off[i], (int32_t)i, 1);
+    if (!rc && nempty) rc = fail_empty_classes(l, root, which, empty, nempty);
   }
+  if (!rc && l->count == 0) {
+    char exts[96];
+    ext_list(exts, sizeof exts);
+    if (which == LADE_LIST_IMAGES)
+      rc = lade__fail(LADE_EEMPTY, "no images found under %s (extensions, any case: %s; hidden files are skipped)",
+                      root, exts);
+    else
+      rc = lade__fail(LADE_EEMPTY, "no files found under %s (hidden files are skipped)", root);
+  }
+  free(empty);
   free(dirs.off);
   free(files.off);
   close(rootfd);
   if (rc) lade__listing_free(l);
   return rc;
 }
+
+int lade__listing_build(lade__listing_t *l, const char *root) { return lade__listing_scan(l, root, LADE_LIST_ALL); }
 
 void lade__listing_free(lade__listing_t *l) {
   free(l->arena);

@@ -31,25 +31,50 @@ int lade__buf_reserve(lade__buf_t *b, size_t cap);
 void lade__buf_free(lade__buf_t *b);
 
 /* A listing of files under a root, kept in one arena (no allocation per
- * file): sorted class folders give integer labels, files sorted within. */
+ * file): sorted class folders give integer labels, files sorted within, in
+ * exactly torchvision's ImageFolder order (docs/sources.md). */
 typedef struct lade__listing {
   char *arena;        /* NUL-terminated relative paths, back to back */
   size_t arena_len, arena_cap;
   uint64_t *offset;   /* offset of each file's path in the arena */
-  int32_t *label;     /* class label of each file (-1: file at the root) */
+  int32_t *label;     /* class label of each file (-1: flat folder, no classes) */
   uint64_t count, cap;
   uint32_t classes;
   char **class_names; /* borrowed pointers into class_arena */
   char *class_arena;
 } lade__listing_t;
 
-/* Lists every regular, non-hidden file below `root` (recursively, sorted,
- * symlinks followed). Files directly under root get label -1. */
+/* Which files a listing keeps. */
+enum {
+  LADE_LIST_ALL = 0,   /* every regular file (raw data, .npy folders) */
+  LADE_LIST_IMAGES = 1 /* names ending in an image extension (lade__image_exts), any case */
+};
+
+/* The extensions torchvision 0.14's ImageFolder takes (IMG_EXTENSIONS),
+ * lower case with the dot, NULL-terminated. */
+extern const char *const lade__image_exts[];
+
+/* Lists `root` the way torchvision's ImageFolder does: the non-hidden
+ * sub-folders of root (symlinks followed) are the classes, sorted byte-wise
+ * (= Python's code-point order for UTF-8), labels 0..C-1; the files of a
+ * class are those of sorted(os.walk(class, followlinks=True)) - folders
+ * ordered by their whole path string, then file names sorted within each.
+ * Files directly under root are ignored when there are class folders; a
+ * root without class folders is a flat, unlabelled dataset (label -1).
+ * Names starting with '.' are skipped at every level (ImageFolder keeps
+ * them); only regular files are kept. Fails with LADE_EEMPTY naming the root
+ * and the reason when there are no files, or naming the class folders
+ * without one. */
+int lade__listing_scan(lade__listing_t *l, const char *root, int which);
+/* lade__listing_scan(l, root, LADE_LIST_ALL). */
 int lade__listing_build(lade__listing_t *l, const char *root);
 void lade__listing_free(lade__listing_t *l);
 static inline const char *lade__listing_path(const lade__listing_t *l, uint64_t i) {
   return l->arena + l->offset[i];
 }
+/* Writes root joined with rel as Python's os.path.join does (no '/' added
+ * after a root ending in '/'), truncated to size. */
+void lade__path_join(char *buf, size_t size, const char *root, const char *rel);
 
 typedef struct lade__source lade__source_t;
 struct lade__source_stats;
@@ -107,6 +132,9 @@ struct lade__source {
   uint64_t count;
   const int32_t *labels; /* count labels, or NULL (all -1) */
   uint32_t classes;
+  /* classes names (label i is class_names[i]), or NULL when the source does
+   * not know them; owned by the source, valid until close(). */
+  const char *const *class_names;
   /* Typed datasets (npy): the sample's dtype and shape, or dtype 0. */
   int dtype;
   int ndim;

@@ -34,18 +34,31 @@ check "lade settings lists keys" test "$("$lade" settings | grep -c default)" -g
 out=$("$lade" bench "$tmp/a" --batch-size 16 2>&1 </dev/null)
 check "bench text output has the stage breakdown" test -n "$(echo "$out" | grep stages | grep transform)"
 
-# a non-image file in an ImageFolder tree: named in the error, or substituted with on_error=skip
+# a broken image in an ImageFolder tree: named in the error, or substituted with on_error=skip
+# (a stray notes.txt is not listed at all: only image extensions are)
 "$lade" gen jpeg "$tmp/j" --count 40 >/dev/null
 echo "not a picture" > "$tmp/j/class_03/notes.txt"
+echo "not a picture" > "$tmp/j/class_03/notes.jpg"
 out=$("$lade" bench "$tmp/j" --batch-size 8 --threads 2 2>&1); rc=$?
-check "non-image file fails naming it" test $rc -ne 0 -a -n "$(echo "$out" | grep 'class_03/notes.txt' | grep -i jpeg)"
+check "non-image file fails naming it" test $rc -ne 0 -a -n "$(echo "$out" | grep 'class_03/notes.jpg' | grep -i jpeg)"
 js=$("$lade" bench "$tmp/j" --batch-size 8 --threads 2 --set on_error=skip --json)
 check "on_error=skip substitutes it and counts it" test "$(echo "$js" | /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["substituted"], d["samples"])')" = "1 41"
 j1=$("$lade" bench "$tmp/j" --batch-size 8 --threads 1 --set on_error=skip --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["checksum"])')
 check "skip is deterministic across thread counts" test "$j1" = "$(echo "$js" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["checksum"])')"
-: > "$tmp/j/class_03/notes.txt"
+: > "$tmp/j/class_03/notes.jpg"
 out=$("$lade" bench "$tmp/j" --batch-size 8 2>&1); rc=$?
-check "empty file fails naming it" test $rc -ne 0 -a -n "$(echo "$out" | grep 'class_03/notes.txt')"
+check "empty file fails naming it" test $rc -ne 0 -a -n "$(echo "$out" | grep 'class_03/notes.jpg')"
+
+# lade ls: ImageFolder's files and order (folders by whole path: a, a-b, a.b, a/b), errors naming the class
+mkdir -p "$tmp/ls/k/a/b" "$tmp/ls/k/a-b" "$tmp/ls/k/a.b" "$tmp/ls/m"
+touch "$tmp/ls/k/a/b/x.jpg" "$tmp/ls/k/a-b/y.PNG" "$tmp/ls/k/a.b/z.jpeg" "$tmp/ls/k/a/w.webp" "$tmp/ls/k/notes.txt" "$tmp/ls/m/1.jpg"
+want=$(printf '0\t0\tk\t%s\n1\t0\tk\t%s\n2\t0\tk\t%s\n3\t0\tk\t%s\n4\t1\tm\t%s' "$tmp/ls/k/a/w.webp" \
+  "$tmp/ls/k/a-b/y.PNG" "$tmp/ls/k/a.b/z.jpeg" "$tmp/ls/k/a/b/x.jpg" "$tmp/ls/m/1.jpg")
+check "lade ls lists ImageFolder's files in its order" test "$("$lade" ls "$tmp/ls")" = "$want"
+check "lade ls --classes" test "$("$lade" ls "$tmp/ls" --classes | tr '\t\n' ' ;')" = "0 k;1 m;"
+mkdir "$tmp/ls/n"
+out=$("$lade" ls "$tmp/ls" 2>&1); rc=$?
+check "lade ls names an empty class folder" test $rc -ne 0 -a -n "$(echo "$out" | grep "class folder 'n' has no images")"
 
 rm -rf "$tmp"
 echo "$pass passed, $fail failed"
