@@ -82,7 +82,7 @@ struct lade__source_stats;
 typedef struct lade__source_ops {
   const char *name;
   /* Lists the dataset (fills count, labels); may take a while: called on a
-   * worker thread, never inside lade_loader_create(). */
+   * the thread calling lade_loader_create(), before any worker starts. */
   int (*open)(lade__source_t *s, const struct lade_config *cfg);
   void (*close)(lade__source_t *s);
   /* Reads all bytes of sample idx into out (grown as needed). Thread-safe. */
