@@ -31,8 +31,34 @@ const char *lade_error_name(int code) {
 
 const char *lade_last_error(void) { return tls_error; }
 
+/* Rewrites every control byte (below 0x20, and 0x7f) of the error text as
+ * \xNN, in place: a file name with a newline must not print a fake line of
+ * its own (every message goes through here, so none can forget it). The
+ * result has no control bytes, so escaping twice changes nothing. */
+static void escape_controls(void) {
+  const char *s = tls_error;
+  size_t n = 0;
+  for (const char *c = s; *c; c++) n += ((unsigned char)*c < 0x20 || *c == 0x7f) ? 4 : 1;
+  if (n == strlen(s)) return;
+  char out[LADE_ERRBUF];
+  size_t o = 0;
+  for (const char *c = s; *c && o + 1 < sizeof out; c++) {
+    unsigned char u = (unsigned char)*c;
+    if (u < 0x20 || u == 0x7f) {
+      if (o + 5 > sizeof out) break;
+      snprintf(out + o, 5, "\\x%02x", u);
+      o += 4;
+    } else {
+      out[o++] = (char)u;
+    }
+  }
+  out[o] = '\0';
+  memcpy(tls_error, out, o + 1);
+}
+
 int lade__vfail(int code, const char *fmt, va_list ap) {
   vsnprintf(tls_error, sizeof tls_error, fmt, ap);
+  escape_controls();
   return code;
 }
 
@@ -56,6 +82,7 @@ int lade__fail_prefix(int code, const char *fmt, ...) {
   if (n >= sizeof tls_error) n = sizeof tls_error - 1;
   memcpy(tls_error, pre, n);
   snprintf(tls_error + n, sizeof tls_error - n, "%.*s", (int)(sizeof tls_error - 1), old);
+  escape_controls();
   return code;
 }
 
@@ -66,4 +93,7 @@ void lade__copy_error(char *buf, size_t size) {
   snprintf(buf, size, "%s", tls_error);
 }
 
-void lade__set_error_text(const char *text) { snprintf(tls_error, sizeof tls_error, "%s", text); }
+void lade__set_error_text(const char *text) {
+  snprintf(tls_error, sizeof tls_error, "%s", text);
+  escape_controls();
+}

@@ -49,6 +49,15 @@ check "skip is deterministic across thread counts" test "$j1" = "$(echo "$js" | 
 out=$("$lade" bench "$tmp/j" --batch-size 8 2>&1); rc=$?
 check "empty file fails naming it" test $rc -ne 0 -a -n "$(echo "$out" | grep 'class_03/notes.jpg')"
 
+# a file name with a newline cannot forge a line of output: control bytes are escaped in messages
+rm -f "$tmp/j/class_03/notes.jpg"
+bad_name=$'evil\nlade bench: all good.jpg'
+echo "not a picture" > "$tmp/j/class_04/$bad_name"
+out=$("$lade" bench "$tmp/j" --batch-size 8 --threads 1 2>&1); rc=$?
+check "control bytes in a file name are escaped in the error" test $rc -ne 0 -a \
+  "$(echo "$out" | grep -c '^lade bench: all good')" = 0 -a -n "$(echo "$out" | grep -F 'evil\x0alade bench: all good.jpg')"
+rm -f "$tmp/j/class_04/$bad_name"
+
 # lade ls: ImageFolder's files and order (folders by whole path: a, a-b, a.b, a/b), errors naming the class
 mkdir -p "$tmp/ls/k/a/b" "$tmp/ls/k/a-b" "$tmp/ls/k/a.b" "$tmp/ls/m"
 touch "$tmp/ls/k/a/b/x.jpg" "$tmp/ls/k/a-b/y.PNG" "$tmp/ls/k/a.b/z.jpeg" "$tmp/ls/k/a/w.webp" "$tmp/ls/k/notes.txt" "$tmp/ls/m/1.jpg"
