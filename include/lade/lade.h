@@ -133,6 +133,12 @@ LADE_API int lade_config_get(const lade_config_t *cfg, const char *key, char *bu
  * for listing; returns NULL key past the end. Thread-safe. */
 LADE_API const char *lade_config_key(size_t i, const char **default_value, const char **help);
 
+/* 1 when `key` is a secret (S3 credentials): its value is never printed by
+ * lade (lade_config_get shows "(set, hidden)", errors never echo it), and is
+ * zeroed when the config or the loader holding a copy is destroyed. Wrappers
+ * that show settings should mask it too. Thread-safe. */
+LADE_API int lade_config_key_is_secret(const char *key);
+
 /* Installs an allocator hook for batch buffers (see lade_allocator_t). NULL
  * restores the default (aligned malloc). */
 LADE_API int lade_config_set_allocator(lade_config_t *cfg, const lade_allocator_t *allocator);

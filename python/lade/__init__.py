@@ -139,7 +139,8 @@ class Loader:
                  ("world_size", _setting_text("world_size", world_size))]
         for k, v in settings.items():
             pairs.append((k, _setting_text(k, v)))
-        self.settings = dict(pairs)
+        # what the loader was made with, secrets masked (S3 credentials never show in logs or repr)
+        self.settings = {k: ("***" if v and _lade.is_secret(k) else v) for k, v in pairs}
         self._convert = self._converter(output)
         self._h = _lade.Loader(pairs)
 

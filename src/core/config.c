@@ -10,7 +10,12 @@
 
 #include "core.h"
 
-typedef enum { T_STR, T_U32, T_U64, T_BOOL, T_F64, T_ENUM } kind_t;
+/* T_SECRET is a string whose value is never printed: lade_config_get()
+ * shows "(set, hidden)", errors never echo it, the Python module masks it
+ * (lade_config_key_is_secret), and it is wiped when the config or a loader's
+ * copy is destroyed. Marked by its kind in the table, not by a word in the
+ * help text. */
+typedef enum { T_STR, T_U32, T_U64, T_BOOL, T_F64, T_ENUM, T_SECRET } kind_t;
 
 typedef struct setting {
   const char *key;
@@ -72,11 +77,11 @@ static const setting_t settings[] = {
      "S3 region for SigV4 (\"\": $AWS_REGION, $AWS_DEFAULT_REGION, else us-east-1)"},
     {"s3_addressing", T_ENUM, OFF(s3_addressing), 0, 0, 0, "auto|path|virtual", "auto",
      "S3 URL style (auto: virtual-host on amazonaws.com, path elsewhere)"},
-    {"s3_access_key_id", T_STR, OFF(s3_access_key_id), SZ(s3_access_key_id), 0, 0, NULL, "",
+    {"s3_access_key_id", T_SECRET, OFF(s3_access_key_id), SZ(s3_access_key_id), 0, 0, NULL, "",
      "S3 access key id (\"\": $AWS_ACCESS_KEY_ID); never printed"},
-    {"s3_secret_access_key", T_STR, OFF(s3_secret_access_key), SZ(s3_secret_access_key), 0, 0, NULL, "",
+    {"s3_secret_access_key", T_SECRET, OFF(s3_secret_access_key), SZ(s3_secret_access_key), 0, 0, NULL, "",
      "S3 secret key (\"\": $AWS_SECRET_ACCESS_KEY); never printed"},
-    {"s3_session_token", T_STR, OFF(s3_session_token), SZ(s3_session_token), 0, 0, NULL, "",
+    {"s3_session_token", T_SECRET, OFF(s3_session_token), SZ(s3_session_token), 0, 0, NULL, "",
      "S3 session token (\"\": $AWS_SESSION_TOKEN); never printed"},
     {"s3_concurrency", T_U32, OFF(s3_concurrency), 0, 0, 4096, NULL, "0",
      "S3 requests in flight (0: tuned at run time, from 32, between 4 and s3_max_concurrency)"},
@@ -157,7 +162,19 @@ static void enum_name(const char *choices, int idx, char *buf, size_t size) {
   snprintf(buf, size, "%.*s", (int)len, p);
 }
 
+/* "lo..hi" of an integer setting, exact at the top of the uint64 range
+ * (the table's 1.8446744073709552e19 is 2^64 as a double: the largest
+ * value that parses is 2^64 - 1). */
+static const char *int_range(const setting_t *s, char *buf, size_t size) {
+  if (s->hi >= 18446744073709551615.0)
+    snprintf(buf, size, "%.0f..18446744073709551615", s->lo);
+  else
+    snprintf(buf, size, "%.0f..%.0f", s->lo, s->hi);
+  return buf;
+}
+
 static int parse_num(const setting_t *s, const char *value, double *out_d, uint64_t *out_u) {
+  char range[64];
   char *end = NULL;
   errno = 0;
   if (s->kind == T_F64) {
@@ -170,14 +187,15 @@ static int parse_num(const setting_t *s, const char *value, double *out_d, uint6
     return 0;
   }
   if (value[0] == '-' || value[0] == '\0')
-    return lade__fail(LADE_EINVAL, "setting '%s': '%s' is not a non-negative integer (range %.0f..%.0f)", s->key,
-                      value, s->lo, s->hi);
+    return lade__fail(LADE_EINVAL, "setting '%s': '%s' is not a non-negative integer (range %s)", s->key, value,
+                      int_range(s, range, sizeof range));
   unsigned long long u = strtoull(value, &end, 10);
   if (*end || errno)
-    return lade__fail(LADE_EINVAL, "setting '%s': '%s' is not a non-negative integer (range %.0f..%.0f)", s->key,
-                      value, s->lo, s->hi);
+    return lade__fail(LADE_EINVAL, "setting '%s': '%s' is not a non-negative integer (range %s)", s->key, value,
+                      int_range(s, range, sizeof range));
   if ((double)u < s->lo || (double)u > s->hi)
-    return lade__fail(LADE_ERANGE, "setting '%s': %s is out of range %.0f..%.0f", s->key, value, s->lo, s->hi);
+    return lade__fail(LADE_ERANGE, "setting '%s': %s is out of range %s", s->key, value,
+                      int_range(s, range, sizeof range));
   *out_u = u;
   return 0;
 }
@@ -186,6 +204,7 @@ static int apply(struct lade_config *c, const setting_t *s, const char *value) {
   char *field = (char *)c + s->offset;
   switch (s->kind) {
     case T_STR:
+    case T_SECRET:
       if (strlen(value) >= s->size)
         return lade__fail(LADE_ERANGE, "setting '%s': value longer than %zu bytes", s->key, s->size - 1);
       memcpy(field, value, strlen(value) + 1);
@@ -247,7 +266,21 @@ int lade_config_create(lade_config_t **out) {
   return 0;
 }
 
-void lade_config_destroy(lade_config_t *cfg) { free(cfg); }
+void lade__config_wipe_secrets(struct lade_config *c) {
+  if (!c) return;
+  for (size_t i = 0; i < NSETTINGS; i++)
+    if (settings[i].kind == T_SECRET) lade__wipe((char *)c + settings[i].offset, settings[i].size);
+}
+
+void lade_config_destroy(lade_config_t *cfg) {
+  lade__config_wipe_secrets(cfg);
+  free(cfg);
+}
+
+int lade_config_key_is_secret(const char *key) {
+  const setting_t *s = key ? find(key) : NULL;
+  return s && s->kind == T_SECRET;
+}
 
 int lade_config_set(lade_config_t *cfg, const char *key, const char *value) {
   if (!cfg || !key || !value) return lade__fail(LADE_EINVAL, "lade_config_set: NULL argument");
@@ -259,10 +292,17 @@ int lade_config_set(lade_config_t *cfg, const char *key, const char *value) {
 int lade_config_parse(lade_config_t *cfg, const char *kv) {
   if (!cfg || !kv) return lade__fail(LADE_EINVAL, "lade_config_parse: NULL argument");
   const char *eq = strchr(kv, '=');
-  if (!eq || eq == kv) return lade__fail(LADE_EINVAL, "setting '%s' is not of the form key=value", kv);
+  if (!eq || eq == kv) {
+    /* "s3_secret_access_keyABC" (a missing '='): never echo what may be a secret */
+    for (size_t i = 0; i < NSETTINGS; i++)
+      if (settings[i].kind == T_SECRET && !strncmp(kv, settings[i].key, strlen(settings[i].key)))
+        return lade__fail(LADE_EINVAL, "setting '%s...' is not of the form key=value (the rest is not shown: it "
+                          "may be a secret)", settings[i].key);
+    return lade__fail(LADE_EINVAL, "setting '%s' is not of the form key=value", kv);
+  }
   char key[64];
   size_t klen = (size_t)(eq - kv);
-  if (klen >= sizeof key) return keys_error(kv);
+  if (klen >= sizeof key) return lade__fail(LADE_EINVAL, "unknown setting '%.40s...' (the key is too long)", kv);
   memcpy(key, kv, klen);
   key[klen] = '\0';
   return lade_config_set(cfg, key, eq + 1);
@@ -275,7 +315,8 @@ int lade_config_get(const lade_config_t *cfg, const char *key, char *buf, size_t
   const char *field = (const char *)cfg + s->offset;
   switch (s->kind) {
     case T_STR:
-      if (strstr(s->help, "never printed") && field[0])
+    case T_SECRET:
+      if (s->kind == T_SECRET && field[0])
         snprintf(buf, size, "(set, hidden)");
       else
         snprintf(buf, size, "%s", field);

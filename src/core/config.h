@@ -69,5 +69,7 @@ struct lade_config {
 };
 
 void lade__config_defaults(struct lade_config *c);
+/* Zeroes every secret setting of c (lade__wipe). */
+void lade__config_wipe_secrets(struct lade_config *c);
 
 #endif

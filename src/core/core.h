@@ -42,6 +42,9 @@ char *lade__strdup(const char *s);
  * naming the folder ("folder X: ...") otherwise. */
 int lade__mkdir_private(const char *path);
 
+/* Zeroes n bytes in a way the compiler cannot drop (secrets at destroy). */
+void lade__wipe(void *p, size_t n);
+
 /* ---- counter-based RNG (Philox4x32-10).
  * A stream is fully determined by (seed, a, b): the same triple gives the same
  * numbers on any thread, in any order of creation, which is what makes every

@@ -94,6 +94,6 @@ void lade__copy_error(char *buf, size_t size) {
 }
 
 void lade__set_error_text(const char *text) {
-  snprintf(tls_error, sizeof tls_error, "%s", text);
+  if (text != tls_error) snprintf(tls_error, sizeof tls_error, "%s", text); /* may be lade_last_error() itself */
   escape_controls();
 }

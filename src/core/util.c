@@ -147,3 +147,9 @@ int lade__mkdir_private(const char *path) {
                       (unsigned)(st.st_mode & 07777), strerror(errno));
   return 0;
 }
+
+void lade__wipe(void *p, size_t n) {
+  /* a volatile function pointer: the store cannot be proven dead */
+  static void *(*volatile set)(void *, int, size_t) = memset;
+  if (p && n) set(p, 0, n);
+}

@@ -191,6 +191,7 @@ static void free_all(lade_loader_t *L) {
   pthread_cond_destroy(&L->cv_work);
   pthread_cond_destroy(&L->cv_ready);
   free(L->workers);
+  lade__config_wipe_secrets(&L->cfg);
   free(L);
 }
 
@@ -627,6 +628,13 @@ int lade_loader_create(lade_loader_t **out, const lade_config_t *cfg) {
   const lade__source_ops_t *ops = NULL;
   int rc = lade__source_select(cfg, &ops);
   if (rc) return rc;
+  /* settings the chosen source would ignore are refused, not dropped */
+  if (cfg->label_file[0] && ops != &lade__source_s3)
+    return lade__fail(LADE_EINVAL, "setting 'label_file' applies to s3:// sources only; the %s source %s takes its labels "
+                      "from its class folders", ops->name, cfg->source);
+  if ((cfg->npy_dtype[0] || cfg->npy_shape[0]) && ops != &lade__source_npy)
+    return lade__fail(LADE_EINVAL, "settings 'npy_dtype'/'npy_shape' apply to .npy sources only; %s is read by the %s "
+                      "source", cfg->source, ops->name);
 #ifndef LADE_HAVE_JPEG
   if (cfg->transform == LADE_XF_IMAGENET_TRAIN || cfg->transform == LADE_XF_IMAGENET_EVAL ||
       (cfg->transform == LADE_XF_AUTO && ops == &lade__source_dir))

@@ -264,3 +264,16 @@ def test_cache_stats_and_epoch_stats(npy_dir):
     assert e1["miss_rate"] == 0.0 and e1["samples_by_source"][1] == 300
     assert e1["bytes_by_source"][1] == e0["bytes_by_source"][0] + e0["bytes_by_source"][1] > 0
     assert e0["wait_seconds"] >= 0 and e1["get_requests"] == 0
+
+
+def test_secrets_masked_in_settings_and_repr(npy_dir):
+    """Issue 13, item 15: Loader.settings and repr never show S3 credentials."""
+    with lade.Loader(npy_dir, batch_size=8, output="numpy", s3_secret_access_key="TOPSECRET",
+                     s3_session_token="TOKEN42") as L:
+        assert L.settings["s3_secret_access_key"] == "***" and L.settings["s3_session_token"] == "***"
+        assert "TOPSECRET" not in repr(L) and "TOPSECRET" not in str(L.settings)
+        assert L.settings["batch_size"] == "8"
+    assert lade._lade.is_secret("s3_secret_access_key") and not lade._lade.is_secret("seed")
+    with pytest.raises(lade.Error) as e:
+        lade.Loader(npy_dir, label_file="/tmp/labels.txt")  # only s3 sources read it: refused, not ignored
+    assert "label_file" in str(e.value)

@@ -4,6 +4,7 @@
 #include "core/config.h"
 #include "core/core.h"
 #include "harness.h"
+#include "lade/lade.h"
 
 static void test_error_codes(void) {
   CHECK(strcmp(lade_strerror(LADE_EIO), "input/output error") == 0);
@@ -51,6 +52,63 @@ static void test_config(void) {
   lade_config_destroy(NULL);
 }
 
+/* Issue 13, item 15: ranges print the real maximum, secrets never show,
+ * settings a source would ignore are refused, and control bytes in error
+ * text are escaped. */
+static void test_settings_hardening(void) {
+  lade_config_t *c = NULL;
+  CHECK_OK(lade_config_create(&c));
+  /* the top of a uint64 range is 2^64 - 1, accepted, and printed as such */
+  CHECK_OK(lade_config_set(c, "cache_disk_bytes", "18446744073709551615"));
+  CHECK(lade_config_set(c, "cache_disk_bytes", "-1") == LADE_EINVAL);
+  CHECK(strstr(lade_last_error(), "0..18446744073709551615)") != NULL);
+  CHECK(strstr(lade_last_error(), "18446744073709551616") == NULL);
+  CHECK(lade_config_set(c, "epochs", "0") == LADE_ERANGE);
+  CHECK(strstr(lade_last_error(), "1..1000000000") != NULL);
+  /* secrets: marked in the table, hidden by get, never echoed by parse errors */
+  CHECK(lade_config_key_is_secret("s3_secret_access_key") && lade_config_key_is_secret("s3_session_token"));
+  CHECK(!lade_config_key_is_secret("source") && !lade_config_key_is_secret("nope") && !lade_config_key_is_secret(NULL));
+  CHECK_OK(lade_config_parse(c, "s3_secret_access_key=TOPSECRET1"));
+  char buf[64];
+  CHECK_OK(lade_config_get(c, "s3_secret_access_key", buf, sizeof buf));
+  CHECK(strcmp(buf, "(set, hidden)") == 0);
+  CHECK(lade_config_parse(c, "s3_secret_access_keyTOPSECRET2") == LADE_EINVAL);
+  CHECK(strstr(lade_last_error(), "TOPSECRET2") == NULL && strstr(lade_last_error(), "s3_secret_access_key") != NULL);
+  CHECK(lade_config_parse(c, "s3_secret_access_key_with_a_typo_in_a_very_long_key_name_xxxxxxxxxx=TOPSECRET3") ==
+        LADE_EINVAL);
+  CHECK(strstr(lade_last_error(), "TOPSECRET3") == NULL);
+  /* wiped: the bytes of a secret are zero after wipe (destroy calls it) */
+  struct lade_config *raw = (struct lade_config *)c;
+  CHECK(strcmp(raw->s3_secret_access_key, "TOPSECRET1") == 0);
+  lade__config_wipe_secrets(raw);
+  int zero = 1;
+  for (size_t i = 0; i < sizeof raw->s3_secret_access_key; i++) zero &= raw->s3_secret_access_key[i] == 0;
+  CHECK(zero);
+  lade_config_destroy(c);
+
+  /* label_file and npy_* on a dir source: refused at create, not ignored */
+  const char *dir = lade_test_tmpdir("ignored");
+  lade_test_sh("mkdir -p %s/a && echo x > %s/a/f.bin", dir, dir);
+  const char *bad[][2] = {{"label_file", "/tmp/labels.txt"}, {"npy_dtype", "float32"}, {"npy_shape", "3,4"}};
+  for (int i = 0; i < 3; i++) {
+    CHECK_OK(lade_config_create(&c));
+    lade_config_set(c, "source", dir);
+    lade_config_set(c, "transform", "raw");
+    lade_config_set(c, bad[i][0], bad[i][1]);
+    lade_loader_t *L = NULL;
+    CHECK(lade_loader_create(&L, c) == LADE_EINVAL);
+    CHECK(strstr(lade_last_error(), bad[i][0]) != NULL);
+    lade_loader_destroy(L);
+    lade_config_destroy(c);
+  }
+
+  /* control bytes are escaped in every error text */
+  lade__fail(LADE_EIO, "file %s", "a\nb\x1b[31m\x7f");
+  CHECK(strcmp(lade_last_error(), "file a\\x0ab\\x1b[31m\\x7f") == 0);
+  lade__set_error_text(lade_last_error()); /* escaping twice changes nothing */
+  CHECK(strcmp(lade_last_error(), "file a\\x0ab\\x1b[31m\\x7f") == 0);
+}
+
 static void test_rng(void) {
   lade__rng_t a, b, c;
   lade__rng_init(&a, 42, 7, LADE_RNG_AUGMENT);
@@ -89,5 +147,6 @@ int main(void) {
   RUN(test_error_codes);
   RUN(test_config);
   RUN(test_rng);
+  RUN(test_settings_hardening);
   return lade_test_finish();
 }
