@@ -186,6 +186,11 @@ def test_settings_and_mismatches(tmp_path):
     with lade.Loader(source, batch_size=4, output="numpy") as L:
         with pytest.raises(lade.Error, match="s004.npy.*fortran order differs.*fortran order, big-endian"):
             list(L)
+    # another dtype
+    np.save(odd, np.asfortranarray(np.zeros((2, 3, 4), dtype=">i4")))
+    with lade.Loader(source, batch_size=4, output="numpy") as L:
+        with pytest.raises(lade.Error, match="s004.npy: int32 \\(2,3,4\\), fortran order, big-endian differs"):
+            list(L)
     # another shape
     np.save(odd, np.zeros((3, 2, 4), dtype=">u4"))
     with lade.Loader(source, batch_size=4, output="numpy") as L:
