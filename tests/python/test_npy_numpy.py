@@ -196,3 +196,23 @@ def test_settings_and_mismatches(tmp_path):
     with lade.Loader(source, batch_size=4, output="numpy") as L:
         with pytest.raises(lade.Error, match="s004.npy: uint32 \\(3,2,4\\), big-endian differs"):
             list(L)
+
+
+@pytest.mark.parametrize("output", ["numpy", "torch"])
+def test_class_folders(tmp_path, output):
+    """The labelled layout (a folder per class) converts the same way and keeps its labels."""
+    rng = np.random.default_rng(3)
+    refs, labels = [], []
+    for ci, cls in enumerate(("cat", "dog")):
+        (tmp_path / cls).mkdir()
+        for i in range(6):
+            x = np.asfortranarray(values(rng, "float64", (3, 4, 5)).astype(">f8"))
+            f = str(tmp_path / cls / ("%d.npy" % i))
+            np.save(f, x)
+            refs.append(native(np.load(f)))
+            labels.append(ci)
+    with lade.Loader(str(tmp_path), batch_size=12, shuffle=False, output=output) as L:
+        (data, lab), = list(L)
+        got = data.numpy() if output == "torch" else data
+        assert got.tobytes() == np.stack(refs).tobytes()
+        assert list(np.asarray(lab)) == labels
