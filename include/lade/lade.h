@@ -145,6 +145,8 @@ LADE_API int lade_config_set_allocator(lade_config_t *cfg, const lade_allocator_
 
 /* ------------------------------------------------------------------- batches */
 
+/* Element types. Values are part of the ABI: never renumbered, new ones are
+ * appended. Multi-byte values are always in the host's byte order. */
 typedef enum lade_dtype {
   LADE_DTYPE_UINT8 = 1,
   LADE_DTYPE_INT8 = 2,
@@ -155,7 +157,9 @@ typedef enum lade_dtype {
   LADE_DTYPE_FLOAT16 = 7,
   LADE_DTYPE_FLOAT32 = 8,
   LADE_DTYPE_FLOAT64 = 9,
-  LADE_DTYPE_BOOL = 10
+  LADE_DTYPE_BOOL = 10,
+  LADE_DTYPE_UINT32 = 11,
+  LADE_DTYPE_UINT64 = 12
 } lade_dtype_t;
 
 /* Size in bytes of one element of a dtype, 0 for an unknown one. */

@@ -152,8 +152,21 @@ class Loader:
                 raise Error("output='torch' but torch cannot be imported")
             from_dlpack = torch.utils.dlpack.from_dlpack
 
+            def data(b):
+                dt = b.dtype
+                if dt == "bool":
+                    # torch 1.13's from_dlpack rejects DLPack bool: the same bytes as uint8, viewed as bool
+                    return from_dlpack(b._dlpack_uint8_bool()).view(torch.bool)
+                if getattr(torch, dt, None) is None:
+                    # uint16/32/64 before torch 2.3: no tensor type holds them; widening would copy every
+                    # batch and change the dtype (and uint64 does not fit int64), so say so instead
+                    raise Error("the dataset's dtype is %s, which torch %s has no tensor type for; use "
+                                "output='numpy' (exact values) and convert as you need"
+                                % (dt, torch.__version__))
+                return from_dlpack(b.__dlpack__())
+
             def conv(b):
-                return from_dlpack(b.__dlpack__()), from_dlpack(b.labels.__dlpack__())
+                return data(b), from_dlpack(b.labels.__dlpack__())
             return conv
         if output == "numpy":
             np = _numpy()

@@ -155,6 +155,8 @@ static int dl_dtype(int dtype, DLDataType *out) {
     case LADE_DTYPE_FLOAT32: out->code = kDLFloat; out->bits = 32; return 0;
     case LADE_DTYPE_FLOAT64: out->code = kDLFloat; out->bits = 64; return 0;
     case LADE_DTYPE_BOOL: out->code = kDLBool; out->bits = 8; return 0;
+    case LADE_DTYPE_UINT32: out->code = kDLUInt; out->bits = 32; return 0;
+    case LADE_DTYPE_UINT64: out->code = kDLUInt; out->bits = 64; return 0;
     default: return -1;
   }
 }
@@ -343,13 +345,16 @@ static int batch_check(BatchObject *o) {
   return 0;
 }
 
-static PyObject *batch_dlpack(BatchObject *o, PyObject *args, PyObject *kwargs) {
+/* bool_as_u8: a bool batch typed uint8 (same bytes), for consumers that
+ * reject kDLBool (torch 1.13 raises "Unsupported code 6"); the Python
+ * wrapper views the tensor as torch.bool again, without a copy. */
+static PyObject *batch_dlpack_typed(BatchObject *o, int bool_as_u8) {
   if (batch_check(o)) return NULL;
   const lade_batch_t *b = o->b;
   if (b->ndim < 1 || b->ndim > LADE_MAX_DIMS) return raise_lade(LADE_EFORMAT, "batch has an invalid ndim");
   managed_t *mt = calloc(1, sizeof *mt);
   if (!mt) return PyErr_NoMemory();
-  if (dl_dtype(b->dtype, &mt->m.dl_tensor.dtype)) {
+  if (dl_dtype(bool_as_u8 && b->dtype == LADE_DTYPE_BOOL ? LADE_DTYPE_UINT8 : b->dtype, &mt->m.dl_tensor.dtype)) {
     free(mt);
     return raise_lade(LADE_EUNSUPPORTED, "batch dtype has no DLPack equivalent");
   }
@@ -375,6 +380,9 @@ static PyObject *batch_dlpack(BatchObject *o, PyObject *args, PyObject *kwargs) 
   ref_inc(o->ref);
   return wrap_managed(mt);
 }
+
+static PyObject *batch_dlpack(BatchObject *o, PyObject *args, PyObject *kwargs) { return batch_dlpack_typed(o, 0); }
+static PyObject *batch_dlpack_u8(BatchObject *o, PyObject *unused) { return batch_dlpack_typed(o, 1); }
 
 static PyObject *batch_dlpack_device(BatchObject *o, PyObject *unused) {
   if (batch_check(o)) return NULL;
@@ -459,6 +467,8 @@ static const char *buffer_format(int dtype) {
     case LADE_DTYPE_FLOAT32: return "f";
     case LADE_DTYPE_FLOAT64: return "d";
     case LADE_DTYPE_BOOL: return "?";
+    case LADE_DTYPE_UINT32: return "I";
+    case LADE_DTYPE_UINT64: return "Q";
     default: return NULL;
   }
 }
@@ -535,6 +545,8 @@ static PyMethodDef batch_methods[] = {
     {"__dlpack__", (PyCFunction)(void (*)(void))batch_dlpack, METH_VARARGS | METH_KEYWORDS,
      "DLPack capsule viewing the batch buffer (no copy); the buffer returns to the pool when the last view is freed"},
     {"__dlpack_device__", (PyCFunction)batch_dlpack_device, METH_NOARGS, "(device_type, device_id)"},
+    {"_dlpack_uint8_bool", (PyCFunction)batch_dlpack_u8, METH_NOARGS,
+     "like __dlpack__, but a bool batch is typed uint8 (for torch versions without DLPack bool)"},
     {"close", (PyCFunction)batch_close, METH_NOARGS,
      "drop this object's reference (views made by __dlpack__ stay valid)"},
     {NULL, NULL, 0, NULL}};

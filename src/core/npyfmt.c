@@ -1,6 +1,8 @@
-/* npyfmt.c - a strict parser of the .npy header dictionary. Input is outside
- * bytes: every read is bounds-checked, every number overflow-checked, and the
- * reason for a rejection is spelled out (fuzzed by fuzz/fuzz_npy.c). */
+/* npyfmt.c - a strict parser of the .npy header dictionary, and the copy of
+ * a fortran-order or byte-swapped payload into C order, native byte order.
+ * Input is outside bytes: every read is bounds-checked, every number
+ * overflow-checked, and the reason for a rejection is spelled out (fuzzed by
+ * fuzz/fuzz_npy.c). */
 #include "npyfmt.h"
 
 #include <stdbool.h>
@@ -8,6 +10,12 @@
 #include <string.h>
 
 #include "core.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#define LADE_HOST_BIG 1
+#else
+#define LADE_HOST_BIG 0
+#endif
 
 static const char *skip_ws(const char *p, const char *end) {
   while (p < end && (*p == ' ' || *p == '\t' || *p == '\n')) p++;
@@ -28,19 +36,21 @@ static const char *parse_str(const char *p, const char *end, char *buf, size_t s
   return p + 1;
 }
 
-static int dtype_from_descr(const char *d) {
-  /* byte order: '<' little, '|' not applicable, '=' native (little on every
-   * platform lade builds for). '>' with multi-byte types is rejected. */
+/* The dtype of a descr string such as '<f4', or 0; *other is set when the
+ * byte order is not the host's. */
+static int dtype_from_descr(const char *d, bool *other) {
+  /* byte order: '<' little, '>' big, '|' not applicable, '=' native */
   char order = d[0];
   const char *t = d + 1;
-  if (order != '<' && order != '|' && order != '=') return order == '>' ? -2 : 0;
+  if (order != '<' && order != '>' && order != '|' && order != '=') return 0;
+  *other = order == (LADE_HOST_BIG ? '<' : '>');
   static const struct {
     const char *code;
     int dtype;
-  } map[] = {{"u1", LADE_DTYPE_UINT8},  {"i1", LADE_DTYPE_INT8},    {"b1", LADE_DTYPE_BOOL},
-             {"i2", LADE_DTYPE_INT16},  {"u2", LADE_DTYPE_UINT16},  {"i4", LADE_DTYPE_INT32},
-             {"i8", LADE_DTYPE_INT64},  {"f2", LADE_DTYPE_FLOAT16}, {"f4", LADE_DTYPE_FLOAT32},
-             {"f8", LADE_DTYPE_FLOAT64}};
+  } map[] = {{"u1", LADE_DTYPE_UINT8},   {"i1", LADE_DTYPE_INT8},    {"b1", LADE_DTYPE_BOOL},
+             {"i2", LADE_DTYPE_INT16},   {"u2", LADE_DTYPE_UINT16},  {"i4", LADE_DTYPE_INT32},
+             {"u4", LADE_DTYPE_UINT32},  {"i8", LADE_DTYPE_INT64},   {"u8", LADE_DTYPE_UINT64},
+             {"f2", LADE_DTYPE_FLOAT16}, {"f4", LADE_DTYPE_FLOAT32}, {"f8", LADE_DTYPE_FLOAT64}};
   for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
     if (strcmp(t, map[i].code) == 0) return map[i].dtype;
   return 0;
@@ -76,7 +86,7 @@ int lade__npy_parse(const uint8_t *data, size_t len, lade__npy_header_t *out) {
                         (size_t)(c - (const char *)data));
   p = skip_ws(p, end);
   if (p >= end || *p++ != '{') return lade__fail(LADE_EFORMAT, "npy header is not a dictionary");
-  bool have_descr = false, have_order = false, have_shape = false;
+  bool have_descr = false, have_order = false, have_shape = false, fortran = false;
   char descr[32];
   for (;;) {
     p = skip_ws(p, end);
@@ -95,7 +105,8 @@ int lade__npy_parse(const uint8_t *data, size_t len, lade__npy_header_t *out) {
       if (end - p >= 5 && strncmp(p, "False", 5) == 0) {
         p += 5;
       } else if (end - p >= 4 && strncmp(p, "True", 4) == 0) {
-        return lade__fail(LADE_EFORMAT, "npy fortran_order=True is not supported (save C-contiguous arrays)");
+        p += 4;
+        fortran = true;
       } else {
         return lade__fail(LADE_EFORMAT, "npy header: fortran_order is not a boolean");
       }
@@ -131,26 +142,138 @@ int lade__npy_parse(const uint8_t *data, size_t len, lade__npy_header_t *out) {
   }
   if (!have_descr || !have_order || !have_shape)
     return lade__fail(LADE_EFORMAT, "npy header: missing %s", !have_descr ? "descr" : !have_order ? "fortran_order" : "shape");
-  int dt = dtype_from_descr(descr);
-  if (dt == -2) return lade__fail(LADE_EFORMAT, "npy dtype '%s' is big-endian (not supported)", descr);
-  if (dt <= 0) return lade__fail(LADE_EFORMAT, "npy dtype '%s' is not supported", descr);
-  if (descr[0] == '>' && lade_dtype_size(dt) > 1)
-    return lade__fail(LADE_EFORMAT, "npy dtype '%s' is big-endian (not supported)", descr);
+  bool other = false;
+  int dt = dtype_from_descr(descr, &other);
+  if (dt <= 0)
+    return lade__fail(LADE_EFORMAT,
+                      "npy dtype '%s' is not supported (lade reads bool, int8-64, uint8-64, float16-64, either byte "
+                      "order)",
+                      descr);
   out->dtype = dt;
   out->header_len = pre + hlen;
   uint64_t count = 1;
+  int long_dims = 0;
   for (int i = 0; i < out->ndim; i++) {
     uint64_t d = (uint64_t)out->shape[i];
     if (d && count > (UINT64_C(1) << 50) / d) return lade__fail(LADE_EFORMAT, "npy shape is too large");
     count *= d;
+    long_dims += d > 1;
   }
   out->payload_bytes = (size_t)(count * lade_dtype_size(dt));
+  /* with at most one dimension longer than 1 both orders are the same bytes */
+  out->fortran = fortran && long_dims > 1 && count > 0;
+  out->swap = other && lade_dtype_size(dt) > 1;
   return 0;
 }
 
+bool lade__npy_same(const lade__npy_header_t *a, const lade__npy_header_t *b) {
+  if (a->dtype != b->dtype || a->ndim != b->ndim || a->fortran != b->fortran || a->swap != b->swap) return false;
+  for (int i = 0; i < a->ndim; i++)
+    if (a->shape[i] != b->shape[i]) return false;
+  return true;
+}
+
+void lade__npy_describe(const lade__npy_header_t *h, char *buf, size_t size) {
+  size_t n = (size_t)snprintf(buf, size, "%s (", lade_dtype_name(h->dtype));
+  for (int i = 0; i < h->ndim && n < size; i++)
+    n += (size_t)snprintf(buf + n, size - n, "%s%lld", i ? "," : "", (long long)h->shape[i]);
+  if (n < size) n += (size_t)snprintf(buf + n, size - n, ")%s", h->fortran ? ", fortran order" : "");
+  if (n < size && h->swap) snprintf(buf + n, size - n, ", %s", LADE_HOST_BIG ? "little-endian" : "big-endian");
+}
+
+void lade__npy_swap(void *buf, size_t count, size_t esize) {
+  uint8_t *p = buf;
+  switch (esize) {
+    case 2:
+      for (size_t i = 0; i < count; i++, p += 2) {
+        uint16_t v;
+        memcpy(&v, p, 2);
+        v = __builtin_bswap16(v);
+        memcpy(p, &v, 2);
+      }
+      break;
+    case 4:
+      for (size_t i = 0; i < count; i++, p += 4) {
+        uint32_t v;
+        memcpy(&v, p, 4);
+        v = __builtin_bswap32(v);
+        memcpy(p, &v, 4);
+      }
+      break;
+    case 8:
+      for (size_t i = 0; i < count; i++, p += 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        v = __builtin_bswap64(v);
+        memcpy(p, &v, 8);
+      }
+      break;
+    default:
+      break;
+  }
+}
+
+/* dst (C order, contiguous) <- the array of `ndim` dims at src with element
+ * strides `stride`: an odometer over all but the last dimension, the last one
+ * a strided copy loop per element size. */
+static void gather(uint8_t *dst, const uint8_t *src, int ndim, const int64_t *shape, const int64_t *stride,
+                   size_t esize) {
+  if (ndim == 0) {
+    memcpy(dst, src, esize);
+    return;
+  }
+  int64_t idx[LADE_MAX_DIMS] = {0};
+  const int64_t inner = shape[ndim - 1], step = stride[ndim - 1] * (int64_t)esize;
+  for (int i = 0; i < ndim; i++)
+    if (shape[i] == 0) return;
+  for (;;) {
+    int64_t off = 0;
+    for (int i = 0; i < ndim - 1; i++) off += idx[i] * stride[i];
+    const uint8_t *s = src + off * (int64_t)esize;
+    switch (esize) {
+      case 1:
+        for (int64_t k = 0; k < inner; k++, s += step) *dst++ = *s;
+        break;
+      case 2:
+        for (int64_t k = 0; k < inner; k++, s += step, dst += 2) memcpy(dst, s, 2);
+        break;
+      case 4:
+        for (int64_t k = 0; k < inner; k++, s += step, dst += 4) memcpy(dst, s, 4);
+        break;
+      default:
+        for (int64_t k = 0; k < inner; k++, s += step, dst += esize) memcpy(dst, s, esize);
+        break;
+    }
+    int i = ndim - 2;
+    while (i >= 0 && ++idx[i] == shape[i]) idx[i--] = 0;
+    if (i < 0) return;
+  }
+}
+
+void lade__npy_to_c(const lade__npy_header_t *h, int64_t row, const uint8_t *payload, void *dst) {
+  const size_t esize = lade_dtype_size(h->dtype);
+  const int skip = row >= 0 ? 1 : 0;
+  const size_t bytes = row >= 0 ? (h->shape[0] ? h->payload_bytes / (size_t)h->shape[0] : 0) : h->payload_bytes;
+  if (!h->fortran) {
+    memcpy(dst, payload + (row >= 0 ? (size_t)row * bytes : 0), bytes);
+  } else {
+    /* fortran order: dimension 0 varies fastest; row r of a stacked array
+     * starts at element r and steps by shape[0] along dimension 1 */
+    int64_t stride[LADE_MAX_DIMS];
+    int64_t s = 1;
+    for (int i = 0; i < h->ndim; i++) {
+      stride[i] = s;
+      s *= h->shape[i];
+    }
+    gather(dst, payload + (row >= 0 ? (size_t)row * esize : 0), h->ndim - skip, h->shape + skip, stride + skip, esize);
+  }
+  if (h->swap) lade__npy_swap(dst, bytes / esize, esize);
+}
+
 int lade__npy_write_header(char *buf, size_t size, int dtype, int ndim, const int64_t *shape) {
-  static const char *codes[] = {NULL, "|u1", "|i1", "<i2", "<u2", "<i4", "<i8", "<f2", "<f4", "<f8", "|b1"};
-  if (dtype < 1 || dtype > 10 || ndim < 0 || ndim > LADE_MAX_DIMS)
+  static const char *codes[] = {NULL,  "|u1", "|i1", "<i2", "<u2", "<i4", "<i8",
+                                "<f2", "<f4", "<f8", "|b1", "<u4", "<u8"};
+  if (dtype < 1 || dtype >= (int)(sizeof codes / sizeof codes[0]) || ndim < 0 || ndim > LADE_MAX_DIMS)
     return lade__fail(LADE_EINVAL, "npy header: bad dtype or ndim");
   char dict[512];
   int n = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (", codes[dtype]);

@@ -3,6 +3,7 @@
 #ifndef LADE_NPYFMT_H
 #define LADE_NPYFMT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -14,14 +15,41 @@ typedef struct lade__npy_header {
   int64_t shape[LADE_MAX_DIMS];
   size_t header_len;             /* bytes before the payload */
   size_t payload_bytes;          /* product(shape) * dtype size */
+  /* The payload's layout, when it is not C order in the host's byte order.
+   * fortran is set only when it changes the element order (more than one
+   * dimension longer than 1); swap only for multi-byte types. */
+  bool fortran;                  /* fortran_order: True (column-major) */
+  bool swap;                     /* the other byte order than the host's */
 } lade__npy_header_t;
 
-/* Parses the header at the start of `data` (len bytes available). Rejects
- * fortran_order=True, big-endian multi-byte dtypes, unsupported dtypes,
+/* Parses the header at the start of `data` (len bytes available). Accepts
+ * C and fortran order and either byte order. Rejects unsupported dtypes,
  * more than LADE_MAX_DIMS dimensions and any malformation, with the reason in
  * lade_last_error() and LADE_EFORMAT. Returns LADE_ERANGE when `len` is too
  * short to hold the whole header (read more and retry). */
 int lade__npy_parse(const uint8_t *data, size_t len, lade__npy_header_t *out);
+
+/* True when the payload is already C order in the host's byte order, so it
+ * can be read straight into a batch slot. */
+static inline bool lade__npy_plain(const lade__npy_header_t *h) { return !h->fortran && !h->swap; }
+
+/* Same dtype, shape and layout (the header bytes may still differ). */
+bool lade__npy_same(const lade__npy_header_t *a, const lade__npy_header_t *b);
+
+/* Writes "float32 (3,4)" plus ", fortran order" / ", big-endian" as they
+ * apply: for error messages naming what differs. */
+void lade__npy_describe(const lade__npy_header_t *h, char *buf, size_t size);
+
+/* Copies one sample from its file layout into dst in C order and the host's
+ * byte order. `payload` is the first byte after the header. row < 0: the
+ * whole array (a file per sample; h->payload_bytes are written); row >= 0:
+ * row `row` of a stacked N x ... array (payload_bytes / N are written). For
+ * a fortran-order stacked file the row is strided over the whole payload,
+ * so all of it must be readable. */
+void lade__npy_to_c(const lade__npy_header_t *h, int64_t row, const uint8_t *payload, void *dst);
+
+/* Reverses the bytes of each of `count` elements of `esize` bytes, in place. */
+void lade__npy_swap(void *buf, size_t count, size_t esize);
 
 /* Writes a version 1.0 header for (dtype, shape) into buf (at most `size`
  * bytes); returns the header length or a negative code. */

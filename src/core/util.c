@@ -58,9 +58,11 @@ size_t lade_dtype_size(int dtype) {
     case LADE_DTYPE_FLOAT16:
       return 2;
     case LADE_DTYPE_INT32:
+    case LADE_DTYPE_UINT32:
     case LADE_DTYPE_FLOAT32:
       return 4;
     case LADE_DTYPE_INT64:
+    case LADE_DTYPE_UINT64:
     case LADE_DTYPE_FLOAT64:
       return 8;
   }
@@ -79,6 +81,8 @@ const char *lade_dtype_name(int dtype) {
     case LADE_DTYPE_FLOAT32: return "float32";
     case LADE_DTYPE_FLOAT64: return "float64";
     case LADE_DTYPE_BOOL: return "bool";
+    case LADE_DTYPE_UINT32: return "uint32";
+    case LADE_DTYPE_UINT64: return "uint64";
   }
   return "unknown";
 }

@@ -7,6 +7,14 @@
  * readv() whose first buffer takes the header and whose second is the slot,
  * after which the header bytes are compared with the dataset's (a memcmp;
  * a full parse only when they differ, to name the shape or dtype mismatch).
+ *
+ * Files numpy writes that are not C order in the host's byte order (np.save
+ * of a transposed array, dtype '>f4') are converted on the way into the
+ * slot, still with no buffer in between: a byte-swapped payload is read as
+ * above and swapped in place; a fortran-order payload is mapped (mmap) and
+ * gathered into the slot in C order - for a stacked file the whole file is
+ * mapped once, since row i is strided across all of it. Every file of a
+ * folder must have the first file's dtype, shape, order and byte order.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -14,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -32,6 +41,10 @@ typedef struct npy_impl {
   lade__npy_header_t hdr;    /* the dataset's (first file's) header */
   uint8_t hdr_bytes[HDR_MAX];
   size_t sample_bytes;
+  const uint8_t *map;        /* stacked, fortran order: the whole file */
+  size_t map_len;
+  char row_hdr[256];         /* stacked: a C-order .npy header of one row, for read() */
+  size_t row_hdr_len;
 } npy_impl_t;
 
 static int parse_expected(const struct lade_config *cfg, const char *what, const lade__npy_header_t *h, int skip_first) {
@@ -100,6 +113,21 @@ static int npy_open(lade__source_t *s, const struct lade_config *cfg) {
     m->sample_bytes = m->hdr.payload_bytes / (size_t)m->hdr.shape[0];
     s->ndim = m->hdr.ndim - 1;
     for (int i = 1; i < m->hdr.ndim; i++) s->shape[i - 1] = m->hdr.shape[i];
+    int hl = lade__npy_write_header(m->row_hdr, sizeof m->row_hdr, m->hdr.dtype, s->ndim, s->shape);
+    if (hl < 0) {
+      rc = lade__fail_prefix(hl, "%s: ", cfg->source);
+      goto fail;
+    }
+    m->row_hdr_len = (size_t)hl;
+    if (m->hdr.fortran) {
+      m->map_len = m->hdr.header_len + m->hdr.payload_bytes;
+      void *p = mmap(NULL, m->map_len, PROT_READ, MAP_SHARED, m->fd, 0);
+      if (p == MAP_FAILED) {
+        rc = lade__fail(LADE_EIO, "cannot map %s (a fortran-order stacked file): %s", cfg->source, strerror(errno));
+        goto fail;
+      }
+      m->map = p;
+    }
   } else {
     rc = lade__listing_build(&m->list, cfg->source);
     if (rc) goto fail;
@@ -136,6 +164,7 @@ static int npy_open(lade__source_t *s, const struct lade_config *cfg) {
   s->impl = m;
   return 0;
 fail:
+  if (m->map) munmap((void *)m->map, m->map_len);
   if (m->fd >= 0) close(m->fd);
   if (m->rootfd >= 0) close(m->rootfd);
   lade__listing_free(&m->list);
@@ -146,6 +175,7 @@ fail:
 static void npy_close(lade__source_t *s) {
   npy_impl_t *m = s->impl;
   if (!m) return;
+  if (m->map) munmap((void *)m->map, m->map_len);
   if (m->fd >= 0) close(m->fd);
   if (m->rootfd >= 0) close(m->rootfd);
   lade__listing_free(&m->list);
@@ -173,83 +203,122 @@ static int pread_full(int fd, void *dst, size_t len, off_t off, const char *root
   return 0;
 }
 
-/* A folder sample whose header bytes differ from the dataset's: parse it to
- * say why, or (same dtype and shape, other header layout) re-read the payload
- * at its own offset. */
-static int reread_other_header(npy_impl_t *m, int fd, const char *rel, void *dst, size_t len) {
+/* The header of a folder file whose bytes differ from the dataset's: parsed
+ * into *h; an error naming the file unless it has the same dtype, shape,
+ * order and byte order (it may still be laid out differently: other
+ * version, padding or key order). */
+static int other_header(npy_impl_t *m, int fd, const char *rel, lade__npy_header_t *h) {
   uint8_t buf[HDR_MAX];
-  lade__npy_header_t h;
   char what[LADE_PATH_MAX + 256];
   snprintf(what, sizeof what, "%s/%s", m->root, rel);
-  int rc = read_header_fd(fd, what, buf, &h);
+  int rc = read_header_fd(fd, what, buf, h);
   if (rc) return rc;
-  bool same = h.dtype == m->hdr.dtype && h.ndim == m->hdr.ndim;
-  for (int i = 0; same && i < h.ndim; i++) same = h.shape[i] == m->hdr.shape[i];
-  if (!same) {
-    char a[128], b[128];
-    size_t na = 0, nb = 0;
-    a[0] = b[0] = '\0';
-    for (int i = 0; i < h.ndim; i++) na += (size_t)snprintf(a + na, sizeof a - na, "%s%lld", i ? "," : "", (long long)h.shape[i]);
-    for (int i = 0; i < m->hdr.ndim; i++)
-      nb += (size_t)snprintf(b + nb, sizeof b - nb, "%s%lld", i ? "," : "", (long long)m->hdr.shape[i]);
-    return lade__fail(LADE_ESHAPE, "%s: %s (%s) differs from the dataset's %s (%s)", what, lade_dtype_name(h.dtype), a,
-                      lade_dtype_name(m->hdr.dtype), b);
+  if (!lade__npy_same(h, &m->hdr)) {
+    char a[192], b[192];
+    lade__npy_describe(h, a, sizeof a);
+    lade__npy_describe(&m->hdr, b, sizeof b);
+    return lade__fail(LADE_ESHAPE, "%s: %s differs from the dataset's %s", what, a, b);
   }
+  return 0;
+}
+
+/* Reads len payload bytes at offset off of a folder file into dst. */
+static int pread_file(npy_impl_t *m, int fd, const char *rel, void *dst, size_t len, size_t off) {
   size_t got = 0;
   while (got < len) {
-    ssize_t n = pread(fd, (uint8_t *)dst + got, len - got, (off_t)(h.header_len + got));
+    ssize_t n = pread(fd, (uint8_t *)dst + got, len - got, (off_t)(off + got));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return lade__fail(LADE_EIO, "cannot read %s: %s", what, strerror(errno));
-    if (n == 0) return lade__fail(LADE_EFORMAT, "%s is truncated: payload has %zu of %zu bytes", what, got, len);
+    if (n < 0) return lade__fail(LADE_EIO, "cannot read %s/%s: %s", m->root, rel, strerror(errno));
+    if (n == 0)
+      return lade__fail(LADE_EFORMAT, "%s/%s is truncated: payload has %zu of %zu bytes", m->root, rel, got, len);
     got += (size_t)n;
   }
   return 0;
 }
 
-static int npy_read_payload(lade__source_t *s, uint64_t idx, void *dst, size_t len) {
-  npy_impl_t *m = s->impl;
-  if (len != m->sample_bytes) return lade__fail(LADE_EINVAL, "npy: slot of %zu bytes for %zu-byte samples", len, m->sample_bytes);
-  if (m->stacked) return pread_full(m->fd, dst, len, (off_t)(m->hdr.header_len + idx * len), m->root, idx);
-  const char *rel = lade__listing_path(&m->list, idx);
-  int fd = openat(m->rootfd, rel, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return lade__fail(LADE_EIO, "cannot open %s/%s: %s", m->root, rel, strerror(errno));
+/* A fortran-order folder file: map it and gather its payload into dst. */
+static int read_fortran_file(npy_impl_t *m, int fd, const char *rel, void *dst) {
+  lade__npy_header_t h = m->hdr;
+  uint8_t hdr[HDR_MAX];
+  size_t hl = m->hdr.header_len;
+  ssize_t n = pread(fd, hdr, hl, 0);
+  if (n < 0) return lade__fail(LADE_EIO, "cannot read %s/%s: %s", m->root, rel, strerror(errno));
+  if ((size_t)n < hl || memcmp(hdr, m->hdr_bytes, hl) != 0) {
+    int rc = other_header(m, fd, rel, &h);
+    if (rc) return rc;
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) return lade__fail(LADE_EIO, "cannot stat %s/%s: %s", m->root, rel, strerror(errno));
+  size_t need = h.header_len + h.payload_bytes;
+  if ((uint64_t)st.st_size < need)
+    return lade__fail(LADE_EFORMAT, "%s/%s is truncated: %lld bytes, header says %zu", m->root, rel,
+                      (long long)st.st_size, need);
+  void *p = mmap(NULL, need, PROT_READ, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return lade__fail(LADE_EIO, "cannot map %s/%s: %s", m->root, rel, strerror(errno));
+  lade__npy_to_c(&h, -1, (const uint8_t *)p + h.header_len, dst);
+  munmap(p, need);
+  return 0;
+}
+
+/* A folder file into dst: one readv (header, then payload into the slot);
+ * a header that differs in its bytes is parsed and the payload re-read at its
+ * own offset. Byte-swapped payloads are swapped in place. */
+static int read_file_payload(npy_impl_t *m, int fd, const char *rel, void *dst, size_t len) {
+  if (m->hdr.fortran) return read_fortran_file(m, fd, rel, dst);
   uint8_t hdr[HDR_MAX];
   size_t hl = m->hdr.header_len;
   struct iovec iov[2] = {{hdr, hl}, {dst, len}};
-  size_t want = hl + len, got = 0;
-  int rc = 0;
   ssize_t n = readv(fd, iov, 2);
-  if (n < 0) {
-    rc = lade__fail(LADE_EIO, "cannot read %s/%s: %s", m->root, rel, strerror(errno));
-  } else {
-    got = (size_t)n;
+  if (n < 0) return lade__fail(LADE_EIO, "cannot read %s/%s: %s", m->root, rel, strerror(errno));
+  size_t got = (size_t)n;
+  int rc = 0;
+  if (got < hl || memcmp(hdr, m->hdr_bytes, hl) != 0) {
     /* a short readv (rare for regular files) or a different header: slow path */
-    if (got < hl || memcmp(hdr, m->hdr_bytes, hl) != 0) {
-      rc = reread_other_header(m, fd, rel, dst, len);
-    } else if (got < want) {
-      size_t done = got - hl;
-      while (!rc && done < len) {
-        ssize_t k = pread(fd, (uint8_t *)dst + done, len - done, (off_t)(hl + done));
-        if (k < 0 && errno == EINTR) continue;
-        if (k < 0) rc = lade__fail(LADE_EIO, "cannot read %s/%s: %s", m->root, rel, strerror(errno));
-        else if (k == 0)
-          rc = lade__fail(LADE_EFORMAT, "%s/%s is truncated: payload has %zu of %zu bytes", m->root, rel, done, len);
-        else
-          done += (size_t)k;
-      }
-    }
+    lade__npy_header_t h;
+    rc = other_header(m, fd, rel, &h);
+    if (!rc) rc = pread_file(m, fd, rel, dst, len, h.header_len);
+  } else if (got < hl + len) {
+    rc = pread_file(m, fd, rel, (uint8_t *)dst + (got - hl), len - (got - hl), got);
   }
+  if (!rc && m->hdr.swap) lade__npy_swap(dst, len / lade_dtype_size(m->hdr.dtype), lade_dtype_size(m->hdr.dtype));
+  return rc;
+}
+
+/* Row idx of a stacked file into dst (sample_bytes). */
+static int read_row(npy_impl_t *m, uint64_t idx, void *dst) {
+  size_t len = m->sample_bytes;
+  if (m->map) {
+    lade__npy_to_c(&m->hdr, (int64_t)idx, m->map + m->hdr.header_len, dst);
+    return 0;
+  }
+  int rc = pread_full(m->fd, dst, len, (off_t)(m->hdr.header_len + idx * len), m->root, idx);
+  if (!rc && m->hdr.swap) lade__npy_swap(dst, len / lade_dtype_size(m->hdr.dtype), lade_dtype_size(m->hdr.dtype));
+  return rc;
+}
+
+static int npy_read_payload(lade__source_t *s, uint64_t idx, void *dst, size_t len) {
+  npy_impl_t *m = s->impl;
+  if (len != m->sample_bytes) return lade__fail(LADE_EINVAL, "npy: slot of %zu bytes for %zu-byte samples", len, m->sample_bytes);
+  if (m->stacked) return read_row(m, idx, dst);
+  const char *rel = lade__listing_path(&m->list, idx);
+  int fd = openat(m->rootfd, rel, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return lade__fail(LADE_EIO, "cannot open %s/%s: %s", m->root, rel, strerror(errno));
+  int rc = read_file_payload(m, fd, rel, dst, len);
   close(fd);
   return rc;
 }
 
+/* All bytes of a sample as a .npy: a folder file as it is (the npy transform
+ * converts it); a row of a stacked file as a C-order, native .npy of its own,
+ * so that a cached copy is a complete sample too. */
 static int npy_read(lade__source_t *s, uint64_t idx, lade__buf_t *out) {
   npy_impl_t *m = s->impl;
   if (m->stacked) {
-    int rc = lade__buf_reserve(out, m->sample_bytes);
+    int rc = lade__buf_reserve(out, m->row_hdr_len + m->sample_bytes);
     if (rc) return rc;
-    rc = pread_full(m->fd, out->data, m->sample_bytes, (off_t)(m->hdr.header_len + idx * m->sample_bytes), m->root, idx);
-    out->len = rc ? 0 : m->sample_bytes;
+    memcpy(out->data, m->row_hdr, m->row_hdr_len);
+    rc = read_row(m, idx, out->data + m->row_hdr_len);
+    out->len = rc ? 0 : m->row_hdr_len + m->sample_bytes;
     return rc;
   }
   return lade__read_file_at(m->rootfd, lade__listing_path(&m->list, idx), m->root, out);

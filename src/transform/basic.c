@@ -52,8 +52,9 @@ const lade__transform_ops_t lade__xform_raw = {
     .name = "raw", .init = raw_init, .destroy = raw_destroy, .apply = raw_apply};
 
 /* ---- npy: the typed payload of a .npy, its header checked against the
- * dataset's. (The npy source bypasses apply() and reads the payload straight
- * into the slot; this path serves .npy files inside other sources.) */
+ * dataset's, delivered in C order and the host's byte order. (The npy source
+ * bypasses apply() and reads the payload straight into the slot; this path
+ * serves .npy files from a cache tier or inside other sources.) */
 
 typedef struct npy_state {
   lade__npy_header_t hdr;
@@ -89,12 +90,16 @@ static int npy_apply(void *state, void *wstate, const uint8_t *in, size_t len, c
   int rc = lade__npy_parse(in, len, &h);
   if (rc == LADE_ERANGE) return lade__fail_prefix(LADE_EFORMAT, "%s", "truncated .npy: ");
   if (rc) return rc;
-  bool same = h.dtype == st->hdr.dtype && h.ndim == st->hdr.ndim;
-  for (int i = 0; same && i < h.ndim; i++) same = h.shape[i] == st->hdr.shape[i];
-  if (!same) return lade__fail(LADE_ESHAPE, "npy %s sample differs from the dataset's dtype/shape", lade_dtype_name(h.dtype));
+  if (!lade__npy_same(&h, &st->hdr)) {
+    char a[192], b[192];
+    lade__npy_describe(&h, a, sizeof a);
+    lade__npy_describe(&st->hdr, b, sizeof b);
+    return lade__fail(LADE_ESHAPE, "npy %s differs from the dataset's %s", a, b);
+  }
   if (h.header_len + h.payload_bytes > len)
     return lade__fail(LADE_EFORMAT, "npy payload truncated: %zu of %zu bytes", len - h.header_len, h.payload_bytes);
-  memcpy(out, in + h.header_len, h.payload_bytes);
+  /* C order, host byte order: one memcpy; else transposed / swapped */
+  lade__npy_to_c(&h, -1, in + h.header_len, out);
   *payload = (uint32_t)h.payload_bytes;
   return 0;
 }
