@@ -155,6 +155,7 @@ static int npy_open(lade__source_t *s, const struct lade_config *cfg) {
     s->count = m->list.count;
     s->labels = m->list.label;
     s->classes = m->list.classes;
+    s->class_names = (const char *const *)m->list.class_names;
     m->sample_bytes = m->hdr.payload_bytes;
     s->ndim = m->hdr.ndim;
     for (int i = 0; i < m->hdr.ndim; i++) s->shape[i] = m->hdr.shape[i];

@@ -277,3 +277,10 @@ def test_secrets_masked_in_settings_and_repr(npy_dir):
     with pytest.raises(lade.Error) as e:
         lade.Loader(npy_dir, label_file="/tmp/labels.txt")  # only s3 sources read it: refused, not ignored
     assert "label_file" in str(e.value)
+
+
+def test_npy_folder_has_classes_and_samples(npy_dir):
+    files, labels = list_files(npy_dir)
+    with lade.Loader(npy_dir, batch_size=8, output="numpy") as L:
+        assert L.classes == sorted(os.listdir(npy_dir))
+        assert L.samples == list(zip(files, labels)) and L.targets == labels

@@ -172,29 +172,29 @@ def test_settings_and_mismatches(tmp_path):
     source, refs = make(tmp_path, "uint32", (2, 3, 4), True, True, False)
     got = collect(source, "numpy", npy_dtype="uint32", npy_shape="2,3,4")
     assert got[3].tobytes() == refs[3].tobytes()
-    with lade.Loader(source, batch_size=4, output="numpy", npy_dtype="int32") as L:
-        with pytest.raises(lade.Error, match="uint32.*int32"):
+    with pytest.raises(lade.Error, match="uint32.*int32"):  # at create or at the sample, wherever it is found
+        with lade.Loader(source, batch_size=4, output="numpy", npy_dtype="int32") as L:
             list(L)
     # one file in C order among fortran-order ones, then one in the other byte order
     odd = os.path.join(source, "s004.npy")
     np.save(odd, np.ascontiguousarray(np.load(odd)))
     for cache in (0, 1 << 20):
-        with lade.Loader(source, batch_size=4, output="numpy", cache_mem_bytes=cache) as L:
-            with pytest.raises(lade.Error, match="s004.npy.*uint32 \\(2,3,4\\), big-endian differs"):
+        with pytest.raises(lade.Error, match="s004.npy.*uint32 \\(2,3,4\\), big-endian differs"):  # at create or at the sample, wherever it is found
+            with lade.Loader(source, batch_size=4, output="numpy", cache_mem_bytes=cache) as L:
                 list(L)
     np.save(odd, np.asfortranarray(np.load(odd).astype("<u4")))
-    with lade.Loader(source, batch_size=4, output="numpy") as L:
-        with pytest.raises(lade.Error, match="s004.npy.*fortran order differs.*fortran order, big-endian"):
+    with pytest.raises(lade.Error, match="s004.npy.*fortran order differs.*fortran order, big-endian"):  # at create or at the sample, wherever it is found
+        with lade.Loader(source, batch_size=4, output="numpy") as L:
             list(L)
     # another dtype
     np.save(odd, np.asfortranarray(np.zeros((2, 3, 4), dtype=">i4")))
-    with lade.Loader(source, batch_size=4, output="numpy") as L:
-        with pytest.raises(lade.Error, match="s004.npy: int32 \\(2,3,4\\), fortran order, big-endian differs"):
+    with pytest.raises(lade.Error, match="s004.npy: int32 \\(2,3,4\\), fortran order, big-endian differs"):  # at create or at the sample, wherever it is found
+        with lade.Loader(source, batch_size=4, output="numpy") as L:
             list(L)
     # another shape
     np.save(odd, np.zeros((3, 2, 4), dtype=">u4"))
-    with lade.Loader(source, batch_size=4, output="numpy") as L:
-        with pytest.raises(lade.Error, match="s004.npy: uint32 \\(3,2,4\\), big-endian differs"):
+    with pytest.raises(lade.Error, match="s004.npy: uint32 \\(3,2,4\\), big-endian differs"):  # at create or at the sample, wherever it is found
+        with lade.Loader(source, batch_size=4, output="numpy") as L:
             list(L)
 
 
