@@ -66,6 +66,11 @@ static const setting_t settings[] = {
      "raw transform: bytes per sample slot (0: size of sample 0); shorter samples are zero padded"},
     {"on_error", T_ENUM, OFF(on_error), 0, 0, 0, "fail|skip", "fail",
      "a bad sample stops the loader (fail) or is replaced by another valid sample, counted (skip)"},
+    {"skip_max_run", T_U32, OFF(skip_max_run), 0, 0, 1e6, NULL, "16",
+     "on_error=skip: this many failed reads in a row (substitutes included, any thread) mean the storage is failing, "
+     "not single samples: the loader stops with that error (0: no bound)"},
+    {"skip_max_fraction", T_F64, OFF(skip_max_fraction), 0, 0, 1, NULL, "0.1",
+     "on_error=skip: more bad samples than this fraction of an epoch stop the loader (1: no bound)"},
     {"trace", T_STR, OFF(trace), SZ(trace), 0, 0, NULL, "",
      "write a Chrome trace-event JSON of every sample and batch to this file"},
     {"npy_dtype", T_STR, OFF(npy_dtype), SZ(npy_dtype), 0, 0, NULL, "", "expected .npy dtype (\"\": from the first file)"},

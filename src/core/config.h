@@ -37,6 +37,8 @@ struct lade_config {
   double scale_min, scale_max, ratio_min, ratio_max, hflip;
   uint64_t raw_size;     /* raw slot bytes; 0: size of sample 0 */
   int on_error;
+  uint32_t skip_max_run;    /* on_error=skip: failed reads in a row that stop the loader (0: no bound) */
+  double skip_max_fraction; /* on_error=skip: bad samples per epoch, as a fraction, that stop it (1: no bound) */
   char trace[LADE_PATH_MAX];
   char npy_dtype[16];    /* "" : taken from the first file */
   char npy_shape[128];   /* "" : taken from the first file, else "3,224,224" */

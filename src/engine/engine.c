@@ -136,10 +136,12 @@ struct lade_loader {
   uint64_t nlat;
   uint64_t pool_bytes, peak_pool_bytes;
   lade__trace_t *trace;
+  _Atomic uint32_t fail_run; /* on_error=skip: failed reads in a row, any worker (a success resets it) */
   /* per-epoch counters (grown as epochs start), guarded by mu */
   struct epoch_acc {
     uint64_t batches, samples[LADE_TIER_COUNT], bytes[LADE_TIER_COUNT];
     double wait;
+    uint64_t bad; /* samples of this epoch that failed (on_error=skip replaced them) */
     bool started;
     lade__source_stats_t at_start; /* the source's counters at the epoch's first batch */
   } *ep;
@@ -360,8 +362,44 @@ static int load_sample(lade_loader_t *L, worker_t *w, uint64_t idx, uint64_t epo
   return 0;
 }
 
+static struct epoch_acc *epoch_acc(lade_loader_t *L, uint64_t e);
+
+/* on_error=skip's bound on a failing store: counts one read's outcome and
+ * returns an error (naming the storage, not a sample) once skip_max_run reads
+ * in a row have failed. Unlocked (atomic). */
+static int note_read(lade_loader_t *L, int rc) {
+  if (!rc) {
+    if (atomic_load_explicit(&L->fail_run, memory_order_relaxed)) atomic_store(&L->fail_run, 0);
+    return 0;
+  }
+  uint32_t run = atomic_fetch_add(&L->fail_run, 1) + 1;
+  if (L->cfg.skip_max_run && run >= L->cfg.skip_max_run)
+    return lade__fail_prefix(rc,
+                             "on_error=skip: %u reads in a row failed, so the storage is failing, not single samples "
+                             "(setting skip_max_run); last: ",
+                             run);
+  return 0;
+}
+
+/* Counts a bad sample of `epoch`; an error once more than skip_max_fraction
+ * of the epoch's samples were bad. Takes mu (rare path). */
+static int note_bad_sample(lade_loader_t *L, uint64_t epoch) {
+  pthread_mutex_lock(&L->mu);
+  struct epoch_acc *a = epoch_acc(L, epoch);
+  uint64_t bad = a ? ++a->bad : 0;
+  pthread_mutex_unlock(&L->mu);
+  double limit = L->cfg.skip_max_fraction * (double)(L->steps * L->cfg.batch_size);
+  if (L->cfg.skip_max_fraction < 1 && (double)bad > limit)
+    return lade__fail(LADE_EIO,
+                      "on_error=skip: %llu samples of epoch %llu failed, more than %g of the epoch (setting "
+                      "skip_max_fraction): the dataset or its storage is broken, not single samples",
+                      (unsigned long long)bad, (unsigned long long)epoch, L->cfg.skip_max_fraction);
+  return 0;
+}
+
 /* Processes sample i of slot s (unlocked). With on_error=skip, a failing
- * sample is replaced by one drawn deterministically from (seed, epoch, index). */
+ * sample is replaced by one drawn deterministically from (seed, epoch, index),
+ * unless so many fail that the storage, not the sample, must be broken. */
 static void process_sample(lade_loader_t *L, worker_t *w, slot_t *s, uint32_t i, int *tier, uint64_t *nbytes) {
   uint64_t epoch = s->seq / L->steps;
   uint64_t idx = (uint64_t)s->indices[i];
@@ -370,22 +408,29 @@ static void process_sample(lade_loader_t *L, worker_t *w, slot_t *s, uint32_t i,
   uint64_t t0 = L->trace ? (uint64_t)(lade__now() * 1e6) : 0;
   int rc = load_sample(L, w, idx, epoch, out, &payload, tier);
   if (rc && L->cfg.on_error == LADE_ONERR_SKIP) {
+    int stop = note_read(L, rc);
+    if (!stop) stop = note_bad_sample(L, epoch);
     lade__rng_t r;
     lade__rng_init(&r, L->cfg.seed ^ lade__mix64(epoch + 1), idx, LADE_RNG_SUBST);
-    for (int t = 0; rc && t < MAX_SUBST_TRIES; t++) {
+    for (int t = 0; rc && !stop && t < MAX_SUBST_TRIES; t++) {
       uint64_t j = lade__rng_below(&r, L->src.count);
       rc = load_sample(L, w, j, epoch, out, &payload, tier);
+      stop = note_read(L, rc);
       if (!rc) {
         s->indices[i] = (int64_t)j;
         s->labels[i] = L->src.labels ? L->src.labels[j] : -1;
       }
     }
-    if (!rc) {
+    if (stop) {
+      rc = stop;
+    } else if (!rc) {
       __atomic_fetch_add(&s->substituted, 1, __ATOMIC_RELAXED);
       w->substituted++;
     } else {
       lade__fail_prefix(rc, "on_error=skip found no valid substitute in %d tries; last: ", MAX_SUBST_TRIES);
     }
+  } else if (L->cfg.on_error == LADE_ONERR_SKIP) {
+    note_read(L, 0);
   }
   s->sizes[i] = payload;
   *nbytes = L->direct_payload ? L->shape.bytes : w->buf.len;

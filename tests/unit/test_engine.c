@@ -553,6 +553,43 @@ static void test_holding_batches(void) {
   lade_config_destroy(c);
 }
 
+/* on_error=skip against a broken store (issue 13, item 10): every file bad
+ * stops after skip_max_run failed reads in a row, naming the storage; 30%
+ * bad files stop at skip_max_fraction; neither tries 64 substitutes per
+ * sample for minutes. */
+static void test_skip_is_bounded(void) {
+  const char *src = make_folder("deadstore", 60);
+  /* all but sample 0 (read at create for the dataset's .npy header) */
+  lade_test_sh("for f in %s/c*/*.npy; do case $f in */c0/s00000.npy) ;; *) echo garbage > $f;; esac; done", src);
+  const char *skip[] = {"batch_size=6", "threads=2", "on_error=skip", NULL};
+  lade_config_t *c = config(src, skip);
+  run_t *r = run_config(c);
+  CHECK(r->rc != 0);
+  CHECK(strstr(r->err, "reads in a row failed, so the storage is failing") != NULL);
+  CHECK(strstr(r->err, "skip_max_run") != NULL);
+  free(r);
+  lade_config_destroy(c);
+
+  /* 18 of 60 bad: the run resets on every good read, the fraction stops it */
+  const char *src2 = make_folder("thirtybad", 60);
+  lade_test_sh("for f in %s/c1/s*.npy; do case $f in *[02468].npy) echo garbage > $f;; esac; done", src2);
+  lade_test_sh("for f in %s/c2/s*.npy; do case $f in *[0246].npy) echo garbage > $f;; esac; done", src2);
+  c = config(src2, skip);
+  r = run_config(c);
+  CHECK(r->rc == LADE_EIO);
+  CHECK(strstr(r->err, "skip_max_fraction") != NULL && strstr(r->err, "epoch 0") != NULL);
+  free(r);
+  lade_config_destroy(c);
+  /* with the bound lifted, the same run completes, every bad sample substituted */
+  const char *lifted[] = {"batch_size=6", "threads=2", "on_error=skip", "skip_max_fraction=1", NULL};
+  c = config(src2, lifted);
+  r = run_config(c);
+  CHECK_OK(r->rc);
+  CHECK_EQ_INT(r->samples, 60);
+  free(r);
+  lade_config_destroy(c);
+}
+
 /* A missing or empty dataset fails in create(), not at the first next(). */
 static void test_empty_dataset_fails_at_create(void) {
   const char *dir = lade_test_tmpdir("emptyds");
@@ -670,6 +707,7 @@ int main(void) {
   RUN(test_distributed_padding_marked);
   RUN(test_holding_batches);
   RUN(test_empty_dataset_fails_at_create);
+  RUN(test_skip_is_bounded);
   RUN(test_allocator_hook_and_bounded_pool);
   RUN(test_trace_and_stats);
   RUN(test_interrupt);
