@@ -29,7 +29,7 @@ if(LADE_HAVE_JPEG)
   # The synthetic dataset generator (tools/gen_jpeg.c).
   add_executable(gen_jpeg_check ${PROJECT_SOURCE_DIR}/tests/tools/gen_jpeg_check.c ${PROJECT_SOURCE_DIR}/tools/gen_jpeg.c)
   target_include_directories(gen_jpeg_check PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tools)
-  target_compile_definitions(gen_jpeg_check PRIVATE _GNU_SOURCE LADE_HAVE_JPEG=1)
+  target_compile_definitions(gen_jpeg_check PRIVATE _GNU_SOURCE)
   target_link_libraries(gen_jpeg_check PRIVATE lade_static)
   add_test(NAME gen_jpeg COMMAND ${CMAKE_COMMAND} -E env sh -c
            "rm -rf \"$1\" && mkdir -p \"$1\" && exec \"$0\" \"$1\"" $<TARGET_FILE:gen_jpeg_check>
@@ -39,12 +39,6 @@ if(LADE_HAVE_JPEG)
   add_executable(bench_jpeg_transform ${PROJECT_SOURCE_DIR}/bench/jpeg_transform.c
                  ${PROJECT_SOURCE_DIR}/tools/gen_jpeg.c)
   target_include_directories(bench_jpeg_transform PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tools)
-  target_compile_definitions(bench_jpeg_transform PRIVATE _GNU_SOURCE LADE_HAVE_JPEG=1)
+  target_compile_definitions(bench_jpeg_transform PRIVATE _GNU_SOURCE)
   target_link_libraries(bench_jpeg_transform PRIVATE lade_static)
-endif()
-
-# The unit test makes JPEGs with libjpeg's compressor when it is there
-# (lade_static does not pass on lade_obj's LADE_HAVE_JPEG definition).
-if(LADE_HAVE_JPEG AND TARGET test_imagenet)
-  target_compile_definitions(test_imagenet PRIVATE LADE_HAVE_JPEG=1)
 endif()
