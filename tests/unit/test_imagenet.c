@@ -112,7 +112,7 @@ static void test_solid_colour_and_normalise(void) {
   lade__imgdec_t *d;
   CHECK_OK(lade__imgdec_create(&d));
   int W, H;
-  CHECK_OK(lade__jpeg_size(d, j, len, &W, &H));
+  CHECK_OK(lade__img_size(d, j, len, &W, &H));
   CHECK(W == 96 && H == 64);
   uint8_t u8[32 * 32 * 3];
   float f[3 * 32 * 32];
@@ -176,6 +176,7 @@ static void test_dct_scaled_decode(void) {
   lade__imgdec_t *d;
   CHECK_OK(lade__imgdec_create(&d));
   static uint8_t o[64 * 64 * 3];
+  lade__imgdec_set_decode_scale(d, true);
   /* Boxes 2x, 4x, 8x and 14x the output: 1/2, 1/4, 1/8 scaling. */
   const int sides[] = {130, 260, 520, 900};
   for (int s = 0; s < 4; s++) {
@@ -199,11 +200,15 @@ static void test_truncated_is_error(void) {
     lade__clear_error();
     int rc = lade__imgdec_crop(d, j, cut, 0, 0, 150, 200, 32, false, LADE_DTYPE_UINT8, o);
     CHECK_EQ_INT(rc, LADE_EFORMAT);
-    CHECK(strstr(lade_last_error(), "corrupt JPEG") != NULL);
+    CHECK(strstr(lade_last_error(), cut < 2 ? "not an image" : "corrupt JPEG") != NULL);
   }
   lade__clear_error();
   CHECK_EQ_INT(lade__imgdec_crop(d, j, len / 2, 0, 0, 150, 200, 32, false, LADE_DTYPE_UINT8, o), LADE_EFORMAT);
-  CHECK(strstr(lade_last_error(), "Premature end") != NULL);
+  CHECK(strstr(lade_last_error(), "image file is truncated") != NULL);
+  /* Only the last byte missing, and a box in the first rows: still truncated
+   * (the verdict is on the file, as PIL's), not a clean decode of the rows. */
+  CHECK_EQ_INT(lade__imgdec_crop(d, j, len - 1, 0, 0, 8, 8, 8, false, LADE_DTYPE_UINT8, o), LADE_EFORMAT);
+  CHECK(strstr(lade_last_error(), "image file is truncated") != NULL);
   CHECK_EQ_INT(lade__imgdec_crop(d, j, 0, 0, 0, 150, 200, 32, false, LADE_DTYPE_UINT8, o), LADE_EFORMAT);
   /* The decoder is still usable after errors. */
   CHECK_OK(lade__imgdec_crop(d, j, len, 0, 0, 150, 200, 32, false, LADE_DTYPE_UINT8, o));
@@ -228,7 +233,8 @@ static void test_garbage_is_error_not_crash(void) {
     for (size_t i = 0; i < n; i++) buf[i] = (uint8_t)lade__rng_u32(&r);
     if (it % 2) memcpy(buf, j, LADE_MIN(n, 2)); /* some start like a JPEG */
     int rc = lade__imgdec_crop(d, buf, n, 0, 0, 1, 1, 16, false, LADE_DTYPE_FLOAT32, o);
-    CHECK(rc == 0 || rc == LADE_EFORMAT || rc == LADE_EINVAL);
+    /* Random bytes may look like a BMP ("BM") or a PPM: LADE_EUNSUPPORTED. */
+    CHECK(rc == 0 || rc == LADE_EFORMAT || rc == LADE_EINVAL || rc == LADE_EUNSUPPORTED);
     errors += rc != 0;
   }
   CHECK_EQ_INT(errors, 300);
@@ -237,7 +243,7 @@ static void test_garbage_is_error_not_crash(void) {
     memcpy(buf, j, len);
     for (int k = 0; k < 4; k++) buf[lade__rng_below(&r, len)] ^= (uint8_t)(1u << lade__rng_below(&r, 8));
     int W = 0, H = 0;
-    if (lade__jpeg_size(d, buf, len, &W, &H) == 0 && W > 0 && H > 0 && (uint64_t)W * H < 1u << 22) {
+    if (lade__img_size(d, buf, len, &W, &H) == 0 && W > 0 && H > 0 && (uint64_t)W * H < 1u << 22) {
       int rc = lade__imgdec_crop(d, buf, len, 0, 0, H, W, 16, it & 1, LADE_DTYPE_UINT8, o);
       CHECK(rc == 0 || rc == LADE_EFORMAT);
     }
