@@ -7,6 +7,10 @@ if(LADE_HAVE_JPEG)
   target_compile_definitions(jpeg_crop PRIVATE _GNU_SOURCE)
   target_link_libraries(jpeg_crop PRIVATE lade_static)
 
+  # Lossless rewrites with arithmetic coding / restart markers / progressive scans.
+  add_executable(jpeg_transcode ${PROJECT_SOURCE_DIR}/tests/tools/jpeg_transcode.c)
+  target_link_libraries(jpeg_transcode PRIVATE JPEG::JPEG)
+
   add_test(NAME jpeg_corpus_fails_cleanly
            COMMAND ${CMAKE_COMMAND} -DHELPER=$<TARGET_FILE:jpeg_crop>
                    -DCORPUS=${PROJECT_SOURCE_DIR}/fuzz/corpus/jpeg
@@ -18,6 +22,12 @@ if(LADE_HAVE_JPEG)
              COMMAND ${LADE_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/python/jpeg_reference.py
                      --helper $<TARGET_FILE:jpeg_crop> --tmp ${CMAKE_CURRENT_BINARY_DIR}/tmp/jpeg_reference)
     set_tests_properties(jpeg_reference_torchvision PROPERTIES LABELS jpeg TIMEOUT 600 SKIP_RETURN_CODE 77)
+    # Truncated JPEGs: one verdict per file for every seed, and it is PIL's.
+    add_test(NAME jpeg_truncation_verdict
+             COMMAND ${LADE_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/python/jpeg_truncation.py
+                     --helper $<TARGET_FILE:jpeg_crop> --transcode $<TARGET_FILE:jpeg_transcode>
+                     --tmp ${CMAKE_CURRENT_BINARY_DIR}/tmp/jpeg_truncation)
+    set_tests_properties(jpeg_truncation_verdict PROPERTIES LABELS jpeg TIMEOUT 300 SKIP_RETURN_CODE 77)
     # The same comparison with the portable C resample loops (no AVX2).
     add_test(NAME jpeg_reference_torchvision_nosimd
              COMMAND ${CMAKE_COMMAND} -E env LADE_NO_SIMD=1 ${LADE_PYTHON3}
