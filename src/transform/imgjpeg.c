@@ -198,8 +198,15 @@ static int decode_rows(jpeg_state_t *s, lade__imgdec_t *d, const uint8_t *jpeg, 
 
   lade__imgplan_t pl;
   if ((rc = lade__imgpipe_begin(d, W, H, f, sw, sh, b, out_size, &pl)) != 0) return rc;
-  JDIMENSION xoff = (JDIMENSION)pl.rx0, cw = (JDIMENSION)pl.rw;
-  if (pl.rw < sw) jpeg_crop_scanline(ci, &xoff, &cw);
+  /* Decode a margin around the region: libjpeg's fancy upsampling at the
+   * edges of a cropped or skipped-to window sees replicated chroma instead of
+   * the neighbours, which changes the outermost pixels by a level or two. A
+   * margin of one iMCU (16 pixels) keeps those pixels out of the region, so
+   * the crop-aware decode gives the pixels of a full decode. */
+  const int margin = 16;
+  const int dx0 = LADE_MAX(0, pl.rx0 - margin), dx1 = LADE_MIN(sw, pl.rx0 + pl.rw + margin);
+  JDIMENSION xoff = (JDIMENSION)dx0, cw = (JDIMENSION)(dx1 - dx0);
+  if (dx1 - dx0 < sw) jpeg_crop_scanline(ci, &xoff, &cw);
   else xoff = 0, cw = (JDIMENSION)sw;
   const size_t shift = (size_t)(pl.rx0 - (int)xoff) * (size_t)ncomp;
   const size_t rowbytes = (size_t)cw * (size_t)ncomp;
@@ -209,13 +216,16 @@ static int decode_rows(jpeg_state_t *s, lade__imgdec_t *d, const uint8_t *jpeg, 
     if ((rc = lade__imgpipe_grow(&s->rgb, &s->rgb_cap, (size_t)pl.rw * 4 + pl.pad)) != 0) return rc;
     memset(s->rgb + (size_t)pl.rw * 4, 0, pl.pad);
   }
-  if (pl.y0 > 0) {
-    JDIMENSION todo = (JDIMENSION)pl.y0;
-    while (todo > 0) {
-      JDIMENSION n = jpeg_skip_scanlines(ci, todo);
-      if (n == 0) return lade__fail(LADE_EFORMAT, "corrupt JPEG: cannot skip to row %d", pl.y0);
-      todo -= n;
-    }
+  const int skip_to = LADE_MAX(0, pl.y0 - margin);
+  JDIMENSION todo = (JDIMENSION)skip_to;
+  while (todo > 0) {
+    JDIMENSION n = jpeg_skip_scanlines(ci, todo);
+    if (n == 0) return lade__fail(LADE_EFORMAT, "corrupt JPEG: cannot skip to row %d", skip_to);
+    todo -= n;
+  }
+  for (int y = (int)ci->output_scanline; y < pl.y0; y++) {
+    JSAMPROW rows[1] = {s->row};
+    if (jpeg_read_scanlines(ci, rows, 1) != 1) return lade__fail(LADE_EFORMAT, "corrupt JPEG: no data at row %d", y);
   }
   for (int r = 0; r < pl.nrows; r++) {
     JSAMPROW rows[1] = {s->row};
