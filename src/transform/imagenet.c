@@ -167,7 +167,7 @@ static int pick_backend(lade__imgdec_t *d, const uint8_t *p, size_t n, const lad
     if (other)
       return lade__fail(LADE_EUNSUPPORTED, "%s image: only JPEG and PNG are decoded (convert the file)", other);
     char hex[3 * 8 + 1] = "";
-    for (size_t k = 0; k < n && k < 8; k++) snprintf(hex + 3 * k, 4, "%s%02x", k ? " " : "", p[k]);
+    for (size_t k = 0, at = 0; k < n && k < 8; k++) at += (size_t)snprintf(hex + at, sizeof hex - at, "%s%02x", k ? " " : "", p[k]);
     return lade__fail(LADE_EFORMAT, "not an image (JPEG or PNG): the file starts with %s", hex);
   }
   *be = backends[i];

@@ -20,7 +20,7 @@ if(LADE_HAVE_JPEG)
   if(LADE_PYTHON3)
     add_test(NAME jpeg_reference_torchvision
              COMMAND ${LADE_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/python/jpeg_reference.py
-                     --helper $<TARGET_FILE:jpeg_crop> --tmp ${CMAKE_CURRENT_BINARY_DIR}/tmp/jpeg_reference)
+                     --helper $<TARGET_FILE:jpeg_crop> --transcode $<TARGET_FILE:jpeg_transcode> --tmp ${CMAKE_CURRENT_BINARY_DIR}/tmp/jpeg_reference)
     set_tests_properties(jpeg_reference_torchvision PROPERTIES LABELS jpeg TIMEOUT 600 SKIP_RETURN_CODE 77)
     # Truncated JPEGs: one verdict per file for every seed, and it is PIL's.
     add_test(NAME jpeg_truncation_verdict
@@ -32,7 +32,7 @@ if(LADE_HAVE_JPEG)
     add_test(NAME jpeg_reference_torchvision_nosimd
              COMMAND ${CMAKE_COMMAND} -E env LADE_NO_SIMD=1 ${LADE_PYTHON3}
                      ${PROJECT_SOURCE_DIR}/tests/python/jpeg_reference.py --helper $<TARGET_FILE:jpeg_crop>
-                     --tmp ${CMAKE_CURRENT_BINARY_DIR}/tmp/jpeg_reference_nosimd)
+                     --transcode $<TARGET_FILE:jpeg_transcode> --tmp ${CMAKE_CURRENT_BINARY_DIR}/tmp/jpeg_reference_nosimd)
     set_tests_properties(jpeg_reference_torchvision_nosimd PROPERTIES LABELS jpeg TIMEOUT 600 SKIP_RETURN_CODE 77)
   endif()
 
