@@ -52,3 +52,9 @@ if(LADE_HAVE_JPEG)
   target_compile_definitions(bench_jpeg_transform PRIVATE _GNU_SOURCE)
   target_link_libraries(bench_jpeg_transform PRIVATE lade_static)
 endif()
+
+# decode_scale=off vs auto throughput (docs/transform.md has the command).
+add_executable(bench_decode_scale ${PROJECT_SOURCE_DIR}/tests/tools/bench_decode_scale.c)
+target_include_directories(bench_decode_scale PRIVATE ${PROJECT_SOURCE_DIR}/src)
+target_compile_definitions(bench_decode_scale PRIVATE _GNU_SOURCE)
+target_link_libraries(bench_decode_scale PRIVATE lade_static)
