@@ -1,9 +1,10 @@
-/* test_imagenet.c - the JPEG pipeline: RandomResizedCrop parameters (bounds,
+/* test_imagenet.c - the image pipeline: RandomResizedCrop parameters (bounds,
  * determinism, the centre-crop fallback), decode of RGB/grayscale images,
  * flip and normalisation, DCT-scaled decode, clean errors on truncated and
- * garbage input, and the train/eval vtables. JPEGs are made in memory with
- * libjpeg's compressor. (The torchvision comparison is
- * tests/python/jpeg_reference.py.) */
+ * garbage input, the train/eval vtables, and the dispatch by content (PNG
+ * decoded, or refused when built without libspng; other formats named).
+ * JPEGs are made in memory with libjpeg's compressor, PNGs by hand. (The
+ * torchvision comparison is tests/python/jpeg_reference.py.) */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,114 @@ static void test_rrc_fallback(void) {
     lade__rrc_params(&r, 10, 1000, 0.08, 1.0, 0.75, 4.0 / 3.0, &t, &l, &h, &w);
     CHECK(l == 0 && w == 10 && h == 13 && t == (1000 - 13) / 2);
   }
+}
+
+
+/* ---- dispatch by content (needs no libjpeg) */
+
+static uint32_t crc32_of(const uint8_t *p, size_t n, uint32_t c) {
+  c = ~c;
+  for (size_t i = 0; i < n; i++) {
+    c ^= p[i];
+    for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1)));
+  }
+  return ~c;
+}
+
+static size_t put_be32(uint8_t *o, uint32_t v) {
+  o[0] = (uint8_t)(v >> 24), o[1] = (uint8_t)(v >> 16), o[2] = (uint8_t)(v >> 8), o[3] = (uint8_t)v;
+  return 4;
+}
+
+static size_t put_chunk(uint8_t *o, const char *type, const uint8_t *d, uint32_t n) {
+  size_t at = put_be32(o, n);
+  memcpy(o + at, type, 4);
+  memcpy(o + at + 4, d, n);
+  at += 4 + n;
+  return at + put_be32(o + at, crc32_of(o + 4, 4 + (size_t)n, 0));
+}
+
+/* A solid-colour 8-bit RGBA PNG of W x H (W*4+1 < 65536), zlib "stored"
+ * blocks, one per row. Caller frees. */
+static uint8_t *make_png(int W, int H, const uint8_t rgba[4], size_t *len) {
+  const size_t rowb = (size_t)W * 4 + 1, zlen = 2 + (size_t)H * (5 + rowb) + 4;
+  uint8_t *z = malloc(zlen), *o = malloc(zlen + 64);
+  size_t zi = 0;
+  uint32_t a = 1, b = 0;
+  z[zi++] = 0x78, z[zi++] = 0x01;
+  for (int y = 0; y < H; y++) {
+    z[zi++] = y == H - 1;
+    z[zi++] = (uint8_t)rowb, z[zi++] = (uint8_t)(rowb >> 8), z[zi++] = (uint8_t)~rowb, z[zi++] = (uint8_t)(~rowb >> 8);
+    for (size_t i = 0; i < rowb; i++) {
+      uint8_t v = i == 0 ? 0 : rgba[(i - 1) % 4];
+      z[zi++] = v;
+      a = (a + v) % 65521, b = (b + a) % 65521;
+    }
+  }
+  zi += put_be32(z + zi, b << 16 | a);
+  uint8_t ihdr[13] = {0, 0, 0, 0, 0, 0, 0, 0, 8, 6, 0, 0, 0};
+  put_be32(ihdr, (uint32_t)W);
+  put_be32(ihdr + 4, (uint32_t)H);
+  size_t at = 0;
+  memcpy(o, "\x89PNG\r\n\x1a\n", 8);
+  at = 8;
+  at += put_chunk(o + at, "IHDR", ihdr, 13);
+  at += put_chunk(o + at, "IDAT", z, (uint32_t)zi);
+  at += put_chunk(o + at, "IEND", NULL, 0);
+  free(z);
+  *len = at;
+  return o;
+}
+
+static void test_png_by_content(void) {
+  const uint8_t col[4] = {12, 200, 99, 7}; /* alpha 7: dropped, not composited */
+  size_t len;
+  uint8_t *p = make_png(40, 30, col, &len);
+  lade__imgdec_t *d;
+  CHECK_OK(lade__imgdec_create(&d));
+  static uint8_t o[16 * 16 * 3];
+  int W = 0, H = 0;
+  lade__clear_error();
+  int rc = lade__img_size(d, p, len, &W, &H);
+#ifdef LADE_HAVE_PNG
+  CHECK_OK(rc);
+  CHECK(W == 40 && H == 30);
+  CHECK_OK(lade__imgdec_crop(d, p, len, 3, 4, 20, 30, 16, true, LADE_DTYPE_UINT8, o));
+  int bad = 0;
+  for (int i = 0; i < 16 * 16 * 3; i++) bad += o[i] != col[i % 3];
+  CHECK_EQ_INT(bad, 0);
+  /* Cut inside IDAT, or a flipped bit in IDAT's data: a clear error. */
+  CHECK_EQ_INT(lade__imgdec_crop(d, p, len / 2, 0, 0, 2, 2, 16, false, LADE_DTYPE_UINT8, o), LADE_EFORMAT);
+  CHECK(strstr(lade_last_error(), "corrupt PNG") != NULL);
+  p[60] ^= 4;
+  CHECK_EQ_INT(lade__imgdec_crop(d, p, len, 0, 0, 2, 2, 16, false, LADE_DTYPE_UINT8, o), LADE_EFORMAT);
+  CHECK(strstr(lade_last_error(), "corrupt PNG") != NULL);
+#else
+  CHECK_EQ_INT(rc, LADE_EUNSUPPORTED);
+  CHECK(strstr(lade_last_error(), "PNG support is not built in") != NULL);
+  CHECK_EQ_INT(lade__imgdec_crop(d, p, len, 0, 0, 2, 2, 16, false, LADE_DTYPE_UINT8, o), LADE_EUNSUPPORTED);
+#endif
+  /* Other formats are named; unknown bytes are "not an image". */
+#define B(s) s, sizeof(s) - 1
+  static const struct {
+    const char *bytes;
+    size_t len;
+    const char *name;
+    int code;
+  } other[] = {{B("GIF89a\x01\0\x01\0"), "GIF", LADE_EUNSUPPORTED},  {B("BM\x36\0\0\0\0\0"), "BMP", LADE_EUNSUPPORTED},
+               {B("II*\0\x08\0\0\0"), "TIFF", LADE_EUNSUPPORTED},   {B("RIFF\0\0\0\0WEBPVP8 "), "WebP", LADE_EUNSUPPORTED},
+               {B("P6\n2 2\n255\n"), "PPM", LADE_EUNSUPPORTED},      {B("P5 2 2 255 "), "PGM", LADE_EUNSUPPORTED},
+               {B("hello, world"), "not an image (JPEG or PNG)", LADE_EFORMAT}};
+#undef B
+  for (size_t i = 0; i < sizeof(other) / sizeof(other[0]); i++) {
+    lade__clear_error();
+    CHECK_EQ_INT(lade__imgdec_crop(d, (const uint8_t *)other[i].bytes, other[i].len, 0, 0, 1, 1, 16, false,
+                                   LADE_DTYPE_UINT8, o),
+                 other[i].code);
+    CHECK(strstr(lade_last_error(), other[i].name) != NULL);
+  }
+  lade__imgdec_destroy(d);
+  free(p);
 }
 
 #ifdef LADE_HAVE_JPEG
@@ -314,6 +423,7 @@ int main(void) {
   RUN(test_rrc_bounds_and_determinism);
   RUN(test_rrc_first_try_formula);
   RUN(test_rrc_fallback);
+  RUN(test_png_by_content);
 #ifdef LADE_HAVE_JPEG
   RUN(test_solid_colour_and_normalise);
   RUN(test_flip_mirrors);
