@@ -111,7 +111,8 @@ static bool jpeg_complete(const uint8_t *p, size_t n) {
     if (m == 0x00 || m == 0x01 || (m >= 0xD0 && m <= 0xD8)) continue; /* no length */
     if (i + 2 > n) return false;
     const size_t seg = (size_t)p[i] << 8 | p[i + 1];
-    if (seg < 2 || seg > n - i) return seg >= 2 ? false : true; /* a bad length is libjpeg's to report */
+    if (seg < 2) return true; /* a bad length: libjpeg reports it when it gets there */
+    if (seg > n - i) return false;
     i += seg;
     if (m != 0xDA) continue;
     /* Entropy-coded data of one scan. */

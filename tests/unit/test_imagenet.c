@@ -88,7 +88,7 @@ static size_t put_be32(uint8_t *o, uint32_t v) {
 static size_t put_chunk(uint8_t *o, const char *type, const uint8_t *d, uint32_t n) {
   size_t at = put_be32(o, n);
   memcpy(o + at, type, 4);
-  memcpy(o + at + 4, d, n);
+  if (n) memcpy(o + at + 4, d, n);
   at += 4 + n;
   return at + put_be32(o + at, crc32_of(o + 4, 4 + (size_t)n, 0));
 }
