@@ -22,11 +22,28 @@ for m in MODULES:
 
 define_macros = [("_GNU_SOURCE", "1")]
 libraries = ["m", "pthread"]
-have_jpeg = os.environ.get("LADE_WITH_JPEG", "AUTO").upper() != "OFF" and any(
-    os.path.exists(os.path.join(d, "jpeglib.h")) for d in ("/usr/include", "/usr/local/include"))
-if have_jpeg:
-    define_macros.append(("LADE_HAVE_JPEG", "1"))
+
+
+def found(dep, header):
+    return os.environ.get("LADE_WITH_" + dep, "AUTO").upper() != "OFF" and any(
+        os.path.exists(os.path.join(d, header)) for d in ("/usr/include", "/usr/local/include"))
+
+
+# The same generated header as CMake's (src/lade_build_config.h.in), force-included.
+have = {"JPEG": found("JPEG", "jpeglib.h"), "PNG": found("PNG", "spng.h"), "CURL": False}
+if have["JPEG"]:
     libraries.append("jpeg")
+if have["PNG"]:
+    libraries.append("spng")
+GEN = os.path.join(ROOT, "build", "setup-generated")
+os.makedirs(GEN, exist_ok=True)
+with open(os.path.join(ROOT, "src", "lade_build_config.h.in")) as f:
+    text = f.read()
+for dep, on in have.items():
+    text = text.replace("#cmakedefine LADE_HAVE_%s 1" % dep,
+                        "#define LADE_HAVE_%s 1" % dep if on else "/* #undef LADE_HAVE_%s */" % dep)
+with open(os.path.join(GEN, "lade_build_config.h"), "w") as f:
+    f.write(text)
 
 ext = Extension(
     "lade._lade",
@@ -34,7 +51,7 @@ ext = Extension(
     include_dirs=[os.path.join(ROOT, "include"), os.path.join(ROOT, "src")],
     define_macros=define_macros,
     libraries=libraries,
-    extra_compile_args=["-std=c11", "-O2", "-fvisibility=hidden", "-Wno-unused-parameter"],
+    extra_compile_args=["-include", os.path.join(GEN, "lade_build_config.h"), "-std=c11", "-O2", "-fvisibility=hidden", "-Wno-unused-parameter"],
 )
 
 setup(

@@ -16,7 +16,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static uint8_t out[64 * 64 * 3 * 4];
   if (!d && lade__imgdec_create(&d) != 0) abort();
   int W, H;
-  if (lade__jpeg_size(d, data, size, &W, &H) != 0) return 0;
+  if (lade__img_size(d, data, size, &W, &H) != 0) return 0;
   /* Keep hostile headers from asking for gigabytes of coefficient buffers. */
   if (W <= 0 || H <= 0 || (uint64_t)W * (uint64_t)H > ((uint64_t)1 << 24)) return 0;
   uint32_t h = 2166136261u;

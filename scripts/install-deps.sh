@@ -6,6 +6,7 @@ set -euo pipefail
 pkgs=(
   build-essential cmake pkg-config
   libjpeg62-turbo-dev            # JPEG decode (libjpeg-turbo)
+  libspng-dev                    # PNG decode (libspng)
   libcurl4-openssl-dev           # the s3 source (curl multi + AWS SigV4)
   python3-boto3                  # S3 tests: uploads to the test server
   clang libclang-rt-14-dev       # libFuzzer targets, sanitizers

@@ -56,6 +56,9 @@ static const setting_t settings[] = {
     {"resize_size", T_U32, OFF(resize_size), 0, 8, 8192, NULL, "256", "shorter side before the centre crop (imagenet-eval)"},
     {"image_dtype", T_ENUM, OFF(image_dtype), 0, 0, 0, "float32|uint8", "float32",
      "image output: float32 CHW normalised with ImageNet mean/std, or uint8 HWC"},
+    {"decode_scale", T_ENUM, OFF(decode_scale), 0, 0, 0, "off|auto", "off",
+     "JPEG decode at 1/2, 1/4, 1/8 scale when the box is >= 2x the output (auto: faster on large images, "
+     "no longer bit-identical to torchvision; off: exact)"},
     {"scale_min", T_F64, OFF(scale_min), 0, 1e-6, 1, NULL, "0.08", "RandomResizedCrop area scale, lower bound"},
     {"scale_max", T_F64, OFF(scale_max), 0, 1e-6, 1, NULL, "1", "RandomResizedCrop area scale, upper bound"},
     {"ratio_min", T_F64, OFF(ratio_min), 0, 0.01, 100, NULL, "0.75", "RandomResizedCrop aspect ratio, lower bound"},

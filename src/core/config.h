@@ -14,6 +14,7 @@ enum { LADE_CACHE_AUTO = 0, LADE_CACHE_FIFO, LADE_CACHE_LRU, LADE_CACHE_CLAIRVOY
 enum { LADE_TRISTATE_AUTO = 0, LADE_TRISTATE_ON, LADE_TRISTATE_OFF };
 enum { LADE_XF_AUTO = 0, LADE_XF_RAW, LADE_XF_NPY, LADE_XF_IMAGENET_TRAIN, LADE_XF_IMAGENET_EVAL };
 enum { LADE_ONERR_FAIL = 0, LADE_ONERR_SKIP };
+enum { LADE_DECODE_SCALE_OFF = 0, LADE_DECODE_SCALE_AUTO };
 
 #define LADE_PATH_MAX 4096
 
@@ -34,6 +35,7 @@ struct lade_config {
   uint32_t crop_size;
   uint32_t resize_size;
   int image_dtype;       /* LADE_DTYPE_FLOAT32 (CHW, normalised) or LADE_DTYPE_UINT8 (HWC) */
+  int decode_scale;      /* LADE_DECODE_SCALE_*: JPEG IDCT scaling in the image transforms */
   double scale_min, scale_max, ratio_min, ratio_max, hflip;
   uint64_t raw_size;     /* raw slot bytes; 0: size of sample 0 */
   int on_error;

@@ -1,29 +1,28 @@
 /*
- * imagenet.c - the JPEG image pipeline behind the imagenet transforms.
+ * imagenet.c - the image pipeline behind the imagenet transforms: the
+ * torchvision crop parameters, the format dispatch by content (magic bytes,
+ * never the file name), and the resample/flip/normalise stages that every
+ * decoder backend shares (imgjpeg.c, imgpng.c; contract in imgpipe.h).
  *
  * Why it looks like this: a training crop usually covers a fraction of the
  * image and is then shrunk to 224x224, so decoding the whole picture at full
- * resolution is wasted work. We decode only the box (jpeg_crop_scanline for
- * the columns, jpeg_skip_scanlines up to the first row, abort after the last
- * row) and, when the box is at least 2x larger than the output, let the IDCT
- * do part of the shrinking (DCT scaling 1/2, 1/4, 1/8). The rest is Pillow's
- * antialiased bilinear resample (triangle filter whose support grows with the
- * downscale factor), reproduced with its 22-bit fixed-point coefficients and
- * its horizontal-then-vertical order so that at scale 1/1 the result is
- * bit-identical to torchvision's resized_crop on a PIL image.
+ * resolution is wasted work where the format allows it (JPEG: see
+ * imgjpeg.c). The resample is Pillow's antialiased bilinear (triangle filter
+ * whose support grows with the downscale factor), reproduced with its 22-bit
+ * fixed-point coefficients and its horizontal-then-vertical order, so that
+ * the result is bit-identical to torchvision's resized_crop on the PIL image.
  *
- * Decoding streams: each decoded row is resampled horizontally right away,
- * so only out_size*3 bytes per box row are kept, never the decoded box.
- *
- * Errors: libjpeg errors and warnings (a truncated file is a warning there)
- * longjmp back to the single setjmp in run_guarded(); the message goes into
- * lade_last_error(). Nothing is printed and nothing exits.
+ * Streaming: each decoded row is resampled horizontally right away, so only
+ * out_size*4 bytes per box row are kept, never the decoded box.
  */
 #include "transform/imagenet.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "transform/imgpipe.h"
 
 void lade__rrc_params(lade__rng_t *rng, int width, int height, double scale_min, double scale_max, double ratio_min,
                       double ratio_max, int *top, int *left, int *h, int *w) {
@@ -68,21 +67,7 @@ void lade__rrc_params(lade__rng_t *rng, int width, int height, double scale_min,
   *w = cw;
 }
 
-#ifdef LADE_HAVE_JPEG
-
-#include <setjmp.h>
-#include <stdio.h>
-
-#include <jerror.h>
-#include <jpeglib.h>
-
 #define PRECISION_BITS 22 /* Pillow's fixed point for 8-bit images */
-
-typedef struct err_mgr {
-  struct jpeg_error_mgr pub;
-  jmp_buf jb;
-  char msg[JMSG_LENGTH_MAX];
-} err_mgr_t;
 
 /* Coefficients of one resample direction (Pillow's precompute_coeffs). */
 typedef struct coeffs {
@@ -94,75 +79,45 @@ typedef struct coeffs {
   int ksize;
 } coeffs_t;
 
+typedef void (*resample_h_fn)(const coeffs_t *, const uint8_t *, uint8_t *, int);
+
 struct lade__imgdec {
-  struct jpeg_decompress_struct cinfo;
-  err_mgr_t err;
-  bool cinfo_ok;
-  uint8_t *row;      /* one decoded row (up to 4 components) */
-  size_t row_cap;
-  uint8_t *rgb;      /* the row converted to RGB (CMYK input only) */
-  size_t rgb_cap;
-  uint8_t *tmp;      /* horizontally resampled box rows: rows * out*3 */
+  bool decode_scale; /* decode_scale=auto: the JPEG IDCT may shrink (not bit-exact) */
+  void *be_state[2]; /* per backend (JPEG, PNG), created on first use */
+  uint8_t *tmp;      /* horizontally resampled box rows: rows * out*4 */
   size_t tmp_cap;
-  uint8_t *vrow;     /* one output row, RGB */
+  uint8_t *vrow;     /* one output row, RGBX */
   size_t vrow_cap;
-  int32_t *acc;      /* vertical accumulators, out*3 */
+  int32_t *acc;      /* vertical accumulators, out*4 */
   size_t acc_cap;
   coeffs_t ch, cv;
+  int out_size, vfirst;
   float lut[3][256]; /* (v/255 - mean) / std */
-  void (*resample_h)(const coeffs_t *, const uint8_t *, uint8_t *, int);
+  resample_h_fn resample_h;
 };
 
-typedef void (*resample_h_fn)(const coeffs_t *, const uint8_t *, uint8_t *, int);
+static const lade__imgbackend_t *const backends[2] = {&lade__img_jpeg, &lade__img_png};
+
 static resample_h_fn pick_resample_h(void);
 
-static void on_error_exit(j_common_ptr c) {
-  err_mgr_t *e = (err_mgr_t *)c->err;
-  (*c->err->format_message)(c, e->msg);
-  longjmp(e->jb, 1);
-}
-
-static void on_emit(j_common_ptr c, int level) {
-  if (level >= 0) return; /* trace messages */
-  /* Warnings: corrupt data or a truncated file (libjpeg would pad with grey).
-   * Extraneous bytes between markers are harmless and PIL accepts them. */
-  if (c->err->msg_code == JWRN_EXTRANEOUS_DATA) return;
-  on_error_exit(c);
-}
-
-static void on_output(j_common_ptr c) { LADE_UNUSED(c); }
-
-/* Scratch buffers only grow and do not keep their contents. */
-static int grow_align(void *pp, size_t *cap, size_t need, size_t align) {
+int lade__imgpipe_grow(void *pp, size_t *cap, size_t need) {
   void **p = (void **)pp;
   if (need <= *cap) return 0;
   size_t n = *cap ? *cap : 256;
   while (n < need) n *= 2;
   lade__aligned_free(*p);
   *cap = 0;
-  if (!(*p = lade__aligned_alloc(n, align))) return lade__fail(LADE_ENOMEM, "out of memory (%zu bytes of image scratch)", n);
+  /* 64-byte aligned: the SIMD pass's 32-byte loads must never split a cache line. */
+  if (!(*p = lade__aligned_alloc(n, 64))) return lade__fail(LADE_ENOMEM, "out of memory (%zu bytes of image scratch)", n);
   *cap = n;
   return 0;
 }
-
-static int grow(void *pp, size_t *cap, size_t need) { return grow_align(pp, cap, need, 16); }
 
 int lade__imgdec_create(lade__imgdec_t **out) {
   static const float mean[3] = {0.485f, 0.456f, 0.406f}, stdv[3] = {0.229f, 0.224f, 0.225f};
   *out = NULL;
   lade__imgdec_t *d = calloc(1, sizeof(*d));
-  if (!d) return lade__fail(LADE_ENOMEM, "out of memory (JPEG decoder)");
-  d->cinfo.err = jpeg_std_error(&d->err.pub);
-  d->err.pub.error_exit = on_error_exit;
-  d->err.pub.emit_message = on_emit;
-  d->err.pub.output_message = on_output;
-  if (setjmp(d->err.jb)) {
-    int rc = lade__fail(LADE_ENOMEM, "cannot create JPEG decoder: %s", d->err.msg);
-    free(d);
-    return rc;
-  }
-  jpeg_create_decompress(&d->cinfo);
-  d->cinfo_ok = true;
+  if (!d) return lade__fail(LADE_ENOMEM, "out of memory (image decoder)");
   d->resample_h = pick_resample_h();
   for (int c = 0; c < 3; c++)
     for (int v = 0; v < 256; v++) d->lut[c][v] = ((float)v / 255.0f - mean[c]) / stdv[c];
@@ -172,33 +127,64 @@ int lade__imgdec_create(lade__imgdec_t **out) {
 
 void lade__imgdec_destroy(lade__imgdec_t *d) {
   if (!d) return;
-  if (d->cinfo_ok) jpeg_destroy_decompress(&d->cinfo);
-  void *bufs[] = {d->row, d->rgb, d->tmp, d->vrow, d->acc, d->ch.k, d->ch.bounds, d->ch.pre, d->ch.k2,
+  for (int i = 0; i < 2; i++)
+    if (d->be_state[i]) backends[i]->destroy(d->be_state[i]);
+  void *bufs[] = {d->tmp, d->vrow, d->acc, d->ch.k, d->ch.bounds, d->ch.pre, d->ch.k2,
                   d->cv.k, d->cv.bounds, d->cv.pre, d->cv.k2};
   for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) lade__aligned_free(bufs[i]);
   free(d);
 }
 
-/* Headers claiming more pixels than this are refused before any allocation
- * (the largest real photos are far below; a hostile header is not). */
-#define MAX_PIXELS ((uint64_t)1 << 28)
+void lade__imgdec_set_decode_scale(lade__imgdec_t *d, bool on) { d->decode_scale = on; }
 
-static void read_header(lade__imgdec_t *d, const uint8_t *jpeg, size_t len) {
-  jpeg_mem_src(&d->cinfo, jpeg, (unsigned long)len);
-  jpeg_read_header(&d->cinfo, TRUE);
+/*
+ * Format by content. torchvision's ImageFolder accepts .jpg .jpeg .png .ppm
+ * .bmp .pgm .tif .tiff .webp by name; real datasets hold PNGs named .JPEG
+ * and the like, so the name decides nothing here.
+ */
+static const char *sniff_other(const uint8_t *p, size_t n) {
+  if (n >= 6 && (memcmp(p, "GIF87a", 6) == 0 || memcmp(p, "GIF89a", 6) == 0)) return "GIF";
+  if (n >= 2 && p[0] == 'B' && p[1] == 'M') return "BMP";
+  if (n >= 4 && (memcmp(p, "II*\0", 4) == 0 || memcmp(p, "MM\0*", 4) == 0)) return "TIFF";
+  if (n >= 12 && memcmp(p, "RIFF", 4) == 0 && memcmp(p + 8, "WEBP", 4) == 0) return "WebP";
+  if (n >= 3 && p[0] == 'P' && p[1] >= '1' && p[1] <= '7' && (p[2] == ' ' || p[2] == '\n' || p[2] == '\r' || p[2] == '\t'))
+    return p[1] == '1' || p[1] == '4' ? "PBM" : p[1] == '2' || p[1] == '5' ? "PGM" : p[1] == '7' ? "PAM" : "PPM";
+  if (n >= 12 && memcmp(p, "\0\0\0\x0cjP  \r\n\x87\n", 12) == 0) return "JPEG 2000";
+  if (n >= 4 && memcmp(p, "\0\0\1\0", 4) == 0) return "ICO";
+  if (n >= 12 && memcmp(p + 4, "ftyp", 4) == 0) return "HEIF/AVIF";
+  return NULL;
 }
 
-int lade__jpeg_size(lade__imgdec_t *d, const uint8_t *jpeg, size_t len, int *width, int *height) {
-  if (!jpeg || len == 0) return lade__fail(LADE_EFORMAT, "corrupt JPEG: empty input");
-  if (setjmp(d->err.jb)) {
-    jpeg_abort_decompress(&d->cinfo);
-    return lade__fail(LADE_EFORMAT, "corrupt JPEG: %s", d->err.msg);
+static int pick_backend(lade__imgdec_t *d, const uint8_t *p, size_t n, const lade__imgbackend_t **be, void **st) {
+  int i;
+  if (!p || n == 0) return lade__fail(LADE_EFORMAT, "not an image (JPEG or PNG): empty file");
+  if (n >= 2 && p[0] == 0xFF && p[1] == 0xD8)
+    i = 0;
+  else if (n >= 8 && memcmp(p, "\x89PNG\r\n\x1a\n", 8) == 0)
+    i = 1;
+  else {
+    const char *other = sniff_other(p, n);
+    if (other)
+      return lade__fail(LADE_EUNSUPPORTED, "%s image: only JPEG and PNG are decoded (convert the file)", other);
+    char hex[3 * 8 + 1] = "";
+    for (size_t k = 0, at = 0; k < n && k < 8; k++) at += (size_t)snprintf(hex + at, sizeof hex - at, "%s%02x", k ? " " : "", p[k]);
+    return lade__fail(LADE_EFORMAT, "not an image (JPEG or PNG): the file starts with %s", hex);
   }
-  read_header(d, jpeg, len);
-  *width = (int)d->cinfo.image_width;
-  *height = (int)d->cinfo.image_height;
-  jpeg_abort_decompress(&d->cinfo);
+  *be = backends[i];
+  if (!d->be_state[i]) {
+    int rc = backends[i]->create(&d->be_state[i]);
+    if (rc) return rc;
+  }
+  *st = d->be_state[i];
   return 0;
+}
+
+int lade__img_size(lade__imgdec_t *d, const uint8_t *buf, size_t len, int *width, int *height) {
+  const lade__imgbackend_t *be;
+  void *st;
+  int rc = pick_backend(d, buf, len, &be, &st);
+  if (rc) return rc;
+  return be->size(st, buf, len, width, height);
 }
 
 static double tri_filter(double x) {
@@ -216,9 +202,9 @@ static int make_coeffs(coeffs_t *c, int in_size, double in0, double in1, int out
   double support = 1.0 * fscale;
   int ksize = (int)ceil(support) * 2 + 1;
   int rc;
-  if ((rc = grow(&c->k, &c->kcap, (size_t)out_size * (size_t)ksize * sizeof(int32_t))) != 0) return rc;
-  if ((rc = grow(&c->bounds, &c->bcap, (size_t)out_size * 2 * sizeof(int))) != 0) return rc;
-  if ((rc = grow(&c->pre, &c->pcap, (size_t)ksize * sizeof(double))) != 0) return rc;
+  if ((rc = lade__imgpipe_grow(&c->k, &c->kcap, (size_t)out_size * (size_t)ksize * sizeof(int32_t))) != 0) return rc;
+  if ((rc = lade__imgpipe_grow(&c->bounds, &c->bcap, (size_t)out_size * 2 * sizeof(int))) != 0) return rc;
+  if ((rc = lade__imgpipe_grow(&c->pre, &c->pcap, (size_t)ksize * sizeof(double))) != 0) return rc;
   c->ksize = ksize;
   double *pre = c->pre;
   double ss = 1.0 / fscale;
@@ -252,7 +238,7 @@ static int make_coeffs(coeffs_t *c, int in_size, double in0, double in1, int out
      * pixel k1. The bilinear coefficients are >= 0 and <= 2^22. */
     const size_t np = (size_t)out_size / 2, ntp = (size_t)(ksize + 1) / 2;
     /* 64-byte aligned: its 32-byte loads must never split a cache line. */
-    if ((rc = grow_align(&c->k2, &c->k2cap, np * ntp * 32 * sizeof(int16_t), 64)) != 0) return rc;
+    if ((rc = lade__imgpipe_grow(&c->k2, &c->k2cap, np * ntp * 32 * sizeof(int16_t))) != 0) return rc;
     for (size_t pi = 0; pi < np; pi++)
       for (size_t tp = 0; tp < ntp; tp++) {
         int16_t *o = c->k2 + (pi * ntp + tp) * 32;
@@ -377,65 +363,24 @@ LADE_CLONES static void resample_v(const int32_t *restrict k, int taps, const ui
   for (size_t i = 0; i < n; i++) out[i] = clip8(acc[i]);
 }
 
-/* Pillow's CMYK;I (Adobe, inverted) or CMYK unpack followed by cmyk2rgb. */
-static void cmyk_to_rgb(const uint8_t *in, uint8_t *out, int n, bool inverted) {
-  for (int x = 0; x < n; x++) {
-    int c = in[4 * x], m = in[4 * x + 1], y = in[4 * x + 2], k = in[4 * x + 3];
-    if (inverted) {
-      c = 255 - c;
-      m = 255 - m;
-      y = 255 - y;
-      k = 255 - k;
-    }
-    int nk = 255 - k, t;
-#define MULDIV255(a, b) (t = (a) * (b) + 128, ((t >> 8) + t) >> 8)
-    int r = nk - MULDIV255(c, nk), g = nk - MULDIV255(m, nk), b = nk - MULDIV255(y, nk);
-#undef MULDIV255
-    out[4 * x] = (uint8_t)(r < 0 ? 0 : r);
-    out[4 * x + 1] = (uint8_t)(g < 0 ? 0 : g);
-    out[4 * x + 2] = (uint8_t)(b < 0 ? 0 : b);
-    out[4 * x + 3] = 255;
-  }
+
+int lade__imgpipe_dct_factor(const lade__imgdec_t *d, const lade__imgbox_t *b, int out_size) {
+  int f = 1;
+  if (d->decode_scale)
+    while (f < 8 && b->w / (2 * f) >= out_size && b->h / (2 * f) >= out_size) f *= 2;
+  return f;
 }
 
-typedef struct box {
-  double top, left, h, w; /* source pixels */
-  bool clip_to_box;       /* true: pixels outside the box never contribute (crop, then resize) */
-} box_t;
-
-/* The body of a decode; may longjmp out through the error manager. Returns a
- * LADE code for errors found outside libjpeg. */
-static int decode_box(lade__imgdec_t *d, const uint8_t *jpeg, size_t len, const box_t *b, int out_size, bool flip,
-                      int dtype, void *out) {
-  struct jpeg_decompress_struct *ci = &d->cinfo;
+int lade__imgpipe_begin(lade__imgdec_t *d, int W, int H, int f, int sw, int sh, const lade__imgbox_t *b,
+                        int out_size, lade__imgplan_t *plan) {
   int rc;
-  read_header(d, jpeg, len);
-  const int W = (int)ci->image_width, H = (int)ci->image_height;
-  if ((uint64_t)W * (uint64_t)H > MAX_PIXELS)
-    return lade__fail(LADE_EFORMAT, "JPEG of %dx%d pixels is larger than supported", W, H);
+  if ((uint64_t)W * (uint64_t)H > LADE_IMG_MAX_PIXELS)
+    return lade__fail(LADE_EFORMAT, "image of %dx%d pixels is larger than supported", W, H);
+  if (W <= 0 || H <= 0 || sw <= 0 || sh <= 0) return lade__fail(LADE_EFORMAT, "image of %dx%d pixels", W, H);
   if (!(b->w > 0 && b->h > 0 && b->left >= 0 && b->top >= 0 && b->left + b->w <= W + 1e-6 &&
         b->top + b->h <= H + 1e-6))
     return lade__fail(LADE_EINVAL, "crop box (top %g, left %g, %gx%g) outside the %dx%d image", b->top, b->left,
                       b->w, b->h, W, H);
-
-  /* DCT scaling: the largest reduction that keeps the box >= out_size. */
-  int f = 1;
-  while (f < 8 && b->w / (2 * f) >= out_size && b->h / (2 * f) >= out_size) f *= 2;
-  ci->scale_num = 1;
-  ci->scale_denom = (unsigned)f;
-  ci->dct_method = JDCT_ISLOW;
-  ci->do_fancy_upsampling = TRUE;
-  bool cmyk = ci->jpeg_color_space == JCS_CMYK || ci->jpeg_color_space == JCS_YCCK;
-  bool inverted = cmyk && ci->saw_Adobe_marker;
-  if (cmyk)
-    ci->out_color_space = JCS_CMYK;
-  else if (ci->num_components == 1 || ci->num_components == 3)
-    ci->out_color_space = JCS_EXT_RGBX; /* gray and YCbCr alike; X pads for 4-lane SIMD */
-  else
-    return lade__fail(LADE_EFORMAT, "JPEG with %d components is not supported", ci->num_components);
-  jpeg_start_decompress(ci);
-  const int sw = (int)ci->output_width, sh = (int)ci->output_height, ncomp = ci->output_components;
-
   /* The box and the decoded region in scaled pixels. With clip_to_box the
    * region is the box rounded outwards; otherwise it also covers the filter
    * support so the edge pixels see their neighbours (resize, then crop). */
@@ -454,11 +399,6 @@ static int decode_box(lade__imgdec_t *d, const uint8_t *jpeg, size_t len, const 
   if (ry1 <= ry0) ry1 = LADE_MIN(sh, ry0 + 1);
   const int rw = rx1 - rx0, rh = ry1 - ry0;
 
-  JDIMENSION xoff = (JDIMENSION)rx0, cw = (JDIMENSION)rw;
-  if (rw < sw) jpeg_crop_scanline(ci, &xoff, &cw);
-  else xoff = 0, cw = (JDIMENSION)sw;
-  const size_t shift = (size_t)(rx0 - (int)xoff) * (size_t)ncomp;
-
   if ((rc = make_coeffs(&d->ch, rw, bx0 - rx0, bx1 - rx0, out_size, d->resample_h != resample_h_c)) != 0) return rc;
   if ((rc = make_coeffs(&d->cv, rh, by0 - ry0, by1 - ry0, out_size, false)) != 0) return rc;
   /* Only the rows the vertical filter reads are decoded (Pillow does the same). */
@@ -467,47 +407,34 @@ static int decode_box(lade__imgdec_t *d, const uint8_t *jpeg, size_t len, const 
     int e = d->cv.bounds[2 * yy] + d->cv.bounds[2 * yy + 1];
     if (e > vlast) vlast = e;
   }
-  const int y_begin = ry0 + vfirst, nrows = vlast - vfirst;
   const size_t orow = (size_t)out_size * 4; /* RGBX */
+  const int nrows = vlast - vfirst;
+  if ((rc = lade__imgpipe_grow(&d->tmp, &d->tmp_cap, (size_t)LADE_MAX(nrows, 1) * orow)) != 0) return rc;
+  if ((rc = lade__imgpipe_grow(&d->vrow, &d->vrow_cap, orow)) != 0) return rc;
+  if ((rc = lade__imgpipe_grow(&d->acc, &d->acc_cap, orow * sizeof(int32_t))) != 0) return rc;
+  d->out_size = out_size;
+  d->vfirst = vfirst;
+  plan->rx0 = rx0;
+  plan->rw = rw;
+  plan->y0 = ry0 + vfirst;
+  plan->nrows = nrows;
   /* Rows are followed by `pad` readable bytes for the two-pixel SIMD loop. */
-  const size_t pad = (size_t)d->ch.ksize * 4 + 16, rowbytes = (size_t)cw * (size_t)ncomp;
-  if ((rc = grow(&d->row, &d->row_cap, rowbytes + pad)) != 0) return rc;
-  memset(d->row + rowbytes, 0, pad);
-  if (cmyk) {
-    if ((rc = grow(&d->rgb, &d->rgb_cap, (size_t)rw * 4 + pad)) != 0) return rc;
-    memset(d->rgb + (size_t)rw * 4, 0, pad);
-  }
-  if ((rc = grow(&d->tmp, &d->tmp_cap, (size_t)LADE_MAX(nrows, 1) * orow)) != 0) return rc;
-  if ((rc = grow(&d->vrow, &d->vrow_cap, orow)) != 0) return rc;
-  if ((rc = grow(&d->acc, &d->acc_cap, orow * sizeof(int32_t))) != 0) return rc;
+  plan->pad = (size_t)d->ch.ksize * 4 + 16;
+  return 0;
+}
 
-  if (y_begin > 0) {
-    JDIMENSION todo = (JDIMENSION)y_begin;
-    while (todo > 0) {
-      JDIMENSION n = jpeg_skip_scanlines(ci, todo);
-      if (n == 0) return lade__fail(LADE_EFORMAT, "corrupt JPEG: cannot skip to row %d", y_begin);
-      todo -= n;
-    }
-  }
-  for (int r = 0; r < nrows; r++) {
-    JSAMPROW rows[1] = {d->row};
-    if (jpeg_read_scanlines(ci, rows, 1) != 1)
-      return lade__fail(LADE_EFORMAT, "corrupt JPEG: no data at row %d", y_begin + r);
-    const uint8_t *src = d->row + shift;
-    if (cmyk) {
-      cmyk_to_rgb(src, d->rgb, rw, inverted);
-      src = d->rgb;
-    }
-    d->resample_h(&d->ch, src, d->tmp + (size_t)r * orow, out_size);
-  }
-  jpeg_abort_decompress(ci);
+void lade__imgpipe_row(lade__imgdec_t *d, int r, const uint8_t *rgbx) {
+  d->resample_h(&d->ch, rgbx, d->tmp + (size_t)r * d->out_size * 4, d->out_size);
+}
 
-  /* Vertical pass, one output row at a time; then flip and store. */
-  const int ksize = d->cv.ksize;
+/* Vertical pass, one output row at a time; then flip and store. */
+static void imgpipe_finish(lade__imgdec_t *d, bool flip, int dtype, void *out) {
+  const int out_size = d->out_size, ksize = d->cv.ksize;
+  const size_t orow = (size_t)out_size * 4;
   int32_t *acc = d->acc;
   uint8_t *vrow = d->vrow;
   for (int yy = 0; yy < out_size; yy++) {
-    const int ymin = d->cv.bounds[2 * yy] - vfirst, n = d->cv.bounds[2 * yy + 1];
+    const int ymin = d->cv.bounds[2 * yy] - d->vfirst, n = d->cv.bounds[2 * yy + 1];
     const int32_t *k = d->cv.k + (size_t)yy * ksize;
     resample_v(k, n, d->tmp + (size_t)ymin * orow, orow, acc, vrow, orow);
     if (dtype == LADE_DTYPE_UINT8) {
@@ -530,57 +457,30 @@ static int decode_box(lade__imgdec_t *d, const uint8_t *jpeg, size_t len, const 
       }
     }
   }
-  return 0;
 }
 
-/* The one setjmp: libjpeg errors land here, and the decoder is reset so the
- * next image can reuse it. */
-static int run_guarded(lade__imgdec_t *d, const uint8_t *jpeg, size_t len, const box_t *b, int out_size, bool flip,
-                       int dtype, void *out) {
-  if (!jpeg || len == 0) return lade__fail(LADE_EFORMAT, "corrupt JPEG: empty input");
+static int run(lade__imgdec_t *d, const uint8_t *buf, size_t len, const lade__imgbox_t *b, int out_size, bool flip,
+               int dtype, void *out) {
   if (out_size <= 0 || out_size > 65535) return lade__fail(LADE_EINVAL, "bad output size %d", out_size);
   if (dtype != LADE_DTYPE_UINT8 && dtype != LADE_DTYPE_FLOAT32)
     return lade__fail(LADE_EINVAL, "image dtype must be uint8 or float32, not %s", lade_dtype_name(dtype));
-  if (setjmp(d->err.jb)) {
-    jpeg_abort_decompress(&d->cinfo);
-    return lade__fail(LADE_EFORMAT, "corrupt JPEG: %s", d->err.msg);
-  }
-  int rc = decode_box(d, jpeg, len, b, out_size, flip, dtype, out);
-  if (rc != 0) jpeg_abort_decompress(&d->cinfo);
-  return rc;
+  const lade__imgbackend_t *be;
+  void *st;
+  int rc = pick_backend(d, buf, len, &be, &st);
+  if (rc) return rc;
+  if ((rc = be->decode(st, d, buf, len, b, out_size)) != 0) return rc;
+  imgpipe_finish(d, flip, dtype, out);
+  return 0;
 }
 
-int lade__imgdec_crop(lade__imgdec_t *d, const uint8_t *jpeg, size_t len, int top, int left, int h, int w,
+int lade__imgdec_crop(lade__imgdec_t *d, const uint8_t *buf, size_t len, int top, int left, int h, int w,
                       int out_size, bool flip, int dtype, void *out) {
-  box_t b = {top, left, h, w, true};
-  return run_guarded(d, jpeg, len, &b, out_size, flip, dtype, out);
+  lade__imgbox_t b = {top, left, h, w, true};
+  return run(d, buf, len, &b, out_size, flip, dtype, out);
 }
 
-int lade__imgdec_resize_crop(lade__imgdec_t *d, const uint8_t *jpeg, size_t len, double top, double left, double h,
+int lade__imgdec_resize_crop(lade__imgdec_t *d, const uint8_t *buf, size_t len, double top, double left, double h,
                              double w, int out_size, bool flip, int dtype, void *out) {
-  box_t b = {top, left, h, w, false};
-  return run_guarded(d, jpeg, len, &b, out_size, flip, dtype, out);
+  lade__imgbox_t b = {top, left, h, w, false};
+  return run(d, buf, len, &b, out_size, flip, dtype, out);
 }
-
-#else /* !LADE_HAVE_JPEG */
-
-#define NO_JPEG() lade__fail(LADE_EUNSUPPORTED, "JPEG support is not built in (configure with libjpeg-turbo installed)")
-
-int lade__imgdec_create(lade__imgdec_t **out) {
-  *out = NULL;
-  return NO_JPEG();
-}
-void lade__imgdec_destroy(lade__imgdec_t *d) { LADE_UNUSED(d); }
-int lade__jpeg_size(lade__imgdec_t *d, const uint8_t *jpeg, size_t len, int *width, int *height) {
-  return NO_JPEG();
-}
-int lade__imgdec_crop(lade__imgdec_t *d, const uint8_t *jpeg, size_t len, int top, int left, int h, int w,
-                      int out_size, bool flip, int dtype, void *out) {
-  return NO_JPEG();
-}
-int lade__imgdec_resize_crop(lade__imgdec_t *d, const uint8_t *jpeg, size_t len, double top, double left, double h,
-                             double w, int out_size, bool flip, int dtype, void *out) {
-  return NO_JPEG();
-}
-
-#endif

@@ -4,6 +4,9 @@
  * Resize + CenterCrop) expressed as one source-pixel box per image so the
  * decoder only decodes what the box needs (see imagenet.c).
  *
+ * JPEG and PNG are told apart by content (imagenet.c), whatever the file
+ * name says.
+ *
  * Randomness order per sample (part of the reproducibility contract): the
  * crop parameters first (lade__rrc_params), then one lade__rng_double for the
  * flip.
@@ -16,6 +19,7 @@
 
 typedef struct xf_state {
   int crop, resize, dtype;
+  bool decode_scale;
   double scale_min, scale_max, ratio_min, ratio_max, hflip;
 } xf_state_t;
 
@@ -39,6 +43,7 @@ static int xf_init(void **state, const struct lade_config *cfg, const uint8_t *f
   s->crop = (int)cfg->crop_size;
   s->resize = (int)cfg->resize_size;
   s->dtype = cfg->image_dtype;
+  s->decode_scale = cfg->decode_scale == LADE_DECODE_SCALE_AUTO;
   s->scale_min = cfg->scale_min;
   s->scale_max = cfg->scale_max;
   s->ratio_min = cfg->ratio_min;
@@ -64,9 +69,10 @@ static int xf_init(void **state, const struct lade_config *cfg, const uint8_t *f
 static void xf_destroy(void *state) { free(state); }
 
 static int xf_worker_init(void *state, void **wstate) {
-  LADE_UNUSED(state);
+  const xf_state_t *s = state;
   lade__imgdec_t *d = NULL;
   int rc = lade__imgdec_create(&d);
+  if (d) lade__imgdec_set_decode_scale(d, s->decode_scale);
   *wstate = d;
   return rc;
 }
@@ -81,7 +87,7 @@ static int train_apply(void *state, void *wstate, const uint8_t *in, size_t len,
   const xf_state_t *s = state;
   lade__imgdec_t *d = wstate;
   int W, H, top, left, h, w, rc;
-  if ((rc = lade__jpeg_size(d, in, len, &W, &H)) != 0) return rc;
+  if ((rc = lade__img_size(d, in, len, &W, &H)) != 0) return rc;
   lade__rrc_params(ctx->rng, W, H, s->scale_min, s->scale_max, s->ratio_min, s->ratio_max, &top, &left, &h, &w);
   bool flip = lade__rng_double(ctx->rng) < s->hflip;
   if ((rc = lade__imgdec_crop(d, in, len, top, left, h, w, s->crop, flip, s->dtype, out)) != 0) return rc;
@@ -124,7 +130,7 @@ static int eval_apply(void *state, void *wstate, const uint8_t *in, size_t len, 
   lade__imgdec_t *d = wstate;
   int W, H, rc;
   double top, left, h, w;
-  if ((rc = lade__jpeg_size(d, in, len, &W, &H)) != 0) return rc;
+  if ((rc = lade__img_size(d, in, len, &W, &H)) != 0) return rc;
   eval_box(W, H, s->resize > 0 ? s->resize : s->crop, s->crop, &top, &left, &h, &w);
   if ((rc = lade__imgdec_resize_crop(d, in, len, top, left, h, w, s->crop, false, s->dtype, out)) != 0) return rc;
   *payload = (uint32_t)(3u * (unsigned)s->crop * (unsigned)s->crop * lade_dtype_size(s->dtype));

@@ -7,6 +7,10 @@ if(LADE_HAVE_JPEG)
   target_compile_definitions(jpeg_crop PRIVATE _GNU_SOURCE)
   target_link_libraries(jpeg_crop PRIVATE lade_static)
 
+  # Lossless rewrites with arithmetic coding / restart markers / progressive scans.
+  add_executable(jpeg_transcode ${PROJECT_SOURCE_DIR}/tests/tools/jpeg_transcode.c)
+  target_link_libraries(jpeg_transcode PRIVATE JPEG::JPEG)
+
   add_test(NAME jpeg_corpus_fails_cleanly
            COMMAND ${CMAKE_COMMAND} -DHELPER=$<TARGET_FILE:jpeg_crop>
                    -DCORPUS=${PROJECT_SOURCE_DIR}/fuzz/corpus/jpeg
@@ -16,20 +20,26 @@ if(LADE_HAVE_JPEG)
   if(LADE_PYTHON3)
     add_test(NAME jpeg_reference_torchvision
              COMMAND ${LADE_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/python/jpeg_reference.py
-                     --helper $<TARGET_FILE:jpeg_crop> --tmp ${CMAKE_CURRENT_BINARY_DIR}/tmp/jpeg_reference)
+                     --helper $<TARGET_FILE:jpeg_crop> --transcode $<TARGET_FILE:jpeg_transcode> --tmp ${CMAKE_CURRENT_BINARY_DIR}/tmp/jpeg_reference)
     set_tests_properties(jpeg_reference_torchvision PROPERTIES LABELS jpeg TIMEOUT 600 SKIP_RETURN_CODE 77)
+    # Truncated JPEGs: one verdict per file for every seed, and it is PIL's.
+    add_test(NAME jpeg_truncation_verdict
+             COMMAND ${LADE_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/python/jpeg_truncation.py
+                     --helper $<TARGET_FILE:jpeg_crop> --transcode $<TARGET_FILE:jpeg_transcode>
+                     --tmp ${CMAKE_CURRENT_BINARY_DIR}/tmp/jpeg_truncation)
+    set_tests_properties(jpeg_truncation_verdict PROPERTIES LABELS jpeg TIMEOUT 300 SKIP_RETURN_CODE 77)
     # The same comparison with the portable C resample loops (no AVX2).
     add_test(NAME jpeg_reference_torchvision_nosimd
              COMMAND ${CMAKE_COMMAND} -E env LADE_NO_SIMD=1 ${LADE_PYTHON3}
                      ${PROJECT_SOURCE_DIR}/tests/python/jpeg_reference.py --helper $<TARGET_FILE:jpeg_crop>
-                     --tmp ${CMAKE_CURRENT_BINARY_DIR}/tmp/jpeg_reference_nosimd)
+                     --transcode $<TARGET_FILE:jpeg_transcode> --tmp ${CMAKE_CURRENT_BINARY_DIR}/tmp/jpeg_reference_nosimd)
     set_tests_properties(jpeg_reference_torchvision_nosimd PROPERTIES LABELS jpeg TIMEOUT 600 SKIP_RETURN_CODE 77)
   endif()
 
   # The synthetic dataset generator (tools/gen_jpeg.c).
   add_executable(gen_jpeg_check ${PROJECT_SOURCE_DIR}/tests/tools/gen_jpeg_check.c ${PROJECT_SOURCE_DIR}/tools/gen_jpeg.c)
   target_include_directories(gen_jpeg_check PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tools)
-  target_compile_definitions(gen_jpeg_check PRIVATE _GNU_SOURCE LADE_HAVE_JPEG=1)
+  target_compile_definitions(gen_jpeg_check PRIVATE _GNU_SOURCE)
   target_link_libraries(gen_jpeg_check PRIVATE lade_static)
   add_test(NAME gen_jpeg COMMAND ${CMAKE_COMMAND} -E env sh -c
            "rm -rf \"$1\" && mkdir -p \"$1\" && exec \"$0\" \"$1\"" $<TARGET_FILE:gen_jpeg_check>
@@ -39,12 +49,12 @@ if(LADE_HAVE_JPEG)
   add_executable(bench_jpeg_transform ${PROJECT_SOURCE_DIR}/bench/jpeg_transform.c
                  ${PROJECT_SOURCE_DIR}/tools/gen_jpeg.c)
   target_include_directories(bench_jpeg_transform PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tools)
-  target_compile_definitions(bench_jpeg_transform PRIVATE _GNU_SOURCE LADE_HAVE_JPEG=1)
+  target_compile_definitions(bench_jpeg_transform PRIVATE _GNU_SOURCE)
   target_link_libraries(bench_jpeg_transform PRIVATE lade_static)
 endif()
 
-# The unit test makes JPEGs with libjpeg's compressor when it is there
-# (lade_static does not pass on lade_obj's LADE_HAVE_JPEG definition).
-if(LADE_HAVE_JPEG AND TARGET test_imagenet)
-  target_compile_definitions(test_imagenet PRIVATE LADE_HAVE_JPEG=1)
-endif()
+# decode_scale=off vs auto throughput (docs/transform.md has the command).
+add_executable(bench_decode_scale ${PROJECT_SOURCE_DIR}/tests/tools/bench_decode_scale.c)
+target_include_directories(bench_decode_scale PRIVATE ${PROJECT_SOURCE_DIR}/src)
+target_compile_definitions(bench_decode_scale PRIVATE _GNU_SOURCE)
+target_link_libraries(bench_decode_scale PRIVATE lade_static)

@@ -46,7 +46,7 @@ int main(int argc, char **argv) {
     if (!x || !y) FAIL("missing %s", p);
     if (la != lb || memcmp(x, y, la) != 0) FAIL("not deterministic: %s", p);
     int W, H;
-    if (lade__jpeg_size(d, x, la, &W, &H) != 0) FAIL("%s: %s", p, lade_last_error());
+    if (lade__img_size(d, x, la, &W, &H) != 0) FAIL("%s: %s", p, lade_last_error());
     if (W < 300 || W > 640 || H < 300 || H > 640) FAIL("%s: odd size %dx%d", p, W, H);
     if (lade__imgdec_crop(d, x, la, 0, 0, H, W, 32, false, LADE_DTYPE_UINT8, out) != 0)
       FAIL("%s: %s", p, lade_last_error());

@@ -1,11 +1,13 @@
 /*
- * jpeg_crop.c - a test helper that exposes the JPEG pipeline to scripts
- * before the Python module exists. Modes:
- *   crop  FILE TOP LEFT H W SIZE FLIP u8|f32 OUT   one box -> raw bytes in OUT
- *   eval  FILE RESIZE CROP u8|f32 OUT              the imagenet-eval transform
- *   train FILE CROP SEED INDEX u8|f32 OUT          the imagenet-train transform
- *   rrc   W H N SEED                               N RandomResizedCrop boxes
- *   check FILE                                     decode a box; exit 0/1
+ * jpeg_crop.c - a test helper that exposes the image pipeline (JPEG, PNG)
+ * to scripts. Modes (a trailing "auto" sets decode_scale=auto):
+ *   crop  FILE TOP LEFT H W SIZE FLIP u8|f32 OUT [auto]  one box -> raw bytes in OUT
+ *   eval  FILE RESIZE CROP u8|f32 OUT [auto]             the imagenet-eval transform
+ *   train FILE CROP SEED INDEX u8|f32 OUT [auto]         the imagenet-train transform
+ *   seeds FILE CROP N                                    imagenet-train with seeds 0..N-1:
+ *                                                        one line per seed, "ok" or the error name
+ *   rrc   W H N SEED                                     N RandomResizedCrop boxes
+ *   check FILE                                           decode a box; exit 0/1
  * Errors exit with status 1 and "error: NAME: detail" on stderr.
  */
 #include <stdio.h>
@@ -55,8 +57,10 @@ static int dump(const char *path, const void *p, size_t n) {
   return (fclose(f) != 0) | bad;
 }
 
+/* One transform applied with seeds 0..nseeds-1 (nseeds > 0), or once with
+ * cfg->seed; writes the output of the single run to `out`. */
 static int run_xform(const lade__transform_ops_t *ops, struct lade_config *cfg, const uint8_t *jpg, size_t len,
-                     uint64_t index, const char *out) {
+                     uint64_t index, const char *out, int nseeds) {
   void *st = NULL, *ws = NULL;
   lade__sample_shape_t shape;
   int rc = ops->init(&st, cfg, NULL, 0, &shape);
@@ -68,11 +72,20 @@ static int run_xform(const lade__transform_ops_t *ops, struct lade_config *cfg, 
   void *buf = malloc(shape.bytes);
   g_out = buf;
   lade__rng_t rng;
-  lade__rng_init(&rng, cfg->seed, index, LADE_RNG_AUGMENT);
   lade__xform_ctx_t ctx = {index, 0, &rng};
   uint32_t payload = 0;
-  rc = ops->apply(st, ws, jpg, len, &ctx, buf, &payload);
-  int e = rc ? fail(rc) : dump(out, buf, shape.bytes);
+  int e = 0;
+  if (nseeds > 0) {
+    for (int sd = 0; sd < nseeds; sd++) {
+      lade__rng_init(&rng, (uint64_t)sd, index, LADE_RNG_AUGMENT);
+      rc = ops->apply(st, ws, jpg, len, &ctx, buf, &payload);
+      printf("%s\n", rc ? lade_error_name(rc) : "ok");
+    }
+  } else {
+    lade__rng_init(&rng, cfg->seed, index, LADE_RNG_AUGMENT);
+    rc = ops->apply(st, ws, jpg, len, &ctx, buf, &payload);
+    e = rc ? fail(rc) : dump(out, buf, shape.bytes);
+  }
   ops->worker_free(st, ws);
   ops->destroy(st);
   return e;
@@ -107,13 +120,16 @@ int main(int argc, char **argv) {
   g_dec = d;
   if (strcmp(mode, "check") == 0 && argc == 3) {
     int W, H;
-    if ((rc = lade__jpeg_size(d, jpg, len, &W, &H)) != 0) return finish(fail(rc));
+    if ((rc = lade__img_size(d, jpg, len, &W, &H)) != 0) return finish(fail(rc));
     static uint8_t out[64 * 64 * 3];
     if ((rc = lade__imgdec_crop(d, jpg, len, 0, 0, H, W, 64, false, LADE_DTYPE_UINT8, out)) != 0)
       return finish(fail(rc));
     printf("ok %dx%d\n", W, H);
     return finish(0);
   }
+  const bool scale = strcmp(argv[argc - 1], "auto") == 0;
+  if (scale) argc--;
+  lade__imgdec_set_decode_scale(d, scale);
   if (strcmp(mode, "crop") == 0 && argc == 11) {
     int top = atoi(argv[3]), left = atoi(argv[4]), h = atoi(argv[5]), w = atoi(argv[6]), size = atoi(argv[7]);
     bool flip = atoi(argv[8]) != 0;
@@ -126,19 +142,24 @@ int main(int argc, char **argv) {
   }
   struct lade_config cfg;
   lade__config_defaults(&cfg);
+  cfg.decode_scale = scale ? LADE_DECODE_SCALE_AUTO : LADE_DECODE_SCALE_OFF;
   if (strcmp(mode, "eval") == 0 && argc == 7) {
     cfg.resize_size = (uint32_t)atoi(argv[3]);
     cfg.crop_size = (uint32_t)atoi(argv[4]);
     cfg.image_dtype = strcmp(argv[5], "f32") == 0 ? LADE_DTYPE_FLOAT32 : LADE_DTYPE_UINT8;
-    return finish(run_xform(&lade__xform_imagenet_eval, &cfg, jpg, len, 0, argv[6]));
+    return finish(run_xform(&lade__xform_imagenet_eval, &cfg, jpg, len, 0, argv[6], 0));
   }
   if (strcmp(mode, "train") == 0 && argc == 8) {
     cfg.crop_size = (uint32_t)atoi(argv[3]);
     cfg.seed = strtoull(argv[4], NULL, 10);
     cfg.image_dtype = strcmp(argv[6], "f32") == 0 ? LADE_DTYPE_FLOAT32 : LADE_DTYPE_UINT8;
-    return finish(run_xform(&lade__xform_imagenet_train, &cfg, jpg, len, strtoull(argv[5], NULL, 10), argv[7]));
+    return finish(run_xform(&lade__xform_imagenet_train, &cfg, jpg, len, strtoull(argv[5], NULL, 10), argv[7], 0));
+  }
+  if (strcmp(mode, "seeds") == 0 && argc == 5) {
+    cfg.crop_size = (uint32_t)atoi(argv[3]);
+    return finish(run_xform(&lade__xform_imagenet_train, &cfg, jpg, len, 0, NULL, atoi(argv[4])));
   }
 usage:
-  fprintf(stderr, "usage: jpeg_crop crop|eval|train|rrc|check ... (see the source)\n");
+  fprintf(stderr, "usage: jpeg_crop crop|eval|train|seeds|rrc|check ... (see the source)\n");
   return finish(2);
 }

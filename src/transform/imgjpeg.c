@@ -1,0 +1,281 @@
+/*
+ * imgjpeg.c - the JPEG backend of the image pipeline (libjpeg-turbo).
+ *
+ * Crop-aware: jpeg_crop_scanline for the columns (it widens to iMCU
+ * boundaries; the returned xoffset is accounted for), jpeg_skip_scanlines to
+ * the first row the resampler needs, read only up to the last one, then
+ * jpeg_abort_decompress. With decode_scale=auto the IDCT may also shrink the
+ * image (1/2, 1/4, 1/8) when the box is at least 2x the output.
+ *
+ * Verdict on the file, not on the rows: since rows after the box are never
+ * read, libjpeg alone would call a truncated file corrupt for some crops and
+ * fine for others. PIL (torchvision's loader) raises "image file is
+ * truncated" for any file whose decode runs out of bytes before the
+ * end-of-image marker, i.e. any file without its EOI. jpeg_complete() walks
+ * the marker segments and the entropy-coded data (a memchr for 0xFF, far
+ * cheaper than a decode) and gives that verdict first.
+ *
+ * Errors: libjpeg errors and warnings longjmp back to the single setjmp in
+ * jb_decode(); the message goes into lade_last_error(). Nothing is printed
+ * and nothing exits; the decoder is reset and reusable.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "transform/imgpipe.h"
+
+#ifdef LADE_HAVE_JPEG
+
+#include <setjmp.h>
+#include <stdio.h>
+
+#include <jerror.h>
+#include <jpeglib.h>
+
+typedef struct err_mgr {
+  struct jpeg_error_mgr pub;
+  jmp_buf jb;
+  char msg[JMSG_LENGTH_MAX];
+} err_mgr_t;
+
+typedef struct jpeg_state {
+  struct jpeg_decompress_struct cinfo;
+  err_mgr_t err;
+  uint8_t *row; /* one decoded row (up to 4 components) */
+  size_t row_cap;
+  uint8_t *rgb; /* the row converted to RGBX (CMYK input only) */
+  size_t rgb_cap;
+} jpeg_state_t;
+
+static void on_error_exit(j_common_ptr c) {
+  err_mgr_t *e = (err_mgr_t *)c->err;
+  (*c->err->format_message)(c, e->msg);
+  longjmp(e->jb, 1);
+}
+
+static void on_emit(j_common_ptr c, int level) {
+  if (level >= 0) return; /* trace messages */
+  /* Warnings: corrupt data (libjpeg would pad with grey). Extraneous bytes
+   * between markers are harmless and PIL accepts them. */
+  if (c->err->msg_code == JWRN_EXTRANEOUS_DATA) return;
+  on_error_exit(c);
+}
+
+static void on_output(j_common_ptr c) { LADE_UNUSED(c); }
+
+static int jb_create(void **out) {
+  *out = NULL;
+  jpeg_state_t *s = calloc(1, sizeof(*s));
+  if (!s) return lade__fail(LADE_ENOMEM, "out of memory (JPEG decoder)");
+  s->cinfo.err = jpeg_std_error(&s->err.pub);
+  s->err.pub.error_exit = on_error_exit;
+  s->err.pub.emit_message = on_emit;
+  s->err.pub.output_message = on_output;
+  if (setjmp(s->err.jb)) {
+    int rc = lade__fail(LADE_ENOMEM, "cannot create JPEG decoder: %s", s->err.msg);
+    free(s);
+    return rc;
+  }
+  jpeg_create_decompress(&s->cinfo);
+  *out = s;
+  return 0;
+}
+
+static void jb_destroy(void *st) {
+  jpeg_state_t *s = st;
+  if (!s) return;
+  jpeg_destroy_decompress(&s->cinfo);
+  lade__aligned_free(s->row);
+  lade__aligned_free(s->rgb);
+  free(s);
+}
+
+/*
+ * True when the file reaches its EOI marker: from SOI, length-prefixed
+ * segments are skipped; after each SOS the entropy-coded data runs to the
+ * first 0xFF that is neither a stuffed 0xFF00 nor a restart marker (fill
+ * 0xFF bytes before a marker are skipped, as libjpeg does). Bytes that are
+ * not a marker where one is expected are skipped like libjpeg's
+ * next_marker(). Running out of bytes anywhere means truncated.
+ */
+static bool jpeg_complete(const uint8_t *p, size_t n) {
+  size_t i = 2; /* after SOI */
+  for (;;) {
+    const uint8_t *ff = i < n ? memchr(p + i, 0xFF, n - i) : NULL;
+    if (!ff) return false;
+    i = (size_t)(ff - p);
+    while (i < n && p[i] == 0xFF) i++;
+    if (i >= n) return false;
+    const uint8_t m = p[i++];
+    if (m == 0xD9) return true;                        /* EOI */
+    if (m == 0x00 || m == 0x01 || (m >= 0xD0 && m <= 0xD8)) continue; /* no length */
+    if (i + 2 > n) return false;
+    const size_t seg = (size_t)p[i] << 8 | p[i + 1];
+    if (seg < 2) return true; /* a bad length: libjpeg reports it when it gets there */
+    if (seg > n - i) return false;
+    i += seg;
+    if (m != 0xDA) continue;
+    /* Entropy-coded data of one scan. */
+    for (;;) {
+      ff = i < n ? memchr(p + i, 0xFF, n - i) : NULL;
+      if (!ff) return false;
+      i = (size_t)(ff - p);
+      size_t j = i + 1;
+      while (j < n && p[j] == 0xFF) j++;
+      if (j >= n) return false;
+      if (p[j] == 0x00 || (p[j] >= 0xD0 && p[j] <= 0xD7)) {
+        i = j + 1;
+        continue;
+      }
+      break; /* a marker: back to the segment walk */
+    }
+  }
+}
+
+static void read_header(jpeg_state_t *s, const uint8_t *jpeg, size_t len) {
+  jpeg_mem_src(&s->cinfo, jpeg, (unsigned long)len);
+  jpeg_read_header(&s->cinfo, TRUE);
+}
+
+static int jb_size(void *st, const uint8_t *jpeg, size_t len, int *width, int *height) {
+  jpeg_state_t *s = st;
+  if (setjmp(s->err.jb)) {
+    jpeg_abort_decompress(&s->cinfo);
+    return lade__fail(LADE_EFORMAT, "corrupt JPEG: %s", s->err.msg);
+  }
+  read_header(s, jpeg, len);
+  *width = (int)s->cinfo.image_width;
+  *height = (int)s->cinfo.image_height;
+  jpeg_abort_decompress(&s->cinfo);
+  return 0;
+}
+
+/* Pillow's CMYK;I (Adobe, inverted) or CMYK unpack followed by cmyk2rgb. */
+static void cmyk_to_rgb(const uint8_t *in, uint8_t *out, int n, bool inverted) {
+  for (int x = 0; x < n; x++) {
+    int c = in[4 * x], m = in[4 * x + 1], y = in[4 * x + 2], k = in[4 * x + 3];
+    if (inverted) {
+      c = 255 - c;
+      m = 255 - m;
+      y = 255 - y;
+      k = 255 - k;
+    }
+    int nk = 255 - k, t;
+#define MULDIV255(a, b) (t = (a) * (b) + 128, ((t >> 8) + t) >> 8)
+    int r = nk - MULDIV255(c, nk), g = nk - MULDIV255(m, nk), b = nk - MULDIV255(y, nk);
+#undef MULDIV255
+    out[4 * x] = (uint8_t)(r < 0 ? 0 : r);
+    out[4 * x + 1] = (uint8_t)(g < 0 ? 0 : g);
+    out[4 * x + 2] = (uint8_t)(b < 0 ? 0 : b);
+    out[4 * x + 3] = 255;
+  }
+}
+
+/* The body of a decode; may longjmp out through the error manager. Returns a
+ * LADE code for errors found outside libjpeg. */
+static int decode_rows(jpeg_state_t *s, lade__imgdec_t *d, const uint8_t *jpeg, size_t len, const lade__imgbox_t *b,
+                       int out_size) {
+  struct jpeg_decompress_struct *ci = &s->cinfo;
+  int rc;
+  read_header(s, jpeg, len);
+  const int W = (int)ci->image_width, H = (int)ci->image_height;
+  if ((uint64_t)W * (uint64_t)H > LADE_IMG_MAX_PIXELS)
+    return lade__fail(LADE_EFORMAT, "JPEG of %dx%d pixels is larger than supported", W, H);
+  const int f = lade__imgpipe_dct_factor(d, b, out_size);
+  ci->scale_num = 1;
+  ci->scale_denom = (unsigned)f;
+  ci->dct_method = JDCT_ISLOW;
+  ci->do_fancy_upsampling = TRUE;
+  bool cmyk = ci->jpeg_color_space == JCS_CMYK || ci->jpeg_color_space == JCS_YCCK;
+  bool inverted = cmyk && ci->saw_Adobe_marker;
+  if (cmyk)
+    ci->out_color_space = JCS_CMYK;
+  else if (ci->num_components == 1 || ci->num_components == 3)
+    ci->out_color_space = JCS_EXT_RGBX; /* gray and YCbCr alike; X pads for 4-lane SIMD */
+  else
+    return lade__fail(LADE_EFORMAT, "JPEG with %d components is not supported", ci->num_components);
+  jpeg_start_decompress(ci);
+  const int sw = (int)ci->output_width, sh = (int)ci->output_height, ncomp = ci->output_components;
+
+  lade__imgplan_t pl;
+  if ((rc = lade__imgpipe_begin(d, W, H, f, sw, sh, b, out_size, &pl)) != 0) return rc;
+  /* Decode a margin around the region: libjpeg's fancy upsampling at the
+   * edges of a cropped or skipped-to window sees replicated chroma instead of
+   * the neighbours, which changes the outermost pixels by a level or two. A
+   * margin of one iMCU (16 pixels) keeps those pixels out of the region, so
+   * the crop-aware decode gives the pixels of a full decode. */
+  const int margin = 16;
+  const int dx0 = LADE_MAX(0, pl.rx0 - margin), dx1 = LADE_MIN(sw, pl.rx0 + pl.rw + margin);
+  JDIMENSION xoff = (JDIMENSION)dx0, cw = (JDIMENSION)(dx1 - dx0);
+  if (dx1 - dx0 < sw) jpeg_crop_scanline(ci, &xoff, &cw);
+  else xoff = 0, cw = (JDIMENSION)sw;
+  const size_t shift = (size_t)(pl.rx0 - (int)xoff) * (size_t)ncomp;
+  const size_t rowbytes = (size_t)cw * (size_t)ncomp;
+  if ((rc = lade__imgpipe_grow(&s->row, &s->row_cap, rowbytes + pl.pad)) != 0) return rc;
+  memset(s->row + rowbytes, 0, pl.pad);
+  if (cmyk) {
+    if ((rc = lade__imgpipe_grow(&s->rgb, &s->rgb_cap, (size_t)pl.rw * 4 + pl.pad)) != 0) return rc;
+    memset(s->rgb + (size_t)pl.rw * 4, 0, pl.pad);
+  }
+  const int skip_to = LADE_MAX(0, pl.y0 - margin);
+  JDIMENSION todo = (JDIMENSION)skip_to;
+  while (todo > 0) {
+    JDIMENSION n = jpeg_skip_scanlines(ci, todo);
+    if (n == 0) return lade__fail(LADE_EFORMAT, "corrupt JPEG: cannot skip to row %d", skip_to);
+    todo -= n;
+  }
+  for (int y = (int)ci->output_scanline; y < pl.y0; y++) {
+    JSAMPROW rows[1] = {s->row};
+    if (jpeg_read_scanlines(ci, rows, 1) != 1) return lade__fail(LADE_EFORMAT, "corrupt JPEG: no data at row %d", y);
+  }
+  for (int r = 0; r < pl.nrows; r++) {
+    JSAMPROW rows[1] = {s->row};
+    if (jpeg_read_scanlines(ci, rows, 1) != 1)
+      return lade__fail(LADE_EFORMAT, "corrupt JPEG: no data at row %d", pl.y0 + r);
+    const uint8_t *src = s->row + shift;
+    if (cmyk) {
+      cmyk_to_rgb(src, s->rgb, pl.rw, inverted);
+      src = s->rgb;
+    }
+    lade__imgpipe_row(d, r, src);
+  }
+  jpeg_abort_decompress(ci);
+  return 0;
+}
+
+/* The one setjmp: libjpeg errors land here, and the decoder is reset so the
+ * next image can reuse it. */
+static int jb_decode(void *st, lade__imgdec_t *d, const uint8_t *jpeg, size_t len, const lade__imgbox_t *b,
+                       int out_size) {
+  jpeg_state_t *s = st;
+  if (!jpeg_complete(jpeg, len))
+    return lade__fail(LADE_EFORMAT, "corrupt JPEG: image file is truncated (no end-of-image marker after %zu bytes)",
+                      len);
+  if (setjmp(s->err.jb)) {
+    jpeg_abort_decompress(&s->cinfo);
+    return lade__fail(LADE_EFORMAT, "corrupt JPEG: %s", s->err.msg);
+  }
+  int rc = decode_rows(s, d, jpeg, len, b, out_size);
+  if (rc != 0) jpeg_abort_decompress(&s->cinfo);
+  return rc;
+}
+
+#else /* !LADE_HAVE_JPEG */
+
+#define NO_JPEG() \
+  lade__fail(LADE_EUNSUPPORTED, "JPEG image, but JPEG support is not built in (configure with libjpeg-turbo installed)")
+
+static int jb_create(void **out) {
+  *out = NULL;
+  return NO_JPEG();
+}
+static void jb_destroy(void *st) { LADE_UNUSED(st); }
+static int jb_size(void *st, const uint8_t *jpeg, size_t len, int *width, int *height) { return NO_JPEG(); }
+static int jb_decode(void *st, lade__imgdec_t *d, const uint8_t *jpeg, size_t len, const lade__imgbox_t *b,
+                       int out_size) {
+  return NO_JPEG();
+}
+
+#endif
+
+const lade__imgbackend_t lade__img_jpeg = {"JPEG", jb_create, jb_destroy, jb_size, jb_decode};

@@ -1,0 +1,67 @@
+/*
+ * imgpipe.h - between the image pipeline (imagenet.c) and its decoder
+ * backends (imgjpeg.c: libjpeg-turbo, imgpng.c: libspng). Internal to
+ * src/transform/.
+ *
+ * A backend fills one lade__imgbackend_t. Its decode() reads the header,
+ * calls lade__imgpipe_begin() with the image size (and the DCT scale it
+ * decodes at), then hands each row the plan asks for, as RGBX, to
+ * lade__imgpipe_row(); the pipeline resamples it horizontally at once. The
+ * caller then runs the vertical pass, the flip and the store
+ * (lade__imgpipe_finish), identical for every format.
+ */
+#ifndef LADE_IMGPIPE_H
+#define LADE_IMGPIPE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "transform/imagenet.h"
+
+/* Headers claiming more pixels than this are refused before any allocation
+ * (the largest real photos are far below; a hostile header is not). */
+#define LADE_IMG_MAX_PIXELS ((uint64_t)1 << 28)
+
+typedef struct lade__imgbox {
+  double top, left, h, w; /* source pixels */
+  bool clip_to_box;       /* true: pixels outside the box never contribute (crop, then resize) */
+} lade__imgbox_t;
+
+/* What a backend must deliver, in decoded (possibly DCT-scaled) pixels. */
+typedef struct lade__imgplan {
+  int rx0, rw;      /* columns [rx0, rx0 + rw) */
+  int y0, nrows;    /* rows [y0, y0 + nrows), in order */
+  size_t pad;       /* readable bytes a row pointer must have after rw*4 */
+} lade__imgplan_t;
+
+typedef struct lade__imgbackend {
+  const char *name; /* "JPEG", "PNG" */
+  int (*create)(void **st);
+  void (*destroy)(void *st);
+  int (*size)(void *st, const uint8_t *buf, size_t len, int *width, int *height);
+  /* Returns 0 after every planned row went to lade__imgpipe_row. */
+  int (*decode)(void *st, lade__imgdec_t *d, const uint8_t *buf, size_t len, const lade__imgbox_t *b,
+                int out_size);
+} lade__imgbackend_t;
+
+extern const lade__imgbackend_t lade__img_jpeg;
+extern const lade__imgbackend_t lade__img_png;
+
+/* The DCT scale f (1, 2, 4 or 8) the JPEG backend may decode at for this box:
+ * 1 unless decode_scale=auto was set on the decoder. */
+int lade__imgpipe_dct_factor(const lade__imgdec_t *d, const lade__imgbox_t *b, int out_size);
+
+/* Checks the box against the W x H image, plans the decoded region for an
+ * image decoded at 1/f scale (sw x sh pixels) and prepares the coefficients. */
+int lade__imgpipe_begin(lade__imgdec_t *d, int W, int H, int f, int sw, int sh, const lade__imgbox_t *b,
+                        int out_size, lade__imgplan_t *plan);
+
+/* Row r (0-based, in plan order) of the region: rw RGBX pixels followed by
+ * plan->pad readable bytes. */
+void lade__imgpipe_row(lade__imgdec_t *d, int r, const uint8_t *rgbx);
+
+/* Scratch that only grows and does not keep its contents; 64-byte aligned. */
+int lade__imgpipe_grow(void *pp, size_t *cap, size_t need);
+
+#endif
