@@ -25,10 +25,15 @@
  * when the server throttles (503/429/SlowDown).
  *
  * Faults: per-request timeout and a low-speed limit; 5xx, 429, SlowDown-like
- * codes, timeouts, resets and short bodies (Content-Length or listed Size)
- * are retried with full-jitter exponential backoff, the body restarted from
- * scratch; 403/404 and other 4xx fail at once naming the key and the server's
- * <Code>/<Message>. Secrets live in the impl struct and in curl's options only:
+ * codes, timeouts, resets and bodies cut short (Content-Length) are retried
+ * with full-jitter exponential backoff, the body restarted from scratch;
+ * 403/404 and other 4xx fail at once naming the key and the server's
+ * <Code>/<Message>. A body is never held past the size it may have (the
+ * listed size; on_header/on_body stop the transfer), and a reply of another
+ * size than listed is followed by one HEAD: a replaced object is fetched
+ * again at its new size, an unchanged one was damaged in transit and is
+ * retried. Listings must end with their closing tag, never repeat a
+ * continuation token, and never name a key twice. Secrets live in the impl struct and in curl's options only:
  * no message built here contains them.
  *
  * Locking: `mu` guards the queues, the result table, wants, counters and the
