@@ -774,8 +774,8 @@ static int check_unique(const s3_impl_t *d, const char *shown) {
   for (uint64_t i = 1; i < d->count; i++)
     if (!strcmp(key_of(d, i - 1), key_of(d, i)))
       return lade__fail(LADE_EFORMAT,
-                        "%s: the listing names s3://%s/%s twice (%llu and %llu bytes): the server repeated it "
-                        "across pages; one object is not made two samples",
+                        "%s: the listing names s3://%s/%s twice (%llu and %llu bytes): the server (or a proxy) "
+                        "repeated it; one object is not made two samples",
                         shown, d->bucket, key_of(d, i), (unsigned long long)d->size[i - 1],
                         (unsigned long long)d->size[i]);
   return 0;

@@ -592,7 +592,7 @@ class TestFakeS3(unittest.TestCase):
             f.dup_keys = True
             lines = self.run_fake(f, "source", "s3://fake/c", expect_ok=False)
             self.assertEqual(lines[-1], "ERROR LADE_EFORMAT s3://fake/c/: the listing names s3://fake/c/k19 twice "
-                                        "(40 and 40 bytes): the server repeated it across pages; one object is not "
+                                        "(40 and 40 bytes): the server (or a proxy) repeated it; one object is not "
                                         "made two samples")
 
     def test_listing_repeated_token_stops(self):
