@@ -291,6 +291,18 @@ class TestS3(unittest.TestCase):
         # a 50 GB Content-Length for an object listed at a few KiB: refused on the headers
         self.check_capped("huge", ["ERROR LADE_ERANGE", "the reply is 50000000000 bytes (Content-Length)"])
 
+    def test_endless_listing_page_is_capped(self):
+        # a LIST reply has no listed size: it stops at 64 MiB, far past any real page (1000 keys)
+        ENV.proxy(rules=[{"action": "endless", "match": "LIST"}])
+        s = dict(ENV.lade_settings(), source="s3://lade/img", s3_session_token=SESSION_TOKEN, s3_timeout_ms=60000)
+        lines, elapsed, rc, rss = self.run_measured([S3_CHECK, "source"] + ["%s=%s" % kv for kv in s.items()], 120)
+        self.assertNotEqual(rc, 0)
+        self.assertEqual(lines[-1], "ERROR LADE_ERANGE s3://lade/img/: the reply passed 67108864 bytes (no "
+                                    "Content-Length), the most lade reads of it")
+        self.assertEqual(ENV.counts()["list"], 1)  # not retried
+        self.assertLess(elapsed, 10)
+        self.assertLess(rss, 400, "peak RSS %d MiB" % rss)
+
     def test_max_sample_bytes(self):
         # objects listed larger than max_sample_bytes fail before any request, naming key and sizes
         lines, _ = self.loader(expect_ok=False, shuffle=False, max_sample_bytes=5000)
