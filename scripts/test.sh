@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds lade, and runs every test: the release build's
 # full ctest suite, then the unit tests again under AddressSanitizer +
-# UndefinedBehaviorSanitizer and the engine test under ThreadSanitizer.
+# UndefinedBehaviorSanitizer, the engine test and the S3 integration test
+# under ThreadSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -23,5 +24,12 @@ echo "== engine and fetch tests under ThreadSanitizer"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DLADE_TSAN=ON >/dev/null
 cmake --build build-tsan -j"$jobs" --target test_engine test_fetch
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R "^(test_engine|test_fetch)$")
+
+echo "== the S3 integration test (s3rver, faultproxy, fakes3) under ThreadSanitizer"
+cmake --build build-tsan -j"$jobs" --target s3_check
+s3_rc=0
+S3_CHECK=build-tsan/tests/s3_check LADE_NODE_DIR="$PWD/build/tests/node" TSAN_OPTIONS=halt_on_error=1 \
+  /usr/bin/python3 tests/s3/test_s3.py || s3_rc=$?
+[ "$s3_rc" -eq 0 ] || [ "$s3_rc" -eq 77 ] || exit "$s3_rc"
 
 echo "== all test suites passed"

@@ -103,6 +103,9 @@ static const setting_t settings[] = {
      "retries of a transient S3 error (5xx, 429/SlowDown, timeout, reset) before the sample fails"},
     {"s3_retry_base_ms", T_U32, OFF(s3_retry_base_ms), 0, 1, 60000, NULL, "100",
      "first retry delay; doubles per retry (capped at 20 s) with full jitter"},
+    {"max_sample_bytes", T_U64, OFF(max_sample_bytes), 0, 1, 1.8446744073709552e19, NULL, "1073741824",
+     "largest sample read, a local file or an S3 object (its listed size, or the bytes sent); a larger one fails "
+     "naming it before its bytes are held in memory"},
     {"label_file", T_STR, OFF(label_file), SZ(label_file), 0, 0, NULL, "",
      "labels as lines 'KEY LABEL' (a local path or s3://bucket/key); \"\": from the class folder in the key"},
     {"listing_ttl", T_U64, OFF(listing_ttl), 0, 0, 1e12, NULL, "86400",

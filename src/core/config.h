@@ -58,6 +58,7 @@ struct lade_config {
   uint32_t s3_connect_timeout_ms;
   uint32_t s3_retries;
   uint32_t s3_retry_base_ms;
+  uint64_t max_sample_bytes;       /* no sample (file or object) larger than this is read */
   char label_file[LADE_PATH_MAX];
   uint64_t listing_ttl;            /* seconds a cached listing is reused; 0: never cached */
   /* cache tiers and the DELI prefetcher */

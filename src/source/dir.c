@@ -13,6 +13,7 @@
 typedef struct dir_impl {
   lade__listing_t list;
   int rootfd;
+  uint64_t max_sample; /* max_sample_bytes */
   char root[LADE_PATH_MAX];
 } dir_impl_t;
 
@@ -21,6 +22,7 @@ static int dir_open(lade__source_t *s, const struct lade_config *cfg) {
   if (!d) return lade__fail(LADE_ENOMEM, "dir source: out of memory");
   snprintf(d->root, sizeof d->root, "%s", cfg->source);
   d->rootfd = -1;
+  d->max_sample = cfg->max_sample_bytes;
   int t = cfg->transform;
   int which = t == LADE_XF_AUTO || t == LADE_XF_IMAGENET_TRAIN || t == LADE_XF_IMAGENET_EVAL ? LADE_LIST_IMAGES
                                                                                             : LADE_LIST_ALL;
@@ -56,7 +58,7 @@ static void dir_close(lade__source_t *s) {
 
 static int dir_read(lade__source_t *s, uint64_t idx, lade__buf_t *out) {
   dir_impl_t *d = s->impl;
-  return lade__read_file_at(d->rootfd, lade__listing_path(&d->list, idx), d->root, out);
+  return lade__read_file_max(d->rootfd, lade__listing_path(&d->list, idx), d->root, d->max_sample, out);
 }
 
 static void dir_describe(lade__source_t *s, uint64_t idx, char *buf, size_t size) {

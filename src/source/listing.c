@@ -304,7 +304,7 @@ void lade__listing_free(lade__listing_t *l) {
   memset(l, 0, sizeof *l);
 }
 
-int lade__read_file_at(int dirfd, const char *rel, const char *shown_root, lade__buf_t *out) {
+int lade__read_file_max(int dirfd, const char *rel, const char *shown_root, uint64_t max, lade__buf_t *out) {
   int fd = openat(dirfd, rel, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return lade__fail(errno == ENOENT ? LADE_ENOENT : LADE_EIO, "cannot open %s/%s: %s", shown_root, rel,
@@ -315,11 +315,18 @@ int lade__read_file_at(int dirfd, const char *rel, const char *shown_root, lade_
     close(fd);
     return lade__fail(LADE_EIO, "cannot stat %s/%s: %s", shown_root, rel, strerror(e));
   }
+  /* the size is known before a byte is read: a huge (or sparse) file named
+   * like a sample is refused here, not after it filled the memory */
+  if ((uint64_t)st.st_size > max || (uint64_t)st.st_size >= SIZE_MAX) {
+    close(fd);
+    return lade__fail(LADE_ERANGE, "%s/%s: %llu bytes, more than max_sample_bytes (%llu); not read", shown_root, rel,
+                      (unsigned long long)st.st_size, (unsigned long long)max);
+  }
   size_t size = (size_t)st.st_size;
   int rc = lade__buf_reserve(out, size + 1);
   if (rc) {
     close(fd);
-    return rc;
+    return lade__fail(rc, "%s/%s: no memory for its %zu bytes", shown_root, rel, size);
   }
   size_t got = 0;
   while (got < size) {
@@ -339,4 +346,8 @@ int lade__read_file_at(int dirfd, const char *rel, const char *shown_root, lade_
                       rel, got, size);
   out->len = size;
   return 0;
+}
+
+int lade__read_file_at(int dirfd, const char *rel, const char *shown_root, lade__buf_t *out) {
+  return lade__read_file_max(dirfd, rel, shown_root, UINT64_MAX, out);
 }

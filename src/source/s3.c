@@ -25,10 +25,15 @@
  * when the server throttles (503/429/SlowDown).
  *
  * Faults: per-request timeout and a low-speed limit; 5xx, 429, SlowDown-like
- * codes, timeouts, resets and short bodies (Content-Length or listed Size)
- * are retried with full-jitter exponential backoff, the body restarted from
- * scratch; 403/404 and other 4xx fail at once naming the key and the server's
- * <Code>/<Message>. Secrets live in the impl struct and in curl's options only:
+ * codes, timeouts, resets and bodies cut short (Content-Length) are retried
+ * with full-jitter exponential backoff, the body restarted from scratch;
+ * 403/404 and other 4xx fail at once naming the key and the server's
+ * <Code>/<Message>. A body is never held past the size it may have (the
+ * listed size; on_header/on_body stop the transfer), and a reply of another
+ * size than listed is followed by one HEAD: a replaced object is fetched
+ * again at its new size, an unchanged one was damaged in transit and is
+ * retried. Listings must end with their closing tag, never repeat a
+ * continuation token, and never name a key twice. Secrets live in the impl struct and in curl's options only:
  * no message built here contains them.
  *
  * Locking: `mu` guards the queues, the result table, wants, counters and the
@@ -47,6 +52,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -60,6 +66,9 @@
 #define S3_START_AUTO 32
 #define S3_WINDOW_S 0.5
 #define S3_MSG 768
+#define S3_LONGMSG (S3_MSG + 1536 + LADE_PATH_MAX) /* a final error: key, server's words, the listing's cache file */
+#define S3_ERROR_CAP ((uint64_t)64 << 10) /* an <Error> reply: only its Code and Message are read */
+#define S3_PAGE_CAP ((uint64_t)64 << 20) /* a listing page (1000 keys of at most 1 KiB) is far smaller */
 
 /* ------------------------------------------------------------------ types */
 
@@ -75,7 +84,7 @@ typedef struct s3_result {
 typedef struct s3_waiter {         /* a read() that started its own request */
   int done, rc;
   lade__buf_t body;
-  char msg[S3_MSG + 1536];
+  char msg[S3_LONGMSG];
 } s3_waiter_t;
 
 typedef struct s3_req {
@@ -86,6 +95,14 @@ typedef struct s3_req {
   uint32_t retries;
   double not_before;               /* retry timer (monotonic s) */
   int bg;                          /* a background submit */
+  uint64_t expect;                 /* the size the body must have: listed, or refreshed by a HEAD */
+  uint64_t cap;                    /* a 2xx body past this many bytes is stopped (error bodies: S3_ERROR_CAP) */
+  int64_t clen;                    /* the reply's Content-Length, -1 when none */
+  int over;                        /* the body passed cap (or its Content-Length did) */
+  int head_agreed;                 /* the HEAD found the size the listing has */
+  int head;                        /* this turn is a HEAD refreshing `expect` */
+  int refreshed;                   /* a HEAD has been made (once per request) */
+  char size_what[S3_MSG];          /* the size mismatch that sent it to the HEAD */
   char errbuf[CURL_ERROR_SIZE];
   struct s3_req *next, *prev;     /* a queue, or the active list while in flight */
 } s3_req_t;
@@ -112,6 +129,12 @@ typedef struct s3_impl {
   struct curl_slist *headers;
   /* settings */
   uint32_t timeout_ms, connect_timeout_ms, retries, retry_base_ms, fixed_conc, max_conc;
+  uint64_t max_sample;             /* max_sample_bytes: no body is read past this */
+  /* the listing cache file (cache_dir and listing_ttl set), for messages */
+  char cache_file[LADE_PATH_MAX + 64];
+  int from_cache, cache_dropped;
+  uint64_t cache_created;          /* wall-clock seconds */
+  uint64_t listing_ttl;
   /* the loop */
   pthread_t thread;
   int thread_started;
@@ -133,7 +156,7 @@ typedef struct s3_impl {
   s3_result_t *res_oldest, *res_newest;
   size_t res_count, res_bytes, res_max_count, res_max_bytes;
   /* counters and tuning */
-  uint64_t get_requests, list_requests, retried, bytes, truncated, throttled;
+  uint64_t get_requests, list_requests, retried, bytes, truncated, throttled, refreshed;
   uint32_t in_flight, limit;
   uint32_t bg_in_flight;           /* background requests among in_flight */
   double win_start, win_prev_rate, last_throttle;
@@ -191,13 +214,18 @@ static int url_encode(char *dst, size_t size, const char *src, int keep_slash) {
 
 /* ------------------------------------------------------ classifying replies */
 
-enum { S3_OK = 0, S3_RETRY, S3_FINAL };
+/* S3_SIZE: a complete reply of another size than expected (the listed size,
+ * or more than the cap): the object may have been replaced since it was
+ * listed, so the entry is refreshed with a HEAD before anything else. */
+enum { S3_OK = 0, S3_RETRY, S3_FINAL, S3_SIZE };
 
 typedef struct s3_verdict {
-  int kind;         /* S3_OK, S3_RETRY, S3_FINAL */
+  int kind;         /* S3_OK, S3_RETRY, S3_FINAL, S3_SIZE */
   int code;         /* lade error code when not OK */
   int throttled;    /* 503/429/SlowDown: the tuner backs off */
   int truncated;
+  long status;      /* HTTP status, 0 when none arrived */
+  uint64_t size;    /* a HEAD's Content-Length: the object's size now */
   char what[S3_MSG]; /* "HTTP 503 SlowDown: message" */
 } s3_verdict_t;
 
@@ -220,40 +248,69 @@ static int curl_retryable(CURLcode c) {
   }
 }
 
-/* Judges one finished transfer. expect: the listed size, or UINT64_MAX. */
-static void judge(CURL *e, CURLcode cc, const char *errbuf, const lade__buf_t *body, uint64_t expect,
-                  s3_verdict_t *v) {
+/* Judges one finished transfer of r: r->expect is the size the body must
+ * have (UINT64_MAX: any), r->over says on_body stopped it past r->cap, and
+ * r->head that it was a HEAD (no body; the Content-Length is the size). */
+static void judge(CURL *e, CURLcode cc, const s3_req_t *r, s3_verdict_t *v) {
   memset(v, 0, sizeof *v);
-  if (cc != CURLE_OK) {
-    v->kind = curl_retryable(cc) ? S3_RETRY : S3_FINAL;
-    v->code = cc == CURLE_OPERATION_TIMEDOUT ? LADE_ETIMEOUT : LADE_EREMOTE;
-    v->truncated = cc == CURLE_PARTIAL_FILE;
-    snprintf(v->what, sizeof v->what, "%s", errbuf && errbuf[0] ? errbuf : curl_easy_strerror(cc));
+  long status = 0;
+  curl_off_t cl = -1;
+  curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+  curl_easy_getinfo(e, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
+  v->status = status;
+  int ok_status = status >= 200 && status < 300;
+  int too_big = r->over;
+  if (too_big && ok_status) {
+    /* stopped before the body was buffered: it would pass the cap */
+    v->kind = r->expect == UINT64_MAX ? S3_FINAL : S3_SIZE;
+    v->code = LADE_ERANGE;
+    if (r->clen >= 0 && (uint64_t)r->clen > r->cap)
+      snprintf(v->what, sizeof v->what, "the reply is %lld bytes (Content-Length), ", (long long)r->clen);
+    else
+      snprintf(v->what, sizeof v->what, "the reply passed %llu bytes%s, ", (unsigned long long)r->cap,
+               r->clen >= 0 ? "" : " (no Content-Length)");
+    size_t n = strlen(v->what);
+    if (r->expect != UINT64_MAX)
+      snprintf(v->what + n, sizeof v->what - n, "the listing says %llu", (unsigned long long)r->expect);
+    else
+      snprintf(v->what + n, sizeof v->what - n, "the most lade reads of it");
     return;
   }
-  long status = 0;
-  curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
-  if (status >= 200 && status < 300) {
-    curl_off_t cl = -1;
-    curl_easy_getinfo(e, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
-    if (cl >= 0 && (uint64_t)cl != body->len) {
+  if (cc != CURLE_OK && !(too_big && status)) {
+    v->kind = curl_retryable(cc) ? S3_RETRY : S3_FINAL;
+    v->code = cc == CURLE_OPERATION_TIMEDOUT ? LADE_ETIMEOUT : cc == CURLE_WRITE_ERROR ? LADE_ENOMEM : LADE_EREMOTE;
+    v->truncated = cc == CURLE_PARTIAL_FILE;
+    if (cc == CURLE_WRITE_ERROR)
+      snprintf(v->what, sizeof v->what, "out of memory for the body after %zu bytes", r->body.len);
+    else
+      snprintf(v->what, sizeof v->what, "%s", r->errbuf[0] ? r->errbuf : curl_easy_strerror(cc));
+    return;
+  }
+  if (ok_status) {
+    if (r->head) {
+      v->kind = cl >= 0 ? S3_OK : S3_RETRY;
+      v->code = LADE_EREMOTE;
+      v->size = cl >= 0 ? (uint64_t)cl : 0;
+      if (cl < 0) snprintf(v->what, sizeof v->what, "HEAD without a Content-Length");
+    } else if (cl >= 0 && (uint64_t)cl != r->body.len) {
       v->kind = S3_RETRY;
       v->code = LADE_EREMOTE;
       v->truncated = 1;
-      snprintf(v->what, sizeof v->what, "truncated body: %zu of %lld bytes (Content-Length)", body->len, (long long)cl);
-    } else if (expect != UINT64_MAX && body->len != expect) {
-      v->kind = S3_RETRY;
+      snprintf(v->what, sizeof v->what, "truncated body: %zu of %lld bytes (Content-Length)", r->body.len,
+               (long long)cl);
+    } else if (r->expect != UINT64_MAX && r->body.len != r->expect) {
+      v->kind = S3_SIZE;
       v->code = LADE_EREMOTE;
       v->truncated = 1;
-      snprintf(v->what, sizeof v->what, "wrong size: %zu bytes, the listing says %llu", body->len,
-               (unsigned long long)expect);
+      snprintf(v->what, sizeof v->what, "wrong size: %zu bytes, the listing says %llu", r->body.len,
+               (unsigned long long)r->expect);
     } else {
       v->kind = S3_OK;
     }
     return;
   }
   char code[128], msg[512];
-  const char *b = (const char *)body->data, *end = b ? b + body->len : NULL;
+  const char *b = (const char *)r->body.data, *end = b ? b + r->body.len : NULL;
   if (b) {
     lade__xml_text(b, end, "Code", code, sizeof code);
     lade__xml_text(b, end, "Message", msg, sizeof msg);
@@ -270,7 +327,8 @@ static void judge(CURL *e, CURLcode cc, const char *errbuf, const lade__buf_t *b
     v->kind = S3_FINAL;
     v->code = status == 404 ? LADE_ENOENT : LADE_EREMOTE;
   }
-  snprintf(v->what, sizeof v->what, "HTTP %ld%s%s%s%s", status, code[0] ? " " : "", code, msg[0] ? ": " : "", msg);
+  snprintf(v->what, sizeof v->what, "HTTP %ld%s%s%s%s%s", status, r->head ? " (HEAD)" : "", code[0] ? " " : "", code,
+           msg[0] ? ": " : "", msg);
 }
 
 static double backoff_s(const s3_impl_t *d, uint32_t retry, lade__rng_t *rng) {
@@ -282,9 +340,43 @@ static double backoff_s(const s3_impl_t *d, uint32_t retry, lade__rng_t *rng) {
 
 /* --------------------------------------------------------------- requests */
 
+/* The most body bytes r may hold: its cap for a 2xx reply, a few KiB of an
+ * error reply's XML. */
+static uint64_t body_cap(const s3_req_t *r) {
+  long status = 0;
+  if (r->easy) curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
+  return status >= 200 && status < 300 ? r->cap : LADE_MAX(r->cap, S3_ERROR_CAP);
+}
+
+/* Reads Content-Length as it arrives: a reply announcing more than the cap
+ * is stopped before its first body byte. */
+static size_t on_header(char *ptr, size_t size, size_t nmemb, void *ud) {
+  s3_req_t *r = ud;
+  size_t n = size * nmemb;
+  if (n > 15 && !strncasecmp(ptr, "content-length:", 15)) {
+    char num[32];
+    size_t k = LADE_MIN(n - 15, sizeof num - 1);
+    memcpy(num, ptr + 15, k);
+    num[k] = '\0';
+    char *e;
+    errno = 0;
+    unsigned long long v = strtoull(num, &e, 10);
+    r->clen = errno || e == num || v > INT64_MAX ? -1 : (int64_t)v;
+    if (!r->head && r->clen >= 0 && (uint64_t)r->clen > body_cap(r)) {
+      r->over = 1;
+      return 0; /* curl ends the transfer (CURLE_WRITE_ERROR) */
+    }
+  }
+  return n;
+}
+
 static size_t on_body(char *ptr, size_t size, size_t nmemb, void *ud) {
   s3_req_t *r = ud;
   size_t n = size * nmemb;
+  if ((uint64_t)r->body.len + n > body_cap(r)) { /* an endless or oversized body is never buffered */
+    r->over = 1;
+    return 0; /* curl ends the transfer (CURLE_WRITE_ERROR) */
+  }
   if (r->body.len + n + 1 > r->body.cap) {
     size_t cap = r->body.cap ? r->body.cap : 16384;
     while (cap < r->body.len + n + 1) cap *= 2;
@@ -308,6 +400,9 @@ static int make_url(const s3_impl_t *d, const char *key, const char *query, char
 
 static void setup_easy(const s3_impl_t *d, CURL *e, const char *url, s3_req_t *r, lade__buf_t *sink) {
   curl_easy_setopt(e, CURLOPT_URL, url);
+  /* keys are paths of their own: curl must not squash "a/../b" into "b"
+   * (RFC 3986 dot-segment removal); SigV4 then signs the path as sent */
+  curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
   curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
   curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)d->timeout_ms);
@@ -318,6 +413,8 @@ static void setup_easy(const s3_impl_t *d, CURL *e, const char *url, s3_req_t *r
   curl_easy_setopt(e, CURLOPT_HTTPHEADER, d->headers);
   curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_body);
   curl_easy_setopt(e, CURLOPT_WRITEDATA, r ? (void *)r : (void *)sink);
+  curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(e, CURLOPT_HEADERDATA, r ? (void *)r : (void *)sink);
   curl_easy_setopt(e, CURLOPT_PRIVATE, r);
   if (r) curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->errbuf);
   if (d->userpwd) {
@@ -329,8 +426,11 @@ static void setup_easy(const s3_impl_t *d, CURL *e, const char *url, s3_req_t *r
 /* ------------------------------------------------- blocking GET (listing) */
 
 /* GETs url into out with retries (used by open() for LIST pages and the
- * label file; blocking is fine there). `shown` names the resource. */
-static int fetch_blocking(s3_impl_t *d, const char *url, const char *shown, lade__buf_t *out, int is_list) {
+ * label file; blocking is fine there). `shown` names the resource; a body
+ * past `cap` bytes is refused before it is buffered. A LIST page that does
+ * not end with its closing tag was cut short and is fetched again. */
+static int fetch_blocking(s3_impl_t *d, const char *url, const char *shown, lade__buf_t *out, int is_list,
+                          uint64_t cap) {
   CURL *e = curl_easy_init();
   if (!e) return lade__fail(LADE_ENOMEM, "%s: cannot create a curl handle", shown);
   lade__rng_t rng;
@@ -342,9 +442,14 @@ static int fetch_blocking(s3_impl_t *d, const char *url, const char *shown, lade
     memset(&tmp, 0, sizeof tmp);
     tmp.body = *out;
     tmp.body.len = 0;
+    tmp.expect = UINT64_MAX;
+    tmp.cap = cap;
     curl_easy_reset(e);
     setup_easy(d, e, url, NULL, NULL);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, &tmp);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, &tmp);
+    tmp.easy = e;
+    tmp.clen = -1;
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, errbuf);
     pthread_mutex_lock(&d->mu);
     if (is_list) d->list_requests++;
@@ -352,8 +457,18 @@ static int fetch_blocking(s3_impl_t *d, const char *url, const char *shown, lade
     pthread_mutex_unlock(&d->mu);
     CURLcode cc = curl_easy_perform(e);
     *out = tmp.body;
+    memcpy(tmp.errbuf, errbuf, sizeof errbuf);
     s3_verdict_t v;
-    judge(e, cc, errbuf, out, UINT64_MAX, &v);
+    judge(e, cc, &tmp, &v);
+    if (v.kind == S3_OK && is_list && !lade__s3_list_complete((const char *)out->data, out->len)) {
+      /* a page cut short with a Content-Length to match: what is left may
+       * parse, but its <IsTruncated> and later objects are gone */
+      v.kind = S3_RETRY;
+      v.code = LADE_EREMOTE;
+      snprintf(v.what, sizeof v.what, "the listing page (%zu bytes) ends before </ListBucketResult>: cut short",
+               out->len);
+    }
+    if (v.kind == S3_SIZE) v.kind = S3_FINAL;
     if (v.kind == S3_OK) break;
     if (v.kind == S3_FINAL || attempt >= d->retries) {
       rc = v.kind == S3_FINAL ? lade__fail(v.code, "%s: %s", shown, v.what)
@@ -415,10 +530,45 @@ static int parse_list_page(s3_impl_t *d, lade__buf_t *page, char *token, size_t 
   return lade__s3_parse_list((const char *)page->data, page->len, list_push_cb, d, token, token_size, more, shown);
 }
 
+/* The continuation tokens seen so far, as 64-bit hashes in an open-addressed
+ * set: a server that hands out a token again (IsTruncated=true forever, or a
+ * cycle of pages) would otherwise be listed without end. */
+typedef struct token_set {
+  uint64_t *h;
+  size_t n, cap; /* cap: a power of two, or 0 */
+} token_set_t;
+
+/* 1 when token was already in the set, 0 when added, -1 out of memory. */
+static int token_seen(token_set_t *t, const char *token) {
+  uint64_t h = lade__hash64(token, strlen(token), 0x746f6b656e) | 1; /* 0 marks a free slot */
+  if (2 * (t->n + 1) > t->cap) {
+    size_t cap = t->cap ? 2 * t->cap : 64;
+    uint64_t *nh = calloc(cap, sizeof *nh);
+    if (!nh) return -1;
+    for (size_t i = 0; i < t->cap; i++) {
+      if (!t->h[i]) continue;
+      size_t j = t->h[i] & (cap - 1);
+      while (nh[j]) j = (j + 1) & (cap - 1);
+      nh[j] = t->h[i];
+    }
+    free(t->h);
+    t->h = nh;
+    t->cap = cap;
+  }
+  size_t j = h & (t->cap - 1);
+  for (; t->h[j]; j = (j + 1) & (t->cap - 1))
+    if (t->h[j] == h) return 1;
+  t->h[j] = h;
+  t->n++;
+  return 0;
+}
+
 static int list_remote(s3_impl_t *d, const char *shown) {
   lade__buf_t page = {0};
   char token[2048] = "", etoken[6200], eprefix[3200], query[9600], url[12000];
   int rc = 0, more = 1;
+  unsigned pages = 0;
+  token_set_t seen = {0};
   if (url_encode(eprefix, sizeof eprefix, d->prefix, 0))
     return lade__fail(LADE_ERANGE, "%s: prefix too long", shown);
   while (!rc && more) {
@@ -436,13 +586,22 @@ static int list_remote(s3_impl_t *d, const char *shown) {
       rc = lade__fail(LADE_ERANGE, "%s: URL too long", shown);
       break;
     }
-    rc = fetch_blocking(d, url, shown, &page, 1);
+    rc = fetch_blocking(d, url, shown, &page, 1, S3_PAGE_CAP);
     if (rc) break;
     rc = lade__buf_reserve(&page, page.len + 1);
     if (rc) break;
     page.data[page.len] = '\0';
     rc = parse_list_page(d, &page, token, sizeof token, &more, shown);
+    pages++;
+    int again = !rc && more ? token_seen(&seen, token) : 0;
+    if (again < 0) rc = lade__fail(LADE_ENOMEM, "s3 listing: out of memory");
+    if (again > 0) /* boto3's paginator stops the same way ("the same next token was received twice") */
+      rc = lade__fail(LADE_EREMOTE,
+                      "%s: listing page %u says IsTruncated=true with the continuation token '%.80s', which an "
+                      "earlier page already gave: the server's listing does not advance; stopped",
+                      shown, pages, token);
   }
+  free(seen.h);
   lade__buf_free(&page);
   return rc;
 }
@@ -518,9 +677,9 @@ static int labels_from_file(s3_impl_t *d, const char *path, uint32_t *classes) {
                         d->bucket);
     char url[8192];
     if (make_url(d, slash + 1, NULL, url, sizeof url)) return lade__fail(LADE_ERANGE, "label_file %s: too long", path);
-    rc = fetch_blocking(d, url, path, &buf, 0);
+    rc = fetch_blocking(d, url, path, &buf, 0, d->max_sample);
   } else {
-    rc = lade__read_file_at(AT_FDCWD, path, ".", &buf);
+    rc = lade__read_file_max(AT_FDCWD, path, ".", d->max_sample, &buf);
     if (rc) rc = lade__fail_prefix(rc, "label_file: ");
   }
   if (!rc) rc = lade__buf_reserve(&buf, buf.len + 1);
@@ -608,6 +767,20 @@ static int reorder(s3_impl_t *d) {
   return 0;
 }
 
+/* A key listed twice (a server or proxy that repeats objects across pages)
+ * would become two samples of one object: refused. Keys are sorted by
+ * (label, key) and a key has one label, so repeats are neighbours. */
+static int check_unique(const s3_impl_t *d, const char *shown) {
+  for (uint64_t i = 1; i < d->count; i++)
+    if (!strcmp(key_of(d, i - 1), key_of(d, i)))
+      return lade__fail(LADE_EFORMAT,
+                        "%s: the listing names s3://%s/%s twice (%llu and %llu bytes): the server (or a proxy) "
+                        "repeated it; one object is not made two samples",
+                        shown, d->bucket, key_of(d, i), (unsigned long long)d->size[i - 1],
+                        (unsigned long long)d->size[i]);
+  return 0;
+}
+
 /* ---------------------------------------------------------- listing cache */
 
 #define S3_CACHE_MAGIC "LADES3L1"
@@ -661,7 +834,7 @@ static int write_all(int fd, const void *p, size_t n) {
 
 /* Loads a cached listing younger than ttl; 0 on success, -1 to list anew
  * (absent, old, or corrupt: a bad file is simply rebuilt). */
-static int cache_load(s3_impl_t *d, const char *path, uint64_t ttl, uint32_t *classes) {
+static int cache_load(s3_impl_t *d, const char *path, uint64_t ttl, uint32_t *classes, uint64_t *created) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -1;
   cache_hdr_t h;
@@ -692,7 +865,7 @@ static int cache_load(s3_impl_t *d, const char *path, uint64_t ttl, uint32_t *cl
     }
   }
   close(fd);
-  if (ok) *classes = h.classes;
+  if (ok) *classes = h.classes, *created = h.created;
   return ok ? 0 : -1;
 }
 
@@ -796,6 +969,7 @@ static s3_req_t *req_new(s3_impl_t *d, uint64_t idx, s3_waiter_t *w) {
   memset(r, 0, sizeof *r);
   r->idx = idx;
   r->waiter = w;
+  r->expect = d->size[idx];
   if (d->n_free_bufs) r->body = d->free_bufs[--d->n_free_bufs];
   return r;
 }
@@ -807,27 +981,41 @@ static void req_release(s3_impl_t *d, s3_req_t *r) {
 }
 
 /* Starts one request (unlocked: only curl). Returns 0 or -1. */
-static int start(s3_impl_t *d, s3_req_t *r) {
+static int start(s3_impl_t *d, s3_req_t *r, char *msg, size_t msg_size) {
+  if (!r->head && r->expect > d->max_sample) {
+    snprintf(msg, msg_size, "s3://%s/%s: %llu bytes listed, more than max_sample_bytes (%llu); not read", d->bucket,
+             key_of(d, r->idx), (unsigned long long)r->expect, (unsigned long long)d->max_sample);
+    return LADE_ERANGE;
+  }
+  snprintf(msg, msg_size, "s3://%s/%s: cannot start a request (out of memory or URL too long)", d->bucket,
+           key_of(d, r->idx));
   CURL *e = NULL;
   pthread_mutex_lock(&d->mu);
   if (d->n_free_easy) e = d->free_easy[--d->n_free_easy];
   pthread_mutex_unlock(&d->mu);
   if (e) curl_easy_reset(e);
   else e = curl_easy_init();
-  if (!e) return -1;
+  if (!e) return LADE_ENOMEM;
   char url[8192];
   if (make_url(d, key_of(d, r->idx), NULL, url, sizeof url)) {
     curl_easy_cleanup(e);
-    return -1;
+    return LADE_ENOMEM;
   }
   r->easy = e;
   r->body.len = 0; /* a retry restarts the body from scratch */
   r->errbuf[0] = '\0';
+  r->over = 0;
+  /* the body is capped at the size it must have, so an endless or oversized
+   * reply stops at once (on_header refuses a larger Content-Length before
+   * any body byte) */
+  r->cap = r->head ? 0 : r->expect;
+  r->clen = -1;
   setup_easy(d, e, url, r, NULL);
+  if (r->head) curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
   if (curl_multi_add_handle(d->multi, e) != CURLM_OK) {
     curl_easy_cleanup(e);
     r->easy = NULL;
-    return -1;
+    return LADE_ENOMEM;
   }
   return 0;
 }
@@ -900,12 +1088,33 @@ typedef struct finished {
   int notify;
 } finished_t;
 
-/* Handles one finished transfer (unlocked on entry). */
+/* Where the listing came from, appended to errors about a listed size or
+ * a listed object that is gone: a cached listing may be older than the
+ * bucket (locked). */
+static void listing_note(const s3_impl_t *d, char *buf, size_t size) {
+  buf[0] = '\0';
+  if (!d->from_cache) return;
+  char when[40] = "?";
+  time_t t = (time_t)d->cache_created;
+  struct tm tm;
+  if (gmtime_r(&t, &tm)) strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  snprintf(buf, size, "; the listing was cached in %s at %s (listing_ttl=%llu s)%s", d->cache_file, when,
+           (unsigned long long)d->listing_ttl,
+           d->cache_dropped ? ": that file is now removed, so the next run lists the bucket again"
+                            : ": remove that file, or set listing_ttl=0, to list the bucket again");
+}
+
+/* Handles one finished transfer (unlocked on entry). A reply of another
+ * size than listed sends the request to a HEAD first (once): if the object
+ * was replaced, the GET is made again at its new size (no retry spent) and
+ * the stale cached listing is removed; if the HEAD agrees with the listing,
+ * the body was damaged in transit and the GET is retried as any transient
+ * error. */
 static void finish(s3_impl_t *d, CURL *e, CURLcode cc, lade__rng_t *rng, finished_t *f) {
   s3_req_t *r = NULL;
   curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&r);
   s3_verdict_t v;
-  judge(e, cc, r->errbuf, &r->body, d->size[r->idx], &v);
+  judge(e, cc, r, &v);
   easy_release(d, e);
   r->easy = NULL;
   double now = lade__now();
@@ -920,6 +1129,62 @@ static void finish(s3_impl_t *d, CURL *e, CURLcode cc, lade__rng_t *rng, finishe
     d->throttled++;
   }
   if (v.truncated) d->truncated++;
+  if (r->head && v.kind != S3_RETRY) {
+    r->head = 0;
+    char what[S3_MSG];
+    if (v.kind == S3_OK && v.size == r->expect) {
+      /* the object is as listed: the GET's body was wrong in transit */
+      r->head_agreed = 1;
+      v.kind = S3_RETRY;
+      v.code = LADE_EREMOTE;
+      snprintf(what, sizeof what, "%.500s (a HEAD says %llu bytes, as listed)", r->size_what,
+               (unsigned long long)r->expect);
+      memcpy(v.what, what, sizeof what);
+    } else if (v.kind == S3_OK) {
+      /* replaced since it was listed */
+      uint64_t was = r->expect;
+      r->expect = v.size;
+      d->refreshed++;
+      if (d->from_cache && !d->cache_dropped) {
+        unlink(d->cache_file);
+        d->cache_dropped = 1;
+      }
+      if (v.size <= d->max_sample) {
+        r->body.len = 0;
+        r->not_before = now;
+        fifo_push(&d->timers, r);
+        pthread_mutex_unlock(&d->mu);
+        return;
+      }
+      v.kind = S3_FINAL;
+      v.code = LADE_ERANGE;
+      snprintf(v.what, sizeof v.what, "now %llu bytes (the listing says %llu), more than max_sample_bytes (%llu)",
+               (unsigned long long)v.size, (unsigned long long)was, (unsigned long long)d->max_sample);
+    } else {
+      snprintf(what, sizeof what, "%.300s; a HEAD to refresh its listed size answered %.300s", r->size_what, v.what);
+      memcpy(v.what, what, sizeof what);
+      if (v.code == LADE_ENOENT) {
+        size_t n = strlen(v.what);
+        snprintf(v.what + n, sizeof v.what - n, ": deleted since it was listed");
+      }
+    }
+  } else if (v.kind == S3_SIZE) {
+    if (!r->refreshed) {
+      r->refreshed = 1;
+      r->head = 1;
+      snprintf(r->size_what, sizeof r->size_what, "%s", v.what);
+      r->body.len = 0;
+      r->not_before = now;
+      fifo_push(&d->timers, r);
+      pthread_mutex_unlock(&d->mu);
+      return;
+    }
+    v.kind = S3_RETRY; /* after the refresh: damaged in transit */
+    if (r->head_agreed) {
+      size_t n = strlen(v.what);
+      snprintf(v.what + n, sizeof v.what - n, " (a HEAD says %llu bytes, as listed)", (unsigned long long)r->expect);
+    }
+  }
   if (v.kind == S3_RETRY && r->retries < d->retries) {
     r->retries++;
     d->retried++;
@@ -929,14 +1194,21 @@ static void finish(s3_impl_t *d, CURL *e, CURLcode cc, lade__rng_t *rng, finishe
     pthread_mutex_unlock(&d->mu);
     return;
   }
-  char msg[S3_MSG + 1536];
+  char msg[S3_LONGMSG], note[LADE_PATH_MAX + 256];
   int rc = 0;
   if (v.kind != S3_OK) {
     rc = v.code;
+    note[0] = '\0';
+    if (rc == LADE_ENOENT && d->from_cache && !d->cache_dropped) { /* listed, now gone: the listing is stale */
+      unlink(d->cache_file);
+      d->cache_dropped = 1;
+    }
+    if (r->refreshed || rc == LADE_ENOENT) listing_note(d, note, sizeof note);
     if (v.kind == S3_RETRY)
-      snprintf(msg, sizeof msg, "s3://%s/%s: %s after %u retries", d->bucket, key_of(d, r->idx), v.what, r->retries);
+      snprintf(msg, sizeof msg, "s3://%s/%s: %s after %u retries%s", d->bucket, key_of(d, r->idx), v.what, r->retries,
+               note);
     else
-      snprintf(msg, sizeof msg, "s3://%s/%s: %s", d->bucket, key_of(d, r->idx), v.what);
+      snprintf(msg, sizeof msg, "s3://%s/%s: %s%s", d->bucket, key_of(d, r->idx), v.what, note);
   } else {
     d->win_bytes += r->body.len;
   }
@@ -1013,27 +1285,29 @@ static void *loop_main(void *arg) {
     d->get_requests += n_start;
     pthread_mutex_unlock(&d->mu);
 
+    finished_t f = {0};
     for (size_t i = 0; i < n_start; i++) {
-      if (start(d, startable[i]) == 0) {
+      char msg[S3_LONGMSG];
+      int src = start(d, startable[i], msg, sizeof msg);
+      if (src == 0) {
         pthread_mutex_lock(&d->mu);
         active_link(d, startable[i]);
         pthread_mutex_unlock(&d->mu);
         continue;
       }
-      /* could not even start (no memory): fail it like a transfer error */
+      /* not started (too big to read, or no memory): fail it like a transfer error */
       s3_req_t *r = startable[i];
       pthread_mutex_lock(&d->mu);
       d->in_flight--;
+      d->get_requests--;
       if (r->bg) d->bg_in_flight--;
-      char msg[S3_MSG];
-      snprintf(msg, sizeof msg, "s3://%s/%s: cannot start a request (out of memory or URL too long)", d->bucket,
-               key_of(d, r->idx));
       if (r->waiter) {
-        r->waiter->rc = LADE_ENOMEM;
+        r->waiter->rc = src;
         snprintf(r->waiter->msg, sizeof r->waiter->msg, "%s", msg);
         r->waiter->done = 1;
       } else {
-        result_store(d, r, LADE_ENOMEM, msg);
+        result_store(d, r, src, msg);
+        f.notify = 1;
       }
       req_release(d, r);
       pthread_cond_broadcast(&d->cv);
@@ -1042,7 +1316,6 @@ static void *loop_main(void *arg) {
 
     int running = 0;
     curl_multi_perform(d->multi, &running);
-    finished_t f = {0};
     CURLMsg *m;
     int left;
     while ((m = curl_multi_info_read(d->multi, &left)))
@@ -1331,6 +1604,8 @@ static int resolve(s3_impl_t *d, const struct lade_config *cfg) {
   d->timeout_ms = cfg->s3_timeout_ms;
   d->connect_timeout_ms = cfg->s3_connect_timeout_ms;
   d->retries = cfg->s3_retries;
+  d->max_sample = cfg->max_sample_bytes;
+  d->listing_ttl = cfg->listing_ttl;
   d->retry_base_ms = cfg->s3_retry_base_ms ? cfg->s3_retry_base_ms : 1;
   d->max_conc = cfg->s3_max_concurrency ? cfg->s3_max_concurrency : 128;
   d->fixed_conc = cfg->s3_concurrency;
@@ -1355,7 +1630,9 @@ static int s3_open(lade__source_t *s, const struct lade_config *cfg) {
   int cached = 0;
   if (!rc && cfg->cache_dir[0] && cfg->listing_ttl > 0) {
     cache_path(d, cfg, cpath, sizeof cpath);
-    cached = cache_load(d, cpath, cfg->listing_ttl, &classes) == 0;
+    cached = cache_load(d, cpath, cfg->listing_ttl, &classes, &d->cache_created) == 0;
+    snprintf(d->cache_file, sizeof d->cache_file, "%s", cpath);
+    d->from_cache = cached;
   }
   if (!rc && !cached) {
     rc = list_remote(d, shown);
@@ -1367,6 +1644,7 @@ static int s3_open(lade__source_t *s, const struct lade_config *cfg) {
     }
     if (!rc) rc = cfg->label_file[0] ? labels_from_file(d, cfg->label_file, &classes) : labels_from_folders(d, &classes);
     if (!rc) rc = reorder(d);
+    if (!rc) rc = check_unique(d, shown);
     if (!rc && cpath[0]) cache_store(d, cfg->cache_dir, cpath, classes);
   }
   if (!rc) {

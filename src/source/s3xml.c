@@ -101,6 +101,15 @@ void lade__xml_text(const char *p, const char *end, const char *tag, char *out, 
     if ((unsigned char)*c < 0x20) *c = ' ';
 }
 
+/* A page ends with </ListBucketResult> (then only white space): a body cut
+ * short in transit, with a Content-Length that matches the cut, is not a
+ * page even when what is left parses (its <IsTruncated> may be gone). */
+int lade__s3_list_complete(const char *b, size_t n) {
+  static const char close[] = "</ListBucketResult>";
+  while (n && (b[n - 1] == ' ' || b[n - 1] == '\n' || b[n - 1] == '\r' || b[n - 1] == '\t')) n--;
+  return n >= sizeof close - 1 && !memcmp(b + n - (sizeof close - 1), close, sizeof close - 1);
+}
+
 /* ListObjectsV2 page: every <Contents>'s decoded <Key> and <Size> go to push;
  * <IsTruncated> and <NextContinuationToken> tell whether and how to go on. */
 int lade__s3_parse_list(const char *b, size_t n, lade__s3_push_fn push, void *ctx, char *token, size_t token_size,
@@ -113,6 +122,9 @@ int lade__s3_parse_list(const char *b, size_t n, lade__s3_push_fn push, void *ct
   if (*more && !token[0]) return lade__fail(LADE_EFORMAT, "%s: truncated listing without a continuation token", shown);
   if (!memmem(b, n, "<ListBucketResult", 17))
     return lade__fail(LADE_EFORMAT, "%s: the reply is not a ListObjectsV2 result", shown);
+  if (!lade__s3_list_complete(b, n))
+    return lade__fail(LADE_EFORMAT, "%s: the listing page (%zu bytes) ends before </ListBucketResult>: cut short", shown,
+                      n);
   char key[4096];
   for (const char *p = b;;) {
     size_t clen;

@@ -14,10 +14,15 @@ const char *lade__xml_find(const char *p, const char *end, const char *tag, size
 /* The decoded, printable text of <tag> in [p, end) into out ("" when absent). */
 void lade__xml_text(const char *p, const char *end, const char *tag, char *out, size_t size);
 
+/* True when the n bytes end with </ListBucketResult> (white space after it
+ * allowed): the page was not cut short. */
+int lade__s3_list_complete(const char *b, size_t n);
+
 typedef int (*lade__s3_push_fn)(void *ctx, const char *key, size_t klen, uint64_t size);
 /* Parses one ListObjectsV2 page of n bytes; calls push per object; sets *more
  * and the continuation token. LADE_EFORMAT (naming `shown`) for a reply that
- * is not a listing, a <Contents> without a key or a valid size. */
+ * is not a listing, a page cut before its closing tag, a <Contents> without
+ * a key or a valid size. */
 int lade__s3_parse_list(const char *b, size_t n, lade__s3_push_fn push, void *ctx, char *token, size_t token_size,
                         int *more, const char *shown);
 

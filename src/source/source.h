@@ -160,7 +160,10 @@ extern const lade__source_ops_t lade__source_s3; /* source=s3://bucket/prefix (n
 int lade__source_select(const struct lade_config *cfg, const lade__source_ops_t **ops);
 
 /* Reads a whole file at path relative to dirfd into out; names the file in
- * errors. */
+ * errors. A file of more than max bytes fails with LADE_ERANGE naming it
+ * and both sizes before anything is allocated or read. */
+int lade__read_file_max(int dirfd, const char *rel, const char *shown_root, uint64_t max, lade__buf_t *out);
+/* lade__read_file_max() with no limit. */
 int lade__read_file_at(int dirfd, const char *rel, const char *shown_root, lade__buf_t *out);
 
 #endif

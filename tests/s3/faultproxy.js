@@ -21,10 +21,14 @@
 //          500   500 InternalError
 //          403   403 AccessDenied      404  404 NoSuchKey
 //          cut   the right headers, half the body, then the connection is cut
-//          stall the headers, then nothing (the connection stays open)
+//          stall the headers (chunked: no length), then nothing (the connection stays open)
 //          short a complete response one byte shorter than the object
+//          endless  200 with a chunked body that never ends (100 MB/s, 1 MiB chunks)
+//          huge     200 with Content-Length 50000000000, then bytes at 100 MB/s
 //   POST /__proxy/reset   clears rules, latency and counters
-//   GET  /__proxy/counts  JSON {total, list, get, by_key: {path: n}, faults: {action: n}, sig_failures, max_open}
+//   GET  /__proxy/counts  JSON {total, list, get, head, by_key: {path: n}, faults: {action: n}, sig_failures,
+//                                max_open, endless_bytes}
+// Rules only hit GETs; HEADs are counted (and their signatures checked) and forwarded.
 'use strict';
 const http = require('http');
 const crypto = require('crypto');
@@ -40,8 +44,8 @@ const portFile = arg('--port-file', null);
 const agent = new http.Agent({ keepAlive: true, maxSockets: 1024, maxFreeSockets: 1024 });
 let state;
 function reset() {
-  state = { latency: 0, bandwidth: 0, linkFree: 0, secret: '', rules: [], total: 0, list: 0, get: 0,
-            byKey: new Map(), faults: {}, sigFailures: 0, open: 0, maxOpen: 0 };
+  state = { latency: 0, bandwidth: 0, linkFree: 0, secret: '', rules: [], total: 0, list: 0, get: 0, head: 0,
+            byKey: new Map(), faults: {}, sigFailures: 0, open: 0, maxOpen: 0, endlessBytes: 0 };
 }
 reset();
 
@@ -141,9 +145,10 @@ function handle(req, res, body) {
   const isList = req.method === 'GET' && /(^|&)list-type=2(&|$)/.test(query);
   if (isList) state.list++;
   else if (req.method === 'GET') state.get++;
-  const countKey = isList ? 'LIST ' + path : path;
+  else if (req.method === 'HEAD') state.head++;
+  const countKey = isList ? 'LIST ' + path : req.method === 'HEAD' ? 'HEAD ' + path : path;
   state.byKey.set(countKey, (state.byKey.get(countKey) || 0) + 1);
-  if (state.secret && req.method === 'GET') {
+  if (state.secret && (req.method === 'GET' || req.method === 'HEAD')) {
     const why = verifySigV4(req, state.secret);
     if (why) {
       state.sigFailures++;
@@ -167,9 +172,23 @@ function handle(req, res, body) {
       case '403': return s3Error(res, 403, 'AccessDenied', 'Access Denied', path);
       case '404': return s3Error(res, 404, 'NoSuchKey', 'The specified key does not exist.', path);
       case 'stall':
-        res.writeHead(200, { 'Content-Length': '1000000', 'Content-Type': 'application/octet-stream' });
+        res.writeHead(200, { 'Content-Type': 'application/octet-stream' });
         res.flushHeaders();
         return; // nothing more; the client's timeout ends it
+      case 'endless': case 'huge': {
+        // a body that would fill the client's memory: 1 MiB every 10 ms until the client hangs up
+        const headers = { 'Content-Type': 'application/octet-stream' };
+        if (action === 'huge') headers['Content-Length'] = '50000000000';
+        res.writeHead(200, headers);
+        const chunk = Buffer.alloc(1 << 20, 0x61);
+        const timer = setInterval(() => {
+          if (res.destroyed || res.writableEnded) return clearInterval(timer);
+          state.endlessBytes += chunk.length;
+          res.write(chunk);
+        }, 10);
+        res.on('close', () => clearInterval(timer));
+        return;
+      }
       case 'cut': case 'short': return forward(req, res, body, action);
       default: return forward(req, res, body, null);
     }
@@ -199,7 +218,8 @@ function control(req, res, path, body) {
     return reply({ ok: true });
   }
   if (path === '/__proxy/counts') {
-    return reply({ total: state.total, list: state.list, get: state.get, by_key: Object.fromEntries(state.byKey),
+    return reply({ total: state.total, list: state.list, get: state.get, head: state.head,
+                   endless_bytes: state.endlessBytes, by_key: Object.fromEntries(state.byKey),
                    faults: state.faults, sig_failures: state.sigFailures, max_open: state.maxOpen,
                    rules_left: state.rules.map((r) => r.count) });
   }

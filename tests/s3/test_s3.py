@@ -10,12 +10,14 @@ import random
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import s3env  # noqa: E402
+import fakes3  # noqa: E402
 
 S3_CHECK = os.environ.get("S3_CHECK") or os.path.join(HERE, "..", "..", "build", "tests", "s3_check")
 CLASSES = ["cat", "dog", "eel"]
@@ -88,6 +90,7 @@ class TestS3(unittest.TestCase):
         out = r.stdout + r.stderr
         for secret in (ENV.secret_key, SESSION_TOKEN):
             self.assertNotIn(secret, out, "a secret leaked into the output")
+        self.assertNotIn("Sanitizer", out)  # a report fails the test, also where the run is expected to fail
         lines = r.stdout.splitlines()
         if expect_ok:
             self.assertEqual(r.returncode, 0, out[-3000:])
@@ -237,6 +240,132 @@ class TestS3(unittest.TestCase):
         lines, _ = self.loader(epochs=1, s3_retries=8, s3_retry_base_ms=1)
         self.check_epochs(lines, 1, img_order())
         self.assertEqual(ENV.counts()["faults"].get("short"), 6)
+
+    # ---- issue 13: bodies larger than listed, objects replaced under a cached listing
+    def run_measured(self, args, timeout):
+        """Runs s3_check; (stdout lines, seconds, exit status, peak RSS in MiB of that process)."""
+        t0 = time.time()
+        p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        timer = threading.Timer(timeout, p.kill)
+        timer.start()
+        try:
+            out = p.stdout.read()
+            _, status, ru = os.wait4(p.pid, 0)
+        finally:
+            timer.cancel()
+            p.stdout.close()
+        p.returncode = os.waitstatus_to_exitcode(status)
+        return out.splitlines(), time.time() - t0, p.returncode, ru.ru_maxrss / 1024
+
+    def check_capped(self, action, want_words):
+        key = img_order()[42]
+        listed = len(IMG[key])
+        ENV.proxy(rules=[{"action": action, "match": key}])
+        s = dict(ENV.lade_settings(), source="s3://lade/img", s3_session_token=SESSION_TOKEN, transform="raw",
+                 raw_size=MAX_SIZE, batch_size=20, shuffle="false", threads=2, s3_retry_base_ms=5, s3_retries=1,
+                 s3_timeout_ms=5000)
+        lines, elapsed, rc, rss = self.run_measured([S3_CHECK, "loader"] + ["%s=%s" % kv for kv in s.items()], 120)
+        err = [x for x in lines if x.startswith("ERROR ")]
+        self.assertNotIn("Sanitizer", "\n".join(lines))
+        self.assertNotEqual(rc, 0)
+        self.assertTrue(err, lines[-5:])
+        self.assertIn("s3://lade/" + key, err[0])
+        self.assertIn("the listing says %d" % listed, err[0])
+        for w in want_words:
+            self.assertIn(w, err[0])
+        # stopped at the listed size: no time spent and no memory taken by the endless body
+        self.assertLess(elapsed, 4.0, err[0])
+        self.assertLess(ENV.counts()["endless_bytes"], 64 << 20)
+        # without the cap, 5 s of this body took 500 MB; a capped run holds a few MB of bodies (ThreadSanitizer's
+        # shadow memory included, the process stays far below that)
+        self.assertLess(rss, 300, "peak RSS %d MiB" % rss)
+        return err[0], rss
+
+    def test_endless_body_is_capped(self):
+        # a chunked body that never ends was buffered until s3_timeout_ms (or memory) ran out
+        self.check_capped("endless", ["ERROR LADE_ERANGE", "the reply passed %d bytes (no Content-Length)"
+                                               % len(IMG[img_order()[42]]), "(a HEAD says %d bytes, as listed) after 1 retries"
+                                               % len(IMG[img_order()[42]])])
+
+    def test_huge_content_length_is_refused(self):
+        # a 50 GB Content-Length for an object listed at a few KiB: refused on the headers
+        self.check_capped("huge", ["ERROR LADE_ERANGE", "the reply is 50000000000 bytes (Content-Length)"])
+
+    def test_endless_listing_page_is_capped(self):
+        # a LIST reply has no listed size: it stops at 64 MiB, far past any real page (1000 keys)
+        ENV.proxy(rules=[{"action": "endless", "match": "LIST"}])
+        s = dict(ENV.lade_settings(), source="s3://lade/img", s3_session_token=SESSION_TOKEN, s3_timeout_ms=60000)
+        lines, elapsed, rc, rss = self.run_measured([S3_CHECK, "source"] + ["%s=%s" % kv for kv in s.items()], 120)
+        self.assertNotEqual(rc, 0)
+        self.assertEqual(lines[-1], "ERROR LADE_ERANGE s3://lade/img/: the reply passed 67108864 bytes (no "
+                                    "Content-Length), the most lade reads of it")
+        self.assertEqual(ENV.counts()["list"], 1)  # not retried
+        self.assertLess(elapsed, 10)
+        self.assertLess(rss, 400, "peak RSS %d MiB" % rss)
+
+    def test_max_sample_bytes(self):
+        # objects listed larger than max_sample_bytes fail before any request, naming key and sizes
+        lines, _ = self.loader(expect_ok=False, shuffle=False, max_sample_bytes=5000)
+        err = lines[-1]
+        self.assertTrue(err.startswith("ERROR LADE_ERANGE"), err)
+        key = next(k for k in img_order() if len(IMG[k]) > 5000)
+        self.assertRegex(err, r"s3://lade/img/\S+: \d+ bytes listed, more than max_sample_bytes \(5000\); not read")
+        bad = err.split()[2].rstrip(":")[len("s3://lade/"):]
+        self.assertGreater(len(IMG[bad]), 5000)
+        self.assertNotIn("/lade/" + bad, ENV.counts()["by_key"], "an object over the limit was requested")
+        self.assertTrue(key)
+
+    def test_replaced_object_under_cached_listing(self):
+        # an object replaced (new size) while the listing is cached: one HEAD refreshes the entry, the new
+        # bytes are delivered, no retry is spent, and the stale listing file is removed
+        objs = {"repl/a.bin": b"a" * 100, "repl/b.bin": b"b" * 200}
+        ENV.put_many(objs)
+        with tempfile.TemporaryDirectory() as tmp:
+            cache = os.path.join(tmp, "cache")
+            kw = dict(cache_dir=cache, listing_ttl=3600, s3_retry_base_ms=5)
+            self.run_check("source", "s3://lade/repl", **kw)
+            self.assertEqual(len(os.listdir(cache)), 1)
+            new = b"B" * 321
+            ENV.put("repl/b.bin", new)
+            ENV.reset()
+            lines, elapsed = self.run_check("source", "s3://lade/repl", **kw)
+            got = {int(x.split()[1]): (int(x.split()[2]), x.split()[3]) for x in lines if x.startswith("G ")}
+            self.assertEqual(got[1], (len(new), crc(new)))
+            self.assertEqual(self.parse_kv(lines, "STATS")["retries"], 0)
+            c = ENV.counts()
+            self.assertEqual(c["head"], 1)
+            self.assertEqual(c["by_key"]["/lade/repl/b.bin"], 2)
+            self.assertEqual(c["sig_failures"], 0, "the HEAD's signature did not verify")
+            self.assertEqual(os.listdir(cache), [], "the stale cached listing was kept")
+            ENV.reset()
+            lines, _ = self.run_check("source", "s3://lade/repl", **kw)
+            self.assertEqual(self.parse_kv(lines, "STATS")["list_requests"], 1)
+            self.assertEqual([int(x.split()[3]) for x in lines if x.startswith("O ")], [100, len(new)])
+            self.assertEqual(ENV.counts()["head"], 0)
+
+    def test_stale_cached_listing_errors_say_so(self):
+        ENV.put_many({"repl2/a.bin": b"a" * 10, "repl2/b.bin": b"b" * 10})
+        with tempfile.TemporaryDirectory() as tmp:
+            cache = os.path.join(tmp, "cache")
+            kw = dict(cache_dir=cache, listing_ttl=3600, s3_retry_base_ms=5, max_sample_bytes=100)
+            self.run_check("source", "s3://lade/repl2", **kw)
+            path = os.path.join(cache, os.listdir(cache)[0])
+            ENV.put("repl2/b.bin", b"B" * 500)  # replaced: now larger than max_sample_bytes
+            lines, _ = self.run_check("source", "s3://lade/repl2", expect_ok=False, **kw)
+            err = [x for x in lines if x.startswith("ERROR ")][0]
+            self.assertIn("ERROR LADE_ERANGE s3://lade/repl2/b.bin: now 500 bytes (the listing says 10), more than "
+                          "max_sample_bytes (100); the listing was cached in %s at " % path, err)
+            self.assertRegex(err, r"at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC \(listing_ttl=3600 s\): that file is now "
+                                  r"removed, so the next run lists the bucket again")
+            self.assertFalse(os.path.exists(path))
+            ENV.put("repl2/b.bin", b"b" * 10)
+            self.run_check("source", "s3://lade/repl2", **kw)
+            ENV.delete("repl2/a.bin")  # deleted under the cached listing
+            lines, _ = self.run_check("source", "s3://lade/repl2", expect_ok=False, **kw)
+            err = [x for x in lines if x.startswith("ERROR ")][0]
+            self.assertIn("ERROR LADE_ENOENT s3://lade/repl2/a.bin: HTTP 404 NoSuchKey", err)
+            self.assertIn("; the listing was cached in %s" % path, err)
+            self.assertFalse(os.path.exists(path))
 
     def test_stalled_response(self):
         key = img_order()[123]
@@ -430,6 +559,78 @@ class TestS3(unittest.TestCase):
             self.assertEqual((st["get_requests"], st["list_requests"], st["disk"]), (0, 0, 300))
             c = ENV.counts()
             self.assertEqual((c["get"], c["list"]), (0, 0))
+
+
+DOTS = {"dots/x/../y.bin": b"x-dot-dot-y" * 7, "dots/y.bin": b"plain y", "dots/./z.bin": b"dot z" * 3,
+        "dots/z.bin": b"plain z" * 5, "dots/w/..": b"w dot dot", "dots/w/.": b"w dot!", "dots/../up.bin": b"up" * 9}
+PAGED = {"c/k%02d" % i: b"%d" % i * (i + 1) for i in range(40)}
+
+
+class TestFakeS3(unittest.TestCase):
+    """Faults s3rver cannot show, against tests/s3/fakes3.py (issue 13)."""
+
+    def run_fake(self, fake, mode, source, expect_ok=True, timeout=60, **settings):
+        s = dict(fake.lade_settings(), source=source, s3_retry_base_ms=5)
+        s.update({k: str(v) for k, v in settings.items()})
+        r = subprocess.run([S3_CHECK, mode] + ["%s=%s" % kv for kv in s.items()], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=timeout)
+        self.assertNotIn(fake.secret_key, r.stdout)
+        self.assertNotIn("Sanitizer", r.stdout)
+        lines = r.stdout.splitlines()
+        if expect_ok:
+            self.assertEqual(r.returncode, 0, r.stdout[-3000:])
+            self.assertEqual(lines[-1], "OK")
+        else:
+            self.assertNotEqual(r.returncode, 0, r.stdout[-3000:])
+        return lines
+
+    def test_listing_page_cut_before_is_truncated(self):
+        # the first page cut in half (IsTruncated and NextContinuationToken come after the objects) was taken
+        # as the whole listing: 10 of 40 objects and exit 0
+        with fakes3.FakeS3(PAGED, page_size=20) as f:
+            f.cut_lists = 1
+            lines = self.run_fake(f, "source", "s3://fake/c")
+            self.assertEqual(TestS3.parse_kv(self, lines, "LISTED")["count"], 40)
+            self.assertEqual(f.count("GET", list_only=True), 3)  # the cut page again, then page 2
+            self.assertEqual(TestS3.parse_kv(self, lines, "STATS")["retries"], 1)
+            f.cut_lists = 1000
+            lines = self.run_fake(f, "source", "s3://fake/c", expect_ok=False, s3_retries=2)
+            self.assertRegex(lines[-1], r"^ERROR LADE_EREMOTE s3://fake/c/: the listing page \(\d+ bytes\) ends before "
+                                        r"</ListBucketResult>: cut short after 2 retries$")
+
+    def test_listing_repeats_keys(self):
+        # every page after the first starts with the previous page's last object: 41 samples of 40 objects
+        with fakes3.FakeS3(PAGED, page_size=20) as f:
+            f.dup_keys = True
+            lines = self.run_fake(f, "source", "s3://fake/c", expect_ok=False)
+            self.assertEqual(lines[-1], "ERROR LADE_EFORMAT s3://fake/c/: the listing names s3://fake/c/k19 twice "
+                                        "(40 and 40 bytes): the server (or a proxy) repeated it; one object is not "
+                                        "made two samples")
+
+    def test_listing_repeated_token_stops(self):
+        # IsTruncated=true with the token it was asked with: listed forever (the process never ended)
+        with fakes3.FakeS3(PAGED, page_size=20) as f:
+            f.loop_token = True
+            lines = self.run_fake(f, "source", "s3://fake/c", expect_ok=False, timeout=30)
+            self.assertEqual(lines[-1], "ERROR LADE_EREMOTE s3://fake/c/: listing page 2 says IsTruncated=true with "
+                                        "the continuation token 't20', which an earlier page already gave: the "
+                                        "server's listing does not advance; stopped")
+            self.assertEqual(f.count("GET", list_only=True), 2)
+
+    def test_dot_segment_keys(self):
+        # "dots/x/../y.bin" was sent as /fake/dots/y.bin (curl removes dot segments): another object's bytes
+        with fakes3.FakeS3(DOTS) as f:
+            lines = self.run_fake(f, "source", "s3://fake/dots", s3_retries=0)
+            names = {int(x.split()[1]): x.split(" ", 4)[4][len("s3://fake/"):] for x in lines if x.startswith("O ")}
+            self.assertEqual(sorted(names.values()), sorted(DOTS))
+            got = [x.split() for x in lines if x.startswith("G ")]
+            self.assertEqual(len(got), len(DOTS) + 1)
+            for _, i, size, c in got:
+                data = DOTS[names[int(i)]]
+                self.assertEqual((int(size), c), (len(data), crc(data)), names[int(i)])
+            self.assertEqual(f.sig_failures, 0, "the SigV4 canonical URI differs from the path sent")
+            for k in DOTS:
+                self.assertEqual(f.count("GET", k), 2 if names[0] == k else 1, k)
 
 
 if __name__ == "__main__":

@@ -62,9 +62,19 @@ static void test_broken_pages(void) {
                LADE_EFORMAT);
   CHECK_EQ_INT(parse("<ListBucketResult><Contents><Size>1</Size></Contents></ListBucketResult>", &g, token, &more),
                LADE_EFORMAT);
-  /* an unterminated element ends the page instead of running past it */
-  CHECK_OK(parse("<ListBucketResult><Contents><Key>k</Key><Size>1</Size>", &g, token, &more));
+  /* an unterminated element ends the page instead of running past it, and a
+   * page without its closing tag is refused: it was cut short */
+  CHECK_EQ_INT(parse("<ListBucketResult><Contents><Key>k</Key><Size>1</Size>", &g, token, &more), LADE_EFORMAT);
+  CHECK(strstr(lade_last_error(), "cut short") != NULL);
   CHECK_EQ_INT(g.n, 0);
+  /* issue 13: a page cut before <IsTruncated> (s3rver and others put it after
+   * the objects) was taken as the last page */
+  CHECK_EQ_INT(parse("<ListBucketResult><Contents><Key>k</Key><Size>1</Size></Contents><Contents><Key>l</Key>",
+                     &g, token, &more),
+               LADE_EFORMAT);
+  CHECK_OK(parse("<ListBucketResult><IsTruncated>false</IsTruncated></ListBucketResult>\r\n ", &g, token, &more));
+  CHECK(lade__s3_list_complete("x</ListBucketResult>\n", 21));
+  CHECK(!lade__s3_list_complete("x</ListBucketResult", 19));
 }
 
 static void test_error_text(void) {
