@@ -304,17 +304,35 @@ void lade__listing_free(lade__listing_t *l) {
   memset(l, 0, sizeof *l);
 }
 
-int lade__read_file_max(int dirfd, const char *rel, const char *shown_root, uint64_t max, lade__buf_t *out) {
-  int fd = openat(dirfd, rel, O_RDONLY | O_CLOEXEC);
+int lade__open_regular(int dirfd, const char *rel, const char *shown, struct stat *st) {
+  /* O_NONBLOCK: open() of a FIFO with no writer would wait for ever */
+  int fd = openat(dirfd, rel, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0)
-    return lade__fail(errno == ENOENT ? LADE_ENOENT : LADE_EIO, "cannot open %s/%s: %s", shown_root, rel,
-                      strerror(errno));
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
+    return lade__fail(errno == ENOENT ? LADE_ENOENT : LADE_EIO, "cannot open %s: %s", shown, strerror(errno));
+  if (fstat(fd, st) != 0) {
     int e = errno;
     close(fd);
-    return lade__fail(LADE_EIO, "cannot stat %s/%s: %s", shown_root, rel, strerror(e));
+    return lade__fail(LADE_EIO, "cannot stat %s: %s", shown, strerror(e));
   }
+  if (!S_ISREG(st->st_mode)) {
+    close(fd);
+    const char *kind = S_ISFIFO(st->st_mode)  ? "a FIFO"
+                       : S_ISSOCK(st->st_mode) ? "a socket"
+                       : S_ISCHR(st->st_mode)  ? "a character device"
+                       : S_ISBLK(st->st_mode)  ? "a block device"
+                       : S_ISDIR(st->st_mode)  ? "a folder"
+                                               : "not a regular file";
+    return lade__fail(LADE_EFORMAT, "%s is %s, not a regular file: not read", shown, kind);
+  }
+  return fd;
+}
+
+int lade__read_file_max(int dirfd, const char *rel, const char *shown_root, uint64_t max, lade__buf_t *out) {
+  char shown[LADE_PATH_MAX * 2 + 2];
+  snprintf(shown, sizeof shown, "%s/%s", shown_root, rel);
+  struct stat st;
+  int fd = lade__open_regular(dirfd, rel, shown, &st);
+  if (fd < 0) return fd;
   /* the size is known before a byte is read: a huge (or sparse) file named
    * like a sample is refused here, not after it filled the memory */
   if ((uint64_t)st.st_size > max || (uint64_t)st.st_size >= SIZE_MAX) {

@@ -45,6 +45,7 @@ typedef struct npy_impl {
   size_t map_len;
   char row_hdr[256];         /* stacked: a C-order .npy header of one row, for read() */
   size_t row_hdr_len;
+  uint64_t max_sample;       /* max_sample_bytes */
 } npy_impl_t;
 
 static int parse_expected(const struct lade_config *cfg, const char *what, const lade__npy_header_t *h, int skip_first) {
@@ -78,6 +79,7 @@ static int npy_open(lade__source_t *s, const struct lade_config *cfg) {
   npy_impl_t *m = calloc(1, sizeof *m);
   if (!m) return lade__fail(LADE_ENOMEM, "npy source: out of memory");
   m->fd = m->rootfd = -1;
+  m->max_sample = cfg->max_sample_bytes;
   snprintf(m->root, sizeof m->root, "%s", cfg->source);
   struct stat st;
   int rc = 0;
@@ -87,9 +89,11 @@ static int npy_open(lade__source_t *s, const struct lade_config *cfg) {
   }
   if (S_ISREG(st.st_mode)) {
     m->stacked = true;
-    m->fd = open(cfg->source, O_RDONLY | O_CLOEXEC);
+    struct stat fst;
+    m->fd = lade__open_regular(AT_FDCWD, cfg->source, cfg->source, &fst);
     if (m->fd < 0) {
-      rc = lade__fail(LADE_EIO, "cannot open %s: %s", cfg->source, strerror(errno));
+      rc = m->fd;
+      m->fd = -1;
       goto fail;
     }
     rc = read_header_fd(m->fd, cfg->source, m->hdr_bytes, &m->hdr);
@@ -142,9 +146,10 @@ static int npy_open(lade__source_t *s, const struct lade_config *cfg) {
     }
     char what[LADE_PATH_MAX + 256];
     snprintf(what, sizeof what, "%s/%s", m->root, lade__listing_path(&m->list, 0));
-    int fd = openat(m->rootfd, lade__listing_path(&m->list, 0), O_RDONLY | O_CLOEXEC);
+    struct stat fst;
+    int fd = lade__open_regular(m->rootfd, lade__listing_path(&m->list, 0), what, &fst);
     if (fd < 0) {
-      rc = lade__fail(LADE_EIO, "cannot open %s: %s", what, strerror(errno));
+      rc = fd;
       goto fail;
     }
     rc = read_header_fd(fd, what, m->hdr_bytes, &m->hdr);
@@ -302,8 +307,11 @@ static int npy_read_payload(lade__source_t *s, uint64_t idx, void *dst, size_t l
   if (len != m->sample_bytes) return lade__fail(LADE_EINVAL, "npy: slot of %zu bytes for %zu-byte samples", len, m->sample_bytes);
   if (m->stacked) return read_row(m, idx, dst);
   const char *rel = lade__listing_path(&m->list, idx);
-  int fd = openat(m->rootfd, rel, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return lade__fail(LADE_EIO, "cannot open %s/%s: %s", m->root, rel, strerror(errno));
+  char what[LADE_PATH_MAX * 2 + 2];
+  snprintf(what, sizeof what, "%s/%s", m->root, rel);
+  struct stat fst;
+  int fd = lade__open_regular(m->rootfd, rel, what, &fst);
+  if (fd < 0) return fd;
   int rc = read_file_payload(m, fd, rel, dst, len);
   close(fd);
   return rc;
@@ -322,7 +330,7 @@ static int npy_read(lade__source_t *s, uint64_t idx, lade__buf_t *out) {
     out->len = rc ? 0 : m->row_hdr_len + m->sample_bytes;
     return rc;
   }
-  return lade__read_file_at(m->rootfd, lade__listing_path(&m->list, idx), m->root, out);
+  return lade__read_file_max(m->rootfd, lade__listing_path(&m->list, idx), m->root, m->max_sample, out);
 }
 
 const lade__source_ops_t lade__source_npy = {.name = "npy",

@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "core/config.h"
 #include "core/core.h"
@@ -163,6 +164,12 @@ int lade__source_select(const struct lade_config *cfg, const lade__source_ops_t 
  * errors. A file of more than max bytes fails with LADE_ERANGE naming it
  * and both sizes before anything is allocated or read. */
 int lade__read_file_max(int dirfd, const char *rel, const char *shown_root, uint64_t max, lade__buf_t *out);
+
+/* Opens a sample file (rel under dirfd; rel may be absolute) for reading
+ * without ever blocking in open(): O_NONBLOCK, then anything but a regular
+ * file (a FIFO, a device, a socket planted under the sample's name) is
+ * LADE_EFORMAT naming it. Fills *st. Returns the fd or a negative code. */
+int lade__open_regular(int dirfd, const char *rel, const char *shown, struct stat *st);
 /* lade__read_file_max() with no limit. */
 int lade__read_file_at(int dirfd, const char *rel, const char *shown_root, lade__buf_t *out);
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/npyfmt.h"
 #include "harness.h"
@@ -590,6 +591,44 @@ static void test_skip_is_bounded(void) {
   lade_config_destroy(c);
 }
 
+/* A FIFO (or other special file) where a sample file was (issue 13, item 7):
+ * a clear error naming it, never an open() that waits for ever. The listing
+ * skips special files, so the FIFO replaces a file after create(). */
+static void test_special_files_never_block(void) {
+  alarm(60); /* a hang fails the test instead of the CI run */
+  char raw[4096];
+  snprintf(raw, sizeof raw, "%s", lade_test_tmpdir("fifo-raw")); /* a static buffer, reused below */
+  lade_test_sh("mkdir -p %s/a && for i in 0 1 2 3 4 5; do echo sample$i > %s/a/f$i.bin; done", raw, raw);
+  const char *npy = make_folder("fifo-npy", 6);
+  const char *dirs[] = {raw, npy};
+  const char *victim[] = {"a/f3.bin", "c1/s00004.npy"};
+  for (int k = 0; k < 2; k++) {
+    const char *extra[] = {k ? "transform=npy" : "transform=raw", "batch_size=2", "threads=2", "epochs=3", NULL};
+    lade_config_t *c = config(dirs[k], extra);
+    lade_loader_t *L = NULL;
+    CHECK_OK(lade_loader_create(&L, c));
+    lade_test_sh("mkfifo %s/fifo.tmp && mv -f %s/fifo.tmp %s/%s", dirs[k], dirs[k], dirs[k], victim[k]); /* atomic */
+    run_t *r = calloc(1, sizeof *r);
+    drain(L, r);
+    CHECK_EQ_INT(r->rc, LADE_EFORMAT);
+    CHECK(strstr(r->err, victim[k]) != NULL && strstr(r->err, "is a FIFO") != NULL);
+    free(r);
+    lade_loader_destroy(L);
+    lade_config_destroy(c);
+  }
+  /* a stacked .npy source that is a FIFO fails at create */
+  const char *fifo_dir = lade_test_tmpdir("fifo-stacked");
+  char fifo[4200];
+  snprintf(fifo, sizeof fifo, "%s/data.npy", fifo_dir);
+  lade_test_sh("mkfifo %s", fifo);
+  lade_config_t *c = config(fifo, NULL);
+  lade_loader_t *L = NULL;
+  CHECK(lade_loader_create(&L, c) != 0);
+  CHECK(strstr(lade_last_error(), "data.npy") != NULL);
+  lade_config_destroy(c);
+  alarm(0);
+}
+
 /* A missing or empty dataset fails in create(), not at the first next(). */
 static void test_empty_dataset_fails_at_create(void) {
   const char *dir = lade_test_tmpdir("emptyds");
@@ -708,6 +747,7 @@ int main(void) {
   RUN(test_holding_batches);
   RUN(test_empty_dataset_fails_at_create);
   RUN(test_skip_is_bounded);
+  RUN(test_special_files_never_block);
   RUN(test_allocator_hook_and_bounded_pool);
   RUN(test_trace_and_stats);
   RUN(test_interrupt);
