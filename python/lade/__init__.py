@@ -310,6 +310,13 @@ class Loader:
         disk, peer). Raises for an epoch that has not started."""
         return self._h.epoch_stats(epoch)
 
+    @property
+    def interrupted(self):
+        """True when lade stopped the last next() (Ctrl-C, or interrupt()
+        while it waited) and has handed out nothing since: the next iter()
+        continues that epoch instead of starting it again."""
+        return self._h.interrupted
+
     def interrupt(self):
         """Wakes the next() (the for loop's wait for a batch) that waits now,
         from any thread: it raises lade.Error (name "LADE_EINTR") and takes no

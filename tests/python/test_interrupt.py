@@ -96,6 +96,10 @@ while True:
         break
     except KeyboardInterrupt:
         interrupts += 1
+        if mode == "epochs" and not L.interrupted:
+            # the signal hit this loop's body, not lade: a new iter() would
+            # start the epoch again (as after break), so resume explicitly
+            L.seek(*L.tell())
         if mode == "resume":
             state = L.state_dict()
             L.close()
