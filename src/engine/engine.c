@@ -42,8 +42,8 @@
  *
  * Lock: `mu` guards the slot list, every slot's state/claim/done counters,
  * sched, the cursors (next_sched, next_deliver), flags and the latency ring. Per-worker stats
- * are written by their worker unlocked and read under `mu` (torn reads of
- * counters are harmless for reporting). The trace file has its own lock,
+ * are written by their worker and read by lade_loader_stats() as relaxed
+ * atomics (WSTAT_ADD/WSTAT). The trace file has its own lock,
  * taken after `mu` is released (never both). Lock order: mu, then trace.
  */
 #include <assert.h>
@@ -113,6 +113,21 @@ static atomic_uint g_fork_gen;
 static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
 static void on_fork_child(void) { atomic_fetch_add_explicit(&g_fork_gen, 1, memory_order_relaxed); }
 static void register_atfork(void) { pthread_atfork(NULL, NULL, on_fork_child); }
+
+/* A worker's counters: written by that worker only, read by
+ * lade_loader_stats() while it runs, so both sides are relaxed atomics (no
+ * ordering is needed; a total a moment old is fine). */
+#define WSTAT_ADD(field, v)                               \
+  do {                                                    \
+    __typeof__(field) wstat_v_ = (field) + (v);           \
+    __atomic_store(&(field), &wstat_v_, __ATOMIC_RELAXED); \
+  } while (0)
+#define WSTAT(field)                                    \
+  __extension__({                                       \
+    __typeof__(field) wstat_r_;                         \
+    __atomic_load(&(field), &wstat_r_, __ATOMIC_RELAXED); \
+    wstat_r_;                                           \
+  })
 
 typedef struct worker {
   struct lade_loader *L;
@@ -387,26 +402,26 @@ static int load_sample(lade_loader_t *L, worker_t *w, uint64_t idx, uint64_t epo
   if (L->direct_payload) {
     rc = L->src_ops->read_payload(&L->src, idx, out, L->shape.bytes);
     double t1 = lade__now();
-    w->t_read += t1 - t0;
+    WSTAT_ADD(w->t_read, t1 - t0);
     if (rc) return rc;
-    w->bytes += L->shape.bytes;
-    w->tier_samples[0]++;
-    w->tier_bytes[0] += L->shape.bytes;
+    WSTAT_ADD(w->bytes, L->shape.bytes);
+    WSTAT_ADD(w->tier_samples[0], 1);
+    WSTAT_ADD(w->tier_bytes[0], L->shape.bytes);
     *payload = (uint32_t)L->shape.bytes;
     return 0;
   }
   rc = lade__fetch_read(L->fetch, idx, epoch, &w->buf, tier);
   double t1 = lade__now();
-  w->t_read += t1 - t0;
+  WSTAT_ADD(w->t_read, t1 - t0);
   if (rc) return rc;
-  w->bytes += w->buf.len;
-  w->tier_samples[*tier]++;
-  w->tier_bytes[*tier] += w->buf.len;
+  WSTAT_ADD(w->bytes, w->buf.len);
+  WSTAT_ADD(w->tier_samples[*tier], 1);
+  WSTAT_ADD(w->tier_bytes[*tier], w->buf.len);
   lade__rng_t rng;
   lade__rng_init(&rng, L->cfg.seed ^ lade__mix64(epoch + 1), idx, LADE_RNG_AUGMENT);
   lade__xform_ctx_t ctx = {.index = idx, .epoch = epoch, .rng = &rng};
   rc = L->xf->apply(L->xf_state, w->wstate, w->buf.data, w->buf.len, &ctx, out, payload);
-  w->t_xform += lade__now() - t1;
+  WSTAT_ADD(w->t_xform, lade__now() - t1);
   if (rc) {
     char name[LADE_PATH_MAX + 64];
     L->src_ops->describe(&L->src, idx, name, sizeof name);
@@ -437,7 +452,7 @@ static void process_sample(lade_loader_t *L, worker_t *w, slot_t *s, uint32_t i,
     }
     if (!rc) {
       __atomic_fetch_add(&s->substituted, 1, __ATOMIC_RELAXED);
-      w->substituted++;
+      WSTAT_ADD(w->substituted, 1);
     } else {
       lade__fail_prefix(rc, "on_error=skip found no valid substitute in %d tries; last: ", MAX_SUBST_TRIES);
     }
@@ -452,7 +467,7 @@ static void process_sample(lade_loader_t *L, worker_t *w, slot_t *s, uint32_t i,
     }
     pthread_mutex_unlock(&L->mu);
   }
-  w->samples++;
+  WSTAT_ADD(w->samples, 1);
   if (L->trace)
     lade__trace_event(L->trace, "sample", w->id + 1, t0, (uint64_t)(lade__now() * 1e6) - t0, s->seq / L->steps, s->seq % L->steps,
                       (uint64_t)s->indices[i]);
@@ -1055,14 +1070,14 @@ int lade_loader_stats(lade_loader_t *L, lade_stats_t *out) {
   out->samples = L->delivered_samples;
   for (uint32_t i = 0; i < L->started; i++) {
     worker_t *w = &L->workers[i];
-    out->stage_seconds[LADE_STAGE_READ] += w->t_read;
-    out->stage_seconds[LADE_STAGE_TRANSFORM] += w->t_xform;
-    out->bytes_read += w->bytes;
+    out->stage_seconds[LADE_STAGE_READ] += WSTAT(w->t_read);
+    out->stage_seconds[LADE_STAGE_TRANSFORM] += WSTAT(w->t_xform);
+    out->bytes_read += WSTAT(w->bytes);
     for (int t = 0; t < LADE_TIER_COUNT; t++) {
-      out->samples_by_source[t] += w->tier_samples[t];
-      out->bytes_by_source[t] += w->tier_bytes[t];
+      out->samples_by_source[t] += WSTAT(w->tier_samples[t]);
+      out->bytes_by_source[t] += WSTAT(w->tier_bytes[t]);
     }
-    out->substituted += w->substituted;
+    out->substituted += WSTAT(w->substituted);
   }
   out->stage_seconds[LADE_STAGE_COLLATE] = L->t_collate;
   out->stage_seconds[LADE_STAGE_WAIT] = L->t_wait;
