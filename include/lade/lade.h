@@ -222,6 +222,9 @@ LADE_API int lade_loader_create(lade_loader_t **out, const lade_config_t *cfg);
  * with LADE_ESTATE instead once the caller holds pool_max batches.
  * On a sample error with on_error=fail returns the error (the detail names the
  * file and the reason); the loader is then stopped for good.
+ * LADE_EINTR when lade_loader_interrupt() woke it while it waited (no batch
+ * is taken: the next call returns the one it waited for); LADE_ESTATE in the
+ * child of a fork() (see lade_loader_destroy).
  */
 LADE_API int lade_loader_next(lade_loader_t *loader, lade_batch_t **out);
 
