@@ -232,6 +232,9 @@ LADE_API int lade_loader_create(lade_loader_t **out, const lade_config_t *cfg);
  * with LADE_ESTATE instead once the caller holds pool_max batches.
  * On a sample error with on_error=fail returns the error (the detail names the
  * file and the reason); the loader is then stopped for good.
+ * LADE_EINTR when lade_loader_interrupt() woke it while it waited (no batch
+ * is taken: the next call returns the one it waited for); LADE_ESTATE in the
+ * child of a fork() (see lade_loader_destroy).
  */
 LADE_API int lade_loader_next(lade_loader_t *loader, lade_batch_t **out);
 
@@ -239,6 +242,17 @@ LADE_API int lade_loader_next(lade_loader_t *loader, lade_batch_t **out);
  * Gives a batch back to its pool. Thread-safe: may be called from any thread,
  * also after lade_loader_destroy() of its loader (the pool lives until its
  * last batch is released). NULL does nothing.
+ *
+ * A batch is released exactly once. A second release of the same batch is
+ * detected and ignored with a message on stderr naming its epoch and step:
+ * it never touches the buffer, which may hold a later batch by then. Handles
+ * (the lade_batch_t pointers) stay allocated while their loader lives and a
+ * released one is handed out again only after 64 other batches were
+ * released, so the detection holds while fewer than that were released in
+ * between (after that the pointer may name a later batch, and releasing it
+ * releases that one). A release after the loader was destroyed and all of
+ * its batches released is undefined, as free() twice is. In the child of a
+ * fork() it does nothing (the pool is the parent's).
  */
 LADE_API void lade_batch_release(lade_batch_t *batch);
 
@@ -291,13 +305,27 @@ LADE_API int lade_loader_class_name(lade_loader_t *loader, uint32_t index, const
  */
 LADE_API int lade_loader_sample(lade_loader_t *loader, uint64_t index, char *path, size_t size, int64_t *label);
 
-/* Asks a blocked lade_loader_next() on another thread to return LADE_EINTR.
- * Thread-safe. */
-LADE_API void lade_loader_interrupt(lade_loader_t *loader);
+/*
+ * Wakes the lade_loader_next() calls that are waiting for a batch now: each
+ * returns LADE_EINTR once, and no batch is taken (the next call returns the
+ * batch the interrupted one would have). Returns how many calls it woke; 0
+ * when none was waiting, and then it has no effect at all (a later next() is
+ * not affected), so an interrupt is never silently dropped nor left over: a
+ * caller that must stop a next() that may not be waiting yet calls it again
+ * until it returns > 0 or the next() returned. Thread-safe.
+ */
+LADE_API int lade_loader_interrupt(lade_loader_t *loader);
 
 /*
  * Stops the workers and frees the loader. Batches still held stay valid until
  * released. NULL does nothing.
+ *
+ * fork(): a loader belongs to the process that created it. In a child made by
+ * fork() every call on an inherited loader fails with LADE_ESTATE (the
+ * detail says to create a loader in the child), lade_loader_interrupt() and
+ * lade_batch_release() do nothing, and lade_loader_destroy() returns at once
+ * without touching the parent's threads or locks (the child's copy is freed
+ * when it exits). The parent is unaffected.
  */
 LADE_API void lade_loader_destroy(lade_loader_t *loader);
 

@@ -77,6 +77,22 @@ def _numpy():
 
 _OUTPUTS = ("torch", "numpy", "dlpack")
 
+_FORK_ADVICE = ("lade parallelises loading itself (its threads setting): iterate one "
+                "lade.Loader(..., threads=N) in the training process instead of wrapping it in "
+                "torch.utils.data.DataLoader(num_workers>0), whose workers would each load (and yield) "
+                "every batch")
+
+
+def _no_workers():
+    """Raises inside a torch DataLoader worker process."""
+    import sys  # noqa: WPS433
+
+    data = sys.modules.get("torch.utils.data")
+    info = getattr(data, "get_worker_info", None) if data is not None else None
+    if info is not None and info() is not None:
+        raise Error("lade.Loader used in a torch DataLoader worker process (worker %d of %d). %s"
+                    % (info().id, info().num_workers, _FORK_ADVICE))
+
 
 class Loader:
     """An iterable over lade batches.
@@ -142,7 +158,11 @@ class Loader:
         # what the loader was made with, secrets masked (S3 credentials never show in logs or repr)
         self.settings = {k: ("***" if v and _lade.is_secret(k) else v) for k, v in pairs}
         self._convert = self._converter(output)
+        _no_workers()
         self._h = _lade.Loader(pairs)
+
+    def __reduce_ex__(self, protocol):
+        raise Error("a lade.Loader cannot be pickled or sent to another process. " + _FORK_ADVICE)
 
     # ---- conversion
     def _converter(self, output):
@@ -185,30 +205,24 @@ class Loader:
         return self._h.next()
 
     def _yield(self, count):
-        nxt = self._h.next
-        conv = self._convert
-        meta = self.meta
-        while count is None or count > 0:
-            b = nxt()
-            if b is None:
-                return
-            if count is not None:
-                count -= 1
-            if meta:
-                yield conv(b) + (b,)
-            else:
-                out = conv(b)
-                if self.output != "dlpack":
-                    b.close()  # the tensors hold the buffer now
-                yield out
+        # a C iterator, not a generator: a batch taken from the loader is
+        # either handed to the for loop or put back (Ctrl-C, an exception in
+        # the conversion), and an interrupted iterator can go on
+        _no_workers()
+        return _lade.Iter(self._h, self._convert, -1 if count is None else count, self.meta,
+                          not self.meta and self.output != "dlpack")
 
     def __iter__(self):
         """One epoch: the epoch the loader stands in, from its start, or, right
         after load_state_dict()/seek(), from the position loaded. An iteration
-        left early (break) is started again from its first batch by the next
-        iter(), as a new pass over a DataLoader would be."""
+        left early (break, or an exception in the loop's body) is started
+        again from its first batch by the next iter(), as a new pass over a
+        DataLoader would be; one that lade itself stopped (Ctrl-C or
+        interrupt() while it waited for a batch) is continued, from the batch
+        it did not hand out."""
+        _no_workers()
         epoch, step = self._h.tell()
-        if step and not self._resume:
+        if step and not self._resume and not self._h.interrupted:
             self._h.seek(epoch, 0)
             step = 0
         self._resume = False
@@ -310,8 +324,20 @@ class Loader:
         disk, peer). Raises for an epoch that has not started."""
         return self._h.epoch_stats(epoch)
 
+    @property
+    def interrupted(self):
+        """True when lade stopped the last next() (Ctrl-C, or interrupt()
+        while it waited) and has handed out nothing since: the next iter()
+        continues that epoch instead of starting it again."""
+        return self._h.interrupted
+
     def interrupt(self):
-        self._h.interrupt()
+        """Wakes the next() (the for loop's wait for a batch) that waits now,
+        from any thread: it raises lade.Error (name "LADE_EINTR") and takes no
+        batch, and the next iter()/stream() goes on from that batch. Returns
+        True if one was waiting; False if none was, and then does nothing (it
+        is never held over to a later next())."""
+        return self._h.interrupt()
 
     def close(self):
         """Stops the workers. Tensors already handed out stay valid."""

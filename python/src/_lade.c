@@ -19,9 +19,23 @@
  * GIL and Ctrl-C: lade_loader_next() runs on a per-loader fetcher thread
  * while the calling thread waits on a condition variable with the GIL
  * released, waking every 50 ms to re-take the GIL and run
- * PyErr_CheckSignals(). On a pending signal (KeyboardInterrupt) it calls
- * lade_loader_interrupt(), waits for the fetcher to come back, keeps any batch
- * that still arrived for the next call (so no batch is lost), and raises.
+ * PyErr_CheckSignals(). On a pending signal (KeyboardInterrupt) or a
+ * Loader.interrupt() from another thread it calls lade_loader_interrupt()
+ * (again every 50 ms until the fetcher is back: it only wakes a next() that
+ * waits), keeps any batch that still arrived as `pending` for the next call,
+ * and raises.
+ *
+ * Nothing lost: a batch taken from the engine is either returned to the
+ * caller or put back in `pending` (a reference of its holder), and tell()
+ * counts a pending batch as not consumed. Iteration is a C iterator (Iter),
+ * not a Python generator, so no Python code runs between taking a batch and
+ * handing it to the for loop except the converter, and an exception there
+ * (a KeyboardInterrupt from a signal that arrived meanwhile) puts the batch
+ * back; a last signal check before returning does the same.
+ *
+ * fork(): the fetcher thread and the engine's workers do not exist in a
+ * child; a Loader used there raises (pid differs from the creator's), and its
+ * close()/dealloc touch neither the threads nor the locks.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -33,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "lade/lade.h"
 
@@ -576,9 +591,16 @@ typedef struct {
   int rc;
   lade_batch_t *out;
   char err[1024];
-  lade_batch_t *pending; /* arrived during an interrupted wait; handed out next */
+  batch_ref_t *pending; /* a batch taken but not handed out (interrupted): handed out next */
   int busy;
+  int waiting;     /* a next() waits for the fetcher (guarded by mu) */
+  int intr;        /* Loader.interrupt() asked that next() to stop (guarded by mu) */
+  int interrupted; /* the last next() was interrupted: the next iter() continues there */
+  pid_t pid;       /* the process that created this object (its fetcher thread and loader) */
 } LoaderObject;
+
+/* The loader was inherited through fork(): its threads are the parent's. */
+static int loader_forked(const LoaderObject *L) { return L->pid != getpid(); }
 
 static PyTypeObject LoaderType;
 
@@ -666,10 +688,21 @@ static PyObject *loader_tp_new(PyTypeObject *type, PyObject *args, PyObject *kwa
   pthread_cond_init(&L->cv_done, &ca);
   pthread_condattr_destroy(&ca);
   pthread_cond_init(&L->cv_req, NULL);
+  L->pid = getpid();
   return (PyObject *)L;
 }
 
 static void loader_shutdown(LoaderObject *L) {
+  if (loader_forked(L)) {
+    /* the parent's fetcher thread and workers: nothing to stop or join
+     * here; lade_loader_destroy() and lade_batch_release() leave the copy alone */
+    L->thread_started = 0;
+    ref_dec(L->pending);
+    L->pending = NULL;
+    lade_loader_destroy(L->loader);
+    L->loader = NULL;
+    return;
+  }
   if (L->thread_started) {
     pthread_mutex_lock(&L->mu);
     L->quit = 1;
@@ -678,10 +711,8 @@ static void loader_shutdown(LoaderObject *L) {
     Py_BEGIN_ALLOW_THREADS pthread_join(L->thread, NULL);
     Py_END_ALLOW_THREADS L->thread_started = 0;
   }
-  if (L->pending) {
-    lade_batch_release(L->pending);
-    L->pending = NULL;
-  }
+  ref_dec(L->pending);
+  L->pending = NULL;
   if (L->loader) {
     lade_loader_t *ld = L->loader;
     L->loader = NULL;
@@ -691,16 +722,35 @@ static void loader_shutdown(LoaderObject *L) {
 }
 
 static void loader_dealloc(LoaderObject *L) {
+  int forked = loader_forked(L);
   loader_shutdown(L);
+  if (forked) { /* the parent's fetcher may have held these at the fork */
+    Py_TYPE(L)->tp_free((PyObject *)L);
+    return;
+  }
   pthread_mutex_destroy(&L->mu);
   pthread_cond_destroy(&L->cv_req);
   pthread_cond_destroy(&L->cv_done);
   Py_TYPE(L)->tp_free((PyObject *)L);
 }
 
+#define FORK_ADVICE                                                                                            \
+  "lade parallelises loading itself (its threads setting): iterate one lade.Loader(..., threads=N) in the "   \
+  "training process instead of wrapping it in torch.utils.data.DataLoader(num_workers>0) or a worker pool, or " \
+  "create a new Loader in the child process"
+
 static int loader_ready(LoaderObject *L) {
   if (!L->loader) {
     raise_lade(LADE_ESTATE, "loader is closed");
+    return -1;
+  }
+  if (loader_forked(L)) {
+    char msg[1024];
+    snprintf(msg, sizeof msg,
+             "this lade.Loader was created in process %d and this process (%d) is a fork of it (a DataLoader "
+             "worker, multiprocessing, os.fork()): a loader cannot be used across fork(). " FORK_ADVICE,
+             (int)L->pid, (int)getpid());
+    raise_lade(LADE_ESTATE, msg);
     return -1;
   }
   if (L->busy) {
@@ -725,13 +775,25 @@ static void add_ms(struct timespec *ts, long ms) {
   }
 }
 
+static PyObject *batch_wrap_ref(batch_ref_t *r) {
+  BatchObject *o = PyObject_New(BatchObject, &BatchType);
+  if (!o) {
+    ref_dec(r);
+    return NULL;
+  }
+  o->b = r->batch;
+  o->ref = r;
+  return (PyObject *)o;
+}
+
 /* next() -> Batch, or None at the end of the last epoch. */
 static PyObject *loader_next(LoaderObject *L, PyObject *unused) {
   if (loader_ready(L)) return NULL;
   if (L->pending) {
-    lade_batch_t *b = L->pending;
+    batch_ref_t *r = L->pending;
     L->pending = NULL;
-    return batch_wrap(b);
+    L->interrupted = 0;
+    return batch_wrap_ref(r);
   }
   if (!L->thread_started) {
     if (pthread_create(&L->thread, NULL, fetcher_main, L) != 0)
@@ -739,34 +801,39 @@ static PyObject *loader_next(LoaderObject *L, PyObject *unused) {
     L->thread_started = 1;
   }
   L->busy = 1;
-  int interrupted = 0, retried = 0;
-again:;
+  int interrupted = 0; /* 1: a signal (the Python exception is set); 2: Loader.interrupt() */
   PyThreadState *ts = PyEval_SaveThread();
   pthread_mutex_lock(&L->mu);
   L->done = 0;
   L->req = 1;
+  L->waiting = 1;
   pthread_cond_signal(&L->cv_req);
-  while (!L->done) {
+  for (;;) {
+    if (L->intr && !interrupted) {
+      interrupted = 2;
+      lade_loader_interrupt(L->loader);
+    }
+    L->intr = 0;
+    if (L->done) break;
     struct timespec dl;
     add_ms(&dl, 50);
     int w = pthread_cond_timedwait(&L->cv_done, &L->mu, &dl);
-    if (L->done) break;
-    if (w == ETIMEDOUT) {
-      if (interrupted) {
-        lade_loader_interrupt(L->loader); /* in case it was not blocked yet */
-        continue;
-      }
-      pthread_mutex_unlock(&L->mu);
-      PyEval_RestoreThread(ts);
-      int sig = PyErr_CheckSignals();
-      ts = PyEval_SaveThread();
-      pthread_mutex_lock(&L->mu);
-      if (sig) {
-        interrupted = 1;
-        lade_loader_interrupt(L->loader);
-      }
+    if (w != ETIMEDOUT || L->done || L->intr) continue;
+    if (interrupted) {
+      lade_loader_interrupt(L->loader); /* the fetcher's next() may not have been waiting yet */
+      continue;
+    }
+    pthread_mutex_unlock(&L->mu);
+    PyEval_RestoreThread(ts);
+    int sig = PyErr_CheckSignals();
+    ts = PyEval_SaveThread();
+    pthread_mutex_lock(&L->mu);
+    if (sig) {
+      interrupted = 1;
+      lade_loader_interrupt(L->loader);
     }
   }
+  L->waiting = 0;
   int rc = L->rc;
   lade_batch_t *b = L->out;
   L->out = NULL;
@@ -774,31 +841,41 @@ again:;
   memcpy(err, L->err, sizeof err);
   pthread_mutex_unlock(&L->mu);
   PyEval_RestoreThread(ts);
+  L->busy = 0;
 
   if (interrupted) {
-    /* the Python exception from PyErr_CheckSignals is set */
-    L->busy = 0;
-    if (rc == 0 && b) L->pending = b;
-    return NULL;
+    L->interrupted = 1;
+    if (rc == 0 && b) {
+      /* arrived while we stopped: the next call hands it out */
+      L->pending = ref_new(b);
+      if (!L->pending) lade_batch_release(b);
+    }
+    if (interrupted == 1) return NULL; /* KeyboardInterrupt from PyErr_CheckSignals */
+    return raise_lade(LADE_EINTR, "lade.Loader.next: interrupted by Loader.interrupt()");
   }
-  if (rc == LADE_EINTR && !retried) {
-    retried = 1; /* a stale interrupt from an earlier Ctrl-C */
-    goto again;
-  }
-  L->busy = 0;
   if (rc) return raise_lade(rc, err);
   if (!b) Py_RETURN_NONE;
+  L->interrupted = 0;
   return batch_wrap(b);
+}
+
+/* Gives a batch that was taken but not handed out back to the loader: the
+ * next next() returns it. */
+static void loader_put_back(LoaderObject *L, BatchObject *o) {
+  if (!o->ref) return;
+  if (L->pending || !L->loader) return; /* cannot happen through Iter; the Batch keeps its reference */
+  L->pending = o->ref;
+  o->ref = NULL;
+  L->interrupted = 1;
 }
 
 static PyObject *loader_seek(LoaderObject *L, PyObject *args) {
   unsigned long long e, s;
   if (!PyArg_ParseTuple(args, "KK", &e, &s)) return NULL;
   if (loader_ready(L)) return NULL;
-  if (L->pending) {
-    lade_batch_release(L->pending);
-    L->pending = NULL;
-  }
+  ref_dec(L->pending);
+  L->pending = NULL;
+  L->interrupted = 0;
   int rc;
   char err[1024] = "";
   Py_BEGIN_ALLOW_THREADS rc = lade_loader_seek(L->loader, e, s);
@@ -809,8 +886,8 @@ static PyObject *loader_seek(LoaderObject *L, PyObject *args) {
 
 static PyObject *loader_tell(LoaderObject *L, PyObject *unused) {
   if (loader_ready(L)) return NULL;
-  if (L->pending) return Py_BuildValue("(KK)", (unsigned long long)L->pending->epoch,
-                                       (unsigned long long)L->pending->step);
+  if (L->pending) return Py_BuildValue("(KK)", (unsigned long long)L->pending->batch->epoch,
+                                       (unsigned long long)L->pending->batch->step);
   uint64_t e = 0, s = 0;
   int rc = lade_loader_tell(L->loader, &e, &s);
   if (rc) return raise_last(rc);
@@ -828,10 +905,23 @@ static PyObject *loader_info(LoaderObject *L, PyObject *unused) {
   return Py_BuildValue("(KKK)", (unsigned long long)n, (unsigned long long)spe, (unsigned long long)ep);
 }
 
+/* Wakes the next() that waits now (it raises lade.Error LADE_EINTR and takes
+ * no batch); True if there was one, else False and nothing happens. */
 static PyObject *loader_interrupt(LoaderObject *L, PyObject *unused) {
-  if (L->loader) lade_loader_interrupt(L->loader);
-  Py_RETURN_NONE;
+  int woke = 0;
+  if (L->loader && !loader_forked(L)) {
+    pthread_mutex_lock(&L->mu);
+    if (L->waiting) {
+      L->intr = 1;
+      woke = 1;
+      pthread_cond_signal(&L->cv_done);
+    }
+    pthread_mutex_unlock(&L->mu);
+  }
+  return PyBool_FromLong(woke);
 }
+
+static PyObject *loader_interrupted(LoaderObject *L, void *c) { return PyBool_FromLong(L->interrupted); }
 
 static PyObject *stats_dict(const lade_stats_t *s) {
   PyObject *d = Py_BuildValue(
@@ -978,7 +1068,8 @@ static PyMethodDef loader_methods[] = {
     {"stats", (PyCFunction)loader_stats, METH_NOARGS, "counters as a dict"},
     {"epoch_stats", (PyCFunction)loader_epoch_stats, METH_VARARGS,
      "epoch_stats(epoch): that epoch's miss rate, consumer wait, requests and bytes by tier, as a dict"},
-    {"interrupt", (PyCFunction)loader_interrupt, METH_NOARGS, "make a blocked next() return (thread-safe)"},
+    {"interrupt", (PyCFunction)loader_interrupt, METH_NOARGS,
+     "wake the next() that waits now (it raises lade.Error LADE_EINTR): True if one waited, else False (no effect)"},
     {"classes", (PyCFunction)loader_classes, METH_NOARGS, "[class name, ...]: label i is the i-th name"},
     {"sample", (PyCFunction)loader_sample, METH_VARARGS, "sample(index) -> (path, label)"},
     {"samples", (PyCFunction)loader_samples, METH_NOARGS,
@@ -987,6 +1078,8 @@ static PyMethodDef loader_methods[] = {
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef loader_getset[] = {{"closed", (getter)loader_closed, NULL, "True after close()", NULL},
+                                      {"interrupted", (getter)loader_interrupted, NULL,
+                                       "the last next() was interrupted (nothing handed out since)", NULL},
                                       {NULL, NULL, NULL, NULL, NULL}};
 
 static PyTypeObject LoaderType = {
@@ -999,6 +1092,90 @@ static PyTypeObject LoaderType = {
     .tp_getset = loader_getset,
     .tp_init = (initproc)loader_init,
     .tp_new = loader_tp_new,
+};
+
+/* ------------------------------------------------------------ Iter */
+
+/* Iter(loader, convert, count, meta, close): yields convert(batch) (plus the
+ * Batch with meta) for `count` batches (-1: to the end). In C so that a batch
+ * is never dropped between the engine and the for loop (see the top). */
+typedef struct {
+  PyObject_HEAD
+  LoaderObject *owner;
+  PyObject *conv;
+  long long count;
+  int meta, close;
+} IterObject;
+
+static PyTypeObject IterType;
+
+static PyObject *iter_tp_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+  PyObject *owner, *conv;
+  long long count;
+  int meta, close;
+  if (!PyArg_ParseTuple(args, "O!OLpp", &LoaderType, &owner, &conv, &count, &meta, &close)) return NULL;
+  IterObject *it = (IterObject *)type->tp_alloc(type, 0);
+  if (!it) return NULL;
+  Py_INCREF(owner);
+  Py_INCREF(conv);
+  it->owner = (LoaderObject *)owner;
+  it->conv = conv;
+  it->count = count;
+  it->meta = meta;
+  it->close = close;
+  return (PyObject *)it;
+}
+
+static void iter_dealloc(IterObject *it) {
+  Py_XDECREF(it->owner);
+  Py_XDECREF(it->conv);
+  Py_TYPE(it)->tp_free((PyObject *)it);
+}
+
+static PyObject *iter_next(IterObject *it) {
+  if (it->count == 0) return NULL;
+  PyObject *b = loader_next(it->owner, NULL);
+  if (!b) return NULL;
+  if (b == Py_None) {
+    Py_DECREF(b);
+    it->count = 0;
+    return NULL;
+  }
+  PyObject *out = PyObject_CallOneArg(it->conv, b);
+  if (out && it->meta) {
+    PyObject *tail = PyTuple_Pack(1, b);
+    PyObject *both = tail ? PySequence_Concat(out, tail) : NULL;
+    Py_XDECREF(tail);
+    Py_SETREF(out, both);
+  }
+  /* a signal that arrived since the fetcher's last check: raise it now, with
+   * the batch put back, rather than in the caller after the batch is gone */
+  if (out && PyErr_CheckSignals() < 0) Py_CLEAR(out);
+  if (!out) {
+    loader_put_back(it->owner, (BatchObject *)b);
+    Py_DECREF(b);
+    return NULL;
+  }
+  if (it->close) { /* the arrays hold the buffer now */
+    BatchObject *o = (BatchObject *)b;
+    batch_ref_t *r = o->ref;
+    o->ref = NULL;
+    ref_dec(r);
+  }
+  Py_DECREF(b);
+  if (it->count > 0) it->count--;
+  return out;
+}
+
+static PyTypeObject IterType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "lade._lade.Iter",
+    .tp_basicsize = sizeof(IterObject),
+    .tp_dealloc = (destructor)iter_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Iter(loader, convert, count, meta, close): the batches of a lade.Loader, converted.",
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)iter_next,
+    .tp_new = iter_tp_new,
 };
 
 /* ------------------------------------------------------------ module functions */
@@ -1147,7 +1324,9 @@ static struct PyModuleDef lade_module = {PyModuleDef_HEAD_INIT, "_lade", "lade C
                                          NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__lade(void) {
-  if (PyType_Ready(&ArrayType) < 0 || PyType_Ready(&BatchType) < 0 || PyType_Ready(&LoaderType) < 0) return NULL;
+  if (PyType_Ready(&ArrayType) < 0 || PyType_Ready(&BatchType) < 0 || PyType_Ready(&LoaderType) < 0 ||
+      PyType_Ready(&IterType) < 0)
+    return NULL;
   PyObject *m = PyModule_Create(&lade_module);
   if (!m) return NULL;
   LadeError = PyErr_NewExceptionWithDoc("lade.Error",
@@ -1160,9 +1339,11 @@ PyMODINIT_FUNC PyInit__lade(void) {
   Py_INCREF(&ArrayType);
   Py_INCREF(&BatchType);
   Py_INCREF(&LoaderType);
+  Py_INCREF(&IterType);
   if (PyModule_AddObject(m, "Array", (PyObject *)&ArrayType) < 0 ||
       PyModule_AddObject(m, "Batch", (PyObject *)&BatchType) < 0 ||
-      PyModule_AddObject(m, "Loader", (PyObject *)&LoaderType) < 0)
+      PyModule_AddObject(m, "Loader", (PyObject *)&LoaderType) < 0 ||
+      PyModule_AddObject(m, "Iter", (PyObject *)&IterType) < 0)
     goto fail;
 #define ADD_CODE(name, value, text) PyModule_AddIntConstant(m, #name, value);
   LADE_ERRORS(ADD_CODE)

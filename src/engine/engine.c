@@ -28,11 +28,22 @@
  * tensors). lade_loader_destroy() stops and joins the workers; the slots and
  * the loader struct are freed by whoever drops the last reference (destroy
  * or the last lade_batch_release).
+ * The caller holds handles (handle_t, whose first member is the
+ * lade_batch_t view), not slots: a handle lives as long as the loader and is
+ * reused oldest-released-first after HANDLE_QUARANTINE others, so a second
+ * release of a batch finds its handle not held and touches nothing, and a
+ * slot freed when the pool shrinks is never reached through a stale handle.
+ *
+ * Interrupts wake the next() calls waiting at that moment (counted in
+ * `waiting`, woken through intr_gen); with none waiting nothing happens.
+ * fork(): a pthread_atfork child handler bumps g_fork_gen; a loader created
+ * under an older value is the parent's, and every entry point returns before
+ * touching its lock or threads.
  *
  * Lock: `mu` guards the slot list, every slot's state/claim/done counters,
  * sched, the cursors (next_sched, next_deliver), flags and the latency ring. Per-worker stats
- * are written by their worker unlocked and read under `mu` (torn reads of
- * counters are harmless for reporting). The trace file has its own lock,
+ * are written by their worker and read by lade_loader_stats() as relaxed
+ * atomics (WSTAT_ADD/WSTAT). The trace file has its own lock,
  * taken after `mu` is released (never both). Lock order: mu, then trace.
  */
 #include <assert.h>
@@ -59,7 +70,6 @@ enum { SLOT_FREE = 0, SLOT_PLANNING, SLOT_FILLING, SLOT_READY, SLOT_HELD };
 #define MAX_SUBST_TRIES 64
 
 typedef struct slot {
-  lade_batch_t view; /* must stay first: lade_batch_t* <-> slot_t* */
   struct lade_loader *L;
   uint8_t *data;
   size_t cap;
@@ -79,6 +89,45 @@ typedef struct slot {
   uint32_t first_free;  /* every sample before it is taken */
   uint64_t tier_samples[LADE_TIER_COUNT], tier_bytes[LADE_TIER_COUNT]; /* guarded by mu */
 } slot_t;
+
+/* The handle a caller holds: a lade_batch_t* is the view of one handle.
+ * Handles are apart from slots so that a stale pointer never reaches a
+ * slot's buffer: a handle lives until the loader is freed, is reused only
+ * after HANDLE_QUARANTINE other handles were released after it, and a
+ * release of a handle that is not held touches nothing (see
+ * lade_batch_release). */
+typedef struct handle {
+  lade_batch_t view; /* must stay first: lade_batch_t* <-> handle_t* */
+  struct lade_loader *L;
+  slot_t *slot; /* the batch's slot while held; NULL once released */
+  uint64_t seq; /* the batch it was last handed out for */
+  bool held;
+} handle_t;
+
+#define HANDLE_QUARANTINE 64
+
+/* Bumped in the child of every fork() (pthread_atfork): a loader made under
+ * an older value belongs to a parent process; its threads and locks do not
+ * exist here, so every call on it in the child returns at once. */
+static atomic_uint g_fork_gen;
+static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
+static void on_fork_child(void) { atomic_fetch_add_explicit(&g_fork_gen, 1, memory_order_relaxed); }
+static void register_atfork(void) { pthread_atfork(NULL, NULL, on_fork_child); }
+
+/* A worker's counters: written by that worker only, read by
+ * lade_loader_stats() while it runs, so both sides are relaxed atomics (no
+ * ordering is needed; a total a moment old is fine). */
+#define WSTAT_ADD(field, v)                               \
+  do {                                                    \
+    __typeof__(field) wstat_v_ = (field) + (v);           \
+    __atomic_store(&(field), &wstat_v_, __ATOMIC_RELAXED); \
+  } while (0)
+#define WSTAT(field)                                    \
+  __extension__({                                       \
+    __typeof__(field) wstat_r_;                         \
+    __atomic_load(&(field), &wstat_r_, __ATOMIC_RELAXED); \
+    wstat_r_;                                           \
+  })
 
 typedef struct worker {
   struct lade_loader *L;
@@ -113,7 +162,10 @@ struct lade_loader {
 
   bool planning;
   bool stop;
-  bool interrupted;
+  uint32_t waiting;   /* next() calls blocked on cv_ready now */
+  uint64_t intr_gen;  /* bumped by each lade_loader_interrupt() that found a waiter */
+  unsigned fork_gen;  /* g_fork_gen when created: differs in a forked child */
+  pid_t pid;
   int fatal;
   char fatal_msg[1200];
 
@@ -123,6 +175,10 @@ struct lade_loader {
   slot_t **sched;  /* window entries: the slot of scheduled, undelivered q at q % window */
   uint64_t next_sched, next_deliver;
   uint32_t held;
+  handle_t **handles; /* every handle made (freed with the loader) */
+  uint32_t nhandles, handles_cap;
+  handle_t **hfree;   /* released handles, a FIFO ring: reused oldest first */
+  uint32_t hfree_head, hfree_len;
   bool destroyed;
   bool warned_growth;
 
@@ -147,6 +203,18 @@ struct lade_loader {
   } *ep;
   uint64_t nep;
 };
+
+static inline bool forked(const lade_loader_t *L) {
+  return L->fork_gen != atomic_load_explicit(&g_fork_gen, memory_order_relaxed);
+}
+
+static int fail_forked(const lade_loader_t *L, const char *fn) {
+  return lade__fail(LADE_ESTATE,
+                    "%s: this loader was created in process %d, and this process (%d) is a fork() of it; a loader "
+                    "cannot be used across fork(): create one in this process (its threads setting parallelises "
+                    "loading)",
+                    fn, (int)L->pid, (int)getpid());
+}
 
 /* The slot scheduled for q, or NULL. Locked. */
 static inline slot_t *slot_of(lade_loader_t *L, uint64_t q) {
@@ -181,6 +249,9 @@ static void slot_free(lade_loader_t *L, slot_t *s) {
 
 static void free_all(lade_loader_t *L) {
   for (uint32_t i = 0; i < L->nslots; i++) slot_free(L, L->slots[i]);
+  for (uint32_t i = 0; i < L->nhandles; i++) free(L->handles[i]);
+  free(L->handles);
+  free(L->hfree);
   free(L->slots);
   free(L->sched);
   free(L->ep);
@@ -334,26 +405,26 @@ static int load_sample(lade_loader_t *L, worker_t *w, uint64_t idx, uint64_t epo
   if (L->direct_payload) {
     rc = L->src_ops->read_payload(&L->src, idx, out, L->shape.bytes);
     double t1 = lade__now();
-    w->t_read += t1 - t0;
+    WSTAT_ADD(w->t_read, t1 - t0);
     if (rc) return rc;
-    w->bytes += L->shape.bytes;
-    w->tier_samples[0]++;
-    w->tier_bytes[0] += L->shape.bytes;
+    WSTAT_ADD(w->bytes, L->shape.bytes);
+    WSTAT_ADD(w->tier_samples[0], 1);
+    WSTAT_ADD(w->tier_bytes[0], L->shape.bytes);
     *payload = (uint32_t)L->shape.bytes;
     return 0;
   }
   rc = lade__fetch_read(L->fetch, idx, epoch, &w->buf, tier);
   double t1 = lade__now();
-  w->t_read += t1 - t0;
+  WSTAT_ADD(w->t_read, t1 - t0);
   if (rc) return rc;
-  w->bytes += w->buf.len;
-  w->tier_samples[*tier]++;
-  w->tier_bytes[*tier] += w->buf.len;
+  WSTAT_ADD(w->bytes, w->buf.len);
+  WSTAT_ADD(w->tier_samples[*tier], 1);
+  WSTAT_ADD(w->tier_bytes[*tier], w->buf.len);
   lade__rng_t rng;
   lade__rng_init(&rng, L->cfg.seed ^ lade__mix64(epoch + 1), idx, LADE_RNG_AUGMENT);
   lade__xform_ctx_t ctx = {.index = idx, .epoch = epoch, .rng = &rng};
   rc = L->xf->apply(L->xf_state, w->wstate, w->buf.data, w->buf.len, &ctx, out, payload);
-  w->t_xform += lade__now() - t1;
+  WSTAT_ADD(w->t_xform, lade__now() - t1);
   if (rc) {
     char name[LADE_PATH_MAX + 64];
     L->src_ops->describe(&L->src, idx, name, sizeof name);
@@ -425,7 +496,7 @@ static void process_sample(lade_loader_t *L, worker_t *w, slot_t *s, uint32_t i,
       rc = stop;
     } else if (!rc) {
       __atomic_fetch_add(&s->substituted, 1, __ATOMIC_RELAXED);
-      w->substituted++;
+      WSTAT_ADD(w->substituted, 1);
     } else {
       lade__fail_prefix(rc, "on_error=skip found no valid substitute in %d tries; last: ", MAX_SUBST_TRIES);
     }
@@ -442,7 +513,7 @@ static void process_sample(lade_loader_t *L, worker_t *w, slot_t *s, uint32_t i,
     }
     pthread_mutex_unlock(&L->mu);
   }
-  w->samples++;
+  WSTAT_ADD(w->samples, 1);
   if (L->trace)
     lade__trace_event(L->trace, "sample", w->id + 1, t0, (uint64_t)(lade__now() * 1e6) - t0, s->seq / L->steps, s->seq % L->steps,
                       (uint64_t)s->indices[i]);
@@ -689,6 +760,9 @@ int lade_loader_create(lade_loader_t **out, const lade_config_t *cfg) {
   if (!L) return lade__fail(LADE_ENOMEM, "lade_loader_create: out of memory");
   L->cfg = *cfg;
   L->src_ops = ops;
+  pthread_once(&g_atfork_once, register_atfork);
+  L->fork_gen = atomic_load_explicit(&g_fork_gen, memory_order_relaxed);
+  L->pid = getpid();
   L->t_create = lade__now();
   pthread_mutex_init(&L->mu, NULL);
   pthread_cond_init(&L->cv_work, NULL);
@@ -775,8 +849,37 @@ static void account_batch(lade_loader_t *L, slot_t *s) {
   }
 }
 
-static void fill_view(lade_loader_t *L, slot_t *s) {
-  lade_batch_t *v = &s->view;
+/* A handle for the batch about to be handed out: the oldest released one
+ * once HANDLE_QUARANTINE others were released after it, else a new one.
+ * Locked. */
+static handle_t *handle_get(lade_loader_t *L) {
+  if (L->hfree_len > HANDLE_QUARANTINE) {
+    handle_t *h = L->hfree[L->hfree_head];
+    L->hfree_head = (L->hfree_head + 1) % L->handles_cap;
+    L->hfree_len--;
+    return h;
+  }
+  if (L->nhandles == L->handles_cap) {
+    uint32_t cap = L->handles_cap ? 2 * L->handles_cap : 16;
+    handle_t **a = realloc(L->handles, cap * sizeof *a);
+    if (!a) return NULL;
+    L->handles = a;
+    handle_t **ring = malloc(cap * sizeof *ring);
+    if (!ring) return NULL;
+    for (uint32_t i = 0; i < L->hfree_len; i++) ring[i] = L->hfree[(L->hfree_head + i) % L->handles_cap];
+    free(L->hfree);
+    L->hfree = ring;
+    L->hfree_head = 0;
+    L->handles_cap = cap;
+  }
+  handle_t *h = calloc(1, sizeof *h);
+  if (!h) return NULL;
+  h->L = L;
+  L->handles[L->nhandles++] = h;
+  return h;
+}
+
+static void fill_view(lade_loader_t *L, slot_t *s, lade_batch_t *v) {
   v->size = sizeof *v;
   v->data = s->data;
   v->nbytes = (size_t)s->n * L->shape.bytes;
@@ -802,6 +905,7 @@ static void fill_view(lade_loader_t *L, slot_t *s) {
 int lade_loader_next(lade_loader_t *L, lade_batch_t **out) {
   if (!L || !out) return lade__fail(LADE_EINVAL, "lade_loader_next: NULL argument");
   *out = NULL;
+  if (forked(L)) return fail_forked(L, "lade_loader_next");
   double t0 = lade__now();
   pthread_mutex_lock(&L->mu);
   int rc = 0;
@@ -809,11 +913,6 @@ int lade_loader_next(lade_loader_t *L, lade_batch_t **out) {
     if (L->fatal) {
       rc = L->fatal;
       lade__set_error_text(L->fatal_msg);
-      break;
-    }
-    if (L->interrupted) {
-      L->interrupted = false;
-      rc = lade__fail(LADE_EINTR, "lade_loader_next: interrupted");
       break;
     }
     {
@@ -827,8 +926,16 @@ int lade_loader_next(lade_loader_t *L, lade_batch_t **out) {
           continue;
         }
         double tc = lade__now();
+        handle_t *h = handle_get(L);
+        if (!h) {
+          rc = lade__fail(LADE_ENOMEM, "lade_loader_next: out of memory for a batch handle");
+          break;
+        }
         account_batch(L, s);
-        fill_view(L, s);
+        fill_view(L, s, &h->view);
+        h->slot = s;
+        h->seq = s->seq;
+        h->held = true;
         s->state = SLOT_HELD;
         L->sched[L->next_deliver % L->window] = NULL;
         L->held++;
@@ -838,7 +945,7 @@ int lade_loader_next(lade_loader_t *L, lade_batch_t **out) {
         L->delivered_samples += s->n;
         if (L->batches == 1) L->t_first = lade__now() - L->t_create;
         L->t_collate += lade__now() - tc;
-        *out = &s->view;
+        *out = &h->view;
         break;
       }
       if (!s && L->cfg.pool_max && L->held >= L->cfg.pool_max) {
@@ -849,7 +956,15 @@ int lade_loader_next(lade_loader_t *L, lade_batch_t **out) {
         break;
       }
     }
+    /* an interrupt wakes the next() calls waiting when it is made, each once */
+    uint64_t gen = L->intr_gen;
+    L->waiting++;
     pthread_cond_wait(&L->cv_ready, &L->mu);
+    L->waiting--;
+    if (L->intr_gen != gen) {
+      rc = lade__fail(LADE_EINTR, "lade_loader_next: interrupted by lade_loader_interrupt()");
+      break;
+    }
   }
   double waited = lade__now() - t0;
   L->t_wait += waited;
@@ -868,9 +983,26 @@ int lade_loader_next(lade_loader_t *L, lade_batch_t **out) {
 
 void lade_batch_release(lade_batch_t *batch) {
   if (!batch) return;
-  slot_t *s = (slot_t *)batch;
-  lade_loader_t *L = s->L;
+  handle_t *h = (handle_t *)batch;
+  lade_loader_t *L = h->L; /* handles live as long as their loader */
+  if (forked(L)) return;    /* the parent's pool: not ours to touch */
   pthread_mutex_lock(&L->mu);
+  if (!h->held) {
+    /* a second release: the batch's buffer may hold a later batch now, so
+     * nothing is touched */
+    unsigned long long e = L->steps ? h->seq / L->steps : 0, st = L->steps ? h->seq % L->steps : 0;
+    pthread_mutex_unlock(&L->mu);
+    fprintf(stderr,
+            "lade: lade_batch_release() of the batch of epoch %llu, step %llu, which was already released: "
+            "ignored (a batch is released exactly once; this is a bug in the caller)\n",
+            e, st);
+    return;
+  }
+  slot_t *s = h->slot;
+  h->held = false;
+  h->slot = NULL;
+  L->hfree[(L->hfree_head + L->hfree_len) % L->handles_cap] = h;
+  L->hfree_len++;
   assert(s->state == SLOT_HELD);
   s->state = SLOT_FREE;
   L->held--;
@@ -895,6 +1027,7 @@ void lade_batch_release(lade_batch_t *batch) {
 
 int lade_loader_seek(lade_loader_t *L, uint64_t epoch, uint64_t step) {
   if (!L) return lade__fail(LADE_EINVAL, "lade_loader_seek: NULL loader");
+  if (forked(L)) return fail_forked(L, "lade_loader_seek");
   pthread_mutex_lock(&L->mu);
   int rc = 0;
   /* (epochs, 0) is the end; with zero steps per epoch every (e, 0) is */
@@ -928,6 +1061,7 @@ int lade_loader_seek(lade_loader_t *L, uint64_t epoch, uint64_t step) {
 int lade_loader_tell(const lade_loader_t *cL, uint64_t *epoch, uint64_t *step) {
   lade_loader_t *L = (lade_loader_t *)cL;
   if (!L) return lade__fail(LADE_EINVAL, "lade_loader_tell: NULL loader");
+  if (forked(L)) return fail_forked(L, "lade_loader_tell");
   pthread_mutex_lock(&L->mu);
   if (epoch) *epoch = L->steps ? L->next_deliver / L->steps : L->cfg.epochs;
   if (step) *step = L->steps ? L->next_deliver % L->steps : 0;
@@ -937,22 +1071,30 @@ int lade_loader_tell(const lade_loader_t *cL, uint64_t *epoch, uint64_t *step) {
 
 int lade_loader_info(lade_loader_t *L, uint64_t *samples, uint64_t *steps, uint64_t *epochs) {
   if (!L) return lade__fail(LADE_EINVAL, "lade_loader_info: NULL loader");
+  if (forked(L)) return fail_forked(L, "lade_loader_info");
   if (samples) *samples = L->src.count;
   if (steps) *steps = L->steps;
   if (epochs) *epochs = L->cfg.epochs;
   return 0;
 }
 
-void lade_loader_interrupt(lade_loader_t *L) {
-  if (!L) return;
+int lade_loader_interrupt(lade_loader_t *L) {
+  if (!L || forked(L)) return 0;
   pthread_mutex_lock(&L->mu);
-  L->interrupted = true;
-  pthread_cond_broadcast(&L->cv_ready);
+  int n = (int)L->waiting;
+  if (n) {
+    L->intr_gen++;
+    pthread_cond_broadcast(&L->cv_ready);
+  }
   pthread_mutex_unlock(&L->mu);
+  return n;
 }
 
 void lade_loader_destroy(lade_loader_t *L) {
   if (!L) return;
+  /* in a forked child the workers do not exist and the parent's threads may
+   * have held mu at the fork: leave the copy alone (the process's exit frees it) */
+  if (forked(L)) return;
   pthread_mutex_lock(&L->mu);
   L->stop = true;
   pthread_cond_broadcast(&L->cv_work);
@@ -974,20 +1116,21 @@ static int cmp_double(const void *a, const void *b) {
 int lade_loader_stats(lade_loader_t *L, lade_stats_t *out) {
   if (!L || !out) return lade__fail(LADE_EINVAL, "lade_loader_stats: NULL argument");
   memset(out, 0, sizeof *out);
+  if (forked(L)) return fail_forked(L, "lade_loader_stats");
   double lat[LAT_RING];
   pthread_mutex_lock(&L->mu);
   out->batches = L->batches;
   out->samples = L->delivered_samples;
   for (uint32_t i = 0; i < L->started; i++) {
     worker_t *w = &L->workers[i];
-    out->stage_seconds[LADE_STAGE_READ] += w->t_read;
-    out->stage_seconds[LADE_STAGE_TRANSFORM] += w->t_xform;
-    out->bytes_read += w->bytes;
+    out->stage_seconds[LADE_STAGE_READ] += WSTAT(w->t_read);
+    out->stage_seconds[LADE_STAGE_TRANSFORM] += WSTAT(w->t_xform);
+    out->bytes_read += WSTAT(w->bytes);
     for (int t = 0; t < LADE_TIER_COUNT; t++) {
-      out->samples_by_source[t] += w->tier_samples[t];
-      out->bytes_by_source[t] += w->tier_bytes[t];
+      out->samples_by_source[t] += WSTAT(w->tier_samples[t]);
+      out->bytes_by_source[t] += WSTAT(w->tier_bytes[t]);
     }
-    out->substituted += w->substituted;
+    out->substituted += WSTAT(w->substituted);
   }
   out->stage_seconds[LADE_STAGE_COLLATE] = L->t_collate;
   out->stage_seconds[LADE_STAGE_WAIT] = L->t_wait;
@@ -1025,6 +1168,7 @@ int lade_loader_stats(lade_loader_t *L, lade_stats_t *out) {
 int lade_loader_epoch_stats(lade_loader_t *L, uint64_t epoch, lade_epoch_stats_t *out) {
   if (!L || !out) return lade__fail(LADE_EINVAL, "lade_loader_epoch_stats: NULL argument");
   memset(out, 0, sizeof *out);
+  if (forked(L)) return fail_forked(L, "lade_loader_epoch_stats");
   out->epoch = epoch;
   pthread_mutex_lock(&L->mu);
   if (epoch >= L->nep || !L->ep[epoch].started) {

@@ -77,3 +77,35 @@ def test_many_batches_do_not_stall(npy_dir):
     with lade.Loader(npy_dir, batch_size=32, threads=2, epochs=10, prefetch=1, output="numpy") as L:
         n = sum(1 for _ in L.stream())
     assert n == 100
+
+
+def test_batch_put_back_when_conversion_fails(npy_dir):
+    # a KeyboardInterrupt inside the conversion (torch.from_dlpack is Python
+    # code, so a signal often lands there) used to end the generator with the
+    # batch taken and dropped: tell() skipped it and resume lost it
+    before = _released()
+    with lade.Loader(npy_dir, batch_size=30, threads=2, shuffle=False, output="numpy", meta=True) as L:
+        conv = L._convert
+        calls = [0]
+
+        def flaky(b):
+            calls[0] += 1
+            if calls[0] in (2, 3):
+                raise KeyboardInterrupt
+            return conv(b)
+
+        L._convert = flaky
+        it = iter(L)
+        _, _, b = next(it)
+        steps = [b.step]
+        for _ in range(2):  # twice in a row: the same batch is put back each time
+            with pytest.raises(KeyboardInterrupt):
+                next(it)
+            assert L.tell() == (0, 1) and L.interrupted
+            assert L.state_dict()["step"] == 1
+        steps += [b.step for _, _, b in iter(L)]  # a new iterator goes on with it
+        assert steps == list(range(10))
+        assert not L.interrupted
+    del b
+    gc.collect()
+    assert _released() == before + 10  # each batch released exactly once, the put-back one too
