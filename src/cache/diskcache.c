@@ -49,6 +49,7 @@
 #include "cache/cindex.h"
 
 #define HDR_BYTES 56
+#define MAX_LEN ((uint64_t)INT64_MAX - HDR_BYTES - BLOCK) /* longest payload a file can hold: charge_of never wraps */
 #define BLOCK 4096
 #define SUM_SEED 0x4c414445434531ull /* fixed seed of the entry checksums */
 #define NS_SEED 0x4c4144454e53ull    /* fixed seed of the namespace folder's name */
@@ -584,11 +585,19 @@ static int load_index(diskcache_t *d, found_t **out, size_t *nout) {
     v = malloc(n ? n * sizeof *v : 1);
     if (r && v && (bytes == 0 || pread(fd, r, bytes, sizeof h) == (ssize_t)bytes) &&
         lade_checksum(r, bytes, IX_SEED) == h.sum) {
-      for (size_t i = 0; i < n; i++) v[i] = (found_t){r[i].key, r[i].len, r[i].seq, r[i].ver};
-      *out = v;
-      *nout = n;
-      v = NULL;
+      /* no file, and no folder of files, is that long: not what a clean
+       * close wrote (and the charges would wrap `used`) */
+      uint64_t total = 0;
       ok = 1;
+      for (size_t i = 0; i < n && ok; i++) {
+        v[i] = (found_t){r[i].key, r[i].len, r[i].seq, r[i].ver};
+        ok = r[i].len <= MAX_LEN && (total += charge_of(r[i].len)) <= (uint64_t)INT64_MAX;
+      }
+      if (ok) {
+        *out = v;
+        *nout = n;
+        v = NULL;
+      }
     }
   }
   close(fd);
@@ -669,13 +678,27 @@ int lade__diskcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
     goto fail;
   }
   if ((rc = check_namespace(d, ns)) || (rc = remove_temporaries(d)) || (rc = make_subdirs(d))) goto fail;
-  if (load_index(d, &f, &nf)) {
+  bool indexed = load_index(d, &f, &nf);
+  if (indexed) {
     d->base.st.from_index = nf;
     if (nf) qsort(f, nf, sizeof *f, by_seq);
   } else if ((rc = scan(d, &f, &nf))) {
     goto fail;
   }
   for (size_t i = 0; i < nf; i++) {
+    if (indexed && lade__cindex_find(&d->base.ix, f[i].key)) {
+      /* a key listed twice: no clean close wrote this INDEX; scan instead */
+      lade__centry_t *e;
+      while ((e = d->base.ix.head)) drop(d, e, false);
+      free(f);
+      f = NULL;
+      indexed = false;
+      d->base.st.from_index = 0;
+      d->seq = 0;
+      if ((rc = scan(d, &f, &nf))) goto fail;
+      i = (size_t)-1;
+      continue;
+    }
     lade__centry_t *e = calloc(1, sizeof *e);
     if (!e) {
       rc = lade__fail(LADE_ENOMEM, "cache folder %s: out of memory", d->path);

@@ -482,6 +482,66 @@ static void test_disk_index(void) {
   lade_test_sh("rm -rf '%s'", dir);
 }
 
+/* Writes an INDEX with right checksums listing recs {key, len, seq, ver}. */
+static void write_index(const char *dir, const uint64_t (*recs)[4], size_t n) {
+  char ns[4096], ix[8192];
+  ns_dir(dir, ns, sizeof ns);
+  snprintf(ix, sizeof ix, "%s/INDEX", ns);
+  uint64_t h[4];
+  memcpy(h, "LADEIX02", 8);
+  h[1] = n;
+  h[2] = lade_checksum(recs, n * 32, 0x4c414445495831ull);
+  h[3] = lade_checksum(h, 24, 0x4c414445495831ull);
+  FILE *f = fopen(ix, "wb");
+  CHECK(f != NULL);
+  if (!f) return;
+  fwrite(h, 1, sizeof h, f);
+  fwrite(recs, 32, n, f);
+  fclose(f);
+}
+
+/* fuzz_cache_index's findings: an INDEX with sound checksums but records no
+ * clean close writes - lengths whose charges wrap `used` (an assert, then a
+ * tier over its capacity), a key listed twice (two index entries for one
+ * key: the map's invariant broken) - is not trusted: open scans instead. */
+static void test_disk_index_hostile(void) {
+  const char *dir = lade_test_tmpdir("cache_index_hostile");
+  for (int round = 0; round < 3; round++) {
+    lade__cache_t *c = open_tier(dir, LADE_CACHE_FIFO, 1 << 20, NULL, NULL);
+    CHECK(c != NULL);
+    if (!c) return;
+    CHECK_OK(put_key(c, 1, 0));
+    CHECK_OK(put_key(c, 2, 0));
+    lade__cache_close(c);
+    uint64_t huge[3][4] = {{1, 0x7d307d7d88888888ull, 1, 0}, {2, 0x7d307d7d88888888ull, 2, 0}, {3, 10, 3, 0}};
+    uint64_t wrap[2][4] = {{1, UINT64_MAX - 100, 1, 0}, {2, payload_len(2), 2, 0}};
+    uint64_t twice[3][4] = {{1, payload_len(1), 1, 0}, {2, payload_len(2), 2, 0}, {1, payload_len(1), 3, 0}};
+    if (round == 0) write_index(dir, huge, 3);
+    if (round == 1) write_index(dir, wrap, 2);
+    if (round == 2) write_index(dir, twice, 3);
+    c = open_tier(dir, LADE_CACHE_FIFO, 8192, NULL, NULL);
+    CHECK(c != NULL);
+    if (!c) return;
+    lade__cache_stats_t s = stats(c);
+    CHECK_EQ_INT(s.from_index, 0); /* scanned */
+    CHECK(s.used <= s.capacity);
+    CHECK_EQ_INT(s.entries, 2);
+    lade__buf_t b = {0};
+    CHECK_OK(lade__cache_get(c, 1, &b));
+    CHECK(payload_ok(1, 0, &b));
+    CHECK_OK(lade__cache_get(c, 2, &b));
+    CHECK(payload_ok(2, 0, &b));
+    CHECK_OK(put_key(c, 3, 0)); /* evicts by the scanned FIFO order */
+    s = stats(c);
+    CHECK(s.used <= s.capacity);
+    CHECK_EQ_INT(s.entries, 2);
+    CHECK(!lade__cache_contains(c, 1));
+    lade__buf_free(&b);
+    lade__cache_close(c);
+  }
+  lade_test_sh("rm -rf '%s'", dir);
+}
+
 static void test_disk_folder(void) {
   const char *dir = lade_test_tmpdir("cache_folder");
   CHECK(chmod(dir, 0755) == 0); /* pre-existing and too open */
@@ -758,6 +818,7 @@ int main(void) {
   RUN(test_disk_reopen);
   RUN(test_disk_corrupt);
   RUN(test_disk_index);
+  RUN(test_disk_index_hostile);
   RUN(test_disk_folder);
   RUN(test_versions);
   RUN(test_threads);
