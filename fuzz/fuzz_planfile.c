@@ -15,6 +15,16 @@
  * evict[evict_offset[r] ..], every transfer. It checks the offsets are
  * ordered and within total and the transfers name learners of the plan;
  * anything out of bounds is a crash under ASan or a SEGV.
+ *
+ * Findings (fixed in planfile.c, regression tests in
+ * tests/unit/test_planfile.c): a size not a multiple of 8 loaded the
+ * trailer misaligned (UBSan); the step count, index offset, a step's
+ * offset and its counts (total, admits, evicts, transfers) wrapped the
+ * bounds arithmetic, so arrays were handed out past the mapping (SEGV);
+ * offsets that were not ordered or did not end at the counts promised
+ * slices outside the arrays (`lade plan --in --dump` read them).
+ * Run, seeds in fuzz/corpus/planfile/ (UBSAN_OPTIONS=halt_on_error=1,
+ * -max_total_time=120): 3,318,649 runs in 121 s, no finding after the fix.
  */
 #include <fcntl.h>
 #include <stdint.h>
