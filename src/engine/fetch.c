@@ -137,6 +137,7 @@ struct lade__fetch {
   uint64_t nu_epoch;
   uint64_t nu_cursor;
   bool nu_on;
+  char *root_abs; /* local source with a disk tier: `source` made absolute, so a chdir cannot break sample_version */
   _Atomic uint32_t *used; /* epoch + 1 of each sample's latest read (0: never) */
 
   _Atomic uint64_t samples[LADE_TIER_COUNT], bytes[LADE_TIER_COUNT];
@@ -261,10 +262,18 @@ static void dataset_ns(lade__fetch_t *f, char *ns, size_t size) {
 static uint64_t sample_version(lade__fetch_t *f, uint64_t idx) {
   if (!f->disk) return 0;
   if (f->remote) return f->p.src->sizes && idx < f->p.src->count ? f->p.src->sizes[idx] : 0;
-  char path[LADE_PATH_MAX + 64];
+  char path[LADE_PATH_MAX + 64], abs[2 * LADE_PATH_MAX + 80];
   struct stat st;
   f->p.ops->describe(f->p.src, idx, path, sizeof path);
-  if (stat(path, &st) != 0 && (stat(f->cfg->source, &st) != 0 || !S_ISREG(st.st_mode))) return 1;
+  const char *src = f->cfg->source, *p = path;
+  size_t n = strlen(src);
+  if (f->root_abs && strncmp(path, src, n) == 0) { /* the same file by its absolute path */
+    const char *rest = path + n;
+    snprintf(abs, sizeof abs, "%s%s%s", f->root_abs, rest[0] && rest[0] != '/' && rest[0] != '[' ? "/" : "", rest);
+    p = abs;
+    src = f->root_abs;
+  }
+  if (stat(p, &st) != 0 && (stat(src, &st) != 0 || !S_ISREG(st.st_mode))) return 1;
   uint64_t v[4] = {(uint64_t)st.st_size, (uint64_t)st.st_mtim.tv_sec, (uint64_t)st.st_mtim.tv_nsec,
                    (uint64_t)st.st_ino};
   uint64_t h = lade__hash64(v, sizeof v, 0x5645525349304eull);
@@ -325,6 +334,7 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
   int rc = 0;
   char ns[LADE_PATH_MAX + 128] = "";
   if (cfg->cache_dir[0]) dataset_ns(f, ns, sizeof ns);
+  if (cfg->cache_dir[0] && !f->remote) f->root_abs = realpath(cfg->source, NULL); /* NULL: paths as given */
   if (cfg->cache_mem_bytes) {
     lade__cache_opts_t o = {.dir = NULL, .ns = cfg->source, .capacity = cfg->cache_mem_bytes, .policy = policy,
                             .next_use = next_use, .next_use_ctx = f};
@@ -391,6 +401,7 @@ void lade__fetch_close(lade__fetch_t *f) {
   free(f->nu_map[0]);
   free(f->nu_map[1]);
   free((void *)f->used);
+  free(f->root_abs);
   pthread_mutex_destroy(&f->mu);
   pthread_mutex_destroy(&f->nu_mu);
   pthread_cond_destroy(&f->cv_pf);
