@@ -24,6 +24,8 @@ echo "== engine and fetch tests under ThreadSanitizer"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DLADE_TSAN=ON >/dev/null
 cmake --build build-tsan -j"$jobs" --target test_engine test_fetch
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R "^(test_engine|test_fetch)$")
+# the cache tiers' own threads test (issue 13)
+cmake --build build-tsan -j"$jobs" --target test_cache && (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R "^test_cache$")
 
 echo "== the S3 integration test (s3rver, faultproxy, fakes3) under ThreadSanitizer"
 cmake --build build-tsan -j"$jobs" --target s3_check

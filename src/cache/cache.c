@@ -18,7 +18,11 @@ void lade__cache_close(lade__cache_t *c) {
   if (c) c->ops->close(c);
 }
 
-int lade__cache_get(lade__cache_t *c, uint64_t key, lade__buf_t *out) { return c->ops->get(c, key, out); }
+int lade__cache_get(lade__cache_t *c, uint64_t key, lade__buf_t *out) { return c->ops->get(c, key, 0, out); }
+
+int lade__cache_get_ver(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_t *out) {
+  return c->ops->get(c, key, ver, out);
+}
 
 bool lade__cache_contains(lade__cache_t *c, uint64_t key) {
   pthread_mutex_lock(&c->mu);
@@ -27,9 +31,14 @@ bool lade__cache_contains(lade__cache_t *c, uint64_t key) {
   return r;
 }
 
-lade__centry_t *lade__cache_pin(lade__cache_t *c, uint64_t key) {
+lade__centry_t *lade__cache_pin(lade__cache_t *c, uint64_t key, uint64_t ver) {
   pthread_mutex_lock(&c->mu);
   lade__centry_t *e = lade__cindex_find(&c->ix, key);
+  if (e && e->ver != ver) { /* the sample changed since it was stored */
+    c->ops->drop(c, e);
+    c->st.stale++;
+    e = NULL;
+  }
   if (e) {
     e->refs++;
     lade__cindex_touch(&c->ix, e);
@@ -49,7 +58,11 @@ bool lade__cache_touch(lade__cache_t *c, uint64_t key) {
 }
 
 int lade__cache_put(lade__cache_t *c, uint64_t key, const void *data, size_t len) {
-  return c->ops->put(c, key, data, len);
+  return c->ops->put(c, key, 0, data, len);
+}
+
+int lade__cache_put_ver(lade__cache_t *c, uint64_t key, uint64_t ver, const void *data, size_t len) {
+  return c->ops->put(c, key, ver, data, len);
 }
 
 void lade__cache_stats(lade__cache_t *c, lade__cache_stats_t *out) {

@@ -66,7 +66,16 @@ void lade__cache_close(lade__cache_t *c);
  * removed and counted in `corrupt`). Other errors are real I/O failures. */
 int lade__cache_get(lade__cache_t *c, uint64_t key, lade__buf_t *out);
 
-/* True when key is resident (no I/O). */
+/* lade__cache_get for the version `ver` of the sample: an entry stored under
+ * another version (the file was replaced, the object changed) is stale: it
+ * is removed, counted in `stale` and in `misses`, and the get returns
+ * LADE_ENOENT. lade__cache_get is this with version 0. The caller picks
+ * what a version is (fetch.c: size, mtime and inode of a local file; the
+ * listed size of an object) and must take it before reading the source, so
+ * bytes read after a change are never stored under the older version. */
+int lade__cache_get_ver(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_t *out);
+
+/* True when key is resident (no I/O), whatever its version. */
 bool lade__cache_contains(lade__cache_t *c, uint64_t key);
 
 /* Counts a use of key served elsewhere (e.g. by the memory tier in front of
@@ -79,10 +88,13 @@ bool lade__cache_touch(lade__cache_t *c, uint64_t key);
  * refused by clairvoyant admission, is not stored (returns 0; counted in
  * `rejected`). */
 int lade__cache_put(lade__cache_t *c, uint64_t key, const void *data, size_t len);
+/* lade__cache_put storing the sample's version with it (put is version 0). */
+int lade__cache_put_ver(lade__cache_t *c, uint64_t key, uint64_t ver, const void *data, size_t len);
 
 typedef struct lade__cache_stats {
   uint64_t hits, misses;
   uint64_t inserts, evictions, rejected, corrupt;
+  uint64_t stale;         /* gets that found the entry stored under another version (also in misses) */
   uint64_t bytes_read;    /* payload bytes returned by get */
   uint64_t bytes_written; /* payload bytes stored by put */
   uint64_t unnamed_puts;  /* disk tier: puts written as new O_TMPFILE files */

@@ -24,6 +24,7 @@ typedef struct lade__centry {
   uint64_t len;    /* payload bytes */
   uint64_t charge; /* bytes charged against capacity */
   uint64_t seq;    /* insertion sequence number (the disk tier stores it in the file) */
+  uint64_t ver;    /* the sample's version when it was stored (see lade__cache_get_ver) */
   uint64_t nu;     /* clairvoyant: next use as of the last look */
   struct lade__centry *prev, *next;
   size_t heap_i;
@@ -48,8 +49,11 @@ typedef struct lade__cindex {
  * index and are done once in cache.c. */
 typedef struct lade__cache_ops {
   void (*close)(lade__cache_t *c);
-  int (*get)(lade__cache_t *c, uint64_t key, lade__buf_t *out);
-  int (*put)(lade__cache_t *c, uint64_t key, const void *data, size_t len);
+  int (*get)(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_t *out);
+  int (*put)(lade__cache_t *c, uint64_t key, uint64_t ver, const void *data, size_t len);
+  /* Locked: takes e out of the index and removes its bytes (the disk tier
+   * unlinks its file); frees e unless a reader holds it. */
+  void (*drop)(lade__cache_t *c, lade__centry_t *e);
 } lade__cache_ops_t;
 
 /* Every tier's handle starts with this: the vtable, and the lock, index and
@@ -80,8 +84,10 @@ lade__centry_t *lade__cindex_victim(lade__cindex_t *ix);
 bool lade__cindex_admit(lade__cindex_t *ix, uint64_t key, uint64_t charge);
 
 /* The start of every tier's get: finds key and pins it (refs++; a use for
- * the policy), or counts a miss and returns NULL. Takes and releases the
- * tier's lock; the caller unpins under it. */
-lade__centry_t *lade__cache_pin(lade__cache_t *c, uint64_t key);
+ * the policy), or counts a miss and returns NULL. An entry stored under
+ * another version than `ver` is stale: it is dropped (ops->drop), counted in
+ * `stale` and `misses`, and NULL returned. Takes and releases the tier's
+ * lock; the caller unpins under it. */
+lade__centry_t *lade__cache_pin(lade__cache_t *c, uint64_t key, uint64_t ver);
 
 #endif

@@ -7,9 +7,9 @@
  *                               /<2 hex>/<16 hex key>   entries (2 hex: key & 0xff)
  *                               /.tmp.<pid>.<n> entries being written
  *
- * An entry file is a 48-byte header {magic "LADECE01", key, payload length,
- * insertion sequence number, checksum of the payload, checksum of the
- * previous 40 bytes} followed by the payload. A put writes an unnamed file
+ * An entry file is a 56-byte header {magic "LADECE02", key, payload length,
+ * insertion sequence number, the sample's version, checksum of the payload,
+ * checksum of the previous 48 bytes} followed by the payload. A put writes an unnamed file
  * (O_TMPFILE) and links it under the entry's name - or, to replace an
  * entry, under a temporary name rename()d over it; where O_TMPFILE is not
  * supported it writes a named temporary and rename()s it. A reader or a
@@ -48,17 +48,18 @@
 
 #include "cache/cindex.h"
 
-#define HDR_BYTES 48
+#define HDR_BYTES 56
+#define MAX_LEN ((uint64_t)INT64_MAX - HDR_BYTES - BLOCK) /* longest payload a file can hold: charge_of never wraps */
 #define BLOCK 4096
 #define SUM_SEED 0x4c414445434531ull /* fixed seed of the entry checksums */
 #define NS_SEED 0x4c4144454e53ull    /* fixed seed of the namespace folder's name */
-static const char MAGIC[8] = {'L', 'A', 'D', 'E', 'C', 'E', '0', '1'};
+static const char MAGIC[8] = {'L', 'A', 'D', 'E', 'C', 'E', '0', '2'};
 
 typedef struct hdr {
   char magic[8];
-  uint64_t key, len, seq, sum, hsum;
+  uint64_t key, len, seq, ver, sum, hsum;
 } hdr_t;
-_Static_assert(sizeof(hdr_t) == HDR_BYTES, "entry header is 48 bytes");
+_Static_assert(sizeof(hdr_t) == HDR_BYTES, "entry header is 56 bytes");
 
 typedef struct diskcache {
   lade__cache_t base; /* ops, mu, ix, st */
@@ -167,13 +168,14 @@ static int check_namespace(diskcache_t *d, const char *ns) {
  * (an evicted entry's) rewritten in place. Returns the open descriptor of the unnamed
  * file, -2 when `tmp` was written instead (and closed), or -1 with the
  * error set. */
-static int write_tmp(diskcache_t *d, const char *tmp, bool reuse, uint64_t key, uint64_t seq, const void *data,
-                     size_t len) {
+static int write_tmp(diskcache_t *d, const char *tmp, bool reuse, uint64_t key, uint64_t seq, uint64_t ver,
+                     const void *data, size_t len) {
   hdr_t h;
   memcpy(h.magic, MAGIC, 8);
   h.key = key;
   h.len = len;
   h.seq = seq;
+  h.ver = ver;
   h.sum = lade_checksum(data, len, SUM_SEED);
   h.hsum = hdr_sum(&h);
   int fd = -1;
@@ -228,8 +230,9 @@ static int place(diskcache_t *d, int fd, const char *tmp, const char *name, bool
 
 enum { READ_OK, READ_GONE, READ_BAD, READ_ERR };
 
-/* Reads and verifies the entry file of key into out. READ_ERR has set the error. */
-static int read_entry(diskcache_t *d, uint64_t key, lade__buf_t *out) {
+/* Reads and verifies the entry file of key, version ver, into out. READ_ERR
+ * has set the error. */
+static int read_entry(diskcache_t *d, uint64_t key, uint64_t ver, lade__buf_t *out) {
   name_t nm = entry_name(key);
   int fd = openat(d->dirfd, nm.s, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
@@ -259,7 +262,8 @@ static int read_entry(diskcache_t *d, uint64_t key, lade__buf_t *out) {
     goto done;
   }
   if ((size_t)got != HDR_BYTES + len) goto done; /* shrank under us */
-  if (memcmp(h.magic, MAGIC, 8) != 0 || h.hsum != hdr_sum(&h) || h.key != key || h.len != len) goto done;
+  if (memcmp(h.magic, MAGIC, 8) != 0 || h.hsum != hdr_sum(&h) || h.key != key || h.len != len || h.ver != ver)
+    goto done;
   if (lade_checksum(out->data, len, SUM_SEED) != h.sum) goto done;
   out->len = len;
   res = READ_OK;
@@ -304,7 +308,7 @@ static bool evict_to(diskcache_t *d, uint64_t room, const char *recycle) {
 /* ---- open: scan */
 
 typedef struct found {
-  uint64_t key, len, seq;
+  uint64_t key, len, seq, ver;
 } found_t;
 
 static int by_seq(const void *a, const void *b) {
@@ -335,6 +339,7 @@ static bool header_ok(int fd, uint64_t key, found_t *f) {
   f->key = key;
   f->len = h.len;
   f->seq = h.seq;
+  f->ver = h.ver;
   return true;
 }
 
@@ -436,12 +441,14 @@ static void disk_close(lade__cache_t *c) {
   free(d);
 }
 
-static int disk_get(lade__cache_t *c, uint64_t key, lade__buf_t *out) {
+static void disk_drop(lade__cache_t *c, lade__centry_t *e) { drop((diskcache_t *)c, e, true); }
+
+static int disk_get(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_t *out) {
   diskcache_t *d = (diskcache_t *)c;
-  lade__centry_t *e = lade__cache_pin(c, key);
+  lade__centry_t *e = lade__cache_pin(c, key, ver);
   if (!e) return LADE_ENOENT;
 
-  int res = read_entry(d, key, out);
+  int res = read_entry(d, key, ver, out);
 
   pthread_mutex_lock(&d->base.mu);
   e->refs--;
@@ -472,7 +479,7 @@ static int disk_get(lade__cache_t *c, uint64_t key, lade__buf_t *out) {
   return rc;
 }
 
-static int disk_put(lade__cache_t *c, uint64_t key, const void *data, size_t len) {
+static int disk_put(lade__cache_t *c, uint64_t key, uint64_t ver, const void *data, size_t len) {
   diskcache_t *d = (diskcache_t *)c;
   uint64_t charge = charge_of(len);
   pthread_mutex_lock(&d->base.mu);
@@ -493,7 +500,7 @@ static int disk_put(lade__cache_t *c, uint64_t key, const void *data, size_t len
   lade__centry_t *e = calloc(1, sizeof *e);
   bool nomem = !e;
   if (nomem && reuse) unlinkat(d->dirfd, tmp, 0);
-  int fd = nomem ? -1 : write_tmp(d, tmp, reuse, key, seq, data, len);
+  int fd = nomem ? -1 : write_tmp(d, tmp, reuse, key, seq, ver, data, len);
   if (fd == -1) {
     pthread_mutex_lock(&d->base.mu);
     d->reserved -= charge;
@@ -506,6 +513,7 @@ static int disk_put(lade__cache_t *c, uint64_t key, const void *data, size_t len
   e->len = len;
   e->charge = charge;
   e->seq = seq;
+  e->ver = ver;
   name_t nm = entry_name(key);
 
   pthread_mutex_lock(&d->base.mu);
@@ -541,18 +549,18 @@ static int disk_put(lade__cache_t *c, uint64_t key, const void *data, size_t len
 
 /* ---- INDEX: the entry list, written by a clean close
 
-   {magic "LADEIX01", count, checksum of the records, checksum of the
-   previous 24 bytes} then count records {key, payload length, seq}. Open
+   {magic "LADEIX02", count, checksum of the records, checksum of the
+   previous 24 bytes} then count records {key, payload length, seq, version}. Open
    reads it instead of every entry's header, then removes it (and syncs the
    folder) before anything changes, so an INDEX present always matches the
    folder as the last clean close left it; after a crash there is none and
    open scans. A stale or damaged INDEX is never needed for correctness:
    every get still verifies the entry file. */
 
-#define IX_MAGIC "LADEIX01"
+#define IX_MAGIC "LADEIX02"
 #define IX_SEED 0x4c414445495831ull
 typedef struct ixrec {
-  uint64_t key, len, seq;
+  uint64_t key, len, seq, ver;
 } ixrec_t;
 typedef struct ixhdr {
   char magic[8];
@@ -577,11 +585,19 @@ static int load_index(diskcache_t *d, found_t **out, size_t *nout) {
     v = malloc(n ? n * sizeof *v : 1);
     if (r && v && (bytes == 0 || pread(fd, r, bytes, sizeof h) == (ssize_t)bytes) &&
         lade_checksum(r, bytes, IX_SEED) == h.sum) {
-      for (size_t i = 0; i < n; i++) v[i] = (found_t){r[i].key, r[i].len, r[i].seq};
-      *out = v;
-      *nout = n;
-      v = NULL;
+      /* no file, and no folder of files, is that long: not what a clean
+       * close wrote (and the charges would wrap `used`) */
+      uint64_t total = 0;
       ok = 1;
+      for (size_t i = 0; i < n && ok; i++) {
+        v[i] = (found_t){r[i].key, r[i].len, r[i].seq, r[i].ver};
+        ok = r[i].len <= MAX_LEN && (total += charge_of(r[i].len)) <= (uint64_t)INT64_MAX;
+      }
+      if (ok) {
+        *out = v;
+        *nout = n;
+        v = NULL;
+      }
     }
   }
   close(fd);
@@ -598,7 +614,7 @@ static void save_index(diskcache_t *d) {
   size_t n = d->base.ix.count, bytes = n * sizeof(ixrec_t), k = 0;
   ixrec_t *r = malloc(bytes ? bytes : 1);
   if (!r) return;
-  for (lade__centry_t *e = d->base.ix.head; e && k < n; e = e->next) r[k++] = (ixrec_t){e->key, e->len, e->seq};
+  for (lade__centry_t *e = d->base.ix.head; e && k < n; e = e->next) r[k++] = (ixrec_t){e->key, e->len, e->seq, e->ver};
   ixhdr_t h;
   memcpy(h.magic, IX_MAGIC, 8);
   h.count = k;
@@ -609,7 +625,7 @@ static void save_index(diskcache_t *d) {
   free(r);
 }
 
-static const lade__cache_ops_t disk_ops = {disk_close, disk_get, disk_put};
+static const lade__cache_ops_t disk_ops = {disk_close, disk_get, disk_put, disk_drop};
 
 int lade__diskcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
   const char *ns = o->ns ? o->ns : "";
@@ -652,19 +668,37 @@ int lade__diskcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
   }
   if (flock(d->lockfd, LOCK_EX | LOCK_NB) != 0) {
     if (errno == EWOULDBLOCK)
-      rc = lade__fail(LADE_ESTATE, "cache folder %s: in use by another process (LOCK is held)", d->path);
+      rc = lade__fail(LADE_ESTATE,
+                      "cache folder %s: in use by another process (LOCK is held). Two processes cannot share one "
+                      "cache_dir: give each rank its own folder (e.g. cache_dir=/scratch/lade-$RANK); a cache "
+                      "shared by the ranks of a node does not exist yet",
+                      d->path);
     else
       rc = lade__fail(LADE_EIO, "cache folder %s: cannot lock LOCK: %s", d->path, strerror(errno));
     goto fail;
   }
   if ((rc = check_namespace(d, ns)) || (rc = remove_temporaries(d)) || (rc = make_subdirs(d))) goto fail;
-  if (load_index(d, &f, &nf)) {
+  bool indexed = load_index(d, &f, &nf);
+  if (indexed) {
     d->base.st.from_index = nf;
     if (nf) qsort(f, nf, sizeof *f, by_seq);
   } else if ((rc = scan(d, &f, &nf))) {
     goto fail;
   }
   for (size_t i = 0; i < nf; i++) {
+    if (indexed && lade__cindex_find(&d->base.ix, f[i].key)) {
+      /* a key listed twice: no clean close wrote this INDEX; scan instead */
+      lade__centry_t *e;
+      while ((e = d->base.ix.head)) drop(d, e, false);
+      free(f);
+      f = NULL;
+      indexed = false;
+      d->base.st.from_index = 0;
+      d->seq = 0;
+      if ((rc = scan(d, &f, &nf))) goto fail;
+      i = (size_t)-1;
+      continue;
+    }
     lade__centry_t *e = calloc(1, sizeof *e);
     if (!e) {
       rc = lade__fail(LADE_ENOMEM, "cache folder %s: out of memory", d->path);
@@ -674,6 +708,7 @@ int lade__diskcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
     e->len = f[i].len;
     e->charge = charge_of(f[i].len);
     e->seq = f[i].seq;
+    e->ver = f[i].ver;
     if ((rc = lade__cindex_insert(&d->base.ix, e)) != 0) {
       free(e);
       goto fail;

@@ -41,9 +41,11 @@ static void mem_close(lade__cache_t *c) {
   free(m);
 }
 
-static int mem_get(lade__cache_t *c, uint64_t key, lade__buf_t *out) {
+static void mem_drop(lade__cache_t *c, lade__centry_t *e) { drop((memcache_t *)c, e); }
+
+static int mem_get(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_t *out) {
   memcache_t *m = (memcache_t *)c;
-  lade__centry_t *e = lade__cache_pin(c, key);
+  lade__centry_t *e = lade__cache_pin(c, key, ver);
   if (!e) return LADE_ENOENT;
 
   int rc = lade__buf_reserve(out, e->len);
@@ -62,7 +64,7 @@ static int mem_get(lade__cache_t *c, uint64_t key, lade__buf_t *out) {
   return rc;
 }
 
-static int mem_put(lade__cache_t *c, uint64_t key, const void *data, size_t len) {
+static int mem_put(lade__cache_t *c, uint64_t key, uint64_t ver, const void *data, size_t len) {
   memcache_t *m = (memcache_t *)c;
   uint64_t charge = (uint64_t)len + LADE_MEMCACHE_OVERHEAD;
   if (charge > m->base.ix.capacity) {
@@ -80,6 +82,7 @@ static int mem_put(lade__cache_t *c, uint64_t key, const void *data, size_t len)
   }
   memcpy(copy, data, len);
   e->key = key;
+  e->ver = ver;
   e->len = len;
   e->charge = charge;
   e->data = copy;
@@ -109,7 +112,7 @@ static int mem_put(lade__cache_t *c, uint64_t key, const void *data, size_t len)
   return rc;
 }
 
-static const lade__cache_ops_t mem_ops = {mem_close, mem_get, mem_put};
+static const lade__cache_ops_t mem_ops = {mem_close, mem_get, mem_put, mem_drop};
 
 int lade__memcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
   memcache_t *m = calloc(1, sizeof *m);

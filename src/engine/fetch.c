@@ -39,6 +39,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 
 #include "cache/cache.h"
@@ -135,6 +137,7 @@ struct lade__fetch {
   uint64_t nu_epoch;
   uint64_t nu_cursor;
   bool nu_on;
+  char *root_abs; /* local source with a disk tier: `source` made absolute, so a chdir cannot break sample_version */
   _Atomic uint32_t *used; /* epoch + 1 of each sample's latest read (0: never) */
 
   _Atomic uint64_t samples[LADE_TIER_COUNT], bytes[LADE_TIER_COUNT];
@@ -227,19 +230,54 @@ static uint64_t next_use(void *ctx, uint64_t key) {
 
 /* ---------------------------------------------------------------- open */
 
-/* The dataset's identity for the disk tier: the source, its size, and a
- * digest of every sample's name and listed size, so a changed listing
- * (objects added or removed, which shifts indices) never reuses entries. */
+/* The dataset's identity for the disk tier: where the source is (a URI as
+ * given, a local path made absolute, symlinks resolved, so two datasets
+ * both called `ds` never share entries), its size, and a digest of every
+ * sample's name, so a changed listing (samples added or removed, which
+ * shifts indices) never reuses entries. Sizes are not in it: a sample
+ * whose bytes changed is caught by its own version (sample_version). */
 static void dataset_ns(lade__fetch_t *f, char *ns, size_t size) {
   uint64_t h = 0xcbf29ce484222325ull;
   char name[LADE_PATH_MAX + 64];
   for (uint64_t i = 0; i < f->p.src->count; i++) {
     f->p.ops->describe(f->p.src, i, name, sizeof name);
     h = lade__hash64(name, strlen(name) + 1, h);
-    if (f->p.src->sizes) h = lade__hash64(&f->p.src->sizes[i], sizeof(uint64_t), h);
   }
-  snprintf(ns, size, "%s|%llu samples|listing %016llx", f->cfg->source, (unsigned long long)f->p.src->count,
+  const char *where = f->cfg->source;
+  char abs[PATH_MAX];
+  if (!strstr(where, "://") && realpath(where, abs)) where = abs;
+  snprintf(ns, size, "%s|%llu samples|names %016llx", where, (unsigned long long)f->p.src->count,
            (unsigned long long)h);
+}
+
+/* The version of sample idx that the disk tier stores with its bytes and
+ * checks on every get: a remote object's listed size (the listing has no
+ * ETag); a local file's size, mtime (with nanoseconds) and inode, from a
+ * stat() of the path describe() names, or of the source itself when that is
+ * one file holding every sample (a stacked .npy). 1 when it cannot be
+ * known: no stored entry matches it. Taken before the source is read, so
+ * bytes read after a change are never stored under the older version.
+ * Costs one stat() per read while a disk tier is on (measured in
+ * docs/cache.md). */
+static uint64_t sample_version(lade__fetch_t *f, uint64_t idx) {
+  if (!f->disk) return 0;
+  if (f->remote) return f->p.src->sizes && idx < f->p.src->count ? f->p.src->sizes[idx] : 0;
+  char path[LADE_PATH_MAX + 64], abs[2 * LADE_PATH_MAX + 80];
+  struct stat st;
+  f->p.ops->describe(f->p.src, idx, path, sizeof path);
+  const char *src = f->cfg->source, *p = path;
+  size_t n = strlen(src);
+  if (f->root_abs && strncmp(path, src, n) == 0) { /* the same file by its absolute path */
+    const char *rest = path + n;
+    snprintf(abs, sizeof abs, "%s%s%s", f->root_abs, rest[0] && rest[0] != '/' && rest[0] != '[' ? "/" : "", rest);
+    p = abs;
+    src = f->root_abs;
+  }
+  if (stat(p, &st) != 0 && (stat(src, &st) != 0 || !S_ISREG(st.st_mode))) return 1;
+  uint64_t v[4] = {(uint64_t)st.st_size, (uint64_t)st.st_mtim.tv_sec, (uint64_t)st.st_mtim.tv_nsec,
+                   (uint64_t)st.st_ino};
+  uint64_t h = lade__hash64(v, sizeof v, 0x5645525349304eull);
+  return h > 1 ? h : h + 2;
 }
 
 /* Mean bytes per sample: from the listing, else from sample 0. */
@@ -296,6 +334,7 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
   int rc = 0;
   char ns[LADE_PATH_MAX + 128] = "";
   if (cfg->cache_dir[0]) dataset_ns(f, ns, sizeof ns);
+  if (cfg->cache_dir[0] && !f->remote) f->root_abs = realpath(cfg->source, NULL); /* NULL: paths as given */
   if (cfg->cache_mem_bytes) {
     lade__cache_opts_t o = {.dir = NULL, .ns = cfg->source, .capacity = cfg->cache_mem_bytes, .policy = policy,
                             .next_use = next_use, .next_use_ctx = f};
@@ -362,6 +401,7 @@ void lade__fetch_close(lade__fetch_t *f) {
   free(f->nu_map[0]);
   free(f->nu_map[1]);
   free((void *)f->used);
+  free(f->root_abs);
   pthread_mutex_destroy(&f->mu);
   pthread_mutex_destroy(&f->nu_mu);
   pthread_cond_destroy(&f->cv_pf);
@@ -383,15 +423,16 @@ int lade__fetch_read(lade__fetch_t *f, uint64_t idx, uint64_t epoch, lade__buf_t
   /* before the tiers see the read: a hit's refreshed next use is the one after this */
   if (f->used && idx < f->pp.samples)
     atomic_store_explicit(&f->used[idx], (uint32_t)LADE_MIN(epoch + 1, UINT32_MAX), memory_order_relaxed);
-  if (f->mem && lade__cache_get(f->mem, idx, out) == 0) {
+  uint64_t ver = sample_version(f, idx);
+  if (f->mem && lade__cache_get_ver(f->mem, idx, ver, out) == 0) {
     if (f->disk) lade__cache_touch(f->disk, idx); /* keep the disk tier's policy state true */
     *tier = LADE_TIER_MEM;
     count(f, *tier, out->len);
     return 0;
   }
   for (int pass = 0; pass < 2; pass++) {
-    if (f->disk && lade__cache_get(f->disk, idx, out) == 0) {
-      if (f->mem) lade__cache_put(f->mem, idx, out->data, out->len);
+    if (f->disk && lade__cache_get_ver(f->disk, idx, ver, out) == 0) {
+      if (f->mem) lade__cache_put_ver(f->mem, idx, ver, out->data, out->len);
       *tier = LADE_TIER_DISK;
       count(f, *tier, out->len);
       return 0;
@@ -415,10 +456,10 @@ int lade__fetch_read(lade__fetch_t *f, uint64_t idx, uint64_t epoch, lade__buf_t
   *tier = LADE_TIER_STORAGE;
   count(f, *tier, out->len);
   if (f->mem || f->disk) atomic_fetch_add_explicit(&f->misses, 1, memory_order_relaxed);
-  if (f->mem) lade__cache_put(f->mem, idx, out->data, out->len);
+  if (f->mem) lade__cache_put_ver(f->mem, idx, ver, out->data, out->len);
   /* with the prefetcher on, it alone fills the disk tier (DELI): a miss
    * written there would push out samples fetched for the near future */
-  if (f->disk && !f->pf_on) lade__cache_put(f->disk, idx, out->data, out->len);
+  if (f->disk && !f->pf_on) lade__cache_put_ver(f->disk, idx, ver, out->data, out->len);
   return 0;
 }
 
@@ -559,8 +600,9 @@ static void *prefetch_main(void *arg) {
     }
     uint64_t idx = ring[head];
     pthread_mutex_unlock(&f->mu);
+    uint64_t ver = sample_version(f, idx);
     if (f->p.ops->read(f->p.src, idx, &buf) == 0) {
-      lade__cache_put(f->disk, idx, buf.data, buf.len);
+      lade__cache_put_ver(f->disk, idx, ver, buf.data, buf.len);
       atomic_fetch_add_explicit(&f->prefetched, 1, memory_order_relaxed);
     } else {
       atomic_fetch_add_explicit(&f->pf_errors, 1, memory_order_relaxed); /* the worker's own read reports it */
@@ -603,6 +645,7 @@ void lade__fetch_stats(lade__fetch_t *f, lade__fetch_stats_t *out) {
     lade__cache_stats_t cs;
     lade__cache_stats(f->disk, &cs);
     out->corrupt = cs.corrupt;
+    out->stale = cs.stale;
   }
   if (f->p.ops->stats) f->p.ops->stats(f->p.src, &out->src);
   out->fetch_size = f->fetch_size;

@@ -62,6 +62,7 @@ typedef struct lade__fetch_stats {
   uint64_t prefetched;    /* samples the prefetcher stored in the disk tier */
   uint64_t prefetch_errors;
   uint64_t corrupt;       /* disk entries that failed their checksum */
+  uint64_t stale;         /* disk entries found stored under an older version of their sample (refetched) */
   uint64_t waited_prefetch; /* reads that waited for the prefetcher's request of the same sample */
   lade__source_stats_t src;
   uint64_t fetch_size, threshold;

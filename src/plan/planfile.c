@@ -17,6 +17,7 @@
  * offset, so a truncated or foreign file fails with a clear message.
  */
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,6 +165,10 @@ int lade_plan_file_open(lade_plan_file_t **out, const char *path) {
     close(fd);
     return bad(f, path, "too short to be a plan file");
   }
+  if (f->size % 8) { /* every field is 8-byte aligned, the trailer too */
+    close(fd);
+    return bad(f, path, "truncated (size not a multiple of 8 bytes)");
+  }
   void *m = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
   close(fd);
   if (m == MAP_FAILED) {
@@ -200,7 +205,10 @@ int lade_plan_file_open(lade_plan_file_t **out, const char *path) {
   s->coalesce = (int)h[14];
   f->steps = h[15];
   f->nsteps = h[16];
-  if (h[17] + f->nsteps * 8 > f->size - 16 || h[17] % 8) return bad(f, path, "index out of bounds");
+  /* no sum or product of file fields may wrap: each is bounded first */
+  if (h[17] < HEADER_U64 * 8 || h[17] > f->size - 16 || h[17] % 8 || f->nsteps > (f->size - 16 - h[17]) / 8)
+    return bad(f, path, "index out of bounds");
+  if (h[4] == 0 || h[4] > UINT32_MAX) return bad(f, path, "learner count out of range");
   f->index = (const uint64_t *)(f->map + h[17]);
   *out = f;
   return 0;
@@ -215,16 +223,35 @@ void lade_plan_file_close(lade_plan_file_t *f) {
 const lade_plan_settings_t *lade_plan_file_settings(const lade_plan_file_t *f) { return &f->s; }
 uint64_t lade_plan_file_steps(const lade_plan_file_t *f) { return f->nsteps; }
 
+/* Takes n items of `size` bytes from the unread part [*q, end) of a step
+ * record, rounded up to 8 bytes; false when they do not fit (n is a file
+ * field: no product or sum here may wrap). */
+static bool take(const uint8_t **q, const uint8_t *end, uint64_t n, size_t size, const void **out) {
+  uint64_t room = (uint64_t)(end - *q);
+  if (n > room / size) return false;
+  uint64_t bytes = (n * size + 7) / 8 * 8;
+  if (bytes > room) return false;
+  *out = *q;
+  *q += bytes;
+  return true;
+}
+
+/* Offsets the contract promises: off[0] = 0, ordered, off[p] = last. */
+static bool offsets_ok(const uint64_t *off, uint64_t p, uint64_t last) {
+  if (off[0] != 0 || off[p] != last) return false;
+  for (uint64_t r = 0; r < p; r++)
+    if (off[r] > off[r + 1]) return false;
+  return true;
+}
+
 int lade_plan_file_step(lade_plan_file_t *f, uint64_t i, const lade_plan_step_t **out) {
   if (i >= f->nsteps)
     return lade__fail(LADE_ERANGE, "plan file: step %llu of %llu", (unsigned long long)i, (unsigned long long)f->nsteps);
   uint64_t p = f->s.learners, at = f->index[i];
-  if (at % 8 || at + 64 > f->size) return lade__fail(LADE_EFORMAT, "plan file: step %llu out of bounds", (unsigned long long)i);
+  if (at % 8 || at < HEADER_U64 * 8 || at > f->size - 16 || f->size - 16 - at < 64)
+    return lade__fail(LADE_EFORMAT, "plan file: step %llu out of bounds", (unsigned long long)i);
   const uint64_t *rec = (const uint64_t *)(f->map + at);
   uint64_t total = rec[3], nt = rec[4], na = rec[6], ne = rec[7];
-  uint64_t need = 64 + (p + 1) * 8 * 3 + total * 8 + (total * 4 + 7) / 8 * 8 + (na + ne) * 8 + nt * 16;
-  if (total > f->s.samples * 2 + (uint64_t)f->s.batch_size * p || at + need > f->size)
-    return lade__fail(LADE_EFORMAT, "plan file: step %llu out of bounds", (unsigned long long)i);
   lade_plan_step_t *v = &f->view;
   memset(v, 0, sizeof *v);
   v->epoch = rec[0];
@@ -234,22 +261,25 @@ int lade_plan_file_step(lade_plan_file_t *f, uint64_t i, const lade_plan_step_t 
   v->transfers = nt;
   v->deficit = rec[5];
   v->learners = (uint32_t)p;
-  const uint8_t *q = (const uint8_t *)(rec + 8);
-  v->offset = (const uint64_t *)q;
-  q += (p + 1) * 8;
-  v->samples = (const uint64_t *)q;
-  q += total * 8;
-  v->from = (const int32_t *)q;
-  q += (total * 4 + 7) / 8 * 8;
-  v->admit_offset = (const uint64_t *)q;
-  q += (p + 1) * 8;
-  v->admit = (const uint64_t *)q;
-  q += na * 8;
-  v->evict_offset = (const uint64_t *)q;
-  q += (p + 1) * 8;
-  v->evict = (const uint64_t *)q;
-  q += ne * 8;
-  v->transfer = (const lade_plan_transfer_t *)q;
+  const uint8_t *q = (const uint8_t *)(rec + 8), *end = f->map + f->size - 16;
+  const void *a[8];
+  bool ok = take(&q, end, p + 1, 8, &a[0]) && take(&q, end, total, 8, &a[1]) && take(&q, end, total, 4, &a[2]) &&
+            take(&q, end, p + 1, 8, &a[3]) && take(&q, end, na, 8, &a[4]) && take(&q, end, p + 1, 8, &a[5]) &&
+            take(&q, end, ne, 8, &a[6]) && take(&q, end, nt, sizeof(lade_plan_transfer_t), &a[7]);
+  if (!ok) return lade__fail(LADE_EFORMAT, "plan file: step %llu out of bounds", (unsigned long long)i);
+  v->offset = a[0];
+  v->samples = a[1];
+  v->from = a[2];
+  v->admit_offset = a[3];
+  v->admit = a[4];
+  v->evict_offset = a[5];
+  v->evict = a[6];
+  v->transfer = a[7];
+  /* what include/lade/plan.h promises a reader: learner r's slices lie in
+   * the arrays, and transfers name learners of the plan */
+  ok = offsets_ok(v->offset, p, total) && offsets_ok(v->admit_offset, p, na) && offsets_ok(v->evict_offset, p, ne);
+  for (uint64_t t = 0; ok && t < nt; t++) ok = v->transfer[t].src < p && v->transfer[t].dst < p;
+  if (!ok) return lade__fail(LADE_EFORMAT, "plan file: step %llu is inconsistent", (unsigned long long)i);
   *out = v;
   return 0;
 }

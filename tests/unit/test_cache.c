@@ -100,8 +100,8 @@ static bool tmpfile_ok(const char *dir) {
 #endif
 }
 
-/* memory tier charge: len + 64; disk: 48-byte header + len rounded to 4 KiB */
-static uint64_t charge(bool disk, size_t len) { return disk ? (48 + len + 4095) / 4096 * 4096 : len + 64; }
+/* memory tier charge: len + 64; disk: 56-byte header + len rounded to 4 KiB */
+static uint64_t charge(bool disk, size_t len) { return disk ? (56 + len + 4095) / 4096 * 4096 : len + 64; }
 
 /* ---------------------------------------------------------------- tests */
 
@@ -392,7 +392,7 @@ static void test_disk_corrupt(void) {
   byte ^= 0x10;
   CHECK(pwrite(fd, &byte, 1, 60) == 1);
   close(fd);
-  CHECK(truncate(p2, 48 + 10) == 0);
+  CHECK(truncate(p2, 56 + 10) == 0);
   fd = open(p3, O_RDWR);
   CHECK(fd >= 0);
   CHECK(pwrite(fd, "garbage garbage garbage garbage ", 32, 0) == 32);
@@ -482,6 +482,66 @@ static void test_disk_index(void) {
   lade_test_sh("rm -rf '%s'", dir);
 }
 
+/* Writes an INDEX with right checksums listing recs {key, len, seq, ver}. */
+static void write_index(const char *dir, const uint64_t (*recs)[4], size_t n) {
+  char ns[4096], ix[8192];
+  ns_dir(dir, ns, sizeof ns);
+  snprintf(ix, sizeof ix, "%s/INDEX", ns);
+  uint64_t h[4];
+  memcpy(h, "LADEIX02", 8);
+  h[1] = n;
+  h[2] = lade_checksum(recs, n * 32, 0x4c414445495831ull);
+  h[3] = lade_checksum(h, 24, 0x4c414445495831ull);
+  FILE *f = fopen(ix, "wb");
+  CHECK(f != NULL);
+  if (!f) return;
+  fwrite(h, 1, sizeof h, f);
+  fwrite(recs, 32, n, f);
+  fclose(f);
+}
+
+/* fuzz_cache_index's findings: an INDEX with sound checksums but records no
+ * clean close writes - lengths whose charges wrap `used` (an assert, then a
+ * tier over its capacity), a key listed twice (two index entries for one
+ * key: the map's invariant broken) - is not trusted: open scans instead. */
+static void test_disk_index_hostile(void) {
+  const char *dir = lade_test_tmpdir("cache_index_hostile");
+  for (int round = 0; round < 3; round++) {
+    lade__cache_t *c = open_tier(dir, LADE_CACHE_FIFO, 1 << 20, NULL, NULL);
+    CHECK(c != NULL);
+    if (!c) return;
+    CHECK_OK(put_key(c, 1, 0));
+    CHECK_OK(put_key(c, 2, 0));
+    lade__cache_close(c);
+    uint64_t huge[3][4] = {{1, 0x7d307d7d88888888ull, 1, 0}, {2, 0x7d307d7d88888888ull, 2, 0}, {3, 10, 3, 0}};
+    uint64_t wrap[2][4] = {{1, UINT64_MAX - 100, 1, 0}, {2, payload_len(2), 2, 0}};
+    uint64_t twice[3][4] = {{1, payload_len(1), 1, 0}, {2, payload_len(2), 2, 0}, {1, payload_len(1), 3, 0}};
+    if (round == 0) write_index(dir, huge, 3);
+    if (round == 1) write_index(dir, wrap, 2);
+    if (round == 2) write_index(dir, twice, 3);
+    c = open_tier(dir, LADE_CACHE_FIFO, 8192, NULL, NULL);
+    CHECK(c != NULL);
+    if (!c) return;
+    lade__cache_stats_t s = stats(c);
+    CHECK_EQ_INT(s.from_index, 0); /* scanned */
+    CHECK(s.used <= s.capacity);
+    CHECK_EQ_INT(s.entries, 2);
+    lade__buf_t b = {0};
+    CHECK_OK(lade__cache_get(c, 1, &b));
+    CHECK(payload_ok(1, 0, &b));
+    CHECK_OK(lade__cache_get(c, 2, &b));
+    CHECK(payload_ok(2, 0, &b));
+    CHECK_OK(put_key(c, 3, 0)); /* evicts by the scanned FIFO order */
+    s = stats(c);
+    CHECK(s.used <= s.capacity);
+    CHECK_EQ_INT(s.entries, 2);
+    CHECK(!lade__cache_contains(c, 1));
+    lade__buf_free(&b);
+    lade__cache_close(c);
+  }
+  lade_test_sh("rm -rf '%s'", dir);
+}
+
 static void test_disk_folder(void) {
   const char *dir = lade_test_tmpdir("cache_folder");
   CHECK(chmod(dir, 0755) == 0); /* pre-existing and too open */
@@ -508,7 +568,11 @@ static void test_disk_folder(void) {
     lade__cache_opts_t o = {.dir = dir, .ns = "test://dataset", .capacity = 1 << 20, .policy = LADE_CACHE_FIFO};
     lade__cache_t *c2 = NULL;
     int rc = lade__cache_open(&c2, &o);
-    _exit(rc == LADE_ESTATE && strstr(lade_last_error(), ns) ? 0 : 1);
+    /* and says what to do: one folder per rank (issue 13) */
+    _exit(rc == LADE_ESTATE && strstr(lade_last_error(), ns) && strstr(lade_last_error(), "its own folder") &&
+                  strstr(lade_last_error(), "cache_dir=/scratch/lade-$RANK")
+              ? 0
+              : 1);
   }
   int status = -1;
   CHECK(waitpid(pid, &status, 0) == pid);
@@ -547,6 +611,68 @@ static void test_disk_folder(void) {
   o.policy = LADE_CACHE_CLAIRVOYANT; /* without next_use */
   CHECK_EQ_INT(lade__cache_open(&c, &o), LADE_EINVAL);
   lade_test_sh("rm -rf '%s'", dir);
+}
+
+/* Sample versions (issue 13, item 2): an entry stored under one version of
+ * its sample is stale for any other - removed, counted, a miss - in both
+ * tiers, and the version survives a reopen from INDEX and by a scan. */
+static void test_versions(void) {
+  for (int disk = 0; disk < 2; disk++) {
+    const char *dir = disk ? lade_test_tmpdir("cache_versions") : NULL;
+    lade__cache_t *c = open_tier(dir, LADE_CACHE_LRU, 1 << 20, NULL, NULL);
+    CHECK(c != NULL);
+    if (!c) continue;
+    lade__buf_t b = {0};
+    uint8_t p[4096];
+    payload_fill(3, 0, p, payload_len(3));
+    CHECK_OK(lade__cache_put_ver(c, 3, 0xabc, p, payload_len(3)));
+    payload_fill(4, 0, p, payload_len(4));
+    CHECK_OK(lade__cache_put_ver(c, 4, 0xdef, p, payload_len(4)));
+    CHECK_OK(lade__cache_get_ver(c, 3, 0xabc, &b));
+    CHECK(payload_ok(3, 0, &b));
+    CHECK_EQ_INT(lade__cache_get_ver(c, 3, 0xabd, &b), LADE_ENOENT); /* the sample changed */
+    lade__cache_stats_t s = stats(c);
+    CHECK_EQ_INT(s.stale, 1);
+    CHECK_EQ_INT(s.misses, 1);
+    CHECK_EQ_INT(s.corrupt, 0);
+    CHECK_EQ_INT(s.entries, 1);
+    CHECK(!lade__cache_contains(c, 3)); /* removed, so the old bytes cannot come back */
+    CHECK_EQ_INT(lade__cache_get_ver(c, 3, 0xabc, &b), LADE_ENOENT);
+    CHECK_EQ_INT(lade__cache_get(c, 4, &b), LADE_ENOENT); /* version 0 is a version too */
+    CHECK_EQ_INT(stats(c).stale, 2);
+    if (disk) {
+      char path[8192];
+      entry_path(dir, 3, path, sizeof path);
+      CHECK(access(path, F_OK) != 0);
+      payload_fill(5, 0, p, payload_len(5));
+      CHECK_OK(lade__cache_put_ver(c, 5, 77, p, payload_len(5)));
+      lade__cache_close(c);
+      c = NULL;
+      /* reopened from INDEX, then by a scan (no INDEX, as after a crash) */
+      for (int round = 0; round < 2; round++) {
+        if (round == 1) {
+          char ns[4096], ix[8192];
+          ns_dir(dir, ns, sizeof ns);
+          snprintf(ix, sizeof ix, "%s/INDEX", ns);
+          CHECK(unlink(ix) == 0);
+        }
+        c = open_tier(dir, LADE_CACHE_LRU, 1 << 20, NULL, NULL);
+        CHECK(c != NULL);
+        if (!c) break;
+        CHECK_EQ_INT(stats(c).from_index, (round == 0 ? 1 : 0));
+        CHECK_OK(lade__cache_get_ver(c, 5, 77, &b));
+        CHECK(payload_ok(5, 0, &b));
+        CHECK_EQ_INT(lade__cache_get_ver(c, 5, 78, &b), LADE_ENOENT);
+        CHECK_EQ_INT(stats(c).stale, 1);
+        CHECK_OK(lade__cache_put_ver(c, 5, 77, p, payload_len(5)));
+        lade__cache_close(c);
+        c = NULL;
+      }
+    }
+    lade__buf_free(&b);
+    lade__cache_close(c);
+    if (disk) lade_test_sh("rm -rf '%s'", dir);
+  }
 }
 
 /* ---- concurrency */
@@ -692,12 +818,15 @@ int main(void) {
   RUN(test_disk_reopen);
   RUN(test_disk_corrupt);
   RUN(test_disk_index);
+  RUN(test_disk_index_hostile);
   RUN(test_disk_folder);
+  RUN(test_versions);
   RUN(test_threads);
   RUN(test_crash);
   /* again with named temporaries instead of O_TMPFILE files */
   g_named = 1;
   RUN(test_hit_miss_replace);
+  RUN(test_versions);
   RUN(test_disk_reopen);
   RUN(test_disk_corrupt);
   RUN(test_threads);

@@ -6,8 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "lade/lade.h"
@@ -15,13 +17,16 @@
 #define N 96
 #define SZ 256
 
-/* Byte k of dataset sample i. */
-static uint8_t byte_of(uint64_t i, int k) { return (uint8_t)(i * 31 + (uint64_t)k * 7 + 1); }
+/* Byte k of dataset sample i; a sample rewritten by a test holds its bytes
+ * xor g_flip[i]. */
+static uint8_t g_flip[N];
+static uint8_t byte_of(uint64_t i, int k) { return (uint8_t)(i * 31 + (uint64_t)k * 7 + 1) ^ g_flip[i % N]; }
 
 /* N files of SZ bytes in 3 class folders; sorted order gives index
  * c * (N/3) + j for file j of class c. */
 static const char *make_dataset(const char *name) {
   static char dir[4096];
+  memset(g_flip, 0, sizeof g_flip);
   snprintf(dir, sizeof dir, "%s", lade_test_tmpdir(name));
   uint8_t buf[SZ];
   for (int c = 0; c < 3; c++) {
@@ -147,6 +152,128 @@ static void test_disk_tier_warm_second_run_and_listing_change(void) {
   CHECK_EQ_INT(r3.st.samples, N + 1);
 }
 
+/* Writes sample idx's file (class idx / 32, file idx % 32) with its bytes
+ * xor flip, in place (same inode) or as a new file renamed over it. */
+static void rewrite_sample(const char *dir, uint64_t idx, uint8_t flip, int in_place) {
+  char path[4300], tmp[4400];
+  snprintf(path, sizeof path, "%s/data/c%d/f%05d.bin", dir, (int)(idx / (N / 3)), (int)(idx % (N / 3)));
+  snprintf(tmp, sizeof tmp, "%s.new", path);
+  g_flip[idx] = flip;
+  uint8_t buf[SZ];
+  for (int k = 0; k < SZ; k++) buf[k] = byte_of(idx, k);
+  FILE *f = fopen(in_place ? path : tmp, in_place ? "r+b" : "wb");
+  CHECK(f != NULL);
+  if (!f) return;
+  fwrite(buf, 1, SZ, f);
+  fclose(f);
+  if (!in_place) CHECK(rename(tmp, path) == 0);
+}
+
+/* Issue 13 item 2: a file replaced under the same name, with the same size,
+ * is not served from the disk tier's old entry: in place (same inode; only
+ * the mtime's nanoseconds differ) or renamed over (a new inode with the old
+ * mtime). */
+static void test_disk_tier_replaced_file_is_refetched(void) {
+  const char *dir = make_dataset("replaced");
+  char opt[4300];
+  snprintf(opt, sizeof opt, "cache_dir=%s/cache", dir);
+  const char *s[] = {"epochs=1", "threads=2", "prefetcher=off", "cache_disk_bytes=100000000", opt, NULL};
+  result_t r1, r2, r3;
+  CHECK_OK(run(dir, s, &r1, 0));
+  CHECK_EQ_INT(r1.st.samples_by_source[0], N);
+  /* sample 5 rewritten in place; its mtime then set 1 ns off its old one */
+  char p5[4300], p40[4300];
+  snprintf(p5, sizeof p5, "%s/data/c0/f00005.bin", dir);
+  snprintf(p40, sizeof p40, "%s/data/c1/f00008.bin", dir);
+  struct stat st5, st40;
+  CHECK(stat(p5, &st5) == 0 && stat(p40, &st40) == 0);
+  rewrite_sample(dir, 5, 0x5a, 1);
+  struct timespec t5[2] = {st5.st_atim, st5.st_mtim};
+  t5[1].tv_nsec = (t5[1].tv_nsec + 1) % 1000000000L;
+  CHECK(utimensat(AT_FDCWD, p5, t5, 0) == 0);
+  /* sample 40 replaced by a new file carrying the old mtime */
+  rewrite_sample(dir, 40, 0xa5, 0);
+  struct timespec t40[2] = {st40.st_atim, st40.st_mtim};
+  CHECK(utimensat(AT_FDCWD, p40, t40, 0) == 0);
+  CHECK_OK(run(dir, s, &r2, 0));
+  CHECK(r2.content_ok); /* the new bytes of 5 and 40, the cached ones of the rest */
+  CHECK_EQ_INT(r2.st.samples_by_source[0], 2);
+  CHECK_EQ_INT(r2.st.samples_by_source[2], N - 2);
+  CHECK_EQ_INT(r2.st.cache_misses, 2);
+  CHECK_EQ_INT(r2.st.cache_corrupt, 0);
+  /* and the new bytes are what the disk tier holds now */
+  CHECK_OK(run(dir, s, &r3, 0));
+  CHECK(r3.content_ok && r3.sum == r2.sum);
+  CHECK_EQ_INT(r3.st.samples_by_source[2], N);
+}
+
+/* Issue 13 item 2: two datasets both given as the relative path `data`
+ * (run from two folders) with the same names and sizes share one
+ * cache_dir without sharing entries. */
+static void test_disk_tier_same_relative_name(void) {
+  char a[4096], b[4096], cache[4200], opt[4300];
+  snprintf(a, sizeof a, "%s", make_dataset("samename_a"));
+  snprintf(b, sizeof b, "%s", make_dataset("samename_b"));
+  for (uint64_t i = 0; i < N; i++) rewrite_sample(b, i, 0x33, 1); /* b: other bytes, same names and sizes */
+  snprintf(cache, sizeof cache, "%s/cache", a);
+  snprintf(opt, sizeof opt, "cache_dir=%s", cache);
+  const char *s[] = {"epochs=1", "threads=2", "prefetcher=off", "cache_disk_bytes=100000000", opt, NULL};
+  char cwd[4096];
+  CHECK(getcwd(cwd, sizeof cwd) != NULL);
+  result_t ra, rb;
+  memset(g_flip, 0, sizeof g_flip);
+  CHECK(chdir(a) == 0);
+  CHECK_OK(run(".", s, &ra, 0)); /* source = ./data, relative */
+  CHECK(ra.content_ok);
+  CHECK_EQ_INT(ra.st.samples_by_source[0], N);
+  memset(g_flip, 0x33, sizeof g_flip);
+  CHECK(chdir(b) == 0);
+  CHECK_OK(run(".", s, &rb, 0));
+  CHECK(chdir(cwd) == 0);
+  CHECK(rb.content_ok); /* b's own bytes, not a's from the cache */
+  CHECK_EQ_INT(rb.st.samples_by_source[0], N);
+  CHECK_EQ_INT(rb.st.samples_by_source[2], 0);
+  memset(g_flip, 0, sizeof g_flip);
+}
+
+/* The version check stats each sample by its absolute path: a loader over
+ * a relative source keeps its warm disk tier after the process changes
+ * folder (as Hydra and notebooks do). */
+static void test_disk_tier_chdir_after_create(void) {
+  const char *dir = make_dataset("chdir");
+  char opt[4300], cwd[4096];
+  snprintf(opt, sizeof opt, "cache_dir=%s/cache", dir);
+  const char *s[] = {"epochs=1", "threads=2", "prefetcher=off", "cache_disk_bytes=100000000", opt, NULL};
+  CHECK(getcwd(cwd, sizeof cwd) != NULL);
+  CHECK(chdir(dir) == 0);
+  result_t r1;
+  CHECK_OK(run(".", s, &r1, 0)); /* warms the disk tier */
+  lade_config_t *c = config(".", s);
+  lade_loader_t *L = NULL;
+  CHECK_OK(lade_loader_create(&L, c));
+  lade_config_destroy(c);
+  CHECK(chdir("/") == 0);
+  uint64_t sum = 0;
+  int ok = 1;
+  for (; L;) {
+    lade_batch_t *b = NULL;
+    if (lade_loader_next(L, &b) || !b) break;
+    sum = lade_checksum(b->data, b->nbytes, sum);
+    const uint8_t *d = b->data;
+    for (int64_t j = 0; j < b->shape[0]; j++)
+      for (int k = 0; k < SZ; k++) ok &= d[j * SZ + k] == byte_of((uint64_t)b->indices[j], k);
+    lade_batch_release(b);
+  }
+  lade_stats_t st;
+  memset(&st, 0, sizeof st);
+  if (L) lade_loader_stats(L, &st);
+  lade_loader_destroy(L);
+  CHECK(chdir(cwd) == 0);
+  CHECK(ok && sum == r1.sum);
+  CHECK_EQ_INT(st.samples_by_source[2], N); /* all from the disk tier */
+  CHECK_EQ_INT(st.samples_by_source[0], 0);
+}
+
 static void test_prefetcher_fills_disk_ahead(void) {
   const char *dir = make_dataset("prefetcher");
   char opt[4300];
@@ -256,6 +383,9 @@ static void test_bad_cache_settings(void) {
 int main(void) {
   RUN(test_memory_tier_serves_later_epochs);
   RUN(test_disk_tier_warm_second_run_and_listing_change);
+  RUN(test_disk_tier_replaced_file_is_refetched);
+  RUN(test_disk_tier_same_relative_name);
+  RUN(test_disk_tier_chdir_after_create);
   RUN(test_prefetcher_fills_disk_ahead);
   RUN(test_clairvoyant_beats_fifo_and_lru);
   RUN(test_seek_with_caches);
