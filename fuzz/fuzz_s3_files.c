@@ -88,7 +88,8 @@ static void fuzz_listing(const uint8_t *in, size_t n, int fix) {
   s3_impl_t *d = calloc(1, sizeof *d);
   if (!d) return;
   uint32_t classes = 0;
-  if (cache_load(d, g_path, 3600, &classes) == 0) {
+  uint64_t created = 0;
+  if (cache_load(d, g_path, 3600, &classes, &created) == 0) {
     if (d->count == 0) abort();
     for (uint64_t i = 0; i < d->count; i++) {
       if (d->off[i] >= d->arena_len || strnlen(key_of(d, i), d->arena_len - d->off[i]) == d->arena_len - d->off[i])

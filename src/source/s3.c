@@ -666,6 +666,9 @@ static int cmp_label_line(const void *a, const void *b) {
 }
 
 /* label_file: lines "KEY LABEL", KEY relative to the prefix. */
+/* Labels are class indices 0..S3_MAX_CLASSES-1 (or -1): the classes are 0..max. */
+#define S3_MAX_CLASSES (1 << 24)
+
 static int labels_from_file(s3_impl_t *d, const char *path, uint32_t *classes) {
   lade__buf_t buf = {0};
   int rc;
@@ -711,8 +714,11 @@ static int labels_from_file(s3_impl_t *d, const char *path, uint32_t *classes) {
       long v = strtol(sp, &e, 10);
       size_t klen = (size_t)(sp - p);
       while (klen && (p[klen - 1] == ' ' || p[klen - 1] == '\t')) klen--;
-      if (sp == p || *e || errno || v < -1 || v > INT32_MAX || klen == 0)
+      if (sp == p || *e || errno || v < -1 || klen == 0)
         rc = lade__fail(LADE_EFORMAT, "label_file %s line %zu: expected 'KEY LABEL'", path, lineno);
+      else if (v >= S3_MAX_CLASSES) /* the classes are 0..max label: a huge label is a huge class list */
+        rc = lade__fail(LADE_EFORMAT, "label_file %s line %zu: label %ld is not below %d", path, lineno, v,
+                        S3_MAX_CLASSES);
       else {
         lines[n++] = (label_line_t){p, klen, (int32_t)v};
         if ((int32_t)v > maxl) maxl = (int32_t)v;
@@ -854,9 +860,14 @@ static int cache_load(s3_impl_t *d, const char *path, uint64_t ttl, uint32_t *cl
     ok = d->size && d->label && d->off && d->arena && read_all(fd, d->size, h.count * 8) == 0 &&
          read_all(fd, d->label, h.count * 4) == 0 && read_all(fd, d->off, h.count * 8) == 0 &&
          read_all(fd, d->arena, h.arena_len) == 0 && body_checksum(d) == h.checksum;
-    for (uint64_t i = 0; ok && i < h.count; i++)
-      ok = d->off[i] < h.arena_len && (i + 1 < h.count ? d->off[i + 1] : h.arena_len) > d->off[i] &&
-           d->arena[(i + 1 < h.count ? d->off[i + 1] : h.arena_len) - 1] == '\0';
+    /* every key inside the arena and NUL-terminated (the next offset is
+     * bounded before the byte before it is read), every label a class */
+    for (uint64_t i = 0; ok && i < h.count; i++) {
+      uint64_t next = i + 1 < h.count ? d->off[i + 1] : h.arena_len;
+      ok = d->off[i] < h.arena_len && next <= h.arena_len && next > d->off[i] && d->arena[next - 1] == '\0' &&
+           d->label[i] >= -1 && (d->label[i] < 0 || (uint32_t)d->label[i] < h.classes);
+    }
+    ok = ok && h.classes <= S3_MAX_CLASSES;
     if (ok && h.arena_len) ok = d->arena[h.arena_len - 1] == '\0';
     if (!ok) {
       free(d->size), free(d->label), free(d->off), free(d->arena);
