@@ -133,7 +133,15 @@ static int replace_file(diskcache_t *d, const char *name, struct iovec *iov, int
 /* Checks the NAMESPACE file against ns, writing it when missing. */
 static int check_namespace(diskcache_t *d, const char *ns) {
   size_t n = strlen(ns);
-  int fd = openat(d->dirfd, "NAMESPACE", O_RDONLY | O_CLOEXEC);
+  /* O_NONBLOCK everywhere here: a FIFO planted under one of our names must
+   * not block open() (issue 13, item 7); a non-regular entry is corrupt */
+  int fd = openat(d->dirfd, "NAMESPACE", O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  struct stat nst;
+  if (fd >= 0 && (fstat(fd, &nst) != 0 || !S_ISREG(nst.st_mode))) {
+    close(fd);
+    return lade__fail(LADE_EFORMAT, "cache_dir %s: NAMESPACE is not a regular file; remove it or use another folder",
+                      d->path);
+  }
   if (fd >= 0) {
     char *buf = malloc(n + 2);
     if (!buf) {
@@ -181,7 +189,7 @@ static int write_tmp(diskcache_t *d, const char *tmp, bool reuse, uint64_t key, 
   int fd = -1;
   bool named = true;
   if (reuse) { /* an evicted entry's file, renamed to tmp for us */
-    fd = openat(d->dirfd, tmp, O_WRONLY | O_CLOEXEC);
+    fd = openat(d->dirfd, tmp, O_WRONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
       unlinkat(d->dirfd, tmp, 0);
       reuse = false;
@@ -234,7 +242,7 @@ enum { READ_OK, READ_GONE, READ_BAD, READ_ERR };
  * has set the error. */
 static int read_entry(diskcache_t *d, uint64_t key, uint64_t ver, lade__buf_t *out) {
   name_t nm = entry_name(key);
-  int fd = openat(d->dirfd, nm.s, O_RDONLY | O_CLOEXEC);
+  int fd = openat(d->dirfd, nm.s, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     if (errno == ENOENT) return READ_GONE;
     lade__fail(LADE_EIO, "cache file %s/%s: cannot open: %s", d->path, nm.s, strerror(errno));
@@ -247,7 +255,7 @@ static int read_entry(diskcache_t *d, uint64_t key, uint64_t ver, lade__buf_t *o
     res = READ_ERR;
     goto done;
   }
-  if (st.st_size < HDR_BYTES) goto done;
+  if (!S_ISREG(st.st_mode) || st.st_size < HDR_BYTES) goto done; /* a FIFO or device: corrupt */
   size_t len = (size_t)st.st_size - HDR_BYTES;
   if (lade__buf_reserve(out, len ? len : 1) != 0) {
     res = READ_ERR;
@@ -393,7 +401,7 @@ static int scan(diskcache_t *d, found_t **out, size_t *nout) {
       }
       if (!parse_hex16(de->d_name, &key)) continue; /* not ours; left alone */
       found_t f;
-      int efd = openat(dirfd(sd), de->d_name, O_RDONLY | O_CLOEXEC);
+      int efd = openat(dirfd(sd), de->d_name, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
       bool ok = efd >= 0 && (key & 0xff) == sub && header_ok(efd, key, &f);
       if (efd >= 0) close(efd);
       if (!ok) {
@@ -570,7 +578,7 @@ typedef struct ixhdr {
 /* 1: the index listed *out; 0: none or unusable (scan instead); the file is
  * removed either way. */
 static int load_index(diskcache_t *d, found_t **out, size_t *nout) {
-  int fd = openat(d->dirfd, "INDEX", O_RDONLY | O_CLOEXEC);
+  int fd = openat(d->dirfd, "INDEX", O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return 0;
   int ok = 0;
   ixhdr_t h;

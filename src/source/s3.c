@@ -1512,10 +1512,14 @@ static void impl_free(s3_impl_t *d) {
   free(d->res);
   free(d->wants);
   free(d->arena), free(d->off), free(d->size), free(d->label);
+  /* secrets are wiped before their memory goes back (lade__wipe: a memset
+   * before free() may be dropped as a dead store) */
   if (d->userpwd) {
-    memset(d->userpwd, 0, strlen(d->userpwd));
+    lade__wipe(d->userpwd, strlen(d->userpwd));
     free(d->userpwd);
   }
+  for (struct curl_slist *l = d->headers; l; l = l->next) /* x-amz-security-token */
+    if (l->data) lade__wipe(l->data, strlen(l->data));
   curl_slist_free_all(d->headers);
   pthread_mutex_destroy(&d->mu);
   pthread_cond_destroy(&d->cv);
@@ -1606,7 +1610,7 @@ static int resolve(s3_impl_t *d, const struct lade_config *cfg) {
       if (!h) return lade__fail(LADE_ENOMEM, "s3 source: out of memory");
       snprintf(h, tn, "x-amz-security-token: %s", token);
       struct curl_slist *l = curl_slist_append(d->headers, h);
-      memset(h, 0, tn);
+      lade__wipe(h, tn);
       free(h);
       if (!l) return lade__fail(LADE_ENOMEM, "s3 source: out of memory");
       d->headers = l;

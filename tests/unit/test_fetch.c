@@ -239,6 +239,33 @@ static void test_disk_tier_same_relative_name(void) {
 /* The version check stats each sample by its absolute path: a loader over
  * a relative source keeps its warm disk tier after the process changes
  * folder (as Hydra and notebooks do). */
+/* FIFOs planted in cache_dir (issue 13, item 7): an entry file and INDEX
+ * replaced by FIFOs never block; the entry is a corrupt miss refetched from
+ * storage, INDEX is ignored (the folder is scanned); a FIFO NAMESPACE is a
+ * clear error naming cache_dir. */
+static void test_disk_tier_fifos_never_block(void) {
+  alarm(60);
+  const char *dir = make_dataset("cachefifo");
+  char cache[4200], opt[4300];
+  snprintf(cache, sizeof cache, "%s/cache", dir);
+  snprintf(opt, sizeof opt, "cache_dir=%s", cache);
+  const char *s[] = {"epochs=1", "threads=2", "prefetcher=off", "cache_disk_bytes=100000000", opt, NULL};
+  result_t r1, r2;
+  CHECK_OK(run(dir, s, &r1, 0));
+  /* the first entry file found, and INDEX (written at the clean close) */
+  lade_test_sh("f=$(find %s -type f -regextype posix-extended -regex '.*/[0-9a-f]{16}' | head -1) && rm \"$f\" && mkfifo \"$f\"", cache);
+  lade_test_sh("i=$(find %s -name INDEX | head -1) && rm \"$i\" && mkfifo \"$i\"", cache);
+  CHECK_OK(run(dir, s, &r2, 0));
+  CHECK(r2.sum == r1.sum && r2.content_ok);
+  CHECK_EQ_INT(r2.st.samples_by_source[0], 1); /* the FIFO'd entry, from storage */
+  CHECK_EQ_INT(r2.st.samples_by_source[2], N - 1);
+  lade_test_sh("n=$(find %s -name NAMESPACE | head -1) && rm \"$n\" && mkfifo \"$n\"", cache);
+  result_t r3;
+  CHECK(run(dir, s, &r3, 0) == LADE_EFORMAT);
+  CHECK(strstr(lade_last_error(), "NAMESPACE") != NULL);
+  alarm(0);
+}
+
 static void test_disk_tier_chdir_after_create(void) {
   const char *dir = make_dataset("chdir");
   char opt[4300], cwd[4096];
@@ -386,6 +413,7 @@ int main(void) {
   RUN(test_disk_tier_replaced_file_is_refetched);
   RUN(test_disk_tier_same_relative_name);
   RUN(test_disk_tier_chdir_after_create);
+  RUN(test_disk_tier_fifos_never_block);
   RUN(test_prefetcher_fills_disk_ahead);
   RUN(test_clairvoyant_beats_fifo_and_lru);
   RUN(test_seek_with_caches);
