@@ -24,7 +24,7 @@
 #include "cachestate.h"
 #include "core/core.h"
 #include "lade/plan.h"
-#include "plan.h"
+#include "regular.h"
 
 #define NONE UINT64_MAX
 #define INF_KEY (UINT64_MAX - 1)
