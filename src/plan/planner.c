@@ -217,8 +217,6 @@ int lade__plan_nodes_init(lade_plan_t *pl) {
   return lade__hmap_init(&pl->map, LADE_MIN(pl->s.cache * pl->p, 1u << 20) + 16);
 }
 
-uint64_t lade__plan_mkey(uint32_t r, uint64_t s) { return ((uint64_t)r << 40) | s; }
-
 void lade__plan_nodes_sources(lade_plan_t *pl, lade__plan_out_t *out) {
   uint64_t v;
   for (uint64_t i = 0; i < pl->G; i++) {

@@ -146,7 +146,8 @@ uint64_t lade__plan_count_holders(lade_plan_t *pl);
 /* ---- overlapping caches */
 
 int lade__plan_nodes_init(lade_plan_t *pl);
-uint64_t lade__plan_mkey(uint32_t r, uint64_t s);
+/* The map key of (learner, sample): samples < 2^32, learners < 2^24 (checked at create). */
+static inline uint64_t lade__plan_mkey(uint32_t r, uint64_t s) { return ((uint64_t)r << 40) | s; }
 /* from[] of the regular slices against the caches at the start of the step. */
 void lade__plan_nodes_sources(lade_plan_t *pl, lade__plan_out_t *out);
 /* Adds sample s with eviction key `key` to learner r's cache (an admit event). */
