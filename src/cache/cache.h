@@ -30,7 +30,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "source/source.h" /* lade__buf_t */
+#include "core/buf.h"
+#include "core/config.h" /* policy numbers */
+#include "core/core.h"
 
 /* Policy numbers: LADE_CACHE_FIFO, LADE_CACHE_LRU, LADE_CACHE_CLAIRVOYANT
  * from core/config.h (LADE_CACHE_AUTO is resolved by the engine). */

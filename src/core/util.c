@@ -1,4 +1,4 @@
-/* util.c - clocks, aligned memory, version, dtypes, hashing. */
+/* util.c - clocks, aligned memory, byte buffers, version, dtypes, hashing. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
 #include <stdio.h>
@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "buf.h"
 #include "config.h"
 #include "core.h"
 
@@ -156,4 +157,20 @@ void lade__wipe(void *p, size_t n) {
   /* a volatile function pointer: the store cannot be proven dead */
   static void *(*volatile set)(void *, int, size_t) = memset;
   if (p && n) set(p, 0, n);
+}
+
+int lade__buf_reserve(lade__buf_t *b, size_t cap) {
+  if (b->cap >= cap) return 0;
+  size_t n = b->cap ? b->cap : 4096;
+  while (n < cap) n *= 2;
+  uint8_t *p = realloc(b->data, n);
+  if (!p) return lade__fail(LADE_ENOMEM, "out of memory for a %zu-byte buffer", n);
+  b->data = p;
+  b->cap = n;
+  return 0;
+}
+
+void lade__buf_free(lade__buf_t *b) {
+  free(b->data);
+  memset(b, 0, sizeof *b);
 }

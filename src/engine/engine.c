@@ -60,7 +60,7 @@
 #include "core/core.h"
 #include "engine/fetch.h"
 #include "engine/trace.h"
-#include "plan/plan.h"
+#include "plan/regular.h"
 #include "source/source.h"
 #include "transform/transform.h"
 

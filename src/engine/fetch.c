@@ -45,7 +45,7 @@
 
 #include "cache/cache.h"
 #include "core/core.h"
-#include "plan/plan.h"
+#include "plan/regular.h"
 
 #define NONE32 UINT32_MAX
 

@@ -14,7 +14,7 @@
 
 #include "core/core.h"
 #include "lade/plan.h"
-#include "plan.h"
+#include "regular.h"
 
 #define DP_MAX_EPOCHS 16
 

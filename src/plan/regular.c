@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "core/core.h"
-#include "plan.h"
+#include "regular.h"
 
 struct lade__regular {
   lade__plan_params_t p;

@@ -19,22 +19,6 @@
 
 #include "source.h"
 
-int lade__buf_reserve(lade__buf_t *b, size_t cap) {
-  if (b->cap >= cap) return 0;
-  size_t n = b->cap ? b->cap : 4096;
-  while (n < cap) n *= 2;
-  uint8_t *p = realloc(b->data, n);
-  if (!p) return lade__fail(LADE_ENOMEM, "out of memory for a %zu-byte buffer", n);
-  b->data = p;
-  b->cap = n;
-  return 0;
-}
-
-void lade__buf_free(lade__buf_t *b) {
-  free(b->data);
-  memset(b, 0, sizeof *b);
-}
-
 static int arena_add(lade__listing_t *l, const char *prefix, const char *name, uint64_t *off) {
   size_t plen = prefix ? strlen(prefix) : 0, nlen = strlen(name);
   size_t need = l->arena_len + plen + 1 + nlen + 1;

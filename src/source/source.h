@@ -18,18 +18,9 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
+#include "core/buf.h" /* lade__buf_t */
 #include "core/config.h"
 #include "core/core.h"
-
-/* A growable byte buffer, reused across samples by one worker. */
-typedef struct lade__buf {
-  uint8_t *data;
-  size_t len;
-  size_t cap;
-} lade__buf_t;
-
-int lade__buf_reserve(lade__buf_t *b, size_t cap);
-void lade__buf_free(lade__buf_t *b);
 
 /* A listing of files under a root, kept in one arena (no allocation per
  * file): sorted class folders give integer labels, files sorted within, in

@@ -1,9 +1,12 @@
 /*
- * plan.h - which samples each learner trains on at every (epoch, step).
+ * regular.h - the regular order every plan starts from: which samples each
+ * learner trains on at every (epoch, step) under global shuffling.
  *
- * Plans are pure, deterministic functions of (parameters, seed, world size):
- * every learner computes the same plan without messages, and any (epoch,
- * step) can be computed directly (seek). The `regular` plan is PyTorch's
+ * (The public planner API, every plan kind, is include/lade/plan.h; each
+ * kind starts from this order.) Plans are pure, deterministic functions of
+ * (parameters, seed, world size): every learner computes the same plan
+ * without messages, and any (epoch, step) of this order can be computed
+ * directly (seek). The `regular` plan is PyTorch's
  * DistributedSampler applied to global batches: one permutation of [0, N)
  * per epoch from the counter-based RNG keyed (seed, epoch), cut into global
  * batches of G = batch_size * world_size, learner r taking the contiguous
@@ -18,8 +21,8 @@
  * (The simulator's lade__regular_global still pads the last global batch to
  * a full G; with its default drop_last the two agree.)
  */
-#ifndef LADE_PLAN_H
-#define LADE_PLAN_H
+#ifndef LADE_PLAN_REGULAR_H
+#define LADE_PLAN_REGULAR_H
 
 #include <stdbool.h>
 #include <stdint.h>

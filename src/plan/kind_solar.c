@@ -1,0 +1,245 @@
+/* kind_solar.c - `solar` (paper 002): the shuffles of all epochs drawn ahead
+ * and the epoch order chosen at create (open-path TSP, order.c); node-to-
+ * sample remapping (a cached sample trains on the learner caching it); load
+ * balancing that lets local batch sizes differ by up to `imbalance` and
+ * water-fills storage reads; farthest-next-use eviction over disjoint caches
+ * (the driver's owner[]), where the next use of a sample is its position in
+ * the next training epoch (remapping keeps it on the learner that caches
+ * it); each learner's storage reads sorted and coalesced into ranges. */
+#include <assert.h>
+#include <string.h>
+
+#include "planner.h"
+
+typedef struct solar {
+  uint64_t *key;           /* N: the live eviction key of each cached sample */
+  uint32_t *inv_next;      /* N: positions in the shuffle of the next training epoch */
+  uint64_t inv_next_epoch; /* training epoch whose successor's inverse is in inv_next (NONE: none) */
+  uint64_t *perm_tmp;      /* N */
+  lade__kheap_t *heaps;    /* p: (next use, sample), stale entries skipped */
+  uint64_t *rd_tmp;        /* G: one learner's storage reads, sorted */
+} solar_t;
+
+static int solar_create(lade_plan_t *pl) {
+  solar_t *k = calloc(1, sizeof *k);
+  if (!k) return lade__fail(LADE_ENOMEM, "plan: out of memory");
+  pl->ks = k;
+  const lade_plan_settings_t *s = &pl->s;
+  uint64_t N = pl->N;
+  int rc = lade__plan_owners_init(pl, 1);
+  if (rc) return rc;
+  LADE__PLAN_ALLOC(k->key, N);
+  LADE__PLAN_ALLOC(k->inv_next, N);
+  LADE__PLAN_ALLOC(k->perm_tmp, N);
+  LADE__PLAN_ALLOC(k->heaps, pl->p);
+  if (s->coalesce) LADE__PLAN_ALLOC(k->rd_tmp, pl->G);
+  if (s->reorder && s->epochs > 1) {
+    uint64_t *cost;
+    LADE__PLAN_ALLOC(cost, s->epochs * s->epochs);
+    uint64_t buf = LADE_MIN(N, s->cache * pl->p);
+    rc = lade_plan_order_costs(s, buf, cost);
+    if (!rc) rc = lade_plan_order_solve(cost, s->epochs, s->order_algo, s->seed, pl->order, NULL);
+    free(cost);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+static void solar_reset(lade_plan_t *pl) {
+  solar_t *k = pl->ks;
+  for (uint32_t r = 0; r < pl->p; r++) k->heaps[r].n = 0;
+  k->inv_next_epoch = LADE__PLAN_NONE;
+}
+
+/* SOLAR load balancing: local batch sizes b_r in [lo, hi] summing to G that
+ * minimise the largest storage load max(0, b_r - cached_r) (water filling). */
+static void solar_quota(lade_plan_t *pl) {
+  uint32_t p = pl->p;
+  uint64_t B = pl->B, K = pl->s.imbalance;
+  if (!K) {
+    for (uint32_t r = 0; r < p; r++) pl->quota[r] = B;
+    return;
+  }
+  uint64_t lo = B > K / 2 ? B - K / 2 : 0, hi = B + (K - K / 2);
+  uint64_t a = 0, b = hi; /* smallest level L with sum clamp(cnt + L) >= G */
+  while (a < b) {
+    uint64_t L = (a + b) / 2, sum = 0;
+    for (uint32_t r = 0; r < p; r++) sum += LADE_MAX(lo, LADE_MIN(hi, pl->cnt[r] + L));
+    if (sum >= pl->G) b = L; else a = L + 1;
+  }
+  uint64_t sum = 0;
+  for (uint32_t r = 0; r < p; r++) {
+    pl->quota[r] = LADE_MAX(lo, LADE_MIN(hi, pl->cnt[r] + a));
+    sum += pl->quota[r];
+  }
+  /* trim the excess: first learners exactly at the level (their load drops),
+   * then round robin over any learner above lo (only when level 0 overshoots) */
+  for (uint32_t r = 0; r < p && sum > pl->G && a > 0; r++)
+    if (pl->quota[r] > lo && pl->quota[r] == pl->cnt[r] + a) {
+      pl->quota[r]--;
+      sum--;
+    }
+  while (sum > pl->G)
+    for (uint32_t r = 0; r < p && sum > pl->G; r++)
+      if (pl->quota[r] > lo) {
+        pl->quota[r]--;
+        sum--;
+      }
+  assert(sum == pl->G);
+}
+
+static void sort_u64(uint64_t *a, uint64_t n) {
+  for (uint64_t i = 1; i < n; i++) {
+    uint64_t x = a[i], j = i;
+    while (j > 0 && a[j - 1] > x) {
+      a[j] = a[j - 1];
+      j--;
+    }
+    a[j] = x;
+  }
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void coalesce(lade_plan_t *pl, solar_t *k, lade__plan_out_t *out) {
+  uint64_t nr = 0;
+  out->rd_off[0] = 0;
+  for (uint32_t r = 0; r < pl->p; r++) {
+    uint64_t n = 0;
+    for (uint64_t i = out->off[r]; i < out->off[r + 1]; i++)
+      if (out->from[i] == LADE_FROM_STORAGE) k->rd_tmp[n++] = out->samples[i];
+    if (n <= 64) sort_u64(k->rd_tmp, n); else qsort(k->rd_tmp, n, sizeof *k->rd_tmp, cmp_u64);
+    for (uint64_t i = 0; i < n; i++) {
+      if (nr > out->rd_off[r] && out->rd_start[nr - 1] + out->rd_count[nr - 1] == k->rd_tmp[i]) {
+        out->rd_count[nr - 1]++;
+      } else if (nr > out->rd_off[r] && out->rd_start[nr - 1] + out->rd_count[nr - 1] > k->rd_tmp[i]) {
+        /* a duplicate (padding): already covered */
+      } else {
+        out->rd_start[nr] = k->rd_tmp[i];
+        out->rd_count[nr++] = 1;
+      }
+    }
+    out->rd_off[r + 1] = nr;
+  }
+}
+
+static void solar_prepare_epoch(lade_plan_t *pl, solar_t *k) {
+  if (k->inv_next_epoch == pl->epoch) return;
+  k->inv_next_epoch = pl->epoch;
+  if (pl->epoch + 1 >= pl->s.epochs) return;
+  lade__shuffle_epoch(&pl->rp, pl->order[pl->epoch + 1], k->perm_tmp);
+  for (uint64_t i = 0; i < pl->N; i++) k->inv_next[k->perm_tmp[i]] = (uint32_t)i;
+}
+
+static int solar_valid_top(lade_plan_t *pl, solar_t *k, uint32_t r) {
+  lade__kheap_t *h = &k->heaps[r];
+  while (h->n) {
+    uint64_t s = h->val[0];
+    if (pl->owner[s] == (int32_t)r && k->key[s] == h->key[0]) return 1;
+    lade__kheap_pop(h);
+  }
+  return 0;
+}
+
+static int solar_step(lade_plan_t *pl, lade__plan_out_t *out) {
+  solar_t *k = pl->ks;
+  uint32_t p = pl->p;
+  uint64_t G = pl->G;
+  solar_prepare_epoch(pl, k);
+  out->view.deficit = lade__plan_count_holders(pl);
+  solar_quota(pl);
+  out->off[0] = 0;
+  for (uint32_t r = 0; r < p; r++) out->off[r + 1] = out->off[r] + pl->quota[r];
+  memset(pl->kept, 0, p * sizeof *pl->kept);
+  /* remapping: a cached sample goes to the learner that caches it */
+  uint64_t npool = 0;
+  for (uint64_t i = 0; i < G; i++) {
+    int32_t o = pl->holder[i];
+    if (o >= 0 && pl->kept[o] < pl->quota[o]) {
+      uint64_t at = out->off[o] + pl->kept[o]++;
+      out->samples[at] = pl->gb[i];
+      out->from[at] = LADE_FROM_CACHE;
+    } else {
+      pl->holder[npool++] = (int32_t)i; /* reuse holder[] as the pool of batch positions */
+    }
+  }
+  uint32_t r = 0;
+  for (uint64_t j = 0; j < npool; j++) {
+    while (pl->kept[r] >= pl->quota[r]) r++;
+    uint64_t at = out->off[r] + pl->kept[r]++;
+    out->samples[at] = pl->gb[pl->holder[j]];
+    out->from[at] = LADE_FROM_STORAGE;
+  }
+  if (pl->s.coalesce) coalesce(pl, k, out);
+  /* phase 2: farthest-next-use caching over the aggregate of disjoint caches */
+  uint64_t C = pl->s.cache;
+  int last = pl->epoch + 1 >= pl->s.epochs;
+  for (uint32_t q = 0; q < p; q++) {
+    lade__kheap_t *h = &k->heaps[q];
+    for (uint64_t i = out->off[q]; i < out->off[q + 1]; i++) {
+      uint64_t s = out->samples[i];
+      uint64_t nk = last ? LADE__PLAN_INF_KEY : (pl->epoch + 1) * pl->used + k->inv_next[s];
+      if (pl->owner[s] == (int32_t)q) { /* hit, or a duplicate just admitted */
+        if (nk == LADE__PLAN_INF_KEY) {
+          lade__plan_disown(pl, s);
+        } else if (k->key[s] != nk) {
+          k->key[s] = nk;
+          int rc = lade__kheap_push(h, nk, s);
+          if (rc) return rc;
+        }
+        continue;
+      }
+      if (pl->owner[s] >= 0) lade__plan_disown(pl, s); /* moved: its holder had no room in its batch */
+      if (nk == LADE__PLAN_INF_KEY || !C) continue;
+      if (pl->ucount[q] >= C) {
+        if (!solar_valid_top(pl, k, q) || h->key[0] <= nk) continue;
+        uint64_t victim = h->val[0];
+        lade__kheap_pop(h);
+        lade__plan_disown(pl, victim);
+      }
+      lade__plan_own(pl, q, s);
+      k->key[s] = nk;
+      int rc = lade__kheap_push(h, nk, s);
+      if (rc) return rc;
+      if (h->n > 2 * pl->ucount[q] + 64) { /* compact: drop the stale entries */
+        uint64_t w = 0;
+        for (uint64_t j = 0; j < h->n; j++) {
+          uint64_t x = h->val[j];
+          if (pl->owner[x] == (int32_t)q && k->key[x] == h->key[j]) {
+            h->key[w] = h->key[j];
+            h->val[w++] = x;
+          }
+        }
+        h->n = w;
+        lade__kheap_heapify(h);
+      }
+    }
+  }
+  return 0;
+}
+
+static void solar_destroy(lade_plan_t *pl) {
+  solar_t *k = pl->ks;
+  if (!k) return;
+  if (k->heaps) {
+    for (uint32_t r = 0; r < pl->p; r++) lade__kheap_free(&k->heaps[r]);
+    free(k->heaps);
+  }
+  free(k->key);
+  free(k->inv_next);
+  free(k->perm_tmp);
+  free(k->rd_tmp);
+  free(k);
+}
+
+const lade__plan_ops_t lade__kind_solar = {
+    .name = "solar",
+    .flags = LADE__KIND_READS,
+    .create = solar_create,
+    .reset = solar_reset,
+    .step = solar_step,
+    .destroy = solar_destroy,
+};

@@ -1,0 +1,158 @@
+/*
+ * planner.h - the inside of lade_plan_t: what every plan kind shares, and the
+ * small step interface each kind fills (one file per kind, kind_*.c).
+ *
+ * The driver (planner.c) owns the position (epoch, step), the epoch order,
+ * the regular global batch of the step, the step's event list and its output
+ * buffers, and the cache models more than one kind uses (a directory of
+ * disjoint caches; a node pool of overlapping ones). A kind owns what only it
+ * needs (eviction heaps, next-use tables, balancing scratch) behind
+ * lade_plan_t.ks, and answers one step at a time:
+ *
+ *   step(pl, out): on entry pl->gb holds the regular global batch of
+ *   (order[pl->epoch], pl->step), the event list is empty and out->view's
+ *   header is filled (other fields zero). The kind writes out->samples,
+ *   out->from and out->off (a permutation of gb: DESIGN.md invariant 1),
+ *   records its cache admits/evicts as events (lade__plan_event, or the
+ *   cache-model helpers below, which emit them), and may set
+ *   out->view.deficit, out->view.transfers with out->tr, and out->rd_*.
+ *   The driver then groups the events into out's admit/evict lists.
+ *
+ * Steps come strictly in order: a kind may carry state from one step to the
+ * next (its caches), reset() takes it back to empty caches before (0, 0),
+ * and seeking replays (unless the kind is LADE__KIND_STATELESS). The output
+ * buffers are a separate lade__plan_out_t so that a driver can keep a window
+ * of computed steps (the engine's plan cursor, issue 10) without the kinds
+ * knowing: state is O(N + p*cache), each step in the window O(G + p).
+ *
+ * Not thread-safe, as lade_plan_t.
+ */
+#ifndef LADE_PLAN_PLANNER_H
+#define LADE_PLAN_PLANNER_H
+
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "cachestate.h"
+#include "core/core.h"
+#include "lade/plan.h"
+#include "regular.h"
+
+#define LADE__PLAN_NONE UINT64_MAX
+#define LADE__PLAN_INF_KEY (UINT64_MAX - 1) /* "never used again" in farthest-next-use keys */
+
+/* calloc of n entries (at least one) into ptr; on failure returns
+ * LADE_ENOMEM from the enclosing function, whose caller destroys the plan
+ * (which frees whatever was allocated). */
+#define LADE__PLAN_ALLOC(ptr, n)                                                            \
+  do {                                                                                      \
+    size_t n_ = (size_t)(n);                                                                \
+    (ptr) = calloc(n_ ? n_ : 1, sizeof *(ptr));                                             \
+    if (!(ptr))                                                                             \
+      return lade__fail(LADE_ENOMEM, "plan: out of memory (%s, %llu entries)", #ptr,        \
+                        (unsigned long long)(n));                                           \
+  } while (0)
+
+/* One computed step: the arrays lade_plan_step_t points into. */
+typedef struct lade__plan_out {
+  lade_plan_step_t view;
+  uint64_t *samples, *off;                   /* G samples; offset[p+1] */
+  int32_t *from;                             /* G sources */
+  uint64_t *admit, *admit_off, *evict, *evict_off;
+  lade_plan_transfer_t *tr;                  /* p entries: at most p-1 transfers */
+  uint64_t *rd_start, *rd_count, *rd_off;    /* NULL unless the kind coalesces reads */
+} lade__plan_out_t;
+
+enum {
+  LADE__KIND_STATELESS = 1, /* a step depends on (epoch, step) only: seek jumps */
+  LADE__KIND_READS = 2      /* with the coalesce setting, fills out->rd_* */
+};
+
+
+/* One plan kind. Every function but step may be NULL. create allocates
+ * pl->ks and whatever shared model the kind uses (lade__plan_owners_init,
+ * lade__plan_nodes_init) and may set pl->order; on failure it returns the
+ * error and the driver calls destroy. reset() runs after create and before
+ * any replay, once the driver has emptied the shared models. */
+typedef struct lade__plan_ops {
+  const char *name; /* lade_plan_kind_name() */
+  unsigned flags;   /* LADE__KIND_* */
+  int (*create)(lade_plan_t *pl);
+  void (*reset)(lade_plan_t *pl);
+  int (*step)(lade_plan_t *pl, lade__plan_out_t *out);
+  void (*destroy)(lade_plan_t *pl);
+} lade__plan_ops_t;
+
+extern const lade__plan_ops_t lade__kind_regular, lade__kind_regular_lru, lade__kind_regular_belady,
+    lade__kind_distcache, lade__kind_locality, lade__kind_solar;
+
+/* A (learner, sample) entry of the overlapping caches, in one pool. */
+typedef struct lade__plan_node {
+  uint64_t sample, key, prev, next, adm_serial, pend;
+} lade__plan_node_t;
+
+struct lade_plan {
+  const lade__plan_ops_t *ops;
+  void *ks; /* the kind's own state */
+  lade_plan_settings_t s;
+  lade__plan_params_t rp;
+  lade__regular_t *reg;
+  uint64_t N, G, B, steps, used; /* used: positions of an epoch trained (steps * G) */
+  uint32_t p;
+  uint64_t epoch, step, serial;  /* the next step to compute; serial counts steps from (0, 0) */
+  uint64_t *order;               /* shuffle epoch of each training epoch */
+  lade__plan_out_t out;          /* the step lade_plan_next() hands out */
+
+  /* scratch of one step, shared by the kinds */
+  uint64_t *gb;                  /* the regular global batch (G) */
+  int32_t *holder;               /* G */
+  uint64_t *cnt, *kept, *quota, *room; /* p each */
+
+  /* admit/evict events of the step: (learner, sample, +1/-1/0 cancelled) */
+  uint32_t *ev_l;
+  uint64_t *ev_s;
+  int8_t *ev_t;
+  uint64_t nev, evcap;
+
+  uint64_t *ucount;              /* cache occupancy per learner (every kind) */
+
+  /* disjoint caches (distcache, locality, solar): owner[sample] or -1 */
+  int32_t *owner;
+  uint64_t *adm_serial, *pend;   /* optional: cancel an admit in the step that made it */
+
+  /* overlapping caches (regular+lru/belady): (learner, sample) -> node */
+  lade__hmap_t map;
+  lade__plan_node_t *nodes;
+  uint64_t nnodes, nodecap, freelist;
+};
+
+/* Records an admit (+1) or evict (-1) of sample s by learner r; returns its index. */
+uint64_t lade__plan_event(lade_plan_t *pl, uint32_t r, uint64_t s, int t);
+
+/* The regular slices: learner r trains on gb[r*B .. (r+1)*B). Sets samples and off. */
+void lade__plan_regular_slices(lade_plan_t *pl, lade__plan_out_t *out);
+
+/* ---- disjoint caches */
+
+/* Allocates owner[] (and adm_serial/pend with `cancel`: a sample admitted and
+ * evicted in the same step then leaves no event). */
+int lade__plan_owners_init(lade_plan_t *pl, int cancel);
+void lade__plan_own(lade_plan_t *pl, uint32_t r, uint64_t s);
+void lade__plan_disown(lade_plan_t *pl, uint64_t s);
+/* Cached samples of gb per learner (holder[i] = owner or -1, cnt[r]) and the
+ * deficit sum over learners of max(0, B - cnt[r]). */
+uint64_t lade__plan_count_holders(lade_plan_t *pl);
+
+/* ---- overlapping caches */
+
+int lade__plan_nodes_init(lade_plan_t *pl);
+/* The map key of (learner, sample): samples < 2^32, learners < 2^24 (checked at create). */
+static inline uint64_t lade__plan_mkey(uint32_t r, uint64_t s) { return ((uint64_t)r << 40) | s; }
+/* from[] of the regular slices against the caches at the start of the step. */
+void lade__plan_nodes_sources(lade_plan_t *pl, lade__plan_out_t *out);
+/* Adds sample s with eviction key `key` to learner r's cache (an admit event). */
+int lade__plan_node_add(lade_plan_t *pl, uint32_t r, uint64_t s, uint64_t key, uint64_t *out);
+/* Removes node n of learner r: an evict event, or cancels its admit of this step. */
+void lade__plan_node_drop(lade_plan_t *pl, uint32_t r, uint64_t n);
+
+#endif
