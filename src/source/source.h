@@ -155,6 +155,8 @@ struct lade__source {
 extern const lade__source_ops_t lade__source_dir;
 extern const lade__source_ops_t lade__source_npy;
 extern const lade__source_ops_t lade__source_s3; /* source=s3://bucket/prefix (needs libcurl) */
+/* WebDataset tar shards: a .tar, a folder of them, a brace pattern, a list file */
+extern const lade__source_ops_t lade__source_tar;
 
 /* Chooses the backend for cfg (source_type=auto inspects the path). Returns
  * LADE_ENOENT naming the path when it does not exist. Does not list. */
