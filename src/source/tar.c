@@ -138,14 +138,38 @@ static int list_folder(strs_t *out, const char *root) {
   return rc;
 }
 
+/* Reads a small whole file (a list file, a stored index) into b; errors
+ * name the file as given. */
+static int read_small(const char *path, uint64_t max, lade__buf_t *b) {
+  struct stat st;
+  int fd = lade__open_regular(AT_FDCWD, path, path, &st);
+  if (fd < 0) return fd;
+  int rc = 0;
+  if ((uint64_t)st.st_size > max)
+    rc = lade__fail(LADE_ERANGE, "%s: %llu bytes, more than the %llu expected", path, (unsigned long long)st.st_size,
+                    (unsigned long long)max);
+  if (!rc) rc = lade__buf_reserve(b, (size_t)st.st_size + 1);
+  size_t got = 0;
+  while (!rc && got < (size_t)st.st_size) {
+    ssize_t n = pread(fd, b->data + got, (size_t)st.st_size - got, (off_t)got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) rc = lade__fail(LADE_EIO, "cannot read %s: %s", path, strerror(errno));
+    if (n == 0) rc = lade__fail(LADE_EIO, "%s changed while it was read", path);
+    if (n > 0) got += (size_t)n;
+  }
+  close(fd);
+  b->len = rc ? 0 : got;
+  return rc;
+}
+
 /* A list file: one shard per line; blank lines and lines starting with '#'
  * skipped; a relative path is relative to the list file's folder. */
 static int list_file(strs_t *out, const char *file) {
   lade__buf_t b = {0};
-  int rc = lade__read_file_max(AT_FDCWD, file, ".", 64u << 20, &b);
+  int rc = read_small(file, 64u << 20, &b);
   if (rc) {
     lade__buf_free(&b);
-    return lade__fail_prefix(rc, "shard list %s: ", file);
+    return rc;
   }
   char dir[LADE_PATH_MAX];
   const char *slash = strrchr(file, '/');
@@ -371,7 +395,7 @@ static void index_path(char *out, size_t size, const struct lade_config *cfg, co
 static int index_load(shard_index_t *x, const char *path, const struct stat *st) {
   lade__buf_t b = {0};
   int ok = 0;
-  if (lade__read_file_max(AT_FDCWD, path, ".", 1ull << 34, &b) != 0) goto out;
+  if (read_small(path, 1ull << 34, &b) != 0) goto out;
   idx_hdr_t h;
   if (b.len < sizeof h + 8) goto out;
   memcpy(&h, b.data, sizeof h);

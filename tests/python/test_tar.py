@@ -140,6 +140,9 @@ def test_formats_same_as_tarfile(tmp_path, fmt):
     ref = reference([shard], "raw")
     assert len(ref) == 40
     check_raw(shard, ref, shuffle=True)
+    with lade.Loader(shard, transform="raw", batch_size=1, threads=1, output="numpy", raw_size=8) as L:
+        with pytest.raises(lade.Error, match=r"does not name its classes \(labels 0\.\.9\)"):
+            L.classes  # .cls labels have no names (as s3 labels)
 
 
 def test_name_without_nul_and_folder_labels(tmp_path):
