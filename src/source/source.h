@@ -94,6 +94,11 @@ typedef struct lade__source_ops {
   int (*read_payload)(lade__source_t *s, uint64_t idx, void *dst, size_t len);
   /* A human name for sample idx (its path), for error messages. */
   void (*describe)(lade__source_t *s, uint64_t idx, char *buf, size_t size);
+  /* Optional: the version of sample idx's bytes that the disk cache tier
+   * stores and checks (a hash of what changes when they change), for samples
+   * that are not one file a stat() of describe()'s name can check (a tar
+   * shard's members). > 1; 1 when unknown. Thread-safe. */
+  uint64_t (*version)(lade__source_t *s, uint64_t idx);
 
   /* ---- optional: high-latency (remote) sources. NULL for local ones. ----
    * submit() starts fetching these samples in the background and returns at

@@ -749,6 +749,22 @@ static int tar_read(lade__source_t *s, uint64_t idx, lade__buf_t *out) {
   return rc;
 }
 
+/* The disk tier's version of a sample: its shard's size, mtime and inode,
+ * from the descriptor the reads use (so the version always belongs to the
+ * bytes read), or a stat of the path for shards opened per read. The stat
+ * of fetch.c cannot see it: SHARD.tar/KEY is no file. */
+static uint64_t tar_version(lade__source_t *s, uint64_t idx) {
+  tar_impl_t *t = s->impl;
+  uint32_t si = t->shard[idx];
+  struct stat st;
+  int fd = t->fd[si];
+  if (fd >= 0 ? fstat(fd, &st) != 0 : stat(strs_at(&t->shards, si), &st) != 0) return 1;
+  uint64_t v[4] = {(uint64_t)st.st_size, (uint64_t)st.st_mtim.tv_sec, (uint64_t)st.st_mtim.tv_nsec,
+                   (uint64_t)st.st_ino};
+  uint64_t h = lade__hash64(v, sizeof v, 0x5441525645520000ull);
+  return h > 1 ? h : h + 2;
+}
+
 /* SHARD/KEY: the shard's path and the sample's key. */
 static void tar_describe(lade__source_t *s, uint64_t idx, char *buf, size_t size) {
   tar_impl_t *t = s->impl;
@@ -757,4 +773,9 @@ static void tar_describe(lade__source_t *s, uint64_t idx, char *buf, size_t size
 }
 
 const lade__source_ops_t lade__source_tar = {
-    .name = "tar", .open = tar_open, .close = tar_close, .read = tar_read, .describe = tar_describe};
+    .name = "tar",
+    .open = tar_open,
+    .close = tar_close,
+    .read = tar_read,
+    .describe = tar_describe,
+    .version = tar_version};

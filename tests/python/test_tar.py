@@ -388,3 +388,28 @@ def test_no_samples(tmp_path):
     shard = write_shard(tmp_path / "e.tar", [("a.json", b"{}"), ("README", b"x")])
     msg = error_of(shard, transform="imagenet-eval")
     assert shard in msg and "no samples" in msg
+
+
+# ---------------------------------------------------------------- the disk cache tier
+
+@pytest.mark.parametrize("kind", ["shard", "folder", "list", "brace"])
+def test_disk_cache_sees_a_changed_shard(tmp_path, kind):
+    """SHARD.tar/KEY is no file that the disk tier's stat() could check: the source gives the
+    version (the shard's size, mtime, inode). Before it, folder and list sources got old bytes."""
+    d = tmp_path / "d"
+    os.makedirs(d)
+    shard = write_shard(d / "a-0.tar", [("x.bin", b"AAAA"), ("y.bin", b"BBBB")])
+    (d / "l.txt").write_text("a-0.tar\n")
+    src = {"shard": shard, "folder": str(d), "list": str(d / "l.txt"), "brace": str(d / "a-{0..0}.tar")}[kind]
+
+    def run():
+        with lade.Loader(src, transform="raw", batch_size=2, epochs=1, shuffle=False, threads=1, output="numpy",
+                         raw_size=4, cache_dir=str(tmp_path / "cache")) as L:
+            out = [bytes(r) for dd, _ in L for r in dd]
+            return out, L.epoch_stats(0)["samples_by_source"]  # (storage, memory, disk, peer)
+    assert run()[0] == [b"AAAA", b"BBBB"]
+    got, by = run()
+    assert got == [b"AAAA", b"BBBB"] and by[2] == 2  # unchanged: served by the disk tier
+    write_shard(shard, [("x.bin", b"CCCC"), ("y.bin", b"DDDD")])
+    got, by = run()
+    assert got == [b"CCCC", b"DDDD"] and by[2] == 0 and by[0] == 2
