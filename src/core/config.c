@@ -33,9 +33,12 @@ typedef struct setting {
 
 static const setting_t settings[] = {
     {"source", T_STR, OFF(source), SZ(source), 0, 0, NULL, "",
-     "dataset: an ImageFolder tree, a folder of .npy files, one stacked .npy, or s3://bucket/prefix"},
-    {"source_type", T_ENUM, OFF(source_type), 0, 0, 0, "auto|dir|npy|s3", "auto",
-     "source backend (auto: s3 for s3://, npy for a .npy file or a folder holding only .npy files, else dir)"},
+     "dataset: an ImageFolder tree, a folder of .npy files, one stacked .npy, tar shards (a .tar, a folder of them, "
+     "a brace pattern, a .txt list), or s3://bucket/prefix"},
+    {"source_type", T_ENUM, OFF(source_type), 0, 0, 0, "auto|dir|npy|s3|tar", "auto",
+     "source backend (auto: s3 for s3://; tar for a .tar file, a folder of .tar files, a brace pattern "
+     "train-{000000..000099}.tar or a .txt list of shards; npy for a .npy file or a folder holding only .npy files; "
+     "else dir)"},
     {"transform", T_ENUM, OFF(transform), 0, 0, 0, "auto|raw|npy|imagenet-train|imagenet-eval", "auto",
      "sample transform (auto: npy for npy sources, imagenet-train for dir)"},
     {"batch_size", T_U32, OFF(batch_size), 0, 1, 1 << 20, NULL, "32", "samples per batch on this learner"},

@@ -262,6 +262,7 @@ static void dataset_ns(lade__fetch_t *f, char *ns, size_t size) {
 static uint64_t sample_version(lade__fetch_t *f, uint64_t idx) {
   if (!f->disk) return 0;
   if (f->remote) return f->p.src->sizes && idx < f->p.src->count ? f->p.src->sizes[idx] : 0;
+  if (f->p.ops->version) return f->p.ops->version(f->p.src, idx);
   char path[LADE_PATH_MAX + 64], abs[2 * LADE_PATH_MAX + 80];
   struct stat st;
   f->p.ops->describe(f->p.src, idx, path, sizeof path);

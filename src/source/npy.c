@@ -371,6 +371,26 @@ static int folder_looks_npy(const char *root, int depth) {
   return sub[0] ? folder_looks_npy(sub, depth + 1) : 0;
 }
 
+/* auto: a folder with .tar files and no sub-folders holds shards. */
+static int folder_is_shards(const char *root) {
+  DIR *d = opendir(root);
+  if (!d) return 0;
+  struct dirent *e;
+  int tars = 0, dirs = 0;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    struct stat st;
+    int is_dir = e->d_type == DT_DIR ||
+                 (e->d_type == DT_UNKNOWN || e->d_type == DT_LNK ? fstatat(dirfd(d), e->d_name, &st, 0) == 0 &&
+                                                                        S_ISDIR(st.st_mode)
+                                                                  : 0);
+    if (is_dir) dirs++;
+    else if (has_suffix(e->d_name, ".tar")) tars++;
+  }
+  closedir(d);
+  return tars > 0 && dirs == 0;
+}
+
 int lade__source_select(const struct lade_config *cfg, const lade__source_ops_t **ops) {
   if (!cfg->source[0]) return lade__fail(LADE_EINVAL, "setting 'source' is empty: give the dataset path");
   if (cfg->source_type == LADE_SRC_S3 || strncmp(cfg->source, "s3://", 5) == 0) {
@@ -385,7 +405,12 @@ int lade__source_select(const struct lade_config *cfg, const lade__source_ops_t 
 #endif
   }
   struct stat st;
-  if (stat(cfg->source, &st) != 0)
+  int exists = stat(cfg->source, &st) == 0;
+  if (cfg->source_type == LADE_SRC_TAR || (cfg->source_type == LADE_SRC_AUTO && !exists && strchr(cfg->source, '{'))) {
+    *ops = &lade__source_tar; /* a brace pattern names no file itself; the source checks each shard */
+    return 0;
+  }
+  if (!exists)
     return lade__fail(errno == ENOENT ? LADE_ENOENT : LADE_EIO, "dataset %s: %s", cfg->source, strerror(errno));
   switch (cfg->source_type) {
     case LADE_SRC_DIR:
@@ -398,13 +423,21 @@ int lade__source_select(const struct lade_config *cfg, const lade__source_ops_t 
     default:
       break;
   }
+  if (S_ISREG(st.st_mode) && (has_suffix(cfg->source, ".tar") || has_suffix(cfg->source, ".txt"))) {
+    *ops = &lade__source_tar;
+    return 0;
+  }
   if (S_ISREG(st.st_mode)) {
     if (!has_suffix(cfg->source, ".npy"))
-      return lade__fail(LADE_EINVAL, "dataset %s is a file but not a .npy; give a folder or a stacked .npy", cfg->source);
+      return lade__fail(LADE_EINVAL,
+                        "dataset %s is a file but not a .npy, a .tar or a .txt list of shards; give a folder or one of "
+                        "those", cfg->source);
     *ops = &lade__source_npy;
     return 0;
   }
   if (!S_ISDIR(st.st_mode)) return lade__fail(LADE_EINVAL, "dataset %s is neither a folder nor a file", cfg->source);
-  *ops = folder_looks_npy(cfg->source, 0) ? &lade__source_npy : &lade__source_dir;
+  *ops = folder_is_shards(cfg->source) ? &lade__source_tar
+         : folder_looks_npy(cfg->source, 0) ? &lade__source_npy
+                                            : &lade__source_dir;
   return 0;
 }

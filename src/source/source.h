@@ -85,6 +85,11 @@ typedef struct lade__source_ops {
   int (*read_payload)(lade__source_t *s, uint64_t idx, void *dst, size_t len);
   /* A human name for sample idx (its path), for error messages. */
   void (*describe)(lade__source_t *s, uint64_t idx, char *buf, size_t size);
+  /* Optional: the version of sample idx's bytes that the disk cache tier
+   * stores and checks (a hash of what changes when they change), for samples
+   * that are not one file a stat() of describe()'s name can check (a tar
+   * shard's members). > 1; 1 when unknown. Thread-safe. */
+  uint64_t (*version)(lade__source_t *s, uint64_t idx);
 
   /* ---- optional: high-latency (remote) sources. NULL for local ones. ----
    * submit() starts fetching these samples in the background and returns at
@@ -146,6 +151,8 @@ struct lade__source {
 extern const lade__source_ops_t lade__source_dir;
 extern const lade__source_ops_t lade__source_npy;
 extern const lade__source_ops_t lade__source_s3; /* source=s3://bucket/prefix (needs libcurl) */
+/* WebDataset tar shards: a .tar, a folder of them, a brace pattern, a list file */
+extern const lade__source_ops_t lade__source_tar;
 
 /* Chooses the backend for cfg (source_type=auto inspects the path). Returns
  * LADE_ENOENT naming the path when it does not exist. Does not list. */
