@@ -259,6 +259,8 @@ static void dataset_ns(lade__fetch_t *f, char *ns, size_t size) {
  * bytes read after a change are never stored under the older version.
  * Costs one stat() per read while a disk tier is on (measured in
  * docs/cache.md). */
+#define VER_UNKNOWN 1 /* sample_version() could not stat the sample: the disk tier is bypassed */
+
 static uint64_t sample_version(lade__fetch_t *f, uint64_t idx) {
   if (!f->disk) return 0;
   if (f->remote) return f->p.src->sizes && idx < f->p.src->count ? f->p.src->sizes[idx] : 0;
@@ -274,7 +276,7 @@ static uint64_t sample_version(lade__fetch_t *f, uint64_t idx) {
     p = abs;
     src = f->root_abs;
   }
-  if (stat(p, &st) != 0 && (stat(src, &st) != 0 || !S_ISREG(st.st_mode))) return 1;
+  if (stat(p, &st) != 0 && (stat(src, &st) != 0 || !S_ISREG(st.st_mode))) return VER_UNKNOWN;
   uint64_t v[4] = {(uint64_t)st.st_size, (uint64_t)st.st_mtim.tv_sec, (uint64_t)st.st_mtim.tv_nsec,
                    (uint64_t)st.st_ino};
   uint64_t h = lade__hash64(v, sizeof v, 0x5645525349304eull);
@@ -425,6 +427,8 @@ int lade__fetch_read(lade__fetch_t *f, uint64_t idx, uint64_t epoch, lade__buf_t
   if (f->used && idx < f->pp.samples)
     atomic_store_explicit(&f->used[idx], (uint32_t)LADE_MIN(epoch + 1, UINT32_MAX), memory_order_relaxed);
   uint64_t ver = sample_version(f, idx);
+  /* an unknown version could match a stale entry stored as unknown too */
+  lade__cache_t *disk = ver == VER_UNKNOWN ? NULL : f->disk;
   if (f->mem && lade__cache_get_ver(f->mem, idx, ver, out) == 0) {
     if (f->disk) lade__cache_touch(f->disk, idx); /* keep the disk tier's policy state true */
     *tier = LADE_TIER_MEM;
@@ -432,7 +436,7 @@ int lade__fetch_read(lade__fetch_t *f, uint64_t idx, uint64_t epoch, lade__buf_t
     return 0;
   }
   for (int pass = 0; pass < 2; pass++) {
-    if (f->disk && lade__cache_get_ver(f->disk, idx, ver, out) == 0) {
+    if (disk && lade__cache_get_ver(disk, idx, ver, out) == 0) {
       if (f->mem) lade__cache_put_ver(f->mem, idx, ver, out->data, out->len);
       *tier = LADE_TIER_DISK;
       count(f, *tier, out->len);
@@ -460,7 +464,7 @@ int lade__fetch_read(lade__fetch_t *f, uint64_t idx, uint64_t epoch, lade__buf_t
   if (f->mem) lade__cache_put_ver(f->mem, idx, ver, out->data, out->len);
   /* with the prefetcher on, it alone fills the disk tier (DELI): a miss
    * written there would push out samples fetched for the near future */
-  if (f->disk && !f->pf_on) lade__cache_put_ver(f->disk, idx, ver, out->data, out->len);
+  if (disk && !f->pf_on) lade__cache_put_ver(disk, idx, ver, out->data, out->len);
   return 0;
 }
 
@@ -603,7 +607,7 @@ static void *prefetch_main(void *arg) {
     pthread_mutex_unlock(&f->mu);
     uint64_t ver = sample_version(f, idx);
     if (f->p.ops->read(f->p.src, idx, &buf) == 0) {
-      lade__cache_put_ver(f->disk, idx, ver, buf.data, buf.len);
+      if (ver != VER_UNKNOWN) lade__cache_put_ver(f->disk, idx, ver, buf.data, buf.len);
       atomic_fetch_add_explicit(&f->prefetched, 1, memory_order_relaxed);
     } else {
       atomic_fetch_add_explicit(&f->pf_errors, 1, memory_order_relaxed); /* the worker's own read reports it */
