@@ -1,0 +1,113 @@
+/* select.c - which source backend reads a `source` setting (source_type,
+ * or auto: s3:// is s3; a .npy file, or a folder holding only .npy files, is
+ * npy; a .tar, a folder of shards, a brace pattern or a list of shards is
+ * tar; any other folder is dir). Separate from every backend so that each
+ * backend file holds one backend. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "source.h"
+
+static int has_suffix(const char *s, const char *suf) {
+  size_t a = strlen(s), b = strlen(suf);
+  return a >= b && strcmp(s + a - b, suf) == 0;
+}
+
+/* auto: a regular file ending in .npy is stacked npy; a folder whose first
+ * file found (depth-first, sorted enough for a decision) ends in .npy is npy;
+ * otherwise dir. */
+static int folder_looks_npy(const char *root, int depth) {
+  if (depth > 3) return 0;
+  DIR *d = opendir(root);
+  if (!d) return 0;
+  struct dirent *e;
+  int verdict = -1;
+  char sub[LADE_PATH_MAX];
+  sub[0] = '\0';
+  while (verdict < 0 && (e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    if (e->d_type == DT_DIR) {
+      if (!sub[0]) snprintf(sub, sizeof sub, "%s/%s", root, e->d_name);
+      continue;
+    }
+    verdict = has_suffix(e->d_name, ".npy");
+  }
+  closedir(d);
+  if (verdict >= 0) return verdict;
+  return sub[0] ? folder_looks_npy(sub, depth + 1) : 0;
+}
+
+/* auto: a folder with .tar files and no sub-folders holds shards. */
+static int folder_is_shards(const char *root) {
+  DIR *d = opendir(root);
+  if (!d) return 0;
+  struct dirent *e;
+  int tars = 0, dirs = 0;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    struct stat st;
+    int is_dir = e->d_type == DT_DIR ||
+                 (e->d_type == DT_UNKNOWN || e->d_type == DT_LNK ? fstatat(dirfd(d), e->d_name, &st, 0) == 0 &&
+                                                                        S_ISDIR(st.st_mode)
+                                                                  : 0);
+    if (is_dir) dirs++;
+    else if (has_suffix(e->d_name, ".tar")) tars++;
+  }
+  closedir(d);
+  return tars > 0 && dirs == 0;
+}
+
+int lade__source_select(const struct lade_config *cfg, const lade__source_ops_t **ops) {
+  if (!cfg->source[0]) return lade__fail(LADE_EINVAL, "setting 'source' is empty: give the dataset path");
+  if (cfg->source_type == LADE_SRC_S3 || strncmp(cfg->source, "s3://", 5) == 0) {
+#ifdef LADE_HAVE_CURL
+    if (strncmp(cfg->source, "s3://", 5) != 0)
+      return lade__fail(LADE_EINVAL, "dataset %s: source_type=s3 needs source=s3://bucket/prefix", cfg->source);
+    *ops = &lade__source_s3;
+    return 0;
+#else
+    return lade__fail(LADE_EUNSUPPORTED, "dataset %s: the s3 source needs libcurl, which this build lacks (LADE_WITH_CURL)",
+                      cfg->source);
+#endif
+  }
+  struct stat st;
+  int exists = stat(cfg->source, &st) == 0;
+  if (cfg->source_type == LADE_SRC_TAR || (cfg->source_type == LADE_SRC_AUTO && !exists && strchr(cfg->source, '{'))) {
+    *ops = &lade__source_tar; /* a brace pattern names no file itself; the source checks each shard */
+    return 0;
+  }
+  if (!exists)
+    return lade__fail(errno == ENOENT ? LADE_ENOENT : LADE_EIO, "dataset %s: %s", cfg->source, strerror(errno));
+  switch (cfg->source_type) {
+    case LADE_SRC_DIR:
+      if (!S_ISDIR(st.st_mode)) return lade__fail(LADE_EINVAL, "dataset %s: source_type=dir needs a folder", cfg->source);
+      *ops = &lade__source_dir;
+      return 0;
+    case LADE_SRC_NPY:
+      *ops = &lade__source_npy;
+      return 0;
+    default:
+      break;
+  }
+  if (S_ISREG(st.st_mode) && (has_suffix(cfg->source, ".tar") || has_suffix(cfg->source, ".txt"))) {
+    *ops = &lade__source_tar;
+    return 0;
+  }
+  if (S_ISREG(st.st_mode)) {
+    if (!has_suffix(cfg->source, ".npy"))
+      return lade__fail(LADE_EINVAL,
+                        "dataset %s is a file but not a .npy, a .tar or a .txt list of shards; give a folder or one of "
+                        "those", cfg->source);
+    *ops = &lade__source_npy;
+    return 0;
+  }
+  if (!S_ISDIR(st.st_mode)) return lade__fail(LADE_EINVAL, "dataset %s is neither a folder nor a file", cfg->source);
+  *ops = folder_is_shards(cfg->source) ? &lade__source_tar
+         : folder_looks_npy(cfg->source, 0) ? &lade__source_npy
+                                            : &lade__source_dir;
+  return 0;
+}
