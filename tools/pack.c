@@ -18,7 +18,6 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -345,9 +344,11 @@ static int list_entries(lade_loader_t *L, const char *root, entry_t **out, uint6
   return 0;
 }
 
-static uint64_t settings_sum(const entry_t *es, uint64_t n, uint64_t shard_size, const char *transform) {
+static uint64_t settings_sum(const entry_t *es, uint64_t n, uint64_t shard_size, const char *transform,
+                             const char *src) {
   uint64_t h = 14695981039346656037ull;
   h = fnv(h, "lade-pack tar 1", 16);
+  h = fnv(h, src, strlen(src) + 1);
   h = fnv(h, &shard_size, sizeof shard_size);
   h = fnv(h, transform, strlen(transform) + 1);
   h = fnv(h, &n, sizeof n);
@@ -472,7 +473,10 @@ static int write_shard(const char *outdir, uint64_t k, const shard_t *s, const e
     if (fclose(f)) rc = -1;
   }
   struct stat st;
-  if (!rc && (stat(tmp, &st) || (uint64_t)st.st_size != s->bytes)) {
+  if (!rc && stat(tmp, &st)) {
+    fprintf(stderr, "lade pack: %s: %s\n", tmp, strerror(errno));
+    rc = -1;
+  } else if (!rc && (uint64_t)st.st_size != s->bytes) {
     fprintf(stderr, "lade pack: %s: %lld bytes written, %llu planned (a bug)\n", tmp, (long long)st.st_size,
             (unsigned long long)s->bytes);
     rc = -1;
@@ -559,7 +563,7 @@ int lade_tool_pack(int argc, char **argv) {
       sh[nshards++] = (shard_t){i, i, 2 * BLOCK + b};
     }
   }
-  uint64_t sum = rc ? 0 : settings_sum(es, n, shard_size, transform);
+  uint64_t sum = rc ? 0 : settings_sum(es, n, shard_size, transform, src);
   if (!rc && mkdir(outdir, 0777) && errno != EEXIST) {
     fprintf(stderr, "lade pack: %s: %s\n", outdir, strerror(errno));
     rc = -1;
