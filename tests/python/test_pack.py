@@ -1,7 +1,8 @@
 """`lade pack DIR --to tar`: the shards are read by Python's tarfile and GNU tar, hold the
 source files' bytes as WebDataset groups in listing order, read back by lade as the same
 samples (same bench checksum, same labels), are byte-identical when packed twice, and a
-pack, killed or with shards lost, resumes from its first incomplete shard (docs/sources.md, tar: lade pack)."""
+pack, killed or with shards lost, resumes from its first incomplete shard
+(docs/sources.md, tar: lade pack)."""
 import glob
 import json
 import os
