@@ -1,6 +1,6 @@
 /*
- * main.c - the `lade` command: gen, bench, demo (here) and plan, simulate,
- * model (plan_cli.c). Uses the public header only.
+ * main.c - the `lade` command: gen, bench, demo, ls (here), pack (pack.c) and
+ * plan, simulate, model (plan_cli.c). Uses the public header only.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -17,6 +17,7 @@
 #include "gen_jpeg.h"
 #include "gen_npy.h"
 #include "lade/lade.h"
+#include "pack.h"
 #include "plan_cli.h"
 
 static double now(void) {
@@ -33,6 +34,8 @@ static int usage_main(FILE *f) {
           "  gen jpeg|npy DIR   generate a deterministic synthetic dataset\n"
           "  bench DIR          load a dataset and report throughput, latency, memory, checksum\n"
           "  demo               generate ./lade-demo if absent and benchmark it\n"
+          "  ls SOURCE          list the samples as the loader sees them\n"
+          "  pack DIR --to tar  write a dataset as WebDataset tar shards\n"
           "  plan               compute a loading plan (which learner loads which sample from where)\n"
           "  simulate           run plans without I/O and report storage/peer/cache traffic\n"
           "  model              evaluate the analytical performance and cost models\n"
@@ -507,6 +510,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "demo")) return cmd_demo(argc - 1, argv + 1);
   if (!strcmp(cmd, "settings")) return cmd_settings(argc - 1, argv + 1);
   if (!strcmp(cmd, "ls")) return cmd_ls(argc - 1, argv + 1);
+  if (!strcmp(cmd, "pack")) return lade_tool_pack(argc - 1, argv + 1);
   if (!strcmp(cmd, "plan")) return lade_tool_plan(argc - 1, argv + 1);
   if (!strcmp(cmd, "simulate")) return lade_tool_simulate(argc - 1, argv + 1);
   if (!strcmp(cmd, "model")) return lade_tool_model(argc - 1, argv + 1);

@@ -27,7 +27,7 @@ out=$("$lade" bench "$tmp/a" --set bach_size=3 2>&1); rc=$?
 check "unknown setting fails with the valid keys" test $rc -ne 0 -a -n "$(echo "$out" | grep 'valid keys' | grep batch_size)"
 out=$("$lade" bench "$tmp/missing" 2>&1); rc=$?
 check "missing dataset names the path" test $rc -ne 0 -a -n "$(echo "$out" | grep "$tmp/missing")"
-for c in gen bench demo plan simulate model; do
+for c in gen bench demo pack plan simulate model; do
   check "lade $c --help" "$lade" $c --help
 done
 check "lade settings lists keys" test "$("$lade" settings | grep -c default)" -ge 20
