@@ -137,7 +137,6 @@ struct lade__fetch {
   uint64_t nu_epoch;
   uint64_t nu_cursor;
   bool nu_on;
-  char *root_abs; /* local source with a disk tier: `source` made absolute, so a chdir cannot break sample_version */
   _Atomic uint32_t *used; /* epoch + 1 of each sample's latest read (0: never) */
 
   _Atomic uint64_t samples[LADE_TIER_COUNT], bytes[LADE_TIER_COUNT];
@@ -252,35 +251,15 @@ static void dataset_ns(lade__fetch_t *f, char *ns, size_t size) {
 
 /* The version of sample idx that the disk tier stores with its bytes and
  * checks on every get: a remote object's listed size (the listing has no
- * ETag); a local file's size, mtime (with nanoseconds) and inode, from a
- * stat() of the path describe() names, or of the source itself when that is
- * one file holding every sample (a stacked .npy). 1 when it cannot be
- * known: no stored entry matches it. Taken before the source is read, so
- * bytes read after a change are never stored under the older version.
- * Costs one stat() per read while a disk tier is on (measured in
- * docs/cache.md). */
-#define VER_UNKNOWN 1 /* sample_version() could not stat the sample: the disk tier is bypassed */
-
+ * ETag); for a local source, what its version op says (size, mtime in ns
+ * and inode of the file holding the sample). Taken before the source is
+ * read, so bytes read after a change are never stored under the older
+ * version. Costs one fstatat() per read while a disk tier is on (measured
+ * in docs/cache.md). */
 static uint64_t sample_version(lade__fetch_t *f, uint64_t idx) {
   if (!f->disk) return 0;
   if (f->remote) return f->p.src->sizes && idx < f->p.src->count ? f->p.src->sizes[idx] : 0;
-  if (f->p.ops->version) return f->p.ops->version(f->p.src, idx);
-  char path[LADE_PATH_MAX + 64], abs[2 * LADE_PATH_MAX + 80];
-  struct stat st;
-  f->p.ops->describe(f->p.src, idx, path, sizeof path);
-  const char *src = f->cfg->source, *p = path;
-  size_t n = strlen(src);
-  if (f->root_abs && strncmp(path, src, n) == 0) { /* the same file by its absolute path */
-    const char *rest = path + n;
-    snprintf(abs, sizeof abs, "%s%s%s", f->root_abs, rest[0] && rest[0] != '/' && rest[0] != '[' ? "/" : "", rest);
-    p = abs;
-    src = f->root_abs;
-  }
-  if (stat(p, &st) != 0 && (stat(src, &st) != 0 || !S_ISREG(st.st_mode))) return VER_UNKNOWN;
-  uint64_t v[4] = {(uint64_t)st.st_size, (uint64_t)st.st_mtim.tv_sec, (uint64_t)st.st_mtim.tv_nsec,
-                   (uint64_t)st.st_ino};
-  uint64_t h = lade__hash64(v, sizeof v, 0x5645525349304eull);
-  return h > 1 ? h : h + 2;
+  return f->p.ops->version ? f->p.ops->version(f->p.src, idx) : LADE_VERSION_UNKNOWN;
 }
 
 /* Mean bytes per sample: from the listing, else from sample 0. */
@@ -337,7 +316,6 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
   int rc = 0;
   char ns[LADE_PATH_MAX + 128] = "";
   if (cfg->cache_dir[0]) dataset_ns(f, ns, sizeof ns);
-  if (cfg->cache_dir[0] && !f->remote) f->root_abs = realpath(cfg->source, NULL); /* NULL: paths as given */
   if (cfg->cache_mem_bytes) {
     lade__cache_opts_t o = {.dir = NULL, .ns = cfg->source, .capacity = cfg->cache_mem_bytes, .policy = policy,
                             .next_use = next_use, .next_use_ctx = f};
@@ -404,7 +382,6 @@ void lade__fetch_close(lade__fetch_t *f) {
   free(f->nu_map[0]);
   free(f->nu_map[1]);
   free((void *)f->used);
-  free(f->root_abs);
   pthread_mutex_destroy(&f->mu);
   pthread_mutex_destroy(&f->nu_mu);
   pthread_cond_destroy(&f->cv_pf);
@@ -428,7 +405,7 @@ int lade__fetch_read(lade__fetch_t *f, uint64_t idx, uint64_t epoch, lade__buf_t
     atomic_store_explicit(&f->used[idx], (uint32_t)LADE_MIN(epoch + 1, UINT32_MAX), memory_order_relaxed);
   uint64_t ver = sample_version(f, idx);
   /* an unknown version could match a stale entry stored as unknown too */
-  lade__cache_t *disk = ver == VER_UNKNOWN ? NULL : f->disk;
+  lade__cache_t *disk = ver == LADE_VERSION_UNKNOWN ? NULL : f->disk;
   if (f->mem && lade__cache_get_ver(f->mem, idx, ver, out) == 0) {
     if (f->disk) lade__cache_touch(f->disk, idx); /* keep the disk tier's policy state true */
     *tier = LADE_TIER_MEM;
@@ -607,7 +584,7 @@ static void *prefetch_main(void *arg) {
     pthread_mutex_unlock(&f->mu);
     uint64_t ver = sample_version(f, idx);
     if (f->p.ops->read(f->p.src, idx, &buf) == 0) {
-      if (ver != VER_UNKNOWN) lade__cache_put_ver(f->disk, idx, ver, buf.data, buf.len);
+      if (ver != LADE_VERSION_UNKNOWN) lade__cache_put_ver(f->disk, idx, ver, buf.data, buf.len);
       atomic_fetch_add_explicit(&f->prefetched, 1, memory_order_relaxed);
     } else {
       atomic_fetch_add_explicit(&f->pf_errors, 1, memory_order_relaxed); /* the worker's own read reports it */

@@ -66,5 +66,15 @@ static void dir_describe(lade__source_t *s, uint64_t idx, char *buf, size_t size
   lade__path_join(buf, size, d->root, lade__listing_path(&d->list, idx));
 }
 
-const lade__source_ops_t lade__source_dir = {
-    .name = "dir", .open = dir_open, .close = dir_close, .read = dir_read, .describe = dir_describe};
+static uint64_t dir_version(lade__source_t *s, uint64_t idx) {
+  dir_impl_t *d = s->impl;
+  struct stat st;
+  return lade__stat_version(fstatat(d->rootfd, lade__listing_path(&d->list, idx), &st, 0), &st);
+}
+
+const lade__source_ops_t lade__source_dir = {.name = "dir",
+                                             .open = dir_open,
+                                             .close = dir_close,
+                                             .read = dir_read,
+                                             .describe = dir_describe,
+                                             .version = dir_version};

@@ -353,3 +353,11 @@ int lade__read_file_max(int dirfd, const char *rel, const char *shown_root, uint
 int lade__read_file_at(int dirfd, const char *rel, const char *shown_root, lade__buf_t *out) {
   return lade__read_file_max(dirfd, rel, shown_root, UINT64_MAX, out);
 }
+
+uint64_t lade__stat_version(int stat_rc, const struct stat *st) {
+  if (stat_rc != 0) return LADE_VERSION_UNKNOWN;
+  uint64_t v[4] = {(uint64_t)st->st_size, (uint64_t)st->st_mtim.tv_sec, (uint64_t)st->st_mtim.tv_nsec,
+                   (uint64_t)st->st_ino};
+  uint64_t h = lade__hash64(v, sizeof v, 0x5645525349304eull);
+  return h > LADE_VERSION_UNKNOWN ? h : h + 2;
+}

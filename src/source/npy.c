@@ -333,9 +333,18 @@ static int npy_read(lade__source_t *s, uint64_t idx, lade__buf_t *out) {
   return lade__read_file_max(m->rootfd, lade__listing_path(&m->list, idx), m->root, m->max_sample, out);
 }
 
+/* A folder file's own version; every row of a stacked file has the file's. */
+static uint64_t npy_version(lade__source_t *s, uint64_t idx) {
+  npy_impl_t *m = s->impl;
+  struct stat st;
+  if (m->stacked) return lade__stat_version(fstat(m->fd, &st), &st);
+  return lade__stat_version(fstatat(m->rootfd, lade__listing_path(&m->list, idx), &st, 0), &st);
+}
+
 const lade__source_ops_t lade__source_npy = {.name = "npy",
                                              .open = npy_open,
                                              .close = npy_close,
                                              .read = npy_read,
                                              .read_payload = npy_read_payload,
-                                             .describe = npy_describe};
+                                             .describe = npy_describe,
+                                             .version = npy_version};

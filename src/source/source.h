@@ -85,10 +85,11 @@ typedef struct lade__source_ops {
   int (*read_payload)(lade__source_t *s, uint64_t idx, void *dst, size_t len);
   /* A human name for sample idx (its path), for error messages. */
   void (*describe)(lade__source_t *s, uint64_t idx, char *buf, size_t size);
-  /* Optional: the version of sample idx's bytes that the disk cache tier
-   * stores and checks (a hash of what changes when they change), for samples
-   * that are not one file a stat() of describe()'s name can check (a tar
-   * shard's members). > 1; 1 when unknown. Thread-safe. */
+  /* Optional (local sources): the version of sample idx's bytes that the
+   * disk cache tier stores and checks: lade__stat_version() of the file that
+   * holds them (the sample's own file, a stacked .npy, a tar shard), taken
+   * through the source's own descriptors so a chdir cannot change it.
+   * LADE_VERSION_UNKNOWN when it cannot be taken. Thread-safe. */
   uint64_t (*version)(lade__source_t *s, uint64_t idx);
 
   /* ---- optional: high-latency (remote) sources. NULL for local ones. ----
@@ -168,6 +169,13 @@ int lade__read_file_max(int dirfd, const char *rel, const char *shown_root, uint
  * file (a FIFO, a device, a socket planted under the sample's name) is
  * LADE_EFORMAT naming it. Fills *st. Returns the fd or a negative code. */
 int lade__open_regular(int dirfd, const char *rel, const char *shown, struct stat *st);
+
+/* A sample version (ops->version) that matches no stored entry: the disk
+ * tier is bypassed for that read. */
+#define LADE_VERSION_UNKNOWN 1
+/* The version of a file's bytes: a hash of its size, mtime (ns) and inode,
+ * always > 1; LADE_VERSION_UNKNOWN when stat_rc is not 0. */
+uint64_t lade__stat_version(int stat_rc, const struct stat *st);
 /* lade__read_file_max() with no limit. */
 int lade__read_file_at(int dirfd, const char *rel, const char *shown_root, lade__buf_t *out);
 

@@ -749,20 +749,15 @@ static int tar_read(lade__source_t *s, uint64_t idx, lade__buf_t *out) {
   return rc;
 }
 
-/* The disk tier's version of a sample: its shard's size, mtime and inode,
- * from the descriptor the reads use (so the version always belongs to the
- * bytes read), or a stat of the path for shards opened per read. The stat
- * of fetch.c cannot see it: SHARD.tar/KEY is no file. */
+/* The disk tier's version of a sample: its shard's, from the descriptor the
+ * reads use (so the version always belongs to the bytes read), or a stat of
+ * the path for shards opened per read. */
 static uint64_t tar_version(lade__source_t *s, uint64_t idx) {
   tar_impl_t *t = s->impl;
   uint32_t si = t->shard[idx];
   struct stat st;
   int fd = t->fd[si];
-  if (fd >= 0 ? fstat(fd, &st) != 0 : stat(strs_at(&t->shards, si), &st) != 0) return 1;
-  uint64_t v[4] = {(uint64_t)st.st_size, (uint64_t)st.st_mtim.tv_sec, (uint64_t)st.st_mtim.tv_nsec,
-                   (uint64_t)st.st_ino};
-  uint64_t h = lade__hash64(v, sizeof v, 0x5441525645520000ull);
-  return h > 1 ? h : h + 2;
+  return lade__stat_version(fd >= 0 ? fstat(fd, &st) : stat(strs_at(&t->shards, si), &st), &st);
 }
 
 /* SHARD/KEY: the shard's path and the sample's key. */
