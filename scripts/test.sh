@@ -22,8 +22,8 @@ cmake --build build-asan -j"$jobs"
 
 echo "== engine and fetch tests under ThreadSanitizer"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DLADE_TSAN=ON >/dev/null
-cmake --build build-tsan -j"$jobs" --target test_engine test_fetch
-(cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R "^(test_engine|test_fetch)$")
+cmake --build build-tsan -j"$jobs" --target test_engine test_fetch test_plan_exec
+(cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R "^(test_engine|test_fetch|test_plan_exec)$")
 # the cache tiers' own threads test (issue 13)
 cmake --build build-tsan -j"$jobs" --target test_cache && (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R "^test_cache$")
 

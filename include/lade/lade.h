@@ -370,6 +370,11 @@ typedef struct lade_stats {
   uint64_t cache_corrupt;        /* disk cache entries that failed their checksum (fetched again) */
   uint64_t fetch_size;           /* the prefetcher's fetch size and threshold, in samples (0: off) */
   uint64_t prefetch_threshold;
+  /* the plan (setting `plan`; lade/plan.h's lade_plan_kind_t) and how its routes were followed */
+  int plan;
+  uint64_t plan_cache_hits;      /* samples the plan routed to this learner's cache and found there */
+  uint64_t plan_fallbacks;       /* samples the plan routed to the cache that were not there: read from storage */
+  uint64_t plan_peer_storage;    /* samples the plan routed to a peer, read from storage (no transport yet) */
 } lade_stats_t;
 
 /* Fills *out with the loader's counters so far. Thread-safe. */
@@ -393,6 +398,8 @@ typedef struct lade_epoch_stats {
   double miss_rate;              /* samples from storage / samples (0 with no cache tier) */
   double wait_seconds;
   uint64_t get_requests, list_requests, remote_bytes;
+  uint64_t plan_fallbacks;       /* as in lade_stats_t, for this epoch's batches */
+  uint64_t plan_peer_storage;
 } lade_epoch_stats_t;
 
 /* Fills *out for `epoch` (LADE_ERANGE for an epoch not started yet). Thread-safe. */

@@ -127,7 +127,8 @@ LADE_API int lade_plan_next(lade_plan_t *plan, const lade_plan_step_t **out);
  * with cache state replay from the start (or from the current position when
  * seeking forward): the result is identical to reaching it sequentially. */
 LADE_API int lade_plan_seek(lade_plan_t *plan, uint64_t epoch, uint64_t step);
-/* The epoch order (shuffle epoch of each training epoch); borrowed, `epochs` long. */
+/* The epoch order (shuffle epoch of each training epoch); borrowed, `epochs` long; NULL for runs of more
+ * than 2^20 epochs (the order is then the identity). */
 LADE_API const uint64_t *lade_plan_epoch_order(const lade_plan_t *plan);
 
 /* ---- epoch order (paper 002 eq. 1-2), exposed for comparison and tests */

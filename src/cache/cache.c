@@ -7,8 +7,9 @@
 int lade__cache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
   *out = NULL;
   if (!o || o->capacity == 0) return lade__fail(LADE_EINVAL, "cache: capacity must be > 0");
-  if (o->policy != LADE_CACHE_FIFO && o->policy != LADE_CACHE_LRU && o->policy != LADE_CACHE_CLAIRVOYANT)
-    return lade__fail(LADE_EINVAL, "cache: policy %d is not fifo, lru or clairvoyant", o->policy);
+  if (o->policy != LADE_CACHE_FIFO && o->policy != LADE_CACHE_LRU && o->policy != LADE_CACHE_CLAIRVOYANT &&
+      o->policy != LADE_CACHE_PLAN)
+    return lade__fail(LADE_EINVAL, "cache: policy %d is not fifo, lru, clairvoyant or plan", o->policy);
   if (o->policy == LADE_CACHE_CLAIRVOYANT && !o->next_use)
     return lade__fail(LADE_EINVAL, "cache: the clairvoyant policy needs a next_use function");
   return o->dir ? lade__diskcache_open(out, o) : lade__memcache_open(out, o);
@@ -53,6 +54,17 @@ bool lade__cache_touch(lade__cache_t *c, uint64_t key) {
   pthread_mutex_lock(&c->mu);
   lade__centry_t *e = lade__cindex_find(&c->ix, key);
   if (e) lade__cindex_touch(&c->ix, e);
+  pthread_mutex_unlock(&c->mu);
+  return e != NULL;
+}
+
+bool lade__cache_evict(lade__cache_t *c, uint64_t key) {
+  pthread_mutex_lock(&c->mu);
+  lade__centry_t *e = lade__cindex_find(&c->ix, key);
+  if (e) {
+    c->ops->drop(c, e);
+    c->st.evictions++;
+  }
   pthread_mutex_unlock(&c->mu);
   return e != NULL;
 }

@@ -11,6 +11,9 @@
  *                (Belady), asking the engine's plan through next_use(); an
  *                entry whose next use is farther than every resident's is
  *                not admitted when the tier is full
+ *   plan         never evict by itself: the loader's plan says what to
+ *                evict (lade__cache_evict) and a put that does not fit is
+ *                refused, so the contents are exactly the plan's model
  *
  * The disk tier persists across runs (a second run of the same dataset
  * starts warm), lives in a folder created with mode 0700 and locked
@@ -84,6 +87,13 @@ bool lade__cache_contains(lade__cache_t *c, uint64_t key);
  * this one) without reading it: LRU moves it to the back, clairvoyant
  * refreshes its next use. No I/O. True when key is resident. */
 bool lade__cache_touch(lade__cache_t *c, uint64_t key);
+
+/* Removes key (the plan policy's evictions); counted in `evictions`. True
+ * when it was resident. */
+bool lade__cache_evict(lade__cache_t *c, uint64_t key);
+
+/* Bytes a memory-tier entry of len payload bytes is charged. */
+uint64_t lade__memcache_charge(uint64_t len);
 
 /* Stores a copy of the bytes under key (replacing an older entry), evicting
  * per policy to stay within capacity. An entry larger than the capacity, or

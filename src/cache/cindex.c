@@ -212,6 +212,8 @@ lade__centry_t *lade__cindex_victim(lade__cindex_t *ix) {
 
 bool lade__cindex_admit(lade__cindex_t *ix, uint64_t key, uint64_t charge) {
   if (charge > ix->capacity) return false;
+  /* plan: the plan evicts (lade__cache_evict); a put that does not fit is refused */
+  if (ix->policy == LADE_CACHE_PLAN) return ix->used + charge <= ix->capacity;
   if (!clairvoyant(ix) || ix->used + charge <= ix->capacity) return true;
   lade__centry_t *v = lade__cindex_victim(ix);
   return !v || ix->next_use(ix->next_use_ctx, key) <= v->nu;

@@ -64,6 +64,8 @@ static int mem_get(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_t *ou
   return rc;
 }
 
+uint64_t lade__memcache_charge(uint64_t len) { return len + LADE_MEMCACHE_OVERHEAD; }
+
 static int mem_put(lade__cache_t *c, uint64_t key, uint64_t ver, const void *data, size_t len) {
   memcache_t *m = (memcache_t *)c;
   uint64_t charge = (uint64_t)len + LADE_MEMCACHE_OVERHEAD;

@@ -119,8 +119,20 @@ static const setting_t settings[] = {
      "disk cache capacity in bytes (0: half the free space of cache_dir's file system)"},
     {"cache_mem_bytes", T_U64, OFF(cache_mem_bytes), 0, 0, 1.8446744073709552e19, NULL, "0",
      "memory cache capacity in bytes (0: no memory cache)"},
-    {"cache_policy", T_ENUM, OFF(cache_policy), 0, 0, 0, "auto|fifo|lru|clairvoyant", "auto",
-     "eviction (auto: clairvoyant, from the plan's future accesses; fifo as DELI; lru)"},
+    {"cache_policy", T_ENUM, OFF(cache_policy), 0, 0, 0, "auto|fifo|lru|clairvoyant|plan", "auto",
+     "eviction (auto: clairvoyant, from the plan's future accesses, or plan with a plan other than regular; fifo as "
+     "DELI; lru; plan: the memory tier holds exactly what the plan's cache model admits and evicts)"},
+    {"plan", T_ENUM, OFF(plan), 0, 0, 0, "regular|regular+lru|regular+belady|distcache|locality|solar", "regular",
+     "who trains on which sample of each global batch and where it comes from (docs/plan.md): regular = global "
+     "shuffle, DistributedSampler slices, the cache tiers decide; the others follow the planner of `lade plan` and "
+     "drive the memory cache (cache_mem_bytes) by its admits and evicts"},
+    {"plan_balance", T_ENUM, OFF(plan_balance), 0, 0, 0, "peer|storage", "peer",
+     "plan=locality: a learner short of cached samples gets them from the learner that has too many (peer) or "
+     "reads them from storage"},
+    {"plan_reorder", T_BOOL, OFF(plan_reorder), 0, 0, 0, NULL, "true",
+     "plan=solar: choose the order of the epochs' shuffles that maximises reuse (needs a bounded epochs)"},
+    {"plan_order", T_ENUM, OFF(plan_order), 0, 0, 0, "auto|dp|local|pso", "auto",
+     "plan=solar: the epoch-order solver (auto: exact up to 16 epochs, local search beyond)"},
     {"prefetcher", T_ENUM, OFF(prefetcher), 0, 0, 0, "auto|on|off", "auto",
      "DELI prefetcher into the disk cache (auto: on for remote sources with a disk cache)"},
     {"fetch_size", T_U64, OFF(fetch_size), 0, 0, 1e15, NULL, "0",

@@ -10,7 +10,7 @@
 
 enum { LADE_SRC_AUTO = 0, LADE_SRC_DIR, LADE_SRC_NPY, LADE_SRC_S3, LADE_SRC_TAR };
 enum { LADE_S3_ADDR_AUTO = 0, LADE_S3_ADDR_PATH, LADE_S3_ADDR_VIRTUAL };
-enum { LADE_CACHE_AUTO = 0, LADE_CACHE_FIFO, LADE_CACHE_LRU, LADE_CACHE_CLAIRVOYANT };
+enum { LADE_CACHE_AUTO = 0, LADE_CACHE_FIFO, LADE_CACHE_LRU, LADE_CACHE_CLAIRVOYANT, LADE_CACHE_PLAN };
 enum { LADE_TRISTATE_AUTO = 0, LADE_TRISTATE_ON, LADE_TRISTATE_OFF };
 enum { LADE_XF_AUTO = 0, LADE_XF_RAW, LADE_XF_NPY, LADE_XF_IMAGENET_TRAIN, LADE_XF_IMAGENET_EVAL };
 enum { LADE_ONERR_FAIL = 0, LADE_ONERR_SKIP };
@@ -66,6 +66,10 @@ struct lade_config {
   uint64_t cache_disk_bytes;       /* 0 with cache_dir set: half the free space */
   uint64_t cache_mem_bytes;        /* 0: no memory tier */
   int cache_policy;
+  int plan;                        /* lade_plan_kind_t */
+  int plan_balance;                /* 0: peer, 1: storage */
+  bool plan_reorder;
+  int plan_order;                  /* lade_plan_order_algo_t */
   int prefetcher;                  /* LADE_TRISTATE_* */
   uint64_t fetch_size;             /* samples per prefetch; 0: half the disk cache (50/50 rule) */
   uint64_t prefetch_threshold;     /* fetched-but-unused samples that trigger a fetch; 0: = fetch_size */

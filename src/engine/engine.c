@@ -60,7 +60,7 @@
 #include "core/core.h"
 #include "engine/fetch.h"
 #include "engine/trace.h"
-#include "plan/regular.h"
+#include "plan/cursor.h"
 #include "source/source.h"
 #include "transform/transform.h"
 
@@ -88,6 +88,9 @@ typedef struct slot {
   uint8_t *taken;
   uint32_t first_free;  /* every sample before it is taken */
   uint64_t tier_samples[LADE_TIER_COUNT], tier_bytes[LADE_TIER_COUNT]; /* guarded by mu */
+  uint64_t plan_fallbacks, plan_peer; /* guarded by mu: reads that did not follow the plan's route */
+  lade__cursor_step_t cs;             /* the plan's step: samples, routes, admits, evicts */
+  bool finishing;                     /* its evicts are being applied (routed plans) */
 } slot_t;
 
 /* The handle a caller holds: a lade_batch_t* is the view of one handle.
@@ -154,7 +157,9 @@ struct lade_loader {
   const lade__transform_ops_t *xf;
   void *xf_state;
   lade__sample_shape_t shape;
-  lade__regular_t *plan;
+  lade__cursor_t *cursor; /* the one source of the order (plan/cursor.h) */
+  bool routed;            /* the plan routes samples: steps finish in order (finish_steps_in_order) */
+  uint64_t evict_q;       /* routed: the next step to finish */
   uint64_t steps, total; /* steps per epoch, epochs * steps */
   bool direct_payload;   /* npy source + npy transform: read into the slot */
   lade__fetch_t *fetch;  /* cache tiers, remote submits, prefetcher */
@@ -198,6 +203,7 @@ struct lade_loader {
     uint64_t batches, samples[LADE_TIER_COUNT], bytes[LADE_TIER_COUNT];
     double wait;
     uint64_t bad; /* samples of this epoch that failed (on_error=skip replaced them) */
+    uint64_t plan_fallbacks, plan_peer;
     bool started;
     lade__source_stats_t at_start; /* the source's counters at the epoch's first batch */
   } *ep;
@@ -244,6 +250,7 @@ static void slot_free(lade_loader_t *L, slot_t *s) {
   free(s->indices);
   free(s->sizes);
   free(s->taken);
+  lade__cursor_step_free(&s->cs);
   free(s);
 }
 
@@ -258,7 +265,7 @@ static void free_all(lade_loader_t *L) {
   lade__fetch_close(L->fetch);
   if (L->xf && L->xf->destroy && L->xf_state) L->xf->destroy(L->xf_state);
   if (L->src_ops && L->src_ops->close) L->src_ops->close(&L->src);
-  lade__regular_destroy(L->plan);
+  lade__cursor_close(L->cursor);
   lade__trace_close(L->trace);
   pthread_mutex_destroy(&L->mu);
   pthread_cond_destroy(&L->cv_work);
@@ -296,19 +303,28 @@ static int open_pipeline(lade_loader_t *L, lade__buf_t *buf) {
   L->src.on_ready_ctx = L;
   int rc = L->src_ops->open(&L->src, &L->cfg);
   if (rc) return rc;
-  lade__plan_params_t p = {.samples = L->src.count,
-                           .batch_size = L->cfg.batch_size,
-                           .world_size = L->cfg.world_size,
-                           .epochs = L->cfg.epochs,
-                           .seed = L->cfg.seed,
-                           .shuffle = L->cfg.shuffle,
-                           .drop_last = L->cfg.drop_last};
-  rc = lade__regular_create(&L->plan, &p);
+  lade__cursor_params_t cp = {.rank = L->cfg.rank, .shuffle = L->cfg.shuffle, .drop_last = L->cfg.drop_last};
+  lade_plan_settings_default(&cp.plan);
+  cp.plan.kind = L->cfg.plan;
+  cp.plan.samples = L->src.count;
+  cp.plan.learners = L->cfg.world_size;
+  cp.plan.batch_size = L->cfg.batch_size;
+  cp.plan.epochs = L->cfg.epochs;
+  cp.plan.seed = L->cfg.seed;
+  cp.plan.balance_peer = L->cfg.plan_balance == 0;
+  cp.plan.reorder = L->cfg.plan_reorder;
+  cp.plan.order_algo = L->cfg.plan_order;
+  cp.plan.coalesce = 0;
+  uint64_t mean = 0;
+  if (cp.plan.kind != LADE_PLAN_REGULAR)
+    cp.plan.cache = lade__fetch_plan_cache_samples(&L->cfg, &L->src, L->src_ops, &mean);
+  rc = lade__cursor_open(&L->cursor, &cp);
   if (rc) return lade__fail_prefix(rc, "dataset %s: ", L->cfg.source);
-  L->steps = lade__plan_steps(&p);
+  L->steps = lade__cursor_steps(L->cursor);
+  L->routed = lade__cursor_routed(L->cursor);
   L->total = L->steps * L->cfg.epochs;
   lade__fetch_params_t fp = {.cfg = &L->cfg, .src = &L->src, .ops = L->src_ops, .steps = L->steps,
-                             .batch = L->cfg.batch_size};
+                             .batch = L->cfg.batch_size, .cursor = L->cursor, .sample_bytes = mean};
   rc = lade__fetch_open(&L->fetch, &fp);
   if (rc) return rc;
   L->async = lade__fetch_async(L->fetch);
@@ -328,8 +344,8 @@ static int open_pipeline(lade_loader_t *L, lade__buf_t *buf) {
     /* sample 0 gives the slot size (raw without raw_size) or the .npy header;
      * read through the tiers, so a warm cache sends no request */
     if ((L->xf == &lade__xform_raw && !L->cfg.raw_size) || L->xf == &lade__xform_npy) {
-      int tier;
-      rc = lade__fetch_read(L->fetch, 0, 0, buf, &tier);
+      int tier, note;
+      rc = lade__fetch_read(L->fetch, 0, 0, LADE__ROUTE_ANY, buf, &tier, &note);
       if (rc) return rc;
       first = buf->data;
       first_len = buf->len;
@@ -377,19 +393,18 @@ static int plan_slot(lade_loader_t *L, slot_t *s, uint64_t q) {
     if (L->pool_bytes > L->peak_pool_bytes) L->peak_pool_bytes = L->pool_bytes;
     pthread_mutex_unlock(&L->mu);
   }
-  uint64_t epoch = q / L->steps, step = q % L->steps;
-  static_assert(sizeof(int64_t) == sizeof(uint64_t), "index width");
-  uint32_t n = 0, valid = 0;
-  int rc = lade__regular_local(L->plan, epoch, step, L->cfg.rank, (uint64_t *)s->indices, &n, &valid);
+  int rc = lade__cursor_get(L->cursor, q, &s->cs);
   if (rc) return rc;
+  uint32_t n = s->cs.n, valid = s->cs.valid;
   assert(n >= 1 && n <= B && valid <= n);
+  memcpy(s->indices, s->cs.idx, n * sizeof *s->indices);
   for (uint32_t i = 0; i < n; i++) {
     int64_t idx = s->indices[i];
     s->labels[i] = L->src.labels ? L->src.labels[idx] : -1;
   }
   s->n = n;
   s->valid = valid;
-  lade__fetch_batch_planned(L->fetch, (const uint64_t *)s->indices, n);
+  lade__fetch_step_planned(L->fetch, &s->cs);
   return 0;
 }
 
@@ -397,11 +412,13 @@ static int plan_slot(lade_loader_t *L, slot_t *s, uint64_t q) {
 
 /* Reads and transforms one sample into `out`. Returns 0 or an error with the
  * file named in lade_last_error(). */
-static int load_sample(lade_loader_t *L, worker_t *w, uint64_t idx, uint64_t epoch, void *out, uint32_t *payload,
-                       int *tier) {
+static int load_sample(lade_loader_t *L, worker_t *w, uint64_t idx, uint64_t q, int32_t route, void *out,
+                       uint32_t *payload, int *tier, int *note) {
   double t0 = lade__now();
+  uint64_t epoch = q / L->steps;
   int rc;
   *tier = LADE_TIER_STORAGE;
+  *note = LADE_ROUTE_MET;
   if (L->direct_payload) {
     rc = L->src_ops->read_payload(&L->src, idx, out, L->shape.bytes);
     double t1 = lade__now();
@@ -413,7 +430,7 @@ static int load_sample(lade_loader_t *L, worker_t *w, uint64_t idx, uint64_t epo
     *payload = (uint32_t)L->shape.bytes;
     return 0;
   }
-  rc = lade__fetch_read(L->fetch, idx, epoch, &w->buf, tier);
+  rc = lade__fetch_read(L->fetch, idx, q, route, &w->buf, tier, note);
   double t1 = lade__now();
   WSTAT_ADD(w->t_read, t1 - t0);
   if (rc) return rc;
@@ -471,13 +488,14 @@ static int note_bad_sample(lade_loader_t *L, uint64_t epoch) {
 /* Processes sample i of slot s (unlocked). With on_error=skip, a failing
  * sample is replaced by one drawn deterministically from (seed, epoch, index),
  * unless so many fail that the storage, not the sample, must be broken. */
-static void process_sample(lade_loader_t *L, worker_t *w, slot_t *s, uint32_t i, int *tier, uint64_t *nbytes) {
+static void process_sample(lade_loader_t *L, worker_t *w, slot_t *s, uint32_t i, int *tier, int *note,
+                           uint64_t *nbytes) {
   uint64_t epoch = s->seq / L->steps;
   uint64_t idx = (uint64_t)s->indices[i];
   uint8_t *out = s->data + (size_t)i * L->shape.bytes;
   uint32_t payload = 0;
   uint64_t t0 = L->trace ? (uint64_t)(lade__now() * 1e6) : 0;
-  int rc = load_sample(L, w, idx, epoch, out, &payload, tier);
+  int rc = load_sample(L, w, idx, s->seq, s->cs.from[i], out, &payload, tier, note);
   if (rc && L->cfg.on_error == LADE_ONERR_SKIP) {
     int stop = note_read(L, rc);
     if (!stop) stop = note_bad_sample(L, epoch);
@@ -485,7 +503,7 @@ static void process_sample(lade_loader_t *L, worker_t *w, slot_t *s, uint32_t i,
     lade__rng_init(&r, L->cfg.seed ^ lade__mix64(epoch + 1), idx, LADE_RNG_SUBST);
     for (int t = 0; rc && !stop && t < MAX_SUBST_TRIES; t++) {
       uint64_t j = lade__rng_below(&r, L->src.count);
-      rc = load_sample(L, w, j, epoch, out, &payload, tier);
+      rc = load_sample(L, w, j, s->seq, LADE__ROUTE_ANY, out, &payload, tier, note); /* a substitute: no route */
       stop = note_read(L, rc);
       if (!rc) {
         s->indices[i] = (int64_t)j;
@@ -587,6 +605,34 @@ static void finish_slot_locked(lade_loader_t *L, slot_t *s) {
                       s->seq / L->steps, s->seq % L->steps, UINT64_MAX);
 }
 
+/* Routed plans: a step's evicts take effect at the end of the step (the
+ * plan's semantics) and only once every earlier step is complete, since an
+ * earlier step may still be reading from the cache what a later one evicts;
+ * steps are filled concurrently and may complete out of order. So the slots
+ * whose samples are all done are finished in step order from evict_q: each
+ * one's evicts applied (unlocked: the slot stays FILLING, nobody else
+ * touches it), then it becomes READY. Delivery is in step order anyway, so
+ * holding a later step back costs no latency. Locked. */
+static void finish_steps_in_order(lade_loader_t *L) {
+  for (;;) {
+    slot_t *s = L->evict_q < L->next_sched ? slot_of(L, L->evict_q) : NULL;
+    if (!s || s->state != SLOT_FILLING || s->seq != L->evict_q || s->done < s->n || s->finishing) return;
+    if (s->cs.nevict || s->cs.nadmit) {
+      s->finishing = true;
+      pthread_mutex_unlock(&L->mu);
+      lade__fetch_step_done(L->fetch, &s->cs);
+      pthread_mutex_lock(&L->mu);
+      s->finishing = false;
+      if (s->stale) { /* a seek meanwhile (it reset evict_q): just free the slot */
+        finish_slot_locked(L, s);
+        return;
+      }
+    }
+    L->evict_q++;
+    finish_slot_locked(L, s);
+  }
+}
+
 /* The buffers the pool may have now: prefetch + 1, or, while the caller
  * holds more than two batches, what it holds plus prefetch - 1 (at least
  * one) to prepare ahead. A `for` loop holds two at each next() (the batch
@@ -681,6 +727,7 @@ static void *worker_main(void *arg) {
       memset(s->taken, 0, s->n);
       memset(s->tier_samples, 0, sizeof s->tier_samples);
       memset(s->tier_bytes, 0, sizeof s->tier_bytes);
+      s->plan_fallbacks = s->plan_peer = 0;
       s->err = 0;
       s->substituted = 0;
       s->stale = false;
@@ -710,13 +757,18 @@ static void *worker_main(void *arg) {
       continue;
     }
     pthread_mutex_unlock(&L->mu);
-    int tier = LADE_TIER_STORAGE;
+    int tier = LADE_TIER_STORAGE, note = LADE_ROUTE_MET;
     uint64_t nbytes = 0;
-    process_sample(L, w, s, i, &tier, &nbytes);
+    process_sample(L, w, s, i, &tier, &note, &nbytes);
     pthread_mutex_lock(&L->mu);
     s->tier_samples[tier]++;
     s->tier_bytes[tier] += nbytes;
-    if (++s->done == s->n) finish_slot_locked(L, s);
+    s->plan_fallbacks += note == LADE_ROUTE_FALLBACK;
+    s->plan_peer += note == LADE_ROUTE_PEER_STORAGE;
+    if (++s->done == s->n) {
+      if (L->routed && !s->stale) finish_steps_in_order(L);
+      else finish_slot_locked(L, s);
+    }
   }
   pthread_mutex_unlock(&L->mu);
   if (w->wstate_ok && L->xf && L->xf->worker_free) L->xf->worker_free(L->xf_state, w->wstate);
@@ -843,6 +895,8 @@ static void account_batch(lade_loader_t *L, slot_t *s) {
     if (s->seq / L->steps > 0 && L->src_ops->stats) L->src_ops->stats(&L->src, &a->at_start);
   }
   a->batches++;
+  a->plan_fallbacks += s->plan_fallbacks;
+  a->plan_peer += s->plan_peer;
   for (int t = 0; t < LADE_TIER_COUNT; t++) {
     a->samples[t] += s->tier_samples[t];
     a->bytes[t] += s->tier_bytes[t];
@@ -1045,12 +1099,12 @@ int lade_loader_seek(lade_loader_t *L, uint64_t epoch, uint64_t step) {
       } else if (s->state == SLOT_FILLING) {
         /* claim nothing more; samples in flight finish, then the slot frees */
         s->n = s->claimed;
-        if (s->done == s->claimed) s->state = SLOT_FREE;
+        if (s->done == s->claimed && !s->finishing) s->state = SLOT_FREE;
         else s->stale = true;
       }
     }
     memset(L->sched, 0, L->window * sizeof *L->sched);
-    L->next_sched = L->next_deliver = q;
+    L->next_sched = L->next_deliver = L->evict_q = q;
     pthread_cond_broadcast(&L->cv_work);
   }
   pthread_mutex_unlock(&L->mu);
@@ -1154,7 +1208,11 @@ int lade_loader_stats(lade_loader_t *L, lade_stats_t *out) {
     out->cache_corrupt = fs.corrupt;
     out->fetch_size = fs.fetch_size;
     out->prefetch_threshold = fs.threshold;
+    out->plan_cache_hits = fs.plan_hits;
+    out->plan_fallbacks = fs.plan_fallbacks;
+    out->plan_peer_storage = fs.plan_peer;
   }
+  out->plan = L->cfg.plan;
   if (n) {
     qsort(lat, n, sizeof *lat, cmp_double);
     out->batch_latency_p50 = lat[(n - 1) * 50 / 100];
@@ -1193,6 +1251,8 @@ int lade_loader_epoch_stats(lade_loader_t *L, uint64_t epoch, lade_epoch_stats_t
   out->get_requests = end.get_requests - a.at_start.get_requests;
   out->list_requests = end.list_requests - a.at_start.list_requests;
   out->remote_bytes = end.bytes - a.at_start.bytes;
+  out->plan_fallbacks = a.plan_fallbacks;
+  out->plan_peer_storage = a.plan_peer;
   return 0;
 }
 

@@ -1,6 +1,23 @@
 /*
- * fetch.c - the fetch stage: memory tier -> disk tier -> source, remote
- * requests started when a batch is planned, and the DELI prefetcher.
+ * fetch.c - the fetch stage: reads by route (any tier: memory tier -> disk
+ * tier -> source; or the plan's own cache / storage / peer), remote
+ * requests started when a batch is planned, the DELI prefetcher, and the
+ * plan-driven memory tier.
+ *
+ * Routed plans (every kind but regular; plan/cursor.h). The memory tier runs
+ * the `plan` policy: it never evicts by itself. A step's admits are put as
+ * its samples are read (each admitted sample is one the learner reads in
+ * that step); its evicts are applied when every sample of the step has been
+ * read (lade__fetch_step_done), unless a later planned step admits the
+ * sample again (adm_q). Steps are filled concurrently (the engine's window),
+ * so a read routed to the cache may come before the read of an earlier step
+ * that admits the sample: it waits for that admit (adm_pending, bounded by
+ * ADMIT_WAIT_S, then it falls back), which with local sources makes the
+ * cache hits equal the plan's. Admits run ahead of the evicts of the steps
+ * before them by at most the engine's window, so the tier's byte capacity
+ * is cache_mem_bytes plus (prefetch + 2) batches of mean-sized samples
+ * (docs/cache.md); the plan's cache count is cache_mem_bytes over the mean
+ * entry charge.
  *
  * The prefetcher (paper 004) walks this learner's future sample sequence
  * (position = (epoch * steps + step) * B + i, the order the consumer will
@@ -19,9 +36,12 @@
  * in flight waits for it instead of sending a second GET.
  *
  * Clairvoyant eviction asks next_use(key): the position of key's next use
- * at or after the consumer's position, from inverse permutations of the
+ * at or after the consumer's position, from first-use maps of the
  * consumer's epoch and the one after (a sample not used again in those two
- * epochs counts as never). With padding (drop_last=false) a sample may
+ * epochs counts as never), asked of the plan cursor. The planning worker
+ * builds the maps of the epochs it plans in (three kept: the consumer's
+ * epoch may lag the planner's by one), so no epoch boundary costs the
+ * consumer thread a shuffle. With padding (drop_last=false) a sample may
  * appear twice in an epoch; the map keeps its first position.
  *
  * Locks: `mu` guards the consumer position, the prefetcher's cursor, the
@@ -42,12 +62,15 @@
 #include <limits.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <time.h>
 
 #include "cache/cache.h"
 #include "core/core.h"
 #include "plan/regular.h"
 
 #define NONE32 UINT32_MAX
+#define NMAPS 3
+#define ADMIT_WAIT_S 1
 
 /* A small multiset of sample indices (open addressing, backward-shift
  * deletion): the prefetcher's requests in flight. */
@@ -133,75 +156,55 @@ struct lade__fetch {
 
   /* clairvoyant next-use maps: local position within the epoch, per sample */
   pthread_mutex_t nu_mu;
-  uint32_t *nu_map[2]; /* epochs nu_epoch and nu_epoch + 1 */
-  uint64_t nu_epoch;
+  uint32_t *nu_map[NMAPS]; /* of epochs nu_ep[i] (UINT64_MAX: empty) */
+  uint64_t nu_ep[NMAPS];
   uint64_t nu_cursor;
   bool nu_on;
   _Atomic uint32_t *used; /* epoch + 1 of each sample's latest read (0: never) */
 
+  /* routed plans: the memory tier follows the plan */
+  bool routed;
+  _Atomic uint64_t *adm_q;      /* q + 1 of the latest planned step admitting each sample (0: none) */
+  _Atomic uint8_t *adm_pending; /* 1 while that admit has not been put */
+  pthread_cond_t cv_admit;      /* with mu: a pending admit ended */
+  pthread_mutex_t plan_mu;      /* orders an evict's adm_q check and its evict against an admit's put */
+
   _Atomic uint64_t samples[LADE_TIER_COUNT], bytes[LADE_TIER_COUNT];
   _Atomic uint64_t misses, prefetched, pf_errors, waited;
+  _Atomic uint64_t plan_hits, plan_fallbacks, plan_peer;
 };
 
 /* ------------------------------------------------------------ next use */
 
-/* The local position within epoch e of every sample (first occurrence). */
-static int build_map(lade__fetch_t *f, uint64_t e, uint32_t *map) {
-  uint64_t n = f->pp.samples;
-  for (uint64_t i = 0; i < n; i++) map[i] = NONE32;
-  if (e >= f->pp.epochs) return 0;
-  uint64_t *perm = malloc(n * sizeof *perm);
-  if (!perm) return lade__fail(LADE_ENOMEM, "cache: out of memory for the next-use map of %llu samples",
-                               (unsigned long long)n);
-  lade__shuffle_epoch(&f->pp, e, perm);
-  uint64_t B = f->p.batch;
-  for (uint64_t step = 0; step < f->p.steps; step++) {
-    uint64_t start;
-    uint32_t count, valid;
-    lade__plan_slice(&f->pp, step, f->cfg->rank, &start, &count, &valid);
-    for (uint64_t i = 0; i < count; i++) {
-      uint64_t idx = perm[(start + i) % n];
-      if (map[idx] == NONE32) map[idx] = (uint32_t)(step * B + i);
-    }
-  }
-  free(perm);
-  return 0;
+/* The map of epoch e, or NULL. Under nu_mu. */
+static const uint32_t *map_of(const lade__fetch_t *f, uint64_t e) {
+  for (int i = 0; i < NMAPS; i++)
+    if (f->nu_map[i] && f->nu_ep[i] == e) return f->nu_map[i];
+  return NULL;
 }
 
-/* Moves the maps so nu_map[0] is epoch e. Called by the consumer thread. */
-static void advance_maps(lade__fetch_t *f, uint64_t e) {
-  if (!f->nu_on) return;
+/* Makes sure the first-use map of epoch e exists, replacing the oldest.
+ * Called by the planning worker (and at open): never the consumer. */
+static void ensure_map(lade__fetch_t *f, uint64_t e) {
+  if (!f->nu_on || e >= f->pp.epochs) return;
   pthread_mutex_lock(&f->nu_mu);
-  bool have = f->nu_epoch == e;
+  bool have = map_of(f, e) != NULL;
   pthread_mutex_unlock(&f->nu_mu);
   if (have) return;
-  uint64_t n = f->pp.samples;
-  uint32_t *m0 = malloc(n * sizeof *m0), *m1 = malloc(n * sizeof *m1);
-  int rc = m0 && m1 ? 0 : -1;
-  pthread_mutex_lock(&f->nu_mu);
-  bool shift = f->nu_epoch + 1 == e && f->nu_map[1];
-  pthread_mutex_unlock(&f->nu_mu);
-  if (!rc && shift) {
-    /* the old "next" epoch becomes the current one: only e+1 is new */
-    rc = build_map(f, e + 1, m1);
-    pthread_mutex_lock(&f->nu_mu);
-    memcpy(m0, f->nu_map[1], n * sizeof *m0);
-    pthread_mutex_unlock(&f->nu_mu);
-  } else if (!rc) {
-    rc = build_map(f, e, m0);
-    if (!rc) rc = build_map(f, e + 1, m1);
-  }
-  if (rc) { /* no memory: keep the old maps (eviction gets less exact, never wrong) */
-    free(m0);
-    free(m1);
+  uint32_t *m = malloc(f->pp.samples * sizeof *m);
+  if (!m || lade__cursor_first_use(f->p.cursor, e, m) != 0) { /* eviction gets less exact, never wrong */
+    free(m);
+    lade__clear_error();
     return;
   }
   pthread_mutex_lock(&f->nu_mu);
-  free(f->nu_map[0]);
-  free(f->nu_map[1]);
-  f->nu_map[0] = m0;
-  f->nu_map[1] = m1;
-  f->nu_epoch = e;
+  int v = 0;
+  for (int i = 1; i < NMAPS; i++) /* an empty slot, else the oldest epoch */
+    if (!f->nu_map[v]) break;
+    else if (!f->nu_map[i] || f->nu_ep[i] < f->nu_ep[v]) v = i;
+  free(f->nu_map[v]);
+  f->nu_map[v] = m;
+  f->nu_ep[v] = e;
   pthread_mutex_unlock(&f->nu_mu);
 }
 
@@ -209,10 +212,12 @@ static uint64_t next_use(void *ctx, uint64_t key) {
   lade__fetch_t *f = ctx;
   uint64_t r = UINT64_MAX;
   pthread_mutex_lock(&f->nu_mu);
-  if (f->nu_map[0] && key < f->pp.samples) {
-    uint64_t e = f->nu_epoch, base = e * f->per_epoch;
+  uint64_t e = f->per_epoch ? f->nu_cursor / f->per_epoch : 0;
+  const uint32_t *m0 = map_of(f, e), *m1 = map_of(f, e + 1);
+  if ((m0 || m1) && key < f->pp.samples) {
+    uint64_t base = e * f->per_epoch;
     uint64_t off = f->nu_cursor > base ? f->nu_cursor - base : 0;
-    uint32_t p0 = f->nu_map[0][key], p1 = f->nu_map[1][key];
+    uint32_t p0 = m0 ? m0[key] : NONE32, p1 = m1 ? m1[key] : NONE32;
     uint64_t used = atomic_load_explicit(&f->used[key], memory_order_relaxed);
     if (used > e + 1) /* read ahead for the next epoch already */
       r = UINT64_MAX;
@@ -263,18 +268,25 @@ static uint64_t sample_version(lade__fetch_t *f, uint64_t idx) {
 }
 
 /* Mean bytes per sample: from the listing, else from sample 0. */
-static uint64_t mean_sample_bytes(lade__fetch_t *f) {
-  lade__source_t *s = f->p.src;
+static uint64_t mean_sample_bytes(lade__source_t *s, const lade__source_ops_t *ops) {
   if (s->sizes && s->count) {
     uint64_t sum = 0;
     for (uint64_t i = 0; i < s->count; i++) sum += s->sizes[i];
     return LADE_MAX(sum / s->count, 1);
   }
   lade__buf_t b = {0};
-  uint64_t n = f->p.ops->read(s, 0, &b) == 0 ? b.len : 4096;
+  uint64_t n = ops->read(s, 0, &b) == 0 ? b.len : 4096;
   lade__buf_free(&b);
   lade__clear_error();
   return LADE_MAX(n, 1);
+}
+
+uint64_t lade__fetch_plan_cache_samples(const struct lade_config *cfg, lade__source_t *src,
+                                        const lade__source_ops_t *ops, uint64_t *mean) {
+  *mean = 0;
+  if (!cfg->cache_mem_bytes) return 0;
+  *mean = mean_sample_bytes(src, ops);
+  return LADE_MIN(cfg->cache_mem_bytes / lade__memcache_charge(*mean), src->count);
 }
 
 static void *prefetch_main(void *arg);
@@ -300,26 +312,53 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
   pthread_mutex_init(&f->nu_mu, NULL);
   pthread_cond_init(&f->cv_pf, NULL);
   pthread_cond_init(&f->cv_inflight, NULL);
-  f->nu_epoch = UINT64_MAX;
+  pthread_cond_init(&f->cv_admit, NULL);
+  pthread_mutex_init(&f->plan_mu, NULL);
+  for (int i = 0; i < NMAPS; i++) f->nu_ep[i] = UINT64_MAX;
+  f->routed = lade__cursor_routed(p->cursor);
 
   int policy = cfg->cache_policy;
+  const char *plan = lade_plan_kind_name(lade__cursor_kind(p->cursor));
+  int rc = 0;
+  if (f->routed && policy != LADE_CACHE_AUTO && policy != LADE_CACHE_PLAN)
+    rc = lade__fail(LADE_EINVAL, "plan=%s drives the memory cache by its own admits and evicts: cache_policy must be "
+                    "auto or plan", plan);
+  else if (f->routed && cfg->cache_dir[0])
+    rc = lade__fail(LADE_EINVAL, "plan=%s keeps its cache in memory (cache_mem_bytes); a disk cache (cache_dir) under "
+                    "a plan other than regular is not supported yet", plan);
+  else if (!f->routed && policy == LADE_CACHE_PLAN)
+    rc = lade__fail(LADE_EINVAL, "cache_policy=plan follows a plan's admits and evicts: set plan to one other than "
+                    "regular (e.g. regular+belady, locality)");
+  if (rc) {
+    lade__fetch_close(f);
+    return rc;
+  }
+  if (f->routed) policy = LADE_CACHE_PLAN;
   if (policy == LADE_CACHE_AUTO) policy = LADE_CACHE_CLAIRVOYANT;
   if (policy == LADE_CACHE_CLAIRVOYANT && p->src->count >= NONE32) policy = LADE_CACHE_LRU;
   bool any = cfg->cache_mem_bytes || cfg->cache_dir[0];
   f->nu_on = any && policy == LADE_CACHE_CLAIRVOYANT;
   if (f->nu_on) {
     f->used = calloc(p->src->count, sizeof *f->used);
-    if (f->used) advance_maps(f, 0);
+    if (f->used) ensure_map(f, 0), ensure_map(f, 1);
   }
   if (f->nu_on && !f->nu_map[0]) policy = LADE_CACHE_LRU, f->nu_on = false;
 
-  int rc = 0;
   char ns[LADE_PATH_MAX + 128] = "";
   if (cfg->cache_dir[0]) dataset_ns(f, ns, sizeof ns);
   if (cfg->cache_mem_bytes) {
-    lade__cache_opts_t o = {.dir = NULL, .ns = cfg->source, .capacity = cfg->cache_mem_bytes, .policy = policy,
+    uint64_t cap = cfg->cache_mem_bytes;
+    if (f->routed) { /* admits run ahead of the evicts of earlier steps by the engine's window */
+      cap += (uint64_t)(cfg->prefetch + 2) * p->batch * lade__memcache_charge(p->sample_bytes);
+      f->adm_q = calloc(p->src->count, sizeof *f->adm_q);
+      f->adm_pending = calloc(p->src->count, sizeof *f->adm_pending);
+      if (!f->adm_q || !f->adm_pending) rc = lade__fail(LADE_ENOMEM, "plan=%s: out of memory for the cache's admit "
+                                                        "table of %llu samples", plan,
+                                                        (unsigned long long)p->src->count);
+    }
+    lade__cache_opts_t o = {.dir = NULL, .ns = cfg->source, .capacity = cap, .policy = policy,
                             .next_use = next_use, .next_use_ctx = f};
-    rc = lade__cache_open(&f->mem, &o);
+    if (!rc) rc = lade__cache_open(&f->mem, &o);
   }
   if (!rc && cfg->cache_dir[0]) {
     uint64_t cap = cfg->cache_disk_bytes;
@@ -341,7 +380,7 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
       /* DELI's 50/50 rule: fetch size = threshold = half the cache, in
        * samples (entries are charged in whole 4 KiB blocks on disk); only
        * then is the mean size needed (a source without sizes reads sample 0) */
-      uint64_t per = (mean_sample_bytes(f) + 64 + 4095) / 4096 * 4096;
+      uint64_t per = (mean_sample_bytes(f->p.src, f->p.ops) + 64 + 4095) / 4096 * 4096;
       uint64_t slots = cap / per, window = (uint64_t)(cfg->prefetch + 1) * p->batch;
       /* the engine's own window of batches is resident too while it is read */
       uint64_t half = LADE_MAX((slots > window ? slots - window : 0) / 2, 1);
@@ -374,18 +413,22 @@ void lade__fetch_close(lade__fetch_t *f) {
   f->stop = true;
   pthread_cond_broadcast(&f->cv_pf);
   pthread_cond_broadcast(&f->cv_inflight);
+  pthread_cond_broadcast(&f->cv_admit);
   pthread_mutex_unlock(&f->mu);
   if (f->pf_started) pthread_join(f->pf_thread, NULL);
   lade__cache_close(f->mem);
   lade__cache_close(f->disk);
   idxset_free(&f->inflight);
-  free(f->nu_map[0]);
-  free(f->nu_map[1]);
+  for (int i = 0; i < NMAPS; i++) free(f->nu_map[i]);
   free((void *)f->used);
+  free((void *)f->adm_q);
+  free((void *)f->adm_pending);
   pthread_mutex_destroy(&f->mu);
   pthread_mutex_destroy(&f->nu_mu);
   pthread_cond_destroy(&f->cv_pf);
   pthread_cond_destroy(&f->cv_inflight);
+  pthread_cond_destroy(&f->cv_admit);
+  pthread_mutex_destroy(&f->plan_mu);
   free(f);
 }
 
@@ -399,7 +442,71 @@ static void count(lade__fetch_t *f, int tier, size_t len) {
   atomic_fetch_add_explicit(&f->bytes[tier], len, memory_order_relaxed);
 }
 
-int lade__fetch_read(lade__fetch_t *f, uint64_t idx, uint64_t epoch, lade__buf_t *out, int *tier) {
+/* Waits (bounded) while a planned admit of idx has not been put; true when
+ * it was put meanwhile, so the cache is worth asking again. */
+static bool wait_admit(lade__fetch_t *f, uint64_t idx) {
+  if (!atomic_load_explicit(&f->adm_pending[idx], memory_order_acquire)) return false;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += ADMIT_WAIT_S;
+  pthread_mutex_lock(&f->mu);
+  while (!f->stop && atomic_load_explicit(&f->adm_pending[idx], memory_order_acquire))
+    if (pthread_cond_timedwait(&f->cv_admit, &f->mu, &ts) == ETIMEDOUT) break;
+  pthread_mutex_unlock(&f->mu);
+  return !atomic_load_explicit(&f->adm_pending[idx], memory_order_acquire);
+}
+
+static void end_admit(lade__fetch_t *f, uint64_t idx) {
+  atomic_store_explicit(&f->adm_pending[idx], 0, memory_order_release);
+  pthread_mutex_lock(&f->mu);
+  pthread_cond_broadcast(&f->cv_admit);
+  pthread_mutex_unlock(&f->mu);
+}
+
+/* A read by a plan's route (not LADE__ROUTE_ANY). */
+static int read_routed(lade__fetch_t *f, uint64_t idx, uint64_t q, int32_t route, lade__buf_t *out, int *tier,
+                       int *note) {
+  lade__cache_t *t = f->mem; /* the plan's tier (NULL without a cache: every route is storage) */
+  if (route == LADE_FROM_CACHE && t) {
+    for (;;) {
+      if (lade__cache_get(t, idx, out) == 0) {
+        *tier = LADE_TIER_MEM;
+        count(f, *tier, out->len);
+        atomic_fetch_add_explicit(&f->plan_hits, 1, memory_order_relaxed);
+        return 0;
+      }
+      if (!wait_admit(f, idx)) break;
+    }
+    atomic_fetch_add_explicit(&f->plan_fallbacks, 1, memory_order_relaxed);
+    *note = LADE_ROUTE_FALLBACK;
+  } else if (route >= 0) {
+    atomic_fetch_add_explicit(&f->plan_peer, 1, memory_order_relaxed);
+    *note = LADE_ROUTE_PEER_STORAGE;
+  }
+  bool admit = t && atomic_load_explicit(&f->adm_q[idx], memory_order_relaxed) == q + 1 &&
+               atomic_load_explicit(&f->adm_pending[idx], memory_order_acquire);
+  lade__clear_error();
+  int rc = f->p.ops->read(f->p.src, idx, out);
+  if (!rc) {
+    *tier = LADE_TIER_STORAGE;
+    count(f, *tier, out->len);
+    if (t) atomic_fetch_add_explicit(&f->misses, 1, memory_order_relaxed);
+    /* an admit of this step, or a sample the plan believes cached: put it (back) */
+    if (admit || (t && route == LADE_FROM_CACHE)) {
+      pthread_mutex_lock(&f->plan_mu);
+      lade__cache_put(t, idx, out->data, out->len);
+      pthread_mutex_unlock(&f->plan_mu);
+    }
+  }
+  if (admit) end_admit(f, idx);
+  return rc;
+}
+
+int lade__fetch_read(lade__fetch_t *f, uint64_t idx, uint64_t q, int32_t route, lade__buf_t *out, int *tier,
+                     int *note) {
+  *note = LADE_ROUTE_MET;
+  if (f->routed && route != LADE__ROUTE_ANY) return read_routed(f, idx, q, route, out, tier, note);
+  uint64_t epoch = f->p.steps ? q / f->p.steps : 0;
   /* before the tiers see the read: a hit's refreshed next use is the one after this */
   if (f->used && idx < f->pp.samples)
     atomic_store_explicit(&f->used[idx], (uint32_t)LADE_MIN(epoch + 1, UINT32_MAX), memory_order_relaxed);
@@ -438,7 +545,7 @@ int lade__fetch_read(lade__fetch_t *f, uint64_t idx, uint64_t epoch, lade__buf_t
   *tier = LADE_TIER_STORAGE;
   count(f, *tier, out->len);
   if (f->mem || f->disk) atomic_fetch_add_explicit(&f->misses, 1, memory_order_relaxed);
-  if (f->mem) lade__cache_put_ver(f->mem, idx, ver, out->data, out->len);
+  if (f->mem && !f->routed) lade__cache_put_ver(f->mem, idx, ver, out->data, out->len); /* routed: only the plan admits */
   /* with the prefetcher on, it alone fills the disk tier (DELI): a miss
    * written there would push out samples fetched for the near future */
   if (disk && !f->pf_on) lade__cache_put_ver(disk, idx, ver, out->data, out->len);
@@ -457,7 +564,20 @@ static bool pf_inflight(lade__fetch_t *f, uint64_t idx) {
   return r;
 }
 
-void lade__fetch_batch_planned(lade__fetch_t *f, const uint64_t *idx, uint32_t n) {
+void lade__fetch_step_planned(lade__fetch_t *f, const lade__cursor_step_t *st) {
+  const uint64_t *idx = st->idx;
+  uint32_t n = st->n;
+  if (f->routed && f->mem)
+    for (uint32_t i = 0; i < st->nadmit; i++) {
+      uint64_t x = st->admit[i];
+      atomic_store_explicit(&f->adm_q[x], st->q + 1, memory_order_relaxed);
+      atomic_store_explicit(&f->adm_pending[x], 1, memory_order_release);
+    }
+  if (f->nu_on) {
+    uint64_t e = f->p.steps ? st->q / f->p.steps : 0;
+    ensure_map(f, e);
+    ensure_map(f, e + 1);
+  }
   if (f->pf_on) {
     pthread_mutex_lock(&f->mu);
     if (++f->planned <= (uint64_t)f->cfg->prefetch + 1) pthread_cond_broadcast(&f->cv_pf);
@@ -474,6 +594,25 @@ void lade__fetch_batch_planned(lade__fetch_t *f, const uint64_t *idx, uint32_t n
   if (want != stackbuf) free(want);
 }
 
+void lade__fetch_step_done(lade__fetch_t *f, const lade__cursor_step_t *st) {
+  if (!f->routed || !f->mem) return;
+  for (uint32_t i = 0; i < st->nevict; i++) {
+    uint64_t x = st->evict[i];
+    /* admitted by this step too (evicted, then admitted again: the kinds
+     * cancel an admit followed by an evict in one step) or by a later one:
+     * the admit wins */
+    pthread_mutex_lock(&f->plan_mu);
+    if (atomic_load_explicit(&f->adm_q[x], memory_order_relaxed) < st->q + 1) lade__cache_evict(f->mem, x);
+    pthread_mutex_unlock(&f->plan_mu);
+  }
+  for (uint32_t i = 0; i < st->nadmit; i++) { /* admits whose read failed or was substituted */
+    uint64_t x = st->admit[i];
+    if (atomic_load_explicit(&f->adm_q[x], memory_order_relaxed) == st->q + 1 &&
+        atomic_load_explicit(&f->adm_pending[x], memory_order_acquire))
+      end_admit(f, x);
+  }
+}
+
 bool lade__fetch_ready(lade__fetch_t *f, uint64_t idx) {
   if (resident(f, idx)) return true;
   if (pf_inflight(f, idx)) return false;
@@ -484,7 +623,6 @@ bool lade__fetch_ready(lade__fetch_t *f, uint64_t idx) {
 
 void lade__fetch_consumed(lade__fetch_t *f, uint64_t pos) {
   if (f->nu_on) {
-    advance_maps(f, f->per_epoch ? pos / f->per_epoch : 0);
     pthread_mutex_lock(&f->nu_mu);
     f->nu_cursor = pos;
     pthread_mutex_unlock(&f->nu_mu);
@@ -497,6 +635,10 @@ void lade__fetch_consumed(lade__fetch_t *f, uint64_t pos) {
 
 void lade__fetch_seek(lade__fetch_t *f, uint64_t pos) {
   pthread_mutex_lock(&f->mu);
+  /* the admits of abandoned steps will not come: nobody waits for them */
+  if (f->adm_pending)
+    for (uint64_t i = 0; i < f->pp.samples; i++) atomic_store_explicit(&f->adm_pending[i], 0, memory_order_relaxed);
+  pthread_cond_broadcast(&f->cv_admit);
   f->seek_gen++;
   f->pf_pos = pos;
   pthread_mutex_unlock(&f->mu);
@@ -507,7 +649,6 @@ void lade__fetch_seek(lade__fetch_t *f, uint64_t pos) {
 
 static void *prefetch_main(void *arg) {
   lade__fetch_t *f = arg;
-  lade__regular_t *plan = NULL;
   uint64_t B = f->p.batch;
   /* pending: the samples submitted and not yet read, in plan order (a ring
    * of up to two windows, so the next window is in flight while the last
@@ -517,13 +658,12 @@ static void *prefetch_main(void *arg) {
   uint64_t *want = malloc(f->fetch_size * sizeof *want);
   uint64_t *ring = malloc(cap * sizeof *ring);
   lade__buf_t buf = {0};
-  if (!batch || !want || !ring || lade__regular_create(&plan, &f->pp) != 0) {
+  if (!batch || !want || !ring) {
     /* without its memory the prefetcher does nothing; reads still work */
     atomic_fetch_add_explicit(&f->pf_errors, 1, memory_order_relaxed);
     free(batch);
     free(want);
     free(ring);
-    lade__regular_destroy(plan);
     return NULL;
   }
   /* the engine fetches its own window (prefetch + 1 batches) itself */
@@ -558,7 +698,7 @@ static void *prefetch_main(void *arg) {
       size_t k = 0;
       for (uint64_t q = start / B; q * B < end; q++) {
         uint32_t cnt, valid;
-        if (lade__regular_local(plan, q / f->p.steps, q % f->p.steps, f->cfg->rank, batch, &cnt, &valid) != 0) break;
+        if (lade__cursor_order(f->p.cursor, q, batch, &cnt, &valid) != 0) break;
         for (uint64_t i = 0; i < cnt; i++) {
           uint64_t pos = q * B + i;
           if (pos < start || pos >= end || lade__cache_contains(f->disk, batch[i])) continue;
@@ -607,7 +747,6 @@ static void *prefetch_main(void *arg) {
   free(batch);
   free(want);
   free(ring);
-  lade__regular_destroy(plan);
   return NULL;
 }
 
@@ -623,6 +762,9 @@ void lade__fetch_stats(lade__fetch_t *f, lade__fetch_stats_t *out) {
   out->prefetched = atomic_load(&f->prefetched);
   out->prefetch_errors = atomic_load(&f->pf_errors);
   out->waited_prefetch = atomic_load(&f->waited);
+  out->plan_hits = atomic_load(&f->plan_hits);
+  out->plan_fallbacks = atomic_load(&f->plan_fallbacks);
+  out->plan_peer = atomic_load(&f->plan_peer);
   if (f->disk) {
     lade__cache_stats_t cs;
     lade__cache_stats(f->disk, &cs);

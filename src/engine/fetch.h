@@ -1,10 +1,13 @@
 /*
- * fetch.h - the fetch stage: where a sample's bytes come from. It asks the
- * memory tier, then the disk tier, then the source; it hands a planned
- * batch's misses to a remote source ahead of time (submit), tells the
- * engine which samples can be read without waiting for the network, and
- * runs the DELI prefetcher that keeps the disk tier filled ahead of the
- * consumer. Only the engine uses it.
+ * fetch.h - the fetch stage: where a sample's bytes come from. Each read
+ * comes with the route the plan gave it (plan/cursor.h): "any tier" (the
+ * regular plan: memory tier, then disk tier, then the source), the own
+ * cache, storage, or a peer. It hands a planned batch's misses to a remote
+ * source ahead of time (submit), tells the engine which samples can be read
+ * without waiting for the network, runs the DELI prefetcher that keeps the
+ * disk tier filled ahead of the consumer, and, under a routed plan, makes
+ * the memory tier admit and evict exactly what the plan says (cache policy
+ * `plan`). Only the engine uses it.
  */
 #ifndef LADE_FETCH_H
 #define LADE_FETCH_H
@@ -13,6 +16,7 @@
 #include <stdint.h>
 
 #include "core/config.h"
+#include "plan/cursor.h"
 #include "source/source.h"
 
 enum { LADE_TIER_STORAGE = 0, LADE_TIER_MEM = 1, LADE_TIER_DISK = 2, LADE_TIER_COUNT = 3 };
@@ -25,7 +29,15 @@ typedef struct lade__fetch_params {
   const lade__source_ops_t *ops;
   uint64_t steps;      /* steps per epoch for this learner */
   uint32_t batch;      /* local batch size B: sample position = (epoch*steps+step)*B + i */
+  lade__cursor_t *cursor; /* the order (borrowed): the prefetcher's walk and the next-use maps */
+  uint64_t sample_bytes;  /* routed plans: the mean sample size the plan's cache count was made from */
 } lade__fetch_params_t;
+
+/* Routed plans: the memory cache of cfg in samples of the dataset's mean
+ * size (cache_mem_bytes / the bytes one entry is charged), at most the
+ * dataset; *mean gets the mean size (from the listing, else sample 0). */
+uint64_t lade__fetch_plan_cache_samples(const struct lade_config *cfg, lade__source_t *src,
+                                        const lade__source_ops_t *ops, uint64_t *mean);
 
 /* Opens the cache tiers the settings ask for and starts the prefetcher when
  * it is on. Errors name the cache folder. */
@@ -35,13 +47,28 @@ void lade__fetch_close(lade__fetch_t *f);
 /* True when any cache tier is on. */
 bool lade__fetch_cached(const lade__fetch_t *f);
 
-/* Reads the bytes of sample idx for a batch of `epoch` into out; *tier says
- * where they came from. Thread-safe. */
-int lade__fetch_read(lade__fetch_t *f, uint64_t idx, uint64_t epoch, lade__buf_t *out, int *tier);
+/* Reads the bytes of sample idx for the batch of global step q into out,
+ * by `route` (LADE__ROUTE_ANY, LADE_FROM_CACHE, LADE_FROM_STORAGE or a
+ * peer's rank); *tier says where they came from. A sample the plan routes
+ * to the own cache that is not there (bytes budget, a refused put, a seek)
+ * is read from storage, counted as a fallback, and put back. A sample the
+ * plan routes to a peer is read from storage (no transport between
+ * learners yet: src/dist/), counted. A sample step q admits is put in the
+ * plan's tier after its read. Thread-safe. */
+enum { LADE_ROUTE_MET = 0, LADE_ROUTE_FALLBACK = 1, LADE_ROUTE_PEER_STORAGE = 2 };
+/* *note: LADE_ROUTE_MET, or how the route was not followed. */
+int lade__fetch_read(lade__fetch_t *f, uint64_t idx, uint64_t q, int32_t route, lade__buf_t *out, int *tier,
+                     int *note);
 
-/* A batch was planned: start remote requests for its samples that no tier
- * holds and the prefetcher is not already fetching. Thread-safe. */
-void lade__fetch_batch_planned(lade__fetch_t *f, const uint64_t *idx, uint32_t n);
+/* A step was planned: records its admits, starts remote requests for its
+ * samples that no tier holds and the prefetcher is not already fetching,
+ * and prepares the next-use maps of its epoch (off the consumer thread).
+ * Called in step order by the engine's planning worker. */
+void lade__fetch_step_planned(lade__fetch_t *f, const lade__cursor_step_t *st);
+
+/* Every sample of step st was read: applies its evictions (unless a later
+ * planned step admits the sample again) and ends its pending admits. */
+void lade__fetch_step_done(lade__fetch_t *f, const lade__cursor_step_t *st);
 
 /* True when lade__fetch_read(idx) would not wait for the network now. */
 bool lade__fetch_ready(lade__fetch_t *f, uint64_t idx);
@@ -64,6 +91,9 @@ typedef struct lade__fetch_stats {
   uint64_t corrupt;       /* disk entries that failed their checksum */
   uint64_t stale;         /* disk entries found stored under an older version of their sample (refetched) */
   uint64_t waited_prefetch; /* reads that waited for the prefetcher's request of the same sample */
+  uint64_t plan_hits;      /* routed to the own cache and found there */
+  uint64_t plan_fallbacks; /* routed to the own cache, not there: read from storage */
+  uint64_t plan_peer;      /* routed to a peer: read from storage (no transport yet) */
   lade__source_stats_t src;
   uint64_t fetch_size, threshold;
 } lade__fetch_stats_t;

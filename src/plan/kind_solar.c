@@ -25,6 +25,9 @@ static int solar_create(lade_plan_t *pl) {
   if (!k) return lade__fail(LADE_ENOMEM, "plan: out of memory");
   pl->ks = k;
   const lade_plan_settings_t *s = &pl->s;
+  if (!pl->order)
+    return lade__fail(LADE_EINVAL, "plan solar: it plans the epoch order of the whole run, so at most %llu epochs "
+                      "(%llu given)", (unsigned long long)LADE__PLAN_ORDER_MAX, (unsigned long long)s->epochs);
   uint64_t N = pl->N;
   int rc = lade__plan_owners_init(pl, 1);
   if (rc) return rc;

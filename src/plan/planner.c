@@ -86,8 +86,12 @@ static void reset_state(lade_plan_t *pl) {
 static int alloc_shared(lade_plan_t *pl) {
   uint64_t G = pl->G, p = pl->p;
   lade__plan_out_t *o = &pl->out;
-  LADE__PLAN_ALLOC(pl->order, pl->s.epochs);
-  for (uint64_t e = 0; e < pl->s.epochs; e++) pl->order[e] = e;
+  /* the epoch order is identity unless a kind reorders; a run of more epochs
+   * than LADE__PLAN_ORDER_MAX (the loader's epochs=None) keeps no array */
+  if (pl->s.epochs <= LADE__PLAN_ORDER_MAX) {
+    LADE__PLAN_ALLOC(pl->order, pl->s.epochs);
+    for (uint64_t e = 0; e < pl->s.epochs; e++) pl->order[e] = e;
+  }
   LADE__PLAN_ALLOC(pl->gb, G);
   LADE__PLAN_ALLOC(o->samples, G);
   LADE__PLAN_ALLOC(o->from, G);
@@ -317,7 +321,7 @@ int lade_plan_next(lade_plan_t *pl, const lade_plan_step_t **out) {
   if (pl->epoch >= pl->s.epochs)
     return lade__fail(LADE_ERANGE, "plan: past the last step (%llu epochs of %llu steps)",
                       (unsigned long long)pl->s.epochs, (unsigned long long)pl->steps);
-  uint64_t se = pl->order[pl->epoch];
+  uint64_t se = lade__plan_shuffle_epoch(pl, pl->epoch);
   int rc = lade__regular_global(pl->reg, se, pl->step, pl->gb);
   if (rc) return rc;
   lade__plan_out_t *o = &pl->out;

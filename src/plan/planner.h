@@ -39,6 +39,8 @@
 #include "regular.h"
 
 #define LADE__PLAN_NONE UINT64_MAX
+/* Runs of more epochs keep no epoch-order array (identity; solar refuses them). */
+#define LADE__PLAN_ORDER_MAX (1ull << 20)
 #define LADE__PLAN_INF_KEY (UINT64_MAX - 1) /* "never used again" in farthest-next-use keys */
 
 /* calloc of n entries (at least one) into ptr; on failure returns
@@ -125,6 +127,11 @@ struct lade_plan {
   lade__plan_node_t *nodes;
   uint64_t nnodes, nodecap, freelist;
 };
+
+/* The shuffle epoch that training epoch e uses. */
+static inline uint64_t lade__plan_shuffle_epoch(const lade_plan_t *pl, uint64_t e) {
+  return pl->order ? pl->order[e] : e;
+}
 
 /* Records an admit (+1) or evict (-1) of sample s by learner r; returns its index. */
 uint64_t lade__plan_event(lade_plan_t *pl, uint32_t r, uint64_t s, int t);

@@ -96,6 +96,8 @@ void lade__regular_destroy(lade__regular_t *r) {
 
 const lade__plan_params_t *lade__regular_params(const lade__regular_t *r) { return &r->p; }
 
+uint64_t lade__regular_cached_epoch(const lade__regular_t *r) { return r->have_perm ? r->perm_epoch : UINT64_MAX; }
+
 static int check_pos(lade__regular_t *r, uint64_t epoch, uint64_t step) {
   if (epoch >= r->p.epochs || step >= lade__plan_steps(&r->p))
     return lade__fail(LADE_ERANGE, "plan: (epoch %llu, step %llu) is past the end (%llu epochs of %llu steps)",

@@ -57,6 +57,8 @@ typedef struct lade__regular lade__regular_t;
 int lade__regular_create(lade__regular_t **out, const lade__plan_params_t *p);
 void lade__regular_destroy(lade__regular_t *r);
 const lade__plan_params_t *lade__regular_params(const lade__regular_t *r);
+/* The epoch whose permutation r holds now, UINT64_MAX for none. */
+uint64_t lade__regular_cached_epoch(const lade__regular_t *r);
 /* The G = B*p indices of global batch (epoch, step). */
 int lade__regular_global(lade__regular_t *r, uint64_t epoch, uint64_t step, uint64_t *out);
 /* Positions of an epoch's (padded) order that are trained on: floor(N/G)*G

@@ -1,0 +1,206 @@
+/* cursor.c - the plan cursor (cursor.h): the regular order from regular.c,
+ * every other kind through the planner driver (planner.c) positioned at the
+ * loader's step, this rank's part of each planned step copied out. */
+#include "cursor.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "planner.h"
+#include "regular.h"
+
+struct lade__cursor {
+  lade__cursor_params_t p;
+  pthread_mutex_t mu;
+  lade__plan_params_t rp;  /* the loader's regular order (drop_last as given) */
+  uint64_t steps;          /* the loader's steps per epoch */
+  lade__regular_t *reg[2]; /* two cached epoch permutations (the planner's epoch and the prefetcher's) */
+  uint64_t reg_tick[2], tick;
+  lade_plan_t *pl;         /* routed kinds: the planner (drop_last: whole global batches only) */
+  uint64_t plan_steps;     /* its steps per epoch */
+};
+
+int lade__cursor_open(lade__cursor_t **out, const lade__cursor_params_t *in) {
+  *out = NULL;
+  const lade_plan_settings_t *s = &in->plan;
+  if (s->kind < 0 || s->kind >= LADE_PLAN_KIND_COUNT) return lade__fail(LADE_EINVAL, "plan: unknown plan kind %d", s->kind);
+  bool routed = s->kind != LADE_PLAN_REGULAR;
+  if (routed && !in->shuffle)
+    return lade__fail(LADE_EINVAL, "plan %s shuffles every epoch; shuffle=false applies to the regular plan only",
+                      lade_plan_kind_name(s->kind));
+  if (s->kind == LADE_PLAN_SOLAR && s->epochs > LADE__PLAN_ORDER_MAX)
+    return lade__fail(LADE_EINVAL, "plan solar plans the epoch order of the whole run: set epochs (at most %llu; "
+                      "%llu given)", (unsigned long long)LADE__PLAN_ORDER_MAX, (unsigned long long)s->epochs);
+  lade__cursor_t *c = calloc(1, sizeof *c);
+  if (!c) return lade__fail(LADE_ENOMEM, "plan cursor: out of memory");
+  c->p = *in;
+  pthread_mutex_init(&c->mu, NULL);
+  c->rp = (lade__plan_params_t){.samples = s->samples,
+                                .batch_size = s->batch_size,
+                                .world_size = s->learners,
+                                .epochs = s->epochs,
+                                .seed = s->seed,
+                                .shuffle = in->shuffle,
+                                .drop_last = in->drop_last};
+  c->steps = lade__plan_steps(&c->rp);
+  int rc = 0;
+  for (int i = 0; i < 2 && !rc; i++) rc = lade__regular_create(&c->reg[i], &c->rp);
+  if (!rc && routed) {
+    lade_plan_settings_t ps = *s;
+    ps.drop_last = 1;
+    ps.cache_bytes = 0;
+    /* a batch larger than the dataset's whole global batches: nothing to plan */
+    rc = lade_plan_create(&c->pl, &ps);
+    if (!rc) c->plan_steps = lade_plan_steps_per_epoch(c->pl);
+  }
+  if (rc) {
+    lade__cursor_close(c);
+    return lade__fail_prefix(rc, "plan %s: ", lade_plan_kind_name(s->kind));
+  }
+  *out = c;
+  return 0;
+}
+
+void lade__cursor_close(lade__cursor_t *c) {
+  if (!c) return;
+  lade_plan_destroy(c->pl);
+  for (int i = 0; i < 2; i++) lade__regular_destroy(c->reg[i]);
+  pthread_mutex_destroy(&c->mu);
+  free(c);
+}
+
+uint64_t lade__cursor_steps(const lade__cursor_t *c) { return c->steps; }
+bool lade__cursor_routed(const lade__cursor_t *c) { return c->pl != NULL; }
+int lade__cursor_kind(const lade__cursor_t *c) { return c->p.plan.kind; }
+
+void lade__cursor_step_free(lade__cursor_step_t *s) {
+  free(s->idx);
+  free(s->from);
+  free(s->admit);
+  free(s->evict);
+  memset(s, 0, sizeof *s);
+}
+
+/* Grows *arr to hold n entries of `size` bytes; *cap counts entries. */
+static int grow(void **arr, uint32_t *cap, uint64_t n, size_t size) {
+  if (n <= *cap) return 0;
+  if (n > UINT32_MAX) return lade__fail(LADE_ERANGE, "plan cursor: a step of %llu entries", (unsigned long long)n);
+  void *p = realloc(*arr, (size_t)n * size);
+  if (!p) return lade__fail(LADE_ENOMEM, "plan cursor: out of memory for a step of %llu entries", (unsigned long long)n);
+  *arr = p;
+  *cap = (uint32_t)n;
+  return 0;
+}
+
+/* The cached permutation holder for epoch e (the least recently used one is
+ * recomputed on a miss). Locked. */
+static lade__regular_t *reg_for(lade__cursor_t *c, uint64_t e) {
+  int pick = -1;
+  for (int i = 0; i < 2; i++)
+    if (lade__regular_cached_epoch(c->reg[i]) == e) pick = i;
+  if (pick < 0) pick = c->reg_tick[0] <= c->reg_tick[1] ? 0 : 1;
+  c->reg_tick[pick] = ++c->tick;
+  return c->reg[pick];
+}
+
+/* The shuffle epoch of training epoch e. */
+static uint64_t shuffle_epoch(const lade__cursor_t *c, uint64_t e) {
+  return c->pl ? lade__plan_shuffle_epoch(c->pl, e) : e;
+}
+
+/* Room for n samples (idx and from share `cap`). */
+static int grow_samples(lade__cursor_step_t *out, uint64_t n) {
+  uint32_t fcap = out->cap;
+  int rc = grow((void **)&out->from, &fcap, n, sizeof *out->from);
+  return rc ? rc : grow((void **)&out->idx, &out->cap, n, sizeof *out->idx);
+}
+
+/* The regular slice of step q (routes: any tier). Locked. */
+static int regular_step(lade__cursor_t *c, uint64_t q, lade__cursor_step_t *out) {
+  uint64_t e = shuffle_epoch(c, q / c->steps), st = q % c->steps;
+  int rc = grow_samples(out, c->p.plan.batch_size);
+  if (!rc) rc = lade__regular_local(reg_for(c, e), e, st, c->p.rank, out->idx, &out->n, &out->valid);
+  if (rc) return rc;
+  for (uint32_t i = 0; i < out->n; i++) out->from[i] = LADE__ROUTE_ANY;
+  out->nadmit = out->nevict = 0;
+  return 0;
+}
+
+/* This rank's part of planned step (e, st). Locked. */
+static int planned_step(lade__cursor_t *c, uint64_t e, uint64_t st, lade__cursor_step_t *out) {
+  lade_plan_t *pl = c->pl;
+  int rc = 0;
+  if (pl->epoch != e || pl->step != st) rc = lade_plan_seek(pl, e, st);
+  const lade_plan_step_t *v = NULL;
+  if (!rc) rc = lade_plan_next(pl, &v);
+  if (rc) return rc;
+  uint32_t r = c->p.rank;
+  uint64_t a = v->offset[r], b = v->offset[r + 1];
+  uint64_t aa = v->admit_offset[r], ab = v->admit_offset[r + 1];
+  uint64_t ea = v->evict_offset[r], eb = v->evict_offset[r + 1];
+  if (b - a > c->p.plan.batch_size)
+    return lade__fail(LADE_ERANGE, "plan %s gives rank %u %llu samples at (epoch %llu, step %llu), more than its batch "
+                      "of %u", lade_plan_kind_name(c->p.plan.kind), r, (unsigned long long)(b - a),
+                      (unsigned long long)e, (unsigned long long)st, c->p.plan.batch_size);
+  rc = grow_samples(out, b - a);
+  if (!rc) rc = grow((void **)&out->admit, &out->adm_cap, ab - aa, sizeof *out->admit);
+  if (!rc) rc = grow((void **)&out->evict, &out->ev_cap, eb - ea, sizeof *out->evict);
+  if (rc) return rc;
+  out->n = out->valid = (uint32_t)(b - a);
+  memcpy(out->idx, v->samples + a, (b - a) * sizeof *out->idx);
+  memcpy(out->from, v->from + a, (b - a) * sizeof *out->from);
+  out->nadmit = (uint32_t)(ab - aa);
+  out->nevict = (uint32_t)(eb - ea);
+  memcpy(out->admit, v->admit + aa, (ab - aa) * sizeof *out->admit);
+  memcpy(out->evict, v->evict + ea, (eb - ea) * sizeof *out->evict);
+  return 0;
+}
+
+int lade__cursor_get(lade__cursor_t *c, uint64_t q, lade__cursor_step_t *out) {
+  pthread_mutex_lock(&c->mu);
+  uint64_t e = q / c->steps, st = q % c->steps;
+  int rc;
+  if (e >= c->p.plan.epochs)
+    rc = lade__fail(LADE_ERANGE, "plan: step %llu is past the run (%llu epochs of %llu steps)", (unsigned long long)q,
+                    (unsigned long long)c->p.plan.epochs, (unsigned long long)c->steps);
+  else if (c->pl && st < c->plan_steps)
+    rc = planned_step(c, e, st, out);
+  else
+    rc = regular_step(c, q, out);
+  if (!rc) out->q = q;
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+int lade__cursor_order(lade__cursor_t *c, uint64_t q, uint64_t *idx, uint32_t *n, uint32_t *valid) {
+  if (c->pl) return lade__fail(LADE_EINVAL, "plan %s: its order depends on the caches, ask get()",
+                               lade_plan_kind_name(c->p.plan.kind));
+  pthread_mutex_lock(&c->mu);
+  uint64_t e = q / c->steps;
+  int rc = lade__regular_local(reg_for(c, e), e, q % c->steps, c->p.rank, idx, n, valid);
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+int lade__cursor_first_use(lade__cursor_t *c, uint64_t e, uint32_t *map) {
+  uint64_t N = c->p.plan.samples, B = c->p.plan.batch_size;
+  for (uint64_t i = 0; i < N; i++) map[i] = LADE__CURSOR_NONE32;
+  if (e >= c->p.plan.epochs) return 0;
+  if (c->pl) return lade__fail(LADE_EINVAL, "plan %s: its order depends on the caches",
+                               lade_plan_kind_name(c->p.plan.kind));
+  uint64_t *batch = malloc(B * sizeof *batch);
+  if (!batch) return lade__fail(LADE_ENOMEM, "plan cursor: out of memory");
+  int rc = 0;
+  pthread_mutex_lock(&c->mu);
+  lade__regular_t *r = reg_for(c, e);
+  for (uint64_t st = 0; st < c->steps && !rc; st++) {
+    uint32_t n = 0, valid = 0;
+    rc = lade__regular_local(r, e, st, c->p.rank, batch, &n, &valid);
+    for (uint32_t i = 0; !rc && i < n; i++)
+      if (map[batch[i]] == LADE__CURSOR_NONE32) map[batch[i]] = (uint32_t)(st * B + i);
+  }
+  pthread_mutex_unlock(&c->mu);
+  free(batch);
+  return rc;
+}

@@ -1,0 +1,96 @@
+/*
+ * cursor.h - the plan cursor: the loader's one source of the sample order.
+ *
+ * The engine, the DELI prefetcher and clairvoyant eviction all ask the
+ * cursor which samples this rank trains on at global step q (= epoch *
+ * steps + step); nothing else in the engine works out an order. For the
+ * `regular` plan the order is a pure function of (seed, epoch, step, rank)
+ * (regular.h) and every sample's route is "any tier" (memory, disk, source,
+ * as the cache policy decides). For every other plan kind the cursor drives
+ * the same planner as `lade plan` and `lade simulate` (planner.h, one file
+ * per kind) and hands out, for this rank, the step's samples, where each
+ * comes from (own cache, peer K, storage: the plan's from[]) and the step's
+ * cache admits and evicts, so the loader executes the plan that the
+ * simulator predicts.
+ *
+ * Memory: the planner's state, O(samples + learners * cache), plus two
+ * cached epoch permutations for order queries; the engine keeps the steps it
+ * has planned in its batch slots (a window of prefetch + 1 steps), not the
+ * run. A planner kind with cache state computes steps strictly in order:
+ * asking for an earlier step than the last (a seek back) replays from the
+ * start of the run, as lade_plan_seek() does; asking ahead runs the steps
+ * in between.
+ *
+ * The last step of an epoch when drop_last is off: a planned global batch is
+ * always full (the simulator's model), so the short last step of the
+ * loader's epoch (DataLoader's short last batch, DistributedSampler's
+ * padding) is the regular slice of the same shuffle epoch with every sample
+ * routed "any tier" and no admits: the samples of each epoch are still each
+ * delivered exactly once. Counts equal the simulator's with drop_last.
+ *
+ * Thread-safe: one lock; get() is called by the one planning worker, order
+ * and first_use by the prefetcher and the next-use maps.
+ */
+#ifndef LADE_PLAN_CURSOR_H
+#define LADE_PLAN_CURSOR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "lade/plan.h"
+
+/* A route in lade__cursor_step_t.from beside LADE_FROM_CACHE (own cache),
+ * LADE_FROM_STORAGE and a peer's rank (>= 0): no plan route, the fetch
+ * stage's tiers decide (the regular plan, and the short last step). */
+#define LADE__ROUTE_ANY (-3)
+#define LADE__CURSOR_NONE32 UINT32_MAX
+
+typedef struct lade__cursor_params {
+  lade_plan_settings_t plan; /* kind, samples, learners (world size), batch_size, epochs, seed, cache (samples)
+                              * and the kinds' options; drop_last here is ignored (see below) */
+  uint32_t rank;
+  bool shuffle;   /* false: the regular plan without shuffling (routed kinds always shuffle) */
+  bool drop_last; /* the loader's drop_last */
+} lade__cursor_params_t;
+
+/* One step of this rank; the arrays are the caller's, grown by get(). */
+typedef struct lade__cursor_step {
+  uint64_t q;
+  uint32_t n, valid;     /* samples, of which the first `valid` are real (the rest: padding) */
+  uint64_t *idx;         /* n */
+  int32_t *from;         /* n routes */
+  uint64_t *admit, *evict;
+  uint32_t nadmit, nevict;
+  uint32_t cap, adm_cap, ev_cap;
+} lade__cursor_step_t;
+
+typedef struct lade__cursor lade__cursor_t;
+
+/* Checks the settings (a kind that reorders epochs needs a bounded run;
+ * learners, batch and cache as lade_plan_create checks them) and positions
+ * the cursor at step 0. Errors name the plan and the reason. */
+int lade__cursor_open(lade__cursor_t **out, const lade__cursor_params_t *p);
+void lade__cursor_close(lade__cursor_t *c);
+
+/* Steps per epoch of the loader (drop_last as given). */
+uint64_t lade__cursor_steps(const lade__cursor_t *c);
+/* True when the plan routes samples (any kind but regular). */
+bool lade__cursor_routed(const lade__cursor_t *c);
+/* The plan kind (lade_plan_kind_t). */
+int lade__cursor_kind(const lade__cursor_t *c);
+
+/* This rank's step q: samples, routes, admits and evicts. */
+int lade__cursor_get(lade__cursor_t *c, uint64_t q, lade__cursor_step_t *out);
+void lade__cursor_step_free(lade__cursor_step_t *s);
+
+/* The samples of step q alone (at most batch_size into idx), for look-ahead
+ * that must not disturb get()'s position: the prefetcher's walk. Only for
+ * plans whose order is a function of the step (!routed); LADE_EINVAL else. */
+int lade__cursor_order(lade__cursor_t *c, uint64_t q, uint64_t *idx, uint32_t *n, uint32_t *valid);
+
+/* map[s] = this rank's first position (step * batch_size + i) of sample s
+ * in epoch e, LADE__CURSOR_NONE32 when it does not train on s then (or e
+ * is past the run); map has `samples` entries. Same restriction as order. */
+int lade__cursor_first_use(lade__cursor_t *c, uint64_t e, uint32_t *map);
+
+#endif

@@ -1,0 +1,335 @@
+/* test_plan_exec.c - the loader executing every plan kind (setting `plan`,
+ * issue 10 section 1) on a local dataset, checked against the planner and
+ * the simulator run with the same settings: each rank trains on exactly the
+ * samples the plan gives it, in its order; every sample once per epoch over
+ * the ranks; the bytes are the source's; the per-rank cache/storage/peer
+ * counts equal the plan's and their sums the simulator's; runs repeat bit
+ * for bit; a resumed run delivers the rest bit for bit, reading from
+ * storage (counted) what its empty cache does not hold yet. The ranks run
+ * one after another in this process: peers are not reachable here (no
+ * transport yet), so a sample routed to a peer is read from storage and
+ * counted as such. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "lade/lade.h"
+#include "lade/plan.h"
+
+#define N 96
+#define SZ 256
+#define B 4
+#define EPOCHS 4
+#define MAXW 4
+#define CHARGE (SZ + 64) /* the memory tier's charge of one entry */
+
+static uint8_t byte_of(uint64_t i, int k) { return (uint8_t)(i * 31 + (uint64_t)k * 7 + 1); }
+
+static const char *make_dataset(void) {
+  static char dir[4096];
+  if (dir[0]) return dir;
+  snprintf(dir, sizeof dir, "%s", lade_test_tmpdir("planexec"));
+  uint8_t buf[SZ];
+  for (int c = 0; c < 3; c++) {
+    lade_test_sh("mkdir -p %s/data/c%d", dir, c);
+    for (int j = 0; j < N / 3; j++) {
+      uint64_t idx = (uint64_t)c * (N / 3) + (uint64_t)j;
+      for (int k = 0; k < SZ; k++) buf[k] = byte_of(idx, k);
+      char path[4300];
+      snprintf(path, sizeof path, "%s/data/c%d/f%05d.bin", dir, c, j);
+      FILE *f = fopen(path, "wb");
+      fwrite(buf, 1, SZ, f);
+      fclose(f);
+    }
+  }
+  return dir;
+}
+
+/* What one rank's loader delivered. */
+typedef struct rank_run {
+  int rc;
+  uint64_t steps;                /* per epoch */
+  uint64_t nbatches;
+  int64_t idx[EPOCHS * N];       /* delivered indices in order */
+  uint32_t n[EPOCHS * N];        /* batch sizes */
+  uint64_t sum;                  /* checksum of every delivered byte, order-sensitive */
+  int content_ok;
+  lade_stats_t st;
+  lade_epoch_stats_t ep[EPOCHS];
+} rank_run_t;
+
+static lade_loader_t *open_loader(const char *kind, uint32_t rank, uint32_t world, uint64_t cache_bytes,
+                                  const char *extra) {
+  lade_config_t *c = NULL;
+  lade_config_create(&c);
+  char src[4200], v[64];
+  snprintf(src, sizeof src, "%s/data", make_dataset());
+  lade_config_set(c, "source", src);
+  lade_config_set(c, "source_type", "dir");
+  lade_config_set(c, "transform", "raw");
+  lade_config_set(c, "raw_size", "256");
+  lade_config_set(c, "batch_size", "4");
+  lade_config_set(c, "threads", "3");
+  lade_config_set(c, "seed", "7");
+  lade_config_set(c, "drop_last", "true");
+  snprintf(v, sizeof v, "%d", EPOCHS);
+  lade_config_set(c, "epochs", v);
+  lade_config_set(c, "plan", kind);
+  snprintf(v, sizeof v, "%u", rank);
+  lade_config_set(c, "rank", v);
+  snprintf(v, sizeof v, "%u", world);
+  lade_config_set(c, "world_size", v);
+  snprintf(v, sizeof v, "%llu", (unsigned long long)cache_bytes);
+  lade_config_set(c, "cache_mem_bytes", v);
+  if (extra && lade_config_parse(c, extra)) fprintf(stderr, "bad setting %s: %s\n", extra, lade_last_error());
+  lade_loader_t *L = NULL;
+  int rc = lade_loader_create(&L, c);
+  lade_config_destroy(c);
+  return rc ? NULL : L;
+}
+
+/* Runs rank's loader from (epoch, step) to the end. */
+static void run_rank(const char *kind, uint32_t rank, uint32_t world, uint64_t cache_bytes, uint64_t from_epoch,
+                     uint64_t from_step, rank_run_t *r) {
+  memset(r, 0, sizeof *r);
+  r->content_ok = 1;
+  lade_loader_t *L = open_loader(kind, rank, world, cache_bytes, NULL);
+  if (!L) {
+    r->rc = -1;
+    fprintf(stderr, "  create(%s, rank %u/%u): %s\n", kind, rank, world, lade_last_error());
+    return;
+  }
+  uint64_t samples = 0, epochs = 0;
+  lade_loader_info(L, &samples, &r->steps, &epochs);
+  if (from_epoch || from_step) r->rc = lade_loader_seek(L, from_epoch, from_step);
+  uint64_t k = 0, h = 1469598103934665603ull;
+  lade_batch_t *b = NULL;
+  while (!r->rc && (r->rc = lade_loader_next(L, &b)) == 0 && b) {
+    const uint8_t *d = b->data;
+    r->n[r->nbatches++] = (uint32_t)b->shape[0];
+    for (uint32_t i = 0; i < (uint32_t)b->shape[0]; i++) {
+      int64_t idx = b->indices[i];
+      r->idx[k++] = idx;
+      for (int j = 0; j < SZ; j++) {
+        if (d[(size_t)i * SZ + j] != byte_of((uint64_t)idx, j)) r->content_ok = 0;
+        h = (h ^ d[(size_t)i * SZ + j]) * 1099511628211ull;
+      }
+    }
+    lade_batch_release(b);
+  }
+  if (r->rc) fprintf(stderr, "  next(%s, rank %u/%u): %s\n", kind, rank, world, lade_last_error());
+  r->sum = h;
+  lade_loader_stats(L, &r->st);
+  for (uint64_t e = from_epoch; e < EPOCHS; e++) lade_loader_epoch_stats(L, e, &r->ep[e]);
+  lade_loader_destroy(L);
+}
+
+/* The plan of the same settings, through the public planner. */
+static lade_plan_t *make_plan(const char *kind, uint32_t world, uint64_t cache_bytes) {
+  lade_plan_settings_t s;
+  lade_plan_settings_default(&s);
+  s.kind = lade_plan_kind_parse(kind);
+  s.samples = N;
+  s.learners = world;
+  s.batch_size = B;
+  s.epochs = EPOCHS;
+  s.seed = 7;
+  s.cache = cache_bytes / CHARGE;
+  s.coalesce = 0;
+  lade_plan_t *pl = NULL;
+  if (lade_plan_create(&pl, &s)) fprintf(stderr, "  plan %s: %s\n", kind, lade_last_error());
+  return pl;
+}
+
+static rank_run_t g_runs[MAXW];
+
+/* Every rank of `kind` at world size W: the plan's samples, routes and counts. */
+static void check_kind(const char *kind, uint32_t W, uint64_t cache_bytes) {
+  fprintf(stderr, "  %s, %u rank(s), cache %llu bytes\n", kind, W, (unsigned long long)cache_bytes);
+  for (uint32_t r = 0; r < W; r++) {
+    run_rank(kind, r, W, cache_bytes, 0, 0, &g_runs[r]);
+    CHECK_EQ_INT(g_runs[r].rc, 0);
+    CHECK(g_runs[r].content_ok);
+  }
+  lade_plan_t *pl = make_plan(kind, W, cache_bytes);
+  CHECK(pl != NULL);
+  if (!pl) return;
+  uint64_t steps = lade_plan_steps_per_epoch(pl);
+  CHECK_EQ_INT(g_runs[0].steps, steps);
+  uint64_t pos[MAXW] = {0};
+  uint64_t cache[MAXW][EPOCHS] = {{0}}, storage[MAXW][EPOCHS] = {{0}}, peer[MAXW][EPOCHS] = {{0}};
+  int order_ok = 1, once_ok = 1;
+  for (uint64_t e = 0; e < EPOCHS; e++) {
+    uint8_t seen[N] = {0};
+    for (uint64_t st = 0; st < steps; st++) {
+      const lade_plan_step_t *v = NULL;
+      CHECK_OK(lade_plan_next(pl, &v));
+      if (!v) return;
+      for (uint32_t r = 0; r < W; r++)
+        for (uint64_t i = v->offset[r]; i < v->offset[r + 1]; i++) {
+          if (g_runs[r].idx[pos[r]++] != (int64_t)v->samples[i]) order_ok = 0;
+          if (seen[v->samples[i]]++) once_ok = 0;
+          if (v->from[i] == LADE_FROM_CACHE) cache[r][e]++;
+          else if (v->from[i] == LADE_FROM_STORAGE) storage[r][e]++;
+          else peer[r][e]++;
+        }
+    }
+  }
+  lade_plan_destroy(pl);
+  CHECK(order_ok);
+  CHECK(once_ok);
+  for (uint32_t r = 0; r < W; r++) CHECK_EQ_INT(pos[r], g_runs[r].st.samples);
+  /* per rank and epoch: the plan's routes were followed exactly */
+  for (uint32_t r = 0; r < W; r++)
+    for (uint64_t e = 0; e < EPOCHS; e++) {
+      const lade_epoch_stats_t *es = &g_runs[r].ep[e];
+      CHECK_EQ_INT(es->samples_by_source[1], cache[r][e]);
+      CHECK_EQ_INT(es->samples_by_source[0], storage[r][e] + peer[r][e]);
+      CHECK_EQ_INT(es->plan_peer_storage, peer[r][e]);
+      CHECK_EQ_INT(es->plan_fallbacks, 0);
+    }
+  /* and their sums are the simulator's */
+  lade_plan_settings_t s;
+  lade_plan_settings_default(&s);
+  s.kind = lade_plan_kind_parse(kind);
+  s.samples = N;
+  s.learners = W;
+  s.batch_size = B;
+  s.epochs = EPOCHS;
+  s.seed = 7;
+  s.cache = cache_bytes / CHARGE;
+  s.coalesce = 0;
+  lade_sim_costs_t costs = {0};
+  lade_sim_epoch_t sim[EPOCHS];
+  CHECK_OK(lade_simulate(&s, &costs, sim, NULL));
+  for (uint64_t e = 0; e < EPOCHS; e++) {
+    uint64_t c = 0, sto = 0, p = 0;
+    for (uint32_t r = 0; r < W; r++) {
+      c += g_runs[r].ep[e].samples_by_source[1];
+      p += g_runs[r].ep[e].plan_peer_storage;
+      sto += g_runs[r].ep[e].samples_by_source[0] - g_runs[r].ep[e].plan_peer_storage;
+    }
+    CHECK_EQ_INT(c, sim[e].from_cache);
+    CHECK_EQ_INT(p, sim[e].from_peer);
+    CHECK_EQ_INT(sto, sim[e].from_storage);
+  }
+}
+
+static const char *const kinds[] = {"regular+lru", "regular+belady", "distcache", "locality", "solar"};
+
+/* Aggregate cache holding the dataset: from the second epoch the plans
+ * that can read nothing from storage do not. */
+static void test_every_plan_one_rank(void) {
+  for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) check_kind(kinds[k], 1, (uint64_t)N * CHARGE);
+  CHECK_EQ_INT(g_runs[0].ep[1].samples_by_source[0], 0); /* solar, last checked: all from cache */
+}
+
+static void test_every_plan_four_ranks(void) {
+  for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) check_kind(kinds[k], 4, (uint64_t)(N / 4) * CHARGE);
+  /* locality with the dataset in the aggregate cache: no storage reads after epoch 0 */
+  check_kind("locality", 4, (uint64_t)(N / 4) * CHARGE);
+  for (uint32_t r = 0; r < 4; r++)
+    CHECK_EQ_INT(g_runs[r].ep[2].samples_by_source[0] - g_runs[r].ep[2].plan_peer_storage, 0);
+}
+
+static void test_half_cache(void) {
+  for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) check_kind(kinds[k], 4, (uint64_t)(N / 8) * CHARGE);
+}
+
+/* Two runs: identical bytes. Resume from the middle of epoch 1: the rest bit
+ * for bit, the empty cache's misses counted as fallbacks. */
+static void test_repeat_and_resume(void) {
+  static rank_run_t a, b, c;
+  run_rank("locality", 1, 4, (uint64_t)(N / 4) * CHARGE, 0, 0, &a);
+  run_rank("locality", 1, 4, (uint64_t)(N / 4) * CHARGE, 0, 0, &b);
+  CHECK_EQ_INT(a.rc, 0);
+  CHECK(a.sum == b.sum && a.st.samples == b.st.samples);
+  uint64_t steps = a.steps, skip = (steps + steps / 2) * B;
+  run_rank("locality", 1, 4, (uint64_t)(N / 4) * CHARGE, 1, steps / 2, &c);
+  CHECK_EQ_INT(c.rc, 0);
+  CHECK(c.content_ok);
+  CHECK_EQ_INT(c.st.samples, a.st.samples - skip);
+  CHECK(memcmp(c.idx, a.idx + skip, c.st.samples * sizeof *c.idx) == 0);
+  CHECK(c.st.plan_fallbacks > 0);                 /* the plan believed them cached */
+  CHECK(c.st.plan_fallbacks <= (uint64_t)N / 4);  /* at most one per sample the rank would hold */
+}
+
+/* drop_last=false under a plan: whole global batches follow the plan, the
+ * short last step is the regular slice; every sample once per epoch. */
+static void test_short_last_step(void) {
+  lade_loader_t *L = NULL;
+  uint32_t W = 4;
+  int seen[EPOCHS][N];
+  memset(seen, 0, sizeof seen);
+  int ok = 1;
+  for (uint32_t r = 0; r < W; r++) {
+    lade_config_t *c = NULL;
+    lade_config_create(&c);
+    char src[4200], v[32];
+    snprintf(src, sizeof src, "%s/data", make_dataset());
+    lade_config_set(c, "source", src);
+    lade_config_set(c, "transform", "raw");
+    lade_config_set(c, "raw_size", "256");
+    lade_config_set(c, "batch_size", "5"); /* 96 = 4 * (4*5) + 16: a short last step of 4 per rank */
+    lade_config_set(c, "epochs", "4");
+    lade_config_set(c, "plan", "locality");
+    lade_config_set(c, "world_size", "4");
+    snprintf(v, sizeof v, "%u", r);
+    lade_config_set(c, "rank", v);
+    lade_config_set(c, "cache_mem_bytes", "10000");
+    CHECK_OK(lade_loader_create(&L, c));
+    lade_config_destroy(c);
+    if (!L) return;
+    lade_batch_t *b = NULL;
+    uint64_t k = 0;
+    while (lade_loader_next(L, &b) == 0 && b) {
+      uint64_t e = k++ / 5;
+      for (uint32_t i = 0; i < b->valid; i++) seen[e][b->indices[i]]++;
+      for (uint32_t i = 0; i < (uint32_t)b->shape[0]; i++)
+        if (((const uint8_t *)b->data)[(size_t)i * SZ + 3] != byte_of((uint64_t)b->indices[i], 3)) ok = 0;
+      lade_batch_release(b);
+    }
+    CHECK_EQ_INT(k, EPOCHS * 5);
+    lade_loader_destroy(L);
+  }
+  for (int e = 0; e < EPOCHS; e++)
+    for (int i = 0; i < N; i++)
+      if (seen[e][i] != 1) ok = 0;
+  CHECK(ok);
+}
+
+static void expect_error(const char *kind, const char *extra, const char *words) {
+  lade_loader_t *L = open_loader(kind, 0, 1, 10000, extra);
+  CHECK(L == NULL);
+  if (L) {
+    lade_loader_destroy(L);
+    return;
+  }
+  if (!strstr(lade_last_error(), words)) fprintf(stderr, "  unexpected error: %s\n", lade_last_error());
+  CHECK(strstr(lade_last_error(), words) != NULL);
+}
+
+static void test_bad_settings(void) {
+  char opt[4300];
+  snprintf(opt, sizeof opt, "cache_dir=%s/cache", make_dataset());
+  expect_error("locality", opt, "not supported yet");
+  expect_error("locality", "cache_policy=lru", "cache_policy must be auto or plan");
+  expect_error("regular", "cache_policy=plan", "set plan to one other than regular");
+  expect_error("solar", "epochs=1000000000", "set epochs");
+  expect_error("locality", "shuffle=false", "shuffle=false applies to the regular plan only");
+  lade_config_t *c = NULL;
+  lade_config_create(&c);
+  CHECK(lade_config_set(c, "plan", "nonsense") != 0);
+  lade_config_destroy(c);
+}
+
+int main(void) {
+  RUN(test_every_plan_one_rank);
+  RUN(test_every_plan_four_ranks);
+  RUN(test_half_cache);
+  RUN(test_repeat_and_resume);
+  RUN(test_short_last_step);
+  RUN(test_bad_settings);
+  return lade_test_finish();
+}
