@@ -17,6 +17,7 @@
 #include "gen_jpeg.h"
 #include "gen_npy.h"
 #include "lade/lade.h"
+#include "lade/plan.h"
 #include "pack.h"
 #include "plan_cli.h"
 
@@ -132,6 +133,9 @@ static int usage_bench(FILE *f) {
           "  --threads T       worker threads (default: online cores)\n"
           "  --prefetch K      batches prepared ahead (default 2)\n"
           "  --seed S          shuffle and augmentation seed (default 0)\n"
+          "  --plan NAME       regular|regular+lru|regular+belady|distcache|locality|solar (default regular);\n"
+          "                    prints per epoch where samples came from beside the plan's prediction\n"
+          "                    (options: --set plan_balance=..., plan_reorder=..., plan_order=...)\n"
           "  --set KEY=VALUE   any loader setting (repeatable; `lade settings` lists them)\n"
           "  --max-batches N   stop after N batches\n"
           "  --no-checksum     do not read the delivered bytes (pure loader rate)\n"
@@ -165,6 +169,21 @@ static void progress(double frac, double rate, int done) {
   bar[width] = '\0';
   fprintf(stderr, "\r[%s] %5.1f%%  %10.0f samples/s%s", bar, frac * 100.0, rate, done ? "\n" : "");
   fflush(stderr);
+}
+
+/* The plan's prediction for one rank: per epoch, samples from its own cache,
+ * from peers and from storage (lade_plan_step_t.from), by the same planner
+ * the loader runs. */
+enum { PRED_CACHE = 0, PRED_PEER, PRED_STORAGE };
+static int predict_rank(const lade_plan_settings_t *s, uint32_t rank, uint64_t epochs, uint64_t (*pred)[3]) {
+  lade_plan_t *pl = NULL;
+  int rc = lade_plan_create(&pl, s);
+  const lade_plan_step_t *v = NULL;
+  while (!rc && (rc = lade_plan_next(pl, &v)) == 0 && v->epoch < epochs)
+    for (uint64_t i = v->offset[rank]; i < v->offset[rank + 1]; i++)
+      pred[v->epoch][v->from[i] == LADE_FROM_CACHE ? PRED_CACHE : v->from[i] >= 0 ? PRED_PEER : PRED_STORAGE]++;
+  lade_plan_destroy(pl);
+  return rc == LADE_ERANGE || (v && v->epoch >= epochs) ? 0 : rc;
 }
 
 typedef struct bench_opts {
@@ -243,8 +262,18 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
   lade_epoch_stats_t eps[MAX_EPOCH_LINES];
   int neps = 0;
   while (neps < MAX_EPOCH_LINES && lade_loader_epoch_stats(L, (uint64_t)neps, &eps[neps]) == 0) neps++;
+  lade_plan_settings_t ps;
+  int planned = !lade_loader_plan_settings(L, &ps) && ps.kind != LADE_PLAN_REGULAR;
   lade_loader_destroy(L);
   if (rc) return 1;
+  static uint64_t pred[MAX_EPOCH_LINES][3];
+  memset(pred, 0, sizeof pred);
+  char rank_txt[32] = "0";
+  lade_config_get(cfg, "rank", rank_txt, sizeof rank_txt);
+  if (planned && predict_rank(&ps, (uint32_t)strtoul(rank_txt, NULL, 10), (uint64_t)neps, pred)) {
+    fprintf(stderr, "lade bench: the plan's prediction: %s\n", lade_last_error());
+    planned = 0;
+  }
   int tiers = st.samples_by_source[1] || st.samples_by_source[2] || st.cache_misses || st.prefetched;
   int remote = st.get_requests || st.list_requests;
   double rate = elapsed > 0 ? (double)samples / elapsed : 0;
@@ -275,14 +304,24 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
            (unsigned long long)st.cache_misses, (unsigned long long)st.prefetched, (unsigned long long)st.get_requests,
            (unsigned long long)st.list_requests, (unsigned long long)st.retries, (unsigned long long)st.remote_bytes,
            st.concurrency, (unsigned long long)st.fetch_size, (unsigned long long)st.prefetch_threshold);
-    for (int e = 0; e < neps; e++)
-      printf("%s{\"epoch\":%d,\"miss_rate\":%.4f,\"wait_s\":%.4f,\"get_requests\":%llu,\"list_requests\":%llu,"
+    for (int e = 0; e < neps; e++) {
+      if (planned)
+        printf("%s{\"plan\":\"%s\",\"cache\":%llu,\"peer\":%llu,\"storage\":%llu,\"fallbacks\":%llu,"
+               "\"predicted_cache\":%llu,\"predicted_peer\":%llu,\"predicted_storage\":%llu,",
+               e ? "," : "", lade_plan_kind_name(ps.kind), (unsigned long long)eps[e].samples_by_source[1],
+               (unsigned long long)eps[e].plan_peer_storage,
+               (unsigned long long)(eps[e].samples_by_source[0] - eps[e].plan_peer_storage),
+               (unsigned long long)eps[e].plan_fallbacks, (unsigned long long)pred[e][PRED_CACHE],
+               (unsigned long long)pred[e][PRED_PEER], (unsigned long long)pred[e][PRED_STORAGE]);
+      printf("%s\"epoch\":%d,\"miss_rate\":%.4f,\"wait_s\":%.4f,\"get_requests\":%llu,\"list_requests\":%llu,"
              "\"remote_bytes\":%llu,\"samples_by_source\":[%llu,%llu,%llu],\"bytes_by_source\":[%llu,%llu,%llu]}",
-             e ? "," : "", e, eps[e].miss_rate, eps[e].wait_seconds, (unsigned long long)eps[e].get_requests,
+             planned ? "" : e ? ",{" : "{", e, eps[e].miss_rate, eps[e].wait_seconds,
+             (unsigned long long)eps[e].get_requests,
              (unsigned long long)eps[e].list_requests, (unsigned long long)eps[e].remote_bytes,
              (unsigned long long)eps[e].samples_by_source[0], (unsigned long long)eps[e].samples_by_source[1],
              (unsigned long long)eps[e].samples_by_source[2], (unsigned long long)eps[e].bytes_by_source[0],
              (unsigned long long)eps[e].bytes_by_source[1], (unsigned long long)eps[e].bytes_by_source[2]);
+    }
     printf("]}\n");
   } else {
     printf("dataset      %s (%llu samples), transform %s, batches %s %s\n", o->dir, (unsigned long long)nsamples,
@@ -318,6 +357,18 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
                e, eps[e].miss_rate, eps[e].wait_seconds, (unsigned long long)eps[e].get_requests,
                (unsigned long long)eps[e].list_requests, (double)eps[e].bytes_by_source[0] / 1e6,
                (double)eps[e].bytes_by_source[1] / 1e6, (double)eps[e].bytes_by_source[2] / 1e6);
+    if (planned) {
+      printf("plan         %s: per epoch, samples from this rank's cache / peers / storage, measured "
+             "(predicted by the plan)\n", lade_plan_kind_name(ps.kind));
+      for (int e = 0; e < neps; e++)
+        printf("epoch %-6d cache %llu (%llu), peer %llu (%llu, read from storage: no transport yet), storage %llu "
+               "(%llu), fallbacks %llu, consumer wait %.3f s\n",
+               e, (unsigned long long)eps[e].samples_by_source[1], (unsigned long long)pred[e][PRED_CACHE],
+               (unsigned long long)eps[e].plan_peer_storage, (unsigned long long)pred[e][PRED_PEER],
+               (unsigned long long)(eps[e].samples_by_source[0] - eps[e].plan_peer_storage),
+               (unsigned long long)pred[e][PRED_STORAGE], (unsigned long long)eps[e].plan_fallbacks,
+               eps[e].wait_seconds);
+    }
     if (o->checksum) printf("checksum     %016llx\n", (unsigned long long)sum);
   }
   return 0;
@@ -338,14 +389,14 @@ static int cmd_bench(int argc, char **argv) {
       {"prefetch", required_argument, 0, 'p'},  {"seed", required_argument, 0, 's'},
       {"set", required_argument, 0, 'S'},       {"json", no_argument, 0, 'J'},
       {"max-batches", required_argument, 0, 'm'}, {"no-checksum", no_argument, 0, 'C'},
-      {"step-ms", required_argument, 0, 'T'},
+      {"step-ms", required_argument, 0, 'T'},   {"plan", required_argument, 0, 'P'},
       {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
   lade_config_t *cfg = NULL;
   lade_config_create(&cfg);
   bench_opts_t o = {.checksum = 1};
   int c, bad = 0;
   optind = 1;
-  while (!bad && (c = getopt_long(argc, argv, "t:b:e:j:p:s:S:Jm:CT:h", opts, NULL)) != -1) {
+  while (!bad && (c = getopt_long(argc, argv, "t:b:e:j:p:s:S:Jm:CT:P:h", opts, NULL)) != -1) {
     switch (c) {
       case 't': bad = set_or_fail(cfg, "transform", optarg); break;
       case 'b': bad = set_or_fail(cfg, "batch_size", optarg); break;
@@ -353,6 +404,7 @@ static int cmd_bench(int argc, char **argv) {
       case 'j': bad = set_or_fail(cfg, "threads", optarg); break;
       case 'p': bad = set_or_fail(cfg, "prefetch", optarg); break;
       case 's': bad = set_or_fail(cfg, "seed", optarg); break;
+      case 'P': bad = set_or_fail(cfg, "plan", optarg); break;
       case 'S':
         if (lade_config_parse(cfg, optarg)) {
           fprintf(stderr, "lade: %s\n", lade_last_error());

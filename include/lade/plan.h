@@ -131,6 +131,15 @@ LADE_API int lade_plan_seek(lade_plan_t *plan, uint64_t epoch, uint64_t step);
  * than 2^20 epochs (the order is then the identity). */
 LADE_API const uint64_t *lade_plan_epoch_order(const lade_plan_t *plan);
 
+/* The plan a loader runs (setting `plan` and its options), as settings for
+ * lade_plan_create()/lade_simulate(): the same code, so a plan made from
+ * them predicts the loader's routes exactly. The cache is resolved to
+ * samples (cache_mem_bytes over the charge of a mean-sized entry). For
+ * kinds other than regular drop_last is 1: with the loader's drop_last off
+ * its short last step is the regular slice, read through the tiers and not
+ * planned. */
+LADE_API int lade_loader_plan_settings(lade_loader_t *loader, lade_plan_settings_t *out);
+
 /* ---- epoch order (paper 002 eq. 1-2), exposed for comparison and tests */
 
 /* cost[u*E+v] = N(u,v) = |first `buffer` samples of epoch v's shuffle minus the

@@ -293,7 +293,7 @@ class Loader:
         self._h.seek(int(epoch), int(step))
         self._resume = True
 
-    _CHECKED = ("source", "batch_size", "seed", "rank", "world_size", "transform")
+    _CHECKED = ("source", "batch_size", "seed", "rank", "world_size", "transform", "plan", "drop_last")
 
     def state_dict(self):
         """The position as a dict; load_state_dict() of a loader with the same settings

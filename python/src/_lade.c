@@ -939,12 +939,14 @@ static PyObject *stats_dict(const lade_stats_t *s) {
       "threads", (unsigned int)s->threads);
   if (!d) return NULL;
   PyObject *more = Py_BuildValue(
-      "{sIsKsKsKsKsKsKsKsKsK}", "concurrency", (unsigned int)s->concurrency, "get_requests",
+      "{sIsKsKsKsKsKsKsKsKsKsKsKsK}", "concurrency", (unsigned int)s->concurrency, "get_requests",
       (unsigned long long)s->get_requests, "list_requests", (unsigned long long)s->list_requests, "retries",
       (unsigned long long)s->retries, "remote_bytes", (unsigned long long)s->remote_bytes, "cache_misses",
       (unsigned long long)s->cache_misses, "prefetched", (unsigned long long)s->prefetched, "cache_corrupt",
       (unsigned long long)s->cache_corrupt, "fetch_size", (unsigned long long)s->fetch_size, "prefetch_threshold",
-      (unsigned long long)s->prefetch_threshold);
+      (unsigned long long)s->prefetch_threshold, "plan_cache_hits", (unsigned long long)s->plan_cache_hits,
+      "plan_fallbacks", (unsigned long long)s->plan_fallbacks, "plan_peer_storage",
+      (unsigned long long)s->plan_peer_storage);
   if (!more || PyDict_Update(d, more) != 0) {
     Py_XDECREF(more);
     Py_DECREF(d);
@@ -961,7 +963,7 @@ static PyObject *loader_epoch_stats(LoaderObject *L, PyObject *args) {
   lade_epoch_stats_t e;
   int rc = lade_loader_epoch_stats(L->loader, epoch, &e);
   if (rc) return raise_last(rc);
-  return Py_BuildValue("{sKsKsKs(KKKK)s(KKKK)sdsdsKsKsK}", "epoch", (unsigned long long)e.epoch, "batches",
+  return Py_BuildValue("{sKsKsKs(KKKK)s(KKKK)sdsdsKsKsKsKsK}", "epoch", (unsigned long long)e.epoch, "batches",
                        (unsigned long long)e.batches, "samples", (unsigned long long)e.samples, "samples_by_source",
                        (unsigned long long)e.samples_by_source[0], (unsigned long long)e.samples_by_source[1],
                        (unsigned long long)e.samples_by_source[2], (unsigned long long)e.samples_by_source[3],
@@ -969,7 +971,9 @@ static PyObject *loader_epoch_stats(LoaderObject *L, PyObject *args) {
                        (unsigned long long)e.bytes_by_source[1], (unsigned long long)e.bytes_by_source[2],
                        (unsigned long long)e.bytes_by_source[3], "miss_rate", e.miss_rate, "wait_seconds",
                        e.wait_seconds, "get_requests", (unsigned long long)e.get_requests, "list_requests",
-                       (unsigned long long)e.list_requests, "remote_bytes", (unsigned long long)e.remote_bytes);
+                       (unsigned long long)e.list_requests, "remote_bytes", (unsigned long long)e.remote_bytes,
+                       "plan_fallbacks", (unsigned long long)e.plan_fallbacks, "plan_peer_storage",
+                       (unsigned long long)e.plan_peer_storage);
 }
 
 static PyObject *loader_stats(LoaderObject *L, PyObject *unused) {

@@ -1112,6 +1112,13 @@ int lade_loader_seek(lade_loader_t *L, uint64_t epoch, uint64_t step) {
   return rc;
 }
 
+int lade_loader_plan_settings(lade_loader_t *L, lade_plan_settings_t *out) {
+  if (!L || !out) return lade__fail(LADE_EINVAL, "lade_loader_plan_settings: NULL argument");
+  if (forked(L)) return fail_forked(L, "lade_loader_plan_settings");
+  lade__cursor_settings(L->cursor, out);
+  return 0;
+}
+
 int lade_loader_tell(const lade_loader_t *cL, uint64_t *epoch, uint64_t *step) {
   lade_loader_t *L = (lade_loader_t *)cL;
   if (!L) return lade__fail(LADE_EINVAL, "lade_loader_tell: NULL loader");

@@ -74,6 +74,11 @@ uint64_t lade__cursor_steps(const lade__cursor_t *c) { return c->steps; }
 bool lade__cursor_routed(const lade__cursor_t *c) { return c->pl != NULL; }
 int lade__cursor_kind(const lade__cursor_t *c) { return c->p.plan.kind; }
 
+void lade__cursor_settings(const lade__cursor_t *c, lade_plan_settings_t *out) {
+  *out = c->pl ? *lade_plan_settings(c->pl) : c->p.plan;
+  if (!c->pl) out->drop_last = c->p.drop_last;
+}
+
 void lade__cursor_step_free(lade__cursor_step_t *s) {
   free(s->idx);
   free(s->from);

@@ -79,6 +79,10 @@ bool lade__cursor_routed(const lade__cursor_t *c);
 /* The plan kind (lade_plan_kind_t). */
 int lade__cursor_kind(const lade__cursor_t *c);
 
+/* The plan's settings as the cursor runs them (cache resolved to samples;
+ * drop_last 1 for routed kinds, whose last short step is not planned). */
+void lade__cursor_settings(const lade__cursor_t *c, lade_plan_settings_t *out);
+
 /* This rank's step q: samples, routes, admits and evicts. */
 int lade__cursor_get(lade__cursor_t *c, uint64_t q, lade__cursor_step_t *out);
 void lade__cursor_step_free(lade__cursor_step_t *s);

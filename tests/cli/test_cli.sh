@@ -69,6 +69,26 @@ mkdir "$tmp/ls/n"
 out=$("$lade" ls "$tmp/ls" 2>&1); rc=$?
 check "lade ls names an empty class folder" test $rc -ne 0 -a -n "$(echo "$out" | grep "class folder 'n' has no images")"
 
+# lade bench --plan: every plan kind runs, and each epoch's cache / peer / storage counts of this rank equal the
+# plan's prediction (same planner); without a transport a peer-routed sample is read from storage and counted
+"$lade" gen npy "$tmp/pl" --count 400 --shape 32 >/dev/null
+for kind in regular+lru regular+belady distcache locality solar; do
+  js=$("$lade" bench "$tmp/pl" --plan "$kind" --epochs 3 --batch-size 10 --set world_size=4 --set rank=2 \
+    --set drop_last=true --set cache_mem_bytes=20000 --json)
+  verdict=$(echo "$js" | /usr/bin/python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+ok = all(e["plan"] == sys.argv[1] and (e["cache"], e["peer"], e["storage"]) ==
+         (e["predicted_cache"], e["predicted_peer"], e["predicted_storage"]) and e["fallbacks"] == 0 for e in d["epochs"])
+hits = sum(e["cache"] for e in d["epochs"][1:])
+print("ok" if ok and len(d["epochs"]) == 3 and hits > 0 else "bad: %s" % d["epochs"])' "$kind")
+  check "lade bench --plan $kind: measured routes equal the plan's" test "$verdict" = ok
+done
+out=$("$lade" bench "$tmp/pl" --plan locality --set cache_mem_bytes=20000 --epochs 2 --batch-size 10)
+check "lade bench --plan prints the plan section" test -n "$(echo "$out" | grep '^plan         locality')"
+out=$("$lade" bench "$tmp/pl" --plan nonsense 2>&1); rc=$?
+check "lade bench --plan names an unknown plan" test $rc -ne 0 -a -n "$(echo "$out" | grep -i "plan")"
+
 rm -rf "$tmp"
 echo "$pass passed, $fail failed"
 test $fail -eq 0
