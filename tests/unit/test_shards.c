@@ -389,6 +389,16 @@ static void test_odd_cases(void) {
     if (count < 26) CHECK_EQ_INT(seq[d][25], start); /* 103 = 26+26+26+25: group 3 repeats its first */
   }
   free_seqs(seq, 4);
+  /* the buffer's randomness is the group's own: two groups with parts of the
+   * same shape (halves of one shard) are not shuffled alike */
+  uint64_t two[2] = {0, 400};
+  p = params(two, 1, 2, 8, 1000, 0);
+  seq = alloc_seqs(2, 200);
+  CHECK(check_epoch(&p, 0, seq));
+  int alike = 1;
+  for (int i = 0; i < 200; i++) alike &= seq[1][i] == seq[0][i] + 200;
+  CHECK(!alike);
+  free_seqs(seq, 2);
   /* more groups than shards, empty shards among them (first, middle, last) */
   uint64_t off[7] = {0, 0, 5, 5, 5, 12, 12};
   p = params(off, 6, 8, 1, 2, 0);
