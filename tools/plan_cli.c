@@ -1,7 +1,9 @@
 /*
  * plan_cli.c - `lade plan`, `lade simulate` and `lade model`: the planner,
  * simulator and analytical models (lade/plan.h) from the command line, plus
- * the paper reproductions (--fig6, --ablation, --orders) and gnuplot pictures.
+ * the paper reproductions (--fig6, --ablation, --orders) and gnuplot pictures,
+ * and the shards order of paper 001 (--plan shards: its batches and its
+ * shuffle quality; not a plan kind, see docs/plan.md).
  * Public headers only. Plots are drawn by gnuplot (Debian: gnuplot-nox) fed
  * through a pipe; when it is missing the numbers are still printed and the
  * command says so and exits 1.
@@ -110,10 +112,15 @@ static int parse(const char *cmd, int argc, char **argv, opts_t *o) {
       }
     }
     U64("--samples", o->s.samples)
-    U64("--shard-size", o->shard_size)
-    U64("--shards", o->nshards)
-    U64("--devices-per-node", o->devices_per_node)
-    U64("--model-parallel", o->model_parallel)
+    else if (!strcmp(a, "--shard-size") || !strcmp(a, "--shards") || !strcmp(a, "--devices-per-node") ||
+             !strcmp(a, "--model-parallel")) {
+      if ((rc = num_u64(cmd, a, v, &u))) return rc;
+      if (u == 0 || u > 0xffffffffu) return die(cmd, "%s needs a positive integer below 2^32", a);
+      if (!strcmp(a, "--shard-size")) o->shard_size = u;
+      else if (!strcmp(a, "--shards")) o->nshards = u;
+      else if (!strcmp(a, "--devices-per-node")) o->devices_per_node = u;
+      else o->model_parallel = u;
+    }
     else if (!strcmp(a, "--buffer")) { /* a comma-separated list */
       if (!v) return die(cmd, "%s needs buffer sizes, e.g. 0,1000,10000", a);
       o->nbuffers = 0;
@@ -420,7 +427,10 @@ int lade_tool_plan(int argc, char **argv) {
            "Computes which learner trains on which sample at every (epoch, step) and where each\n"
            "sample comes from. --out writes a versioned, checksummed binary file the engine can\n"
            "memory-map (docs/plan.md); --dump prints JSON lines, one per (epoch, step, learner):\n"
-           "{\"epoch\",\"step\",\"learner\",\"samples\":[...],\"from\":[\"cache\"|\"peer:K\"|\"storage\"]}\n\n");
+           "{\"epoch\",\"step\",\"learner\",\"samples\":[...],\"from\":[\"cache\"|\"peer:K\"|\"storage\"]}\n"
+           "With --plan shards (--dump only), one line per (epoch, step, data-parallel group):\n"
+           "{\"epoch\",\"step\",\"group\",\"ranks\":[...],\"samples\":[...],\"padding\":K}, the last K samples\n"
+           "repeating the group's first ones.\n\n");
     printf(common_help, "");
     return 0;
   }

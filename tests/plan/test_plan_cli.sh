@@ -94,6 +94,7 @@ awk '$1 ~ /^[01]$/ { k = $2 " " $3; if (k == "shards b=0") { s0 = $6; p0 = $7 } 
 expect_fail "shards plan file" "no plan file" "$LADE" plan --plan shards --samples 100 --out "$T/x.plan"
 expect_fail "shards too few samples" "fewer than the 4 data-parallel groups" "$LADE" simulate --plan shards --samples 3 --learners 4
 expect_fail "shards model parallel" "multiple of --model-parallel" "$LADE" simulate --plan shards --learners 6 --model-parallel 4
+expect_fail "shards zero shards" "shards needs a positive" "$LADE" simulate --plan shards --shards 0
 expect_fail "shards buffer list" "buffer takes" "$LADE" simulate --plan shards --buffer 1,x
 
 # model: crossover R/V and the three loaders
