@@ -276,9 +276,7 @@ static int shards_setup(const char *cmd, const opts_t *o, lade_shards_settings_t
   st->groups = (uint32_t)(o->s.learners / o->model_parallel);
   st->batch_size = o->s.batch_size;
   st->drop_last = o->s.drop_last;
-  uint64_t n, v;
-  if (lade_shards_len(st) == 0) { /* let the library say why */
-    lade_shards_epoch(st, 0, 0, NULL, &n, &v);
+  if (lade_shards_len(st) == 0) {
     free(*off);
     *off = NULL;
     return die(cmd, "%s", lade_last_error());

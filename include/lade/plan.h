@@ -190,7 +190,8 @@ typedef struct lade_shards_settings {
 } lade_shards_settings_t;
 
 /* Samples each group delivers per epoch, and its batches (steps) per epoch;
- * 0 for settings lade_shards_epoch refuses. */
+ * 0 for settings lade_shards_epoch refuses (lade_shards_len then says why in
+ * lade_last_error()). */
 LADE_API uint64_t lade_shards_len(const lade_shards_settings_t *s);
 LADE_API uint64_t lade_shards_steps(const lade_shards_settings_t *s);
 

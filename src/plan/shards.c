@@ -56,7 +56,7 @@ uint64_t lade__shards_steps(const lade__shards_params_t *p) {
 }
 
 void lade__shards_part(const lade__shards_params_t *p, uint32_t d, uint64_t *start, uint64_t *count) {
-  uint64_t N = lade__shards_samples(p), D = p->groups, base = N / D, extra = N % D;
+  uint64_t N = lade__shards_samples(p), D = p->groups ? p->groups : 1, base = N / D, extra = N % D;
   *start = d * base + LADE_MIN((uint64_t)d, extra);
   *count = base + (d < extra);
 }
@@ -334,7 +334,9 @@ int lade__shards_quality(const lade__shards_params_t *p, uint64_t epoch, int glo
 
 /* ---------------------------------------------------------------- public */
 
-uint64_t lade_shards_len(const lade_shards_settings_t *s) { return lade__shards_len(s); }
+uint64_t lade_shards_len(const lade_shards_settings_t *s) {
+  return lade__shards_check(s) ? 0 : lade__shards_len(s); /* the reason of a 0 in lade_last_error() */
+}
 uint64_t lade_shards_steps(const lade_shards_settings_t *s) { return lade__shards_steps(s); }
 
 int lade_shards_epoch(const lade_shards_settings_t *s, uint64_t epoch, uint32_t group, uint64_t *out,

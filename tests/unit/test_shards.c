@@ -416,6 +416,9 @@ static void test_odd_cases(void) {
   p = params(off, 6, 13, 1, 0, 0);
   CHECK(lade__shards_epoch(&p, 0, 0, out, &n, &v) == LADE_EINVAL);
   CHECK(strstr(lade_last_error(), "fewer than the 13 data-parallel groups") != NULL);
+  lade__clear_error();
+  CHECK_EQ_INT(lade_shards_len(&p), 0); /* the public one says why */
+  CHECK(strstr(lade_last_error(), "fewer than the 13 data-parallel groups") != NULL);
   p = params(off, 6, 2, 7, 0, 1);
   CHECK(lade__shards_epoch(&p, 0, 0, out, &n, &v) == LADE_EINVAL);
   CHECK(strstr(lade_last_error(), "drop_last") != NULL);
