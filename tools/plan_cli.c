@@ -1,7 +1,9 @@
 /*
  * plan_cli.c - `lade plan`, `lade simulate` and `lade model`: the planner,
  * simulator and analytical models (lade/plan.h) from the command line, plus
- * the paper reproductions (--fig6, --ablation, --orders) and gnuplot pictures.
+ * the paper reproductions (--fig6, --ablation, --orders) and gnuplot pictures,
+ * and the shards order of paper 001 (--plan shards: its batches and its
+ * shuffle quality; not a plan kind, see docs/plan.md).
  * Public headers only. Plots are drawn by gnuplot (Debian: gnuplot-nox) fed
  * through a pipe; when it is missing the numbers are still printed and the
  * command says so and exits 1.
@@ -28,6 +30,11 @@ typedef struct opts {
   lade_model_params_t m;
   lade_cost_params_t k;
   double pmax;
+  /* --plan shards (not a lade_plan_kind_t, see shards_*) */
+  int shards;
+  uint64_t shard_size, nshards, model_parallel, devices_per_node;
+  uint64_t buffers[16];
+  int nbuffers;
 } opts_t;
 
 static int die(const char *cmd, const char *fmt, const char *arg) {
@@ -77,6 +84,11 @@ static void defaults(opts_t *o) {
   o->m = (lade_model_params_t){1281167, 64, 400, 20000, 100000, 100000, 600, 1, -1};
   lade_cost_defaults(&o->k);
   o->pmax = 1024;
+  o->model_parallel = 1;
+  o->buffers[0] = 0;
+  o->buffers[1] = 1000;
+  o->buffers[2] = 10000;
+  o->nbuffers = 3;
 }
 
 /* Parses the flags every subcommand shares; returns 0, 1 for --help, or 2. */
@@ -92,6 +104,7 @@ static int parse(const char *cmd, int argc, char **argv, opts_t *o) {
     else if (!strcmp(a, "--plan")) {
       if (!v) return die(cmd, "%s needs a plan name", a);
       if (!strcmp(v, "all")) o->all = 1;
+      else if (!strcmp(v, "shards")) o->shards = 1;
       else {
         int k = lade_plan_kind_parse(v);
         if (k < 0) return die(cmd, "%s", lade_last_error());
@@ -99,6 +112,31 @@ static int parse(const char *cmd, int argc, char **argv, opts_t *o) {
       }
     }
     U64("--samples", o->s.samples)
+    else if (!strcmp(a, "--shard-size") || !strcmp(a, "--shards") || !strcmp(a, "--devices-per-node") ||
+             !strcmp(a, "--model-parallel")) {
+      if ((rc = num_u64(cmd, a, v, &u))) return rc;
+      if (u == 0 || u > 0xffffffffu) return die(cmd, "%s needs a positive integer below 2^32", a);
+      if (!strcmp(a, "--shard-size")) o->shard_size = u;
+      else if (!strcmp(a, "--shards")) o->nshards = u;
+      else if (!strcmp(a, "--devices-per-node")) o->devices_per_node = u;
+      else o->model_parallel = u;
+    }
+    else if (!strcmp(a, "--buffer")) { /* a comma-separated list */
+      if (!v) return die(cmd, "%s needs buffer sizes, e.g. 0,1000,10000", a);
+      o->nbuffers = 0;
+      for (const char *c = v; *c;) {
+        char *end;
+        errno = 0;
+        if (*c < '0' || *c > '9' || o->nbuffers == 16)
+          return die(cmd, "--buffer takes up to 16 non-negative integers separated by commas, got '%s'", v);
+        unsigned long long x = strtoull(c, &end, 10);
+        if (errno || (*end && *end != ','))
+          return die(cmd, "--buffer takes up to 16 non-negative integers separated by commas, got '%s'", v);
+        o->buffers[o->nbuffers++] = x;
+        c = *end ? end + 1 : end;
+        if (*end && !*c) return die(cmd, "--buffer: trailing comma in '%s'", v);
+      }
+    }
     else if (!strcmp(a, "--learners")) {
       if ((rc = num_u64(cmd, a, v, &u))) return rc;
       if (u > 0xffffff) return die(cmd, "--learners %s is too many", v);
@@ -186,7 +224,7 @@ static int parse(const char *cmd, int argc, char **argv, opts_t *o) {
 }
 
 static const char *common_help =
-    "  --plan NAME        regular | regular+lru | regular+belady | distcache | locality | solar%s\n"
+    "  --plan NAME        regular | regular+lru | regular+belady | distcache | locality | solar | shards%s\n"
     "  --samples N        dataset size (default 1281167)\n"
     "  --learners P       learners (default 16)\n"
     "  --batch-size B     local batch per learner (default 32); global batch B*P\n"
@@ -199,7 +237,158 @@ static const char *common_help =
     "  --no-reorder       solar: keep the epoch order\n"
     "  --order auto|dp|local|pso   solar: epoch-order solver (default auto: DP up to 16 epochs)\n"
     "  --imbalance K      solar: local batch sizes may differ by up to K (default 0)\n"
-    "  --no-coalesce      solar: do not coalesce adjacent storage reads\n";
+    "  --no-coalesce      solar: do not coalesce adjacent storage reads\n"
+    "  --plan shards      paper 001 shard streaming (docs/plan.md), with:\n"
+    "    --shard-size K | --shards S   shards of K samples (default 1000) or S shards of equal size\n"
+    "    --buffer b[,b..]  shuffle buffer sizes (plan: the first; simulate: each, default 0,1000,10000)\n"
+    "    --model-parallel M   consecutive ranks per model-parallel group (default 1): --learners is the\n"
+    "                      world size, D = P / M data-parallel groups\n"
+    "    --devices-per-node n   devices per node (default: all on one node), for the rank table\n";
+
+/* ---------------------------------------------------------------- shards */
+
+/* The shards order's settings from the options: shard offsets (*off, the
+ * caller frees), D = learners / model_parallel groups, the first buffer. */
+static int shards_setup(const char *cmd, const opts_t *o, lade_shards_settings_t *st, uint64_t **off) {
+  uint64_t N = o->s.samples, S;
+  *off = NULL;
+  if (o->shard_size && o->nshards) return die(cmd, "give --shard-size or --shards, not both%s", "");
+  if (N == 0) return die(cmd, "--samples must be positive%s", "");
+  if (o->nshards) {
+    S = o->nshards;
+    if (S > N) return die(cmd, "--shards is larger than --samples%s", "");
+  } else {
+    uint64_t k = o->shard_size ? o->shard_size : 1000;
+    S = (N + k - 1) / k;
+  }
+  if (o->model_parallel == 0 || o->model_parallel > o->s.learners || o->s.learners % o->model_parallel)
+    return die(cmd, "--learners (the world size) must be a positive multiple of --model-parallel%s", "");
+  *off = malloc((S + 1) * sizeof **off);
+  if (!*off) return die(cmd, "out of memory%s", "");
+  uint64_t k = o->shard_size ? o->shard_size : 1000;
+  for (uint64_t s = 0; s <= S; s++) /* S equal shards (sizes differ by <= 1), or shards of k, the last shorter */
+    (*off)[s] = o->nshards ? (uint64_t)((unsigned __int128)s * N / S) : (s * k < N ? s * k : N);
+  memset(st, 0, sizeof *st);
+  st->shards = S;
+  st->offsets = *off;
+  st->seed = o->s.seed;
+  st->buffer = o->buffers[0];
+  st->groups = (uint32_t)(o->s.learners / o->model_parallel);
+  st->batch_size = o->s.batch_size;
+  st->drop_last = o->s.drop_last;
+  if (lade_shards_len(st) == 0) {
+    free(*off);
+    *off = NULL;
+    return die(cmd, "%s", lade_last_error());
+  }
+  return 0;
+}
+
+/* Padding positions (those >= valid) in [a, z). */
+static uint64_t pad_in(uint64_t a, uint64_t z, uint64_t valid) { return z > valid ? z - (a > valid ? a : valid) : 0; }
+
+/* lade plan --plan shards --dump: one JSON line per (epoch, step, group). */
+static int plan_shards(const opts_t *o) {
+  if (o->out || o->timeit || o->in)
+    return die("plan", "--plan shards has no plan file and no --time (it is not a plan kind, docs/plan.md); use "
+               "--dump%s", "");
+  if (!o->dump) return die("plan", "give --dump%s", "");
+  lade_shards_settings_t st;
+  uint64_t *off;
+  int rc = shards_setup("plan", o, &st, &off);
+  if (rc) return rc;
+  uint64_t L = lade_shards_len(&st), B = st.batch_size, M = o->model_parallel;
+  uint64_t *seq = malloc(L * sizeof *seq);
+  if (!seq) {
+    free(off);
+    return die("plan", "out of memory%s", "");
+  }
+  for (uint64_t e = 0; e < o->s.epochs && !rc; e++)
+    for (uint32_t d = 0; d < st.groups; d++) {
+      uint64_t n, valid;
+      if (lade_shards_epoch(&st, e, d, seq, &n, &valid)) {
+        rc = die("plan", "%s", lade_last_error());
+        break;
+      }
+      for (uint64_t t = 0; t * B < n; t++) {
+        printf("{\"epoch\":%llu,\"step\":%llu,\"group\":%u,\"ranks\":[", (unsigned long long)e,
+               (unsigned long long)t, d);
+        for (uint64_t m = 0; m < M; m++) printf("%s%llu", m ? "," : "", (unsigned long long)(d * M + m));
+        printf("],\"samples\":[");
+        for (uint64_t i = t * B; i < n && i < (t + 1) * B; i++)
+          printf("%s%llu", i > t * B ? "," : "", (unsigned long long)seq[i]);
+        printf("],\"padding\":%llu}\n", (unsigned long long)pad_in(t * B, (t + 1) * B < n ? (t + 1) * B : n, valid));
+      }
+    }
+  free(seq);
+  free(off);
+  return rc;
+}
+
+/* lade simulate --plan shards: the split, the ranks and the shuffle quality. */
+static int sim_shards(const opts_t *o) {
+  lade_shards_settings_t st;
+  uint64_t *off;
+  int rc = shards_setup("simulate", o, &st, &off);
+  if (rc) return rc;
+  uint64_t N = o->s.samples, S = st.shards, D = st.groups, M = o->model_parallel, P = o->s.learners;
+  uint64_t L = lade_shards_len(&st), smin = UINT64_MAX, smax = 0;
+  double rand_same = 0;
+  for (uint64_t s = 0; s < S; s++) {
+    uint64_t k = off[s + 1] - off[s];
+    smin = k < smin ? k : smin;
+    smax = k > smax ? k : smax;
+    rand_same += (double)k / (double)N * ((double)k / (double)N);
+  }
+  printf("shards order (paper 001): N=%llu in %llu shards of %llu-%llu samples; %llu ranks = %llu data-parallel "
+         "groups x model-parallel %llu; batch %u per group; seed %llu; %s\n",
+         (unsigned long long)N, (unsigned long long)S, (unsigned long long)smin, (unsigned long long)smax,
+         (unsigned long long)P, (unsigned long long)D, (unsigned long long)M, st.batch_size,
+         (unsigned long long)st.seed, st.drop_last ? "drop_last" : "padding");
+  printf("  every group delivers %llu samples = %llu batches per epoch; per epoch %llu samples %s\n",
+         (unsigned long long)L, (unsigned long long)lade_shards_steps(&st),
+         (unsigned long long)(st.drop_last ? N - L * D : L * D - N), st.drop_last ? "dropped" : "padded");
+  uint64_t dpn = o->devices_per_node ? o->devices_per_node : P;
+  if (M > 1 || o->devices_per_node) {
+    printf("  rank -> (node, device): data-parallel group\n");
+    for (uint64_t r = 0; r < P && r < 32; r++) {
+      lade_shards_rank_t k;
+      if (lade_shards_rank((uint32_t)r, (uint32_t)P, (uint32_t)dpn, (uint32_t)M, &k)) {
+        free(off);
+        return die("simulate", "%s", lade_last_error());
+      }
+      printf("    rank %3llu -> (%u, %u): group %u%s\n", (unsigned long long)r, k.node, k.device, k.group,
+             M > 1 && !k.mp_in_node ? " (its model-parallel group spans nodes)" : "");
+    }
+    if (P > 32) printf("    ...\n");
+  }
+  printf("shuffle quality, mean over the %llu groups (a uniformly random order: jump ~0.333, same shard ~%.4f,\n"
+         "rank autocorrelation ~0, neighbour gap ~0.333; shards read in order: ~0, ~1, ~1, ~0)\n",
+         (unsigned long long)D, rand_same);
+  printf("  %5s %-16s %9s %9s %9s %9s %9s %9s %9s\n", "epoch", "order", "jump", "jump_med", "same_shd", "shd/batch",
+         "1shd_bat", "rank_ac", "nbr_gap");
+  for (uint64_t e = 0; e < o->s.epochs; e++)
+    for (int i = 0; i <= o->nbuffers; i++) {
+      lade_shards_quality_t q;
+      char name[40];
+      int global = i == o->nbuffers;
+      if (!global) {
+        st.buffer = o->buffers[i];
+        snprintf(name, sizeof name, "shards b=%llu", (unsigned long long)st.buffer);
+      } else {
+        snprintf(name, sizeof name, "global shuffle");
+      }
+      if (lade_shards_quality(&st, e, global, &q)) {
+        free(off);
+        return die("simulate", "%s", lade_last_error());
+      }
+      printf("  %5llu %-16s %9.4f %9.4f %9.4f %9.2f %9.4f %9.4f %9.4f\n", (unsigned long long)e, name, q.jump_mean,
+             q.jump_median, q.same_shard, q.shards_per_batch, q.one_shard_batches, q.rank_autocorr,
+             q.neighbour_gap);
+    }
+  free(off);
+  return 0;
+}
 
 /* ---------------------------------------------------------------- plan */
 
@@ -236,11 +425,15 @@ int lade_tool_plan(int argc, char **argv) {
            "Computes which learner trains on which sample at every (epoch, step) and where each\n"
            "sample comes from. --out writes a versioned, checksummed binary file the engine can\n"
            "memory-map (docs/plan.md); --dump prints JSON lines, one per (epoch, step, learner):\n"
-           "{\"epoch\",\"step\",\"learner\",\"samples\":[...],\"from\":[\"cache\"|\"peer:K\"|\"storage\"]}\n\n");
+           "{\"epoch\",\"step\",\"learner\",\"samples\":[...],\"from\":[\"cache\"|\"peer:K\"|\"storage\"]}\n"
+           "With --plan shards (--dump only), one line per (epoch, step, data-parallel group):\n"
+           "{\"epoch\",\"step\",\"group\",\"ranks\":[...],\"samples\":[...],\"padding\":K}, the last K samples\n"
+           "repeating the group's first ones.\n\n");
     printf(common_help, "");
     return 0;
   }
   if (rc) return rc;
+  if (o.shards) return plan_shards(&o);
   if (o.in) {
     lade_plan_file_t *f;
     if (lade_plan_file_open(&f, o.in)) return die("plan", "%s", lade_last_error());
@@ -566,6 +759,7 @@ int lade_tool_simulate(int argc, char **argv) {
     return 0;
   }
   if (rc) return rc;
+  if (o.shards) return sim_shards(&o);
   if (o.fig6) return sim_fig6(&o);
   if (o.ablation) return sim_ablation(&o);
   if (o.orders) return sim_orders(&o);

@@ -173,6 +173,86 @@ LADE_API uint64_t lade_plan_file_steps(const lade_plan_file_t *f);
  * arrays point into the mapping (read_* are NULL) and *out is owned by f. */
 LADE_API int lade_plan_file_step(lade_plan_file_t *f, uint64_t i, const lade_plan_step_t **out);
 
+/* ---- the shards order (paper 001: WebDataset-style shard streaming)
+ *
+ * Not a lade_plan_kind_t: its batches are not a permutation of the regular
+ * global batch (DESIGN.md invariant 1), so it has its own small API. Each
+ * epoch the shard list is shuffled, the shuffled stream of samples is cut
+ * into D contiguous, equal parts (one per data-parallel group; a shard on a
+ * cut is read partly by each side), and every group reads its part front to
+ * back through a shuffle buffer of `buffer` samples. Every group delivers
+ * lade_shards_len() samples per epoch: ceil(N/D), the short groups repeating
+ * their own first sample(s) at the end; with drop_last
+ * floor(N/(B*D))*B, the rest of the group's part is dropped. The sequence is
+ * a pure function of (settings, epoch, group): resuming is (epoch, position).
+ * docs/plan.md has the details and the shuffle quality. */
+
+typedef struct lade_shards_settings {
+  uint64_t shards;          /* S >= 1 */
+  const uint64_t *offsets;  /* S+1 nondecreasing dataset indices, offsets[0] = 0: shard s holds the samples
+                               [offsets[s], offsets[s+1]) (empty shards allowed); N = offsets[S]. Borrowed: it
+                               must stay valid during every call given these settings */
+  uint64_t seed;
+  uint64_t buffer;          /* shuffle buffer in samples (0 or 1: none, the shards are read in order) */
+  uint32_t groups;          /* D data-parallel groups (lade_shards_rank) */
+  uint32_t batch_size;      /* B, each group's batch */
+  int drop_last;            /* 1: each group delivers whole batches only */
+} lade_shards_settings_t;
+
+/* Samples each group delivers per epoch, and its batches (steps) per epoch;
+ * 0 for settings lade_shards_epoch refuses (lade_shards_len then says why in
+ * lade_last_error()). */
+LADE_API uint64_t lade_shards_len(const lade_shards_settings_t *s);
+LADE_API uint64_t lade_shards_steps(const lade_shards_settings_t *s);
+
+/* Writes group `group`'s sample indices of `epoch` to out (room for
+ * lade_shards_len(s) entries, caller-owned): *n = lade_shards_len(s), the
+ * first *valid of them real, the rest repeats of its first samples (padding).
+ * Batch t is out[t*B .. min((t+1)*B, *n)). LADE_EINVAL for bad settings
+ * (offsets, zero groups or batch, fewer samples than groups, drop_last with
+ * fewer than B*D samples). Thread-safe (no shared state). */
+LADE_API int lade_shards_epoch(const lade_shards_settings_t *s, uint64_t epoch, uint32_t group, uint64_t *out,
+                               uint64_t *n, uint64_t *valid);
+
+/* Where a rank's data comes from under data + model parallelism. */
+typedef struct lade_shards_rank {
+  uint32_t group;     /* d = rank / model_parallel: its data-parallel group */
+  uint32_t groups;    /* D = world / model_parallel */
+  uint32_t mp_rank;   /* rank % model_parallel: its place in the model-parallel group */
+  uint32_t node;      /* rank / devices_per_node */
+  uint32_t device;    /* rank % devices_per_node: the device on its node */
+  int mp_in_node;     /* 1: the whole model-parallel group is on this node */
+} lade_shards_rank_t;
+
+/* Maps a global rank to its data-parallel group, Megatron / PyTorch
+ * DeviceMesh((D, M)) convention: M = model_parallel consecutive ranks form a
+ * model-parallel group and get identical batches (same group d). Each rank
+ * computes its own group's sequence with lade_shards_epoch, so no batch
+ * passes through another rank. LADE_EINVAL unless rank < world, world is a
+ * multiple of model_parallel and of devices_per_node (all > 0). */
+LADE_API int lade_shards_rank(uint32_t rank, uint32_t world, uint32_t devices_per_node, uint32_t model_parallel,
+                              lade_shards_rank_t *out);
+
+/* Shuffle quality of one epoch, averaged over the groups (every group's
+ * whole delivered sequence, padding included). In brackets: a uniformly
+ * random order / the shards read in order without a buffer. */
+typedef struct lade_shards_quality {
+  double jump_mean;          /* mean |idx[i+1] - idx[i]| / N  (~1/3 / ~1/N) */
+  double jump_median;        /* median of the same */
+  double same_shard;         /* fraction of consecutive pairs from one shard (sum (n_s/N)^2 / ~1) */
+  double shards_per_batch;   /* mean distinct shards in a batch */
+  double one_shard_batches;  /* fraction of batches from a single shard */
+  double rank_autocorr;      /* lag-1 Spearman autocorrelation of idx (~0 / ~1) */
+  double neighbour_gap;      /* mean |pos(x+1) - pos(x)| / len over storage neighbours x, x+1 both in the
+                                sequence (~1/3 / ~1/len) */
+} lade_shards_quality_t;
+
+/* The quality of the shards order of `epoch` (global = 0), or of the regular
+ * global shuffle with D learners of batch B and the same seed and drop_last
+ * (global = 1), measured against the same shards. */
+LADE_API int lade_shards_quality(const lade_shards_settings_t *s, uint64_t epoch, int global,
+                                 lade_shards_quality_t *out);
+
 /* ---- simulator: runs a plan without I/O */
 
 typedef struct lade_sim_costs {

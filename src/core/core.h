@@ -62,7 +62,9 @@ enum {
   LADE_RNG_SHUFFLE = 0x5348,   /* epoch permutation: a = epoch */
   LADE_RNG_AUGMENT = 0x4155,   /* per-sample augmentation: a = sample index */
   LADE_RNG_SUBST = 0x5355,     /* on_error=skip substitutes: a = sample index */
-  LADE_RNG_PLAN = 0x504c       /* planners: a = epoch */
+  LADE_RNG_PLAN = 0x504c,      /* planners: a = epoch */
+  LADE_RNG_SHARDS = 0x5344,    /* shards order, shard list shuffle: a = epoch */
+  LADE_RNG_SHARDBUF = 0x5342   /* shards order, shuffle buffer: a = epoch, seed mixed with the group */
 };
 
 void lade__rng_init(lade__rng_t *r, uint64_t seed, uint64_t a, uint64_t b);

@@ -55,6 +55,48 @@ awk '$1 ~ /^[12]$/ { n++; if ($2 != 0) b = 1 } END { exit b || n != 2 }' "$T/loc
 "$LADE" simulate --plan regular --samples 65536 --learners 64 --batch-size 64 --epochs 3 >"$T/reg.txt"
 awk '$1 ~ /^[12]$/ { n++; if ($2 != 65536) b = 1 } END { exit b || n != 2 }' "$T/reg.txt" && ok "regular full storage" || bad "regular storage"
 
+# shards order: --dump is every sample once per epoch over the groups (plus padding), equal
+# steps per group, the two ranks of a model-parallel group named together; simulate's table
+"$LADE" plan --plan shards --samples 1003 --shards 7 --learners 8 --model-parallel 2 --batch-size 16 --epochs 2 \
+  --buffer 50 --no-drop-last --seed 3 --dump >"$T/s.jsonl" || bad "shards dump exit"
+python3 - "$T/s.jsonl" <<'PY' && ok "shards dump content" || bad "shards dump content"
+import json, sys, collections
+rows = [json.loads(l) for l in open(sys.argv[1])]
+for e in (0, 1):
+    er = [r for r in rows if r["epoch"] == e]
+    real = collections.Counter()
+    for r in er:
+        real.update(r["samples"][:len(r["samples"]) - r["padding"]])
+    assert sorted(real) == list(range(1003)) and set(real.values()) == {1}, e
+    per = collections.Counter(r["group"] for r in er)
+    assert sorted(per) == [0, 1, 2, 3] and len(set(per.values())) == 1, per  # equal steps
+    lens = collections.Counter(r["group"] for r in er for s in r["samples"])
+    assert set(lens.values()) == {251}, lens  # ceil(1003 / 4), one group pads one sample
+    assert sum(r["padding"] for r in er) == 1
+    assert all(r["ranks"] == [2 * r["group"], 2 * r["group"] + 1] for r in er)
+e0 = [s for r in rows if r["epoch"] == 0 and r["group"] == 0 for s in r["samples"]]
+e1 = [s for r in rows if r["epoch"] == 1 and r["group"] == 0 for s in r["samples"]]
+assert e0 != e1
+PY
+"$LADE" plan --plan shards --samples 1003 --shards 7 --learners 8 --model-parallel 2 --batch-size 16 --epochs 2 \
+  --buffer 50 --no-drop-last --seed 3 --dump | cmp -s - "$T/s.jsonl" && ok "shards deterministic" || bad "shards deterministic"
+"$LADE" simulate --plan shards --samples 20000 --shard-size 100 --learners 4 --batch-size 64 --epochs 2 >"$T/sq.txt" || bad "shards simulate exit"
+grep -q "every group delivers 4992 samples = 78 batches per epoch; per epoch 32 samples dropped" "$T/sq.txt" \
+  && ok "shards lengths" || bad "shards lengths: $(cat "$T/sq.txt")"
+# b=0 reads shards in order (same shard ~1); more buffer, more shards per batch; the global shuffle the most
+awk '$1 ~ /^[01]$/ { k = $2 " " $3; if (k == "shards b=0") { s0 = $6; p0 = $7 } else if (k == "shards b=1000") p1 = $7;
+  else if (k == "shards b=10000") p2 = $7; else if (k == "global shuffle") { sg = $6; pg = $7; n++ } }
+  END { exit !(n == 2 && s0 > 0.98 && sg < 0.05 && p0 < p1 && p1 < p2 && p2 < pg) }' "$T/sq.txt" \
+  && ok "shards quality table" || bad "shards quality: $(cat "$T/sq.txt")"
+"$LADE" simulate --plan shards --samples 64 --shard-size 8 --learners 8 --model-parallel 2 --devices-per-node 4 \
+  --batch-size 4 --epochs 1 >"$T/sr.txt" && grep -q "rank   5 -> (1, 1): group 2" "$T/sr.txt" \
+  && ok "shards rank table" || bad "shards ranks: $(cat "$T/sr.txt")"
+expect_fail "shards plan file" "no plan file" "$LADE" plan --plan shards --samples 100 --out "$T/x.plan"
+expect_fail "shards too few samples" "fewer than the 4 data-parallel groups" "$LADE" simulate --plan shards --samples 3 --learners 4
+expect_fail "shards model parallel" "multiple of --model-parallel" "$LADE" simulate --plan shards --learners 6 --model-parallel 4
+expect_fail "shards zero shards" "shards needs a positive" "$LADE" simulate --plan shards --shards 0
+expect_fail "shards buffer list" "buffer takes" "$LADE" simulate --plan shards --buffer 1,x
+
 # model: crossover R/V and the three loaders
 "$LADE" model --D 1000000 --p 64 --V 100 --R 3200 --beta 0.05 >"$T/m.txt" || bad "model exit"
 grep -Eq "crossover +p = R/V +32.00" "$T/m.txt" && ok "model crossover" || bad "model: $(cat "$T/m.txt")"
