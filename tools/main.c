@@ -263,7 +263,7 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
   int neps = 0;
   while (neps < MAX_EPOCH_LINES && lade_loader_epoch_stats(L, (uint64_t)neps, &eps[neps]) == 0) neps++;
   lade_plan_settings_t ps;
-  int planned = !lade_loader_plan_settings(L, &ps) && ps.kind != LADE_PLAN_REGULAR;
+  int planned = !lade_loader_plan_settings(L, &ps) && ps.kind != LADE_PLAN_REGULAR && ps.kind < LADE_PLAN_KIND_COUNT;
   lade_loader_destroy(L);
   if (rc) return 1;
   static uint64_t pred[MAX_EPOCH_LINES][3];

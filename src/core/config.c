@@ -122,10 +122,18 @@ static const setting_t settings[] = {
     {"cache_policy", T_ENUM, OFF(cache_policy), 0, 0, 0, "auto|fifo|lru|clairvoyant|plan", "auto",
      "eviction (auto: clairvoyant, from the plan's future accesses, or plan with a plan other than regular; fifo as "
      "DELI; lru; plan: the memory tier holds exactly what the plan's cache model admits and evicts)"},
-    {"plan", T_ENUM, OFF(plan), 0, 0, 0, "regular|regular+lru|regular+belady|distcache|locality|solar", "regular",
+    {"plan", T_ENUM, OFF(plan), 0, 0, 0, "regular|regular+lru|regular+belady|distcache|locality|solar|shards", "regular",
      "who trains on which sample of each global batch and where it comes from (docs/plan.md): regular = global "
-     "shuffle, DistributedSampler slices, the cache tiers decide; the others follow the planner of `lade plan` and "
-     "drive the memory cache (cache_mem_bytes) by its admits and evicts"},
+     "shuffle, DistributedSampler slices, the cache tiers decide; regular+lru ... solar follow the planner of `lade "
+     "plan` and drive the memory cache (cache_mem_bytes) by its admits and evicts; shards streams tar shards "
+     "(paper 001): each data-parallel group reads its part of the shuffled shard list front to back through a "
+     "shuffle buffer"},
+    {"shuffle_buffer", T_U64, OFF(shuffle_buffer), 0, 0, 1e12, NULL, "1000",
+     "plan=shards: samples in the shuffle buffer (WebDataset's shuffle(n); 0: read the shards in order)"},
+    {"model_parallel", T_U32, OFF(model_parallel), 0, 1, 1 << 20, NULL, "1",
+     "plan=shards: ranks per model-parallel group (consecutive ranks); they receive identical batches"},
+    {"devices_per_node", T_U32, OFF(devices_per_node), 0, 0, 1 << 20, NULL, "0",
+     "plan=shards: ranks (devices) per node (0: all on one node); must divide world_size"},
     {"plan_balance", T_ENUM, OFF(plan_balance), 0, 0, 0, "peer|storage", "peer",
      "plan=locality: a learner short of cached samples gets them from the learner that has too many (peer) or "
      "reads them from storage"},

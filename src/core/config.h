@@ -69,6 +69,8 @@ struct lade_config {
   int plan;                        /* lade_plan_kind_t */
   int plan_balance;                /* 0: peer, 1: storage */
   bool plan_reorder;
+  uint64_t shuffle_buffer;         /* plan=shards */
+  uint32_t model_parallel, devices_per_node;
   int plan_order;                  /* lade_plan_order_algo_t */
   int prefetcher;                  /* LADE_TRISTATE_* */
   uint64_t fetch_size;             /* samples per prefetch; 0: half the disk cache (50/50 rule) */

@@ -303,7 +303,14 @@ static int open_pipeline(lade_loader_t *L, lade__buf_t *buf) {
   L->src.on_ready_ctx = L;
   int rc = L->src_ops->open(&L->src, &L->cfg);
   if (rc) return rc;
-  lade__cursor_params_t cp = {.rank = L->cfg.rank, .shuffle = L->cfg.shuffle, .drop_last = L->cfg.drop_last};
+  lade__cursor_params_t cp = {.rank = L->cfg.rank,
+                              .shuffle = L->cfg.shuffle,
+                              .drop_last = L->cfg.drop_last,
+                              .shard_offsets = L->src.shard_offsets,
+                              .shards = L->src.shards,
+                              .shuffle_buffer = L->cfg.shuffle_buffer,
+                              .model_parallel = L->cfg.model_parallel,
+                              .devices_per_node = L->cfg.devices_per_node};
   lade_plan_settings_default(&cp.plan);
   cp.plan.kind = L->cfg.plan;
   cp.plan.samples = L->src.count;
@@ -316,7 +323,7 @@ static int open_pipeline(lade_loader_t *L, lade__buf_t *buf) {
   cp.plan.order_algo = L->cfg.plan_order;
   cp.plan.coalesce = 0;
   uint64_t mean = 0;
-  if (cp.plan.kind != LADE_PLAN_REGULAR)
+  if (cp.plan.kind != LADE_PLAN_REGULAR && cp.plan.kind != LADE__PLAN_SHARDS)
     cp.plan.cache = lade__fetch_plan_cache_samples(&L->cfg, &L->src, L->src_ops, &mean);
   rc = lade__cursor_open(&L->cursor, &cp);
   if (rc) return lade__fail_prefix(rc, "dataset %s: ", L->cfg.source);

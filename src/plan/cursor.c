@@ -9,6 +9,7 @@
 
 #include "planner.h"
 #include "regular.h"
+#include "shards.h"
 
 struct lade__cursor {
   lade__cursor_params_t p;
@@ -19,13 +20,80 @@ struct lade__cursor {
   uint64_t reg_tick[2], tick;
   lade_plan_t *pl;         /* routed kinds: the planner (drop_last: whole global batches only) */
   uint64_t plan_steps;     /* its steps per epoch */
+  /* shards: this group's sequence of two epochs */
+  bool shards;
+  lade__shards_params_t sp;
+  uint32_t group;
+  uint64_t len;            /* samples per group per epoch */
+  uint64_t *seq[2], seq_ep[2], seq_valid[2], seq_tick[2];
 };
+
+/* This group's shards sequence of epoch e (cached: two epochs). Locked. */
+static int shards_seq(lade__cursor_t *c, uint64_t e, const uint64_t **seq, uint64_t *valid) {
+  int pick = -1;
+  for (int i = 0; i < 2; i++)
+    if (c->seq_ep[i] == e) pick = i;
+  if (pick < 0) {
+    pick = c->seq_tick[0] <= c->seq_tick[1] ? 0 : 1;
+    uint64_t n = 0;
+    c->seq_ep[pick] = UINT64_MAX;
+    int rc = lade__shards_epoch(&c->sp, e, c->group, c->seq[pick], &n, &c->seq_valid[pick]);
+    if (rc) return rc;
+    c->seq_ep[pick] = e;
+  }
+  c->seq_tick[pick] = ++c->tick;
+  *seq = c->seq[pick];
+  *valid = c->seq_valid[pick];
+  return 0;
+}
+
+/* Step q of the shards order (at most batch_size into idx). Locked. */
+static int shards_step(lade__cursor_t *c, uint64_t q, uint64_t *idx, uint32_t *n, uint32_t *valid) {
+  const uint64_t *seq = NULL;
+  uint64_t v = 0, B = c->p.plan.batch_size, start = (q % c->steps) * B;
+  int rc = shards_seq(c, q / c->steps, &seq, &v);
+  if (rc) return rc;
+  uint64_t cnt = LADE_MIN(B, c->len - start);
+  memcpy(idx, seq + start, cnt * sizeof *idx);
+  *n = (uint32_t)cnt;
+  *valid = (uint32_t)(v > start ? LADE_MIN(cnt, v - start) : 0);
+  return 0;
+}
+
+static int shards_open(lade__cursor_t *c) {
+  const lade__cursor_params_t *in = &c->p;
+  if (!in->shard_offsets || !in->shards)
+    return lade__fail(LADE_EINVAL, "it streams shards, and this source has none (use tar shards)");
+  lade_shards_rank_t rk;
+  uint32_t dpn = in->devices_per_node ? in->devices_per_node : in->plan.learners;
+  int rc = lade__shards_rank(in->rank, in->plan.learners, dpn, in->model_parallel ? in->model_parallel : 1, &rk);
+  if (rc) return rc;
+  c->shards = true;
+  c->group = rk.group;
+  c->sp = (lade__shards_params_t){.shards = in->shards,
+                                  .offsets = in->shard_offsets,
+                                  .seed = in->plan.seed,
+                                  .buffer = in->shuffle_buffer,
+                                  .groups = rk.groups,
+                                  .batch_size = in->plan.batch_size,
+                                  .drop_last = in->drop_last};
+  c->len = lade__shards_len(&c->sp);
+  if (!c->len) return lade__fail(LADE_EINVAL, "%s", lade_last_error());
+  c->steps = lade__shards_steps(&c->sp);
+  for (int i = 0; i < 2; i++) {
+    c->seq[i] = malloc(c->len * sizeof *c->seq[i]);
+    c->seq_ep[i] = UINT64_MAX;
+    if (!c->seq[i]) return lade__fail(LADE_ENOMEM, "out of memory for an epoch of %llu samples",
+                                      (unsigned long long)c->len);
+  }
+  return 0;
+}
 
 int lade__cursor_open(lade__cursor_t **out, const lade__cursor_params_t *in) {
   *out = NULL;
   const lade_plan_settings_t *s = &in->plan;
-  if (s->kind < 0 || s->kind >= LADE_PLAN_KIND_COUNT) return lade__fail(LADE_EINVAL, "plan: unknown plan kind %d", s->kind);
-  bool routed = s->kind != LADE_PLAN_REGULAR;
+  if (s->kind < 0 || s->kind > LADE__PLAN_SHARDS) return lade__fail(LADE_EINVAL, "plan: unknown plan kind %d", s->kind);
+  bool routed = s->kind != LADE_PLAN_REGULAR && s->kind != LADE__PLAN_SHARDS;
   if (routed && !in->shuffle)
     return lade__fail(LADE_EINVAL, "plan %s shuffles every epoch; shuffle=false applies to the regular plan only",
                       lade_plan_kind_name(s->kind));
@@ -46,6 +114,7 @@ int lade__cursor_open(lade__cursor_t **out, const lade__cursor_params_t *in) {
   c->steps = lade__plan_steps(&c->rp);
   int rc = 0;
   for (int i = 0; i < 2 && !rc; i++) rc = lade__regular_create(&c->reg[i], &c->rp);
+  if (!rc && s->kind == LADE__PLAN_SHARDS) rc = shards_open(c);
   if (!rc && routed) {
     lade_plan_settings_t ps = *s;
     ps.drop_last = 1;
@@ -56,7 +125,7 @@ int lade__cursor_open(lade__cursor_t **out, const lade__cursor_params_t *in) {
   }
   if (rc) {
     lade__cursor_close(c);
-    return lade__fail_prefix(rc, "plan %s: ", lade_plan_kind_name(s->kind));
+    return lade__fail_prefix(rc, "plan %s: ", s->kind == LADE__PLAN_SHARDS ? "shards" : lade_plan_kind_name(s->kind));
   }
   *out = c;
   return 0;
@@ -65,7 +134,10 @@ int lade__cursor_open(lade__cursor_t **out, const lade__cursor_params_t *in) {
 void lade__cursor_close(lade__cursor_t *c) {
   if (!c) return;
   lade_plan_destroy(c->pl);
-  for (int i = 0; i < 2; i++) lade__regular_destroy(c->reg[i]);
+  for (int i = 0; i < 2; i++) {
+    lade__regular_destroy(c->reg[i]);
+    free(c->seq[i]);
+  }
   pthread_mutex_destroy(&c->mu);
   free(c);
 }
@@ -171,6 +243,12 @@ int lade__cursor_get(lade__cursor_t *c, uint64_t q, lade__cursor_step_t *out) {
                     (unsigned long long)c->p.plan.epochs, (unsigned long long)c->steps);
   else if (c->pl && st < c->plan_steps)
     rc = planned_step(c, e, st, out);
+  else if (c->shards) {
+    rc = grow_samples(out, c->p.plan.batch_size);
+    if (!rc) rc = shards_step(c, q, out->idx, &out->n, &out->valid);
+    for (uint32_t i = 0; !rc && i < out->n; i++) out->from[i] = LADE__ROUTE_ANY;
+    out->nadmit = out->nevict = 0;
+  }
   else
     rc = regular_step(c, q, out);
   if (!rc) out->q = q;
@@ -183,7 +261,8 @@ int lade__cursor_order(lade__cursor_t *c, uint64_t q, uint64_t *idx, uint32_t *n
                                lade_plan_kind_name(c->p.plan.kind));
   pthread_mutex_lock(&c->mu);
   uint64_t e = q / c->steps;
-  int rc = lade__regular_local(reg_for(c, e), e, q % c->steps, c->p.rank, idx, n, valid);
+  int rc = c->shards ? shards_step(c, q, idx, n, valid)
+                     : lade__regular_local(reg_for(c, e), e, q % c->steps, c->p.rank, idx, n, valid);
   pthread_mutex_unlock(&c->mu);
   return rc;
 }
@@ -201,7 +280,8 @@ int lade__cursor_first_use(lade__cursor_t *c, uint64_t e, uint32_t *map) {
   lade__regular_t *r = reg_for(c, e);
   for (uint64_t st = 0; st < c->steps && !rc; st++) {
     uint32_t n = 0, valid = 0;
-    rc = lade__regular_local(r, e, st, c->p.rank, batch, &n, &valid);
+    rc = c->shards ? shards_step(c, e * c->steps + st, batch, &n, &valid)
+                   : lade__regular_local(r, e, st, c->p.rank, batch, &n, &valid);
     for (uint32_t i = 0; !rc && i < n; i++)
       if (map[batch[i]] == LADE__CURSOR_NONE32) map[batch[i]] = (uint32_t)(st * B + i);
   }

@@ -28,6 +28,10 @@
  * routed "any tier" and no admits: the samples of each epoch are still each
  * delivered exactly once. Counts equal the simulator's with drop_last.
  *
+ * The `shards` order (LADE__PLAN_SHARDS) is a function of (seed, epoch,
+ * data-parallel group) too: the cursor keeps this group's sequence of two
+ * epochs (O(samples / groups) each); its routes are "any tier".
+ *
  * Thread-safe: one lock; get() is called by the one planning worker, order
  * and first_use by the prefetcher and the next-use maps.
  */
@@ -44,6 +48,11 @@
  * stage's tiers decide (the regular plan, and the short last step). */
 #define LADE__ROUTE_ANY (-3)
 #define LADE__CURSOR_NONE32 UINT32_MAX
+/* The `shards` order (paper 001, shards.h) in the `plan` setting: after the
+ * planner kinds; not a lade_plan_kind_t, since it is not a permutation of
+ * the regular global batch (each data-parallel group streams its own part
+ * of the shuffled shard list through a shuffle buffer). */
+#define LADE__PLAN_SHARDS LADE_PLAN_KIND_COUNT
 
 typedef struct lade__cursor_params {
   lade_plan_settings_t plan; /* kind, samples, learners (world size), batch_size, epochs, seed, cache (samples)
@@ -51,6 +60,12 @@ typedef struct lade__cursor_params {
   uint32_t rank;
   bool shuffle;   /* false: the regular plan without shuffling (routed kinds always shuffle) */
   bool drop_last; /* the loader's drop_last */
+  /* shards: the source's shards (S + 1 offsets; the samples of shard s are
+   * [off[s], off[s+1])), the shuffle buffer, and the ranks' layout */
+  const uint64_t *shard_offsets;
+  uint64_t shards;
+  uint64_t shuffle_buffer;
+  uint32_t model_parallel, devices_per_node; /* devices_per_node 0: all ranks on one node */
 } lade__cursor_params_t;
 
 /* One step of this rank; the arrays are the caller's, grown by get(). */

@@ -142,6 +142,11 @@ struct lade__source {
    * count entries, or NULL. Used to size the DELI fetch from the cache's
    * byte capacity and to detect truncated bodies. */
   const uint64_t *sizes;
+  /* Sharded sources (tar): shards + 1 offsets, the samples of shard s being
+   * [shard_offsets[s], shard_offsets[s+1]); NULL otherwise. The `shards`
+   * plan streams them. Owned by the source. */
+  const uint64_t *shard_offsets;
+  uint64_t shards;
   /* Set by the engine before open(): called (from the source's own thread,
    * with none of the source's locks held) whenever a submitted sample
    * arrives, so workers waiting for ready samples wake up. May be NULL. */

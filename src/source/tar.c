@@ -90,6 +90,7 @@ typedef struct tar_impl {
   int *fd;            /* per shard, or NULL: opened per read */
   strs_t names;       /* per sample: its chosen member's name */
   uint32_t *shard;    /* per sample */
+  uint64_t *shard_off; /* shards + 1: the shards plan's offsets */
   uint64_t *off;      /* per sample: data offset of its member */
   uint64_t *sizes;    /* per sample: bytes of its member */
   int32_t *labels;
@@ -642,6 +643,7 @@ static void tar_close(lade__source_t *s) {
   strs_free(&t->shards);
   strs_free(&t->names);
   free(t->shard);
+  free(t->shard_off);
   free(t->off);
   free(t->sizes);
   free(t->labels);
@@ -710,6 +712,13 @@ static int tar_open(lade__source_t *s, const struct lade_config *cfg) {
   }
   s->count = t->count;
   s->sizes = t->sizes;
+  /* the samples of a shard are consecutive: the offsets of the shards plan */
+  t->shard_off = calloc(t->shards.n + 1, sizeof *t->shard_off);
+  if (!t->shard_off) return lade__fail(LADE_ENOMEM, "tar source: out of memory");
+  for (uint64_t i = 0; i < t->count; i++) t->shard_off[t->shard[i] + 1]++;
+  for (size_t i = 0; i < t->shards.n; i++) t->shard_off[i + 1] += t->shard_off[i];
+  s->shard_offsets = t->shard_off;
+  s->shards = t->shards.n;
   return 0;
 }
 
