@@ -30,7 +30,7 @@ def found(dep, header):
 
 
 # The same generated header as CMake's (src/lade_build_config.h.in), force-included.
-have = {"JPEG": found("JPEG", "jpeglib.h"), "PNG": found("PNG", "spng.h"), "CURL": False}
+have = {"JPEG": found("JPEG", "jpeglib.h"), "PNG": found("PNG", "spng.h"), "CURL": False, "MPI": False}
 if have["JPEG"]:
     libraries.append("jpeg")
 if have["PNG"]:

@@ -263,14 +263,13 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
   int neps = 0;
   while (neps < MAX_EPOCH_LINES && lade_loader_epoch_stats(L, (uint64_t)neps, &eps[neps]) == 0) neps++;
   lade_plan_settings_t ps;
-  int planned = !lade_loader_plan_settings(L, &ps) && ps.kind != LADE_PLAN_REGULAR && ps.kind < LADE_PLAN_KIND_COUNT;
+  uint32_t prank = 0;
+  int planned = !lade_loader_plan_settings(L, &ps, &prank) && ps.kind != LADE_PLAN_REGULAR && ps.kind < LADE_PLAN_KIND_COUNT;
   lade_loader_destroy(L);
   if (rc) return 1;
   static uint64_t pred[MAX_EPOCH_LINES][3];
   memset(pred, 0, sizeof pred);
-  char rank_txt[32] = "0";
-  lade_config_get(cfg, "rank", rank_txt, sizeof rank_txt);
-  if (planned && predict_rank(&ps, (uint32_t)strtoul(rank_txt, NULL, 10), (uint64_t)neps, pred)) {
+  if (planned && predict_rank(&ps, prank, (uint64_t)neps, pred)) {
     fprintf(stderr, "lade bench: the plan's prediction: %s\n", lade_last_error());
     planned = 0;
   }
@@ -291,7 +290,8 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
            "\"latency_p90_ms\":%.3f,\"latency_p99_ms\":%.3f,\"substituted\":%llu,\"checksum\":%s,"
            "\"samples_by_source\":[%llu,%llu,%llu],\"bytes_by_source\":[%llu,%llu,%llu],\"cache_misses\":%llu,"
            "\"prefetched\":%llu,\"get_requests\":%llu,\"list_requests\":%llu,\"retries\":%llu,"
-           "\"remote_bytes\":%llu,\"concurrency\":%u,\"fetch_size\":%llu,\"prefetch_threshold\":%llu,\"epochs\":[",
+           "\"remote_bytes\":%llu,\"concurrency\":%u,\"fetch_size\":%llu,\"prefetch_threshold\":%llu,\"rank\":%u,\"world\":%u,"
+           "\"peer_sent\":%llu,\"peer_sent_bytes\":%llu,\"peer_served_from_storage\":%llu,\"epochs\":[",
            o->dir, transform, (unsigned long long)nsamples, (unsigned long long)batches, (unsigned long long)samples,
            shape, dtype, elapsed, rate, mbs_in, mbs_out, first * 1e3, peak_rss_mib(),
            (double)st.peak_pool_bytes / 1048576.0, st.threads, st.stage_seconds[LADE_STAGE_READ],
@@ -303,13 +303,15 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
            (unsigned long long)st.bytes_by_source[1], (unsigned long long)st.bytes_by_source[2],
            (unsigned long long)st.cache_misses, (unsigned long long)st.prefetched, (unsigned long long)st.get_requests,
            (unsigned long long)st.list_requests, (unsigned long long)st.retries, (unsigned long long)st.remote_bytes,
-           st.concurrency, (unsigned long long)st.fetch_size, (unsigned long long)st.prefetch_threshold);
+           st.concurrency, (unsigned long long)st.fetch_size, (unsigned long long)st.prefetch_threshold, prank,
+           ps.learners, (unsigned long long)st.peer_messages_sent, (unsigned long long)st.peer_bytes_sent,
+           (unsigned long long)st.peer_served_from_storage);
     for (int e = 0; e < neps; e++) {
       if (planned)
         printf("%s{\"plan\":\"%s\",\"cache\":%llu,\"peer\":%llu,\"storage\":%llu,\"fallbacks\":%llu,"
                "\"predicted_cache\":%llu,\"predicted_peer\":%llu,\"predicted_storage\":%llu,",
                e ? "," : "", lade_plan_kind_name(ps.kind), (unsigned long long)eps[e].samples_by_source[1],
-               (unsigned long long)eps[e].plan_peer_storage,
+               (unsigned long long)(eps[e].samples_by_source[3] + eps[e].plan_peer_storage),
                (unsigned long long)(eps[e].samples_by_source[0] - eps[e].plan_peer_storage),
                (unsigned long long)eps[e].plan_fallbacks, (unsigned long long)pred[e][PRED_CACHE],
                (unsigned long long)pred[e][PRED_PEER], (unsigned long long)pred[e][PRED_STORAGE]);
@@ -358,13 +360,19 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
                (unsigned long long)eps[e].list_requests, (double)eps[e].bytes_by_source[0] / 1e6,
                (double)eps[e].bytes_by_source[1] / 1e6, (double)eps[e].bytes_by_source[2] / 1e6);
     if (planned) {
-      printf("plan         %s: per epoch, samples from this rank's cache / peers / storage, measured "
-             "(predicted by the plan)\n", lade_plan_kind_name(ps.kind));
+      printf("plan         %s, rank %u of %u: per epoch, samples from this rank's cache / peers / storage, measured "
+             "(predicted by the plan)%s\n", lade_plan_kind_name(ps.kind), prank, ps.learners,
+             st.plan_peer_storage ? "; no transport: peer samples were read from storage" : "");
+      if (st.peer_messages_sent)
+        printf("transport    sent %llu samples (%.1f MB) to peers, %llu of them read from storage\n",
+               (unsigned long long)st.peer_messages_sent, (double)st.peer_bytes_sent / 1e6,
+               (unsigned long long)st.peer_served_from_storage);
       for (int e = 0; e < neps; e++)
-        printf("epoch %-6d cache %llu (%llu), peer %llu (%llu, read from storage: no transport yet), storage %llu "
-               "(%llu), fallbacks %llu, consumer wait %.3f s\n",
+        printf("epoch %-6d cache %llu (%llu), peer %llu (%llu), storage %llu (%llu), fallbacks %llu, consumer wait "
+               "%.3f s\n",
                e, (unsigned long long)eps[e].samples_by_source[1], (unsigned long long)pred[e][PRED_CACHE],
-               (unsigned long long)eps[e].plan_peer_storage, (unsigned long long)pred[e][PRED_PEER],
+               (unsigned long long)(eps[e].samples_by_source[3] + eps[e].plan_peer_storage),
+               (unsigned long long)pred[e][PRED_PEER],
                (unsigned long long)(eps[e].samples_by_source[0] - eps[e].plan_peer_storage),
                (unsigned long long)pred[e][PRED_STORAGE], (unsigned long long)eps[e].plan_fallbacks,
                eps[e].wait_seconds);

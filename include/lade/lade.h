@@ -374,7 +374,11 @@ typedef struct lade_stats {
   int plan;
   uint64_t plan_cache_hits;      /* samples the plan routed to this learner's cache and found there */
   uint64_t plan_fallbacks;       /* samples the plan routed to the cache that were not there: read from storage */
-  uint64_t plan_peer_storage;    /* samples the plan routed to a peer, read from storage (no transport yet) */
+  uint64_t plan_peer_storage;    /* samples the plan routed to a peer, read from storage (no transport) */
+  /* the transport between learners (transport=mpi): samples_by_source[3] counts those received */
+  uint64_t peer_messages_sent;   /* samples this learner's cache sent to others */
+  uint64_t peer_bytes_sent;
+  uint64_t peer_served_from_storage; /* of those, read from storage: the cache did not hold them */
 } lade_stats_t;
 
 /* Fills *out with the loader's counters so far. Thread-safe. */

@@ -137,8 +137,9 @@ LADE_API const uint64_t *lade_plan_epoch_order(const lade_plan_t *plan);
  * samples (cache_mem_bytes over the charge of a mean-sized entry). For
  * kinds other than regular drop_last is 1: with the loader's drop_last off
  * its short last step is the regular slice, read through the tiers and not
- * planned. */
-LADE_API int lade_loader_plan_settings(lade_loader_t *loader, lade_plan_settings_t *out);
+ * planned. *rank (may be NULL): this learner's rank in the plan (from MPI
+ * under transport=mpi). */
+LADE_API int lade_loader_plan_settings(lade_loader_t *loader, lade_plan_settings_t *out, uint32_t *rank);
 
 /* ---- epoch order (paper 002 eq. 1-2), exposed for comparison and tests */
 

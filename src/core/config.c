@@ -141,6 +141,13 @@ static const setting_t settings[] = {
      "plan=solar: choose the order of the epochs' shuffles that maximises reuse (needs a bounded epochs)"},
     {"plan_order", T_ENUM, OFF(plan_order), 0, 0, 0, "auto|dp|local|pso", "auto",
      "plan=solar: the epoch-order solver (auto: exact up to 16 epochs, local search beyond)"},
+    {"transport", T_ENUM, OFF(transport), 0, 0, 0, "auto|local|mpi", "auto",
+     "how learners send each other cached samples under a plan that routes to peers (auto: mpi when started by "
+     "mpirun/srun with more than one process and built with MPI, rank and world_size then from MPI; local: none, "
+     "a sample routed to a peer is read from storage)"},
+    {"peer_timeout_ms", T_U32, OFF(peer_timeout_ms), 0, 100, 86400000, NULL, "60000",
+     "transport: a learner waits at most this long for a peer's sample (or for the others to start), then fails "
+     "naming the peer and the step"},
     {"prefetcher", T_ENUM, OFF(prefetcher), 0, 0, 0, "auto|on|off", "auto",
      "DELI prefetcher into the disk cache (auto: on for remote sources with a disk cache)"},
     {"fetch_size", T_U64, OFF(fetch_size), 0, 0, 1e15, NULL, "0",

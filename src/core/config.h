@@ -14,6 +14,7 @@ enum { LADE_CACHE_AUTO = 0, LADE_CACHE_FIFO, LADE_CACHE_LRU, LADE_CACHE_CLAIRVOY
 enum { LADE_TRISTATE_AUTO = 0, LADE_TRISTATE_ON, LADE_TRISTATE_OFF };
 enum { LADE_XF_AUTO = 0, LADE_XF_RAW, LADE_XF_NPY, LADE_XF_IMAGENET_TRAIN, LADE_XF_IMAGENET_EVAL };
 enum { LADE_ONERR_FAIL = 0, LADE_ONERR_SKIP };
+enum { LADE_TRANSPORT_AUTO = 0, LADE_TRANSPORT_LOCAL, LADE_TRANSPORT_MPI };
 enum { LADE_DECODE_SCALE_OFF = 0, LADE_DECODE_SCALE_AUTO };
 
 #define LADE_PATH_MAX 4096
@@ -71,6 +72,8 @@ struct lade_config {
   bool plan_reorder;
   uint64_t shuffle_buffer;         /* plan=shards */
   uint32_t model_parallel, devices_per_node;
+  int transport;                   /* LADE_TRANSPORT_* */
+  uint32_t peer_timeout_ms;
   int plan_order;                  /* lade_plan_order_algo_t */
   int prefetcher;                  /* LADE_TRISTATE_* */
   uint64_t fetch_size;             /* samples per prefetch; 0: half the disk cache (50/50 rule) */

@@ -58,6 +58,7 @@
 
 #include "core/config.h"
 #include "core/core.h"
+#include "dist/dist.h"
 #include "engine/fetch.h"
 #include "engine/trace.h"
 #include "plan/cursor.h"
@@ -159,6 +160,7 @@ struct lade_loader {
   lade__sample_shape_t shape;
   lade__cursor_t *cursor; /* the one source of the order (plan/cursor.h) */
   bool routed;            /* the plan routes samples: steps finish in order (finish_steps_in_order) */
+  lade__dist_t *dist;     /* the transport between learners (routed plans under mpirun), or NULL */
   uint64_t evict_q;       /* routed: the next step to finish */
   uint64_t steps, total; /* steps per epoch, epochs * steps */
   bool direct_payload;   /* npy source + npy transform: read into the slot */
@@ -262,6 +264,7 @@ static void free_all(lade_loader_t *L) {
   free(L->slots);
   free(L->sched);
   free(L->ep);
+  if (L->dist) L->dist->ops->close(L->dist); /* flushes its sends: before the fetch stage that serves them */
   lade__fetch_close(L->fetch);
   if (L->xf && L->xf->destroy && L->xf_state) L->xf->destroy(L->xf_state);
   if (L->src_ops && L->src_ops->close) L->src_ops->close(&L->src);
@@ -298,6 +301,53 @@ static void wake_workers(void *ctx) {
   pthread_mutex_unlock(&L->mu);
 }
 
+#ifdef LADE_HAVE_MPI
+/* The transport's serving side: the fetch stage (open before any send is queued). */
+static int serve_peer(void *ctx, uint64_t idx, uint64_t q, int nonblock, lade__buf_t *out) {
+  lade_loader_t *L = ctx;
+  return lade__fetch_serve(L->fetch, idx, q, nonblock, out);
+}
+#endif
+
+/* The transport a routed plan needs (docs/dist.md): MPI when asked, or
+ * (auto) when started by an MPI launcher with more than one process; rank
+ * and world then come from MPI (the settings must agree when set), and the
+ * learners' settings are compared. Without a transport, peer routes read
+ * storage. The fetch stage serves the sends; it is wired in once open. */
+static int open_transport(lade_loader_t *L, lade__cursor_params_t *cp) {
+  int mode = L->cfg.transport;
+  uint32_t launched_world = 0;
+  bool launched = lade__dist_launched(&launched_world);
+  bool routed = cp->plan.kind != LADE_PLAN_REGULAR && cp->plan.kind != LADE__PLAN_SHARDS;
+  if (mode == LADE_TRANSPORT_AUTO) mode = routed && launched && launched_world > 1 ? LADE_TRANSPORT_MPI : LADE_TRANSPORT_LOCAL;
+  if (mode == LADE_TRANSPORT_LOCAL) return 0;
+#ifndef LADE_HAVE_MPI
+  if (L->cfg.transport == LADE_TRANSPORT_MPI)
+    return lade__fail(LADE_EUNSUPPORTED, "transport=mpi: this build has no MPI (LADE_WITH_MPI; apt-get install "
+                      "libopenmpi-dev openmpi-bin)");
+  fprintf(stderr, "lade: note: started by an MPI launcher, but this build has no MPI (LADE_WITH_MPI): samples the "
+                  "plan routes to peers are read from storage\n");
+  return 0;
+#else
+  const lade__dist_check_t checks[] = {
+      {"samples (dataset size)", cp->plan.samples}, {"batch_size", cp->plan.batch_size},
+      {"epochs", cp->plan.epochs},                  {"seed", cp->plan.seed},
+      {"plan", (uint64_t)cp->plan.kind},            {"cache (samples per learner)", cp->plan.cache},
+      {"drop_last", cp->drop_last},                 {"shuffle", cp->shuffle},
+      {"plan_balance", (uint64_t)cp->plan.balance_peer}, {"plan_reorder", (uint64_t)cp->plan.reorder},
+      {"plan_order", (uint64_t)cp->plan.order_algo}};
+  lade__dist_params_t dp = {.rank = L->cfg.rank, .world = L->cfg.world_size, .timeout_ms = L->cfg.peer_timeout_ms,
+                            .serve = serve_peer, .serve_ctx = L, .checks = checks,
+                            .nchecks = (uint32_t)(sizeof checks / sizeof checks[0])};
+  uint32_t rank = 0, world = 1;
+  int rc = lade__dist_mpi.open(&L->dist, &dp, &rank, &world);
+  if (rc) return rc;
+  L->cfg.rank = cp->rank = rank;
+  L->cfg.world_size = cp->plan.learners = world;
+  return 0;
+#endif
+}
+
 static int open_pipeline(lade_loader_t *L, lade__buf_t *buf) {
   L->src.on_ready = wake_workers;
   L->src.on_ready_ctx = L;
@@ -325,13 +375,15 @@ static int open_pipeline(lade_loader_t *L, lade__buf_t *buf) {
   uint64_t mean = 0;
   if (cp.plan.kind != LADE_PLAN_REGULAR && cp.plan.kind != LADE__PLAN_SHARDS)
     cp.plan.cache = lade__fetch_plan_cache_samples(&L->cfg, &L->src, L->src_ops, &mean);
+  rc = open_transport(L, &cp);
+  if (rc) return rc;
   rc = lade__cursor_open(&L->cursor, &cp);
   if (rc) return lade__fail_prefix(rc, "dataset %s: ", L->cfg.source);
   L->steps = lade__cursor_steps(L->cursor);
   L->routed = lade__cursor_routed(L->cursor);
   L->total = L->steps * L->cfg.epochs;
   lade__fetch_params_t fp = {.cfg = &L->cfg, .src = &L->src, .ops = L->src_ops, .steps = L->steps,
-                             .batch = L->cfg.batch_size, .cursor = L->cursor, .sample_bytes = mean};
+                             .batch = L->cfg.batch_size, .cursor = L->cursor, .sample_bytes = mean, .dist = L->dist};
   rc = lade__fetch_open(&L->fetch, &fp);
   if (rc) return rc;
   L->async = lade__fetch_async(L->fetch);
@@ -624,7 +676,7 @@ static void finish_steps_in_order(lade_loader_t *L) {
   for (;;) {
     slot_t *s = L->evict_q < L->next_sched ? slot_of(L, L->evict_q) : NULL;
     if (!s || s->state != SLOT_FILLING || s->seq != L->evict_q || s->done < s->n || s->finishing) return;
-    if (s->cs.nevict || s->cs.nadmit) {
+    if (s->cs.nevict || s->cs.nadmit || s->cs.nsend) {
       s->finishing = true;
       pthread_mutex_unlock(&L->mu);
       lade__fetch_step_done(L->fetch, &s->cs);
@@ -1119,10 +1171,11 @@ int lade_loader_seek(lade_loader_t *L, uint64_t epoch, uint64_t step) {
   return rc;
 }
 
-int lade_loader_plan_settings(lade_loader_t *L, lade_plan_settings_t *out) {
+int lade_loader_plan_settings(lade_loader_t *L, lade_plan_settings_t *out, uint32_t *rank) {
   if (!L || !out) return lade__fail(LADE_EINVAL, "lade_loader_plan_settings: NULL argument");
   if (forked(L)) return fail_forked(L, "lade_loader_plan_settings");
   lade__cursor_settings(L->cursor, out);
+  if (rank) *rank = L->cfg.rank;
   return 0;
 }
 
@@ -1225,6 +1278,9 @@ int lade_loader_stats(lade_loader_t *L, lade_stats_t *out) {
     out->plan_cache_hits = fs.plan_hits;
     out->plan_fallbacks = fs.plan_fallbacks;
     out->plan_peer_storage = fs.plan_peer;
+    out->peer_messages_sent = fs.dist.sent;
+    out->peer_bytes_sent = fs.dist.sent_bytes;
+    out->peer_served_from_storage = fs.served_from_storage;
   }
   out->plan = L->cfg.plan;
   if (n) {

@@ -171,7 +171,7 @@ struct lade__fetch {
 
   _Atomic uint64_t samples[LADE_TIER_COUNT], bytes[LADE_TIER_COUNT];
   _Atomic uint64_t misses, prefetched, pf_errors, waited;
-  _Atomic uint64_t plan_hits, plan_fallbacks, plan_peer;
+  _Atomic uint64_t plan_hits, plan_fallbacks, plan_peer, served_storage;
 };
 
 /* ------------------------------------------------------------ next use */
@@ -479,18 +479,19 @@ static int read_routed(lade__fetch_t *f, uint64_t idx, uint64_t q, int32_t route
     }
     atomic_fetch_add_explicit(&f->plan_fallbacks, 1, memory_order_relaxed);
     *note = LADE_ROUTE_FALLBACK;
-  } else if (route >= 0) {
+  } else if (route >= 0 && !f->p.dist) {
     atomic_fetch_add_explicit(&f->plan_peer, 1, memory_order_relaxed);
     *note = LADE_ROUTE_PEER_STORAGE;
   }
   bool admit = t && atomic_load_explicit(&f->adm_q[idx], memory_order_relaxed) == q + 1 &&
                atomic_load_explicit(&f->adm_pending[idx], memory_order_acquire);
   lade__clear_error();
-  int rc = f->p.ops->read(f->p.src, idx, out);
+  bool peer = route >= 0 && f->p.dist;
+  int rc = peer ? f->p.dist->ops->recv(f->p.dist, q, idx, (uint32_t)route, out) : f->p.ops->read(f->p.src, idx, out);
   if (!rc) {
-    *tier = LADE_TIER_STORAGE;
+    *tier = peer ? LADE_TIER_PEER : LADE_TIER_STORAGE;
     count(f, *tier, out->len);
-    if (t) atomic_fetch_add_explicit(&f->misses, 1, memory_order_relaxed);
+    if (t && !peer) atomic_fetch_add_explicit(&f->misses, 1, memory_order_relaxed);
     /* an admit of this step, or a sample the plan believes cached: put it (back) */
     if (admit || (t && route == LADE_FROM_CACHE)) {
       pthread_mutex_lock(&f->plan_mu);
@@ -567,6 +568,12 @@ static bool pf_inflight(lade__fetch_t *f, uint64_t idx) {
 void lade__fetch_step_planned(lade__fetch_t *f, const lade__cursor_step_t *st) {
   const uint64_t *idx = st->idx;
   uint32_t n = st->n;
+  /* push what the other learners read from this cache in this step; a failure
+   * to queue (memory) shows at the receivers, which time out naming this rank */
+  if (f->p.dist && st->nsend && f->p.dist->ops->send(f->p.dist, st->q, st->send_dst, st->send_idx, st->nsend) != 0) {
+    fprintf(stderr, "lade: %s\n", lade_last_error());
+    lade__clear_error();
+  }
   if (f->routed && f->mem)
     for (uint32_t i = 0; i < st->nadmit; i++) {
       uint64_t x = st->admit[i];
@@ -594,7 +601,26 @@ void lade__fetch_step_planned(lade__fetch_t *f, const lade__cursor_step_t *st) {
   if (want != stackbuf) free(want);
 }
 
+int lade__fetch_serve(void *ctx, uint64_t idx, uint64_t q, int nonblock, lade__buf_t *out) {
+  lade__fetch_t *f = ctx;
+  (void)q;
+  if (f->mem && lade__cache_get(f->mem, idx, out) == 0) return 0;
+  /* admitted by a step whose read has not put it yet: ask again later */
+  if (nonblock && f->adm_pending && atomic_load_explicit(&f->adm_pending[idx], memory_order_acquire))
+    return LADE__DIST_AGAIN;
+  if (f->mem && wait_admit(f, idx) && lade__cache_get(f->mem, idx, out) == 0) return 0;
+  /* the plan says this cache holds it and it does not (bytes budget, a
+   * resumed run): the peer still gets the right bytes, from storage */
+  atomic_fetch_add_explicit(&f->served_storage, 1, memory_order_relaxed);
+  return f->p.ops->read(f->p.src, idx, out);
+}
+
 void lade__fetch_step_done(lade__fetch_t *f, const lade__cursor_step_t *st) {
+  /* the sends of this step read the cache as it was at the step's start */
+  if (f->p.dist && st->nsend && f->p.dist->ops->wait_served(f->p.dist, st->q) != 0) {
+    fprintf(stderr, "lade: %s\n", lade_last_error()); /* the receiver reports it too, naming this rank */
+    lade__clear_error();
+  }
   if (!f->routed || !f->mem) return;
   for (uint32_t i = 0; i < st->nevict; i++) {
     uint64_t x = st->evict[i];
@@ -631,6 +657,8 @@ void lade__fetch_consumed(lade__fetch_t *f, uint64_t pos) {
   f->consumed = pos;
   pthread_cond_broadcast(&f->cv_pf);
   pthread_mutex_unlock(&f->mu);
+  /* messages of delivered steps nobody read (a seek, a substitute) */
+  if (f->p.dist && f->p.batch) f->p.dist->ops->forget_below(f->p.dist, pos / f->p.batch);
 }
 
 void lade__fetch_seek(lade__fetch_t *f, uint64_t pos) {
@@ -765,6 +793,8 @@ void lade__fetch_stats(lade__fetch_t *f, lade__fetch_stats_t *out) {
   out->plan_hits = atomic_load(&f->plan_hits);
   out->plan_fallbacks = atomic_load(&f->plan_fallbacks);
   out->plan_peer = atomic_load(&f->plan_peer);
+  out->served_from_storage = atomic_load(&f->served_storage);
+  if (f->p.dist) f->p.dist->ops->stats(f->p.dist, &out->dist);
   if (f->disk) {
     lade__cache_stats_t cs;
     lade__cache_stats(f->disk, &cs);

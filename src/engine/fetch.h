@@ -16,10 +16,11 @@
 #include <stdint.h>
 
 #include "core/config.h"
+#include "dist/dist.h"
 #include "plan/cursor.h"
 #include "source/source.h"
 
-enum { LADE_TIER_STORAGE = 0, LADE_TIER_MEM = 1, LADE_TIER_DISK = 2, LADE_TIER_COUNT = 3 };
+enum { LADE_TIER_STORAGE = 0, LADE_TIER_MEM = 1, LADE_TIER_DISK = 2, LADE_TIER_PEER = 3, LADE_TIER_COUNT = 4 };
 
 typedef struct lade__fetch lade__fetch_t;
 
@@ -31,7 +32,13 @@ typedef struct lade__fetch_params {
   uint32_t batch;      /* local batch size B: sample position = (epoch*steps+step)*B + i */
   lade__cursor_t *cursor; /* the order (borrowed): the prefetcher's walk and the next-use maps */
   uint64_t sample_bytes;  /* routed plans: the mean sample size the plan's cache count was made from */
+  lade__dist_t *dist;     /* the transport between learners (borrowed; NULL: peer routes read storage) */
 } lade__fetch_params_t;
+
+/* The serving side of the transport (lade__dist_serve_fn; ctx is the fetch
+ * stage): sample idx's bytes from this learner's cache, or from storage
+ * (counted) when the cache does not hold them. */
+int lade__fetch_serve(void *ctx, uint64_t idx, uint64_t q, int nonblock, lade__buf_t *out);
 
 /* Routed plans: the memory cache of cfg in samples of the dataset's mean
  * size (cache_mem_bytes / the bytes one entry is charged), at most the
@@ -52,8 +59,8 @@ bool lade__fetch_cached(const lade__fetch_t *f);
  * peer's rank); *tier says where they came from. A sample the plan routes
  * to the own cache that is not there (bytes budget, a refused put, a seek)
  * is read from storage, counted as a fallback, and put back. A sample the
- * plan routes to a peer is read from storage (no transport between
- * learners yet: src/dist/), counted. A sample step q admits is put in the
+ * plan routes to a peer comes through the transport (src/dist/), or,
+ * without one, from storage, counted. A sample step q admits is put in the
  * plan's tier after its read. Thread-safe. */
 enum { LADE_ROUTE_MET = 0, LADE_ROUTE_FALLBACK = 1, LADE_ROUTE_PEER_STORAGE = 2 };
 /* *note: LADE_ROUTE_MET, or how the route was not followed. */
@@ -93,7 +100,9 @@ typedef struct lade__fetch_stats {
   uint64_t waited_prefetch; /* reads that waited for the prefetcher's request of the same sample */
   uint64_t plan_hits;      /* routed to the own cache and found there */
   uint64_t plan_fallbacks; /* routed to the own cache, not there: read from storage */
-  uint64_t plan_peer;      /* routed to a peer: read from storage (no transport yet) */
+  uint64_t plan_peer;      /* routed to a peer: read from storage (no transport) */
+  uint64_t served_from_storage; /* sends whose sample was not in the cache */
+  lade__dist_stats_t dist;
   lade__source_stats_t src;
   uint64_t fetch_size, threshold;
 } lade__fetch_stats_t;

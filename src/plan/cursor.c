@@ -156,6 +156,8 @@ void lade__cursor_step_free(lade__cursor_step_t *s) {
   free(s->from);
   free(s->admit);
   free(s->evict);
+  free(s->send_idx);
+  free(s->send_dst);
   memset(s, 0, sizeof *s);
 }
 
@@ -200,7 +202,7 @@ static int regular_step(lade__cursor_t *c, uint64_t q, lade__cursor_step_t *out)
   if (!rc) rc = lade__regular_local(reg_for(c, e), e, st, c->p.rank, out->idx, &out->n, &out->valid);
   if (rc) return rc;
   for (uint32_t i = 0; i < out->n; i++) out->from[i] = LADE__ROUTE_ANY;
-  out->nadmit = out->nevict = 0;
+  out->nadmit = out->nevict = out->nsend = 0;
   return 0;
 }
 
@@ -231,6 +233,22 @@ static int planned_step(lade__cursor_t *c, uint64_t e, uint64_t st, lade__cursor
   out->nevict = (uint32_t)(eb - ea);
   memcpy(out->admit, v->admit + aa, (ab - aa) * sizeof *out->admit);
   memcpy(out->evict, v->evict + ea, (eb - ea) * sizeof *out->evict);
+  /* what the other learners read from this rank's cache, in global batch order */
+  out->nsend = 0;
+  for (uint32_t d = 0; d < c->p.plan.learners; d++) {
+    if (d == r) continue;
+    for (uint64_t i = v->offset[d]; i < v->offset[d + 1]; i++) {
+      if (v->from[i] != (int32_t)r) continue;
+      if (out->nsend == out->send_cap) {
+        uint32_t dcap = out->send_cap;
+        rc = grow((void **)&out->send_idx, &out->send_cap, (uint64_t)out->nsend * 2 + 16, sizeof *out->send_idx);
+        if (!rc) rc = grow((void **)&out->send_dst, &dcap, out->send_cap, sizeof *out->send_dst);
+        if (rc) return rc;
+      }
+      out->send_idx[out->nsend] = v->samples[i];
+      out->send_dst[out->nsend++] = d;
+    }
+  }
   return 0;
 }
 
@@ -247,7 +265,7 @@ int lade__cursor_get(lade__cursor_t *c, uint64_t q, lade__cursor_step_t *out) {
     rc = grow_samples(out, c->p.plan.batch_size);
     if (!rc) rc = shards_step(c, q, out->idx, &out->n, &out->valid);
     for (uint32_t i = 0; !rc && i < out->n; i++) out->from[i] = LADE__ROUTE_ANY;
-    out->nadmit = out->nevict = 0;
+    out->nadmit = out->nevict = out->nsend = 0;
   }
   else
     rc = regular_step(c, q, out);

@@ -76,7 +76,12 @@ typedef struct lade__cursor_step {
   int32_t *from;         /* n routes */
   uint64_t *admit, *evict;
   uint32_t nadmit, nevict;
-  uint32_t cap, adm_cap, ev_cap;
+  /* the samples this rank's cache sends to other learners in this step
+   * (their from[] names this rank): send_idx[i] goes to rank send_dst[i] */
+  uint64_t *send_idx;
+  uint32_t *send_dst;
+  uint32_t nsend;
+  uint32_t cap, adm_cap, ev_cap, send_cap;
 } lade__cursor_step_t;
 
 typedef struct lade__cursor lade__cursor_t;

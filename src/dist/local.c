@@ -1,0 +1,64 @@
+/* local.c - the transport of a single learner: nothing to send or receive.
+ * A plan never routes to a peer with one learner; a send or a receive here
+ * is a bug reported as such, not data silently made up. Also the launcher
+ * detection every backend shares. */
+#include <stdlib.h>
+
+#include "dist/dist.h"
+
+bool lade__dist_launched(uint32_t *world) {
+  /* Open MPI's mpirun, MPICH/Hydra and Slurm's PMI/PMIx */
+  static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", NULL};
+  *world = 0;
+  for (int i = 0; vars[i]; i++) {
+    const char *v = getenv(vars[i]);
+    if (v && *v) {
+      *world = (uint32_t)strtoul(v, NULL, 10);
+      return true;
+    }
+  }
+  return getenv("PMIX_RANK") != NULL;
+}
+
+static int local_open(lade__dist_t **out, const lade__dist_params_t *p, uint32_t *rank, uint32_t *world) {
+  if (p->world > 1)
+    return lade__fail(LADE_EINVAL, "transport local: %u learners need a transport between them (transport=mpi under "
+                      "mpirun)", p->world);
+  lade__dist_t *d = calloc(1, sizeof *d);
+  if (!d) return lade__fail(LADE_ENOMEM, "transport: out of memory");
+  d->ops = &lade__dist_local;
+  *rank = 0;
+  *world = 1;
+  *out = d;
+  return 0;
+}
+
+static void local_close(lade__dist_t *d) { free(d); }
+
+static int local_send(lade__dist_t *d, uint64_t q, const uint32_t *dst, const uint64_t *idx, uint32_t n) {
+  (void)d, (void)dst, (void)idx;
+  return n ? lade__fail(LADE_EINVAL, "transport local: step %llu sends to a peer, and there is none",
+                        (unsigned long long)q)
+           : 0;
+}
+
+static int local_wait_served(lade__dist_t *d, uint64_t q) {
+  (void)d, (void)q;
+  return 0;
+}
+
+static int local_recv(lade__dist_t *d, uint64_t q, uint64_t idx, uint32_t src, lade__buf_t *out) {
+  (void)d, (void)out;
+  return lade__fail(LADE_EINVAL, "transport local: sample %llu of step %llu is to come from rank %u, and there are no "
+                    "peers", (unsigned long long)idx, (unsigned long long)q, src);
+}
+
+static void local_forget_below(lade__dist_t *d, uint64_t q) { (void)d, (void)q; }
+
+static void local_stats(lade__dist_t *d, lade__dist_stats_t *out) {
+  (void)d;
+  *out = (lade__dist_stats_t){0};
+}
+
+const lade__dist_ops_t lade__dist_local = {"local", local_open, local_close, local_send,
+                                           local_wait_served, local_recv, local_forget_below, local_stats};
