@@ -939,14 +939,16 @@ static PyObject *stats_dict(const lade_stats_t *s) {
       "threads", (unsigned int)s->threads);
   if (!d) return NULL;
   PyObject *more = Py_BuildValue(
-      "{sIsKsKsKsKsKsKsKsKsKsKsKsK}", "concurrency", (unsigned int)s->concurrency, "get_requests",
+      "{sIsKsKsKsKsKsKsKsKsKsKsKsKsKsKsK}", "concurrency", (unsigned int)s->concurrency, "get_requests",
       (unsigned long long)s->get_requests, "list_requests", (unsigned long long)s->list_requests, "retries",
       (unsigned long long)s->retries, "remote_bytes", (unsigned long long)s->remote_bytes, "cache_misses",
       (unsigned long long)s->cache_misses, "prefetched", (unsigned long long)s->prefetched, "cache_corrupt",
       (unsigned long long)s->cache_corrupt, "fetch_size", (unsigned long long)s->fetch_size, "prefetch_threshold",
       (unsigned long long)s->prefetch_threshold, "plan_cache_hits", (unsigned long long)s->plan_cache_hits,
       "plan_fallbacks", (unsigned long long)s->plan_fallbacks, "plan_peer_storage",
-      (unsigned long long)s->plan_peer_storage);
+      (unsigned long long)s->plan_peer_storage, "peer_messages_sent", (unsigned long long)s->peer_messages_sent,
+      "peer_bytes_sent", (unsigned long long)s->peer_bytes_sent, "peer_served_from_storage",
+      (unsigned long long)s->peer_served_from_storage);
   if (!more || PyDict_Update(d, more) != 0) {
     Py_XDECREF(more);
     Py_DECREF(d);

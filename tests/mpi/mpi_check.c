@@ -1,0 +1,308 @@
+/* mpi_check.c - every plan kind across MPI ranks (issue 10 section 4), run as
+ *   mpirun -np 4 mpi_check DIR [all|fault-stop]
+ * Each rank runs a loader with transport=mpi (initialised here first with
+ * MPI_THREAD_MULTIPLE, as mpi4py does, so lade must coexist with it) and
+ * checks, against the planner and the simulator of the same settings:
+ * its samples in order; the bytes (peer bytes included) equal the source's;
+ * its per-epoch cache / peer / storage counts equal the plan's exactly, with
+ * no fallback; the union over ranks equals the simulator's counts and every
+ * sample once per epoch; a second run gives the same checksums; a resumed
+ * run delivers the rest bit for bit. fault-stop: rank 1 stops mid-epoch 1
+ * and closes its loader; the others must fail within the bound, naming
+ * rank 1. Prints one line per check on rank 0; exits non-zero on failure. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "lade/lade.h"
+#include "lade/plan.h"
+
+#define N 192
+#define SZ 256
+#define B 4
+#define EPOCHS 3
+#define CHARGE (SZ + 64)
+
+static int g_rank, g_world, g_fail;
+static const char *g_seed = "7";
+static char g_dir[4096];
+
+static uint8_t byte_of(uint64_t i, int k) { return (uint8_t)(i * 31 + (uint64_t)k * 7 + 1); }
+
+static void check(int ok, const char *what) {
+  int all = 0;
+  MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+  if (!ok) fprintf(stderr, "rank %d: FAILED %s\n", g_rank, what);
+  if (g_rank == 0) printf("%s %s\n", all ? "ok  " : "FAIL", what);
+  if (!all) g_fail = 1;
+}
+
+static void make_dataset(void) {
+  if (g_rank == 0) {
+    uint8_t buf[SZ];
+    char path[4400];
+    for (int c = 0; c < 4; c++) {
+      snprintf(path, sizeof path, "%s/data/c%d", g_dir, c);
+      char cmd[4500];
+      snprintf(cmd, sizeof cmd, "mkdir -p '%s'", path);
+      if (system(cmd) != 0) abort();
+      for (int j = 0; j < N / 4; j++) {
+        uint64_t idx = (uint64_t)c * (N / 4) + (uint64_t)j;
+        for (int k = 0; k < SZ; k++) buf[k] = byte_of(idx, k);
+        snprintf(path, sizeof path, "%s/data/c%d/f%05d.bin", g_dir, c, j);
+        FILE *f = fopen(path, "wb");
+        fwrite(buf, 1, SZ, f);
+        fclose(f);
+      }
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+typedef struct run {
+  int rc;
+  char err[2048];
+  uint64_t n, steps;
+  int64_t idx[EPOCHS * N];
+  uint64_t sum;
+  int content_ok;
+  lade_stats_t st;
+  lade_epoch_stats_t ep[EPOCHS];
+  double seconds;
+} run_t;
+
+static lade_loader_t *open_loader(const char *kind, uint64_t cache_bytes, uint32_t timeout_ms) {
+  lade_config_t *c = NULL;
+  lade_config_create(&c);
+  char v[4200];
+  snprintf(v, sizeof v, "%s/data", g_dir);
+  lade_config_set(c, "source", v);
+  lade_config_set(c, "transform", "raw");
+  lade_config_set(c, "raw_size", "256");
+  lade_config_set(c, "batch_size", "4");
+  lade_config_set(c, "threads", "2");
+  lade_config_set(c, "seed", g_seed);
+  lade_config_set(c, "drop_last", "true");
+  snprintf(v, sizeof v, "%d", EPOCHS);
+  lade_config_set(c, "epochs", v);
+  lade_config_set(c, "plan", kind);
+  lade_config_set(c, "transport", "mpi");
+  snprintf(v, sizeof v, "%u", timeout_ms);
+  lade_config_set(c, "peer_timeout_ms", v);
+  snprintf(v, sizeof v, "%llu", (unsigned long long)cache_bytes);
+  lade_config_set(c, "cache_mem_bytes", v);
+  lade_loader_t *L = NULL;
+  int rc = lade_loader_create(&L, c);
+  lade_config_destroy(c);
+  if (rc) fprintf(stderr, "rank %d: create(%s): %s\n", g_rank, kind, lade_last_error());
+  return L;
+}
+
+/* Runs to the end (or stop_after batches), from (e0, s0). */
+static void run(const char *kind, uint64_t cache_bytes, uint64_t e0, uint64_t s0, uint64_t stop_after,
+                uint32_t timeout_ms, run_t *r) {
+  memset(r, 0, sizeof *r);
+  r->content_ok = 1;
+  double t0 = MPI_Wtime();
+  lade_loader_t *L = open_loader(kind, cache_bytes, timeout_ms);
+  if (!L) {
+    r->rc = -1;
+    snprintf(r->err, sizeof r->err, "%s", lade_last_error());
+    return;
+  }
+  uint64_t samples, epochs;
+  lade_loader_info(L, &samples, &r->steps, &epochs);
+  if (e0 || s0) r->rc = lade_loader_seek(L, e0, s0);
+  uint64_t h = 1469598103934665603ull, batches = 0;
+  lade_batch_t *b = NULL;
+  while (!r->rc && (!stop_after || batches < stop_after) && (r->rc = lade_loader_next(L, &b)) == 0 && b) {
+    const uint8_t *d = b->data;
+    for (int64_t i = 0; i < b->shape[0]; i++) {
+      int64_t idx = b->indices[i];
+      r->idx[r->n++] = idx;
+      for (int k = 0; k < SZ; k++) {
+        if (d[(size_t)i * SZ + k] != byte_of((uint64_t)idx, k)) r->content_ok = 0;
+        h = (h ^ d[(size_t)i * SZ + k]) * 1099511628211ull;
+      }
+    }
+    batches++;
+    lade_batch_release(b);
+  }
+  if (r->rc) snprintf(r->err, sizeof r->err, "%s", lade_last_error());
+  r->sum = h;
+  lade_loader_stats(L, &r->st);
+  for (uint64_t e = e0; e < EPOCHS; e++) lade_loader_epoch_stats(L, e, &r->ep[e]);
+  lade_loader_destroy(L);
+  r->seconds = MPI_Wtime() - t0;
+}
+
+static lade_plan_settings_t settings(const char *kind, uint64_t cache_bytes) {
+  lade_plan_settings_t s;
+  lade_plan_settings_default(&s);
+  s.kind = lade_plan_kind_parse(kind);
+  s.samples = N;
+  s.learners = (uint32_t)g_world;
+  s.batch_size = B;
+  s.epochs = EPOCHS;
+  s.seed = 7;
+  s.cache = cache_bytes / CHARGE;
+  s.coalesce = 0;
+  return s;
+}
+
+static run_t g_run, g_run2;
+
+static void check_kind(const char *kind, uint64_t cache_bytes) {
+  char what[256];
+  run_t *r = &g_run;
+  run(kind, cache_bytes, 0, 0, 0, 20000, r);
+  snprintf(what, sizeof what, "%s, cache %llu: every rank ran to the end", kind, (unsigned long long)cache_bytes);
+  if (r->rc) fprintf(stderr, "rank %d: %s\n", g_rank, r->err);
+  check(r->rc == 0, what);
+  snprintf(what, sizeof what, "%s: delivered bytes equal the source's (peer samples included)", kind);
+  check(r->content_ok, what);
+  /* the plan, computed here with the same settings */
+  lade_plan_settings_t s = settings(kind, cache_bytes);
+  lade_plan_t *pl = NULL;
+  int ok = lade_plan_create(&pl, &s) == 0;
+  uint64_t pos = 0, cnt[EPOCHS][3] = {{0}};
+  int order_ok = 1, once_ok = 1;
+  const lade_plan_step_t *v = NULL;
+  for (uint64_t e = 0; ok && e < EPOCHS; e++) {
+    uint8_t seen[N] = {0};
+    for (uint64_t st = 0; st < lade_plan_steps_per_epoch(pl); st++) {
+      if (lade_plan_next(pl, &v)) {
+        ok = 0;
+        break;
+      }
+      for (uint64_t i = 0; i < v->total; i++)
+        if (seen[v->samples[i]]++) once_ok = 0;
+      for (uint64_t i = v->offset[g_rank]; i < v->offset[g_rank + 1]; i++) {
+        if (pos >= r->n || r->idx[pos++] != (int64_t)v->samples[i]) order_ok = 0;
+        cnt[e][v->from[i] == LADE_FROM_CACHE ? 0 : v->from[i] >= 0 ? 1 : 2]++;
+      }
+    }
+  }
+  lade_plan_destroy(pl);
+  snprintf(what, sizeof what, "%s: each rank trains on exactly the plan's samples, every sample once per epoch", kind);
+  check(ok && order_ok && once_ok && pos == r->n, what);
+  int counts_ok = 1;
+  for (uint64_t e = 0; e < EPOCHS; e++) {
+    const lade_epoch_stats_t *es = &r->ep[e];
+    if (es->samples_by_source[1] != cnt[e][0] || es->samples_by_source[3] != cnt[e][1] ||
+        es->samples_by_source[0] != cnt[e][2] || es->plan_fallbacks || es->plan_peer_storage) {
+      counts_ok = 0;
+      fprintf(stderr, "rank %d %s epoch %llu: cache/peer/storage %llu/%llu/%llu, plan %llu/%llu/%llu, fallbacks %llu\n",
+              g_rank, kind, (unsigned long long)e, (unsigned long long)es->samples_by_source[1],
+              (unsigned long long)es->samples_by_source[3], (unsigned long long)es->samples_by_source[0],
+              (unsigned long long)cnt[e][0], (unsigned long long)cnt[e][1], (unsigned long long)cnt[e][2],
+              (unsigned long long)es->plan_fallbacks);
+    }
+  }
+  snprintf(what, sizeof what, "%s: per-rank cache/peer/storage counts equal the plan's, no fallback", kind);
+  check(counts_ok, what);
+  /* the sums over ranks: the simulator's */
+  uint64_t mine[EPOCHS * 3], sum[EPOCHS * 3];
+  for (uint64_t e = 0; e < EPOCHS; e++) {
+    mine[e * 3] = r->ep[e].samples_by_source[1];
+    mine[e * 3 + 1] = r->ep[e].samples_by_source[3];
+    mine[e * 3 + 2] = r->ep[e].samples_by_source[0];
+  }
+  MPI_Allreduce(mine, sum, EPOCHS * 3, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  lade_sim_costs_t costs = {0};
+  lade_sim_epoch_t sim[EPOCHS];
+  int sim_ok = lade_simulate(&s, &costs, sim, NULL) == 0;
+  for (uint64_t e = 0; sim_ok && e < EPOCHS; e++)
+    sim_ok = sum[e * 3] == sim[e].from_cache && sum[e * 3 + 1] == sim[e].from_peer &&
+             sum[e * 3 + 2] == sim[e].from_storage;
+  snprintf(what, sizeof what, "%s: the ranks' counts summed equal the simulator's", kind);
+  check(sim_ok, what);
+  uint64_t sent = r->st.peer_messages_sent, recv = r->st.samples_by_source[3], tot[2], my[2] = {sent, recv};
+  MPI_Allreduce(my, tot, 2, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  snprintf(what, sizeof what, "%s: samples sent = samples received (%llu)", kind, (unsigned long long)tot[0]);
+  check(tot[0] == tot[1], what);
+}
+
+static void check_repeat_and_resume(void) {
+  const char *kind = "locality";
+  uint64_t cache = (uint64_t)(N / 4) * CHARGE;
+  run(kind, cache, 0, 0, 0, 20000, &g_run);
+  run(kind, cache, 0, 0, 0, 20000, &g_run2);
+  check(g_run.rc == 0 && g_run2.rc == 0 && g_run.sum == g_run2.sum && g_run.n == g_run2.n,
+        "locality: two runs give identical batches on every rank");
+  uint64_t steps = g_run.steps, skip = (steps + steps / 2) * B;
+  run(kind, cache, 1, steps / 2, 0, 20000, &g_run2);
+  int ok = g_run2.rc == 0 && g_run2.content_ok && g_run2.n == g_run.n - skip &&
+           memcmp(g_run2.idx, g_run.idx + skip, g_run2.n * sizeof *g_run2.idx) == 0;
+  if (g_run2.rc) fprintf(stderr, "rank %d: resume: %s\n", g_rank, g_run2.err);
+  check(ok, "locality: a run resumed mid-epoch 1 delivers the rest bit for bit");
+  /* what the plan believed cached the resumed run reads from storage, counted */
+  uint64_t fb = g_run2.st.plan_fallbacks + g_run2.st.peer_served_from_storage, all = 0;
+  MPI_Allreduce(&fb, &all, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  check(all > 0, "locality: the resumed run's cold caches are counted (fallbacks, peers served from storage)");
+}
+
+/* Rank 1 stops in epoch 1 and closes its loader: the others fail within the
+ * bound, naming rank 1. */
+static void check_fault_stop(void) {
+  uint32_t timeout_ms = 2000;
+  uint64_t stop = g_rank == 1 ? (uint64_t)N / (B * (uint64_t)g_world) + 3 : 0; /* early in epoch 1 */
+  run("distcache", (uint64_t)(N / 4) * CHARGE, 0, 0, stop, timeout_ms, &g_run);
+  int ok, names1 = 0;
+  if (g_rank == 1) {
+    ok = g_run.rc == 0;
+  } else {
+    /* a rank waiting on rank 1 names it; one waiting on a rank that failed
+     * in turn names that one: each fails within its bound */
+    ok = g_run.rc != 0 && strstr(g_run.err, "did not arrive from rank") != NULL && g_run.seconds < 30;
+    names1 = strstr(g_run.err, "from rank 1 ") != NULL;
+    fprintf(stderr, "rank %d: failed after %.1f s as expected: %s\n", g_rank, g_run.seconds, g_run.err);
+  }
+  int any1 = 0;
+  MPI_Allreduce(&names1, &any1, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
+  check(any1, "a rank that stops mid-epoch is named by the ranks waiting for it");
+  check(ok, "a rank that stops mid-epoch: the others fail within the bound, naming whom they waited for");
+}
+
+int main(int argc, char **argv) {
+  int prov = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &prov);
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &g_world);
+  if (argc < 2) {
+    if (g_rank == 0) fprintf(stderr, "usage: mpirun -np P mpi_check DIR [all|fault-stop]\n");
+    MPI_Finalize();
+    return 2;
+  }
+  if (prov < MPI_THREAD_MULTIPLE) {
+    if (g_rank == 0) printf("skip: this MPI provides thread level %d, not MPI_THREAD_MULTIPLE\n", prov);
+    MPI_Finalize();
+    return 77;
+  }
+  snprintf(g_dir, sizeof g_dir, "%s", argv[1]);
+  make_dataset();
+  const char *mode = argc > 2 ? argv[2] : "all";
+  if (!strcmp(mode, "fault-stop")) {
+    check_fault_stop();
+  } else if (!strcmp(mode, "mismatch")) {
+    if (g_rank == 2) g_seed = "8";
+    lade_loader_t *L = open_loader("locality", (uint64_t)(N / 4) * CHARGE, 20000);
+    const char *e = lade_last_error();
+    int ok = L == NULL && strstr(e, "setting 'seed'") && strstr(e, "rank 2");
+    if (!ok) fprintf(stderr, "rank %d: %s\n", g_rank, L ? "created" : e);
+    if (L) lade_loader_destroy(L);
+    check(ok, "a seed that differs on rank 2 fails the loader's creation on every rank, naming it");
+  } else {
+    static const char *const kinds[] = {"regular+lru", "regular+belady", "distcache", "locality", "solar"};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+      check_kind(kinds[k], (uint64_t)(N / g_world) * CHARGE);     /* the aggregate cache holds the dataset */
+      check_kind(kinds[k], (uint64_t)(N / g_world / 2) * CHARGE); /* half of it */
+    }
+    check_repeat_and_resume();
+  }
+  MPI_Finalize();
+  return g_fail;
+}

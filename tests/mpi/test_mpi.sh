@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The MPI tests (issue 10 section 4): mpi_check under `mpirun -np 4` for every
+# plan, a rank that stops, a rank that is killed, and the Python module with
+# plan="locality" under `mpirun -np 2` beside mpi4py.
+# usage: test_mpi.sh MPI_CHECK LADE_CLI TMPDIR
+set -uo pipefail
+check_bin=$1 lade=$2 tmp=$3
+command -v mpirun >/dev/null || { echo "SKIPPED: mpirun not found (apt-get install openmpi-bin)"; exit 77; }
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+run=(mpirun --oversubscribe)
+[ "$(id -u)" -eq 0 ] && run+=(--allow-run-as-root)
+fail=0
+rm -rf "$tmp" && mkdir -p "$tmp"
+
+echo "== every plan, 4 ranks"
+timeout 600 "${run[@]}" -np 4 "$check_bin" "$tmp/a" all; rc=$?
+[ $rc -eq 77 ] && exit 77
+[ $rc -eq 0 ] || { echo "FAIL: mpi_check all (exit $rc)"; fail=1; }
+
+echo "== a rank that stops mid-epoch"
+timeout 120 "${run[@]}" -np 4 "$check_bin" "$tmp/b" fault-stop || { echo "FAIL: mpi_check fault-stop"; fail=1; }
+
+echo "== settings that differ between ranks are named at start"
+out=$(timeout 120 "${run[@]}" -np 4 "$check_bin" "$tmp/c" mismatch 2>&1); rc=$?
+echo "$out" | tail -3
+[ $rc -eq 0 ] || { echo "FAIL: mpi_check mismatch"; fail=1; }
+
+echo "== a rank killed mid-epoch: the job ends, non-zero, naming it, in bounded time"
+"$lade" gen npy "$tmp/k" --count 2000 --shape 256 >/dev/null
+start=$(date +%s)
+out=$(timeout 120 "${run[@]}" -np 4 sh -c 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then (sleep 1; kill -9 $$) & fi;
+  exec "$0" bench "$1" --plan distcache --set cache_mem_bytes=700000 --set drop_last=true --epochs 1000 \
+  --batch-size 8 --set peer_timeout_ms=5000 --step-ms 5 --no-checksum' "$lade" "$tmp/k" 2>&1); rc=$?
+took=$(( $(date +%s) - start ))
+echo "$out" | grep -iE "rank|signal|killed" | head -5
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -lt 60 ] && echo "$out" | grep -qiE "rank 1|signal 9|killed"; then
+  echo "ok   killed rank: exit $rc after ${took}s"
+else
+  echo "FAIL: killed rank: exit $rc after ${took}s"; fail=1
+fi
+
+echo "== the Python module under mpirun beside mpi4py, plan=locality"
+if /usr/bin/python3 -c "import mpi4py, lade" 2>/dev/null; then
+  timeout 300 "${run[@]}" -np 2 /usr/bin/python3 -m pytest -q -p no:cacheprovider "$here/test_mpi_python.py" \
+    || { echo "FAIL: python under mpirun"; fail=1; }
+else
+  echo "skipped: mpi4py or the lade module is missing"
+fi
+
+[ $fail -eq 0 ] && echo "== mpi tests passed"
+exit $fail
