@@ -211,6 +211,8 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
   int tty = isatty(2) && !o->json;
   uint64_t sum = 0, batches = 0, samples = 0, out_bytes = 0, last_epoch = 0;
   double first = 0, last_report = t0;
+  enum { MAX_EPOCH_T = 64 };
+  double ep_start[MAX_EPOCH_T + 1] = {t0}; /* when each epoch's first batch came (epoch 0: create) */
   int rc = 0;
   char shape[128] = "";
   const char *dtype = "";
@@ -234,6 +236,7 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
     out_bytes += b->nbytes;
     batches++;
     uint64_t ep = b->epoch;
+    if (ep > 0 && ep < MAX_EPOCH_T && ep_start[ep] == 0) ep_start[ep] = now();
     lade_batch_release(b);
     if (o->step_ms > 0) {
       struct timespec ts = {(time_t)(o->step_ms / 1e3), (long)(fmod(o->step_ms, 1e3) * 1e6)};
@@ -256,6 +259,7 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
     }
   }
   double elapsed = now() - t0;
+  double t_end = now();
   lade_stats_t st;
   lade_loader_stats(L, &st);
   enum { MAX_EPOCH_LINES = 64 };
@@ -315,9 +319,15 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
                (unsigned long long)(eps[e].samples_by_source[0] - eps[e].plan_peer_storage),
                (unsigned long long)eps[e].plan_fallbacks, (unsigned long long)pred[e][PRED_CACHE],
                (unsigned long long)pred[e][PRED_PEER], (unsigned long long)pred[e][PRED_STORAGE]);
-      printf("%s\"epoch\":%d,\"miss_rate\":%.4f,\"wait_s\":%.4f,\"get_requests\":%llu,\"list_requests\":%llu,"
+      double es = 0;
+      if (e < MAX_EPOCH_T) {
+        double next = e + 1 < MAX_EPOCH_T && e + 1 < neps && ep_start[e + 1] > 0 ? ep_start[e + 1] : t_end;
+        es = next - ep_start[e];
+      }
+      printf("%s\"epoch\":%d,\"seconds\":%.4f,\"peer_bytes\":%llu,\"miss_rate\":%.4f,\"wait_s\":%.4f,\"get_requests\":%llu,\"list_requests\":%llu,"
              "\"remote_bytes\":%llu,\"samples_by_source\":[%llu,%llu,%llu],\"bytes_by_source\":[%llu,%llu,%llu]}",
-             planned ? "" : e ? ",{" : "{", e, eps[e].miss_rate, eps[e].wait_seconds,
+             planned ? "" : e ? ",{" : "{", e, es, (unsigned long long)eps[e].bytes_by_source[3], eps[e].miss_rate,
+             eps[e].wait_seconds,
              (unsigned long long)eps[e].get_requests,
              (unsigned long long)eps[e].list_requests, (unsigned long long)eps[e].remote_bytes,
              (unsigned long long)eps[e].samples_by_source[0], (unsigned long long)eps[e].samples_by_source[1],

@@ -86,7 +86,7 @@ extern const lade__dist_ops_t lade__dist_mpi;
 
 /* Whether this process was started by an MPI launcher (mpirun/mpiexec,
  * srun with PMI): the environment tells, without initialising MPI. Fills
- * *world with the launcher's world size (0 when unknown). */
-bool lade__dist_launched(uint32_t *world);
+ * *rank and *world with the launcher's (world 0 when unknown). */
+bool lade__dist_launched(uint32_t *rank, uint32_t *world);
 
 #endif

@@ -6,18 +6,19 @@
 
 #include "dist/dist.h"
 
-bool lade__dist_launched(uint32_t *world) {
-  /* Open MPI's mpirun, MPICH/Hydra and Slurm's PMI/PMIx */
-  static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", NULL};
-  *world = 0;
-  for (int i = 0; vars[i]; i++) {
-    const char *v = getenv(vars[i]);
-    if (v && *v) {
-      *world = (uint32_t)strtoul(v, NULL, 10);
-      return true;
+bool lade__dist_launched(uint32_t *rank, uint32_t *world) {
+  /* Open MPI's mpirun, MPICH/Hydra and Slurm's PMI */
+  static const char *const vars[][2] = {{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}, {"PMI_RANK", "PMI_SIZE"}};
+  *rank = *world = 0;
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+    const char *r = getenv(vars[i][0]), *w = getenv(vars[i][1]);
+    if (r && *r && w && *w) {
+      *rank = (uint32_t)strtoul(r, NULL, 10);
+      *world = (uint32_t)strtoul(w, NULL, 10);
+      return *rank < *world;
     }
   }
-  return getenv("PMIX_RANK") != NULL;
+  return false;
 }
 
 static int local_open(lade__dist_t **out, const lade__dist_params_t *p, uint32_t *rank, uint32_t *world) {

@@ -316,10 +316,18 @@ static int serve_peer(void *ctx, uint64_t idx, uint64_t q, int nonblock, lade__b
  * storage. The fetch stage serves the sends; it is wired in once open. */
 static int open_transport(lade_loader_t *L, lade__cursor_params_t *cp) {
   int mode = L->cfg.transport;
-  uint32_t launched_world = 0;
-  bool launched = lade__dist_launched(&launched_world);
+  uint32_t launched_rank = 0, launched_world = 0;
+  bool launched = lade__dist_launched(&launched_rank, &launched_world) && launched_world > 1;
   bool routed = cp->plan.kind != LADE_PLAN_REGULAR && cp->plan.kind != LADE__PLAN_SHARDS;
-  if (mode == LADE_TRANSPORT_AUTO) mode = routed && launched && launched_world > 1 ? LADE_TRANSPORT_MPI : LADE_TRANSPORT_LOCAL;
+  if (mode == LADE_TRANSPORT_AUTO) {
+    mode = routed && launched ? LADE_TRANSPORT_MPI : LADE_TRANSPORT_LOCAL;
+    /* the same command from a laptop to mpirun: the launcher's rank and
+     * world, unless the settings name them */
+    if (mode == LADE_TRANSPORT_LOCAL && launched && L->cfg.world_size == 1 && L->cfg.rank == 0) {
+      L->cfg.rank = cp->rank = launched_rank;
+      L->cfg.world_size = cp->plan.learners = launched_world;
+    }
+  }
   if (mode == LADE_TRANSPORT_LOCAL) return 0;
 #ifndef LADE_HAVE_MPI
   if (L->cfg.transport == LADE_TRANSPORT_MPI)

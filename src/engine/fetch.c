@@ -595,8 +595,13 @@ void lade__fetch_step_planned(lade__fetch_t *f, const lade__cursor_step_t *st) {
   uint64_t *want = n <= 512 ? stackbuf : malloc(n * sizeof *want);
   if (!want) return; /* the workers' reads then fetch one by one: slower, not wrong */
   size_t k = 0;
-  for (uint32_t i = 0; i < n; i++)
+  for (uint32_t i = 0; i < n; i++) {
+    /* under a plan, only what it reads from storage: a peer sends the rest,
+     * and a cache route that misses is read (once) when it is found missing */
+    int32_t r = st->from[i];
+    if (f->routed && r != LADE__ROUTE_ANY && r != LADE_FROM_STORAGE && !(r >= 0 && !f->p.dist)) continue;
     if (!resident(f, idx[i]) && !pf_inflight(f, idx[i])) want[k++] = idx[i];
+  }
   if (k) f->p.ops->submit(f->p.src, want, k, 0);
   if (want != stackbuf) free(want);
 }
