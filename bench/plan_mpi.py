@@ -123,17 +123,20 @@ def main():
           % (len(files), mean, len(files) * mean / 1e6, a.np, a.batch, a.epochs, os.cpu_count()))
 
     # fast local storage first: U for the model, and the overhead comparison
-    print("\n== overhead on fast local storage (no bucket): locality vs regular, %d alternated reps" % a.reps)
-    walls = {"regular": [], "locality": []}
-    for _ in range(a.reps):
-        for plan in ("regular", "locality"):
-            ranks, _w = mpirun(a.np, a.lade, data, plan, full, 3, a.batch, [], {}, tmp)
-            walls[plan].append(sum(max(r["epochs"][e]["seconds"] for r in ranks) for e in range(3)))
-    med = {k: statistics.median(v) for k, v in walls.items()}
-    for k, v in walls.items():
-        print("  %-9s 3 epochs: %s s (median %.2f)" % (k, " ".join("%.2f" % x for x in v), med[k]))
-    print("  locality / regular = %.3f (bound: <= 1.05)" % (med["locality"] / med["regular"]))
-    U = a.count / a.np / (med["regular"] / 3)
+    for label, cache in (("no cache (pure planning and routing overhead)", 0),
+                         ("the same memory cache (N/p per rank)", full)):
+        print("\n== fast local storage (no bucket), %s: locality vs regular, %d alternated reps" % (label, a.reps))
+        walls = {"regular": [], "locality": []}
+        for _ in range(a.reps):
+            for plan in ("regular", "locality"):
+                ranks, _w = mpirun(a.np, a.lade, data, plan, cache, 3, a.batch, [], {}, tmp)
+                walls[plan].append(sum(max(r["epochs"][e]["seconds"] for r in ranks) for e in range(3)))
+        med = {k: statistics.median(v) for k, v in walls.items()}
+        for k, v in walls.items():
+            print("  %-9s 3 epochs: %s s (median %.2f)" % (k, " ".join("%.2f" % x for x in v), med[k]))
+        print("  locality / regular = %.3f (bound: <= 1.05)" % (med["locality"] / med["regular"]))
+        if cache == 0:
+            U = a.count / a.np / (med["regular"] / 3)
 
     with S3Env() as s3:
         s3.put_many({"train/" + os.path.relpath(f, data): open(f, "rb").read() for f in files})
@@ -158,6 +161,10 @@ def main():
                     r["peer_mb"], r["wait_s"], {None: "-", True: "yes", False: "NO"}[r["matches_plan"]],
                     r["fallbacks"]))
         reg = statistics.mean(r["seconds"] for r in results["regular"][1:])
+        sim = subprocess.run([a.lade, "simulate", "--plan", "locality", "--samples", str(a.count), "--learners",
+                              str(a.np), "--batch-size", str(a.batch), "--epochs", str(a.epochs), "--cache",
+                              str(min(full // int(mean + 64), a.count))], capture_output=True, text=True).stdout
+        imbal = [float(line.split()[7]) for line in sim.splitlines()[2:] if line.split() and line.split()[0].isdigit()]
         print("\n  after the first epoch (mean of epochs 1..%d):" % (a.epochs - 1))
         for plan in ("distcache", "locality", "solar"):
             t = statistics.mean(r["seconds"] for r in results[plan][1:])
@@ -165,8 +172,11 @@ def main():
             G = a.batch * a.np
             steps = a.count // G
             peer = statistics.mean(r["peer_samples"] for r in results[plan][1:]) / max(steps, 1) / G * 100
-            print("  %-10s epoch %.2f s = %.1fx shorter than regular (target >= 3x); storage after epoch 0: %.1f MB; "
-                  "peer samples per step: %.1f%% of the global batch" % (plan, t, reg / t, sto, peer))
+            print("  %-10s epoch %.2f s = %.1fx shorter than regular (target >= 3x); storage after epoch 0: %.1f MB "
+                  "(last epoch %.2f MB); peer samples per step: %.1f%% of the global batch" % (
+                      plan, t, reg / t, sto, results[plan][-1]["storage_mb"], peer))
+        print("  the simulator's imbalance for locality, epochs 1..%d: %s %% of the global batch" % (
+            a.epochs - 1, " ".join("%.2f" % x for x in imbal[1:])))
 
         print("\n== half cache: the aggregate cache holds half the dataset")
         for plan in ("regular+belady", "solar"):

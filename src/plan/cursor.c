@@ -227,12 +227,14 @@ static int planned_step(lade__cursor_t *c, uint64_t e, uint64_t st, lade__cursor
   if (!rc) rc = grow((void **)&out->evict, &out->ev_cap, eb - ea, sizeof *out->evict);
   if (rc) return rc;
   out->n = out->valid = (uint32_t)(b - a);
-  memcpy(out->idx, v->samples + a, (b - a) * sizeof *out->idx);
-  memcpy(out->from, v->from + a, (b - a) * sizeof *out->from);
+  if (b > a) {
+    memcpy(out->idx, v->samples + a, (b - a) * sizeof *out->idx);
+    memcpy(out->from, v->from + a, (b - a) * sizeof *out->from);
+  }
   out->nadmit = (uint32_t)(ab - aa);
   out->nevict = (uint32_t)(eb - ea);
-  memcpy(out->admit, v->admit + aa, (ab - aa) * sizeof *out->admit);
-  memcpy(out->evict, v->evict + ea, (eb - ea) * sizeof *out->evict);
+  if (ab > aa) memcpy(out->admit, v->admit + aa, (ab - aa) * sizeof *out->admit);
+  if (eb > ea) memcpy(out->evict, v->evict + ea, (eb - ea) * sizeof *out->evict);
   /* what the other learners read from this rank's cache, in global batch order */
   out->nsend = 0;
   for (uint32_t d = 0; d < c->p.plan.learners; d++) {
