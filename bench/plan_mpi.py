@@ -150,14 +150,16 @@ def main():
         print("  %-10s %5s %8s %10s %8s %8s %8s %7s %6s" % ("plan", "epoch", "time s", "model s", "stor MB",
                                                             "peer MB", "wait s", "=plan", "fallbk"))
         results = {}
-        for plan in ("regular", "distcache", "locality", "solar"):
-            ranks, wall = mpirun(a.np, a.lade, src, plan, full, a.epochs, a.batch, [], env, tmp)
+        runs = [("regular", "regular", []), ("distcache", "distcache", []), ("locality", "locality", []),
+                ("solar", "solar", []), ("solar+imb4", "solar", [("plan_imbalance", 4)])]
+        for label, plan, extra in runs:
+            ranks, wall = mpirun(a.np, a.lade, src, plan, full, a.epochs, a.batch, extra, env, tmp)
             rows = summarise(ranks)
-            results[plan] = rows
+            results[label] = rows
             for r in rows:
                 m = pred.get(plan, pred.get("locality") if plan == "solar" else None)
                 print("  %-10s %5d %8.2f %10s %8.1f %8.2f %8.2f %7s %6d" % (
-                    plan, r["epoch"], r["seconds"], "%.2f" % m if m is not None else "-", r["storage_mb"],
+                    label, r["epoch"], r["seconds"], "%.2f" % m if m is not None else "-", r["storage_mb"],
                     r["peer_mb"], r["wait_s"], {None: "-", True: "yes", False: "NO"}[r["matches_plan"]],
                     r["fallbacks"]))
         reg = statistics.mean(r["seconds"] for r in results["regular"][1:])
@@ -166,7 +168,7 @@ def main():
                               str(min(full // int(mean + 64), a.count))], capture_output=True, text=True).stdout
         imbal = [float(line.split()[7]) for line in sim.splitlines()[2:] if line.split() and line.split()[0].isdigit()]
         print("\n  after the first epoch (mean of epochs 1..%d):" % (a.epochs - 1))
-        for plan in ("distcache", "locality", "solar"):
+        for plan in ("distcache", "locality", "solar", "solar+imb4"):
             t = statistics.mean(r["seconds"] for r in results[plan][1:])
             sto = sum(r["storage_mb"] for r in results[plan][1:])
             G = a.batch * a.np

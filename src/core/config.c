@@ -139,6 +139,9 @@ static const setting_t settings[] = {
      "reads them from storage"},
     {"plan_reorder", T_BOOL, OFF(plan_reorder), 0, 0, 0, NULL, "true",
      "plan=solar: choose the order of the epochs' shuffles that maximises reuse (needs a bounded epochs)"},
+    {"plan_imbalance", T_U32, OFF(plan_imbalance), 0, 0, 1 << 20, NULL, "0",
+     "plan=solar: local batch sizes may differ by up to this many samples (paper 002's load balancing; the global "
+     "batch stays batch_size * world_size), so more of each step trains from the caches"},
     {"plan_order", T_ENUM, OFF(plan_order), 0, 0, 0, "auto|dp|local|pso", "auto",
      "plan=solar: the epoch-order solver (auto: exact up to 16 epochs, local search beyond)"},
     {"transport", T_ENUM, OFF(transport), 0, 0, 0, "auto|local|mpi", "auto",

@@ -70,6 +70,7 @@ struct lade_config {
   int plan;                        /* lade_plan_kind_t */
   int plan_balance;                /* 0: peer, 1: storage */
   bool plan_reorder;
+  uint32_t plan_imbalance;         /* plan=solar */
   uint64_t shuffle_buffer;         /* plan=shards */
   uint32_t model_parallel, devices_per_node;
   int transport;                   /* LADE_TRANSPORT_* */

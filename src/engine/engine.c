@@ -343,7 +343,7 @@ static int open_transport(lade_loader_t *L, lade__cursor_params_t *cp) {
       {"plan", (uint64_t)cp->plan.kind},            {"cache (samples per learner)", cp->plan.cache},
       {"drop_last", cp->drop_last},                 {"shuffle", cp->shuffle},
       {"plan_balance", (uint64_t)cp->plan.balance_peer}, {"plan_reorder", (uint64_t)cp->plan.reorder},
-      {"plan_order", (uint64_t)cp->plan.order_algo}};
+      {"plan_order", (uint64_t)cp->plan.order_algo}, {"plan_imbalance", cp->plan.imbalance}};
   lade__dist_params_t dp = {.rank = L->cfg.rank, .world = L->cfg.world_size, .timeout_ms = L->cfg.peer_timeout_ms,
                             .serve = serve_peer, .serve_ctx = L, .checks = checks,
                             .nchecks = (uint32_t)(sizeof checks / sizeof checks[0])};
@@ -379,6 +379,7 @@ static int open_pipeline(lade_loader_t *L, lade__buf_t *buf) {
   cp.plan.balance_peer = L->cfg.plan_balance == 0;
   cp.plan.reorder = L->cfg.plan_reorder;
   cp.plan.order_algo = L->cfg.plan_order;
+  cp.plan.imbalance = L->cfg.plan_imbalance;
   cp.plan.coalesce = 0;
   uint64_t mean = 0;
   if (cp.plan.kind != LADE_PLAN_REGULAR && cp.plan.kind != LADE__PLAN_SHARDS)
@@ -444,7 +445,8 @@ static int worker_prepare(worker_t *w) {
 /* Assigns sequence number q to its slot and writes its sample indices.
  * Called unlocked by the one worker that set L->planning. */
 static int plan_slot(lade_loader_t *L, slot_t *s, uint64_t q) {
-  uint32_t B = L->cfg.batch_size;
+  /* solar with plan_imbalance: local batches of up to B + imbalance */
+  uint32_t B = L->cfg.batch_size + (L->cfg.plan == LADE_PLAN_SOLAR ? L->cfg.plan_imbalance : 0);
   if (!s->data) {
     size_t cap = (size_t)B * L->shape.bytes;
     s->data = pool_alloc(L, cap);

@@ -218,10 +218,11 @@ static int planned_step(lade__cursor_t *c, uint64_t e, uint64_t st, lade__cursor
   uint64_t a = v->offset[r], b = v->offset[r + 1];
   uint64_t aa = v->admit_offset[r], ab = v->admit_offset[r + 1];
   uint64_t ea = v->evict_offset[r], eb = v->evict_offset[r + 1];
-  if (b - a > c->p.plan.batch_size)
+  uint64_t most = (uint64_t)c->p.plan.batch_size + (c->p.plan.kind == LADE_PLAN_SOLAR ? c->p.plan.imbalance : 0);
+  if (b - a > most)
     return lade__fail(LADE_ERANGE, "plan %s gives rank %u %llu samples at (epoch %llu, step %llu), more than its batch "
-                      "of %u", lade_plan_kind_name(c->p.plan.kind), r, (unsigned long long)(b - a),
-                      (unsigned long long)e, (unsigned long long)st, c->p.plan.batch_size);
+                      "of %llu", lade_plan_kind_name(c->p.plan.kind), r, (unsigned long long)(b - a),
+                      (unsigned long long)e, (unsigned long long)st, (unsigned long long)most);
   rc = grow_samples(out, b - a);
   if (!rc) rc = grow((void **)&out->admit, &out->adm_cap, ab - aa, sizeof *out->admit);
   if (!rc) rc = grow((void **)&out->evict, &out->ev_cap, eb - ea, sizeof *out->evict);

@@ -89,12 +89,15 @@ static lade_loader_t *open_loader(const char *kind, uint32_t rank, uint32_t worl
   return rc ? NULL : L;
 }
 
+static const char *g_extra;   /* one more setting for run_rank's loaders */
+static uint32_t g_imbalance;  /* solar's plan_imbalance in make_plan */
+
 /* Runs rank's loader from (epoch, step) to the end. */
 static void run_rank(const char *kind, uint32_t rank, uint32_t world, uint64_t cache_bytes, uint64_t from_epoch,
                      uint64_t from_step, rank_run_t *r) {
   memset(r, 0, sizeof *r);
   r->content_ok = 1;
-  lade_loader_t *L = open_loader(kind, rank, world, cache_bytes, NULL);
+  lade_loader_t *L = open_loader(kind, rank, world, cache_bytes, g_extra);
   if (!L) {
     r->rc = -1;
     fprintf(stderr, "  create(%s, rank %u/%u): %s\n", kind, rank, world, lade_last_error());
@@ -137,6 +140,7 @@ static lade_plan_t *make_plan(const char *kind, uint32_t world, uint64_t cache_b
   s.seed = 7;
   s.cache = cache_bytes / CHARGE;
   s.coalesce = 0;
+  s.imbalance = g_imbalance;
   lade_plan_t *pl = NULL;
   if (lade_plan_create(&pl, &s)) fprintf(stderr, "  plan %s: %s\n", kind, lade_last_error());
   return pl;
@@ -200,6 +204,7 @@ static void check_kind(const char *kind, uint32_t W, uint64_t cache_bytes) {
   s.seed = 7;
   s.cache = cache_bytes / CHARGE;
   s.coalesce = 0;
+  s.imbalance = g_imbalance;
   lade_sim_costs_t costs = {0};
   lade_sim_epoch_t sim[EPOCHS];
   CHECK_OK(lade_simulate(&s, &costs, sim, NULL));
@@ -235,6 +240,32 @@ static void test_every_plan_four_ranks(void) {
 
 static void test_half_cache(void) {
   for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) check_kind(kinds[k], 4, (uint64_t)(N / 8) * CHARGE);
+}
+
+/* solar with plan_imbalance: local batches of B-1..B+1, routes and counts
+ * still the plan's, and fewer storage reads than with equal batches. */
+static void test_solar_imbalance(void) {
+  uint64_t cache = (uint64_t)(N / 4) * CHARGE, equal = 0, loose = 0;
+  check_kind("solar", 4, cache);
+  for (uint32_t r = 0; r < 4; r++)
+    for (int e = 1; e < EPOCHS; e++) equal += g_runs[r].ep[e].samples_by_source[0];
+  g_extra = "plan_imbalance=2";
+  g_imbalance = 2;
+  check_kind("solar", 4, cache);
+  int sizes_vary = 0, sizes_ok = 1;
+  for (uint32_t r = 0; r < 4; r++) {
+    for (int e = 1; e < EPOCHS; e++) loose += g_runs[r].ep[e].samples_by_source[0];
+    for (uint64_t b = 0; b < g_runs[r].nbatches; b++) {
+      if (g_runs[r].n[b] != B) sizes_vary = 1;
+      if (g_runs[r].n[b] < B - 1 || g_runs[r].n[b] > B + 1) sizes_ok = 0;
+    }
+  }
+  g_extra = NULL;
+  g_imbalance = 0;
+  CHECK(sizes_vary && sizes_ok);
+  fprintf(stderr, "  storage reads after epoch 0: %llu with equal batches, %llu with imbalance 2\n",
+          (unsigned long long)equal, (unsigned long long)loose);
+  CHECK(loose < equal);
 }
 
 /* Two runs: identical bytes. Resume from the middle of epoch 1: the rest bit
@@ -328,6 +359,7 @@ int main(void) {
   RUN(test_every_plan_one_rank);
   RUN(test_every_plan_four_ranks);
   RUN(test_half_cache);
+  RUN(test_solar_imbalance);
   RUN(test_repeat_and_resume);
   RUN(test_short_last_step);
   RUN(test_bad_settings);
