@@ -298,7 +298,10 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
     printf("batch time   p50 %.2f ms, p90 %.2f ms, p99 %.2f ms, max %.2f ms\n", st.batch_latency_p50 * 1e3,
            st.batch_latency_p90 * 1e3, st.batch_latency_p99 * 1e3, st.batch_latency_max * 1e3);
     if (st.substituted) printf("substituted  %llu bad samples (on_error=skip)\n", (unsigned long long)st.substituted);
-    if (remote)
+    if (remote && !st.list_requests && !st.remote_bytes) /* a local source that counts its reads (hdf5) */
+      printf("reads        %llu issued, %.3f per sample\n", (unsigned long long)st.get_requests,
+             samples ? (double)st.get_requests / (double)samples : 0.0);
+    else if (remote)
       printf("remote       %llu GET, %llu LIST, %llu retries, %.1f MB received, %u requests in flight allowed\n",
              (unsigned long long)st.get_requests, (unsigned long long)st.list_requests,
              (unsigned long long)st.retries, (double)st.remote_bytes / 1e6, st.concurrency);

@@ -272,7 +272,7 @@ static void free_all(lade_loader_t *L) {
 
 static const lade__transform_ops_t *transform_for(const struct lade_config *c, const lade__source_ops_t *src) {
   int t = c->transform;
-  if (t == LADE_XF_AUTO) t = src == &lade__source_npy ? LADE_XF_NPY : LADE_XF_IMAGENET_TRAIN;
+  if (t == LADE_XF_AUTO) t = src == &lade__source_npy || !strcmp(src->name, "hdf5") ? LADE_XF_NPY : LADE_XF_IMAGENET_TRAIN;
   switch (t) {
     case LADE_XF_RAW: return &lade__xform_raw;
     case LADE_XF_NPY: return &lade__xform_npy;

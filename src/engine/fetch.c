@@ -463,6 +463,14 @@ void lade__fetch_batch_planned(lade__fetch_t *f, const uint64_t *idx, uint32_t n
     if (++f->planned <= (uint64_t)f->cfg->prefetch + 1) pthread_cond_broadcast(&f->cv_pf);
     pthread_mutex_unlock(&f->mu);
   }
+  if (f->p.ops->plan_batch) { /* a local source that coalesces reads (hdf5); cached samples are not read */
+    uint64_t keep[512];
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n; i++) {
+      if (!resident(f, idx[i])) keep[k++] = idx[i];
+      if (k == 512 || i + 1 == n) f->p.ops->plan_batch(f->p.src, keep, k), k = 0;
+    }
+  }
   if (!f->remote) return;
   uint64_t stackbuf[512];
   uint64_t *want = n <= 512 ? stackbuf : malloc(n * sizeof *want);
