@@ -1,6 +1,6 @@
 /*
- * main.c - the `lade` command: gen, bench, demo, ls (here), pack (pack.c) and
- * plan, simulate, model (plan_cli.c). Uses the public header only.
+ * main.c - the `lade` command: gen, bench, demo, ls (here), pack (pack.c,
+ * pack_hdf5.c), probe (probe.c) and plan, simulate, model (plan_cli.c). Uses the public header only.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -19,6 +19,7 @@
 #include "lade/lade.h"
 #include "pack.h"
 #include "plan_cli.h"
+#include "probe.h"
 
 static double now(void) {
   struct timespec ts;
@@ -35,7 +36,8 @@ static int usage_main(FILE *f) {
           "  bench DIR          load a dataset and report throughput, latency, memory, checksum\n"
           "  demo               generate ./lade-demo if absent and benchmark it\n"
           "  ls SOURCE          list the samples as the loader sees them\n"
-          "  pack DIR --to tar  write a dataset as WebDataset tar shards\n"
+          "  pack DIR --to tar  write a dataset as WebDataset tar shards (--to hdf5: one HDF5 file)\n"
+          "  probe FILE.h5      time per-sample vs coalesced HDF5 reads; prints the hdf5_gap to use\n"
           "  plan               compute a loading plan (which learner loads which sample from where)\n"
           "  simulate           run plans without I/O and report storage/peer/cache traffic\n"
           "  model              evaluate the analytical performance and cost models\n"
@@ -514,6 +516,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "settings")) return cmd_settings(argc - 1, argv + 1);
   if (!strcmp(cmd, "ls")) return cmd_ls(argc - 1, argv + 1);
   if (!strcmp(cmd, "pack")) return lade_tool_pack(argc - 1, argv + 1);
+  if (!strcmp(cmd, "probe")) return lade_tool_probe(argc - 1, argv + 1);
   if (!strcmp(cmd, "plan")) return lade_tool_plan(argc - 1, argv + 1);
   if (!strcmp(cmd, "simulate")) return lade_tool_simulate(argc - 1, argv + 1);
   if (!strcmp(cmd, "model")) return lade_tool_model(argc - 1, argv + 1);
