@@ -87,9 +87,14 @@ static const setting_t settings[] = {
     {"hdf5_labels", T_STR, OFF(hdf5_labels), SZ(hdf5_labels), 0, 0, NULL, "",
      "hdf5 source: path of the 1-D integer label dataset (\"\": \"labels\" when the file has one, else no labels; "
      "a path given and missing is an error)"},
-    {"hdf5_gap", T_U64, OFF(hdf5_gap), 0, 0, 1e9, NULL, "8",
-     "hdf5 source: a batch's sorted indices at most this far apart are read as one hyperslab (0: one read per "
-     "sample); the default is what `lade probe` measured on a 2-core VM, run it for your storage"},
+    {"hdf5_gap", T_U64, OFF(hdf5_gap), 0, 0, 1e9, NULL, "1",
+     "hdf5 source: a batch's sorted indices at most this far apart are read as one hyperslab, the samples between "
+     "them included (0: one read per sample; 1: only neighbours, no extra bytes); `lade probe FILE.h5 [--cold]` "
+     "measures the best value for your storage"},
+    {"hdf5_direct", T_ENUM, OFF(hdf5_direct), 0, 0, 0, "auto|off", "auto",
+     "hdf5 source: a contiguous, uncompressed dataset in the host's byte order is read with pread() at its file "
+     "offset, in parallel, without libhdf5 (auto: when the layout allows; off: every read is an H5Dread of a "
+     "hyperslab, serialised)"},
     {"s3_endpoint", T_STR, OFF(s3_endpoint), SZ(s3_endpoint), 0, 0, NULL, "",
      "S3 endpoint URL (\"\": $AWS_ENDPOINT_URL, else https://s3.REGION.amazonaws.com)"},
     {"s3_region", T_STR, OFF(s3_region), SZ(s3_region), 0, 0, NULL, "",

@@ -92,6 +92,7 @@ typedef struct run {
   int state;
   uint32_t wants;       /* planned reads of its indices not yet taken */
   uint8_t *buf;         /* (last - first + 1) samples once READY */
+  size_t buf_cap;
   uint64_t *idx;        /* its distinct indices */
   uint32_t nidx;
   struct run *prev, *next; /* oldest first */
@@ -117,6 +118,8 @@ typedef struct h5_impl {
   char row_hdr[256];
   size_t row_hdr_len;
   uint64_t gap;
+  bool direct;     /* read with pread at offset (read_direct) */
+  uint64_t offset; /* of the dataset's bytes in the file */
   _Atomic uint64_t reads;
 
   pthread_mutex_t mu; /* the stage: everything below */
@@ -125,7 +128,45 @@ typedef struct h5_impl {
   size_t tab_cap, tab_n, tab_max;
   size_t stage_bytes, stage_max;
   run_t *oldest, *newest;
+  /* buffers of dropped runs, reused: a fresh large malloc is an mmap whose
+   * pages fault in zeroed on every run */
+  uint8_t *spare[8];
+  size_t spare_cap[8];
+  int nspare;
 } h5_impl_t;
+
+/* A buffer of at least len bytes for a run (called with mu held). */
+static uint8_t *buf_take(h5_impl_t *m, size_t len, size_t *cap) {
+  for (int i = 0; i < m->nspare; i++)
+    if (m->spare_cap[i] >= len) {
+      uint8_t *b = m->spare[i];
+      *cap = m->spare_cap[i];
+      m->spare[i] = m->spare[--m->nspare];
+      m->spare_cap[i] = m->spare_cap[m->nspare];
+      return b;
+    }
+  *cap = len;
+  return NULL; /* the caller mallocs, outside the lock */
+}
+
+static void buf_give(h5_impl_t *m, uint8_t *b, size_t cap) {
+  if (!b) return;
+  if (m->nspare < 8) {
+    m->spare[m->nspare] = b;
+    m->spare_cap[m->nspare++] = cap;
+    return;
+  }
+  int small = 0; /* keep the largest */
+  for (int i = 1; i < m->nspare; i++)
+    if (m->spare_cap[i] < m->spare_cap[small]) small = i;
+  if (m->spare_cap[small] < cap) {
+    free(m->spare[small]);
+    m->spare[small] = b;
+    m->spare_cap[small] = cap;
+  } else {
+    free(b);
+  }
+}
 
 /* ------------------------------------------------------------- the stage */
 
@@ -166,7 +207,7 @@ static void run_drop(h5_impl_t *m, run_t *r) {
   }
   run_unlink(m, r);
   m->stage_bytes -= run_bytes(m, r);
-  free(r->buf);
+  buf_give(m, r->buf, r->buf_cap);
   free(r->idx);
   free(r);
 }
@@ -259,9 +300,30 @@ out:
 
 /* ------------------------------------------------------------- reading */
 
+/* The direct path: a contiguous, unfiltered dataset stored in the host's
+ * byte order is count * sample_bytes bytes at offset + first * sample_bytes
+ * of the file, so one pread() reads exactly what H5Dread would, without
+ * libhdf5 and its lock. */
+static int read_direct(h5_impl_t *m, uint64_t first, uint64_t count, void *dst) {
+  size_t len = (size_t)count * m->sample_bytes, got = 0;
+  off_t off = (off_t)(m->offset + first * m->sample_bytes);
+  atomic_fetch_add_explicit(&m->reads, 1, memory_order_relaxed);
+  while (got < len) {
+    ssize_t n = pread(m->fd, (uint8_t *)dst + got, len - got, off + (off_t)got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0)
+      return lade__fail(n < 0 ? LADE_EIO : LADE_EFORMAT, "%s: cannot read samples %llu..%llu of dataset '%s': %s",
+                        m->path, (unsigned long long)first, (unsigned long long)(first + count - 1), m->dname,
+                        n < 0 ? strerror(errno) : "the file ended early (truncated?)");
+    got += (size_t)n;
+  }
+  return 0;
+}
+
 /* Samples [first, first + count) into dst (count * sample_bytes): one
- * H5Dread of one hyperslab. */
+ * H5Dread of one hyperslab (or one pread on the direct path). */
 static int read_slab(h5_impl_t *m, uint64_t first, uint64_t count, void *dst) {
+  if (m->direct) return read_direct(m, first, count, dst);
   hsize_t start[LADE_MAX_DIMS + 1] = {0}, cnt[LADE_MAX_DIMS + 1];
   start[0] = first;
   cnt[0] = count;
@@ -305,14 +367,15 @@ static int get_sample(h5_impl_t *m, uint64_t idx, void *dst) {
       }
       if (r->state == RUN_NEW) {
         r->state = RUN_LOADING;
+        size_t len = run_bytes(m, r), cap;
+        uint8_t *buf = buf_take(m, len, &cap);
         pthread_mutex_unlock(&m->mu);
-        size_t len = run_bytes(m, r);
-        uint8_t *buf = malloc(len);
+        if (!buf) buf = malloc(len);
         int rc = buf ? read_slab(m, r->first, r->last - r->first + 1, buf) : -1;
         lade__clear_error(); /* a failed run is read sample by sample: each reader reports its own */
         pthread_mutex_lock(&m->mu);
-        if (rc) free(buf);
-        else r->buf = buf;
+        if (rc) buf_give(m, buf, cap);
+        else r->buf = buf, r->buf_cap = cap;
         r->state = rc ? RUN_FAILED : RUN_READY;
         pthread_cond_broadcast(&m->cv);
         continue;
@@ -527,6 +590,21 @@ static int open_locked(lade__source_t *s, h5_impl_t *m) {
   s->ndim = rank - 1;
   for (int d = 1; d < rank; d++) s->shape[d - 1] = (int64_t)m->dims[d];
   s->payload_bytes = m->sample_bytes;
+  if (m->direct) { /* hdf5_direct=auto: is the dataset laid out so that pread reads it? */
+    hid_t dcpl = H5Dget_create_plist(m->dset), fcpl = H5Fget_create_plist(m->file), ft2 = H5Dget_type(m->dset);
+    hsize_t ub = 1;
+    haddr_t off = H5Dget_offset(m->dset);
+    struct stat st;
+    m->direct = dcpl >= 0 && fcpl >= 0 && ft2 >= 0 && H5Pget_layout(dcpl) == H5D_CONTIGUOUS &&
+                H5Pget_external_count(dcpl) == 0 && H5Pget_userblock(fcpl, &ub) >= 0 && ub == 0 &&
+                off != HADDR_UNDEF && H5Tequal(ft2, m->mtype) > 0 && fstat(m->fd, &st) == 0 &&
+                (uint64_t)st.st_size >= off + (uint64_t)m->dims[0] * m->sample_bytes;
+    m->offset = off;
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (fcpl >= 0) H5Pclose(fcpl);
+    if (ft2 >= 0) H5Tclose(ft2);
+    H5Eclear2(H5E_DEFAULT);
+  }
 
   /* labels: the named dataset, or "labels" when present */
   bool given = m->lname[0] != '\0';
@@ -587,6 +665,7 @@ static void close_locked(h5_impl_t *m) {
 
 static void h5_free(h5_impl_t *m) {
   while (m->oldest) run_drop(m, m->oldest);
+  for (int i = 0; i < m->nspare; i++) free(m->spare[i]);
   if (m->fd >= 0) close(m->fd);
   free(m->labels);
   free(m->tab);
@@ -605,6 +684,7 @@ static int h5_open(lade__source_t *s, const struct lade_config *cfg) {
   snprintf(m->dname, sizeof m->dname, "%s", cfg->hdf5_data);
   snprintf(m->lname, sizeof m->lname, "%s", cfg->hdf5_labels);
   m->gap = cfg->hdf5_gap;
+  m->direct = cfg->hdf5_direct == LADE_TRISTATE_AUTO;
   struct stat st;
   m->fd = lade__open_regular(AT_FDCWD, cfg->source, cfg->source, &st);
   if (m->fd < 0) {

@@ -114,6 +114,20 @@ def test_values_equal_h5py(tmp_path, dtype, layout):
         assert list(labels) == [int(lab[i]) for i in idx]
 
 
+def test_userblock_and_unwritten(tmp_path):
+    """A file with a user block (the data's offset is shifted) and a dataset never written (fill values)."""
+    p = str(tmp_path / "ub.h5")
+    x = np.arange(N * 6, dtype=np.float32).reshape(N, 6)
+    with h5py.File(p, "w", userblock_size=512) as f:
+        f["data"] = x
+        f.create_dataset("empty", shape=(N, 3), dtype="int32", fillvalue=7)
+    for direct in ("auto", "off"):
+        batches, _ = run(p, hdf5_direct=direct)
+        assert check_values(p, batches) == set(range(N))
+        batches, _ = run(p, hdf5_direct=direct, hdf5_data="empty")
+        assert all((x == 7).all() for _, x, _ in batches)
+
+
 def test_big_endian_and_3d(tmp_path):
     p = write(tmp_path / "be.h5", "int32", shape=(2, 3, 4), big=True)
     batches, _ = run(p, batch_size=5)
@@ -147,15 +161,20 @@ def test_batches_same_for_threads_and_gap(tmp_path, layout, shuffle):
         runs = {}
         for threads in (1, 4):
             for gap in (8, 0, 1, 1000):
-                batches, st = run(p, batch_size=bs, threads=threads, shuffle=shuffle, hdf5_gap=gap, seed=3)
-                assert check_values(p, batches) == set(range(300))
-                runs[(threads, gap)] = (digest(batches), st["get_requests"])
-        first = runs[(1, 8)][0]
+                for direct in ("auto", "off"):
+                    batches, st = run(p, batch_size=bs, threads=threads, shuffle=shuffle, hdf5_gap=gap, seed=3,
+                                      hdf5_direct=direct)
+                    assert check_values(p, batches) == set(range(300))
+                    runs[(threads, gap, direct)] = (digest(batches), st["get_requests"])
+        first = runs[(1, 8, "auto")][0]
         assert all(d == first for d, _ in runs.values())
         # hdf5_gap=0: exactly one read per sample, plus the label dataset's
-        assert runs[(1, 0)][1] == 300 + 1 and runs[(4, 0)][1] == 300 + 1
+        assert all(runs[(t, 0, d)][1] == 300 + 1 for t in (1, 4) for d in ("auto", "off"))
         if bs >= 64:
-            assert runs[(1, 8)][1] < runs[(1, 0)][1] / (10 if not shuffle else 2)
+            assert runs[(1, 8, "auto")][1] < runs[(1, 0, "auto")][1] / (10 if not shuffle else 2)
+        if bs >= 5 and not shuffle:  # the default (hdf5_gap=1) reads an unshuffled batch at once
+            _, st = run(p, batch_size=bs, shuffle=False)
+            assert st["get_requests"] == -(-300 // bs) + 1
 
 
 def test_coalescing_counts(tmp_path):
