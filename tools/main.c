@@ -300,7 +300,8 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
     printf("batch time   p50 %.2f ms, p90 %.2f ms, p99 %.2f ms, max %.2f ms\n", st.batch_latency_p50 * 1e3,
            st.batch_latency_p90 * 1e3, st.batch_latency_p99 * 1e3, st.batch_latency_max * 1e3);
     if (st.substituted) printf("substituted  %llu bad samples (on_error=skip)\n", (unsigned long long)st.substituted);
-    if (remote && !st.list_requests && !st.remote_bytes) /* a local source that counts its reads (hdf5) */
+    int local_reads = remote && !st.list_requests && !st.remote_bytes; /* a local source counting its reads (hdf5) */
+    if (local_reads)
       printf("reads        %llu issued, %.3f per sample\n", (unsigned long long)st.get_requests,
              samples ? (double)st.get_requests / (double)samples : 0.0);
     else if (remote)
@@ -316,7 +317,7 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
                (unsigned long long)st.fetch_size, (unsigned long long)st.prefetch_threshold);
       printf("\n");
     }
-    if (tiers || remote)
+    if (tiers || (remote && !local_reads))
       for (int e = 0; e < neps; e++)
         printf("epoch %-6d miss rate %.3f, consumer wait %.3f s, %llu GET, %llu LIST, %.1f MB from storage, "
                "%.1f MB memory, %.1f MB disk\n",
