@@ -126,6 +126,7 @@ typedef struct h5_impl {
   pthread_cond_t cv;
   slot_t *tab;
   size_t tab_cap, tab_n, tab_max;
+  _Atomic uint64_t *staged; /* count bits (NULL above 2^28 samples: always look) */
   size_t stage_bytes, stage_max;
   run_t *oldest, *newest;
   /* buffers of dropped runs, reused: a fresh large malloc is an mmap whose
@@ -176,8 +177,24 @@ static size_t tab_find(const h5_impl_t *m, uint64_t k) {
   return i;
 }
 
+/* The staged bitmap: a bit per sample, set while the stage holds it, so
+ * that get_sample() of the (many) samples not staged skips the stage's lock.
+ * Written under mu; read without it (the engine hands a planned batch to
+ * the workers through its own lock, after plan_batch set the bits). */
+static void staged_set(h5_impl_t *m, uint64_t idx, bool on) {
+  if (!m->staged) return;
+  uint64_t bit = 1ull << (idx & 63);
+  if (on) atomic_fetch_or_explicit(&m->staged[idx >> 6], bit, memory_order_relaxed);
+  else atomic_fetch_and_explicit(&m->staged[idx >> 6], ~bit, memory_order_relaxed);
+}
+
+static bool maybe_staged(h5_impl_t *m, uint64_t idx) {
+  return !m->staged || (atomic_load_explicit(&m->staged[idx >> 6], memory_order_relaxed) >> (idx & 63) & 1);
+}
+
 static void tab_del(h5_impl_t *m, size_t i) {
   size_t mask = m->tab_cap - 1;
+  staged_set(m, m->tab[i].key, false);
   m->tab[i].run = NULL;
   m->tab_n--;
   for (size_t j = (i + 1) & mask; m->tab[j].run; j = (j + 1) & mask) {
@@ -245,6 +262,7 @@ static void stage_run(h5_impl_t *m, const uint64_t *v, size_t k, const uint32_t 
     size_t i = tab_find(m, v[j]);
     if (!m->tab[i].run) m->tab_n++; /* else it held a failed run's want, dropped here */
     m->tab[i] = (slot_t){.key = v[j], .run = r, .count = mult[j]};
+    staged_set(m, v[j], true);
     r->idx[r->nidx++] = v[j];
     r->wants += mult[j];
   }
@@ -355,7 +373,7 @@ static int read_slab(h5_impl_t *m, uint64_t first, uint64_t count, void *dst) {
 /* Sample idx into dst: from the stage when a planned run holds it (reading
  * the run first if nobody has), else on its own. */
 static int get_sample(h5_impl_t *m, uint64_t idx, void *dst) {
-  if (m->gap) {
+  if (m->gap && maybe_staged(m, idx)) {
     pthread_mutex_lock(&m->mu);
     for (;;) {
       size_t t = tab_find(m, idx);
@@ -669,6 +687,7 @@ static void h5_free(h5_impl_t *m) {
   if (m->fd >= 0) close(m->fd);
   free(m->labels);
   free(m->tab);
+  free((void *)m->staged);
   pthread_mutex_destroy(&m->mu);
   pthread_cond_destroy(&m->cv);
   free(m);
@@ -711,6 +730,7 @@ static int h5_open(lade__source_t *s, const struct lade_config *cfg) {
     while (m->tab_cap < m->tab_max * 2) m->tab_cap <<= 1;
     m->stage_max = LADE_MAX(STAGE_MIN_BYTES, 2 * batch * m->sample_bytes);
     m->tab = calloc(m->tab_cap, sizeof *m->tab);
+    if (s->count <= (1ull << 28)) m->staged = calloc((size_t)(s->count + 63) / 64, sizeof *m->staged);
     if (!m->tab) rc = lade__fail(LADE_ENOMEM, "%s: out of memory for the read stage", cfg->source);
   }
   if (rc) {
