@@ -191,6 +191,39 @@ def test_coalescing_counts(tmp_path):
         assert "reads        10 issued, 0.031 per sample" in r.stdout
 
 
+def test_seeks_leave_stale_runs(tmp_path):
+    """Seeks abandon planned batches whose runs nobody reads: the bounded stage drops them
+    oldest first, and every batch after a seek still equals the same batch read in order."""
+    p = write(tmp_path / "d.h5", "int32", shape=(5,), n=2000, labels=False)
+    ref = {}
+    with lade.Loader(p, batch_size=64, threads=3, output="numpy", meta=True, epochs=3, hdf5_gap=1000,
+                     prefetch=4) as L:
+        for data, _, b in L.stream():
+            ref[(b.epoch, b.step)] = data.copy()
+    rng = np.random.default_rng(0)
+    with lade.Loader(p, batch_size=64, threads=3, output="numpy", meta=True, epochs=3, hdf5_gap=1000,
+                     prefetch=4) as L:
+        for _ in range(60):
+            e, st = int(rng.integers(0, 3)), int(rng.integers(0, 32))
+            L.seek(e, st)
+            data, _, b = next(iter(L))
+            assert (b.epoch, b.step) == (e, st)
+            assert data.tobytes() == ref[(e, st)].tobytes()
+        stats = L.stats()
+    assert stats["get_requests"] < 60 * 64  # runs were read as runs, not sample by sample
+
+
+def test_stage_bound(tmp_path):
+    """Wide gaps with 64 KiB samples plan more staged bytes than the stage holds (64 MiB):
+    the oldest runs are dropped before they are read, their samples read on their own,
+    and the values stay h5py's."""
+    p = write(tmp_path / "d.h5", "float32", shape=(16384,), n=1200, labels=False)
+    for threads in (1, 3):
+        batches, st = run(p, batch_size=64, threads=threads, hdf5_gap=1000, prefetch=3)
+        assert check_values(p, batches) == set(range(1200))
+        assert st["get_requests"] < 1200
+
+
 def test_world_size_2_covers_once(tmp_path):
     p = write(tmp_path / "d.h5", "int64", shape=(4,), n=N)
     seen = []
