@@ -91,6 +91,8 @@ static const setting_t settings[] = {
      "hdf5 source: a batch's sorted indices at most this far apart are read as one hyperslab, the samples between "
      "them included (0: one read per sample; 1: only neighbours, no extra bytes); `lade probe FILE.h5 [--cold]` "
      "measures the best value for your storage"},
+    {"hdf5_chunk_cache", T_U64, OFF(hdf5_chunk_cache), 0, 0, 1e12, NULL, "67108864",
+     "hdf5 source: bytes of libhdf5's cache of decompressed chunks for a chunked dataset (0: libhdf5's 1 MiB)"},
     {"hdf5_direct", T_ENUM, OFF(hdf5_direct), 0, 0, 0, "auto|off", "auto",
      "hdf5 source: a contiguous, uncompressed dataset in the host's byte order is read with pread() at its file "
      "offset, in parallel, without libhdf5 (auto: when the layout allows; off: every read is an H5Dread of a "

@@ -48,6 +48,7 @@ struct lade_config {
   char hdf5_data[256];   /* dataset path of the samples (N x ...) */
   char hdf5_labels[256]; /* dataset path of the labels; "": "labels" when the file has it */
   uint64_t hdf5_gap;     /* coalesce reads of indices at most this far apart (0: off) */
+  uint64_t hdf5_chunk_cache; /* bytes of libhdf5's chunk cache per dataset (0: its default, 1 MiB) */
   int hdf5_direct;       /* 0 (auto): pread contiguous datasets without libhdf5; 1 (off): always H5Dread */
   /* object stores (source=s3://bucket/prefix); "" falls back to the AWS_*
    * environment variables, read when the source opens */

@@ -119,6 +119,7 @@ typedef struct h5_impl {
   size_t row_hdr_len;
   uint64_t gap;
   bool direct;     /* read with pread at offset (read_direct) */
+  size_t chunk_cache; /* bytes of libhdf5's chunk cache for the dataset (0: libhdf5's default) */
   uint64_t offset; /* of the dataset's bytes in the file */
   _Atomic uint64_t reads;
 
@@ -563,7 +564,13 @@ static hid_t open_dataset(h5_impl_t *m, const char *name, const char *setting) {
                nm.n ? nm.buf : "nothing");
     return -1;
   }
-  hid_t d = H5Dopen2(m->file, name, H5P_DEFAULT);
+  /* a chunked dataset: libhdf5 keeps decompressed chunks in a per-dataset
+   * cache (1 MiB by default: a few chunks, so shuffled reads decompress a
+   * whole chunk per sample); hdf5_chunk_cache sets its size */
+  hid_t dapl = H5Pcreate(H5P_DATASET_ACCESS);
+  if (dapl >= 0 && m->chunk_cache) H5Pset_chunk_cache(dapl, 100003, m->chunk_cache, H5D_CHUNK_CACHE_W0_DEFAULT);
+  hid_t d = H5Dopen2(m->file, name, dapl >= 0 ? dapl : H5P_DEFAULT);
+  if (dapl >= 0) H5Pclose(dapl);
   if (d < 0) lade__fail(LADE_EFORMAT, "%s: '%s' (setting %s) is not a dataset: %s", m->path, name, setting, h5_msg(msg));
   return d;
 }
@@ -704,6 +711,7 @@ static int h5_open(lade__source_t *s, const struct lade_config *cfg) {
   snprintf(m->lname, sizeof m->lname, "%s", cfg->hdf5_labels);
   m->gap = cfg->hdf5_gap;
   m->direct = cfg->hdf5_direct == LADE_TRISTATE_AUTO;
+  m->chunk_cache = (size_t)cfg->hdf5_chunk_cache;
   struct stat st;
   m->fd = lade__open_regular(AT_FDCWD, cfg->source, cfg->source, &st);
   if (m->fd < 0) {

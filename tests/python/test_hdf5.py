@@ -177,6 +177,13 @@ def test_batches_same_for_threads_and_gap(tmp_path, layout, shuffle):
             assert st["get_requests"] == -(-300 // bs) + 1
 
 
+def test_chunk_cache_setting(tmp_path):
+    p = write(tmp_path / "gz.h5", "int16", shape=(7,), layout="gzip", n=200)
+    a, _ = run(p, batch_size=16, hdf5_chunk_cache=0)
+    b, _ = run(p, batch_size=16, hdf5_chunk_cache=1 << 30)
+    assert check_values(p, a) == set(range(200)) and digest(a) == digest(b)
+
+
 def test_coalescing_counts(tmp_path):
     """Unshuffled batches of 32 are one read each; hdf5_gap=1 merges only neighbours."""
     p = write(tmp_path / "d.h5", "uint8", shape=(10,), n=320, labels=False)
