@@ -306,6 +306,9 @@ def test_bad_inputs(tmp_path):
     assert str(c) in m and "not a readable HDF5 file" in m
     m = err(tmp_path / "missing.h5", source_type="hdf5")
     assert "missing.h5" in m
+    np.save(tmp_path / "x.npy", np.zeros((4, 2), np.float32))
+    m = err(tmp_path / "x.npy", hdf5_gap=4)
+    assert "'hdf5_*' apply to HDF5 sources only" in m and "npy source" in m
 
 
 def test_truncated_payload_fails_at_the_sample(tmp_path):
