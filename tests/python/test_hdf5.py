@@ -366,6 +366,30 @@ def test_pack_round_trip(tmp_path):
             assert (f["data"][int(i)] == np.load(path)).all()
 
 
+@pytest.mark.parametrize("dtype", ["bool", "float16", "uint64", "int8", "float64"])
+def test_pack_dtypes_and_stacked(tmp_path, dtype):
+    """Every dtype is stored as h5py writes it (bool as h5py's enum, float16 as IEEE half);
+    a stacked .npy (no classes) gives no labels dataset."""
+    c = cli()
+    src = npy_folder(tmp_path, n=20, dtype=dtype, shape=(5,))
+    out = str(tmp_path / "o.h5")
+    subprocess.run([c, "pack", src, "--to", "hdf5", out], capture_output=True, text=True, check=True)
+    assert bench_sum(c, src) == bench_sum(c, out)
+    ls = subprocess.run([c, "ls", src], capture_output=True, text=True, check=True).stdout.splitlines()
+    with h5py.File(out, "r") as f:
+        assert f["data"].dtype == np.dtype(dtype)
+        for line in ls:
+            i, _, _, path = line.split("\t")
+            assert f["data"][int(i)].tobytes() == np.load(path).tobytes()
+    stacked = str(tmp_path / "stacked.npy")
+    arr = values(np.random.default_rng(2), dtype, (30, 2, 3))
+    np.save(stacked, arr)
+    out2 = str(tmp_path / "s.h5")
+    subprocess.run([c, "pack", stacked, "--to", "hdf5", out2], capture_output=True, text=True, check=True)
+    with h5py.File(out2, "r") as f:
+        assert "labels" not in f and f["data"][()].tobytes() == arr.tobytes()
+
+
 def test_pack_resume(tmp_path):
     c = cli()
     src = npy_folder(tmp_path, n=300, dtype="float32", shape=(16,))
