@@ -13,7 +13,8 @@
  * Resume (as tar packing keeps complete shards): everything goes to
  * OUT.h5.part, whose attributes say the settings checksum (lade_pack_sum)
  * and how many leading samples are written and flushed (lade_pack_done);
- * the count is raised only after H5Fflush, about once a second. A second
+ * the count is raised only after H5Fflush + fsync of the data, about once a
+ * second, and flushed and synced itself. A second
  * run with the same settings reopens the .part and goes on from there; any
  * other .part is replaced. The finished file is renamed to OUT.h5.
  * LADE_PACK_STOP_AFTER=N (a test hook) makes the run exit, as a crash
@@ -123,6 +124,14 @@ static int attr_u64(hid_t obj, const char *name, uint64_t *v, int write) {
   int rc = a >= 0 && H5Aread(a, H5T_NATIVE_UINT64, v) >= 0 ? 0 : -1;
   if (a >= 0) H5Aclose(a);
   return rc;
+}
+
+/* fsync of the file under libhdf5's (sec2) driver: the data reaches the
+ * disk before the count that vouches for it, as tar packing's manifest. */
+static int sync_file(hid_t f) {
+  void *h = NULL;
+  if (H5Fget_vfd_handle(f, H5P_DEFAULT, &h) < 0 || !h) return -1;
+  return fsync(*(int *)h) ? -1 : 0;
 }
 
 /* The settings checksum: what was asked (source, transform, every other
@@ -305,8 +314,8 @@ int lade_tool_pack_hdf5(lade_config_t *cfg, const char *src, const char *out, co
     double t = now_s();
     if (!rc && (t - last_commit > 1.0 || pos == n || (stop_after && pos >= stop_after))) {
       /* data first, then the count that vouches for it */
-      if (H5Fflush(f, H5F_SCOPE_GLOBAL) < 0 || attr_u64(f, "lade_pack_done", &pos, 1) ||
-          H5Fflush(f, H5F_SCOPE_GLOBAL) < 0) {
+      if (H5Fflush(f, H5F_SCOPE_GLOBAL) < 0 || sync_file(f) || attr_u64(f, "lade_pack_done", &pos, 1) ||
+          H5Fflush(f, H5F_SCOPE_GLOBAL) < 0 || sync_file(f)) {
         fprintf(stderr, "lade pack: cannot flush %s\n", part);
         rc = 1;
       }
