@@ -433,6 +433,22 @@ def test_pack_killed(tmp_path):
     assert bench_sum(c, src) == bench_sum(c, out)
 
 
+def test_pack_images_decoded(tmp_path):
+    """--transform imagenet-eval --set image_dtype=uint8 stores the decoded HxWxC images: the
+    file's batches equal the folder's through the same transform."""
+    c = cli()
+    jp = str(tmp_path / "jp")
+    if subprocess.run([c, "gen", "jpeg", jp, "--count", "12"], capture_output=True).returncode:
+        pytest.skip("this build has no JPEG support")
+    out = str(tmp_path / "jp.h5")
+    subprocess.run([c, "pack", jp, "--to", "hdf5", out, "--transform", "imagenet-eval", "--set", "image_dtype=uint8"],
+                   capture_output=True, text=True, check=True)
+    with h5py.File(out, "r") as f:
+        assert f["data"].shape == (12, 224, 224, 3) and f["data"].dtype == np.uint8
+    assert bench_sum(c, out, "--set", "seed=4") == bench_sum(c, jp, "--transform", "imagenet-eval", "--set",
+                                                              "image_dtype=uint8", "--set", "seed=4")
+
+
 def test_pack_images_refused(tmp_path):
     c = cli()
     d = tmp_path / "img" / "a"
