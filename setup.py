@@ -32,6 +32,7 @@ def found(dep, header):
 # The same generated header as CMake's (src/lade_build_config.h.in), force-included.
 have = {"JPEG": found("JPEG", "jpeglib.h"), "PNG": found("PNG", "spng.h"), "CURL": False,
         "HDF5": found("HDF5", "hdf5/serial/hdf5.h")}
+have["ZLIB"] = have["HDF5"] and found("ZLIB", "zlib.h")
 if have["JPEG"]:
     libraries.append("jpeg")
 if have["PNG"]:
@@ -41,6 +42,8 @@ if have["HDF5"]:  # Debian's serial libhdf5 (libhdf5-dev)
     include_dirs.append("/usr/include/hdf5/serial")
     library_dirs.append("/usr/lib/%s/hdf5/serial" % os.popen("gcc -dumpmachine").read().strip())
     libraries.append("hdf5")
+if have["ZLIB"]:
+    libraries.append("z")
 GEN = os.path.join(ROOT, "build", "setup-generated")
 os.makedirs(GEN, exist_ok=True)
 with open(os.path.join(ROOT, "src", "lade_build_config.h.in")) as f:

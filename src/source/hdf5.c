@@ -119,6 +119,16 @@ typedef struct h5_impl {
   size_t row_hdr_len;
   uint64_t gap;
   bool direct;     /* read with pread at offset (read_direct) */
+  bool allow_fast; /* hdf5_direct=auto */
+  bool chunked;    /* read raw chunks, inflate outside the lock (the chunk path) */
+  uint64_t rows;   /* samples per chunk (chunked) */
+  int nfilters;
+  int filter[2];   /* H5Z_FILTER_SHUFFLE / H5Z_FILTER_DEFLATE, in write order */
+  pthread_mutex_t cmu; /* the chunk cache: everything below */
+  pthread_cond_t ccv;
+  struct centry **cbucket;
+  size_t cbuckets, centries, cmax;
+  struct centry *cold_, *cnew;
   size_t chunk_cache; /* bytes of libhdf5's chunk cache for the dataset (0: libhdf5's default) */
   uint64_t offset; /* of the dataset's bytes in the file */
   _Atomic uint64_t reads;
@@ -371,9 +381,177 @@ static int read_slab(h5_impl_t *m, uint64_t first, uint64_t count, void *dst) {
   return 0;
 }
 
+/* ------------------------------------------------------ the chunk path
+ *
+ * A chunked dataset whose chunks hold whole samples, compressed with
+ * deflate (gzip, as h5py writes it) with or without the shuffle filter, in
+ * the host's byte order: libhdf5 only hands out the stored (compressed)
+ * chunk with H5Dread_chunk, under h5_mu, and the worker inflates it with
+ * zlib outside every lock, so decompression runs on all cores although
+ * libhdf5 is serial. Decompressed chunks are kept in a cache of
+ * hdf5_chunk_cache bytes (LRU), so a chunk is inflated once while it stays.
+ * Chunks libhdf5 does not hand out (never written: fill values) and every
+ * failure fall back to the H5Dread path for that sample. */
+#ifdef LADE_HAVE_ZLIB
+#include <zlib.h>
+
+enum { CH_LOADING = 0, CH_READY };
+
+typedef struct centry {
+  uint64_t c;
+  int state;
+  uint32_t pins; /* readers copying out of buf, outside the lock */
+  uint8_t *buf;
+  struct centry *prev, *next, *hnext; /* LRU (oldest first), hash chain */
+} centry_t;
+
+static centry_t **cfind(h5_impl_t *m, uint64_t c) {
+  centry_t **p = &m->cbucket[lade__mix64(c) & (m->cbuckets - 1)];
+  while (*p && (*p)->c != c) p = &(*p)->hnext;
+  return p;
+}
+
+static void clru_unlink(h5_impl_t *m, centry_t *e) {
+  if (e->prev) e->prev->next = e->next;
+  else m->cold_ = e->next;
+  if (e->next) e->next->prev = e->prev;
+  else m->cnew = e->prev;
+  e->prev = e->next = NULL;
+}
+
+static void clru_push(h5_impl_t *m, centry_t *e) {
+  e->prev = m->cnew;
+  e->next = NULL;
+  if (m->cnew) m->cnew->next = e;
+  else m->cold_ = e;
+  m->cnew = e;
+}
+
+static void cremove(h5_impl_t *m, centry_t *e) {
+  centry_t **p = cfind(m, e->c);
+  if (*p == e) *p = e->hnext;
+  clru_unlink(m, e);
+  m->centries--;
+  free(e->buf);
+  free(e);
+}
+
+/* Chunk c, inflated, into out (rows * sample_bytes). */
+static int load_chunk(h5_impl_t *m, uint64_t c, uint8_t *out) {
+  hsize_t off[LADE_MAX_DIMS + 1] = {0}, sz = 0;
+  off[0] = c * m->rows;
+  uint32_t mask = 0;
+  uint8_t *raw = NULL;
+  h5_guard_t g;
+  h5_lock(&g);
+  int rc = H5Dget_chunk_storage_size(m->dset, off, &sz) < 0 || sz == 0 ? -1 : 0;
+  if (!rc) rc = (raw = malloc(sz)) ? 0 : -1;
+  if (!rc && H5Dread_chunk(m->dset, H5P_DEFAULT, off, &mask, raw) < 0) rc = -1;
+  H5Eclear2(H5E_DEFAULT);
+  h5_unlock(&g);
+  atomic_fetch_add_explicit(&m->reads, 1, memory_order_relaxed);
+  size_t len = (size_t)m->rows * m->sample_bytes;
+  uint8_t *tmp = NULL, *cur = raw;
+  size_t curlen = (size_t)sz;
+  for (int k = m->nfilters - 1; !rc && k >= 0; k--) { /* undo the filters, last applied first */
+    if (mask & (1u << k)) continue;                   /* skipped for this chunk */
+    uint8_t *dst = cur == out ? (tmp ? tmp : (tmp = malloc(len))) : out;
+    if (!dst) {
+      rc = -1;
+      break;
+    }
+    if (m->filter[k] == H5Z_FILTER_DEFLATE) {
+      uLongf n = (uLongf)len;
+      if (uncompress(dst, &n, cur, (uLong)curlen) != Z_OK || n != len) rc = -1;
+    } else { /* shuffle: byte b of element i was stored at b * count + i */
+      size_t es = m->sample_bytes / m->sample_elems;
+      size_t count = len / es;
+      if (curlen != len) rc = -1;
+      for (size_t i = 0; !rc && i < count; i++)
+        for (size_t b = 0; b < es; b++) dst[i * es + b] = cur[b * count + i];
+    }
+    cur = dst;
+    curlen = len;
+  }
+  if (!rc && curlen != len) rc = -1; /* a chunk stored unfiltered at another size */
+  if (!rc && cur != out) memcpy(out, cur, len);
+  free(raw);
+  free(tmp);
+  return rc;
+}
+
+/* Sample idx from its chunk; 1 when the chunk path cannot serve it (the
+ * caller reads it through H5Dread). */
+static int chunk_sample(h5_impl_t *m, uint64_t idx, void *dst) {
+  uint64_t c = idx / m->rows, row = idx % m->rows;
+  pthread_mutex_lock(&m->cmu);
+  for (;;) {
+    centry_t *e = *cfind(m, c);
+    if (e && e->state == CH_LOADING) {
+      pthread_cond_wait(&m->ccv, &m->cmu);
+      continue;
+    }
+    if (e) {
+      clru_unlink(m, e);
+      clru_push(m, e);
+      e->pins++;
+      pthread_mutex_unlock(&m->cmu);
+      memcpy(dst, e->buf + row * m->sample_bytes, m->sample_bytes);
+      pthread_mutex_lock(&m->cmu);
+      e->pins--;
+      pthread_mutex_unlock(&m->cmu);
+      return 0;
+    }
+    /* a miss: make room, then load it with no lock held */
+    for (centry_t *o = m->cold_; o && m->centries >= m->cmax;) {
+      centry_t *next = o->next;
+      if (o->state == CH_READY && !o->pins) cremove(m, o);
+      o = next;
+    }
+    bool cached = m->centries < m->cmax;
+    e = calloc(1, sizeof *e);
+    uint8_t *buf = malloc((size_t)m->rows * m->sample_bytes);
+    if (!e || !buf) {
+      free(e);
+      free(buf);
+      pthread_mutex_unlock(&m->cmu);
+      return 1;
+    }
+    e->c = c;
+    e->buf = buf;
+    if (cached) {
+      e->state = CH_LOADING;
+      *cfind(m, c) = e;
+      clru_push(m, e);
+      m->centries++;
+    }
+    pthread_mutex_unlock(&m->cmu);
+    int rc = load_chunk(m, c, buf);
+    if (!rc) memcpy(dst, buf + row * m->sample_bytes, m->sample_bytes);
+    if (!cached) {
+      free(buf);
+      free(e);
+      return rc ? 1 : 0;
+    }
+    pthread_mutex_lock(&m->cmu);
+    if (rc) cremove(m, e); /* waiters load it again, or fall back themselves */
+    else e->state = CH_READY;
+    pthread_cond_broadcast(&m->ccv);
+    pthread_mutex_unlock(&m->cmu);
+    return rc ? 1 : 0;
+  }
+}
+#else
+static int chunk_sample(h5_impl_t *m, uint64_t idx, void *dst) {
+  (void)m, (void)idx, (void)dst;
+  return 1;
+}
+#endif
+
 /* Sample idx into dst: from the stage when a planned run holds it (reading
  * the run first if nobody has), else on its own. */
 static int get_sample(h5_impl_t *m, uint64_t idx, void *dst) {
+  if (m->chunked && chunk_sample(m, idx, dst) == 0) return 0;
   if (m->gap && maybe_staged(m, idx)) {
     pthread_mutex_lock(&m->mu);
     for (;;) {
@@ -630,6 +808,33 @@ static int open_locked(lade__source_t *s, h5_impl_t *m) {
     if (ft2 >= 0) H5Tclose(ft2);
     H5Eclear2(H5E_DEFAULT);
   }
+#ifdef LADE_HAVE_ZLIB
+  if (!m->direct && m->chunk_cache && m->allow_fast) { /* the chunk path: whole samples per chunk, deflate/shuffle */
+    hid_t dcpl = H5Dget_create_plist(m->dset), ft2 = H5Dget_type(m->dset);
+    hsize_t cd[LADE_MAX_DIMS + 1];
+    bool ok = dcpl >= 0 && ft2 >= 0 && H5Pget_layout(dcpl) == H5D_CHUNKED &&
+              H5Pget_chunk(dcpl, m->rank, cd) == m->rank && H5Tequal(ft2, m->mtype) > 0;
+    for (int d = 1; ok && d < m->rank; d++) ok = cd[d] == m->dims[d];
+    int nf = ok ? H5Pget_nfilters(dcpl) : -1;
+    ok = ok && nf >= 0 && nf <= 2;
+    bool deflate = false;
+    for (int k = 0; ok && k < nf; k++) {
+      unsigned flags = 0, cdv[8];
+      size_t ncd = 8;
+      char name[64];
+      H5Z_filter_t f = H5Pget_filter2(dcpl, (unsigned)k, &flags, &ncd, cdv, sizeof name, name, NULL);
+      ok = f == H5Z_FILTER_DEFLATE || f == H5Z_FILTER_SHUFFLE;
+      m->filter[k] = (int)f;
+      deflate |= f == H5Z_FILTER_DEFLATE;
+    }
+    m->chunked = ok && deflate && cd[0] >= 1;
+    m->nfilters = nf;
+    m->rows = m->chunked ? cd[0] : 0;
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (ft2 >= 0) H5Tclose(ft2);
+    H5Eclear2(H5E_DEFAULT);
+  }
+#endif
 
   /* labels: the named dataset, or "labels" when present */
   bool given = m->lname[0] != '\0';
@@ -690,6 +895,12 @@ static void close_locked(h5_impl_t *m) {
 
 static void h5_free(h5_impl_t *m) {
   while (m->oldest) run_drop(m, m->oldest);
+#ifdef LADE_HAVE_ZLIB
+  while (m->cold_) cremove(m, m->cold_);
+#endif
+  free(m->cbucket);
+  pthread_mutex_destroy(&m->cmu);
+  pthread_cond_destroy(&m->ccv);
   for (int i = 0; i < m->nspare; i++) free(m->spare[i]);
   if (m->fd >= 0) close(m->fd);
   free(m->labels);
@@ -705,12 +916,14 @@ static int h5_open(lade__source_t *s, const struct lade_config *cfg) {
   if (!m) return lade__fail(LADE_ENOMEM, "hdf5 source: out of memory");
   pthread_mutex_init(&m->mu, NULL);
   pthread_cond_init(&m->cv, NULL);
+  pthread_mutex_init(&m->cmu, NULL);
+  pthread_cond_init(&m->ccv, NULL);
   m->file = m->dset = m->fspace = m->mspace = -1;
   snprintf(m->path, sizeof m->path, "%s", cfg->source);
   snprintf(m->dname, sizeof m->dname, "%s", cfg->hdf5_data);
   snprintf(m->lname, sizeof m->lname, "%s", cfg->hdf5_labels);
   m->gap = cfg->hdf5_gap;
-  m->direct = cfg->hdf5_direct == LADE_TRISTATE_AUTO;
+  m->direct = m->allow_fast = cfg->hdf5_direct == LADE_TRISTATE_AUTO;
   m->chunk_cache = (size_t)cfg->hdf5_chunk_cache;
   struct stat st;
   m->fd = lade__open_regular(AT_FDCWD, cfg->source, cfg->source, &st);
@@ -729,6 +942,15 @@ static int h5_open(lade__source_t *s, const struct lade_config *cfg) {
     int hl = lade__npy_write_header(m->row_hdr, sizeof m->row_hdr, s->dtype, s->ndim, s->shape);
     if (hl < 0) rc = lade__fail_prefix(hl, "%s: ", cfg->source);
     else m->row_hdr_len = (size_t)hl;
+  }
+  if (!rc && m->chunked) {
+    /* the chunk path inflates whole chunks: the chunk cache, not the stage, merges reads */
+    m->gap = 0;
+    m->cmax = LADE_MAX(m->chunk_cache / ((size_t)m->rows * m->sample_bytes), 1);
+    m->cbuckets = 64;
+    while (m->cbuckets < m->cmax * 2) m->cbuckets <<= 1;
+    m->cbucket = calloc(m->cbuckets, sizeof *m->cbucket);
+    if (!m->cbucket) rc = lade__fail(LADE_ENOMEM, "%s: out of memory for the chunk cache", cfg->source);
   }
   if (!rc && m->gap) {
     /* the stage: a few windows of the engine's batches */

@@ -39,7 +39,9 @@ if not _have_hdf5():
 
 DTYPES = ["uint8", "int8", "int16", "uint16", "int32", "uint32", "int64", "uint64", "float16", "float32",
           "float64", "bool"]
-LAYOUTS = ["contiguous", "chunked", "gzip"]
+# chunked/gzip/gzip-shuffle: whole samples per chunk (gzip ones take the chunk path: raw chunks
+# inflated outside libhdf5's lock); partial: chunks that cut samples (H5Dread)
+LAYOUTS = ["contiguous", "chunked", "gzip", "gzip-shuffle", "partial"]
 N = 37
 
 
@@ -62,10 +64,15 @@ def write(path, dtype="float32", shape=(3, 5), layout="contiguous", labels=True,
     if big:
         x = x.astype(x.dtype.newbyteorder(">"))
     kw = {}
-    if layout in ("chunked", "gzip"):
+    if layout in ("chunked", "gzip", "gzip-shuffle"):
         kw["chunks"] = (4,) + shape
-    if layout == "gzip":
+    if layout == "partial":
+        kw["chunks"] = (4,) + (1,) * (len(shape) - 1) + (2,)
         kw["compression"] = "gzip"
+    if layout in ("gzip", "gzip-shuffle"):
+        kw["compression"] = "gzip"
+    if layout == "gzip-shuffle":
+        kw["shuffle"] = True
     with h5py.File(path, "w") as f:
         f.create_dataset("data", data=x, **kw)
         if labels:
@@ -169,19 +176,37 @@ def test_batches_same_for_threads_and_gap(tmp_path, layout, shuffle):
         first = runs[(1, 8, "auto")][0]
         assert all(d == first for d, _ in runs.values())
         # hdf5_gap=0: exactly one read per sample, plus the label dataset's
-        assert all(runs[(t, 0, d)][1] == 300 + 1 for t in (1, 4) for d in ("auto", "off"))
+        paths = ("auto", "off") if layout == "contiguous" else ("off",)
+        assert all(runs[(t, 0, d)][1] == 300 + 1 for t in (1, 4) for d in paths)
+        if layout == "gzip":  # the chunk path: each of the 75 chunks read once (the cache holds them all)
+            assert all(runs[(t, g, "auto")][1] == 75 + 1 for t in (1, 4) for g in (8, 0, 1, 1000))
+        d = paths[0]
         if bs >= 64:
-            assert runs[(1, 8, "auto")][1] < runs[(1, 0, "auto")][1] / (10 if not shuffle else 2)
+            assert runs[(1, 8, d)][1] < runs[(1, 0, d)][1] / (10 if not shuffle else 2)
         if bs >= 5 and not shuffle:  # the default (hdf5_gap=1) reads an unshuffled batch at once
-            _, st = run(p, batch_size=bs, shuffle=False)
+            _, st = run(p, batch_size=bs, shuffle=False, hdf5_direct=d)
             assert st["get_requests"] == -(-300 // bs) + 1
 
 
-def test_chunk_cache_setting(tmp_path):
-    p = write(tmp_path / "gz.h5", "int16", shape=(7,), layout="gzip", n=200)
-    a, _ = run(p, batch_size=16, hdf5_chunk_cache=0)
-    b, _ = run(p, batch_size=16, hdf5_chunk_cache=1 << 30)
-    assert check_values(p, a) == set(range(200)) and digest(a) == digest(b)
+@pytest.mark.parametrize("layout", ["gzip", "gzip-shuffle"])
+def test_chunk_path(tmp_path, layout):
+    """The chunk path (raw chunks inflated by lade) against H5Dread (hdf5_direct=off) and
+    libhdf5's own cache (hdf5_chunk_cache=0), several cache sizes and threads: same batches;
+    a chunk is read once while the cache holds it."""
+    p = write(tmp_path / "gz.h5", "int16", shape=(7,), layout=layout, n=203)  # 51 chunks, the last short
+    ref, st0 = run(p, batch_size=16, hdf5_direct="off")
+    assert check_values(p, ref) == set(range(203))
+    for kw in ({"hdf5_chunk_cache": 0}, {"hdf5_chunk_cache": 1 << 30}, {"hdf5_chunk_cache": 1},
+               {"hdf5_chunk_cache": 1 << 30, "threads": 4}, {"hdf5_chunk_cache": 5 * 4 * 14, "threads": 3}):
+        b, st = run(p, batch_size=16, **kw)
+        assert digest(b) == digest(ref), kw
+        if kw["hdf5_chunk_cache"] == 1 << 30:
+            assert st["get_requests"] == 51 + 1  # every chunk once, plus the labels
+    with h5py.File(p, "a") as f:  # a dataset never written: no chunk is stored, fill values
+        f.create_dataset("unwritten", shape=(203, 3), dtype="float32", chunks=(4, 3), compression="gzip",
+                         fillvalue=2.5)
+    b, _ = run(p, hdf5_data="unwritten")
+    assert all((x == 2.5).all() for _, x, _ in b)
 
 
 def test_coalescing_counts(tmp_path):
