@@ -92,11 +92,12 @@ static const setting_t settings[] = {
      "them included (0: one read per sample; 1: only neighbours, no extra bytes); `lade probe FILE.h5 [--cold]` "
      "measures the best value for your storage"},
     {"hdf5_chunk_cache", T_U64, OFF(hdf5_chunk_cache), 0, 0, 1e12, NULL, "67108864",
-     "hdf5 source: bytes of libhdf5's cache of decompressed chunks for a chunked dataset (0: libhdf5's 1 MiB)"},
+     "hdf5 source: bytes of decompressed chunks kept for a chunked dataset (lade's cache on the gzip chunk path, "
+     "libhdf5's otherwise; 0: libhdf5's 1 MiB and no chunk path)"},
     {"hdf5_direct", T_ENUM, OFF(hdf5_direct), 0, 0, 0, "auto|off", "auto",
      "hdf5 source: a contiguous, uncompressed dataset in the host's byte order is read with pread() at its file "
-     "offset, in parallel, without libhdf5 (auto: when the layout allows; off: every read is an H5Dread of a "
-     "hyperslab, serialised)"},
+     "offset without libhdf5, and gzip chunks holding whole samples are inflated by the workers outside libhdf5's "
+     "lock (auto: when the layout allows; off: every read is an H5Dread of a hyperslab, serialised)"},
     {"s3_endpoint", T_STR, OFF(s3_endpoint), SZ(s3_endpoint), 0, 0, NULL, "",
      "S3 endpoint URL (\"\": $AWS_ENDPOINT_URL, else https://s3.REGION.amazonaws.com)"},
     {"s3_region", T_STR, OFF(s3_region), SZ(s3_region), 0, 0, NULL, "",
