@@ -30,11 +30,20 @@ def found(dep, header):
 
 
 # The same generated header as CMake's (src/lade_build_config.h.in), force-included.
-have = {"JPEG": found("JPEG", "jpeglib.h"), "PNG": found("PNG", "spng.h"), "CURL": False, "MPI": False}
+have = {"JPEG": found("JPEG", "jpeglib.h"), "PNG": found("PNG", "spng.h"), "CURL": False, "MPI": False,
+        "HDF5": found("HDF5", "hdf5/serial/hdf5.h")}
+have["ZLIB"] = have["HDF5"] and found("ZLIB", "zlib.h")
 if have["JPEG"]:
     libraries.append("jpeg")
 if have["PNG"]:
     libraries.append("spng")
+include_dirs, library_dirs = [], []
+if have["HDF5"]:  # Debian's serial libhdf5 (libhdf5-dev)
+    include_dirs.append("/usr/include/hdf5/serial")
+    library_dirs.append("/usr/lib/%s/hdf5/serial" % os.popen("gcc -dumpmachine").read().strip())
+    libraries.append("hdf5")
+if have["ZLIB"]:
+    libraries.append("z")
 GEN = os.path.join(ROOT, "build", "setup-generated")
 os.makedirs(GEN, exist_ok=True)
 with open(os.path.join(ROOT, "src", "lade_build_config.h.in")) as f:
@@ -48,7 +57,8 @@ with open(os.path.join(GEN, "lade_build_config.h"), "w") as f:
 ext = Extension(
     "lade._lade",
     sources=sources,
-    include_dirs=[os.path.join(ROOT, "include"), os.path.join(ROOT, "src")],
+    include_dirs=[os.path.join(ROOT, "include"), os.path.join(ROOT, "src")] + include_dirs,
+    library_dirs=library_dirs,
     define_macros=define_macros,
     libraries=libraries,
     extra_compile_args=["-include", os.path.join(GEN, "lade_build_config.h"), "-std=c11", "-O2", "-fvisibility=hidden", "-Wno-unused-parameter"],

@@ -8,6 +8,8 @@ pkgs=(
   libjpeg62-turbo-dev            # JPEG decode (libjpeg-turbo)
   libspng-dev                    # PNG decode (libspng)
   libcurl4-openssl-dev           # the s3 source (curl multi + AWS SigV4)
+  libhdf5-dev                    # the hdf5 source (Debian's serial libhdf5)
+  python3-h5py                   # HDF5 tests and bench: files written and read by h5py
   python3-boto3                  # S3 tests: uploads to the test server
   clang libclang-rt-14-dev       # libFuzzer targets, sanitizers
   python3 python3-dev python3-numpy python3-pytest python3-pil python3-setuptools

@@ -1,6 +1,6 @@
 /*
- * main.c - the `lade` command: gen, bench, demo, ls (here), pack (pack.c) and
- * plan, simulate, model (plan_cli.c). Uses the public header only.
+ * main.c - the `lade` command: gen, bench, demo, ls (here), pack (pack.c,
+ * pack_hdf5.c), probe (probe.c) and plan, simulate, model (plan_cli.c). Uses the public header only.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -20,6 +20,7 @@
 #include "lade/plan.h"
 #include "pack.h"
 #include "plan_cli.h"
+#include "probe.h"
 
 static double now(void) {
   struct timespec ts;
@@ -36,7 +37,8 @@ static int usage_main(FILE *f) {
           "  bench DIR          load a dataset and report throughput, latency, memory, checksum\n"
           "  demo               generate ./lade-demo if absent and benchmark it\n"
           "  ls SOURCE          list the samples as the loader sees them\n"
-          "  pack DIR --to tar  write a dataset as WebDataset tar shards\n"
+          "  pack DIR --to tar  write a dataset as WebDataset tar shards (--to hdf5: one HDF5 file)\n"
+          "  probe FILE.h5      time per-sample vs coalesced HDF5 reads; prints the hdf5_gap to use\n"
           "  plan               compute a loading plan (which learner loads which sample from where)\n"
           "  simulate           run plans without I/O and report storage/peer/cache traffic\n"
           "  model              evaluate the analytical performance and cost models\n"
@@ -349,7 +351,11 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
     printf("batch time   p50 %.2f ms, p90 %.2f ms, p99 %.2f ms, max %.2f ms\n", st.batch_latency_p50 * 1e3,
            st.batch_latency_p90 * 1e3, st.batch_latency_p99 * 1e3, st.batch_latency_max * 1e3);
     if (st.substituted) printf("substituted  %llu bad samples (on_error=skip)\n", (unsigned long long)st.substituted);
-    if (remote)
+    int local_reads = remote && !st.list_requests && !st.remote_bytes; /* a local source counting its reads (hdf5) */
+    if (local_reads)
+      printf("reads        %llu issued, %.3f per sample\n", (unsigned long long)st.get_requests,
+             samples ? (double)st.get_requests / (double)samples : 0.0);
+    else if (remote)
       printf("remote       %llu GET, %llu LIST, %llu retries, %.1f MB received, %u requests in flight allowed\n",
              (unsigned long long)st.get_requests, (unsigned long long)st.list_requests,
              (unsigned long long)st.retries, (double)st.remote_bytes / 1e6, st.concurrency);
@@ -362,7 +368,7 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
                (unsigned long long)st.fetch_size, (unsigned long long)st.prefetch_threshold);
       printf("\n");
     }
-    if (tiers || remote)
+    if (tiers || (remote && !local_reads))
       for (int e = 0; e < neps; e++)
         printf("epoch %-6d miss rate %.3f, consumer wait %.3f s, %llu GET, %llu LIST, %.1f MB from storage, "
                "%.1f MB memory, %.1f MB disk\n",
@@ -581,6 +587,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "settings")) return cmd_settings(argc - 1, argv + 1);
   if (!strcmp(cmd, "ls")) return cmd_ls(argc - 1, argv + 1);
   if (!strcmp(cmd, "pack")) return lade_tool_pack(argc - 1, argv + 1);
+  if (!strcmp(cmd, "probe")) return lade_tool_probe(argc - 1, argv + 1);
   if (!strcmp(cmd, "plan")) return lade_tool_plan(argc - 1, argv + 1);
   if (!strcmp(cmd, "simulate")) return lade_tool_simulate(argc - 1, argv + 1);
   if (!strcmp(cmd, "model")) return lade_tool_model(argc - 1, argv + 1);

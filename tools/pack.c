@@ -49,7 +49,8 @@ typedef struct shard {
 
 static int usage_pack(FILE *f) {
   fprintf(f,
-          "usage: lade pack DIR --to tar --shard-size SIZE OUT [--transform T] [--set key=value ...]\n\n"
+          "usage: lade pack DIR --to tar --shard-size SIZE OUT [--transform T] [--set key=value ...]\n"
+          "       lade pack SRC --to hdf5 OUT.h5 [--transform T] [--set key=value ...]\n\n"
           "Writes the dataset DIR (anything `lade ls DIR` lists as files: an ImageFolder tree,\n"
           "a folder of .npy files) as WebDataset tar shards OUT/shard-000000.tar,\n"
           "OUT/shard-000001.tar, ... (read them back with source=OUT or\n"
@@ -64,7 +65,15 @@ static int usage_pack(FILE *f) {
           "POSIX ustar (pax headers for longer names), mtime 0, uid/gid 0, mode 0644: packing\n"
           "twice gives the same bytes. Resumable: complete shards are listed in OUT/.lade-pack;\n"
           "a second run with the same settings keeps them and goes on from the first missing\n"
-          "or incomplete one. A progress line goes to stderr when it is a terminal.\n");
+          "or incomplete one. A progress line goes to stderr when it is a terminal.\n\n"
+          "--to hdf5: writes the samples the loader delivers for SRC (a folder of .npy files or\n"
+          "a stacked .npy; unshuffled, the npy transform) as dataset 'data' (N x sample shape,\n"
+          "their dtype, contiguous) and, when SRC has classes, 'labels' (int64, N) of OUT.h5;\n"
+          "sample i of OUT.h5 is sample i of SRC. Image folders have no fixed shape and are\n"
+          "refused unless a transform gives one: --transform imagenet-eval --set image_dtype=uint8\n"
+          "stores decoded HxWxC images. Resumable: it writes OUT.h5.part, whose attribute\n"
+          "lade_pack_done counts the samples flushed (about once a second); a second run with\n"
+          "the same settings goes on from there, then renames it to OUT.h5.\n");
   return f == stderr ? 2 : 0;
 }
 
@@ -520,11 +529,21 @@ int lade_tool_pack(int argc, char **argv) {
       default: bad = 1;
     }
   }
+  if (!bad && to && !strcmp(to, "hdf5")) { /* pack_hdf5.c */
+    if (argc - optind != 2 || shard_size) {
+      usage_pack(stderr);
+      lade_config_destroy(cfg);
+      return 2;
+    }
+    int rc = lade_tool_pack_hdf5(cfg, argv[optind], argv[optind + 1], transform);
+    lade_config_destroy(cfg);
+    return rc;
+  }
   if (!bad && (argc - optind != 2 || !to || !shard_size)) {
     usage_pack(stderr);
     bad = 1;
   } else if (!bad && strcmp(to, "tar")) {
-    fprintf(stderr, "lade pack: --to %s: only tar is supported\n", to);
+    fprintf(stderr, "lade pack: --to %s: tar or hdf5\n", to);
     bad = 1;
   }
   const char *src = bad ? NULL : argv[optind], *outdir = bad ? NULL : argv[optind + 1];

@@ -34,13 +34,13 @@ typedef struct setting {
 static const setting_t settings[] = {
     {"source", T_STR, OFF(source), SZ(source), 0, 0, NULL, "",
      "dataset: an ImageFolder tree, a folder of .npy files, one stacked .npy, tar shards (a .tar, a folder of them, "
-     "a brace pattern, a .txt list), or s3://bucket/prefix"},
-    {"source_type", T_ENUM, OFF(source_type), 0, 0, 0, "auto|dir|npy|s3|tar", "auto",
+     "a brace pattern, a .txt list), an HDF5 file (.h5, .hdf5, .he5), or s3://bucket/prefix"},
+    {"source_type", T_ENUM, OFF(source_type), 0, 0, 0, "auto|dir|npy|s3|tar|hdf5", "auto",
      "source backend (auto: s3 for s3://; tar for a .tar file, a folder of .tar files, a brace pattern "
      "train-{000000..000099}.tar or a .txt list of shards; npy for a .npy file or a folder holding only .npy files; "
-     "else dir)"},
+     "hdf5 for a file ending in .h5, .hdf5 or .he5; else dir)"},
     {"transform", T_ENUM, OFF(transform), 0, 0, 0, "auto|raw|npy|imagenet-train|imagenet-eval", "auto",
-     "sample transform (auto: npy for npy sources, imagenet-train for dir)"},
+     "sample transform (auto: npy for npy and hdf5 sources, imagenet-train for dir)"},
     {"batch_size", T_U32, OFF(batch_size), 0, 1, 1 << 20, NULL, "32", "samples per batch on this learner"},
     {"epochs", T_U64, OFF(epochs), 0, 1, 1e9, NULL, "1", "epochs to iterate"},
     {"seed", T_U64, OFF(seed), 0, 0, 1.8446744073709552e19, NULL, "0", "seed of shuffles and augmentations"},
@@ -82,6 +82,22 @@ static const setting_t settings[] = {
     {"npy_dtype", T_STR, OFF(npy_dtype), SZ(npy_dtype), 0, 0, NULL, "", "expected .npy dtype (\"\": from the first file)"},
     {"npy_shape", T_STR, OFF(npy_shape), SZ(npy_shape), 0, 0, NULL, "",
      "expected .npy sample shape, e.g. 3,224,224 (\"\": from the first file)"},
+    {"hdf5_data", T_STR, OFF(hdf5_data), SZ(hdf5_data), 0, 0, NULL, "data",
+     "hdf5 source: path of the dataset inside the file holding the samples (N x ..., numeric)"},
+    {"hdf5_labels", T_STR, OFF(hdf5_labels), SZ(hdf5_labels), 0, 0, NULL, "",
+     "hdf5 source: path of the 1-D integer label dataset (\"\": \"labels\" when the file has one, else no labels; "
+     "a path given and missing is an error)"},
+    {"hdf5_gap", T_U64, OFF(hdf5_gap), 0, 0, 1e9, NULL, "1",
+     "hdf5 source: a batch's sorted indices at most this far apart are read as one hyperslab, the samples between "
+     "them included (0: one read per sample; 1: only neighbours, no extra bytes); `lade probe FILE.h5 [--cold]` "
+     "measures the best value for your storage"},
+    {"hdf5_chunk_cache", T_U64, OFF(hdf5_chunk_cache), 0, 0, 1e12, NULL, "67108864",
+     "hdf5 source: bytes of decompressed chunks kept for a chunked dataset (lade's cache on the gzip chunk path, "
+     "libhdf5's otherwise; 0: libhdf5's 1 MiB and no chunk path)"},
+    {"hdf5_direct", T_ENUM, OFF(hdf5_direct), 0, 0, 0, "auto|off", "auto",
+     "hdf5 source: a contiguous, uncompressed dataset in the host's byte order is read with pread() at its file "
+     "offset without libhdf5, and gzip chunks holding whole samples are inflated by the workers outside libhdf5's "
+     "lock (auto: when the layout allows; off: every read is an H5Dread of a hyperslab, serialised)"},
     {"s3_endpoint", T_STR, OFF(s3_endpoint), SZ(s3_endpoint), 0, 0, NULL, "",
      "S3 endpoint URL (\"\": $AWS_ENDPOINT_URL, else https://s3.REGION.amazonaws.com)"},
     {"s3_region", T_STR, OFF(s3_region), SZ(s3_region), 0, 0, NULL, "",

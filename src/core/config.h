@@ -8,7 +8,7 @@
 
 #include "lade/lade.h"
 
-enum { LADE_SRC_AUTO = 0, LADE_SRC_DIR, LADE_SRC_NPY, LADE_SRC_S3, LADE_SRC_TAR };
+enum { LADE_SRC_AUTO = 0, LADE_SRC_DIR, LADE_SRC_NPY, LADE_SRC_S3, LADE_SRC_TAR, LADE_SRC_HDF5 };
 enum { LADE_S3_ADDR_AUTO = 0, LADE_S3_ADDR_PATH, LADE_S3_ADDR_VIRTUAL };
 enum { LADE_CACHE_AUTO = 0, LADE_CACHE_FIFO, LADE_CACHE_LRU, LADE_CACHE_CLAIRVOYANT, LADE_CACHE_PLAN };
 enum { LADE_TRISTATE_AUTO = 0, LADE_TRISTATE_ON, LADE_TRISTATE_OFF };
@@ -45,6 +45,12 @@ struct lade_config {
   char trace[LADE_PATH_MAX];
   char npy_dtype[16];    /* "" : taken from the first file */
   char npy_shape[128];   /* "" : taken from the first file, else "3,224,224" */
+  /* the hdf5 source */
+  char hdf5_data[256];   /* dataset path of the samples (N x ...) */
+  char hdf5_labels[256]; /* dataset path of the labels; "": "labels" when the file has it */
+  uint64_t hdf5_gap;     /* coalesce reads of indices at most this far apart (0: off) */
+  uint64_t hdf5_chunk_cache; /* bytes of libhdf5's chunk cache per dataset (0: its default, 1 MiB) */
+  int hdf5_direct;       /* 0 (auto): pread contiguous datasets without libhdf5; 1 (off): always H5Dread */
   /* object stores (source=s3://bucket/prefix); "" falls back to the AWS_*
    * environment variables, read when the source opens */
   char s3_endpoint[512];

@@ -282,7 +282,7 @@ static void free_all(lade_loader_t *L) {
 
 static const lade__transform_ops_t *transform_for(const struct lade_config *c, const lade__source_ops_t *src) {
   int t = c->transform;
-  if (t == LADE_XF_AUTO) t = src == &lade__source_npy ? LADE_XF_NPY : LADE_XF_IMAGENET_TRAIN;
+  if (t == LADE_XF_AUTO) t = src == &lade__source_npy || !strcmp(src->name, "hdf5") ? LADE_XF_NPY : LADE_XF_IMAGENET_TRAIN;
   switch (t) {
     case LADE_XF_RAW: return &lade__xform_raw;
     case LADE_XF_NPY: return &lade__xform_npy;
@@ -872,6 +872,15 @@ int lade_loader_create(lade_loader_t **out, const lade_config_t *cfg) {
   if ((cfg->npy_dtype[0] || cfg->npy_shape[0]) && ops != &lade__source_npy)
     return lade__fail(LADE_EINVAL, "settings 'npy_dtype'/'npy_shape' apply to .npy sources only; %s is read by the %s "
                       "source", cfg->source, ops->name);
+  struct lade_config *def = strcmp(ops->name, "hdf5") ? malloc(sizeof *def) : NULL;
+  if (def) lade__config_defaults(def);
+  bool hdf5_set = def && (strcmp(cfg->hdf5_data, def->hdf5_data) || strcmp(cfg->hdf5_labels, def->hdf5_labels) ||
+                          cfg->hdf5_gap != def->hdf5_gap || cfg->hdf5_direct != def->hdf5_direct ||
+                          cfg->hdf5_chunk_cache != def->hdf5_chunk_cache);
+  free(def);
+  if (hdf5_set)
+    return lade__fail(LADE_EINVAL, "settings 'hdf5_*' apply to HDF5 sources only; %s is read by the %s source",
+                      cfg->source, ops->name);
 #ifndef LADE_HAVE_JPEG
   if (cfg->transform == LADE_XF_IMAGENET_TRAIN || cfg->transform == LADE_XF_IMAGENET_EVAL ||
       (cfg->transform == LADE_XF_AUTO && ops == &lade__source_dir))

@@ -565,6 +565,13 @@ static bool pf_inflight(lade__fetch_t *f, uint64_t idx) {
   return r;
 }
 
+/* Whether a read by this route goes to the source: under a plan, a peer sends
+ * what it routes to a peer (with a transport), and a cache route that misses
+ * is read once when found missing, so neither is requested ahead. */
+static bool reads_storage(const lade__fetch_t *f, int32_t route) {
+  return !f->routed || route == LADE__ROUTE_ANY || route == LADE_FROM_STORAGE || (route >= 0 && !f->p.dist);
+}
+
 void lade__fetch_step_planned(lade__fetch_t *f, const lade__cursor_step_t *st) {
   const uint64_t *idx = st->idx;
   uint32_t n = st->n;
@@ -590,16 +597,21 @@ void lade__fetch_step_planned(lade__fetch_t *f, const lade__cursor_step_t *st) {
     if (++f->planned <= (uint64_t)f->cfg->prefetch + 1) pthread_cond_broadcast(&f->cv_pf);
     pthread_mutex_unlock(&f->mu);
   }
+  if (f->p.ops->plan_batch) { /* a local source that coalesces reads (hdf5); cached samples are not read */
+    uint64_t keep[512];
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n; i++) {
+      if (reads_storage(f, st->from[i]) && !resident(f, idx[i])) keep[k++] = idx[i];
+      if (k == 512 || i + 1 == n) f->p.ops->plan_batch(f->p.src, keep, k), k = 0;
+    }
+  }
   if (!f->remote) return;
   uint64_t stackbuf[512];
   uint64_t *want = n <= 512 ? stackbuf : malloc(n * sizeof *want);
   if (!want) return; /* the workers' reads then fetch one by one: slower, not wrong */
   size_t k = 0;
   for (uint32_t i = 0; i < n; i++) {
-    /* under a plan, only what it reads from storage: a peer sends the rest,
-     * and a cache route that misses is read (once) when it is found missing */
-    int32_t r = st->from[i];
-    if (f->routed && r != LADE__ROUTE_ANY && r != LADE_FROM_STORAGE && !(r >= 0 && !f->p.dist)) continue;
+    if (!reads_storage(f, st->from[i])) continue;
     if (!resident(f, idx[i]) && !pf_inflight(f, idx[i])) want[k++] = idx[i];
   }
   if (k) f->p.ops->submit(f->p.src, want, k, 0);

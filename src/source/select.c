@@ -1,7 +1,7 @@
 /* select.c - which source backend reads a `source` setting (source_type,
  * or auto: s3:// is s3; a .npy file, or a folder holding only .npy files, is
  * npy; a .tar, a folder of shards, a brace pattern or a list of shards is
- * tar; any other folder is dir). Separate from every backend so that each
+ * tar; a file ending in .h5, .hdf5 or .he5 is hdf5; any other folder is dir). Separate from every backend so that each
  * backend file holds one backend. */
 #include <dirent.h>
 #include <errno.h>
@@ -76,6 +76,20 @@ int lade__source_select(const struct lade_config *cfg, const lade__source_ops_t 
   }
   struct stat st;
   int exists = stat(cfg->source, &st) == 0;
+  if (cfg->source_type == LADE_SRC_HDF5 ||
+      (cfg->source_type == LADE_SRC_AUTO && exists && S_ISREG(st.st_mode) &&
+       (has_suffix(cfg->source, ".h5") || has_suffix(cfg->source, ".hdf5") || has_suffix(cfg->source, ".he5")))) {
+#ifdef LADE_HAVE_HDF5
+    if (!exists)
+      return lade__fail(errno == ENOENT ? LADE_ENOENT : LADE_EIO, "dataset %s: %s", cfg->source, strerror(errno));
+    *ops = &lade__source_hdf5;
+    return 0;
+#else
+    return lade__fail(LADE_EUNSUPPORTED,
+                      "dataset %s: the hdf5 source needs libhdf5, which this build lacks (configure with "
+                      "LADE_WITH_HDF5=ON after apt-get install libhdf5-dev)", cfg->source);
+#endif
+  }
   if (cfg->source_type == LADE_SRC_TAR || (cfg->source_type == LADE_SRC_AUTO && !exists && strchr(cfg->source, '{'))) {
     *ops = &lade__source_tar; /* a brace pattern names no file itself; the source checks each shard */
     return 0;

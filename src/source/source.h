@@ -110,13 +110,23 @@ typedef struct lade__source_ops {
    * final error) have arrived, or it has no want (read() would then start
    * it, which the caller does on purpose). Cheap; thread-safe. */
   bool (*ready)(lade__source_t *s, uint64_t idx);
+  /* Optional (hdf5): the engine planned a batch of these dataset indices
+   * (the fetch stage calls it once per planned batch, before any worker
+   * reads them, only for indices no cache tier holds). A source that reads
+   * neighbouring samples cheaper together (paper 002 4.4) stages them here
+   * or on the first read of one of them; read()/read_payload() of a staged
+   * index then take its bytes from the stage. Must not block on I/O for
+   * long: it runs on the worker that plans. Planned indices that are never
+   * read are dropped oldest first (the stage is bounded). Thread-safe. */
+  void (*plan_batch)(lade__source_t *s, const uint64_t *idx, size_t n);
   /* Counters of the source's own traffic, for lade_stats_t. Thread-safe. */
   void (*stats)(lade__source_t *s, struct lade__source_stats *out);
 } lade__source_ops_t;
 
-/* Traffic counters of a remote source (all zero for local ones). */
+/* Traffic counters of a remote source (all zero for local ones, except
+ * get_requests of hdf5, which counts the reads it issued). */
 typedef struct lade__source_stats {
-  uint64_t get_requests;   /* GET requests sent, retries included */
+  uint64_t get_requests;   /* GET requests sent, retries included; hdf5: H5Dread calls (reads issued) */
   uint64_t list_requests;  /* LIST requests sent (0 when the listing came from the cache) */
   uint64_t retries;        /* requests retried after a transient error */
   uint64_t bytes;          /* body bytes received */
@@ -159,6 +169,8 @@ extern const lade__source_ops_t lade__source_npy;
 extern const lade__source_ops_t lade__source_s3; /* source=s3://bucket/prefix (needs libcurl) */
 /* WebDataset tar shards: a .tar, a folder of them, a brace pattern, a list file */
 extern const lade__source_ops_t lade__source_tar;
+/* one dataset (N x ...) of an HDF5 file, labels from another (needs libhdf5) */
+extern const lade__source_ops_t lade__source_hdf5;
 
 /* Chooses the backend for cfg (source_type=auto inspects the path). Returns
  * LADE_ENOENT naming the path when it does not exist. Does not list. */
