@@ -866,7 +866,12 @@ int lade_loader_create(lade_loader_t **out, const lade_config_t *cfg) {
   int rc = lade__source_select(cfg, &ops);
   if (rc) return rc;
   /* settings the chosen source would ignore are refused, not dropped */
-  if (cfg->label_file[0] && ops != &lade__source_s3)
+#ifdef LADE_HAVE_CURL
+  const lade__source_ops_t *s3 = &lade__source_s3;
+#else
+  const lade__source_ops_t *s3 = NULL; /* no s3 source in this build */
+#endif
+  if (cfg->label_file[0] && ops != s3)
     return lade__fail(LADE_EINVAL, "setting 'label_file' applies to s3:// sources only; the %s source %s takes its labels "
                       "from its class folders", ops->name, cfg->source);
   if ((cfg->npy_dtype[0] || cfg->npy_shape[0]) && ops != &lade__source_npy)
