@@ -13,6 +13,7 @@ pkgs=(
   python3 python3-dev python3-numpy python3-pytest python3-pil python3-setuptools
   python3-torch python3-torchvision
   gnuplot-nox                    # lade simulate/model --plot
+  nginx                          # http(s):// tar shard tests: a real HTTP server with Range support
 )
 
 missing=()

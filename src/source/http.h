@@ -106,21 +106,37 @@ int lade__http_read(lade__http_t *h, uint64_t idx, const lade__http_get_t *g, la
 void lade__http_stats(lade__http_t *h, struct lade__source_stats *out);
 
 /* A blocking GET of url into out, on the caller's thread, with the same
- * retries, caps and messages (listings, label files, index passes):
- * `shown` names it in errors; a body past `cap` bytes fails before it is
- * buffered. `cut` (optional) judges a complete 2xx body: nonzero with
- * `what` filled means it was cut short and is fetched again. `is_list`
- * counts it as a LIST request. `sink` (optional) receives the body as it
- * arrives instead of `out` (return nonzero to stop the transfer: a
- * LADE_E* code, reported as is); it is told of each retry by a call with
- * len 0 and restart set. Thread-safe. */
-typedef struct lade__http_sink {
-  void *ctx;
-  int (*data)(void *ctx, const uint8_t *p, size_t len, int restart);
-} lade__http_sink_t;
+ * retries, caps and messages (listings, label files): `shown` names it in
+ * errors; a body past `cap` bytes fails before it is buffered. `cut`
+ * (optional) judges a complete 2xx body: nonzero with `what` filled means
+ * it was cut short and is fetched again. `is_list` counts it as a LIST
+ * request. Thread-safe. */
 int lade__http_get_blocking(lade__http_t *h, const char *url, const char *shown, lade__buf_t *out, uint64_t cap,
-                            int is_list, int (*cut)(const lade__buf_t *b, char *what, size_t size),
-                            const lade__http_sink_t *sink);
+                            int is_list, int (*cut)(const lade__buf_t *b, char *what, size_t size));
+
+/* A blocking HEAD of url with retries: *size from its Content-Length, and
+ * `validator` ("etag X", else "modified DATE", else "") names the version
+ * of the object. Errors name `shown`. Thread-safe. */
+int lade__http_head(lade__http_t *h, const char *url, const char *shown, uint64_t *size, char *validator,
+                    size_t vsize);
+
+/* A streamed GET of a whole object of `size` bytes, read forward on the
+ * caller's thread as tarfmt's pread callback (lade__http_stream_pread):
+ * bytes arrive as they are asked for and only the window since the last
+ * read's offset is kept, so an index pass over a shard costs one request
+ * (plus one per resume) and little memory. A transfer that fails is
+ * resumed with a Range request where it stopped (retries and backoff as
+ * any request), provided the object's validator has not changed. */
+typedef struct lade__http_stream lade__http_stream_t;
+int lade__http_stream_open(lade__http_t *h, const char *url, const char *shown, uint64_t size, const char *validator,
+                           lade__http_stream_t **out);
+/* tarfmt's lade__tar_pread_fn: reads at offsets never below the previous
+ * read's; returns the bytes read (fewer only at the end) or -EIO, with the
+ * reason (URL, HTTP status, curl's words) kept for lade__http_stream_error. */
+long lade__http_stream_pread(void *stream, void *buf, size_t len, uint64_t off);
+/* The failure that made pread return -EIO (0 when none); sets lade_last_error(). */
+int lade__http_stream_error(lade__http_stream_t *s);
+void lade__http_stream_close(lade__http_stream_t *s);
 
 /* Initialises libcurl once per process. 0 or LADE_EREMOTE (message set). */
 int lade__http_global_init(void);

@@ -120,7 +120,7 @@ static int list_cut(const lade__buf_t *b, char *what, size_t size) {
  * open(); blocking is fine there). */
 static int fetch_blocking(s3_impl_t *d, const char *url, const char *shown, lade__buf_t *out, int is_list,
                           uint64_t cap) {
-  return lade__http_get_blocking(d->http, url, shown, out, cap, is_list, is_list ? list_cut : NULL, NULL);
+  return lade__http_get_blocking(d->http, url, shown, out, cap, is_list, is_list ? list_cut : NULL);
 }
 
 /* ------------------------------------------------------------- listing */

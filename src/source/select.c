@@ -1,7 +1,8 @@
 /* select.c - which source backend reads a `source` setting (source_type,
  * or auto: s3:// is s3; a .npy file, or a folder holding only .npy files, is
  * npy; a .tar, a folder of shards, a brace pattern or a list of shards is
- * tar; any other folder is dir). Separate from every backend so that each
+ * tar, remote tar for http(s):// URLs and lists of them; any other folder
+ * is dir). Separate from every backend so that each
  * backend file holds one backend. */
 #include <dirent.h>
 #include <errno.h>
@@ -71,6 +72,19 @@ int lade__source_select(const struct lade_config *cfg, const lade__source_ops_t 
     return 0;
 #else
     return lade__fail(LADE_EUNSUPPORTED, "dataset %s: the s3 source needs libcurl, which this build lacks (LADE_WITH_CURL)",
+                      cfg->source);
+#endif
+  }
+  int url = !strncmp(cfg->source, "http://", 7) || !strncmp(cfg->source, "https://", 8);
+  if (url || ((cfg->source_type == LADE_SRC_TAR || cfg->source_type == LADE_SRC_AUTO) &&
+              lade__tar_source_remote(cfg->source))) {
+#ifdef LADE_HAVE_CURL
+    if (cfg->source_type != LADE_SRC_TAR && cfg->source_type != LADE_SRC_AUTO)
+      return lade__fail(LADE_EINVAL, "dataset %s: a URL is read as tar shards (source_type=tar or auto)", cfg->source);
+    *ops = &lade__source_tar_remote;
+    return 0;
+#else
+    return lade__fail(LADE_EUNSUPPORTED, "dataset %s: http(s):// shards need libcurl, which this build lacks (LADE_WITH_CURL)",
                       cfg->source);
 #endif
   }

@@ -154,6 +154,11 @@ extern const lade__source_ops_t lade__source_npy;
 extern const lade__source_ops_t lade__source_s3; /* source=s3://bucket/prefix (needs libcurl) */
 /* WebDataset tar shards: a .tar, a folder of them, a brace pattern, a list file */
 extern const lade__source_ops_t lade__source_tar;
+/* The same for http(s):// shards (needs libcurl): reads are Range requests */
+extern const lade__source_ops_t lade__source_tar_remote;
+/* 1 when source names remote tar shards: a URL, or a local list file whose
+ * first shard is a URL. */
+int lade__tar_source_remote(const char *source);
 
 /* Chooses the backend for cfg (source_type=auto inspects the path). Returns
  * LADE_ENOENT naming the path when it does not exist. Does not list. */
