@@ -36,7 +36,8 @@ S3_CHECK=build-tsan/tests/s3_check LADE_NODE_DIR="$PWD/build/tests/node" TSAN_OP
 
 echo "== the http(s):// tar shard test (nginx, faultproxy) under ThreadSanitizer"
 http_rc=0
-S3_CHECK=build-tsan/tests/s3_check TSAN_OPTIONS=halt_on_error=1 /usr/bin/python3 tests/http/test_http.py || http_rc=$?
+S3_CHECK=build-tsan/tests/s3_check LADE_NODE_DIR="$PWD/build/tests/node" TSAN_OPTIONS=halt_on_error=1 \
+  /usr/bin/python3 tests/http/test_http.py || http_rc=$?
 [ "$http_rc" -eq 0 ] || [ "$http_rc" -eq 77 ] || exit "$http_rc"
 
 echo "== all test suites passed"

@@ -29,6 +29,7 @@
 #include "tarfmt.h"
 #ifdef LADE_HAVE_CURL
 #include "source/http.h"
+#include "source/s3auth.h"
 #endif
 
 #define IDX_MAGIC "LADETAR1"
@@ -106,6 +107,8 @@ typedef struct tar_impl {
   uint64_t gap, max_req; /* coalescing: the largest gap inside one request, its most bytes */
 #ifdef LADE_HAVE_CURL
   lade__http_t *http;
+  int s3;             /* s3:// shards, all in w's bucket, signed as w says */
+  lade__s3_where_t w;
 #endif
 } tar_impl_t;
 
@@ -171,7 +174,10 @@ static int read_small(const char *path, uint64_t max, lade__buf_t *b) {
   return rc;
 }
 
-static int is_url(const char *s) { return !strncmp(s, "http://", 7) || !strncmp(s, "https://", 8); }
+/* A remote shard's name: an http(s):// URL or an s3:// object. */
+static int is_url(const char *s) {
+  return !strncmp(s, "http://", 7) || !strncmp(s, "https://", 8) || !strncmp(s, "s3://", 5);
+}
 
 /* The lines of a shard list `file` (its bytes in b): one shard per line;
  * blank lines and lines starting with '#' skipped; a URL is kept as it is,
@@ -678,6 +684,7 @@ static void tar_close(lade__source_t *s) {
   if (!t) return;
 #ifdef LADE_HAVE_CURL
   lade__http_destroy(t->http); /* first: its thread reads the shard list */
+  lade__s3_where_free(&t->w);
 #endif
   if (t->fd)
     for (size_t i = 0; i < t->shards.n; i++)
@@ -719,10 +726,26 @@ int lade__tar_source_remote(const char *source) {
 #ifdef LADE_HAVE_CURL
 
 /* The http module's hooks: an object is a shard, named by its URL. */
+/* The key of an s3:// name in the source's bucket, or NULL for another bucket. */
+static const char *s3_key(const tar_impl_t *t, const char *name) {
+  size_t bl = strlen(t->w.bucket);
+  if (strncmp(name, "s3://", 5) || strncmp(name + 5, t->w.bucket, bl) || name[5 + bl] != '/') return NULL;
+  return name + 5 + bl + 1;
+}
+
+/* The URL a request for `name` goes to (signed for s3:// names). */
+static int name_url(const tar_impl_t *t, const char *name, char *url, size_t size) {
+  if (t->s3) {
+    const char *key = s3_key(t, name);
+    return key ? lade__s3_url(&t->w, key, NULL, url, size) : -1;
+  }
+  int n = snprintf(url, size, "%s", name);
+  return n < 0 || (size_t)n >= size ? -1 : 0;
+}
+
 static int shard_url(void *ctx, uint64_t obj, char *url, size_t size) {
   const tar_impl_t *t = ctx;
-  int n = snprintf(url, size, "%s", strs_at(&t->shards, obj));
-  return n < 0 || (size_t)n >= size ? -1 : 0;
+  return name_url(t, strs_at(&t->shards, obj), url, size);
 }
 
 static void shard_name(void *ctx, uint64_t obj, char *buf, size_t size) {
@@ -730,19 +753,27 @@ static void shard_name(void *ctx, uint64_t obj, char *buf, size_t size) {
   snprintf(buf, size, "%s", strs_at(&t->shards, obj));
 }
 
-static int remote_http(tar_impl_t *t, const struct lade_config *cfg, lade__source_t *s) {
-  lade__http_opts_t o = {.what = "tar source",
-                         .timeout_ms = cfg->s3_timeout_ms,
+/* The http module for the shards `first` is one of; s3:// shards get the
+ * s3 source's endpoint, addressing and credentials (s3auth.c). */
+static int remote_http(tar_impl_t *t, const struct lade_config *cfg, lade__source_t *s, const char *first) {
+  lade__http_opts_t o = {.timeout_ms = cfg->s3_timeout_ms,
                          .connect_timeout_ms = cfg->s3_connect_timeout_ms,
                          .retries = cfg->s3_retries,
                          .retry_base_ms = cfg->s3_retry_base_ms,
                          .fixed_conc = cfg->s3_concurrency,
                          .max_conc = cfg->s3_max_concurrency,
-                         .max_body = cfg->max_sample_bytes,
-                         .ctx = t,
-                         .url = shard_url,
-                         .name = shard_name,
-                         .src = s};
+                         .max_body = cfg->max_sample_bytes};
+  t->s3 = !strncmp(first, "s3://", 5);
+  if (t->s3) {
+    int rc = lade__s3_where_init(&t->w, cfg, first);
+    if (rc) return rc;
+    lade__s3_http_opts(&t->w, cfg, &o);
+  }
+  o.what = "tar source";
+  o.ctx = t;
+  o.url = shard_url;
+  o.name = shard_name;
+  o.src = s;
   t->gap = cfg->coalesce_gap_bytes;
   t->max_req = LADE_MIN(cfg->max_sample_bytes, (uint64_t)16 << 20);
   return lade__http_create(&t->http, &o);
@@ -750,11 +781,41 @@ static int remote_http(tar_impl_t *t, const struct lade_config *cfg, lade__sourc
 
 /* The shards a URL source names: a brace pattern, one .tar, or a list file
  * fetched from the server (relative lines are relative to its folder). */
+typedef struct tar_listing {
+  tar_impl_t *t;
+  size_t plen; /* the prefix's length: keys with a '/' after it are in sub-folders */
+} tar_listing_t;
+
+/* A listed object that is a shard: a .tar directly under the prefix, as a
+ * local folder's shards are its .tar files and not its sub-folders'. */
+static int push_tar_key(void *ctx, const char *key, size_t klen, uint64_t size) {
+  tar_listing_t *l = ctx;
+  (void)size;
+  if (klen < l->plen + 4 || memcmp(key + klen - 4, ".tar", 4) != 0 || memchr(key + l->plen, '/', klen - l->plen))
+    return 0;
+  char name[LADE_PATH_MAX + 300];
+  int n = snprintf(name, sizeof name, "s3://%s/%.*s", l->t->w.bucket, (int)klen, key);
+  if (n < 0 || (size_t)n >= sizeof name)
+    return lade__fail(LADE_ERANGE, "s3://%s/%.*s...: name too long", l->t->w.bucket, (int)LADE_MIN(klen, 200), key);
+  return strs_push(&l->t->shards, name, (size_t)n);
+}
+
 static int remote_shards(tar_impl_t *t, const char *src) {
   if (strchr(src, '{')) return brace_expand(&t->shards, src, src);
   if (has_suffix(src, ".tar")) return strs_push(&t->shards, src, strlen(src));
+  if (t->s3 && !has_suffix(src, ".txt")) { /* a prefix: its .tar objects (the listing is sorted by key) */
+    char prefix[1100];
+    size_t pl = strlen(t->w.path);
+    snprintf(prefix, sizeof prefix, "%s%s", t->w.path, pl && t->w.path[pl - 1] != '/' ? "/" : "");
+    tar_listing_t l = {t, strlen(prefix)};
+    int rc = lade__s3_list(&t->w, t->http, prefix, src, push_tar_key, &l);
+    if (!rc && !t->shards.n) rc = lade__fail(LADE_EEMPTY, "%s holds no .tar objects", src);
+    return rc;
+  }
+  char url[8192];
+  if (name_url(t, src, url, sizeof url)) return lade__fail(LADE_ERANGE, "%s: name too long", src);
   lade__buf_t b = {0};
-  int rc = lade__http_get_blocking(t->http, src, src, &b, 64u << 20, 0, NULL);
+  int rc = lade__http_get_blocking(t->http, url, src, &b, 64u << 20, 0, NULL);
   if (!rc) {
     char base[LADE_PATH_MAX];
     const char *slash = strrchr(src, '/');
@@ -769,23 +830,26 @@ static int remote_shards(tar_impl_t *t, const char *src) {
  * current version (a HEAD: size and ETag or Last-Modified), else one
  * streamed GET of the shard whose headers are parsed as they arrive. */
 static int remote_index(tar_impl_t *t, const struct lade_config *cfg, size_t i, shard_index_t *x) {
-  const char *url = strs_at(&t->shards, i);
+  const char *shown = strs_at(&t->shards, i);
+  char url[8192];
+  if (name_url(t, shown, url, sizeof url))
+    return lade__fail(LADE_EINVAL, "%s: not in the bucket of the first shard (s3://%s), or too long", shown, t->w.bucket);
   uint64_t size = 0;
   char val[256];
-  int rc = lade__http_head(t->http, url, url, &size, val, sizeof val);
+  int rc = lade__http_head(t->http, url, shown, &size, val, sizeof val);
   if (rc) return rc;
   /* b = 2: never equal to a local shard's nanoseconds field by accident of a hash */
   shard_ver_t v = {size, lade__hash64(val, strlen(val), 0x7661), (uint64_t)2 << 32};
   char ipath[LADE_PATH_MAX + 64] = "";
   if (cfg->cache_dir[0]) {
     snprintf(ipath, sizeof ipath, "%s/tarindex-%016llx.bin", cfg->cache_dir,
-             (unsigned long long)lade__hash64(url, strlen(url), 0x7461726964780000ull));
+             (unsigned long long)lade__hash64(url, strlen(url), 0x7461726964780000ull)); /* endpoint included */
     if (index_load_ver(x, ipath, v) == 0) return 0;
   }
   lade__http_stream_t *st = NULL;
-  rc = lade__http_stream_open(t->http, url, url, size, val, &st);
+  rc = lade__http_stream_open(t->http, url, shown, size, val, &st);
   if (!rc) {
-    rc = index_walk(x, lade__http_stream_pread, st, size, url);
+    rc = index_walk(x, lade__http_stream_pread, st, size, shown);
     if (rc && lade__http_stream_error(st)) rc = lade__http_stream_error(st); /* the network's words, not EIO's */
   }
   lade__http_stream_close(st);
@@ -905,7 +969,7 @@ static int tar_open(lade__source_t *s, const struct lade_config *cfg) {
   int rc = is_url(cfg->source) ? 0 : tar_shards(&t->shards, cfg->source);
   t->remote = is_url(cfg->source) || (!rc && is_url(strs_at(&t->shards, 0)));
 #ifdef LADE_HAVE_CURL
-  if (!rc && t->remote) rc = remote_http(t, cfg, s);
+  if (!rc && t->remote) rc = remote_http(t, cfg, s, is_url(cfg->source) ? cfg->source : strs_at(&t->shards, 0));
   if (!rc && is_url(cfg->source)) rc = remote_shards(t, cfg->source);
 #else
   if (!rc && t->remote)

@@ -19,6 +19,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import httpenv  # noqa: E402
+import s3env  # noqa: E402  (tests/s3, put on the path by httpenv)
 
 S3_CHECK = os.environ.get("S3_CHECK") or os.path.join(HERE, "..", "..", "build", "tests", "s3_check")
 SHARDS = 4
@@ -204,6 +205,59 @@ class TestHttpTar(unittest.TestCase):
         self.assertIn(self.remote("cut.tar"), err)
         self.assertIn("member 'c", err)
         self.assertIn("past the end", err)
+
+
+class TestS3Tar(unittest.TestCase):
+    """s3:// tar shards on the S3 tests' server (s3rver behind tests/s3/faultproxy.js, SigV4 checked)."""
+
+    @classmethod
+    def setUpClass(cls):
+        why = s3env.missing()
+        if why:
+            raise unittest.SkipTest(why)
+        cls.tmp = tempfile.mkdtemp(prefix="lade-s3tar-test-")
+        for s in range(SHARDS):
+            write_shard(os.path.join(cls.tmp, "train-%06d.tar" % s), s)
+        cls.env = s3env.S3Env().__enter__()
+        for s in range(SHARDS):
+            with open(os.path.join(cls.tmp, "train-%06d.tar" % s), "rb") as f:
+                cls.env.put("shards/train-%06d.tar" % s, f.read())
+        cls.env.put("shards/notes.txt", b"not a shard")
+        cls.env.put("shards/old/train-000000.tar", b"in a sub-folder: not a shard of the prefix")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.env.__exit__(None, None, None)
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def run_check(self, source, **settings):
+        base = dict(transform="raw", raw_size=MAX_SIZE, batch_size=8, threads=2, shuffle=True, epochs=1,
+                    s3_retry_base_ms=5)
+        base.update(self.env.lade_settings())
+        base.update(settings)
+        args = [S3_CHECK, "loader", "source=" + source] + \
+               ["%s=%s" % (k, str(v).lower() if isinstance(v, bool) else v) for k, v in base.items()]
+        r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+        out = r.stdout + r.stderr
+        self.assertNotIn(self.env.secret_key, out)
+        self.assertNotIn("Sanitizer", out)
+        self.assertEqual(r.returncode, 0, out[-3000:])
+        return r.stdout.splitlines()
+
+    def test_brace_pattern_and_prefix_equal_local(self):
+        want = samples(self.run_check(self.tmp))
+        got = samples(self.run_check("s3://%s/shards/train-{000000..%06d}.tar" % (self.env.bucket, SHARDS - 1)))
+        self.assertEqual(got, want)
+        self.env.reset()
+        lines = self.run_check("s3://%s/shards" % self.env.bucket, source_type="tar")
+        self.assertEqual(samples(lines), want)
+        c = self.env.counts()
+        self.assertEqual(c["sig_failures"], 0)
+        self.assertEqual(c["list"], 1)
+        self.assertEqual(c["head"], SHARDS)
+        st = {k: int(v) for k, v in (p.split("=") for p in [x for x in lines if x.startswith("LSTATS ")][-1].split()[1:])}
+        self.assertEqual(c["get"], st["get_requests"] + SHARDS)  # the samples' Range requests + one index pass each
+        self.assertLess(st["get_requests"], SHARDS * PER_SHARD)  # coalesced
 
 
 class TestHttpFaults(unittest.TestCase):
