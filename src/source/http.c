@@ -851,6 +851,12 @@ static int start(lade__http_t *h, http_req_t *r, char *msg, size_t msg_size) {
   }
   r->easy = e;
   r->body.len = 0; /* a retry restarts the body from scratch */
+  /* a body of known size (a listed object, a Range; up to 64 MiB) is
+   * received into a buffer of that size at once, not grown by doubling
+   * and copying */
+  if (!r->head && r->get.expect <= ((uint64_t)64 << 20) && r->get.expect + 1 > r->body.cap &&
+      lade__buf_reserve(&r->body, (size_t)r->get.expect + 1) != 0)
+    lade__clear_error(); /* on_body grows it as it can */
   r->errbuf[0] = '\0';
   r->over = 0;
   /* the body is capped at the size it must have, so an endless or oversized
