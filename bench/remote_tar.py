@@ -3,13 +3,16 @@
 shards), in one run on one generated dataset:
 
   local          lade on the shards in a local folder
-  http 0 ms      nginx on loopback (tests/http/httpenv.py), no added latency
-  http 20 ms     the same through tests/s3/faultproxy.js adding 20 ms to every request
+  nginx          nginx on loopback (tests/http/httpenv.py)
+  proxy 0 ms     the same through tests/s3/faultproxy.js (no added latency)
+  proxy 20 ms    the same proxy adding 20 ms to every request
   ... no coalescing   coalesce_gap_bytes=0: one Range request per sample
+  ... prefetch 8, 128 in flight   a deeper lookahead (prefetch=8, s3_concurrency=128)
 
 for the `raw` and `imagenet-train` transforms, in plan order (shuffle=false, the sequential reading
-WebDataset does) and globally shuffled (shuffle=true). Prints lade's samples/s for each, the ratio
-http 20 ms / local (target >= 0.90) and GET requests per sample; then a sweep of
+WebDataset does) and globally shuffled (shuffle=true). Prints lade's samples/s for each, the ratios
+proxy 20 ms / local (target >= 0.90) and proxy 20 ms / proxy 0 ms (the latency hidden on the same
+path), GET requests per sample; then a sweep of
 coalesce_gap_bytes on the shuffled raw case (how the default was chosen). Every case's batch
 checksum must equal the local one (the run stops otherwise).
 
@@ -76,14 +79,17 @@ def main():
         pattern = "shard-{000000..%06d}.tar" % (len(names) - 1)
         print("dataset: %d JPEGs in %d shards, %.1f MB; %d cores; batch 32, %d threads, 2 epochs per run, "
               "median of %d" % (args.count, len(names), mb, CORES, CORES, args.reps))
-        with httpenv.NginxEnv(shards) as direct, httpenv.NginxEnv(shards, proxy=True) as slow:
+        with httpenv.NginxEnv(shards) as direct, httpenv.NginxEnv(shards, proxy=True) as fast, \
+                httpenv.NginxEnv(shards, proxy=True) as slow:
             slow.proxy(latency_ms=args.latency)
+            L = args.latency
             cases = [("local", shards, ()),
-                     ("http 0 ms", direct.url + "/" + pattern, ()),
-                     ("http %d ms" % args.latency, slow.url + "/" + pattern, ()),
-                     ("http %d ms, no coalescing" % args.latency, slow.url + "/" + pattern,
-                      ("coalesce_gap_bytes=0",)),
-                     ("http %d ms, prefetch 16" % args.latency, slow.url + "/" + pattern, ("prefetch=16",))]
+                     ("nginx", direct.url + "/" + pattern, ()),
+                     ("proxy 0 ms", fast.url + "/" + pattern, ()),
+                     ("proxy %d ms" % L, slow.url + "/" + pattern, ()),
+                     ("proxy %d ms, no coalescing" % L, slow.url + "/" + pattern, ("coalesce_gap_bytes=0",)),
+                     ("proxy %d ms, prefetch 8, 128 in flight" % L, slow.url + "/" + pattern,
+                      ("prefetch=8", "s3_concurrency=128"))]
             proxy_pid = slow._procs[0].pid
             for transform in ("raw", "imagenet-train"):
                 for shuffle in (False, True):
@@ -106,12 +112,14 @@ def main():
                     print("[%s, shuffle=%s] " % (transform, "true" if shuffle else "false") +
                           " | ".join("%s %.0f/s%s" % (k, v, "" if k == "local" else " (%.3f GET/sample)" % reqs[k])
                                      for k, v in med.items()))
-                    slow_name = "http %d ms" % args.latency
-                    print("  http %d ms / local: %.3f (target >= 0.90); without coalescing %.3f; prefetch 16 %.3f; "
-                          "the fault proxy used %.2f cores during the http %d ms run (the loader has %d)" %
-                          (args.latency, med[slow_name] / local, med[slow_name + ", no coalescing"] / local,
-                           med[slow_name + ", prefetch 16"] / local, proxy_cpu[slow_name], args.latency, CORES))
-            print("coalesce_gap_bytes sweep (raw, shuffle=true, http %d ms):" % args.latency)
+                    p0, p20 = med["proxy 0 ms"], med["proxy %d ms" % L]
+                    deep = med["proxy %d ms, prefetch 8, 128 in flight" % L]
+                    print("  proxy %d ms / local: %.3f (target >= 0.90); / proxy 0 ms: %.3f (latency hiding); "
+                          "no coalescing / local: %.3f; prefetch 8 + 128 in flight: %.3f of local, %.3f of proxy 0 ms; "
+                          "nginx without the proxy / local: %.3f; the proxy used %.2f cores in the %d ms run" %
+                          (L, p20 / local, p20 / p0, med["proxy %d ms, no coalescing" % L] / local, deep / local,
+                           deep / p0, med["nginx"] / local, proxy_cpu["proxy %d ms" % L], L))
+            print("coalesce_gap_bytes sweep (raw, shuffle=true, proxy %d ms):" % args.latency)
             for gap in (0, 4096, 65536, 262144, 1 << 20, 4 << 20):
                 rs, q = [], 0
                 for _ in range(args.reps):

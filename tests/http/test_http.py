@@ -150,6 +150,14 @@ class TestHttpTar(unittest.TestCase):
         # a batch of 15 consecutive samples spans at most 2 shards: at most 2 requests per batch
         self.assertLessEqual(st1["get_requests"], 2 * (n // 15))
         self.assertLess(st1["get_requests"], st0["get_requests"] // 4)
+        # a request carries at most max_sample_bytes (here 20000): more requests, the same batches
+        self.env.clear_log()
+        capped = self.run_check(self.remote(), batch_size=15, max_sample_bytes=20000)
+        log2 = self.range_gets()
+        self.assertEqual(samples(capped), samples(cold))
+        self.assertTrue(all(e[3] <= 20000 for e in log2), max(e[3] for e in log2))
+        self.assertGreater(len(log2), st1["get_requests"])
+        self.assertLess(len(log2), n)
         # shuffled batches coalesce too, less: still fewer requests than samples
         sh = self.stats(self.run_check(self.remote(), batch_size=40, shuffle=True, coalesce_gap_bytes=1 << 20))
         self.assertLess(sh["get_requests"], n)
