@@ -523,6 +523,7 @@ static size_t stream_body(char *ptr, size_t size, size_t nmemb, void *ud) {
   curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &status);
   if (status != 200 && status != 206) /* an error reply: its first words only */
     return s->r.body.len + n > HTTP_ERROR_CAP ? 0 : on_body(ptr, size, nmemb, &s->r);
+  if (status == 200 && s->r.get.len) return 0; /* a resume answered with the whole object: judged below */
   uint64_t chunk_at = s->at + s->len;
   if (s->keep > s->at) { /* what the reader has passed */
     size_t drop = (size_t)LADE_MIN(s->keep - s->at, (uint64_t)s->len);
@@ -564,6 +565,9 @@ static int stream_start(lade__http_stream_t *s) {
   uint64_t from = s->at + s->len;
   if (from) s->r.get.off = from, s->r.get.len = s->size - from;
   setup_easy(s->h, s->easy, s->url, &s->r);
+  /* a whole shard may take longer than one request's timeout: only the
+   * low-speed limit ends a transfer that stalls */
+  curl_easy_setopt(s->easy, CURLOPT_TIMEOUT_MS, 0L);
   curl_easy_setopt(s->easy, CURLOPT_WRITEFUNCTION, stream_body);
   curl_easy_setopt(s->easy, CURLOPT_WRITEDATA, s);
   pthread_mutex_lock(&s->h->mu);
@@ -582,7 +586,12 @@ static void stream_ended(lade__http_stream_t *s, CURLcode cc) {
   uint64_t have = s->at + s->len;
   http_verdict_t v;
   memset(&v, 0, sizeof v);
-  if ((status == 200 || status == 206) && s->validator[0] && s->r.validator[0] &&
+  if (status == 200 && s->r.get.len) {
+    v.kind = HTTP_FINAL;
+    v.code = LADE_EREMOTE;
+    snprintf(v.what, sizeof v.what, "HTTP 200 to a Range request resuming at byte %llu: the server does not serve "
+             "byte ranges", (unsigned long long)have);
+  } else if ((status == 200 || status == 206) && s->validator[0] && s->r.validator[0] &&
       strcmp(s->validator, s->r.validator) != 0) {
     v.kind = HTTP_FINAL;
     v.code = LADE_EREMOTE;
