@@ -14,13 +14,15 @@ WebDataset does) and globally shuffled (shuffle=true). Prints lade's samples/s f
 proxy 20 ms / local (target >= 0.90) and proxy 20 ms / proxy 0 ms (the latency hidden on the same
 path), GET requests per sample; then a sweep of
 coalesce_gap_bytes on the shuffled raw case (how the default was chosen). Every case's batch
-checksum must equal the local one (the run stops otherwise).
+checksum must equal the local one (the run stops otherwise). The machine may be shared: lade's CPU
+seconds per sample (getrusage of the child) are printed too, a measure other load does not move.
 
     /usr/bin/python3 bench/remote_tar.py [--lade build/lade] [--count 2000] [--reps 3]
 """
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -49,10 +51,15 @@ def bench(lade, source, transform, shuffle, extra=(), epochs=2):
         cmd += ["--set", "raw_size=%d" % RAW_SIZE]
     for kv in extra:
         cmd += ["--set", kv]
+    u0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run(cmd, capture_output=True, text=True)
+    u1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode != 0:
         raise RuntimeError("lade bench failed: %s\n%s" % (" ".join(cmd), r.stderr))
-    return json.loads(r.stdout), " ".join(cmd)
+    out = json.loads(r.stdout)
+    # lade's own CPU (open and index pass included): a measure the other load on the machine does not move
+    out["cpu_s"] = u1.ru_utime + u1.ru_stime - u0.ru_utime - u0.ru_stime
+    return out, " ".join(cmd)
 
 
 def main():
@@ -94,7 +101,7 @@ def main():
             for transform in ("raw", "imagenet-train"):
                 for shuffle in (False, True):
                     rates = {name: [] for name, _, _ in cases}
-                    reqs, ref, proxy_cpu = {}, None, {}
+                    reqs, ref, proxy_cpu, cpu = {}, None, {}, {name: [] for name, _, _ in cases}
                     for _ in range(args.reps):
                         for name, src, extra in cases:
                             c0 = cpu_seconds(proxy_pid)
@@ -106,12 +113,15 @@ def main():
                                 raise SystemExit("%s: checksum %s differs from local %s (%s)" %
                                                  (name, r["checksum"], ref, cmd))
                             rates[name].append(r["samples_per_s"])
+                            cpu[name].append(r["cpu_s"] * 1e6 / r["samples"])
                             reqs[name] = r["get_requests"] / r["samples"]
                     med = {k: statistics.median(v) for k, v in rates.items()}
                     local = med["local"]
                     print("[%s, shuffle=%s] " % (transform, "true" if shuffle else "false") +
                           " | ".join("%s %.0f/s%s" % (k, v, "" if k == "local" else " (%.3f GET/sample)" % reqs[k])
                                      for k, v in med.items()))
+                    print("  lade CPU per sample (us, open included): " +
+                          " | ".join("%s %.0f" % (k, statistics.median(v)) for k, v in cpu.items()))
                     p0, p20 = med["proxy 0 ms"], med["proxy %d ms" % L]
                     deep = med["proxy %d ms, prefetch 8, 128 in flight" % L]
                     print("  proxy %d ms / local: %.3f (target >= 0.90); / proxy 0 ms: %.3f (latency hiding); "

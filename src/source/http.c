@@ -300,6 +300,30 @@ static double backoff_s(const lade__http_t *h, uint32_t retry, lade__rng_t *rng)
   return lade__rng_double(rng) * cap / 1000.0; /* full jitter */
 }
 
+/* Counts a retry of a request made on the caller's thread and sleeps its
+ * backoff there (blocking GETs, HEADs, streams). */
+static void retry_sleep(lade__http_t *h, uint32_t retry, lade__rng_t *rng) {
+  pthread_mutex_lock(&h->mu);
+  h->retried++;
+  pthread_mutex_unlock(&h->mu);
+  double s = backoff_s(h, retry, rng);
+  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+  nanosleep(&ts, NULL);
+}
+
+/* After a failed blocking attempt: 1 when it is tried again (the backoff
+ * slept), 0 with the final error in *rc naming `shown`. */
+static int blocking_again(lade__http_t *h, const http_verdict_t *v, uint32_t attempt, const char *shown,
+                          lade__rng_t *rng, int *rc) {
+  if (v->kind != HTTP_RETRY || attempt >= h->o.retries) {
+    *rc = v->kind == HTTP_RETRY ? lade__fail(v->code, "%s: %s after %u retries", shown, v->what, attempt)
+                                : lade__fail(v->code, "%s: %s", shown, v->what);
+    return 0;
+  }
+  retry_sleep(h, attempt + 1, rng);
+  return 1;
+}
+
 /* --------------------------------------------------------------- requests */
 
 /* The most body bytes r may hold: its cap for a 2xx reply, a few KiB of an
@@ -429,18 +453,7 @@ int lade__http_get_blocking(lade__http_t *h, const char *url, const char *shown,
       v.code = LADE_EREMOTE;
     }
     if (v.kind == HTTP_SIZE) v.kind = HTTP_FINAL;
-    if (v.kind == HTTP_OK) break;
-    if (v.kind == HTTP_FINAL || attempt >= h->o.retries) {
-      rc = v.kind == HTTP_FINAL ? lade__fail(v.code, "%s: %s", shown, v.what)
-                                : lade__fail(v.code, "%s: %s after %u retries", shown, v.what, attempt);
-      break;
-    }
-    pthread_mutex_lock(&h->mu);
-    h->retried++;
-    pthread_mutex_unlock(&h->mu);
-    double s = backoff_s(h, attempt + 1, &rng);
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
+    if (v.kind == HTTP_OK || !blocking_again(h, &v, attempt, shown, &rng, &rc)) break;
   }
   free(tmp);
   curl_easy_cleanup(e);
@@ -481,17 +494,7 @@ int lade__http_head(lade__http_t *h, const char *url, const char *shown, uint64_
       snprintf(validator, vsize, "%s", r->validator);
       break;
     }
-    if (v.kind != HTTP_RETRY || attempt >= h->o.retries) {
-      rc = v.kind == HTTP_RETRY ? lade__fail(v.code, "%s: %s after %u retries", shown, v.what, attempt)
-                                : lade__fail(v.code, "%s: %s", shown, v.what);
-      break;
-    }
-    pthread_mutex_lock(&h->mu);
-    h->retried++;
-    pthread_mutex_unlock(&h->mu);
-    double s = backoff_s(h, attempt + 1, &rng);
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
+    if (!blocking_again(h, &v, attempt, shown, &rng, &rc)) break;
   }
   free(r->body.data);
   free(r);
@@ -615,12 +618,7 @@ static void stream_ended(lade__http_stream_t *s, CURLcode cc) {
   }
   if (v.kind == HTTP_RETRY && s->retries < s->h->o.retries) {
     s->retries++;
-    pthread_mutex_lock(&s->h->mu);
-    s->h->retried++;
-    pthread_mutex_unlock(&s->h->mu);
-    double w = backoff_s(s->h, s->retries, &s->rng);
-    struct timespec ts = {(time_t)w, (long)((w - (double)(time_t)w) * 1e9)};
-    nanosleep(&ts, NULL);
+    retry_sleep(s->h, s->retries, &s->rng);
     if (stream_start(s) == 0) return;
     v.kind = HTTP_FINAL;
     v.code = LADE_ENOMEM;

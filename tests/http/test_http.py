@@ -48,6 +48,15 @@ def samples(lines):
     return [ln for ln in lines if ln.startswith("S ")]
 
 
+def loader_args(source, shuffle, settings):
+    """s3_check's command line: every sample of every batch as an "S" line, then LSTATS and OK/ERROR."""
+    s = dict(transform="raw", raw_size=MAX_SIZE, batch_size=8, threads=2, shuffle=shuffle, epochs=1,
+             s3_retry_base_ms=5)
+    s.update(settings)
+    return [S3_CHECK, "loader", "source=" + source] + \
+           ["%s=%s" % (k, str(v).lower() if isinstance(v, bool) else v) for k, v in s.items()]
+
+
 class TestHttpTar(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -70,12 +79,7 @@ class TestHttpTar(unittest.TestCase):
 
     # ---- helpers
     def run_check(self, source, expect_ok=True, timeout=300, **settings):
-        base = dict(transform="raw", raw_size=MAX_SIZE, batch_size=8, threads=2, shuffle=False, epochs=1,
-                    s3_retry_base_ms=5)
-        base.update(settings)
-        args = [S3_CHECK, "loader", "source=" + source] + \
-               ["%s=%s" % (k, str(v).lower() if isinstance(v, bool) else v) for k, v in base.items()]
-        r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
+        r = subprocess.run(loader_args(source, False, settings), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
         out = r.stdout + r.stderr
         self.assertNotIn("Sanitizer", out)
         lines = r.stdout.splitlines()
@@ -239,13 +243,7 @@ class TestS3Tar(unittest.TestCase):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
     def run_check(self, source, **settings):
-        base = dict(transform="raw", raw_size=MAX_SIZE, batch_size=8, threads=2, shuffle=True, epochs=1,
-                    s3_retry_base_ms=5)
-        base.update(self.env.lade_settings())
-        base.update(settings)
-        args = [S3_CHECK, "loader", "source=" + source] + \
-               ["%s=%s" % (k, str(v).lower() if isinstance(v, bool) else v) for k, v in base.items()]
-        r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+        r = subprocess.run(loader_args(source, True, dict(self.env.lade_settings(), **settings)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
         out = r.stdout + r.stderr
         self.assertNotIn(self.env.secret_key, out)
         self.assertNotIn("Sanitizer", out)
@@ -289,11 +287,7 @@ class TestHttpFaults(unittest.TestCase):
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def args(self, source, **settings):
-        base = dict(transform="raw", raw_size=MAX_SIZE, batch_size=8, threads=2, shuffle=True, epochs=1,
-                    s3_retry_base_ms=5)
-        base.update(settings)
-        return [S3_CHECK, "loader", "source=" + source] + \
-               ["%s=%s" % (k, str(v).lower() if isinstance(v, bool) else v) for k, v in base.items()]
+        return loader_args(source, True, settings)
 
     def test_transient_5xx_are_retried(self):
         want = subprocess.run(self.args(self.www), stdout=subprocess.PIPE, text=True, timeout=120).stdout
