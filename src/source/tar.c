@@ -105,6 +105,7 @@ typedef struct tar_impl {
   /* remote shards (http(s)://): reads are Range requests through `http` */
   int remote;
   uint64_t gap, max_req; /* coalescing: the largest gap inside one request, its most bytes */
+  uint64_t *shard_ver;   /* per remote shard: a hash of its size and ETag/Last-Modified (version op) */
 #ifdef LADE_HAVE_CURL
   lade__http_t *http;
   int s3;             /* s3:// shards, all in w's bucket, signed as w says */
@@ -690,6 +691,7 @@ static void tar_close(lade__source_t *s) {
     for (size_t i = 0; i < t->shards.n; i++)
       if (t->fd[i] >= 0) close(t->fd[i]);
   free(t->fd);
+  free(t->shard_ver);
   strs_free(&t->shards);
   strs_free(&t->names);
   free(t->shard);
@@ -840,6 +842,7 @@ static int remote_index(tar_impl_t *t, const struct lade_config *cfg, size_t i, 
   if (rc) return rc;
   /* b = 2: never equal to a local shard's nanoseconds field by accident of a hash */
   shard_ver_t v = {size, lade__hash64(val, strlen(val), 0x7661), (uint64_t)2 << 32};
+  t->shard_ver[i] = lade__hash64(&v, sizeof v, 0x76657273);
   char ipath[LADE_PATH_MAX + 64] = "";
   if (cfg->cache_dir[0]) {
     snprintf(ipath, sizeof ipath, "%s/tarindex-%016llx.bin", cfg->cache_dir,
@@ -935,6 +938,16 @@ static int tar_submit(lade__source_t *s, const uint64_t *idx, size_t n, int back
   return rc;
 }
 
+/* The disk tier's version of a remote sample: its shard's size and ETag
+ * (or Last-Modified) as the HEAD at open found them, and the member's place
+ * and size, so a shard rewritten with members of the same sizes is not
+ * served from the disk tier with its old bytes. */
+static uint64_t tar_remote_version(lade__source_t *s, uint64_t idx) {
+  tar_impl_t *t = s->impl;
+  uint64_t k[3] = {t->shard_ver[t->shard[idx]], t->off[idx], t->sizes[idx]};
+  return lade__hash64(k, sizeof k, 0x74617276) | 2; /* > LADE_VERSION_UNKNOWN */
+}
+
 static bool tar_ready(lade__source_t *s, uint64_t idx) {
   tar_impl_t *t = s->impl;
   return idx >= t->count || lade__http_ready(t->http, idx);
@@ -983,6 +996,8 @@ static int tar_open(lade__source_t *s, const struct lade_config *cfg) {
   if (!rc && t->shards.n > UINT32_MAX) rc = lade__fail(LADE_ERANGE, "dataset %s: too many shards", cfg->source);
   if (!rc && !(t->fd = malloc(t->shards.n * sizeof *t->fd))) rc = lade__fail(LADE_ENOMEM, "tar source: out of memory");
   for (size_t i = 0; !rc && i < t->shards.n; i++) t->fd[i] = -1;
+  if (!rc && t->remote && !(t->shard_ver = calloc(t->shards.n, sizeof *t->shard_ver)))
+    rc = lade__fail(LADE_ENOMEM, "tar source: out of memory");
   uint64_t with_cls = 0;
   for (size_t i = 0; !rc && i < t->shards.n; i++) {
     const char *shard = strs_at(&t->shards, i);
@@ -1110,6 +1125,7 @@ const lade__source_ops_t lade__source_tar_remote = {
     .close = tar_close,
     .read = tar_read,
     .describe = tar_describe,
+    .version = tar_remote_version,
     .submit = tar_submit,
     .ready = tar_ready,
     .stats = tar_stats};

@@ -32,12 +32,16 @@ def member_bytes(shard, i):
     return r.randbytes(r.randint(200, MAX_SIZE))
 
 
-def write_shard(path, shard, n=PER_SHARD):
-    """WebDataset samples: KEY.bin (the sample's bytes) and KEY.cls (its label), by tarfile."""
+def write_shard(path, shard, n=PER_SHARD, flip=False):
+    """WebDataset samples: KEY.bin (the sample's bytes; inverted with flip: other bytes, the same
+    sizes) and KEY.cls (its label), by tarfile."""
     with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as t:
         for i in range(n):
             key = "c%d/s%d_%03d" % (i % 3, shard, i)
-            for ext, data in (("bin", member_bytes(shard, i)), ("cls", b"%d" % (i % 3))):
+            data = member_bytes(shard, i)
+            if flip:
+                data = bytes(b ^ 0xFF for b in data)
+            for ext, data in (("bin", data), ("cls", b"%d" % (i % 3))):
                 ti = tarfile.TarInfo(key + "." + ext)
                 ti.size = len(data)
                 ti.mtime = 1700000000
@@ -194,6 +198,29 @@ class TestHttpTar(unittest.TestCase):
             got = [ln.split()[4:] for ln in samples(third)[PER_SHARD:2 * PER_SHARD - 5]]
             want = [ln.split()[4:] for ln in samples(self.run_check(os.path.join(alt, "x.tar")))]
             self.assertEqual(got, want)
+        finally:
+            with open(path, "wb") as f:
+                f.write(saved)
+
+    def test_disk_cache_sees_a_rewritten_shard(self):
+        """A shard rewritten with members of the same sizes (a new ETag): its samples are not served
+        from the disk tier with their old bytes."""
+        cache = os.path.join(self.tmp, "cache-disk")
+        shutil.rmtree(cache, ignore_errors=True)
+        kw = dict(cache_dir=cache, batch_size=10, shuffle=True, epochs=2)
+        first = self.run_check(self.remote(), **kw)
+        self.assertEqual(samples(first), samples(self.run_check(self.local(), **kw)))
+        path = os.path.join(self.www, "train-000000.tar")
+        with open(path, "rb") as f:
+            saved = f.read()
+        try:
+            write_shard(path, 0, flip=True)
+            self.assertEqual(os.path.getsize(path), len(saved))
+            os.utime(path, (1700000000, 1700000000))  # nginx's ETag changes with the mtime
+            second = self.run_check(self.remote(), **kw)
+            self.assertGreater(self.stats(second)["disk"], 0)  # the disk tier served the other shards
+            self.assertEqual(samples(second), samples(self.run_check(self.local(), **kw)))
+            self.assertNotEqual(samples(second), samples(first))
         finally:
             with open(path, "wb") as f:
                 f.write(saved)
