@@ -52,15 +52,17 @@ http {{
   server {{
     listen 127.0.0.1:{port};
     root {root};
+    {extra}
   }}
 }}
 """
 
 
 class NginxEnv:
-    def __init__(self, root, proxy=False):
+    def __init__(self, root, proxy=False, server_extra=""):
         self.root = os.path.abspath(root)
         self.with_proxy = proxy
+        self.server_extra = server_extra  # nginx directives added to the server block
         self._procs = []
         self._logs = []
 
@@ -70,7 +72,7 @@ class NginxEnv:
         self.port = s3env.free_port()
         conf = os.path.join(self._dir, "nginx.conf")
         with open(conf, "w") as f:
-            f.write(CONF.format(d=self._dir, port=self.port, root=self.root))
+            f.write(CONF.format(d=self._dir, port=self.port, root=self.root, extra=self.server_extra))
         log = open(os.path.join(self._dir, "stderr.log"), "w")
         self._logs.append(log)
         self.nginx = subprocess.Popen([NGINX, "-c", conf, "-p", self._dir], stdout=log, stderr=log)

@@ -225,6 +225,27 @@ class TestHttpTar(unittest.TestCase):
             with open(path, "wb") as f:
                 f.write(saved)
 
+    def test_nginx_killed_mid_run(self):
+        """No proxy: nginx itself goes away while Range requests are in flight (nginx's limit_rate
+        holds each Range reply at 100 bytes/s; the index passes, without a Range, run at full speed)."""
+        with httpenv.NginxEnv(self.www, server_extra="if ($http_range) { set $limit_rate 100; }") as env:
+            p = subprocess.Popen(loader_args(env.url + "/" + self.pattern, False,
+                                             dict(batch_size=2, s3_retries=2, threads=1, s3_connect_timeout_ms=500)),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            t0 = time.time()
+            while len([e for e in env.access_log() if e[0] == "GET" and e[2] == 200]) < SHARDS:  # index passes
+                self.assertIsNone(p.poll(), "the run ended before nginx was stopped")
+                self.assertLess(time.time() - t0, 60)
+                time.sleep(0.02)
+            time.sleep(0.3)  # the first batches' Range requests are in flight, held by limit_rate
+            env.stop_server()
+            out, err = p.communicate(timeout=120)
+        self.assertNotEqual(p.returncode, 0, (out + err)[-2000:])
+        self.assertNotIn("Sanitizer", out + err)
+        self.assertEqual(samples(out.splitlines()), [])
+        self.assertRegex(out.splitlines()[-1], r"^ERROR LADE_EREMOTE http://127\.0\.0\.1:\d+/train-\d{6}\.tar: "
+                                               r"member 'c\d/s\d_\d{3}\.bin': .+ after 2 retries$")
+
     def test_missing_shard_names_the_url(self):
         lines = self.run_check(self.env.url + "/train-{000000..000004}.tar", expect_ok=False)
         err = lines[-1]
