@@ -17,6 +17,7 @@ pkgs=(
   gnuplot-nox                    # lade simulate/model --plot
   libopenmpi-dev openmpi-bin     # the MPI transport between learners (src/dist/mpi.c) and the mpirun tests
   python3-mpi4py                 # the Python module under mpirun beside mpi4py
+  nginx                          # http(s):// tar shard tests: a real HTTP server with Range support
 )
 
 missing=()

@@ -2,7 +2,7 @@
 # Installs dependencies, builds lade, and runs every test: the release build's
 # full ctest suite, then the unit tests again under AddressSanitizer +
 # UndefinedBehaviorSanitizer, the engine test and the S3 integration test
-# under ThreadSanitizer.
+# under ThreadSanitizer, and the http(s):// tar shard test under it too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -35,5 +35,11 @@ s3_rc=0
 S3_CHECK=build-tsan/tests/s3_check LADE_NODE_DIR="$PWD/build/tests/node" TSAN_OPTIONS=halt_on_error=1 \
   /usr/bin/python3 tests/s3/test_s3.py || s3_rc=$?
 [ "$s3_rc" -eq 0 ] || [ "$s3_rc" -eq 77 ] || exit "$s3_rc"
+
+echo "== the http(s):// tar shard test (nginx, faultproxy) under ThreadSanitizer"
+http_rc=0
+S3_CHECK=build-tsan/tests/s3_check LADE_NODE_DIR="$PWD/build/tests/node" TSAN_OPTIONS=halt_on_error=1 \
+  /usr/bin/python3 tests/http/test_http.py || http_rc=$?
+[ "$http_rc" -eq 0 ] || [ "$http_rc" -eq 77 ] || exit "$http_rc"
 
 echo "== all test suites passed"

@@ -129,6 +129,9 @@ static const setting_t settings[] = {
      "labels as lines 'KEY LABEL' (a local path or s3://bucket/key); \"\": from the class folder in the key"},
     {"listing_ttl", T_U64, OFF(listing_ttl), 0, 0, 1e12, NULL, "86400",
      "seconds a remote listing stored in cache_dir is reused (0: list every run)"},
+    {"coalesce_gap_bytes", T_U64, OFF(coalesce_gap_bytes), 0, 0, 1e12, NULL, "65536",
+     "http(s):// and s3:// tar shards: samples of one shard in one batch with at most this many bytes between "
+     "them are read with one Range request (0: one request per sample)"},
     {"cache_dir", T_STR, OFF(cache_dir), SZ(cache_dir), 0, 0, NULL, "",
      "disk cache folder (created with mode 0700; persists across runs); \"\": no disk cache"},
     {"cache_disk_bytes", T_U64, OFF(cache_disk_bytes), 0, 0, 1.8446744073709552e19, NULL, "0",

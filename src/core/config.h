@@ -68,6 +68,7 @@ struct lade_config {
   uint64_t max_sample_bytes;       /* no sample (file or object) larger than this is read */
   char label_file[LADE_PATH_MAX];
   uint64_t listing_ttl;            /* seconds a cached listing is reused; 0: never cached */
+  uint64_t coalesce_gap_bytes;     /* remote tar shards: neighbours this close share one Range request */
   /* cache tiers and the DELI prefetcher */
   char cache_dir[LADE_PATH_MAX];
   uint64_t cache_disk_bytes;       /* 0 with cache_dir set: half the free space */

@@ -256,6 +256,7 @@ static void dataset_ns(lade__fetch_t *f, char *ns, size_t size) {
 
 /* The version of sample idx that the disk tier stores with its bytes and
  * checks on every get: a remote object's listed size (the listing has no
+ * ETag) unless the source has a version op (remote tar shards: the shard's
  * ETag); for a local source, what its version op says (size, mtime in ns
  * and inode of the file holding the sample). Taken before the source is
  * read, so bytes read after a change are never stored under the older
@@ -263,7 +264,7 @@ static void dataset_ns(lade__fetch_t *f, char *ns, size_t size) {
  * in docs/cache.md). */
 static uint64_t sample_version(lade__fetch_t *f, uint64_t idx) {
   if (!f->disk) return 0;
-  if (f->remote) return f->p.src->sizes && idx < f->p.src->count ? f->p.src->sizes[idx] : 0;
+  if (f->remote && !f->p.ops->version) return f->p.src->sizes && idx < f->p.src->count ? f->p.src->sizes[idx] : 0;
   return f->p.ops->version ? f->p.ops->version(f->p.src, idx) : LADE_VERSION_UNKNOWN;
 }
 

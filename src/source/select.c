@@ -1,7 +1,9 @@
 /* select.c - which source backend reads a `source` setting (source_type,
  * or auto: s3:// is s3; a .npy file, or a folder holding only .npy files, is
  * npy; a .tar, a folder of shards, a brace pattern or a list of shards is
- * tar; a file ending in .h5, .hdf5 or .he5 is hdf5; any other folder is dir). Separate from every backend so that each
+ * tar, remote tar for http(s):// URLs, lists of them and s3:// shards
+ * (source_type=tar, or a .tar, brace pattern or .txt); a file ending in .h5,
+ * .hdf5 or .he5 is hdf5; any other folder is dir). Separate from every backend so that each
  * backend file holds one backend. */
 #include <dirent.h>
 #include <errno.h>
@@ -63,6 +65,28 @@ static int folder_is_shards(const char *root) {
 
 int lade__source_select(const struct lade_config *cfg, const lade__source_ops_t **ops) {
   if (!cfg->source[0]) return lade__fail(LADE_EINVAL, "setting 'source' is empty: give the dataset path");
+  int url = !strncmp(cfg->source, "http://", 7) || !strncmp(cfg->source, "https://", 8);
+  int s3 = !strncmp(cfg->source, "s3://", 5);
+  /* s3:// is the s3 source unless it names tar shards: source_type=tar, or
+   * auto with a .tar object, a brace pattern or a .txt list */
+  int s3_tar = s3 && (cfg->source_type == LADE_SRC_TAR ||
+                      (cfg->source_type == LADE_SRC_AUTO && (has_suffix(cfg->source, ".tar") ||
+                                                             has_suffix(cfg->source, ".txt") ||
+                                                             strchr(cfg->source, '{'))));
+  if (url || s3_tar ||
+      (!s3 && (cfg->source_type == LADE_SRC_TAR || cfg->source_type == LADE_SRC_AUTO) &&
+       lade__tar_source_remote(cfg->source))) {
+#ifdef LADE_HAVE_CURL
+    if (cfg->source_type != LADE_SRC_TAR && cfg->source_type != LADE_SRC_AUTO)
+      return lade__fail(LADE_EINVAL, "dataset %s: an http(s):// URL is read as tar shards (source_type=tar or auto)",
+                        cfg->source);
+    *ops = &lade__source_tar_remote;
+    return 0;
+#else
+    return lade__fail(LADE_EUNSUPPORTED, "dataset %s: remote tar shards need libcurl, which this build lacks (LADE_WITH_CURL)",
+                      cfg->source);
+#endif
+  }
   if (cfg->source_type == LADE_SRC_S3 || strncmp(cfg->source, "s3://", 5) == 0) {
 #ifdef LADE_HAVE_CURL
     if (strncmp(cfg->source, "s3://", 5) != 0)

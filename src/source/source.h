@@ -171,6 +171,11 @@ extern const lade__source_ops_t lade__source_s3; /* source=s3://bucket/prefix (n
 extern const lade__source_ops_t lade__source_tar;
 /* one dataset (N x ...) of an HDF5 file, labels from another (needs libhdf5) */
 extern const lade__source_ops_t lade__source_hdf5;
+/* The same for http(s):// shards (needs libcurl): reads are Range requests */
+extern const lade__source_ops_t lade__source_tar_remote;
+/* 1 when source names remote tar shards: a URL, or a local list file whose
+ * first shard is a URL. */
+int lade__tar_source_remote(const char *source);
 
 /* Chooses the backend for cfg (source_type=auto inspects the path). Returns
  * LADE_ENOENT naming the path when it does not exist. Does not list. */

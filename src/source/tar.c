@@ -27,6 +27,10 @@
 
 #include "source.h"
 #include "tarfmt.h"
+#ifdef LADE_HAVE_CURL
+#include "source/http.h"
+#include "source/s3auth.h"
+#endif
 
 #define IDX_MAGIC "LADETAR1"
 #define MAX_SHARDS 10000000u
@@ -99,6 +103,15 @@ typedef struct tar_impl {
   char *class_arena;
   uint64_t max_sample;
   uint64_t skipped;   /* groups without the member the transform needs */
+  /* remote shards (http(s)://): reads are Range requests through `http` */
+  int remote;
+  uint64_t gap, max_req; /* coalescing: the largest gap inside one request, its most bytes */
+  uint64_t *shard_ver;   /* per remote shard: a hash of its size and ETag/Last-Modified (version op) */
+#ifdef LADE_HAVE_CURL
+  lade__http_t *http;
+  int s3;             /* s3:// shards, all in w's bucket, signed as w says */
+  lade__s3_where_t w;
+#endif
 } tar_impl_t;
 
 /* ------------------------------------------------------------ shard list */
@@ -163,8 +176,47 @@ static int read_small(const char *path, uint64_t max, lade__buf_t *b) {
   return rc;
 }
 
-/* A list file: one shard per line; blank lines and lines starting with '#'
- * skipped; a relative path is relative to the list file's folder. */
+/* A remote shard's name: an http(s):// URL or an s3:// object. */
+static int is_url(const char *s) {
+  return !strncmp(s, "http://", 7) || !strncmp(s, "https://", 8) || !strncmp(s, "s3://", 5);
+}
+
+/* The lines of a shard list `file` (its bytes in b): one shard per line;
+ * blank lines and lines starting with '#' skipped; a URL is kept as it is,
+ * another relative path is relative to `base` (the list's folder or URL
+ * folder, which ends with '/' for a URL). */
+static int list_lines(strs_t *out, const lade__buf_t *b, const char *base, const char *file) {
+  int rc = 0;
+  size_t pos = 0;
+  uint64_t line = 0;
+  while (!rc && pos < b->len) {
+    line++;
+    uint8_t *nl = memchr(b->data + pos, '\n', b->len - pos);
+    size_t end = nl ? (size_t)(nl - b->data) : b->len, s = pos, e = end;
+    pos = end + 1;
+    while (s < e && (b->data[s] == ' ' || b->data[s] == '\t')) s++;
+    while (e > s && (b->data[e - 1] == ' ' || b->data[e - 1] == '\t' || b->data[e - 1] == '\r')) e--;
+    if (s == e || b->data[s] == '#') continue;
+    if (memchr(b->data + s, 0, e - s) || e - s >= LADE_PATH_MAX) {
+      rc = lade__fail(LADE_EFORMAT, "shard list %s, line %llu: not a path", file, (unsigned long long)line);
+      break;
+    }
+    char rel[LADE_PATH_MAX], path[LADE_PATH_MAX * 2];
+    memcpy(rel, b->data + s, e - s);
+    rel[e - s] = '\0';
+    if (rel[0] == '/' || is_url(rel))
+      snprintf(path, sizeof path, "%s", rel);
+    else if (is_url(base))
+      snprintf(path, sizeof path, "%s%s", base, rel);
+    else
+      lade__path_join(path, sizeof path, base, rel);
+    rc = strs_push(out, path, strlen(path));
+  }
+  if (!rc && out->n == 0) rc = lade__fail(LADE_EEMPTY, "shard list %s names no shards", file);
+  return rc;
+}
+
+/* A local list file (list_lines). */
 static int list_file(strs_t *out, const char *file) {
   lade__buf_t b = {0};
   int rc = read_small(file, 64u << 20, &b);
@@ -176,31 +228,8 @@ static int list_file(strs_t *out, const char *file) {
   const char *slash = strrchr(file, '/');
   snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - file) : 1, slash ? file : ".");
   if (slash == file) snprintf(dir, sizeof dir, "/");
-  size_t pos = 0;
-  uint64_t line = 0;
-  while (!rc && pos < b.len) {
-    line++;
-    uint8_t *nl = memchr(b.data + pos, '\n', b.len - pos);
-    size_t end = nl ? (size_t)(nl - b.data) : b.len, s = pos, e = end;
-    pos = end + 1;
-    while (s < e && (b.data[s] == ' ' || b.data[s] == '\t')) s++;
-    while (e > s && (b.data[e - 1] == ' ' || b.data[e - 1] == '\t' || b.data[e - 1] == '\r')) e--;
-    if (s == e || b.data[s] == '#') continue;
-    if (memchr(b.data + s, 0, e - s) || e - s >= LADE_PATH_MAX) {
-      rc = lade__fail(LADE_EFORMAT, "shard list %s, line %llu: not a path", file, (unsigned long long)line);
-      break;
-    }
-    char rel[LADE_PATH_MAX], path[LADE_PATH_MAX * 2];
-    memcpy(rel, b.data + s, e - s);
-    rel[e - s] = '\0';
-    if (rel[0] == '/')
-      snprintf(path, sizeof path, "%s", rel);
-    else
-      lade__path_join(path, sizeof path, dir, rel);
-    rc = strs_push(out, path, strlen(path));
-  }
+  rc = list_lines(out, &b, dir, file);
   lade__buf_free(&b);
-  if (!rc && out->n == 0) rc = lade__fail(LADE_EEMPTY, "shard list %s names no shards", file);
   return rc;
 }
 
@@ -342,13 +371,11 @@ static int parse_cls(const uint8_t *d, size_t n, int64_t *v) {
   return 0;
 }
 
-/* One pass over the shard's headers. */
-static int index_build(shard_index_t *x, int fd, uint64_t size, const char *shard) {
-  rd_t r = {.fd = fd, .cap = 1u << 20};
-  r.buf = malloc(r.cap);
-  if (!r.buf) return lade__fail(LADE_ENOMEM, "tar source: out of memory");
+/* One pass over the shard's headers, read through `fn` (a local shard's
+ * buffered preads, or a remote shard's streamed GET). */
+static int index_walk(shard_index_t *x, lade__tar_pread_fn fn, void *ctx, uint64_t size, const char *shard) {
   lade__tar_reader_t t;
-  lade__tar_init(&t, rd_pread, &r, size);
+  lade__tar_init(&t, fn, ctx, size);
   lade__tar_member_t m;
   int rc;
   while ((rc = lade__tar_next(&t, &m)) == 1) {
@@ -356,7 +383,7 @@ static int index_build(shard_index_t *x, int fd, uint64_t size, const char *shar
     int64_t cls = NO_CLS;
     if (is_cls(m.name)) {
       uint8_t b[CLS_MAX];
-      long n = m.size <= CLS_MAX ? rd_pread(&r, b, (size_t)m.size, m.data_off) : -1;
+      long n = m.size <= CLS_MAX ? fn(ctx, b, (size_t)m.size, m.data_off) : -1;
       if (n != (long)m.size || parse_cls(b, (size_t)m.size, &cls) != 0) {
         char v[CLS_MAX + 1] = "";
         if (n > 0) snprintf(v, sizeof v, "%.*s", (int)n, (const char *)b);
@@ -370,8 +397,16 @@ static int index_build(shard_index_t *x, int fd, uint64_t size, const char *shar
   }
   if (rc < 0 && strncmp(lade_last_error(), shard, strlen(shard)) != 0) lade__fail_prefix(rc, "%s: ", shard);
   lade__tar_free(&t);
-  free(r.buf);
   return rc < 0 ? rc : 0;
+}
+
+static int index_build(shard_index_t *x, int fd, uint64_t size, const char *shard) {
+  rd_t r = {.fd = fd, .cap = 1u << 20};
+  r.buf = malloc(r.cap);
+  if (!r.buf) return lade__fail(LADE_ENOMEM, "tar source: out of memory");
+  int rc = index_walk(x, rd_pread, &r, size, shard);
+  free(r.buf);
+  return rc;
 }
 
 typedef struct idx_hdr {
@@ -391,9 +426,20 @@ static void index_path(char *out, size_t size, const struct lade_config *cfg, co
   }
 }
 
+/* The version of a shard an index was made from: a local shard's size and
+ * mtime (ns), a remote one's size and a hash of its ETag (else its
+ * Last-Modified). */
+typedef struct shard_ver {
+  uint64_t size, a, b;
+} shard_ver_t;
+
+static shard_ver_t ver_of_stat(const struct stat *st) {
+  return (shard_ver_t){(uint64_t)st->st_size, (uint64_t)st->st_mtim.tv_sec, (uint64_t)st->st_mtim.tv_nsec};
+}
+
 /* Loads a stored index when it is whole (checksum) and made from this
- * version of the shard (size, mtime); else returns -1 and x is empty. */
-static int index_load(shard_index_t *x, const char *path, const struct stat *st) {
+ * version of the shard; else returns -1 and x is empty. */
+static int index_load_ver(shard_index_t *x, const char *path, shard_ver_t v) {
   lade__buf_t b = {0};
   int ok = 0;
   if (read_small(path, 1ull << 34, &b) != 0) goto out;
@@ -403,9 +449,7 @@ static int index_load(shard_index_t *x, const char *path, const struct stat *st)
   uint64_t sum;
   memcpy(&sum, b.data + b.len - 8, 8);
   if (memcmp(h.magic, IDX_MAGIC, 8) != 0 || sum != lade__hash64(b.data, b.len - 8, 0)) goto out;
-  if (h.shard_size != (uint64_t)st->st_size || h.mtime_sec != (uint64_t)st->st_mtim.tv_sec ||
-      h.mtime_nsec != (uint64_t)st->st_mtim.tv_nsec)
-    goto out;
+  if (h.shard_size != v.size || h.mtime_sec != v.a || h.mtime_nsec != v.b) goto out;
   if (h.count > (b.len - sizeof h) / sizeof(member_t) || h.names_len != b.len - 8 - sizeof h - h.count * sizeof(member_t))
     goto out;
   const uint8_t *mp = b.data + sizeof h;
@@ -429,9 +473,13 @@ out:
   return ok ? 0 : -1;
 }
 
+static int index_load(shard_index_t *x, const char *path, const struct stat *st) {
+  return index_load_ver(x, path, ver_of_stat(st));
+}
+
 /* Stores the index (temp file + rename, so a reader never sees half of it).
  * A failure (read-only folder) is not an error: the next open indexes again. */
-static void index_store(const shard_index_t *x, const char *path, const struct stat *st, const struct lade_config *cfg) {
+static void index_store(const shard_index_t *x, const char *path, shard_ver_t v, const struct lade_config *cfg) {
   if (cfg->cache_dir[0] && lade__mkdir_private(cfg->cache_dir) != 0) {
     lade__clear_error();
     return;
@@ -439,9 +487,9 @@ static void index_store(const shard_index_t *x, const char *path, const struct s
   idx_hdr_t h;
   memset(&h, 0, sizeof h);
   memcpy(h.magic, IDX_MAGIC, 8);
-  h.shard_size = (uint64_t)st->st_size;
-  h.mtime_sec = (uint64_t)st->st_mtim.tv_sec;
-  h.mtime_nsec = (uint64_t)st->st_mtim.tv_nsec;
+  h.shard_size = v.size;
+  h.mtime_sec = v.a;
+  h.mtime_nsec = v.b;
   h.count = x->n;
   h.names_len = x->names.len;
   size_t total = sizeof h + x->n * sizeof(member_t) + x->names.len + 8;
@@ -636,10 +684,15 @@ out:
 static void tar_close(lade__source_t *s) {
   tar_impl_t *t = s->impl;
   if (!t) return;
+#ifdef LADE_HAVE_CURL
+  lade__http_destroy(t->http); /* first: its thread reads the shard list */
+  lade__s3_where_free(&t->w);
+#endif
   if (t->fd)
     for (size_t i = 0; i < t->shards.n; i++)
       if (t->fd[i] >= 0) close(t->fd[i]);
   free(t->fd);
+  free(t->shard_ver);
   strs_free(&t->shards);
   strs_free(&t->names);
   free(t->shard);
@@ -655,6 +708,260 @@ static void tar_close(lade__source_t *s) {
   s->sizes = NULL;
   s->class_names = NULL;
 }
+
+/* ------------------------------------------------------- remote shards */
+
+/* A source naming remote shards: a URL (a shard, a brace pattern, a list
+ * file), or a local list file whose first shard is a URL. */
+int lade__tar_source_remote(const char *source) {
+  if (is_url(source)) return 1;
+  struct stat st;
+  if (stat(source, &st) != 0 || !S_ISREG(st.st_mode) || has_suffix(source, ".tar")) return 0;
+  strs_t one = {0};
+  lade__buf_t b = {0};
+  int remote = read_small(source, 64u << 20, &b) == 0 && list_lines(&one, &b, ".", source) == 0 &&
+               is_url(strs_at(&one, 0));
+  lade__clear_error();
+  lade__buf_free(&b);
+  strs_free(&one);
+  return remote;
+}
+
+#ifdef LADE_HAVE_CURL
+
+/* The http module's hooks: an object is a shard, named by its URL. */
+/* The key of an s3:// name in the source's bucket, or NULL for another bucket. */
+static const char *s3_key(const tar_impl_t *t, const char *name) {
+  size_t bl = strlen(t->w.bucket);
+  if (strncmp(name, "s3://", 5) || strncmp(name + 5, t->w.bucket, bl) || name[5 + bl] != '/') return NULL;
+  return name + 5 + bl + 1;
+}
+
+/* The URL a request for `name` goes to (signed for s3:// names). */
+static int name_url(const tar_impl_t *t, const char *name, char *url, size_t size) {
+  if (t->s3) {
+    const char *key = s3_key(t, name);
+    return key ? lade__s3_url(&t->w, key, NULL, url, size) : -1;
+  }
+  int n = snprintf(url, size, "%s", name);
+  return n < 0 || (size_t)n >= size ? -1 : 0;
+}
+
+static int shard_url(void *ctx, uint64_t obj, char *url, size_t size) {
+  const tar_impl_t *t = ctx;
+  return name_url(t, strs_at(&t->shards, obj), url, size);
+}
+
+static void shard_name(void *ctx, uint64_t obj, char *buf, size_t size) {
+  const tar_impl_t *t = ctx;
+  snprintf(buf, size, "%s", strs_at(&t->shards, obj));
+}
+
+/* The http module for the shards `first` is one of; s3:// shards get the
+ * s3 source's endpoint, addressing and credentials (s3auth.c). */
+static int remote_http(tar_impl_t *t, const struct lade_config *cfg, lade__source_t *s, const char *first) {
+  lade__http_opts_t o = {.timeout_ms = cfg->s3_timeout_ms,
+                         .connect_timeout_ms = cfg->s3_connect_timeout_ms,
+                         .retries = cfg->s3_retries,
+                         .retry_base_ms = cfg->s3_retry_base_ms,
+                         .fixed_conc = cfg->s3_concurrency,
+                         .max_conc = cfg->s3_max_concurrency,
+                         .max_body = cfg->max_sample_bytes};
+  t->s3 = !strncmp(first, "s3://", 5);
+  if (t->s3) {
+    int rc = lade__s3_where_init(&t->w, cfg, first);
+    if (rc) return rc;
+    lade__s3_http_opts(&t->w, cfg, &o);
+  }
+  o.what = "tar source";
+  o.ctx = t;
+  o.url = shard_url;
+  o.name = shard_name;
+  o.src = s;
+  t->gap = cfg->coalesce_gap_bytes;
+  t->max_req = LADE_MIN(cfg->max_sample_bytes, (uint64_t)16 << 20);
+  return lade__http_create(&t->http, &o);
+}
+
+/* The shards a URL source names: a brace pattern, one .tar, or a list file
+ * fetched from the server (relative lines are relative to its folder). */
+typedef struct tar_listing {
+  tar_impl_t *t;
+  size_t plen; /* the prefix's length: keys with a '/' after it are in sub-folders */
+} tar_listing_t;
+
+/* A listed object that is a shard: a .tar directly under the prefix, as a
+ * local folder's shards are its .tar files and not its sub-folders'. */
+static int push_tar_key(void *ctx, const char *key, size_t klen, uint64_t size) {
+  tar_listing_t *l = ctx;
+  (void)size;
+  if (klen < l->plen + 4 || memcmp(key + klen - 4, ".tar", 4) != 0 || memchr(key + l->plen, '/', klen - l->plen))
+    return 0;
+  char name[LADE_PATH_MAX + 300];
+  int n = snprintf(name, sizeof name, "s3://%s/%.*s", l->t->w.bucket, (int)klen, key);
+  if (n < 0 || (size_t)n >= sizeof name)
+    return lade__fail(LADE_ERANGE, "s3://%s/%.*s...: name too long", l->t->w.bucket, (int)LADE_MIN(klen, 200), key);
+  return strs_push(&l->t->shards, name, (size_t)n);
+}
+
+static int remote_shards(tar_impl_t *t, const char *src) {
+  if (strchr(src, '{')) return brace_expand(&t->shards, src, src);
+  if (has_suffix(src, ".tar")) return strs_push(&t->shards, src, strlen(src));
+  if (t->s3 && !has_suffix(src, ".txt")) { /* a prefix: its .tar objects (the listing is sorted by key) */
+    char prefix[1100];
+    size_t pl = strlen(t->w.path);
+    snprintf(prefix, sizeof prefix, "%s%s", t->w.path, pl && t->w.path[pl - 1] != '/' ? "/" : "");
+    tar_listing_t l = {t, strlen(prefix)};
+    int rc = lade__s3_list(&t->w, t->http, prefix, src, push_tar_key, &l);
+    if (!rc && !t->shards.n) rc = lade__fail(LADE_EEMPTY, "%s holds no .tar objects", src);
+    return rc;
+  }
+  char url[8192];
+  if (name_url(t, src, url, sizeof url)) return lade__fail(LADE_ERANGE, "%s: name too long", src);
+  lade__buf_t b = {0};
+  int rc = lade__http_get_blocking(t->http, url, src, &b, 64u << 20, 0, NULL);
+  if (!rc) {
+    char base[LADE_PATH_MAX];
+    const char *slash = strrchr(src, '/');
+    snprintf(base, sizeof base, "%.*s", (int)(slash - src + 1), src);
+    rc = list_lines(&t->shards, &b, base, src);
+  }
+  lade__buf_free(&b);
+  return rc;
+}
+
+/* A remote shard's index: from cache_dir when it was made from the shard's
+ * current version (a HEAD: size and ETag or Last-Modified), else one
+ * streamed GET of the shard whose headers are parsed as they arrive. */
+static int remote_index(tar_impl_t *t, const struct lade_config *cfg, size_t i, shard_index_t *x) {
+  const char *shown = strs_at(&t->shards, i);
+  char url[8192];
+  if (name_url(t, shown, url, sizeof url))
+    return lade__fail(LADE_EINVAL, "%s: not in the bucket of the first shard (s3://%s), or too long", shown, t->w.bucket);
+  uint64_t size = 0;
+  char val[256];
+  int rc = lade__http_head(t->http, url, shown, &size, val, sizeof val);
+  if (rc) return rc;
+  /* b = 2: never equal to a local shard's nanoseconds field by accident of a hash */
+  shard_ver_t v = {size, lade__hash64(val, strlen(val), 0x7661), (uint64_t)2 << 32};
+  t->shard_ver[i] = lade__hash64(&v, sizeof v, 0x76657273);
+  char ipath[LADE_PATH_MAX + 64] = "";
+  if (cfg->cache_dir[0]) {
+    snprintf(ipath, sizeof ipath, "%s/tarindex-%016llx.bin", cfg->cache_dir,
+             (unsigned long long)lade__hash64(url, strlen(url), 0x7461726964780000ull)); /* endpoint included */
+    if (index_load_ver(x, ipath, v) == 0) return 0;
+  }
+  lade__http_stream_t *st = NULL;
+  rc = lade__http_stream_open(t->http, url, shown, size, val, &st);
+  if (!rc) {
+    rc = index_walk(x, lade__http_stream_pread, st, size, shown);
+    if (rc && lade__http_stream_error(st)) rc = lade__http_stream_error(st); /* the network's words, not EIO's */
+  }
+  lade__http_stream_close(st);
+  if (!rc && ipath[0]) index_store(x, ipath, v, cfg);
+  return rc;
+}
+
+/* Names the member in an error of the module ("URL: what" becomes "URL:
+ * member 'NAME': what"), as a local shard's read errors do. */
+static int name_member(int rc, const char *url, const char *name) {
+  static _Thread_local char msg[LADE_HTTP_MSG + LADE_PATH_MAX];
+  const char *e = lade_last_error();
+  size_t ul = strlen(url);
+  if (!strncmp(e, url, ul) && !strncmp(e + ul, ": ", 2)) {
+    char rest[LADE_HTTP_MSG];
+    snprintf(rest, sizeof rest, "%s", e + ul + 2);
+    snprintf(msg, sizeof msg, "%s: member '%s': %s", url, name, rest);
+    lade__set_error_text(msg);
+    return rc;
+  }
+  return lade__fail_prefix(rc, "%s: member '%s': ", url, name);
+}
+
+static int remote_read(tar_impl_t *t, uint64_t idx, lade__buf_t *out) {
+  uint32_t si = t->shard[idx];
+  lade__http_part_t p = {idx, 0, t->sizes[idx]};
+  lade__http_get_t g = {.obj = si, .off = t->off[idx], .len = p.len, .expect = p.len, .nparts = 1, .parts = &p};
+  int rc = lade__http_read(t->http, idx, &g, out);
+  return rc ? name_member(rc, strs_at(&t->shards, si), strs_at(&t->names, idx)) : 0;
+}
+
+typedef struct span {
+  uint64_t idx, off, size;
+  uint32_t shard;
+} span_t;
+
+static int cmp_span(const void *a, const void *b) {
+  const span_t *x = a, *y = b;
+  if (x->shard != y->shard) return x->shard < y->shard ? -1 : 1;
+  if (x->off != y->off) return x->off < y->off ? -1 : 1;
+  return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+/* A batch's samples, sorted by (shard, offset); neighbours of one shard
+ * whose gap is at most `gap` bytes share one Range request of at most
+ * max_req bytes, split into samples when it arrives (paper 002's chunk
+ * loading, for tar members). */
+static int tar_submit(lade__source_t *s, const uint64_t *idx, size_t n, int background) {
+  tar_impl_t *t = s->impl;
+  span_t *v = malloc((n ? n : 1) * sizeof *v);
+  lade__http_part_t *parts = malloc((n ? n : 1) * sizeof *parts);
+  lade__http_get_t *gets = malloc((n ? n : 1) * sizeof *gets);
+  int rc = !v || !parts || !gets ? lade__fail(LADE_ENOMEM, "tar source: out of memory") : 0;
+  size_t k = 0, ng = 0;
+  for (size_t i = 0; !rc && i < n; i++) {
+    if (idx[i] >= t->count) {
+      rc = lade__fail(LADE_ERANGE, "tar source: sample %llu out of range (%llu samples)", (unsigned long long)idx[i],
+                      (unsigned long long)t->count);
+      break;
+    }
+    uint64_t size = t->sizes[idx[i]];
+    if (size == 0 || size > t->max_sample) continue; /* read() answers these without a request */
+    v[k++] = (span_t){idx[i], t->off[idx[i]], size, t->shard[idx[i]]};
+  }
+  if (!rc) qsort(v, k, sizeof *v, cmp_span);
+  for (size_t i = 0; !rc && i < k;) {
+    uint64_t start = v[i].off, end = v[i].off + v[i].size;
+    size_t j = i;
+    while (j + 1 < k && v[j + 1].shard == v[i].shard && v[j + 1].off <= end + t->gap &&
+           LADE_MAX(end, v[j + 1].off + v[j + 1].size) - start <= t->max_req) {
+      j++;
+      end = LADE_MAX(end, v[j].off + v[j].size);
+    }
+    for (size_t m = i; m <= j; m++) parts[m] = (lade__http_part_t){v[m].idx, v[m].off - start, v[m].size};
+    gets[ng++] = (lade__http_get_t){.obj = v[i].shard, .off = start, .len = end - start, .expect = end - start,
+                                    .nparts = (uint32_t)(j - i + 1), .parts = parts + i};
+    i = j + 1;
+  }
+  if (!rc && ng) rc = lade__http_submit(t->http, gets, ng, background);
+  free(v);
+  free(parts);
+  free(gets);
+  return rc;
+}
+
+/* The disk tier's version of a remote sample: its shard's size and ETag
+ * (or Last-Modified) as the HEAD at open found them, and the member's place
+ * and size, so a shard rewritten with members of the same sizes is not
+ * served from the disk tier with its old bytes. */
+static uint64_t tar_remote_version(lade__source_t *s, uint64_t idx) {
+  tar_impl_t *t = s->impl;
+  uint64_t k[3] = {t->shard_ver[t->shard[idx]], t->off[idx], t->sizes[idx]};
+  return lade__hash64(k, sizeof k, 0x74617276) | 2; /* > LADE_VERSION_UNKNOWN */
+}
+
+static bool tar_ready(lade__source_t *s, uint64_t idx) {
+  tar_impl_t *t = s->impl;
+  return idx >= t->count || lade__http_ready(t->http, idx);
+}
+
+static void tar_stats(lade__source_t *s, lade__source_stats_t *out) {
+  tar_impl_t *t = s->impl;
+  memset(out, 0, sizeof *out);
+  if (t && t->http) lade__http_stats(t->http, out);
+}
+
+#endif /* LADE_HAVE_CURL */
 
 /* The shards the source names (see docs/sources.md). */
 static int tar_shards(strs_t *out, const char *src) {
@@ -674,13 +981,37 @@ static int tar_open(lade__source_t *s, const struct lade_config *cfg) {
   s->impl = t;
   t->max_sample = cfg->max_sample_bytes;
   int want = cfg->transform == LADE_XF_NPY ? WANT_NPY : cfg->transform == LADE_XF_RAW ? WANT_RAW : WANT_IMAGE;
-  int rc = tar_shards(&t->shards, cfg->source);
+  int rc = is_url(cfg->source) ? 0 : tar_shards(&t->shards, cfg->source);
+  t->remote = is_url(cfg->source) || (!rc && is_url(strs_at(&t->shards, 0)));
+#ifdef LADE_HAVE_CURL
+  if (!rc && t->remote) rc = remote_http(t, cfg, s, is_url(cfg->source) ? cfg->source : strs_at(&t->shards, 0));
+  if (!rc && is_url(cfg->source)) rc = remote_shards(t, cfg->source);
+#else
+  if (!rc && t->remote)
+    rc = lade__fail(LADE_EUNSUPPORTED, "dataset %s: http(s):// shards need libcurl, which this build lacks "
+                    "(LADE_WITH_CURL)", cfg->source);
+#endif
+  for (size_t i = 0; !rc && i < t->shards.n; i++)
+    if (is_url(strs_at(&t->shards, i)) != t->remote)
+      rc = lade__fail(LADE_EINVAL, "dataset %s: shard %s is %s, the first is %s; shards are all local or all remote",
+                      cfg->source, strs_at(&t->shards, i), t->remote ? "local" : "a URL", t->remote ? "a URL" : "local");
   if (!rc && t->shards.n > UINT32_MAX) rc = lade__fail(LADE_ERANGE, "dataset %s: too many shards", cfg->source);
   if (!rc && !(t->fd = malloc(t->shards.n * sizeof *t->fd))) rc = lade__fail(LADE_ENOMEM, "tar source: out of memory");
   for (size_t i = 0; !rc && i < t->shards.n; i++) t->fd[i] = -1;
+  if (!rc && t->remote && !(t->shard_ver = calloc(t->shards.n, sizeof *t->shard_ver)))
+    rc = lade__fail(LADE_ENOMEM, "tar source: out of memory");
   uint64_t with_cls = 0;
   for (size_t i = 0; !rc && i < t->shards.n; i++) {
     const char *shard = strs_at(&t->shards, i);
+#ifdef LADE_HAVE_CURL
+    if (t->remote) {
+      shard_index_t x = {0};
+      rc = remote_index(t, cfg, i, &x);
+      if (!rc) rc = add_shard_samples(t, (uint32_t)i, &x, want, &with_cls);
+      index_free(&x);
+      continue;
+    }
+#endif
     struct stat st;
     int fd = lade__open_regular(AT_FDCWD, shard, shard, &st);
     if (fd < 0) {
@@ -692,7 +1023,7 @@ static int tar_open(lade__source_t *s, const struct lade_config *cfg) {
     shard_index_t x = {0};
     if (index_load(&x, ipath, &st) != 0) {
       rc = index_build(&x, fd, (uint64_t)st.st_size, shard);
-      if (!rc) index_store(&x, ipath, &st, cfg);
+      if (!rc) index_store(&x, ipath, ver_of_stat(&st), cfg);
     }
     if (!rc) rc = add_shard_samples(t, (uint32_t)i, &x, want, &with_cls);
     index_free(&x);
@@ -706,6 +1037,9 @@ static int tar_open(lade__source_t *s, const struct lade_config *cfg) {
                     cfg->source, want == WANT_NPY ? " .npy" : want == WANT_RAW ? " data" : "n image", t->shards.n,
                     t->shards.n == 1 ? "" : "s", (unsigned long long)t->skipped);
   if (!rc) rc = assign_labels(t, with_cls, s);
+#ifdef LADE_HAVE_CURL
+  if (!rc && t->remote) rc = lade__http_start(t->http, t->count);
+#endif
   if (rc) {
     tar_close(s);
     return rc;
@@ -730,8 +1064,15 @@ static int tar_read(lade__source_t *s, uint64_t idx, lade__buf_t *out) {
   if (size > t->max_sample || size >= SIZE_MAX)
     return lade__fail(LADE_ERANGE, "%s: member '%s': %llu bytes, more than max_sample_bytes (%llu); not read", shard,
                       name, (unsigned long long)size, (unsigned long long)t->max_sample);
+#ifdef LADE_HAVE_CURL
+  if (t->remote && size) return remote_read(t, idx, out);
+#endif
   int rc = lade__buf_reserve(out, (size_t)size + 1);
   if (rc) return lade__fail(rc, "%s: member '%s': no memory for its %llu bytes", shard, name, (unsigned long long)size);
+  if (!size) {
+    out->len = 0;
+    return 0;
+  }
   int fd = t->fd[si];
   if (fd < 0) {
     struct stat st;
@@ -783,3 +1124,18 @@ const lade__source_ops_t lade__source_tar = {
     .read = tar_read,
     .describe = tar_describe,
     .version = tar_version};
+
+#ifdef LADE_HAVE_CURL
+/* http(s):// shards: the same source, with submit/ready/stats so the
+ * engine keeps many Range requests in flight (select.c picks it). */
+const lade__source_ops_t lade__source_tar_remote = {
+    .name = "tar",
+    .open = tar_open,
+    .close = tar_close,
+    .read = tar_read,
+    .describe = tar_describe,
+    .version = tar_remote_version,
+    .submit = tar_submit,
+    .ready = tar_ready,
+    .stats = tar_stats};
+#endif

@@ -1,0 +1,409 @@
+#!/usr/bin/env python3
+"""test_http.py - lade's tar source on http:// shards served by a real nginx (tests/http/httpenv.py),
+with tests/s3/faultproxy.js in front for latency and faults (docs/sources.md, remote tar shards).
+
+Run: S3_CHECK=build/tests/s3_check /usr/bin/python3 tests/http/test_http.py [-v] [TestHttpTar.test_name]
+Exit status 77 (skipped) when nginx is missing; the tests that need the fault proxy skip without node.
+"""
+import io
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import httpenv  # noqa: E402
+import s3env  # noqa: E402  (tests/s3, put on the path by httpenv)
+
+S3_CHECK = os.environ.get("S3_CHECK") or os.path.join(HERE, "..", "..", "build", "tests", "s3_check")
+SHARDS = 4
+PER_SHARD = 30
+MAX_SIZE = 6000
+
+
+def member_bytes(shard, i):
+    r = random.Random(shard * 1000 + i)
+    return r.randbytes(r.randint(200, MAX_SIZE))
+
+
+def write_shard(path, shard, n=PER_SHARD, flip=False):
+    """WebDataset samples: KEY.bin (the sample's bytes; inverted with flip: other bytes, the same
+    sizes) and KEY.cls (its label), by tarfile."""
+    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as t:
+        for i in range(n):
+            key = "c%d/s%d_%03d" % (i % 3, shard, i)
+            data = member_bytes(shard, i)
+            if flip:
+                data = bytes(b ^ 0xFF for b in data)
+            for ext, data in (("bin", data), ("cls", b"%d" % (i % 3))):
+                ti = tarfile.TarInfo(key + "." + ext)
+                ti.size = len(data)
+                ti.mtime = 1700000000
+                t.addfile(ti, io.BytesIO(data))
+
+
+def samples(lines):
+    return [ln for ln in lines if ln.startswith("S ")]
+
+
+def loader_args(source, shuffle, settings):
+    """s3_check's command line: every sample of every batch as an "S" line, then LSTATS and OK/ERROR."""
+    s = dict(transform="raw", raw_size=MAX_SIZE, batch_size=8, threads=2, shuffle=shuffle, epochs=1,
+             s3_retry_base_ms=5)
+    s.update(settings)
+    return [S3_CHECK, "loader", "source=" + source] + \
+           ["%s=%s" % (k, str(v).lower() if isinstance(v, bool) else v) for k, v in s.items()]
+
+
+class TestHttpTar(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="lade-http-test-")
+        os.chmod(cls.tmp, 0o755)  # nginx's worker runs as another user when started by root
+        cls.www = os.path.join(cls.tmp, "www")
+        os.mkdir(cls.www)
+        for s in range(SHARDS):
+            write_shard(os.path.join(cls.www, "train-%06d.tar" % s), s)
+        cls.env = httpenv.NginxEnv(cls.www).__enter__()
+        cls.pattern = "train-{000000..%06d}.tar" % (SHARDS - 1)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.env.__exit__(None, None, None)
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def setUp(self):
+        self.env.clear_log()
+
+    # ---- helpers
+    def run_check(self, source, expect_ok=True, timeout=300, **settings):
+        r = subprocess.run(loader_args(source, False, settings), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
+        out = r.stdout + r.stderr
+        self.assertNotIn("Sanitizer", out)
+        lines = r.stdout.splitlines()
+        if expect_ok:
+            self.assertEqual(r.returncode, 0, out[-3000:])
+            self.assertEqual(lines[-1], "OK")
+        else:
+            self.assertNotEqual(r.returncode, 0, out[-3000:])
+            self.assertTrue(lines and lines[-1].startswith("ERROR "), out[-3000:])
+        return lines
+
+    def stats(self, lines):
+        ln = [x for x in lines if x.startswith("LSTATS ")][-1]
+        return {k: int(v) for k, v in (p.split("=") for p in ln.split()[1:])}
+
+    def remote(self, name=None):
+        return self.env.url + "/" + (name or self.pattern)
+
+    def local(self):
+        return self.www
+
+    def range_gets(self):
+        return [e for e in self.env.access_log() if e[0] == "GET" and e[4] != "-"]
+
+    # ---- tests
+    def test_batches_equal_local(self):
+        """The same batches (index, label, size, crc32, in order) as the same shards read locally."""
+        for bs, shuffle, threads in ((1, False, 1), (7, True, 2), (32, True, 3), (16, False, 2)):
+            want = samples(self.run_check(self.local(), batch_size=bs, shuffle=shuffle, threads=threads, epochs=2))
+            got = samples(self.run_check(self.remote(), batch_size=bs, shuffle=shuffle, threads=threads, epochs=2))
+            self.assertGreaterEqual(len(want), 2 * (SHARDS * PER_SHARD - bs))  # drop_last may drop a tail
+            self.assertEqual(got, want, "batch_size=%d shuffle=%s" % (bs, shuffle))
+
+    def test_two_ranks_cover_everything_once(self):
+        seen = []
+        for rank in (0, 1):
+            kw = dict(batch_size=12, shuffle=True, world_size=2, rank=rank, drop_last=True)
+            want = samples(self.run_check(self.local(), **kw))
+            got = samples(self.run_check(self.remote(), **kw))
+            self.assertEqual(got, want, "rank %d" % rank)
+            seen += [int(ln.split()[3]) for ln in got]
+        self.assertEqual(sorted(seen), list(range(SHARDS * PER_SHARD)))
+
+    def test_list_file_and_single_url(self):
+        with open(os.path.join(self.www, "shards.txt"), "w") as f:  # relative names: beside the list's URL
+            f.write("# the shards\n" + "".join("train-%06d.tar\n" % s for s in range(SHARDS)))
+        local_list = os.path.join(self.tmp, "urls.txt")
+        with open(local_list, "w") as f:  # a local list of URLs
+            f.write("".join(self.remote("train-%06d.tar" % s) + "\n" for s in range(SHARDS)))
+        want = samples(self.run_check(self.local(), batch_size=10))
+        self.assertEqual(samples(self.run_check(self.remote("shards.txt"), batch_size=10)), want)
+        self.assertEqual(samples(self.run_check(local_list, batch_size=10)), want)
+        one = samples(self.run_check(self.remote("train-000002.tar"), batch_size=10))
+        self.assertEqual(len(one), PER_SHARD)
+        self.assertEqual([ln.split()[4:] for ln in one], [ln.split()[4:] for ln in want[2 * PER_SHARD:3 * PER_SHARD]])
+
+    def test_coalescing_reduces_requests(self):
+        """Neighbours of one shard in one batch: one Range request; counted by lade and by nginx."""
+        n = SHARDS * PER_SHARD
+        cold = self.run_check(self.remote(), batch_size=15, coalesce_gap_bytes=0)
+        st0 = self.stats(cold)
+        log0 = self.range_gets()
+        self.assertEqual(st0["get_requests"], n)  # one request per sample
+        self.assertEqual(len(log0), n)
+        self.assertTrue(all(e[2] == 206 for e in log0), log0[:3])
+        self.env.clear_log()
+        warm = self.run_check(self.remote(), batch_size=15)
+        st1 = self.stats(warm)
+        log1 = self.range_gets()
+        self.assertEqual(samples(warm), samples(cold))
+        self.assertEqual(st1["get_requests"], len(log1))  # nginx saw what lade counted
+        # a batch of 15 consecutive samples spans at most 2 shards: at most 2 requests per batch
+        self.assertLessEqual(st1["get_requests"], 2 * (n // 15))
+        self.assertLess(st1["get_requests"], st0["get_requests"] // 4)
+        # a request carries at most max_sample_bytes (here 20000): more requests, the same batches
+        self.env.clear_log()
+        capped = self.run_check(self.remote(), batch_size=15, max_sample_bytes=20000)
+        log2 = self.range_gets()
+        self.assertEqual(samples(capped), samples(cold))
+        self.assertTrue(all(e[3] <= 20000 for e in log2), max(e[3] for e in log2))
+        self.assertGreater(len(log2), st1["get_requests"])
+        self.assertLess(len(log2), n)
+        # shuffled batches coalesce too, less: still fewer requests than samples
+        sh = self.stats(self.run_check(self.remote(), batch_size=40, shuffle=True, coalesce_gap_bytes=1 << 20))
+        self.assertLess(sh["get_requests"], n)
+
+    def test_index_cached_and_rebuilt_when_the_shard_changes(self):
+        cache = os.path.join(self.tmp, "cache-index")
+        shutil.rmtree(cache, ignore_errors=True)
+        first = self.run_check(self.remote(), cache_dir=cache)
+        whole = [e for e in self.env.access_log() if e[0] == "GET" and e[4] == "-"]
+        self.assertEqual(sorted(e[1] for e in whole), ["/train-%06d.tar" % s for s in range(SHARDS)])
+        self.assertEqual(len([f for f in os.listdir(cache) if f.startswith("tarindex-")]), SHARDS)
+        self.env.clear_log()
+        second = self.run_check(self.remote(), cache_dir=cache)
+        self.assertEqual(samples(second), samples(first))
+        self.assertEqual([e for e in self.env.access_log() if e[0] == "GET" and e[4] == "-"], [])  # no index pass
+        self.assertEqual(len([e for e in self.env.access_log() if e[0] == "HEAD"]), SHARDS)
+        # shard 1 rewritten with other members: its ETag changes, its index is built again
+        alt = os.path.join(self.tmp, "alt")
+        os.makedirs(alt, exist_ok=True)
+        path = os.path.join(self.www, "train-000001.tar")
+        with open(path, "rb") as f:
+            saved = f.read()
+        try:
+            write_shard(path, 7, n=PER_SHARD - 5)
+            write_shard(os.path.join(alt, "x.tar"), 7, n=PER_SHARD - 5)
+            self.env.clear_log()
+            third = self.run_check(self.remote(), cache_dir=cache)
+            whole = [e for e in self.env.access_log() if e[0] == "GET" and e[4] == "-"]
+            self.assertEqual([e[1] for e in whole], ["/train-000001.tar"])
+            got = [ln.split()[4:] for ln in samples(third)[PER_SHARD:2 * PER_SHARD - 5]]
+            want = [ln.split()[4:] for ln in samples(self.run_check(os.path.join(alt, "x.tar")))]
+            self.assertEqual(got, want)
+        finally:
+            with open(path, "wb") as f:
+                f.write(saved)
+
+    def test_disk_cache_sees_a_rewritten_shard(self):
+        """A shard rewritten with members of the same sizes (a new ETag): its samples are not served
+        from the disk tier with their old bytes."""
+        cache = os.path.join(self.tmp, "cache-disk")
+        shutil.rmtree(cache, ignore_errors=True)
+        kw = dict(cache_dir=cache, batch_size=10, shuffle=True, epochs=2)
+        first = self.run_check(self.remote(), **kw)
+        self.assertEqual(samples(first), samples(self.run_check(self.local(), **kw)))
+        path = os.path.join(self.www, "train-000000.tar")
+        with open(path, "rb") as f:
+            saved = f.read()
+        try:
+            write_shard(path, 0, flip=True)
+            self.assertEqual(os.path.getsize(path), len(saved))
+            os.utime(path, (1700000000, 1700000000))  # nginx's ETag changes with the mtime
+            second = self.run_check(self.remote(), **kw)
+            self.assertGreater(self.stats(second)["disk"], 0)  # the disk tier served the other shards
+            self.assertEqual(samples(second), samples(self.run_check(self.local(), **kw)))
+            self.assertNotEqual(samples(second), samples(first))
+        finally:
+            with open(path, "wb") as f:
+                f.write(saved)
+
+    def test_nginx_killed_mid_run(self):
+        """No proxy: nginx itself goes away while Range requests are in flight (nginx's limit_rate
+        holds each Range reply at 100 bytes/s; the index passes, without a Range, run at full speed)."""
+        with httpenv.NginxEnv(self.www, server_extra="if ($http_range) { set $limit_rate 100; }") as env:
+            p = subprocess.Popen(loader_args(env.url + "/" + self.pattern, False,
+                                             dict(batch_size=2, s3_retries=2, threads=1, s3_connect_timeout_ms=500)),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            t0 = time.time()
+            while len([e for e in env.access_log() if e[0] == "GET" and e[2] == 200]) < SHARDS:  # index passes
+                self.assertIsNone(p.poll(), "the run ended before nginx was stopped")
+                self.assertLess(time.time() - t0, 60)
+                time.sleep(0.02)
+            time.sleep(0.3)  # the first batches' Range requests are in flight, held by limit_rate
+            env.stop_server()
+            out, err = p.communicate(timeout=120)
+        self.assertNotEqual(p.returncode, 0, (out + err)[-2000:])
+        self.assertNotIn("Sanitizer", out + err)
+        self.assertEqual(samples(out.splitlines()), [])
+        self.assertRegex(out.splitlines()[-1], r"^ERROR LADE_EREMOTE http://127\.0\.0\.1:\d+/train-\d{6}\.tar: "
+                                               r"member 'c\d/s\d_\d{3}\.bin': .+ after 2 retries$")
+
+    def test_missing_shard_names_the_url(self):
+        lines = self.run_check(self.env.url + "/train-{000000..000004}.tar", expect_ok=False)
+        err = lines[-1]
+        self.assertIn("LADE_ENOENT", err)
+        self.assertIn(self.env.url + "/train-000004.tar", err)
+        self.assertIn("HTTP 404", err)
+
+    def test_truncated_shard_names_the_member(self):
+        with open(os.path.join(self.www, "train-000000.tar"), "rb") as f:
+            src = f.read()
+        with open(os.path.join(self.www, "cut.tar"), "wb") as f:
+            f.write(src[:len(src) // 2 + 100])
+        try:
+            err = self.run_check(self.remote("cut.tar"), expect_ok=False)[-1]
+        finally:
+            os.unlink(os.path.join(self.www, "cut.tar"))
+        self.assertIn(self.remote("cut.tar"), err)
+        self.assertIn("member 'c", err)
+        self.assertIn("past the end", err)
+
+
+class TestS3Tar(unittest.TestCase):
+    """s3:// tar shards on the S3 tests' server (s3rver behind tests/s3/faultproxy.js, SigV4 checked)."""
+
+    @classmethod
+    def setUpClass(cls):
+        why = s3env.missing()
+        if why:
+            raise unittest.SkipTest(why)
+        cls.tmp = tempfile.mkdtemp(prefix="lade-s3tar-test-")
+        for s in range(SHARDS):
+            write_shard(os.path.join(cls.tmp, "train-%06d.tar" % s), s)
+        cls.env = s3env.S3Env().__enter__()
+        for s in range(SHARDS):
+            with open(os.path.join(cls.tmp, "train-%06d.tar" % s), "rb") as f:
+                cls.env.put("shards/train-%06d.tar" % s, f.read())
+        cls.env.put("shards/notes.txt", b"not a shard")
+        cls.env.put("shards/old/train-000000.tar", b"in a sub-folder: not a shard of the prefix")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.env.__exit__(None, None, None)
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def run_check(self, source, **settings):
+        r = subprocess.run(loader_args(source, True, dict(self.env.lade_settings(), **settings)), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+        out = r.stdout + r.stderr
+        self.assertNotIn(self.env.secret_key, out)
+        self.assertNotIn("Sanitizer", out)
+        self.assertEqual(r.returncode, 0, out[-3000:])
+        return r.stdout.splitlines()
+
+    def test_brace_pattern_and_prefix_equal_local(self):
+        want = samples(self.run_check(self.tmp))
+        got = samples(self.run_check("s3://%s/shards/train-{000000..%06d}.tar" % (self.env.bucket, SHARDS - 1)))
+        self.assertEqual(got, want)
+        self.env.reset()
+        lines = self.run_check("s3://%s/shards" % self.env.bucket, source_type="tar")
+        self.assertEqual(samples(lines), want)
+        c = self.env.counts()
+        self.assertEqual(c["sig_failures"], 0)
+        self.assertEqual(c["list"], 1)
+        self.assertEqual(c["head"], SHARDS)
+        st = {k: int(v) for k, v in (p.split("=") for p in [x for x in lines if x.startswith("LSTATS ")][-1].split()[1:])}
+        self.assertEqual(c["get"], st["get_requests"] + SHARDS)  # the samples' Range requests + one index pass each
+        self.assertLess(st["get_requests"], SHARDS * PER_SHARD)  # coalesced
+
+
+class TestHttpFaults(unittest.TestCase):
+    """Through the fault proxy: latency, 5xx, and a server that goes away mid-run."""
+
+    def setUp(self):
+        why = httpenv.missing_proxy()
+        if why:
+            self.skipTest(why)
+        self.tmp = tempfile.mkdtemp(prefix="lade-http-faults-")
+        os.chmod(self.tmp, 0o755)
+        self.www = os.path.join(self.tmp, "www")
+        os.mkdir(self.www)
+        for s in range(SHARDS):
+            write_shard(os.path.join(self.www, "train-%06d.tar" % s), s)
+        self.env = httpenv.NginxEnv(self.www, proxy=True).__enter__()
+        self.src = self.env.url + "/train-{000000..%06d}.tar" % (SHARDS - 1)
+
+    def tearDown(self):
+        self.env.__exit__(None, None, None)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def args(self, source, **settings):
+        return loader_args(source, True, settings)
+
+    def test_transient_5xx_are_retried(self):
+        want = subprocess.run(self.args(self.www), stdout=subprocess.PIPE, text=True, timeout=120).stdout
+        cache = os.path.join(self.tmp, "c")
+        # faults on the index pass: resumed where the stream stopped
+        self.env.proxy(rules=[{"action": "503", "count": 2}, {"action": "cut", "count": 1}])
+        r = subprocess.run(self.args(self.src, cache_dir=cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, (r.stdout + r.stderr)[-2000:])
+        self.assertEqual(samples(r.stdout.splitlines()), samples(want.splitlines()))
+        # faults on the samples' Range requests (the index now comes from cache_dir)
+        self.env.proxy(latency_ms=5, rules=[{"action": "503", "count": 4}, {"action": "500", "count": 3}])
+        r = subprocess.run(self.args(self.src, cache_dir=cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, (r.stdout + r.stderr)[-2000:])
+        self.assertEqual(samples(r.stdout.splitlines()), samples(want.splitlines()))
+        st = [x for x in r.stdout.splitlines() if x.startswith("LSTATS ")][-1]
+        retries = int(st.split("retries=")[1].split()[0])
+        self.assertEqual(retries, 7)
+        self.assertEqual(self.env.counts()["faults"], {"503": 4, "500": 3})
+
+    def test_5xx_until_retries_run_out_names_url_and_member(self):
+        self.env.proxy(rules=[{"action": "500", "match": "train-000002", "count": -1}])
+        r = subprocess.run(self.args(self.src, s3_retries=2, cache_dir=os.path.join(self.tmp, "c")),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+        self.assertNotEqual(r.returncode, 0)
+        err = r.stdout.splitlines()[-1]
+        # the index pass of shard 2 is a GET too: it fails first, at open
+        self.assertIn(self.env.url + "/train-000002.tar", err)
+        self.assertIn("HTTP 500", err)
+        self.assertIn("after 2 retries", err)
+        # with the index in the cache, the samples' Range requests fail naming the member
+        self.env.proxy()
+        r = subprocess.run(self.args(self.src, cache_dir=os.path.join(self.tmp, "c")), stdout=subprocess.PIPE,
+                           text=True, timeout=120)
+        self.assertEqual(r.returncode, 0)
+        self.env.proxy(rules=[{"action": "500", "match": "train-000002", "count": -1}])
+        r = subprocess.run(self.args(self.src, s3_retries=2, cache_dir=os.path.join(self.tmp, "c")),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+        self.assertNotEqual(r.returncode, 0)
+        err = r.stdout.splitlines()[-1]
+        self.assertRegex(err, r"train-000002\.tar: member 'c\d/s2_\d{3}\.bin': HTTP 500 .*after 2 retries")
+
+    def test_server_dies_mid_run(self):
+        """nginx stops once a few samples were read: the run fails naming a shard URL and a member."""
+        self.env.proxy(latency_ms=30)
+        p = subprocess.Popen(self.args(self.src, batch_size=2, s3_concurrency=1, s3_retries=2, coalesce_gap_bytes=0,
+                                       threads=1), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        t0 = time.time()
+        while self.env.counts()["get"] < SHARDS + 10:  # the index passes, then 10 samples' Range requests
+            self.assertIsNone(p.poll(), "the run ended before the server was stopped")
+            self.assertLess(time.time() - t0, 60)
+            time.sleep(0.02)
+        self.env.stop_server()
+        out, err = p.communicate(timeout=120)
+        self.assertNotEqual(p.returncode, 0, (out + err)[-2000:])
+        last = out.splitlines()[-1]
+        self.assertRegex(last, r"^ERROR LADE_EREMOTE http://127\.0\.0\.1:\d+/train-\d{6}\.tar: member 'c\d/s\d_\d{3}"
+                               r"\.bin': HTTP 502 .*after 2 retries")
+        self.assertLess(len(samples(out.splitlines())), SHARDS * PER_SHARD)
+
+
+if __name__ == "__main__":
+    why = httpenv.missing()
+    if why:
+        print("skipped: " + why)
+        sys.exit(77)
+    if not os.path.exists(S3_CHECK):
+        print("skipped: no s3_check binary at %s (set S3_CHECK)" % S3_CHECK)
+        sys.exit(77)
+    unittest.main()
