@@ -69,6 +69,16 @@ bool lade__cache_evict(lade__cache_t *c, uint64_t key) {
   return e != NULL;
 }
 
+void lade__cache_clear(lade__cache_t *c) {
+  pthread_mutex_lock(&c->mu);
+  lade__centry_t *e;
+  while ((e = c->ix.head) != NULL) { /* every policy keeps every entry on the list */
+    c->ops->drop(c, e);
+    c->st.evictions++;
+  }
+  pthread_mutex_unlock(&c->mu);
+}
+
 int lade__cache_put(lade__cache_t *c, uint64_t key, const void *data, size_t len) {
   return c->ops->put(c, key, 0, data, len);
 }

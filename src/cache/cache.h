@@ -92,8 +92,12 @@ bool lade__cache_touch(lade__cache_t *c, uint64_t key);
  * when it was resident. */
 bool lade__cache_evict(lade__cache_t *c, uint64_t key);
 
-/* Bytes a memory-tier entry of len payload bytes is charged. */
+/* Drops every entry (counted as evictions). */
+void lade__cache_clear(lade__cache_t *c);
+
+/* Bytes an entry of len payload bytes is charged in the memory / disk tier. */
 uint64_t lade__memcache_charge(uint64_t len);
+uint64_t lade__diskcache_charge(uint64_t len);
 
 /* Stores a copy of the bytes under key (replacing an older entry), evicting
  * per policy to stay within capacity. An entry larger than the capacity, or

@@ -82,6 +82,7 @@ static name_t entry_name(uint64_t key) {
 }
 
 static uint64_t charge_of(uint64_t len) { return (HDR_BYTES + len + BLOCK - 1) / BLOCK * BLOCK; }
+uint64_t lade__diskcache_charge(uint64_t len) { return charge_of(len); }
 
 static uint64_t hdr_sum(const hdr_t *h) { return lade_checksum(h, offsetof(hdr_t, hsum), SUM_SEED); }
 

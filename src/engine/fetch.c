@@ -168,6 +168,7 @@ struct lade__fetch {
   _Atomic uint8_t *adm_pending; /* 1 while that admit has not been put */
   pthread_cond_t cv_admit;      /* with mu: a pending admit ended */
   pthread_mutex_t plan_mu;      /* orders an evict's adm_q check and its evict against an admit's put */
+  lade__cache_t *ptier;         /* the tier the plan drives: mem, else disk (NULL: no cache) */
 
   _Atomic uint64_t samples[LADE_TIER_COUNT], bytes[LADE_TIER_COUNT];
   _Atomic uint64_t misses, prefetched, pf_errors, waited;
@@ -285,9 +286,15 @@ static uint64_t mean_sample_bytes(lade__source_t *s, const lade__source_ops_t *o
 uint64_t lade__fetch_plan_cache_samples(const struct lade_config *cfg, lade__source_t *src,
                                         const lade__source_ops_t *ops, uint64_t *mean) {
   *mean = 0;
-  if (!cfg->cache_mem_bytes) return 0;
-  *mean = mean_sample_bytes(src, ops);
-  return LADE_MIN(cfg->cache_mem_bytes / lade__memcache_charge(*mean), src->count);
+  if (cfg->cache_mem_bytes) {
+    *mean = mean_sample_bytes(src, ops);
+    return LADE_MIN(cfg->cache_mem_bytes / lade__memcache_charge(*mean), src->count);
+  }
+  if (cfg->cache_dir[0] && cfg->cache_disk_bytes) {
+    *mean = mean_sample_bytes(src, ops);
+    return LADE_MIN(cfg->cache_disk_bytes / lade__diskcache_charge(*mean), src->count);
+  }
+  return 0;
 }
 
 static void *prefetch_main(void *arg);
@@ -324,9 +331,14 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
   if (f->routed && policy != LADE_CACHE_AUTO && policy != LADE_CACHE_PLAN)
     rc = lade__fail(LADE_EINVAL, "plan=%s drives the memory cache by its own admits and evicts: cache_policy must be "
                     "auto or plan", plan);
-  else if (f->routed && cfg->cache_dir[0])
-    rc = lade__fail(LADE_EINVAL, "plan=%s keeps its cache in memory (cache_mem_bytes); a disk cache (cache_dir) under "
-                    "a plan other than regular is not supported yet", plan);
+  else if (f->routed && cfg->cache_dir[0] && cfg->cache_mem_bytes)
+    rc = lade__fail(LADE_EINVAL, "plan=%s drives one cache per learner: set cache_mem_bytes or cache_dir, not both",
+                    plan);
+  else if (f->routed && cfg->cache_dir[0] && !cfg->cache_disk_bytes)
+    rc = lade__fail(LADE_EINVAL, "plan=%s with a disk cache: set cache_disk_bytes (the plan's cache size)", plan);
+  else if (f->routed && cfg->prefetcher == LADE_TRISTATE_ON)
+    rc = lade__fail(LADE_EINVAL, "plan=%s decides what the cache holds; the DELI prefetcher (prefetcher=on) runs with "
+                    "the regular plan only", plan);
   else if (!f->routed && policy == LADE_CACHE_PLAN)
     rc = lade__fail(LADE_EINVAL, "cache_policy=plan follows a plan's admits and evicts: set plan to one other than "
                     "regular (e.g. regular+belady, locality)");
@@ -347,16 +359,17 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
 
   char ns[LADE_PATH_MAX + 128] = "";
   if (cfg->cache_dir[0]) dataset_ns(f, ns, sizeof ns);
+  if (f->routed && (cfg->cache_mem_bytes || cfg->cache_dir[0])) {
+    f->adm_q = calloc(p->src->count, sizeof *f->adm_q);
+    f->adm_pending = calloc(p->src->count, sizeof *f->adm_pending);
+    if (!f->adm_q || !f->adm_pending)
+      rc = lade__fail(LADE_ENOMEM, "plan=%s: out of memory for the cache's admit table of %llu samples", plan,
+                      (unsigned long long)p->src->count);
+  }
+  /* a plan's admits run ahead of the evicts of earlier steps by the engine's window */
+  uint64_t slack = f->routed ? (uint64_t)(cfg->prefetch + 2) * p->batch : 0;
   if (cfg->cache_mem_bytes) {
-    uint64_t cap = cfg->cache_mem_bytes;
-    if (f->routed) { /* admits run ahead of the evicts of earlier steps by the engine's window */
-      cap += (uint64_t)(cfg->prefetch + 2) * p->batch * lade__memcache_charge(p->sample_bytes);
-      f->adm_q = calloc(p->src->count, sizeof *f->adm_q);
-      f->adm_pending = calloc(p->src->count, sizeof *f->adm_pending);
-      if (!f->adm_q || !f->adm_pending) rc = lade__fail(LADE_ENOMEM, "plan=%s: out of memory for the cache's admit "
-                                                        "table of %llu samples", plan,
-                                                        (unsigned long long)p->src->count);
-    }
+    uint64_t cap = cfg->cache_mem_bytes + slack * lade__memcache_charge(p->sample_bytes);
     lade__cache_opts_t o = {.dir = NULL, .ns = cfg->source, .capacity = cap, .policy = policy,
                             .next_use = next_use, .next_use_ctx = f};
     if (!rc) rc = lade__cache_open(&f->mem, &o);
@@ -372,11 +385,15 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
     }
     if (!rc && !cap) rc = lade__fail(LADE_EIO, "cache_dir %s: its file system has no free space", cfg->cache_dir);
     if (!rc) {
-      lade__cache_opts_t o = {.dir = cfg->cache_dir, .ns = ns, .capacity = cap, .policy = policy,
-                              .next_use = next_use, .next_use_ctx = f};
+      lade__cache_opts_t o = {.dir = cfg->cache_dir, .ns = ns, .capacity = cap + slack * lade__diskcache_charge(p->sample_bytes),
+                              .policy = policy, .next_use = next_use, .next_use_ctx = f};
       rc = lade__cache_open(&f->disk, &o);
     }
-    if (!rc) f->pf_on = cfg->prefetcher == LADE_TRISTATE_ON || (cfg->prefetcher == LADE_TRISTATE_AUTO && f->remote);
+    /* the plan's model starts empty at (0, 0): entries of an earlier run would
+     * hold room the plan does not know of, so they go */
+    if (!rc && f->routed) lade__cache_clear(f->disk);
+    if (!rc && !f->routed)
+      f->pf_on = cfg->prefetcher == LADE_TRISTATE_ON || (cfg->prefetcher == LADE_TRISTATE_AUTO && f->remote);
     if (!rc && f->pf_on) {
       /* DELI's 50/50 rule: fetch size = threshold = half the cache, in
        * samples (entries are charged in whole 4 KiB blocks on disk); only
@@ -389,6 +406,7 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
       f->threshold = cfg->prefetch_threshold ? cfg->prefetch_threshold : f->fetch_size;
     }
   }
+  f->ptier = f->routed ? (f->mem ? f->mem : f->disk) : NULL;
   if (!rc && cfg->prefetcher == LADE_TRISTATE_ON && !f->disk)
     rc = lade__fail(LADE_EINVAL, "prefetcher=on needs a disk cache: set cache_dir");
   if (!rc && f->pf_on) {
@@ -467,11 +485,12 @@ static void end_admit(lade__fetch_t *f, uint64_t idx) {
 /* A read by a plan's route (not LADE__ROUTE_ANY). */
 static int read_routed(lade__fetch_t *f, uint64_t idx, uint64_t q, int32_t route, lade__buf_t *out, int *tier,
                        int *note) {
-  lade__cache_t *t = f->mem; /* the plan's tier (NULL without a cache: every route is storage) */
+  lade__cache_t *t = f->ptier; /* the plan's tier (NULL without a cache: every route is storage) */
+  uint64_t ver = t == f->disk ? sample_version(f, idx) : 0;
   if (route == LADE_FROM_CACHE && t) {
     for (;;) {
-      if (lade__cache_get(t, idx, out) == 0) {
-        *tier = LADE_TIER_MEM;
+      if (lade__cache_get_ver(t, idx, ver, out) == 0) {
+        *tier = t == f->mem ? LADE_TIER_MEM : LADE_TIER_DISK;
         count(f, *tier, out->len);
         atomic_fetch_add_explicit(&f->plan_hits, 1, memory_order_relaxed);
         return 0;
@@ -496,7 +515,7 @@ static int read_routed(lade__fetch_t *f, uint64_t idx, uint64_t q, int32_t route
     /* an admit of this step, or a sample the plan believes cached: put it (back) */
     if (admit || (t && route == LADE_FROM_CACHE)) {
       pthread_mutex_lock(&f->plan_mu);
-      lade__cache_put(t, idx, out->data, out->len);
+      lade__cache_put_ver(t, idx, ver, out->data, out->len);
       pthread_mutex_unlock(&f->plan_mu);
     }
   }
@@ -550,7 +569,7 @@ int lade__fetch_read(lade__fetch_t *f, uint64_t idx, uint64_t q, int32_t route, 
   if (f->mem && !f->routed) lade__cache_put_ver(f->mem, idx, ver, out->data, out->len); /* routed: only the plan admits */
   /* with the prefetcher on, it alone fills the disk tier (DELI): a miss
    * written there would push out samples fetched for the near future */
-  if (disk && !f->pf_on) lade__cache_put_ver(disk, idx, ver, out->data, out->len);
+  if (disk && !f->pf_on && !f->routed) lade__cache_put_ver(disk, idx, ver, out->data, out->len);
   return 0;
 }
 
@@ -582,7 +601,7 @@ void lade__fetch_step_planned(lade__fetch_t *f, const lade__cursor_step_t *st) {
     fprintf(stderr, "lade: %s\n", lade_last_error());
     lade__clear_error();
   }
-  if (f->routed && f->mem)
+  if (f->ptier)
     for (uint32_t i = 0; i < st->nadmit; i++) {
       uint64_t x = st->admit[i];
       atomic_store_explicit(&f->adm_q[x], st->q + 1, memory_order_relaxed);
@@ -622,11 +641,13 @@ void lade__fetch_step_planned(lade__fetch_t *f, const lade__cursor_step_t *st) {
 int lade__fetch_serve(void *ctx, uint64_t idx, uint64_t q, int nonblock, lade__buf_t *out) {
   lade__fetch_t *f = ctx;
   (void)q;
-  if (f->mem && lade__cache_get(f->mem, idx, out) == 0) return 0;
+  lade__cache_t *t = f->ptier ? f->ptier : f->mem;
+  uint64_t ver = t && t == f->disk ? sample_version(f, idx) : 0;
+  if (t && lade__cache_get_ver(t, idx, ver, out) == 0) return 0;
   /* admitted by a step whose read has not put it yet: ask again later */
   if (nonblock && f->adm_pending && atomic_load_explicit(&f->adm_pending[idx], memory_order_acquire))
     return LADE__DIST_AGAIN;
-  if (f->mem && wait_admit(f, idx) && lade__cache_get(f->mem, idx, out) == 0) return 0;
+  if (t && f->adm_pending && wait_admit(f, idx) && lade__cache_get_ver(t, idx, ver, out) == 0) return 0;
   /* the plan says this cache holds it and it does not (bytes budget, a
    * resumed run): the peer still gets the right bytes, from storage */
   atomic_fetch_add_explicit(&f->served_storage, 1, memory_order_relaxed);
@@ -639,14 +660,14 @@ void lade__fetch_step_done(lade__fetch_t *f, const lade__cursor_step_t *st) {
     fprintf(stderr, "lade: %s\n", lade_last_error()); /* the receiver reports it too, naming this rank */
     lade__clear_error();
   }
-  if (!f->routed || !f->mem) return;
+  if (!f->ptier) return;
   for (uint32_t i = 0; i < st->nevict; i++) {
     uint64_t x = st->evict[i];
     /* admitted by this step too (evicted, then admitted again: the kinds
      * cancel an admit followed by an evict in one step) or by a later one:
      * the admit wins */
     pthread_mutex_lock(&f->plan_mu);
-    if (atomic_load_explicit(&f->adm_q[x], memory_order_relaxed) < st->q + 1) lade__cache_evict(f->mem, x);
+    if (atomic_load_explicit(&f->adm_q[x], memory_order_relaxed) < st->q + 1) lade__cache_evict(f->ptier, x);
     pthread_mutex_unlock(&f->plan_mu);
   }
   for (uint32_t i = 0; i < st->nadmit; i++) { /* admits whose read failed or was substituted */

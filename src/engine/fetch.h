@@ -40,9 +40,10 @@ typedef struct lade__fetch_params {
  * (counted) when the cache does not hold them. */
 int lade__fetch_serve(void *ctx, uint64_t idx, uint64_t q, int nonblock, lade__buf_t *out);
 
-/* Routed plans: the memory cache of cfg in samples of the dataset's mean
- * size (cache_mem_bytes / the bytes one entry is charged), at most the
- * dataset; *mean gets the mean size (from the listing, else sample 0). */
+/* Routed plans: the plan's cache (the memory tier, else the disk tier) in
+ * samples of the dataset's mean size (cache_mem_bytes or cache_disk_bytes
+ * over the bytes one entry is charged there), at most the dataset; *mean
+ * gets the mean size (from the listing, else sample 0). */
 uint64_t lade__fetch_plan_cache_samples(const struct lade_config *cfg, lade__source_t *src,
                                         const lade__source_ops_t *ops, uint64_t *mean);
 

@@ -23,6 +23,9 @@
 #define EPOCHS 4
 #define MAXW 4
 #define CHARGE (SZ + 64) /* the memory tier's charge of one entry */
+#define DISK_CHARGE 4096 /* the disk tier's: a 56-byte header and the payload in whole 4 KiB blocks */
+
+static int g_disk; /* 1: the plan drives a disk cache (cache_dir) instead of the memory tier */
 
 static uint8_t byte_of(uint64_t i, int k) { return (uint8_t)(i * 31 + (uint64_t)k * 7 + 1); }
 
@@ -80,8 +83,15 @@ static lade_loader_t *open_loader(const char *kind, uint32_t rank, uint32_t worl
   lade_config_set(c, "rank", v);
   snprintf(v, sizeof v, "%u", world);
   lade_config_set(c, "world_size", v);
-  snprintf(v, sizeof v, "%llu", (unsigned long long)cache_bytes);
-  lade_config_set(c, "cache_mem_bytes", v);
+  if (g_disk) { /* the same number of samples as cache_bytes in memory */
+    snprintf(v, sizeof v, "%llu", (unsigned long long)(cache_bytes / CHARGE * DISK_CHARGE));
+    lade_config_set(c, "cache_disk_bytes", v);
+    snprintf(src, sizeof src, "%s/cache", make_dataset());
+    lade_config_set(c, "cache_dir", src);
+  } else {
+    snprintf(v, sizeof v, "%llu", (unsigned long long)cache_bytes);
+    lade_config_set(c, "cache_mem_bytes", v);
+  }
   if (extra && lade_config_parse(c, extra)) fprintf(stderr, "bad setting %s: %s\n", extra, lade_last_error());
   lade_loader_t *L = NULL;
   int rc = lade_loader_create(&L, c);
@@ -188,7 +198,7 @@ static void check_kind(const char *kind, uint32_t W, uint64_t cache_bytes) {
   for (uint32_t r = 0; r < W; r++)
     for (uint64_t e = 0; e < EPOCHS; e++) {
       const lade_epoch_stats_t *es = &g_runs[r].ep[e];
-      CHECK_EQ_INT(es->samples_by_source[1], cache[r][e]);
+      CHECK_EQ_INT(es->samples_by_source[g_disk ? 2 : 1], cache[r][e]);
       CHECK_EQ_INT(es->samples_by_source[0], storage[r][e] + peer[r][e]);
       CHECK_EQ_INT(es->plan_peer_storage, peer[r][e]);
       CHECK_EQ_INT(es->plan_fallbacks, 0);
@@ -211,7 +221,7 @@ static void check_kind(const char *kind, uint32_t W, uint64_t cache_bytes) {
   for (uint64_t e = 0; e < EPOCHS; e++) {
     uint64_t c = 0, sto = 0, p = 0;
     for (uint32_t r = 0; r < W; r++) {
-      c += g_runs[r].ep[e].samples_by_source[1];
+      c += g_runs[r].ep[e].samples_by_source[g_disk ? 2 : 1];
       p += g_runs[r].ep[e].plan_peer_storage;
       sto += g_runs[r].ep[e].samples_by_source[0] - g_runs[r].ep[e].plan_peer_storage;
     }
@@ -266,6 +276,42 @@ static void test_solar_imbalance(void) {
   fprintf(stderr, "  storage reads after epoch 0: %llu with equal batches, %llu with imbalance 2\n",
           (unsigned long long)equal, (unsigned long long)loose);
   CHECK(loose < equal);
+}
+
+/* The plans driving a disk cache (cache_dir + cache_disk_bytes): the same
+ * routes and counts, the entries on disk. Entries deleted under a running
+ * loader: read from storage, counted, never a wrong sample. */
+static void test_disk_cache(void) {
+  g_disk = 1;
+  check_kind("locality", 4, (uint64_t)(N / 4) * CHARGE);
+  check_kind("regular+belady", 1, (uint64_t)(N / 2) * CHARGE);
+  check_kind("solar", 4, (uint64_t)(N / 8) * CHARGE);
+  /* a loader whose entries vanish after epoch 1 starts */
+  lade_loader_t *L = open_loader("locality", 0, 1, (uint64_t)N * CHARGE, NULL);
+  CHECK(L != NULL);
+  g_disk = 0;
+  if (!L) return;
+  lade_batch_t *b = NULL;
+  int ok = 1, deleted = 0, rc;
+  while ((rc = lade_loader_next(L, &b)) == 0 && b) {
+    if (b->epoch == 1 && !deleted) {
+      lade_test_sh("find %s/cache -type f ! -name LOCK ! -name NAMESPACE -delete", make_dataset());
+      deleted = 1;
+    }
+    for (int64_t i = 0; i < b->shape[0]; i++)
+      for (int k = 0; k < SZ; k++)
+        if (((const uint8_t *)b->data)[(size_t)i * SZ + k] != byte_of((uint64_t)b->indices[i], k)) ok = 0;
+    lade_batch_release(b);
+  }
+  CHECK_EQ_INT(rc, 0);
+  CHECK(ok && deleted);
+  lade_stats_t st;
+  lade_loader_stats(L, &st);
+  fprintf(stderr, "  entries deleted under the loader: %llu fallbacks to storage\n",
+          (unsigned long long)st.plan_fallbacks);
+  CHECK(st.plan_fallbacks > 0);
+  CHECK_EQ_INT(st.samples, (uint64_t)EPOCHS * N);
+  lade_loader_destroy(L);
 }
 
 /* Two runs: identical bytes. Resume from the middle of epoch 1: the rest bit
@@ -344,7 +390,11 @@ static void expect_error(const char *kind, const char *extra, const char *words)
 static void test_bad_settings(void) {
   char opt[4300];
   snprintf(opt, sizeof opt, "cache_dir=%s/cache", make_dataset());
-  expect_error("locality", opt, "not supported yet");
+  expect_error("locality", opt, "set cache_mem_bytes or cache_dir, not both");
+  expect_error("locality", "prefetcher=on", "regular plan only");
+  g_disk = 1;
+  expect_error("locality", "cache_disk_bytes=0", "set cache_disk_bytes");
+  g_disk = 0;
   expect_error("locality", "cache_policy=lru", "cache_policy must be auto or plan");
   expect_error("regular", "cache_policy=plan", "set plan to one other than regular");
   expect_error("solar", "epochs=1000000000", "set epochs");
@@ -360,6 +410,7 @@ int main(void) {
   RUN(test_every_plan_four_ranks);
   RUN(test_half_cache);
   RUN(test_solar_imbalance);
+  RUN(test_disk_cache);
   RUN(test_repeat_and_resume);
   RUN(test_short_last_step);
   RUN(test_bad_settings);
