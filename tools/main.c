@@ -18,6 +18,9 @@
 #include "gen_npy.h"
 #include "lade/lade.h"
 #include "lade/plan.h"
+#ifdef LADE_HAVE_MPI
+#include <mpi.h>
+#endif
 #include "pack.h"
 #include "plan_cli.h"
 #include "probe.h"
@@ -188,6 +191,27 @@ static int predict_rank(const lade_plan_settings_t *s, uint32_t rank, uint64_t e
   return rc == LADE_ERANGE || (v && v->epoch >= epochs) ? 0 : rc;
 }
 
+#ifdef LADE_HAVE_MPI
+/* Under mpirun/srun `lade bench` is an MPI program: it initialises MPI with
+ * MPI_THREAD_MULTIPLE before the loader (which then runs its transport
+ * beside it, as beside mpi4py) so it can sum every rank's counts at the end. */
+static int g_cli_mpi;
+static void cli_mpi_init(void) {
+  const char *w = getenv("OMPI_COMM_WORLD_SIZE");
+  if (!w) w = getenv("PMI_SIZE");
+  if (!w || strtoul(w, NULL, 10) < 2) return;
+  int prov = 0;
+  if (MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &prov) == MPI_SUCCESS) g_cli_mpi = 1 + (prov >= MPI_THREAD_MULTIPLE);
+}
+static void cli_mpi_done(void) {
+  if (g_cli_mpi) MPI_Finalize();
+  g_cli_mpi = 0;
+}
+#else
+static void cli_mpi_init(void) {}
+static void cli_mpi_done(void) {}
+#endif
+
 typedef struct bench_opts {
   const char *dir;
   uint64_t max_batches;
@@ -279,6 +303,36 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
     fprintf(stderr, "lade bench: the plan's prediction: %s\n", lade_last_error());
     planned = 0;
   }
+  double ep_secs[MAX_EPOCH_LINES] = {0};
+  for (int e = 0; e < neps && e < MAX_EPOCH_T; e++) {
+    double next = e + 1 < MAX_EPOCH_T && e + 1 < neps && ep_start[e + 1] > 0 ? ep_start[e + 1] : t_end;
+    ep_secs[e] = next - ep_start[e];
+  }
+  /* the plan's cache is one tier: memory, or disk */
+#define CACHED(e) (eps[e].samples_by_source[1] + eps[e].samples_by_source[2])
+  /* every rank's counts summed (under mpirun): cache, peer, storage, the
+   * plan's three, fallbacks; the slowest rank's epoch time, the waits summed */
+  static uint64_t agg[MAX_EPOCH_LINES][7];
+  static double agg_t[MAX_EPOCH_LINES], agg_w[MAX_EPOCH_LINES];
+  int aggregated = 0, my_rank = 0;
+#ifdef LADE_HAVE_MPI
+  if (planned && g_cli_mpi == 2) {
+    static uint64_t mine[MAX_EPOCH_LINES][7];
+    double t[MAX_EPOCH_LINES], w[MAX_EPOCH_LINES];
+    for (int e = 0; e < neps; e++) {
+      uint64_t v[7] = {CACHED(e), eps[e].samples_by_source[3] + eps[e].plan_peer_storage,
+                       eps[e].samples_by_source[0] - eps[e].plan_peer_storage, pred[e][PRED_CACHE],
+                       pred[e][PRED_PEER], pred[e][PRED_STORAGE], eps[e].plan_fallbacks};
+      memcpy(mine[e], v, sizeof v);
+      t[e] = ep_secs[e];
+      w[e] = eps[e].wait_seconds;
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &my_rank);
+    aggregated = MPI_Allreduce(mine, agg, neps * 7, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS &&
+                 MPI_Allreduce(t, agg_t, neps, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD) == MPI_SUCCESS &&
+                 MPI_Allreduce(w, agg_w, neps, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS;
+  }
+#endif
   int tiers = st.samples_by_source[1] || st.samples_by_source[2] || st.cache_misses || st.prefetched;
   int remote = st.get_requests || st.list_requests;
   double rate = elapsed > 0 ? (double)samples / elapsed : 0;
@@ -316,16 +370,12 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
       if (planned)
         printf("%s{\"plan\":\"%s\",\"cache\":%llu,\"peer\":%llu,\"storage\":%llu,\"fallbacks\":%llu,"
                "\"predicted_cache\":%llu,\"predicted_peer\":%llu,\"predicted_storage\":%llu,",
-               e ? "," : "", lade_plan_kind_name(ps.kind), (unsigned long long)eps[e].samples_by_source[1],
+               e ? "," : "", lade_plan_kind_name(ps.kind), (unsigned long long)CACHED(e),
                (unsigned long long)(eps[e].samples_by_source[3] + eps[e].plan_peer_storage),
                (unsigned long long)(eps[e].samples_by_source[0] - eps[e].plan_peer_storage),
                (unsigned long long)eps[e].plan_fallbacks, (unsigned long long)pred[e][PRED_CACHE],
                (unsigned long long)pred[e][PRED_PEER], (unsigned long long)pred[e][PRED_STORAGE]);
-      double es = 0;
-      if (e < MAX_EPOCH_T) {
-        double next = e + 1 < MAX_EPOCH_T && e + 1 < neps && ep_start[e + 1] > 0 ? ep_start[e + 1] : t_end;
-        es = next - ep_start[e];
-      }
+      double es = ep_secs[e];
       printf("%s\"epoch\":%d,\"seconds\":%.4f,\"peer_bytes\":%llu,\"miss_rate\":%.4f,\"wait_s\":%.4f,\"get_requests\":%llu,\"list_requests\":%llu,"
              "\"remote_bytes\":%llu,\"samples_by_source\":[%llu,%llu,%llu],\"bytes_by_source\":[%llu,%llu,%llu]}",
              planned ? "" : e ? ",{" : "{", e, es, (unsigned long long)eps[e].bytes_by_source[3], eps[e].miss_rate,
@@ -336,7 +386,18 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
              (unsigned long long)eps[e].samples_by_source[2], (unsigned long long)eps[e].bytes_by_source[0],
              (unsigned long long)eps[e].bytes_by_source[1], (unsigned long long)eps[e].bytes_by_source[2]);
     }
-    printf("]}\n");
+    printf("]");
+    if (aggregated) {
+      printf(",\"aggregate\":[");
+      for (int e = 0; e < neps; e++)
+        printf("%s{\"epoch\":%d,\"seconds\":%.4f,\"wait_s\":%.4f,\"cache\":%llu,\"peer\":%llu,\"storage\":%llu,"
+               "\"predicted_cache\":%llu,\"predicted_peer\":%llu,\"predicted_storage\":%llu,\"fallbacks\":%llu}",
+               e ? "," : "", e, agg_t[e], agg_w[e], (unsigned long long)agg[e][0], (unsigned long long)agg[e][1],
+               (unsigned long long)agg[e][2], (unsigned long long)agg[e][3], (unsigned long long)agg[e][4],
+               (unsigned long long)agg[e][5], (unsigned long long)agg[e][6]);
+      printf("]");
+    }
+    printf("}\n");
   } else {
     printf("dataset      %s (%llu samples), transform %s, batches %s %s\n", o->dir, (unsigned long long)nsamples,
            transform, shape, dtype);
@@ -386,12 +447,23 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
       for (int e = 0; e < neps; e++)
         printf("epoch %-6d cache %llu (%llu), peer %llu (%llu), storage %llu (%llu), fallbacks %llu, consumer wait "
                "%.3f s\n",
-               e, (unsigned long long)eps[e].samples_by_source[1], (unsigned long long)pred[e][PRED_CACHE],
+               e, (unsigned long long)CACHED(e), (unsigned long long)pred[e][PRED_CACHE],
                (unsigned long long)(eps[e].samples_by_source[3] + eps[e].plan_peer_storage),
                (unsigned long long)pred[e][PRED_PEER],
                (unsigned long long)(eps[e].samples_by_source[0] - eps[e].plan_peer_storage),
                (unsigned long long)pred[e][PRED_STORAGE], (unsigned long long)eps[e].plan_fallbacks,
                eps[e].wait_seconds);
+    }
+    if (aggregated && my_rank == 0) {
+      printf("all ranks    %s, %u ranks: per epoch, samples from the ranks' caches / peers / storage, measured "
+             "(predicted), the slowest rank's epoch time and the consumer waits summed\n", lade_plan_kind_name(ps.kind),
+             ps.learners);
+      for (int e = 0; e < neps; e++)
+        printf("epoch %-6d cache %llu (%llu), peer %llu (%llu), storage %llu (%llu), fallbacks %llu, %.3f s, wait "
+               "%.3f s\n",
+               e, (unsigned long long)agg[e][0], (unsigned long long)agg[e][3], (unsigned long long)agg[e][1],
+               (unsigned long long)agg[e][4], (unsigned long long)agg[e][2], (unsigned long long)agg[e][5],
+               (unsigned long long)agg[e][6], agg_t[e], agg_w[e]);
     }
     if (o->checksum) printf("checksum     %016llx\n", (unsigned long long)sum);
   }
@@ -461,7 +533,9 @@ static int cmd_bench(int argc, char **argv) {
     return 2;
   }
   o.dir = argv[optind];
+  cli_mpi_init();
   int rc = set_or_fail(cfg, "source", o.dir) ? 2 : run_bench(cfg, &o);
+  cli_mpi_done();
   lade_config_destroy(cfg);
   return rc;
 }

@@ -26,6 +26,31 @@ out=$(timeout 120 "${run[@]}" -np 4 "$check_bin" "$tmp/c" mismatch 2>&1); rc=$?
 echo "$out" | tail -3
 [ $rc -eq 0 ] || { echo "FAIL: mpi_check mismatch"; fail=1; }
 
+echo "== mpirun lade bench --plan: per-rank and aggregate counts equal the plan's, for every kind"
+"$lade" gen npy "$tmp/g" --count 480 --shape 64 >/dev/null
+for kind in regular+lru regular+belady distcache locality solar; do
+  rm -f "$tmp"/bench.*
+  timeout 120 "${run[@]}" -np 4 sh -c 'exec "$0" bench "$1" --plan "$2" --set cache_mem_bytes=40000 \
+    --set drop_last=true --epochs 3 --batch-size 16 --json > "$3/bench.$OMPI_COMM_WORLD_RANK"' \
+    "$lade" "$tmp/g" "$kind" "$tmp" || { echo "FAIL: lade bench --plan $kind under mpirun"; fail=1; continue; }
+  verdict=$(/usr/bin/python3 - "$tmp" <<'PY'
+import json, sys
+ranks = [json.load(open("%s/bench.%d" % (sys.argv[1], r))) for r in range(4)]
+ok = sorted(r["rank"] for r in ranks) == [0, 1, 2, 3]
+for r in ranks:
+    for e in r["epochs"]:
+        ok &= (e["cache"], e["peer"], e["storage"], e["fallbacks"]) == \
+              (e["predicted_cache"], e["predicted_peer"], e["predicted_storage"], 0)
+    for e, a in enumerate(r["aggregate"]):
+        ok &= a["cache"] == sum(x["epochs"][e]["cache"] for x in ranks) and \
+              (a["cache"], a["peer"], a["storage"]) == (a["predicted_cache"], a["predicted_peer"], a["predicted_storage"])
+print("ok" if ok else "bad")
+PY
+)
+  if [ "$verdict" = ok ]; then echo "ok   lade bench --plan $kind: per rank and all ranks as the plan predicts"
+  else echo "FAIL: lade bench --plan $kind under mpirun: $verdict"; fail=1; fi
+done
+
 echo "== a rank killed mid-epoch: the job ends, non-zero, naming it, in bounded time"
 "$lade" gen npy "$tmp/k" --count 2000 --shape 256 >/dev/null
 start=$(date +%s)
