@@ -503,7 +503,7 @@ static void *comm_main(void *arg) {
     } else {
       struct timespec ts = {0, idle_ns};
       nanosleep(&ts, NULL);
-      if (idle_ns < 1000000) idle_ns *= 2;
+      if (idle_ns < 4000000) idle_ns *= 2;
     }
   }
   if (g.we_init) {

@@ -321,12 +321,12 @@ static int open_transport(lade_loader_t *L, lade__cursor_params_t *cp) {
   bool routed = cp->plan.kind != LADE_PLAN_REGULAR && cp->plan.kind != LADE__PLAN_SHARDS;
   if (mode == LADE_TRANSPORT_AUTO) {
     mode = routed && launched ? LADE_TRANSPORT_MPI : LADE_TRANSPORT_LOCAL;
-    /* the same command from a laptop to mpirun: the launcher's rank and
-     * world, unless the settings name them */
-    if (mode == LADE_TRANSPORT_LOCAL && launched && L->cfg.world_size == 1 && L->cfg.rank == 0) {
-      L->cfg.rank = cp->rank = launched_rank;
-      L->cfg.world_size = cp->plan.learners = launched_world;
-    }
+  }
+  /* the same command from a laptop to mpirun: the launcher's rank and world,
+   * unless the settings name them (transport=mpi takes MPI's below) */
+  if (mode == LADE_TRANSPORT_LOCAL && launched && L->cfg.world_size == 1 && L->cfg.rank == 0) {
+    L->cfg.rank = cp->rank = launched_rank;
+    L->cfg.world_size = cp->plan.learners = launched_world;
   }
   if (mode == LADE_TRANSPORT_LOCAL) return 0;
 #ifndef LADE_HAVE_MPI
