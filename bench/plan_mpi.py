@@ -161,7 +161,7 @@ def main():
                                                             "peer MB", "wait s", "=plan", "fallbk"))
         results = {}
         runs = [("regular", "regular", []), ("distcache", "distcache", []), ("locality", "locality", []),
-                ("solar", "solar", []), ("solar+imb4", "solar", [("plan_imbalance", 4)])]
+                ("solar", "solar", []), ("solar+imb16", "solar", [("plan_imbalance", 16)])]
         for label, plan, extra in runs:
             ranks, wall = mpirun(a.np, a.lade, src, plan, full, a.epochs, a.batch, extra, env, tmp)
             rows = summarise(ranks)
@@ -178,7 +178,7 @@ def main():
                               str(min(full // int(mean + 64), a.count))], capture_output=True, text=True).stdout
         imbal = [float(line.split()[7]) for line in sim.splitlines()[2:] if line.split() and line.split()[0].isdigit()]
         print("\n  after the first epoch (mean of epochs 1..%d):" % (a.epochs - 1))
-        for plan in ("distcache", "locality", "solar", "solar+imb4"):
+        for plan in ("distcache", "locality", "solar", "solar+imb16"):
             t = statistics.mean(r["seconds"] for r in results[plan][1:])
             sto = sum(r["storage_mb"] for r in results[plan][1:])
             G = a.batch * a.np
