@@ -96,7 +96,7 @@ def test_plan_resume_bit_for_bit(npy_dir):
 
 
 def test_plan_errors_are_clear(npy_dir, tmp_path):
-    with pytest.raises(lade.Error, match="not supported yet"):
+    with pytest.raises(lade.Error, match="not both"):
         _loader(npy_dir, "locality", 0, cache_dir=str(tmp_path / "c"))
     with pytest.raises(lade.Error, match="set epochs"):
         lade.Loader(npy_dir, batch_size=B, plan="solar", drop_last=True)
