@@ -140,20 +140,27 @@ static const char *mpi_err(int rc, char *buf) {
 
 /* ------------------------------------------------------------ the thread */
 
-/* Opening: communicator and the settings check, non-blocking so it is bounded. */
-static void chan_open_step(chan_t *c) {
-  char eb[MPI_MAX_ERROR_STRING];
-  MPI_Request req;
-  int rc = MPI_Comm_idup(MPI_COMM_WORLD, &c->comm, &req);
-  double t0 = lade__now(), limit = c->p.timeout_ms / 1000.0;
-  int done = 0;
-  while (rc == MPI_SUCCESS && !done && lade__now() - t0 < limit) {
-    rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-    if (!done) {
+/* Polls a non-blocking collective until it completes or `limit` seconds
+ * past t0; *done says which. Returns the MPI code. */
+static int wait_request(int rc, MPI_Request *req, double t0, double limit, int *done) {
+  *done = 0;
+  while (rc == MPI_SUCCESS && !*done && lade__now() - t0 < limit) {
+    rc = MPI_Test(req, done, MPI_STATUS_IGNORE);
+    if (!*done) {
       struct timespec ts = {0, 200000};
       nanosleep(&ts, NULL);
     }
   }
+  return rc;
+}
+
+/* Opening: communicator and the settings check, non-blocking so it is bounded. */
+static void chan_open_step(chan_t *c) {
+  char eb[MPI_MAX_ERROR_STRING];
+  MPI_Request req;
+  double t0 = lade__now(), limit = c->p.timeout_ms / 1000.0;
+  int done = 0;
+  int rc = wait_request(MPI_Comm_idup(MPI_COMM_WORLD, &c->comm, &req), &req, t0, limit, &done);
   pthread_mutex_lock(&c->mu);
   if (rc != MPI_SUCCESS) {
     chan_fail_locked(c, "transport mpi: duplicating the communicator failed: %s", mpi_err(rc, eb));
@@ -185,15 +192,8 @@ static void chan_open_step(chan_t *c) {
   }
   mine[0] = n;
   for (uint32_t i = 0; i < n; i++) mine[i + 1] = c->p.checks[i].value;
-  rc = MPI_Iallgather(mine, (int)(n + 1), MPI_UINT64_T, all, (int)(n + 1), MPI_UINT64_T, c->comm, &req);
-  done = 0;
-  while (rc == MPI_SUCCESS && !done && lade__now() - t0 < limit) {
-    rc = MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-    if (!done) {
-      struct timespec ts = {0, 200000};
-      nanosleep(&ts, NULL);
-    }
-  }
+  rc = wait_request(MPI_Iallgather(mine, (int)(n + 1), MPI_UINT64_T, all, (int)(n + 1), MPI_UINT64_T, c->comm, &req),
+                    &req, t0, limit, &done);
   pthread_mutex_lock(&c->mu);
   if (rc != MPI_SUCCESS || !done) {
     chan_fail_locked(c, "transport mpi: rank %u: the settings check did not complete within %u ms%s%s", c->rank,

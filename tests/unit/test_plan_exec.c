@@ -138,8 +138,8 @@ static void run_rank(const char *kind, uint32_t rank, uint32_t world, uint64_t c
   lade_loader_destroy(L);
 }
 
-/* The plan of the same settings, through the public planner. */
-static lade_plan_t *make_plan(const char *kind, uint32_t world, uint64_t cache_bytes) {
+/* The planner's settings the loaders run with. */
+static lade_plan_settings_t settings_of(const char *kind, uint32_t world, uint64_t cache_bytes) {
   lade_plan_settings_t s;
   lade_plan_settings_default(&s);
   s.kind = lade_plan_kind_parse(kind);
@@ -151,6 +151,12 @@ static lade_plan_t *make_plan(const char *kind, uint32_t world, uint64_t cache_b
   s.cache = cache_bytes / CHARGE;
   s.coalesce = 0;
   s.imbalance = g_imbalance;
+  return s;
+}
+
+/* The plan of the same settings, through the public planner. */
+static lade_plan_t *make_plan(const char *kind, uint32_t world, uint64_t cache_bytes) {
+  lade_plan_settings_t s = settings_of(kind, world, cache_bytes);
   lade_plan_t *pl = NULL;
   if (lade_plan_create(&pl, &s)) fprintf(stderr, "  plan %s: %s\n", kind, lade_last_error());
   return pl;
@@ -204,17 +210,7 @@ static void check_kind(const char *kind, uint32_t W, uint64_t cache_bytes) {
       CHECK_EQ_INT(es->plan_fallbacks, 0);
     }
   /* and their sums are the simulator's */
-  lade_plan_settings_t s;
-  lade_plan_settings_default(&s);
-  s.kind = lade_plan_kind_parse(kind);
-  s.samples = N;
-  s.learners = W;
-  s.batch_size = B;
-  s.epochs = EPOCHS;
-  s.seed = 7;
-  s.cache = cache_bytes / CHARGE;
-  s.coalesce = 0;
-  s.imbalance = g_imbalance;
+  lade_plan_settings_t s = settings_of(kind, W, cache_bytes);
   lade_sim_costs_t costs = {0};
   lade_sim_epoch_t sim[EPOCHS];
   CHECK_OK(lade_simulate(&s, &costs, sim, NULL));
