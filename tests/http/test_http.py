@@ -3,7 +3,8 @@
 with tests/s3/faultproxy.js in front for latency and faults (docs/sources.md, remote tar shards).
 
 Run: S3_CHECK=build/tests/s3_check /usr/bin/python3 tests/http/test_http.py [-v] [TestHttpTar.test_name]
-Exit status 77 (skipped) when nginx is missing; the tests that need the fault proxy skip without node.
+Exit status 77 (skipped) when nginx is missing; the tests that need the fault proxy skip without node, the
+https:// ones (TestHttpsTar: nginx also serves HTTPS with a throwaway CA) without openssl or nginx's ssl module.
 """
 import io
 import os
