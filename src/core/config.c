@@ -34,11 +34,13 @@ typedef struct setting {
 static const setting_t settings[] = {
     {"source", T_STR, OFF(source), SZ(source), 0, 0, NULL, "",
      "dataset: an ImageFolder tree, a folder of .npy files, one stacked .npy, tar shards (a .tar, a folder of them, "
-     "a brace pattern, a .txt list), an HDF5 file (.h5, .hdf5, .he5), or s3://bucket/prefix"},
+     "a brace pattern, a .txt list; local paths, http(s):// URLs or s3:// objects, e.g. "
+     "https://host/train-{000000..000099}.tar), an HDF5 file (.h5, .hdf5, .he5; local only), or s3://bucket/prefix "
+     "(one object per sample)"},
     {"source_type", T_ENUM, OFF(source_type), 0, 0, 0, "auto|dir|npy|s3|tar|hdf5", "auto",
-     "source backend (auto: s3 for s3://; tar for a .tar file, a folder of .tar files, a brace pattern "
-     "train-{000000..000099}.tar or a .txt list of shards; npy for a .npy file or a folder holding only .npy files; "
-     "hdf5 for a file ending in .h5, .hdf5 or .he5; else dir)"},
+     "source backend (auto: tar for any http(s):// URL, and for a .tar file, a folder of .tar files, a brace pattern "
+     "train-{000000..000099}.tar or a .txt list of shards, local or s3://; s3 for any other s3:// prefix; npy for a .npy file or a folder holding only .npy files; hdf5 for a local file ending in .h5, .hdf5 "
+     "or .he5; else dir)"},
     {"transform", T_ENUM, OFF(transform), 0, 0, 0, "auto|raw|npy|imagenet-train|imagenet-eval", "auto",
      "sample transform (auto: npy for npy and hdf5 sources, imagenet-train for dir)"},
     {"batch_size", T_U32, OFF(batch_size), 0, 1, 1 << 20, NULL, "32", "samples per batch on this learner"},
@@ -132,6 +134,9 @@ static const setting_t settings[] = {
     {"coalesce_gap_bytes", T_U64, OFF(coalesce_gap_bytes), 0, 0, 1e12, NULL, "65536",
      "http(s):// and s3:// tar shards: samples of one shard in one batch with at most this many bytes between "
      "them are read with one Range request (0: one request per sample)"},
+    {"tls_ca_file", T_STR, OFF(tls_ca_file), SZ(tls_ca_file), 0, 0, NULL, "",
+     "PEM file of the CAs that https:// servers (s3://, http(s):// tar shards) are verified against; certificates "
+     "and host names are always verified (\"\": $SSL_CERT_FILE, else $CURL_CA_BUNDLE, else the system's CAs)"},
     {"cache_dir", T_STR, OFF(cache_dir), SZ(cache_dir), 0, 0, NULL, "",
      "disk cache folder (created with mode 0700; persists across runs); \"\": no disk cache"},
     {"cache_disk_bytes", T_U64, OFF(cache_disk_bytes), 0, 0, 1.8446744073709552e19, NULL, "0",

@@ -108,6 +108,7 @@ typedef struct http_fifo {
 
 struct lade__http {
   lade__http_opts_t o;
+  char *ca_file; /* o.ca_file points here: the resolved CA bundle, NULL for libcurl's default */
   uint64_t n_idx; /* results are keyed by sample index 0..n_idx-1 */
   pthread_t thread;
   int thread_started;
@@ -250,6 +251,16 @@ static void judge(const lade__http_t *h, CURL *e, CURLcode cc, const http_req_t 
     v->truncated = cc == CURLE_PARTIAL_FILE;
     if (cc == CURLE_WRITE_ERROR)
       snprintf(v->what, sizeof v->what, "out of memory for the body after %zu bytes", r->body.len);
+    else if (cc == CURLE_PEER_FAILED_VERIFICATION && strstr(r->errbuf, "host name"))
+      snprintf(v->what, sizeof v->what, "the server's TLS certificate is not for this host (%s): use the host name "
+               "it was issued for in the URL", r->errbuf);
+    else if (cc == CURLE_PEER_FAILED_VERIFICATION)
+      snprintf(v->what, sizeof v->what, "the server's TLS certificate is not trusted (%s): set tls_ca_file (or "
+               "$SSL_CERT_FILE) to a PEM file of the CA that signed it; trusted now: %s",
+               r->errbuf[0] ? r->errbuf : curl_easy_strerror(cc), h->ca_file ? h->ca_file : "the system's CAs");
+    else if (cc == CURLE_SSL_CACERT_BADFILE)
+      snprintf(v->what, sizeof v->what, "cannot read the CA bundle %s (%s); tls_ca_file must be a PEM file",
+               h->ca_file ? h->ca_file : "(the system's default)", r->errbuf[0] ? r->errbuf : curl_easy_strerror(cc));
     else
       snprintf(v->what, sizeof v->what, "%s", r->errbuf[0] ? r->errbuf : curl_easy_strerror(cc));
     return;
@@ -403,6 +414,11 @@ static void setup_easy(const lade__http_t *h, CURL *e, const char *url, http_req
   curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
   curl_easy_setopt(e, CURLOPT_PRIVATE, r);
   curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->errbuf);
+  /* https:// peers and host names are always verified (libcurl's default);
+   * only the trusted CAs can be chosen */
+  curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L);
+  curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L);
+  if (h->ca_file) curl_easy_setopt(e, CURLOPT_CAINFO, h->ca_file);
   if (h->o.userpwd) {
     curl_easy_setopt(e, CURLOPT_USERPWD, h->o.userpwd);
     curl_easy_setopt(e, CURLOPT_AWS_SIGV4, h->o.sigv4);
@@ -1335,6 +1351,7 @@ void lade__http_destroy(lade__http_t *h) {
   }
   free(h->res);
   free(h->wants);
+  free(h->ca_file);
   pthread_mutex_destroy(&h->mu);
   pthread_cond_destroy(&h->cv);
   free(h);
@@ -1349,6 +1366,13 @@ int lade__http_create(lade__http_t **out, const lade__http_opts_t *o) {
   pthread_mutex_init(&h->mu, NULL);
   pthread_cond_init(&h->cv, NULL);
   h->o = *o;
+  const char *ca = o->ca_file && o->ca_file[0] ? o->ca_file : getenv("SSL_CERT_FILE");
+  if (!ca || !ca[0]) ca = getenv("CURL_CA_BUNDLE");
+  if (ca && ca[0] && !(h->ca_file = strdup(ca))) {
+    lade__http_destroy(h);
+    return lade__fail(LADE_ENOMEM, "%s: out of memory", o->what);
+  }
+  h->o.ca_file = h->ca_file;
   if (!h->o.retry_base_ms) h->o.retry_base_ms = 1;
   if (!h->o.max_conc) h->o.max_conc = 128;
   h->limit = h->o.fixed_conc ? h->o.fixed_conc : LADE_MIN((uint32_t)HTTP_START_AUTO, h->o.max_conc);

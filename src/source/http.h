@@ -41,6 +41,11 @@ typedef struct lade__http_opts {
    * curl's CURLOPT_AWS_SIGV4 string (both NULL: unsigned requests) */
   const struct curl_slist *headers;
   const char *userpwd, *sigv4;
+  /* PEM CA bundle that verifies https:// servers (CURLOPT_CAINFO, every
+   * request); NULL or "": $SSL_CERT_FILE, else $CURL_CA_BUNDLE, else
+   * libcurl's default. Copied by lade__http_create. Verification is never
+   * turned off. */
+  const char *ca_file;
   /* Hooks, called on the loop thread (url, name also on callers' threads)
    * with the module's lock held: they must not call into the module. */
   void *ctx;

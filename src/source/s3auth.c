@@ -72,6 +72,7 @@ void lade__s3_http_opts(const lade__s3_where_t *w, const struct lade_config *cfg
   o->userpwd = w->userpwd;
   o->sigv4 = w->sigv4;
   o->error_body = s3_error_body;
+  o->ca_file = cfg->tls_ca_file; /* copied by lade__http_create */
 }
 
 void lade__s3_where_free(lade__s3_where_t *d) {

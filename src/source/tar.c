@@ -774,6 +774,7 @@ static int remote_http(tar_impl_t *t, const struct lade_config *cfg, lade__sourc
     lade__s3_http_opts(&t->w, cfg, &o);
   }
   o.what = "tar source";
+  o.ca_file = cfg->tls_ca_file; /* copied by lade__http_create */
   o.ctx = t;
   o.url = shard_url;
   o.name = shard_name;

@@ -3,7 +3,8 @@
 # S3 tests' server (tests/http/). Uses s3_check from tests/cmake/s3.cmake to
 # drive the loader: this file's name sorts after it on purpose. Skipped (status 77)
 # when nginx is missing; the fault tests skip themselves without node, the
-# s3:// shard tests without node, npm or boto3 (s3env).
+# s3:// shard tests without node, npm or boto3 (s3env), the https:// tests
+# (a throwaway CA) without openssl.
 if(LADE_HAVE_CURL AND LADE_PYTHON3 AND TARGET s3_check)
   add_test(NAME http_tar
     COMMAND ${LADE_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/http/test_http.py

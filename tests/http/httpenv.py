@@ -7,6 +7,11 @@ optionally tests/s3/faultproxy.js in front of it for latency and faults.
         env.stop_server()                 # nginx goes away mid-run
     with NginxEnv(folder, proxy=True) as env:   # env.url goes through the fault proxy
         env.proxy(latency_ms=20, rules=[{"action": "503", "count": 3}])
+    with NginxEnv(folder, tls=True) as env:     # also HTTPS, certificates made by openssl in its temp dir
+        env.tls_url                      # "https://127.0.0.1:PORT2": a server certificate for 127.0.0.1/localhost
+        env.ca_file                      # the throwaway CA that signed it (PEM)
+        env.other_ca_file                # a CA that signed nothing nginx serves
+        env.wrong_host_url               # "https://127.0.0.1:PORT3": signed by ca_file, but for wrong.invalid
 """
 import json
 import os
@@ -29,6 +34,55 @@ def missing():
     if not NGINX:
         return "nginx is not installed (apt-get install nginx; scripts/install-deps.sh does)"
     return None
+
+
+def missing_tls():
+    """Why HTTPS cannot be served (None when it can)."""
+    if not shutil.which("openssl"):
+        return "openssl is not installed (apt-get install openssl)"
+    why = missing()
+    if why:
+        return why
+    v = subprocess.run([NGINX, "-V"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True).stdout
+    return None if "http_ssl_module" in v else "nginx lacks http_ssl_module"
+
+
+def _openssl(*args, cwd):
+    r = subprocess.run(["openssl"] + list(args), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True)
+    if r.returncode:
+        raise RuntimeError("openssl %s: %s" % (" ".join(args), r.stdout))
+
+
+def make_ca(d, name):
+    """A throwaway CA in d: name.key, name.pem."""
+    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+             "-keyout", name + ".key", "-out", name + ".pem", "-days", "2", "-subj", "/CN=lade test " + name,
+             "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+             cwd=d)
+    return os.path.join(d, name + ".pem")
+
+
+def make_server_cert(d, name, ca, san, serial):
+    """A server certificate name.pem (key name.key) for subjectAltName san, signed by CA ca (make_ca's name)."""
+    with open(os.path.join(d, name + ".ext"), "w") as f:
+        f.write("subjectAltName=%s\nbasicConstraints=CA:FALSE\nkeyUsage=critical,digitalSignature\n"
+                "extendedKeyUsage=serverAuth\n" % san)
+    _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", name + ".key",
+             "-out", name + ".csr", "-subj", "/CN=" + san.split(",")[0].split(":")[1], cwd=d)
+    _openssl("x509", "-req", "-in", name + ".csr", "-CA", ca + ".pem", "-CAkey", ca + ".key", "-set_serial",
+             str(serial), "-days", "2", "-out", name + ".pem", "-extfile", name + ".ext", cwd=d)
+    return os.path.join(d, name + ".pem"), os.path.join(d, name + ".key")
+
+
+TLS_SERVER = """
+  server {{
+    listen 127.0.0.1:{port} ssl;
+    ssl_certificate {cert};
+    ssl_certificate_key {key};
+    root {root};
+  }}
+"""
 
 
 def missing_proxy():
@@ -54,14 +108,16 @@ http {{
     root {root};
     {extra}
   }}
+{tls}
 }}
 """
 
 
 class NginxEnv:
-    def __init__(self, root, proxy=False, server_extra=""):
+    def __init__(self, root, proxy=False, server_extra="", tls=False):
         self.root = os.path.abspath(root)
         self.with_proxy = proxy
+        self.with_tls = tls
         self.server_extra = server_extra  # nginx directives added to the server block
         self._procs = []
         self._logs = []
@@ -70,13 +126,31 @@ class NginxEnv:
         self._dir = tempfile.mkdtemp(prefix="lade-nginx-")
         os.mkdir(os.path.join(self._dir, "tmp"))
         self.port = s3env.free_port()
+        tls = ""
+        if self.with_tls:
+            d = self._dir
+            self.ca_file = make_ca(d, "ca")
+            self.other_ca_file = make_ca(d, "otherca")
+            cert, key = make_server_cert(d, "server", "ca", "IP:127.0.0.1,DNS:localhost", 2)
+            wcert, wkey = make_server_cert(d, "wrong", "ca", "DNS:wrong.invalid", 3)
+            self.tls_port = s3env.free_port()
+            self.wrong_port = s3env.free_port()
+            while self.wrong_port in (self.port, self.tls_port) or self.tls_port == self.port:
+                self.tls_port, self.wrong_port = s3env.free_port(), s3env.free_port()
+            tls = TLS_SERVER.format(port=self.tls_port, cert=cert, key=key, root=self.root) + \
+                TLS_SERVER.format(port=self.wrong_port, cert=wcert, key=wkey, root=self.root)
         conf = os.path.join(self._dir, "nginx.conf")
         with open(conf, "w") as f:
-            f.write(CONF.format(d=self._dir, port=self.port, root=self.root, extra=self.server_extra))
+            f.write(CONF.format(d=self._dir, port=self.port, root=self.root, extra=self.server_extra, tls=tls))
         log = open(os.path.join(self._dir, "stderr.log"), "w")
         self._logs.append(log)
         self.nginx = subprocess.Popen([NGINX, "-c", conf, "-p", self._dir], stdout=log, stderr=log)
         s3env.wait_port(self.port, self.nginx, "nginx")
+        if self.with_tls:
+            s3env.wait_port(self.tls_port, self.nginx, "nginx (https)")
+            s3env.wait_port(self.wrong_port, self.nginx, "nginx (https)")
+            self.tls_url = "https://127.0.0.1:%d" % self.tls_port
+            self.wrong_host_url = "https://127.0.0.1:%d" % self.wrong_port
         self.server_url = "http://127.0.0.1:%d" % self.port
         self.url = self.server_url
         if self.with_proxy:

@@ -3,7 +3,8 @@
 with tests/s3/faultproxy.js in front for latency and faults (docs/sources.md, remote tar shards).
 
 Run: S3_CHECK=build/tests/s3_check /usr/bin/python3 tests/http/test_http.py [-v] [TestHttpTar.test_name]
-Exit status 77 (skipped) when nginx is missing; the tests that need the fault proxy skip without node.
+Exit status 77 (skipped) when nginx is missing; the tests that need the fault proxy skip without node, the
+https:// ones (TestHttpsTar: nginx also serves HTTPS with a throwaway CA) without openssl or nginx's ssl module.
 """
 import io
 import os
@@ -265,6 +266,111 @@ class TestHttpTar(unittest.TestCase):
         self.assertIn(self.remote("cut.tar"), err)
         self.assertIn("member 'c", err)
         self.assertIn("past the end", err)
+
+
+class TestHttpsTar(unittest.TestCase):
+    """https:// shards from nginx with a certificate of a throwaway CA made by openssl (httpenv.NginxEnv(tls=True)):
+    read with tls_ca_file (or $SSL_CERT_FILE) naming that CA, refused under the default trust, another CA or a
+    certificate for another host name."""
+
+    @classmethod
+    def setUpClass(cls):
+        why = httpenv.missing_tls()
+        if why:
+            raise unittest.SkipTest(why)
+        cls.tmp = tempfile.mkdtemp(prefix="lade-https-test-")
+        os.chmod(cls.tmp, 0o755)
+        cls.www = os.path.join(cls.tmp, "www")
+        os.mkdir(cls.www)
+        for s in range(SHARDS):
+            write_shard(os.path.join(cls.www, "train-%06d.tar" % s), s)
+        cls.env = httpenv.NginxEnv(cls.www, tls=True).__enter__()
+        cls.pattern = "train-{000000..%06d}.tar" % (SHARDS - 1)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.env.__exit__(None, None, None)
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def run_check(self, source, expect_ok=True, env_add=None, **settings):
+        env = {k: v for k, v in os.environ.items() if k not in ("SSL_CERT_FILE", "CURL_CA_BUNDLE")}
+        env.update(env_add or {})
+        r = subprocess.run(loader_args(source, False, settings), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, timeout=300, env=env)
+        out = r.stdout + r.stderr
+        self.assertNotIn("Sanitizer", out)
+        lines = r.stdout.splitlines()
+        if expect_ok:
+            self.assertEqual(r.returncode, 0, out[-3000:])
+            self.assertEqual(lines[-1], "OK")
+        else:
+            self.assertNotEqual(r.returncode, 0, out[-3000:])
+            self.assertTrue(lines and lines[-1].startswith("ERROR "), out[-3000:])
+            self.assertEqual(samples(lines), [], "no sample is read from a server that is not trusted")
+        return lines
+
+    def https_gets(self):
+        return [e for e in self.env.access_log() if e[0] == "GET"]
+
+    def test_batches_equal_local(self):
+        """With tls_ca_file naming the CA: the same batches as the shards read locally and over http://."""
+        for bs, shuffle, threads in ((1, False, 1), (7, True, 2), (16, True, 3)):
+            kw = dict(batch_size=bs, shuffle=shuffle, threads=threads, epochs=2)
+            want = samples(self.run_check(self.www, **kw))
+            self.assertGreaterEqual(len(want), 2 * (SHARDS * PER_SHARD - bs))
+            self.env.clear_log()
+            got = samples(self.run_check(self.env.tls_url + "/" + self.pattern, tls_ca_file=self.env.ca_file, **kw))
+            self.assertEqual(got, want, "batch_size=%d shuffle=%s" % (bs, shuffle))
+            self.assertGreater(len(self.https_gets()), 0)
+            self.assertEqual(samples(self.run_check(self.env.url + "/" + self.pattern, **kw)), want)
+        one = samples(self.run_check(self.env.tls_url + "/train-000001.tar", tls_ca_file=self.env.ca_file))
+        self.assertEqual(len(one), PER_SHARD)
+
+    def test_default_trust_refuses_the_throwaway_ca(self):
+        """No tls_ca_file and no $SSL_CERT_FILE/$CURL_CA_BUNDLE: the system's CAs do not know the test CA; the
+        open fails naming the URL, saying the certificate is not trusted and how to fix it."""
+        self.env.clear_log()
+        url = self.env.tls_url + "/" + self.pattern
+        last = self.run_check(url, expect_ok=False)[-1]
+        self.assertRegex(last, r"^ERROR LADE_EREMOTE https://127\.0\.0\.1:%d/train-\d{6}\.tar: " % self.env.tls_port)
+        self.assertIn("TLS certificate is not trusted", last)
+        self.assertIn("set tls_ca_file", last)
+        self.assertIn("trusted now: the system's CAs", last)
+        self.assertEqual(self.https_gets(), [], "no request passes the handshake")
+
+    def test_wrong_ca_is_refused(self):
+        last = self.run_check(self.env.tls_url + "/" + self.pattern, expect_ok=False,
+                              tls_ca_file=self.env.other_ca_file)[-1]
+        self.assertIn("TLS certificate is not trusted", last)
+        self.assertIn("trusted now: " + self.env.other_ca_file, last)
+
+    def test_wrong_host_name_is_refused(self):
+        """A certificate from the trusted CA, but for wrong.invalid, served as 127.0.0.1: refused."""
+        last = self.run_check(self.env.wrong_host_url + "/" + self.pattern, expect_ok=False,
+                              tls_ca_file=self.env.ca_file)[-1]
+        self.assertRegex(last, r"^ERROR LADE_EREMOTE https://127\.0\.0\.1:%d/" % self.env.wrong_port)
+        self.assertIn("the server's TLS certificate is not for this host", last)
+        self.assertIn("127.0.0.1", last.split(": ", 1)[1])  # curl's words name the host it expected
+
+    def test_ssl_cert_file_env_and_precedence(self):
+        """$SSL_CERT_FILE, then $CURL_CA_BUNDLE, are the CA bundle when tls_ca_file is "": tls_ca_file wins."""
+        url = self.env.tls_url + "/" + self.pattern
+        want = samples(self.run_check(self.www, batch_size=10))
+        self.assertEqual(samples(self.run_check(url, batch_size=10, env_add={"SSL_CERT_FILE": self.env.ca_file})),
+                         want)
+        self.assertEqual(samples(self.run_check(url, batch_size=10, env_add={"CURL_CA_BUNDLE": self.env.ca_file})),
+                         want)
+        last = self.run_check(url, expect_ok=False, env_add={"SSL_CERT_FILE": self.env.other_ca_file,
+                                                             "CURL_CA_BUNDLE": self.env.ca_file})[-1]
+        self.assertIn("trusted now: " + self.env.other_ca_file, last)
+        last = self.run_check(url, expect_ok=False, tls_ca_file=self.env.other_ca_file,
+                              env_add={"SSL_CERT_FILE": self.env.ca_file})[-1]
+        self.assertIn("trusted now: " + self.env.other_ca_file, last)
+
+    def test_unreadable_ca_file(self):
+        missing = os.path.join(self.tmp, "no-such-ca.pem")
+        last = self.run_check(self.env.tls_url + "/" + self.pattern, expect_ok=False, tls_ca_file=missing)[-1]
+        self.assertIn("cannot read the CA bundle " + missing, last)
 
 
 class TestS3Tar(unittest.TestCase):
