@@ -325,7 +325,10 @@ static void test_repeat_and_resume(void) {
   CHECK_EQ_INT(c.st.samples, a.st.samples - skip);
   CHECK(memcmp(c.idx, a.idx + skip, c.st.samples * sizeof *c.idx) == 0);
   CHECK(c.st.plan_fallbacks > 0);                 /* the plan believed them cached */
-  CHECK(c.st.plan_fallbacks <= (uint64_t)N / 4);  /* at most one per sample the rank would hold */
+  /* about one per sample the rank would hold; a sample read twice inside the
+   * engine's window (end of one epoch, start of the next) before its repair
+   * put can miss twice */
+  CHECK(c.st.plan_fallbacks <= (uint64_t)N / 4 + 3 * B);
 }
 
 /* drop_last=false under a plan: whole global batches follow the plan, the
