@@ -1,25 +1,9 @@
 /* local.c - the transport of a single learner: nothing to send or receive.
  * A plan never routes to a peer with one learner; a send or a receive here
- * is a bug reported as such, not data silently made up. Also the launcher
- * detection every backend shares. */
+ * is a bug reported as such, not data silently made up. */
 #include <stdlib.h>
 
 #include "dist/dist.h"
-
-bool lade__dist_launched(uint32_t *rank, uint32_t *world) {
-  /* Open MPI's mpirun, MPICH/Hydra and Slurm's PMI */
-  static const char *const vars[][2] = {{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}, {"PMI_RANK", "PMI_SIZE"}};
-  *rank = *world = 0;
-  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
-    const char *r = getenv(vars[i][0]), *w = getenv(vars[i][1]);
-    if (r && *r && w && *w) {
-      *rank = (uint32_t)strtoul(r, NULL, 10);
-      *world = (uint32_t)strtoul(w, NULL, 10);
-      return *rank < *world;
-    }
-  }
-  return false;
-}
 
 static int local_open(lade__dist_t **out, const lade__dist_params_t *p, uint32_t *rank, uint32_t *world) {
   if (p->world > 1)

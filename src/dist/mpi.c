@@ -86,6 +86,7 @@ typedef struct chan {
   char fatal_msg[1024];
   sendreq_t *sq; /* FIFO ring of queued sends, in step order */
   size_t sq_head, sq_len, sq_cap;
+  size_t nmsgs; /* messages arrived and not read */
   uint64_t max_queued_q; /* +1; 0: nothing queued yet */
   msg_t *bucket[NBUCKETS];
   lade__dist_stats_t st;
@@ -356,6 +357,7 @@ static int chan_recvs(chan_t *c) {
     size_t b = bucket_of(h.q, h.idx);
     m->next = c->bucket[b];
     c->bucket[b] = m;
+    c->nmsgs++;
     c->st.received++;
     c->st.received_bytes += h.len;
     pthread_cond_broadcast(&c->cv);
@@ -382,11 +384,12 @@ static int chan_complete(chan_t *c) {
 }
 
 static void msgs_free(chan_t *c, uint64_t below) {
-  for (size_t b = 0; b < NBUCKETS; b++)
+  for (size_t b = 0; b < NBUCKETS && c->nmsgs; b++)
     for (msg_t **pp = &c->bucket[b]; *pp;) {
       msg_t *m = *pp;
       if (m->q < below) {
         *pp = m->next;
+        c->nmsgs--;
         free(m->data);
         free(m);
       } else {
@@ -663,6 +666,7 @@ static int mpi_recv(lade__dist_t *d, uint64_t q, uint64_t idx, uint32_t src, lad
       if ((*pp)->q == q && (*pp)->idx == idx) {
         m = *pp;
         *pp = m->next;
+        c->nmsgs--;
         break;
       }
     if (m) break;

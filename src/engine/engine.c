@@ -318,7 +318,7 @@ static int open_transport(lade_loader_t *L, lade__cursor_params_t *cp) {
   int mode = L->cfg.transport;
   uint32_t launched_rank = 0, launched_world = 0;
   bool launched = lade__dist_launched(&launched_rank, &launched_world) && launched_world > 1;
-  bool routed = cp->plan.kind != LADE_PLAN_REGULAR && cp->plan.kind != LADE__PLAN_SHARDS;
+  bool routed = lade__plan_kind_routed(cp->plan.kind);
   if (mode == LADE_TRANSPORT_AUTO) {
     mode = routed && launched ? LADE_TRANSPORT_MPI : LADE_TRANSPORT_LOCAL;
   }
@@ -382,7 +382,7 @@ static int open_pipeline(lade_loader_t *L, lade__buf_t *buf) {
   cp.plan.imbalance = L->cfg.plan_imbalance;
   cp.plan.coalesce = 0;
   uint64_t mean = 0;
-  if (cp.plan.kind != LADE_PLAN_REGULAR && cp.plan.kind != LADE__PLAN_SHARDS)
+  if (lade__plan_kind_routed(cp.plan.kind))
     cp.plan.cache = lade__fetch_plan_cache_samples(&L->cfg, &L->src, L->src_ops, &mean);
   rc = open_transport(L, &cp);
   if (rc) return rc;
@@ -445,8 +445,7 @@ static int worker_prepare(worker_t *w) {
 /* Assigns sequence number q to its slot and writes its sample indices.
  * Called unlocked by the one worker that set L->planning. */
 static int plan_slot(lade_loader_t *L, slot_t *s, uint64_t q) {
-  /* solar with plan_imbalance: local batches of up to B + imbalance */
-  uint32_t B = L->cfg.batch_size + (L->cfg.plan == LADE_PLAN_SOLAR ? L->cfg.plan_imbalance : 0);
+  uint32_t B = lade__cursor_max_batch(L->cursor); /* batch_size, or more under solar's plan_imbalance */
   if (!s->data) {
     size_t cap = (size_t)B * L->shape.bytes;
     s->data = pool_alloc(L, cap);

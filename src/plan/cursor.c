@@ -20,6 +20,7 @@ struct lade__cursor {
   uint64_t reg_tick[2], tick;
   lade_plan_t *pl;         /* routed kinds: the planner (drop_last: whole global batches only) */
   uint64_t plan_steps;     /* its steps per epoch */
+  uint32_t max_batch;      /* the most samples of one step for this rank */
   /* shards: this group's sequence of two epochs */
   bool shards;
   lade__shards_params_t sp;
@@ -93,7 +94,7 @@ int lade__cursor_open(lade__cursor_t **out, const lade__cursor_params_t *in) {
   *out = NULL;
   const lade_plan_settings_t *s = &in->plan;
   if (s->kind < 0 || s->kind > LADE__PLAN_SHARDS) return lade__fail(LADE_EINVAL, "plan: unknown plan kind %d", s->kind);
-  bool routed = s->kind != LADE_PLAN_REGULAR && s->kind != LADE__PLAN_SHARDS;
+  bool routed = lade__plan_kind_routed(s->kind);
   if (routed && !in->shuffle)
     return lade__fail(LADE_EINVAL, "plan %s shuffles every epoch; shuffle=false applies to the regular plan only",
                       lade_plan_kind_name(s->kind));
@@ -103,6 +104,7 @@ int lade__cursor_open(lade__cursor_t **out, const lade__cursor_params_t *in) {
   lade__cursor_t *c = calloc(1, sizeof *c);
   if (!c) return lade__fail(LADE_ENOMEM, "plan cursor: out of memory");
   c->p = *in;
+  c->max_batch = s->batch_size + (s->kind == LADE_PLAN_SOLAR ? s->imbalance : 0);
   pthread_mutex_init(&c->mu, NULL);
   c->rp = (lade__plan_params_t){.samples = s->samples,
                                 .batch_size = s->batch_size,
@@ -144,6 +146,7 @@ void lade__cursor_close(lade__cursor_t *c) {
 
 uint64_t lade__cursor_steps(const lade__cursor_t *c) { return c->steps; }
 bool lade__cursor_routed(const lade__cursor_t *c) { return c->pl != NULL; }
+uint32_t lade__cursor_max_batch(const lade__cursor_t *c) { return c->max_batch; }
 int lade__cursor_kind(const lade__cursor_t *c) { return c->p.plan.kind; }
 
 void lade__cursor_settings(const lade__cursor_t *c, lade_plan_settings_t *out) {
@@ -218,7 +221,7 @@ static int planned_step(lade__cursor_t *c, uint64_t e, uint64_t st, lade__cursor
   uint64_t a = v->offset[r], b = v->offset[r + 1];
   uint64_t aa = v->admit_offset[r], ab = v->admit_offset[r + 1];
   uint64_t ea = v->evict_offset[r], eb = v->evict_offset[r + 1];
-  uint64_t most = (uint64_t)c->p.plan.batch_size + (c->p.plan.kind == LADE_PLAN_SOLAR ? c->p.plan.imbalance : 0);
+  uint64_t most = c->max_batch;
   if (b - a > most)
     return lade__fail(LADE_ERANGE, "plan %s gives rank %u %llu samples at (epoch %llu, step %llu), more than its batch "
                       "of %llu", lade_plan_kind_name(c->p.plan.kind), r, (unsigned long long)(b - a),

@@ -54,6 +54,12 @@
  * of the shuffled shard list through a shuffle buffer). */
 #define LADE__PLAN_SHARDS LADE_PLAN_KIND_COUNT
 
+/* Whether a plan kind routes samples (own cache / peer / storage) and keeps
+ * a cache model: every kind but regular and shards. */
+static inline bool lade__plan_kind_routed(int kind) {
+  return kind != LADE_PLAN_REGULAR && kind != LADE__PLAN_SHARDS;
+}
+
 typedef struct lade__cursor_params {
   lade_plan_settings_t plan; /* kind, samples, learners (world size), batch_size, epochs, seed, cache (samples)
                               * and the kinds' options; drop_last here is ignored (see below) */
@@ -94,8 +100,11 @@ void lade__cursor_close(lade__cursor_t *c);
 
 /* Steps per epoch of the loader (drop_last as given). */
 uint64_t lade__cursor_steps(const lade__cursor_t *c);
-/* True when the plan routes samples (any kind but regular). */
+/* True when the plan routes samples (lade__plan_kind_routed). */
 bool lade__cursor_routed(const lade__cursor_t *c);
+/* The most samples one step gives this rank: batch_size, or more under
+ * solar's plan_imbalance (local batches of unequal size). */
+uint32_t lade__cursor_max_batch(const lade__cursor_t *c);
 /* The plan kind (lade_plan_kind_t). */
 int lade__cursor_kind(const lade__cursor_t *c);
 
