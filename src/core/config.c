@@ -134,6 +134,11 @@ static const setting_t settings[] = {
     {"coalesce_gap_bytes", T_U64, OFF(coalesce_gap_bytes), 0, 0, 1e12, NULL, "65536",
      "http(s):// and s3:// tar shards: samples of one shard in one batch with at most this many bytes between "
      "them are read with one Range request (0: one request per sample)"},
+    {"readahead_bytes", T_U64, OFF(readahead_bytes), 0, 0, 1e12, NULL, "67108864",
+     "remote sources (s3://, http(s):// shards): about this many bytes of the coming batches are requested ahead "
+     "of the batches being prepared, in the order they will be used (at most 1024 samples), so request latency "
+     "is hidden; with the DELI prefetcher it bounds the prefetcher's requests in flight instead (0: only the "
+     "prefetch + 1 batches being prepared)"},
     {"tls_ca_file", T_STR, OFF(tls_ca_file), SZ(tls_ca_file), 0, 0, NULL, "",
      "PEM file of the CAs that https:// servers (s3://, http(s):// tar shards) are verified against; certificates "
      "and host names are always verified (\"\": $SSL_CERT_FILE, else $CURL_CA_BUNDLE, else the system's CAs)"},

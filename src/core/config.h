@@ -69,6 +69,7 @@ struct lade_config {
   char label_file[LADE_PATH_MAX];
   uint64_t listing_ttl;            /* seconds a cached listing is reused; 0: never cached */
   uint64_t coalesce_gap_bytes;     /* remote tar shards: neighbours this close share one Range request */
+  uint64_t readahead_bytes;        /* remote sources: bytes of future steps requested ahead (0: the batch window only) */
   char tls_ca_file[LADE_PATH_MAX];  /* PEM CA bundle for https:// (s3 and tar); "": $SSL_CERT_FILE, $CURL_CA_BUNDLE, system */
   /* cache tiers and the DELI prefetcher */
   char cache_dir[LADE_PATH_MAX];

@@ -71,6 +71,7 @@
 #define NONE32 UINT32_MAX
 #define NMAPS 3
 #define ADMIT_WAIT_S 1
+#define RA_MAX_SAMPLES 1024
 
 /* A small multiset of sample indices (open addressing, backward-shift
  * deletion): the prefetcher's requests in flight. */
@@ -153,6 +154,13 @@ struct lade__fetch {
   uint64_t pf_pos; /* the prefetcher fetched every position below this (that it is responsible for) */
   uint64_t fetch_size, threshold;
   idxset_t inflight;
+  /* remote read-ahead: the samples of steps up to ra_steps past the one
+   * being planned are requested as soon as it is planned (non-routed plans
+   * without the prefetcher); with the prefetcher, ra_samples bounds its
+   * submitted-but-unread samples instead */
+  uint64_t ra_steps, ra_samples;
+  uint64_t ra_next; /* the first step not yet requested (under mu) */
+  uint64_t plan_hi; /* 1 + the latest step the engine planned (under mu): the prefetcher leaves those to it */
 
   /* clairvoyant next-use maps: local position within the epoch, per sample */
   pthread_mutex_t nu_mu;
@@ -407,6 +415,13 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
     }
   }
   f->ptier = f->routed ? (f->mem ? f->mem : f->disk) : NULL;
+  if (!rc && f->remote && cfg->readahead_bytes) {
+    /* in samples: bounded so that what arrives ahead always fits the remote
+     * source's table of unread results (http.c keeps 1,536 at least) */
+    uint64_t mean = mean_sample_bytes(f->p.src, f->p.ops);
+    f->ra_samples = LADE_MAX(LADE_MIN(cfg->readahead_bytes / mean, RA_MAX_SAMPLES), 1);
+    if (!f->routed && !f->pf_on) f->ra_steps = f->ra_samples / p->batch;
+  }
   if (!rc && cfg->prefetcher == LADE_TRISTATE_ON && !f->disk)
     rc = lade__fail(LADE_EINVAL, "prefetcher=on needs a disk cache: set cache_dir");
   if (!rc && f->pf_on) {
@@ -592,6 +607,64 @@ static bool reads_storage(const lade__fetch_t *f, int32_t route) {
   return !f->routed || route == LADE__ROUTE_ANY || route == LADE_FROM_STORAGE || (route >= 0 && !f->p.dist);
 }
 
+/* Requests the samples of one step that the source will be asked for (not
+ * resident, not the prefetcher's): one submit() per step, so the source's
+ * queue starts them step by step in the order they will be used. from may
+ * be NULL (every sample reads storage). */
+static void submit_step(lade__fetch_t *f, const uint64_t *idx, const int32_t *from, uint32_t n) {
+  uint64_t stackbuf[512];
+  uint64_t *want = n <= 512 ? stackbuf : malloc(n * sizeof *want);
+  if (!want) return; /* the workers' reads then fetch one by one: slower, not wrong */
+  size_t k = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    if (from && !reads_storage(f, from[i])) continue;
+    if (!resident(f, idx[i]) && !pf_inflight(f, idx[i])) want[k++] = idx[i];
+  }
+  if (k) f->p.ops->submit(f->p.src, want, k, 0);
+  if (want != stackbuf) free(want);
+}
+
+/* Remote read-ahead: step q was planned; every step up to q + ra_steps not
+ * yet requested is requested now (in steady state one step per call: the
+ * one ra_steps ahead), so a batch that is one coalesced request still has
+ * ra_steps requests in flight before it. The engine plans steps in order
+ * from one worker at a time; a seek moves ra_next back to the new position
+ * (requests of abandoned steps are dropped by the source's bound on unread
+ * results). */
+static void read_ahead(lade__fetch_t *f, const lade__cursor_step_t *st) {
+  uint64_t last = f->p.steps * f->cfg->epochs;
+  pthread_mutex_lock(&f->mu);
+  uint64_t from = LADE_MAX(f->ra_next, st->q), to = LADE_MIN(st->q + f->ra_steps + 1, last);
+  /* With a cache tier, the steps of an epoch are requested ahead only once
+   * every step of the epoch before it was delivered (and so cached, as far
+   * as the tier keeps it): planning step q means the steps up to q - window
+   * were delivered (engine.c prepares [next_deliver, next_deliver + window)).
+   * Else a sample the last steps of an epoch still read, and cache, would
+   * be requested again for the next epoch. */
+  uint64_t window = (uint64_t)f->cfg->prefetch + 1;
+  if ((f->mem || f->disk) && f->p.steps) {
+    uint64_t open_epoch = (st->q + 1 > window ? st->q + 1 - window : 0) / f->p.steps;
+    to = LADE_MAX(LADE_MIN(to, (open_epoch + 1) * f->p.steps), LADE_MIN(st->q + 1, last));
+  }
+  if (to > f->ra_next) f->ra_next = to;
+  pthread_mutex_unlock(&f->mu);
+  uint64_t *buf = NULL;
+  for (uint64_t q = from; q < to; q++) {
+    if (q == st->q) {
+      submit_step(f, st->idx, st->from, st->n);
+      continue;
+    }
+    uint32_t n = 0, valid = 0;
+    if (!buf && !(buf = malloc(lade__cursor_max_batch(f->p.cursor) * sizeof *buf))) break; /* reads still work */
+    if (lade__cursor_order(f->p.cursor, q, buf, &n, &valid) != 0) {
+      lade__clear_error(); /* the step's own planning reports it */
+      break;
+    }
+    submit_step(f, buf, NULL, n);
+  }
+  free(buf);
+}
+
 void lade__fetch_step_planned(lade__fetch_t *f, const lade__cursor_step_t *st) {
   const uint64_t *idx = st->idx;
   uint32_t n = st->n;
@@ -613,7 +686,10 @@ void lade__fetch_step_planned(lade__fetch_t *f, const lade__cursor_step_t *st) {
     ensure_map(f, e + 1);
   }
   if (f->pf_on) {
+    /* before asking whether the prefetcher has its samples in flight: from
+     * now on it does not take them (it checks plan_hi under mu as it adds) */
     pthread_mutex_lock(&f->mu);
+    if (st->q + 1 > f->plan_hi) f->plan_hi = st->q + 1;
     if (++f->planned <= (uint64_t)f->cfg->prefetch + 1) pthread_cond_broadcast(&f->cv_pf);
     pthread_mutex_unlock(&f->mu);
   }
@@ -626,16 +702,11 @@ void lade__fetch_step_planned(lade__fetch_t *f, const lade__cursor_step_t *st) {
     }
   }
   if (!f->remote) return;
-  uint64_t stackbuf[512];
-  uint64_t *want = n <= 512 ? stackbuf : malloc(n * sizeof *want);
-  if (!want) return; /* the workers' reads then fetch one by one: slower, not wrong */
-  size_t k = 0;
-  for (uint32_t i = 0; i < n; i++) {
-    if (!reads_storage(f, st->from[i])) continue;
-    if (!resident(f, idx[i]) && !pf_inflight(f, idx[i])) want[k++] = idx[i];
+  if (f->ra_steps) {
+    read_ahead(f, st);
+    return;
   }
-  if (k) f->p.ops->submit(f->p.src, want, k, 0);
-  if (want != stackbuf) free(want);
+  submit_step(f, idx, st->from, n);
 }
 
 int lade__fetch_serve(void *ctx, uint64_t idx, uint64_t q, int nonblock, lade__buf_t *out) {
@@ -708,6 +779,8 @@ void lade__fetch_seek(lade__fetch_t *f, uint64_t pos) {
   pthread_cond_broadcast(&f->cv_admit);
   f->seek_gen++;
   f->pf_pos = pos;
+  f->ra_next = f->p.batch ? pos / f->p.batch : 0;
+  f->plan_hi = f->ra_next;
   pthread_mutex_unlock(&f->mu);
   lade__fetch_consumed(f, pos);
 }
@@ -721,8 +794,13 @@ static void *prefetch_main(void *arg) {
    * of up to two windows, so the next window is in flight while the last
    * one is still arriving and the source never runs dry between windows) */
   size_t cap = (size_t)f->fetch_size * 2, head = 0, n = 0;
+  /* of the ring's first entries, nsub are submitted: at most ra_samples
+   * unread at once (a whole window in one submit overflowed the remote
+   * source's table of unread results, which then dropped the very samples
+   * needed next, and made the first sample wait for the whole window) */
+  size_t nsub = 0, chunk = f->ra_samples ? (size_t)LADE_MAX(f->ra_samples / 2, 1) : cap;
   uint64_t *batch = malloc(B * sizeof *batch);
-  uint64_t *want = malloc(f->fetch_size * sizeof *want);
+  uint64_t *want = malloc(LADE_MAX(f->fetch_size, (uint64_t)LADE_MIN(chunk, cap)) * sizeof *want);
   uint64_t *ring = malloc(cap * sizeof *ring);
   lade__buf_t buf = {0};
   if (!batch || !want || !ring) {
@@ -750,6 +828,7 @@ static void *prefetch_main(void *arg) {
     if (f->seek_gen != gen) { /* a seek: what is pending belongs to the old position */
       for (; n; n--, head = (head + 1) % cap) idxset_del(&f->inflight, ring[head]);
       head = 0;
+      nsub = 0;
       gen = f->seek_gen;
       pthread_cond_broadcast(&f->cv_inflight);
     }
@@ -770,14 +849,12 @@ static void *prefetch_main(void *arg) {
           uint64_t pos = q * B + i;
           if (pos < start || pos >= end || lade__cache_contains(f->disk, batch[i])) continue;
           pthread_mutex_lock(&f->mu);
-          bool added = idxset_add(&f->inflight, batch[i]);
+          /* a step the engine planned meanwhile is the engine's to fetch */
+          bool added = q >= f->plan_hi && idxset_add(&f->inflight, batch[i]);
           pthread_mutex_unlock(&f->mu);
           if (added) want[k++] = batch[i];
         }
       }
-      /* the whole window in flight at once, in the background: the workers'
-       * own misses (the batch the consumer needs now) start first */
-      if (k && f->p.ops->submit) f->p.ops->submit(f->p.src, want, k, 1);
       for (size_t j = 0; j < k; j++) ring[(head + n + j) % cap] = want[j];
       pthread_mutex_lock(&f->mu);
       n += k;
@@ -785,6 +862,18 @@ static void *prefetch_main(void *arg) {
     }
     if (n == 0) {
       pthread_cond_wait(&f->cv_pf, &f->mu);
+      continue;
+    }
+    if (nsub < n && nsub <= chunk) {
+      /* the next chunk in flight, in the background (the workers' own
+       * misses, the batch the consumer needs now, start first), while the
+       * last one still arrives */
+      size_t k = LADE_MIN(chunk, n - nsub);
+      for (size_t j = 0; j < k; j++) want[j] = ring[(head + nsub + j) % cap];
+      nsub += k;
+      pthread_mutex_unlock(&f->mu);
+      if (f->p.ops->submit) f->p.ops->submit(f->p.src, want, k, 1);
+      pthread_mutex_lock(&f->mu);
       continue;
     }
     uint64_t idx = ring[head];
@@ -801,6 +890,7 @@ static void *prefetch_main(void *arg) {
       idxset_del(&f->inflight, idx);
       head = (head + 1) % cap;
       n--;
+      nsub--;
     }
     pthread_cond_broadcast(&f->cv_inflight);
     pthread_mutex_unlock(&f->mu);

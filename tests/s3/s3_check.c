@@ -46,7 +46,23 @@ static int run_loader(lade_config_t *cfg) {
   lade_loader_t *L = NULL;
   int rc = lade_loader_create(&L, cfg);
   if (rc) return fail(rc);
+  /* S3_CHECK_SEEK=N:E:S: after N batches, lade_loader_seek(E, S) (a resume
+   * or a jump, with requests of the abandoned batches still in flight) */
+  const char *seek = getenv("S3_CHECK_SEEK");
+  unsigned long long seek_after = 0, seek_e = 0, seek_s = 0, nb = 0;
+  int do_seek = seek && sscanf(seek, "%llu:%llu:%llu", &seek_after, &seek_e, &seek_s) == 3;
   for (;;) {
+    if (do_seek && nb == seek_after) {
+      do_seek = 0;
+      rc = lade_loader_seek(L, seek_e, seek_s);
+      if (rc) {
+        fail(rc);
+        lade_loader_destroy(L);
+        return 1;
+      }
+      printf("SEEK %llu %llu\n", seek_e, seek_s);
+    }
+    nb++;
     lade_batch_t *b = NULL;
     rc = lade_loader_next(L, &b);
     if (rc) {
