@@ -84,7 +84,9 @@ typedef struct http_req {
   lade__http_part_t one;
   http_waiter_t *waiter;           /* NULL: a submitted want, answered through the table */
   CURL *easy;
-  lade__buf_t body;
+  lade__buf_t body;                /* the reply's bytes; with `parts`, only body.len counts them */
+  lade__buf_t *parts;              /* a 2xx reply of several parts: each part's bytes, written as they arrive */
+  uint32_t part_next;              /* the first part not complete */
   char validator[256];             /* the reply's ETag, else its Last-Modified */
   int has_etag;
   uint32_t retries;
@@ -375,12 +377,43 @@ static size_t on_header(char *ptr, size_t size, size_t nmemb, void *ud) {
   return n;
 }
 
+/* A 2xx reply of several parts (a coalesced Range request) is written
+ * straight into one buffer per part as it arrives, the bytes between parts
+ * dropped: no copy of the whole body, and none when it is split. Parts are
+ * sorted by offset (a sample twice in one batch is two equal parts). */
+static size_t scatter(http_req_t *r, const char *ptr, size_t n) {
+  const lade__http_get_t *g = &r->get;
+  if (!r->parts && !(r->parts = calloc(g->nparts, sizeof *r->parts))) return 0; /* CURLE_WRITE_ERROR */
+  uint64_t lo = r->body.len, hi = lo + n;
+  for (uint32_t k = r->part_next; k < g->nparts && g->parts[k].off < hi; k++) {
+    const lade__http_part_t *p = &g->parts[k];
+    uint64_t a = LADE_MAX(p->off, lo), b = LADE_MIN(p->off + p->len, hi);
+    if (b > a) {
+      lade__buf_t *d = &r->parts[k];
+      if (!d->data && lade__buf_reserve(d, (size_t)(p->len ? p->len : 1)) != 0) {
+        lade__clear_error();
+        return 0;
+      }
+      memcpy(d->data + (a - p->off), ptr + (a - lo), (size_t)(b - a));
+      if (b - p->off > d->len) d->len = (size_t)(b - p->off);
+    }
+    if (k == r->part_next && p->off + p->len <= hi) r->part_next++;
+  }
+  r->body.len += n;
+  return n;
+}
+
 static size_t on_body(char *ptr, size_t size, size_t nmemb, void *ud) {
   http_req_t *r = ud;
   size_t n = size * nmemb;
   if ((uint64_t)r->body.len + n > body_cap(r)) { /* an endless or oversized body is never buffered */
     r->over = 1;
     return 0; /* curl ends the transfer (CURLE_WRITE_ERROR) */
+  }
+  if (r->get.nparts > 1 && !r->head && r->easy) {
+    long status = 0;
+    curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
+    if (status >= 200 && status < 300) return scatter(r, ptr, n);
   }
   if (r->body.len + n + 1 > r->body.cap) {
     size_t cap = r->body.cap ? r->body.cap : 16384;
@@ -797,9 +830,16 @@ static void result_store(lade__http_t *h, http_req_t *q, int rc, const char *msg
   const lade__http_get_t *g = &q->get;
   for (uint32_t i = 0; i < g->nparts; i++) {
     lade__http_part_t p = g->parts[i];
-    int whole = p.len == UINT64_MAX || (p.off == 0 && p.len == q->body.len);
+    if (!rc && q->parts) { /* written per part as it arrived (scatter) */
+      lade__http_part_t one = {p.idx, 0, p.len};
+      if (q->parts[i].len == p.len && p.off + p.len <= q->body.len) {
+        result_store_part(h, &one, 0, NULL, &q->parts[i], 1);
+        continue;
+      }
+    }
+    int whole = !q->parts && (p.len == UINT64_MAX || (p.off == 0 && p.len == q->body.len));
     if (!rc && whole) p.off = 0, p.len = q->body.len;
-    if (!rc && !whole && (p.off > q->body.len || p.len > q->body.len - p.off)) {
+    if (!rc && !whole && (q->parts || p.off > q->body.len || p.len > q->body.len - p.off)) {
       char name[1536], m[LADE_HTTP_MSG];
       name_of(h, q, name, sizeof name);
       snprintf(m, sizeof m, "%s: sample %llu at bytes %llu..%llu is past the %zu-byte reply", name,
@@ -841,8 +881,18 @@ static http_req_t *req_new(lade__http_t *h, const lade__http_get_t *g, http_wait
   return r;
 }
 
+/* Frees the per-part buffers of a scattered reply (those not handed on). */
+static void parts_free(http_req_t *r) {
+  if (!r->parts) return;
+  for (uint32_t k = 0; k < r->get.nparts; k++) free(r->parts[k].data);
+  free(r->parts);
+  r->parts = NULL;
+  r->part_next = 0;
+}
+
 static void req_release(lade__http_t *h, http_req_t *r) {
   buf_recycle(h, &r->body);
+  parts_free(r);
   if (r->get.parts != &r->one) free((void *)r->get.parts);
   r->get.parts = NULL;
   r->next = h->free_reqs;
@@ -874,10 +924,11 @@ static int start(lade__http_t *h, http_req_t *r, char *msg, size_t msg_size) {
   }
   r->easy = e;
   r->body.len = 0; /* a retry restarts the body from scratch */
+  parts_free(r);
   /* a body of known size (a listed object, a Range; up to 64 MiB) is
    * received into a buffer of that size at once, not grown by doubling
-   * and copying */
-  if (!r->head && r->get.expect <= ((uint64_t)64 << 20) && r->get.expect + 1 > r->body.cap &&
+   * and copying; a reply of several parts goes to their own buffers */
+  if (!r->head && r->get.nparts <= 1 && r->get.expect <= ((uint64_t)64 << 20) && r->get.expect + 1 > r->body.cap &&
       lade__buf_reserve(&r->body, (size_t)r->get.expect + 1) != 0)
     lade__clear_error(); /* on_body grows it as it can */
   r->errbuf[0] = '\0';

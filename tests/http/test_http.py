@@ -16,6 +16,7 @@ import tarfile
 import tempfile
 import time
 import unittest
+import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -170,6 +171,25 @@ class TestHttpTar(unittest.TestCase):
         # shuffled batches coalesce too, less: still fewer requests than samples
         sh = self.stats(self.run_check(self.remote(), batch_size=40, shuffle=True, coalesce_gap_bytes=1 << 20))
         self.assertLess(sh["get_requests"], n)
+
+    def test_one_request_with_repeated_and_neighbouring_samples(self):
+        """One submit of neighbours, with samples repeated (a sample twice in a batch, as padding makes it): one
+        coalesced Range request per shard, each want answered with the sample's own bytes."""
+        idx = [3, 4, 4, 5, 7, 3, 29, 30, 31, 31, 31]  # 29 in shard 0, 30 and 31 in shard 1
+        r = subprocess.run([S3_CHECK, "source", "source=" + self.remote(), "transform=raw",
+                            "coalesce_gap_bytes=1048576"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=120, env=dict(os.environ, S3_CHECK_IDX=",".join(map(str, idx))))
+        self.assertEqual(r.returncode, 0, (r.stdout + r.stderr)[-2000:])
+        lines = r.stdout.splitlines()
+        got = [ln.split()[1:] for ln in lines if ln.startswith("G ")][:len(idx)]
+        want = []
+        for i in idx:
+            data = member_bytes(i // PER_SHARD, i % PER_SHARD)
+            want.append([str(i), str(len(data)), "%08x" % zlib.crc32(data)])
+        self.assertEqual(got, want)
+        arrived = [ln for ln in lines if ln.startswith("ARRIVED ")][0]
+        self.assertIn("get_requests=2 ", arrived)  # one per shard
+        self.assertIn("new_requests=0", [ln for ln in lines if ln.startswith("READ ")][0])
 
     def test_index_cached_and_rebuilt_when_the_shard_changes(self):
         cache = os.path.join(self.tmp, "cache-index")
@@ -567,6 +587,29 @@ class TestHttpFaults(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0)
         err = r.stdout.splitlines()[-1]
         self.assertRegex(err, r"train-000002\.tar: member 'c\d/s2_\d{3}\.bin': HTTP 500 .*after 2 retries")
+
+    def test_coalesced_replies_cut_short_are_fetched_again(self):
+        """A coalesced Range reply (several samples, written into one buffer per sample as it arrives) cut
+        mid-body, or cut by one byte, is retried from scratch: the batches equal the local ones."""
+        for kw in (dict(batch_size=40, shuffle=False), dict(batch_size=16, world_size=3, rank=2, shuffle=True)):
+            want = subprocess.run(loader_args(self.www, False, kw), stdout=subprocess.PIPE, text=True, timeout=120)
+            cache = tempfile.mkdtemp(dir=self.tmp)
+            # the shards' index kept in cache_dir (the faults below are then on the samples' Range requests
+            # alone), the samples it cached removed; a disk tier of 1 byte keeps none
+            subprocess.run(loader_args(self.src, False, dict(kw, cache_dir=cache, cache_disk_bytes=1)),
+                           stdout=subprocess.PIPE, text=True, timeout=120)
+            self.assertTrue(any(f.startswith("tarindex-") for f in os.listdir(cache)))
+            self.env.proxy(rules=[{"action": "cut", "match": ".tar", "count": 3},
+                                  {"action": "short", "match": ".tar", "count": 2}])
+            r = subprocess.run(loader_args(self.src, False, dict(kw, s3_retries=8, coalesce_gap_bytes=1 << 20,
+                                                                 cache_dir=cache, cache_disk_bytes=1)),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, (r.stdout + r.stderr)[-2000:])
+            got = samples(r.stdout.splitlines())
+            self.assertEqual(got, samples(want.stdout.splitlines()), kw)
+            self.assertEqual(self.env.counts()["faults"], {"cut": 3, "short": 2})
+            st = [x for x in r.stdout.splitlines() if x.startswith("LSTATS ")][-1]
+            self.assertLess(int(st.split("get_requests=")[1].split()[0]), len(got))  # coalesced
 
     def test_server_dies_mid_run(self):
         """nginx stops once a few samples were read: the run fails naming a shard URL and a member."""

@@ -128,19 +128,35 @@ static int run_source(lade_config_t *cfg) {
   }
   /* an index with no want is ready (read() would start it on purpose) */
   int bad = !ops->ready(&s, 0);
-  uint64_t *idx = malloc(s.count * sizeof *idx);
-  for (uint64_t i = 0; i < s.count; i++) idx[i] = s.count - 1 - i;
-  rc = ops->submit(&s, idx, s.count, 0);
+  /* S3_CHECK_IDX=a,b,c...: submit these (repeats allowed) instead of every
+   * sample in reverse */
+  uint64_t nidx = s.count;
+  const char *list = getenv("S3_CHECK_IDX");
+  if (list) {
+    nidx = 1;
+    for (const char *c = list; *c; c++) nidx += *c == ',';
+  }
+  uint64_t *idx = malloc((nidx ? nidx : 1) * sizeof *idx);
+  if (list) {
+    const char *c = list;
+    for (uint64_t k = 0; k < nidx; k++) {
+      idx[k] = strtoull(c, (char **)&c, 10);
+      if (*c == ',') c++;
+    }
+  } else {
+    for (uint64_t i = 0; i < s.count; i++) idx[i] = s.count - 1 - i;
+  }
+  rc = ops->submit(&s, idx, nidx, 0);
   if (rc) return fail(rc);
   /* wait until everything submitted has arrived, without reading */
   double t0 = 0;
   for (int spins = 0;; spins++) {
     uint64_t nready = 0;
-    for (uint64_t i = 0; i < s.count; i++) nready += ops->ready(&s, i);
-    if (nready == s.count) break;
+    for (uint64_t k = 0; k < nidx; k++) nready += ops->ready(&s, idx[k]);
+    if (nready == nidx) break;
     if (spins > 6000) {
       printf("ERROR LADE_ETIMEOUT only %" PRIu64 " of %" PRIu64 " submitted samples became ready in 60 s\n", nready,
-             s.count);
+             nidx);
       return 1;
     }
     usleep(10000);
@@ -152,7 +168,7 @@ static int run_source(lade_config_t *cfg) {
          st.get_requests, st.retries, st.in_flight, st.concurrency, atomic_load(&ready_calls));
   lade__buf_t buf = {0};
   int err = 0;
-  for (uint64_t k = 0; k < s.count; k++) {
+  for (uint64_t k = 0; k < nidx; k++) {
     uint64_t i = idx[k];
     rc = ops->read(&s, i, &buf);
     if (rc) {
