@@ -1,12 +1,12 @@
 /*
  * fuzz_tar_index.c - libFuzzer target for what the tar source reads back
  * from disk besides shards: its stored index (SHARD.tar.ladeidx or
- * cache_dir/tarindex-*.bin, index_load) and `.cls` values (parse_cls). Both
- * parsers are static in src/source/tar.c, so this file includes it (and the
- * fuzzer is built without the library's copy).
+ * cache_dir/tarindex-*.bin, lade__tar_index_load) and `.cls` values
+ * (parse_cls, static in src/source/tar.c), so this file includes tar.c (and
+ * the fuzzer is built without the library's copy).
  *
  * The first input byte picks the parser. For the index the harness appends a
- * correct checksum and passes a stat() that matches the header's size and
+ * correct checksum and passes a version that matches the header's size and
  * mtime, so the fuzzer gets past those two gates to the bounds checks behind
  * them; a loaded index must keep every member inside the shard.
  */
@@ -43,23 +43,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   fwrite(b, 1, size + 8, f);
   fclose(f);
-  struct stat st;
-  memset(&st, 0, sizeof st);
+  lade__tar_ver_t v = {0, 0, 0};
   if (size >= sizeof(idx_hdr_t)) {
     idx_hdr_t h;
     memcpy(&h, data, sizeof h);
-    st.st_size = (off_t)(h.shard_size & INT64_MAX);
-    st.st_mtim.tv_sec = (time_t)h.mtime_sec;
-    st.st_mtim.tv_nsec = (long)h.mtime_nsec;
+    v = (lade__tar_ver_t){h.shard_size, h.mtime_sec, h.mtime_nsec};
   }
-  shard_index_t x = {0};
-  if (index_load(&x, path, &st) == 0) {
+  lade__tar_index_t x = {0};
+  if (lade__tar_index_load(&x, path, v) == 0) {
     for (size_t i = 0; i < x.n; i++) {
-      if (x.m[i].data_off > (uint64_t)st.st_size || x.m[i].size > (uint64_t)st.st_size - x.m[i].data_off) abort();
-      if (strlen(strs_at(&x.names, i)) + 1 > x.names.len) abort();
+      if (x.m[i].data_off > v.size || x.m[i].size > v.size - x.m[i].data_off) abort();
+      if (strlen(lade__tar_strs_at(&x.names, i)) + 1 > x.names.len) abort();
     }
     if (x.names.n != x.n) abort();
-    index_free(&x);
+    lade__tar_index_free(&x);
   }
   free(b);
   return 0;

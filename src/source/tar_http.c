@@ -1,0 +1,302 @@
+/*
+ * tar_http.c - the tar source's backend for http(s):// and s3:// shards
+ * (tar_impl.h, docs/sources.md "remote tar shards"). Every request goes
+ * through one http module handle (http.c: the curl-multi loop, retries,
+ * concurrency); s3:// shards are addressed and signed as the s3 source's
+ * objects (s3auth.c).
+ *
+ * open() lists the shards a URL names (a brace pattern, one .tar, a list
+ * file on the server, an s3:// prefix's .tar objects). A shard's index comes
+ * from cache_dir when made from its current version (one HEAD: size and
+ * ETag, else Last-Modified), else from one streamed GET parsed as it
+ * arrives. Reads are Range requests; submit() coalesces the neighbours of
+ * one shard into one request (paper 002's chunk loading, for tar members).
+ * The per-sample arrays of lade__tar_t are read-only after open; the http
+ * module does its own locking.
+ */
+#ifdef LADE_HAVE_CURL
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "source/http.h"
+#include "source/s3auth.h"
+#include "tar_impl.h"
+
+typedef struct http_state {
+  lade__http_t *http;
+  int s3;                /* s3:// shards, all in w's bucket, signed as w says */
+  lade__s3_where_t w;
+  uint64_t gap, max_req; /* coalescing: the largest gap inside one request, its most bytes */
+  uint64_t *shard_ver;   /* per shard: a hash of its size and ETag/Last-Modified (version op) */
+} http_state_t;
+
+static http_state_t *H(const lade__tar_t *t) { return t->be_state; }
+
+/* The http module's hooks: an object is a shard, named by its URL. */
+/* The key of an s3:// name in the source's bucket, or NULL for another bucket. */
+static const char *s3_key(const lade__tar_t *t, const char *name) {
+  size_t bl = strlen(H(t)->w.bucket);
+  if (strncmp(name, "s3://", 5) || strncmp(name + 5, H(t)->w.bucket, bl) || name[5 + bl] != '/') return NULL;
+  return name + 5 + bl + 1;
+}
+
+/* The URL a request for `name` goes to (signed for s3:// names). */
+static int name_url(const lade__tar_t *t, const char *name, char *url, size_t size) {
+  if (H(t)->s3) {
+    const char *key = s3_key(t, name);
+    return key ? lade__s3_url(&H(t)->w, key, NULL, url, size) : -1;
+  }
+  int n = snprintf(url, size, "%s", name);
+  return n < 0 || (size_t)n >= size ? -1 : 0;
+}
+
+static int shard_url(void *ctx, uint64_t obj, char *url, size_t size) {
+  const lade__tar_t *t = ctx;
+  return name_url(t, lade__tar_strs_at(&t->shards, obj), url, size);
+}
+
+static void shard_name(void *ctx, uint64_t obj, char *buf, size_t size) {
+  const lade__tar_t *t = ctx;
+  snprintf(buf, size, "%s", lade__tar_strs_at(&t->shards, obj));
+}
+
+/* The http module for the shards `first` is one of; s3:// shards get the
+ * s3 source's endpoint, addressing and credentials (s3auth.c). */
+static int remote_http(lade__tar_t *t, const struct lade_config *cfg, lade__source_t *s, const char *first) {
+  lade__http_opts_t o = {.timeout_ms = cfg->s3_timeout_ms,
+                         .connect_timeout_ms = cfg->s3_connect_timeout_ms,
+                         .retries = cfg->s3_retries,
+                         .retry_base_ms = cfg->s3_retry_base_ms,
+                         .fixed_conc = cfg->s3_concurrency,
+                         .max_conc = cfg->s3_max_concurrency,
+                         .max_body = cfg->max_sample_bytes};
+  H(t)->s3 = !strncmp(first, "s3://", 5);
+  if (H(t)->s3) {
+    int rc = lade__s3_where_init(&H(t)->w, cfg, first);
+    if (rc) return rc;
+    lade__s3_http_opts(&H(t)->w, cfg, &o);
+  }
+  o.what = "tar source";
+  o.ca_file = cfg->tls_ca_file; /* copied by lade__http_create */
+  o.ctx = t;
+  o.url = shard_url;
+  o.name = shard_name;
+  o.src = s;
+  H(t)->gap = cfg->coalesce_gap_bytes;
+  H(t)->max_req = LADE_MIN(cfg->max_sample_bytes, (uint64_t)16 << 20);
+  return lade__http_create(&H(t)->http, &o);
+}
+
+/* The shards a URL source names: a brace pattern, one .tar, or a list file
+ * fetched from the server (relative lines are relative to its folder). */
+typedef struct tar_listing {
+  lade__tar_t *t;
+  size_t plen; /* the prefix's length: keys with a '/' after it are in sub-folders */
+} tar_listing_t;
+
+/* A listed object that is a shard: a .tar directly under the prefix, as a
+ * local folder's shards are its .tar files and not its sub-folders'. */
+static int push_tar_key(void *ctx, const char *key, size_t klen, uint64_t size) {
+  tar_listing_t *l = ctx;
+  (void)size;
+  if (klen < l->plen + 4 || memcmp(key + klen - 4, ".tar", 4) != 0 || memchr(key + l->plen, '/', klen - l->plen))
+    return 0;
+  char name[LADE_PATH_MAX + 300];
+  int n = snprintf(name, sizeof name, "s3://%s/%.*s", H(l->t)->w.bucket, (int)klen, key);
+  if (n < 0 || (size_t)n >= sizeof name)
+    return lade__fail(LADE_ERANGE, "s3://%s/%.*s...: name too long", H(l->t)->w.bucket, (int)LADE_MIN(klen, 200), key);
+  return lade__tar_strs_push(&l->t->shards, name, (size_t)n);
+}
+
+static int remote_shards(lade__tar_t *t, const char *src) {
+  if (strchr(src, '{')) return lade__tar_brace_expand(&t->shards, src, src);
+  if (lade__tar_has_suffix(src, ".tar")) return lade__tar_strs_push(&t->shards, src, strlen(src));
+  if (H(t)->s3 && !lade__tar_has_suffix(src, ".txt")) { /* a prefix: its .tar objects (the listing is sorted by key) */
+    char prefix[1100];
+    size_t pl = strlen(H(t)->w.path);
+    snprintf(prefix, sizeof prefix, "%s%s", H(t)->w.path, pl && H(t)->w.path[pl - 1] != '/' ? "/" : "");
+    tar_listing_t l = {t, strlen(prefix)};
+    int rc = lade__s3_list(&H(t)->w, H(t)->http, prefix, src, push_tar_key, &l);
+    if (!rc && !t->shards.n) rc = lade__fail(LADE_EEMPTY, "%s holds no .tar objects", src);
+    return rc;
+  }
+  char url[8192];
+  if (name_url(t, src, url, sizeof url)) return lade__fail(LADE_ERANGE, "%s: name too long", src);
+  lade__buf_t b = {0};
+  int rc = lade__http_get_blocking(H(t)->http, url, src, &b, 64u << 20, 0, NULL);
+  if (!rc) {
+    char base[LADE_PATH_MAX];
+    const char *slash = strrchr(src, '/');
+    snprintf(base, sizeof base, "%.*s", (int)(slash - src + 1), src);
+    rc = lade__tar_list_lines(&t->shards, &b, base, src);
+  }
+  lade__buf_free(&b);
+  return rc;
+}
+
+/* A remote shard's index: from cache_dir when it was made from the shard's
+ * current version (a HEAD: size and ETag or Last-Modified), else one
+ * streamed GET of the shard whose headers are parsed as they arrive. */
+static int http_index(lade__tar_t *t, const struct lade_config *cfg, size_t i, lade__tar_index_t *x) {
+  const char *shown = lade__tar_strs_at(&t->shards, i);
+  char url[8192];
+  if (name_url(t, shown, url, sizeof url))
+    return lade__fail(LADE_EINVAL, "%s: not in the bucket of the first shard (s3://%s), or too long", shown, H(t)->w.bucket);
+  uint64_t size = 0;
+  char val[256];
+  int rc = lade__http_head(H(t)->http, url, shown, &size, val, sizeof val);
+  if (rc) return rc;
+  /* b = 2: never equal to a local shard's nanoseconds field by accident of a hash */
+  lade__tar_ver_t v = {size, lade__hash64(val, strlen(val), 0x7661), (uint64_t)2 << 32};
+  H(t)->shard_ver[i] = lade__hash64(&v, sizeof v, 0x76657273);
+  char ipath[LADE_PATH_MAX + 64] = "";
+  if (cfg->cache_dir[0]) {
+    snprintf(ipath, sizeof ipath, "%s/tarindex-%016llx.bin", cfg->cache_dir,
+             (unsigned long long)lade__hash64(url, strlen(url), 0x7461726964780000ull)); /* endpoint included */
+    if (lade__tar_index_load(x, ipath, v) == 0) return 0;
+  }
+  lade__http_stream_t *st = NULL;
+  rc = lade__http_stream_open(H(t)->http, url, shown, size, val, &st);
+  if (!rc) {
+    rc = lade__tar_index_walk(x, lade__http_stream_pread, st, size, shown);
+    if (rc && lade__http_stream_error(st)) rc = lade__http_stream_error(st); /* the network's words, not EIO's */
+  }
+  lade__http_stream_close(st);
+  if (!rc && ipath[0]) lade__tar_index_store(x, ipath, v, cfg);
+  return rc;
+}
+
+/* Names the member in an error of the module ("URL: what" becomes "URL:
+ * member 'NAME': what"), as a local shard's read errors do. */
+static int name_member(int rc, const char *url, const char *name) {
+  static _Thread_local char msg[LADE_HTTP_MSG + LADE_PATH_MAX];
+  const char *e = lade_last_error();
+  size_t ul = strlen(url);
+  if (!strncmp(e, url, ul) && !strncmp(e + ul, ": ", 2)) {
+    char rest[LADE_HTTP_MSG];
+    snprintf(rest, sizeof rest, "%s", e + ul + 2);
+    snprintf(msg, sizeof msg, "%s: member '%s': %s", url, name, rest);
+    lade__set_error_text(msg);
+    return rc;
+  }
+  return lade__fail_prefix(rc, "%s: member '%s': ", url, name);
+}
+
+static int http_read(lade__tar_t *t, uint64_t idx, lade__buf_t *out) {
+  uint32_t si = t->shard[idx];
+  lade__http_part_t p = {idx, 0, t->sizes[idx]};
+  lade__http_get_t g = {.obj = si, .off = t->off[idx], .len = p.len, .expect = p.len, .nparts = 1, .parts = &p};
+  int rc = lade__http_read(H(t)->http, idx, &g, out);
+  return rc ? name_member(rc, lade__tar_strs_at(&t->shards, si), lade__tar_strs_at(&t->names, idx)) : 0;
+}
+
+typedef struct span {
+  uint64_t idx, off, size;
+  uint32_t shard;
+} span_t;
+
+static int cmp_span(const void *a, const void *b) {
+  const span_t *x = a, *y = b;
+  if (x->shard != y->shard) return x->shard < y->shard ? -1 : 1;
+  if (x->off != y->off) return x->off < y->off ? -1 : 1;
+  return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+/* A batch's samples, sorted by (shard, offset); neighbours of one shard
+ * whose gap is at most `gap` bytes share one Range request of at most
+ * max_req bytes, split into samples when it arrives (paper 002's chunk
+ * loading, for tar members). */
+static int http_submit(lade__tar_t *t, const uint64_t *idx, size_t n, int background) {
+  span_t *v = malloc((n ? n : 1) * sizeof *v);
+  lade__http_part_t *parts = malloc((n ? n : 1) * sizeof *parts);
+  lade__http_get_t *gets = malloc((n ? n : 1) * sizeof *gets);
+  int rc = !v || !parts || !gets ? lade__fail(LADE_ENOMEM, "tar source: out of memory") : 0;
+  size_t k = 0, ng = 0;
+  for (size_t i = 0; !rc && i < n; i++) {
+    if (idx[i] >= t->count) {
+      rc = lade__fail(LADE_ERANGE, "tar source: sample %llu out of range (%llu samples)", (unsigned long long)idx[i],
+                      (unsigned long long)t->count);
+      break;
+    }
+    uint64_t size = t->sizes[idx[i]];
+    if (size == 0 || size > t->max_sample) continue; /* read() answers these without a request */
+    v[k++] = (span_t){idx[i], t->off[idx[i]], size, t->shard[idx[i]]};
+  }
+  if (!rc) qsort(v, k, sizeof *v, cmp_span);
+  for (size_t i = 0; !rc && i < k;) {
+    uint64_t start = v[i].off, end = v[i].off + v[i].size;
+    size_t j = i;
+    while (j + 1 < k && v[j + 1].shard == v[i].shard && v[j + 1].off <= end + H(t)->gap &&
+           LADE_MAX(end, v[j + 1].off + v[j + 1].size) - start <= H(t)->max_req) {
+      j++;
+      end = LADE_MAX(end, v[j].off + v[j].size);
+    }
+    for (size_t m = i; m <= j; m++) parts[m] = (lade__http_part_t){v[m].idx, v[m].off - start, v[m].size};
+    gets[ng++] = (lade__http_get_t){.obj = v[i].shard, .off = start, .len = end - start, .expect = end - start,
+                                    .nparts = (uint32_t)(j - i + 1), .parts = parts + i};
+    i = j + 1;
+  }
+  if (!rc && ng) rc = lade__http_submit(H(t)->http, gets, ng, background);
+  free(v);
+  free(parts);
+  free(gets);
+  return rc;
+}
+
+/* The disk tier's version of a remote sample: its shard's size and ETag
+ * (or Last-Modified) as the HEAD at open found them, and the member's place
+ * and size, so a shard rewritten with members of the same sizes is not
+ * served from the disk tier with its old bytes. */
+static uint64_t http_version(lade__tar_t *t, uint64_t idx) {
+  uint64_t k[3] = {H(t)->shard_ver[t->shard[idx]], t->off[idx], t->sizes[idx]};
+  return lade__hash64(k, sizeof k, 0x74617276) | 2; /* > LADE_VERSION_UNKNOWN */
+}
+
+static bool http_ready(lade__tar_t *t, uint64_t idx) {
+  return idx >= t->count || lade__http_ready(H(t)->http, idx);
+}
+
+static void http_stats(lade__tar_t *t, lade__source_stats_t *out) {
+  memset(out, 0, sizeof *out);
+  if (H(t) && H(t)->http) lade__http_stats(H(t)->http, out);
+}
+
+
+static int http_open(lade__tar_t *t, const struct lade_config *cfg, lade__source_t *s) {
+  http_state_t *h = calloc(1, sizeof *h);
+  if (!h) return lade__fail(LADE_ENOMEM, "tar source: out of memory");
+  t->be_state = h;
+  const char *first = lade__tar_is_url(cfg->source) ? cfg->source : lade__tar_strs_at(&t->shards, 0);
+  int rc = remote_http(t, cfg, s, first);
+  if (!rc && lade__tar_is_url(cfg->source)) rc = remote_shards(t, cfg->source);
+  if (!rc && !(h->shard_ver = calloc(t->shards.n ? t->shards.n : 1, sizeof *h->shard_ver)))
+    rc = lade__fail(LADE_ENOMEM, "tar source: out of memory");
+  return rc;
+}
+
+static int http_start(lade__tar_t *t) { return lade__http_start(H(t)->http, t->count); }
+
+static void http_close(lade__tar_t *t) {
+  http_state_t *h = H(t);
+  if (!h) return;
+  lade__http_destroy(h->http); /* first: its thread reads the shard list */
+  lade__s3_where_free(&h->w);
+  free(h->shard_ver);
+  free(h);
+  t->be_state = NULL;
+}
+
+const lade__tar_backend_t lade__tar_http = {
+    .open = http_open,
+    .index = http_index,
+    .start = http_start,
+    .read = http_read,
+    .version = http_version,
+    .close = http_close,
+    .submit = http_submit,
+    .ready = http_ready,
+    .stats = http_stats};
+
+#endif /* LADE_HAVE_CURL */

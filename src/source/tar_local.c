@@ -1,0 +1,181 @@
+/*
+ * tar_local.c - the tar source's backend for shards on a file system
+ * (tar_impl.h, docs/sources.md "tar shards"). A shard's index is built by
+ * one sequential pass over its headers (1 MiB buffered preads) the first
+ * time it is opened and stored beside it (`SHARD.tar.ladeidx`) or in
+ * cache_dir (`tarindex-HASH.bin`), keyed by the shard's size and mtime: a
+ * changed shard is indexed again. Reads are one pread() of the member's
+ * data into the caller's buffer: thread-safe, no lock. The first KEEP_OPEN
+ * shards stay open; later ones are opened per read.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tar_impl.h"
+
+#define KEEP_OPEN 512u /* more shards than this are opened per read */
+
+typedef struct local_state {
+  int *fd; /* per shard, or -1: opened per read */
+  size_t n;
+} local_state_t;
+
+static local_state_t *L(const lade__tar_t *t) { return t->be_state; }
+
+/* Buffered sequential reads of a shard for the index pass. */
+typedef struct rd {
+  int fd;
+  uint8_t *buf;
+  size_t cap, len;
+  uint64_t at; /* file offset of buf[0] */
+} rd_t;
+
+static long rd_pread(void *ctx, void *dst, size_t len, uint64_t off) {
+  rd_t *r = ctx;
+  size_t done = 0;
+  while (done < len) {
+    uint64_t o = off + done;
+    if (o >= r->at && o < r->at + r->len) {
+      size_t k = (size_t)LADE_MIN(r->at + r->len - o, (uint64_t)(len - done));
+      memcpy((uint8_t *)dst + done, r->buf + (o - r->at), k);
+      done += k;
+      continue;
+    }
+    if (len - done >= r->cap) { /* a large read goes straight to dst */
+      ssize_t n = pread(r->fd, (uint8_t *)dst + done, len - done, (off_t)o);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return -errno;
+      if (n == 0) break;
+      done += (size_t)n;
+      continue;
+    }
+    ssize_t n = pread(r->fd, r->buf, r->cap, (off_t)o);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return -errno;
+    r->at = o;
+    r->len = (size_t)n;
+    if (n == 0) break;
+  }
+  return (long)done;
+}
+
+static int index_build(lade__tar_index_t *x, int fd, uint64_t size, const char *shard) {
+  rd_t r = {.fd = fd, .cap = 1u << 20};
+  r.buf = malloc(r.cap);
+  if (!r.buf) return lade__fail(LADE_ENOMEM, "tar source: out of memory");
+  int rc = lade__tar_index_walk(x, rd_pread, &r, size, shard);
+  free(r.buf);
+  return rc;
+}
+
+static void index_path(char *out, size_t size, const struct lade_config *cfg, const char *shard) {
+  if (cfg->cache_dir[0]) {
+    char abs[PATH_MAX];
+    const char *p = realpath(shard, abs) ? abs : shard;
+    snprintf(out, size, "%s/tarindex-%016llx.bin", cfg->cache_dir,
+             (unsigned long long)lade__hash64(p, strlen(p), 0x7461726964780000ull));
+  } else {
+    snprintf(out, size, "%s.ladeidx", shard);
+  }
+}
+
+static lade__tar_ver_t ver_of_stat(const struct stat *st) {
+  return (lade__tar_ver_t){(uint64_t)st->st_size, (uint64_t)st->st_mtim.tv_sec, (uint64_t)st->st_mtim.tv_nsec};
+}
+
+static int local_open(lade__tar_t *t, const struct lade_config *cfg, lade__source_t *s) {
+  (void)cfg;
+  (void)s;
+  local_state_t *l = calloc(1, sizeof *l);
+  if (!l) return lade__fail(LADE_ENOMEM, "tar source: out of memory");
+  t->be_state = l;
+  l->n = t->shards.n;
+  if (!(l->fd = malloc((l->n ? l->n : 1) * sizeof *l->fd))) return lade__fail(LADE_ENOMEM, "tar source: out of memory");
+  for (size_t i = 0; i < l->n; i++) l->fd[i] = -1;
+  return 0;
+}
+
+static int local_index(lade__tar_t *t, const struct lade_config *cfg, size_t i, lade__tar_index_t *x) {
+  const char *shard = lade__tar_strs_at(&t->shards, i);
+  struct stat st;
+  int fd = lade__open_regular(AT_FDCWD, shard, shard, &st);
+  if (fd < 0) return fd;
+  char ipath[LADE_PATH_MAX + 64];
+  index_path(ipath, sizeof ipath, cfg, shard);
+  int rc = 0;
+  if (lade__tar_index_load(x, ipath, ver_of_stat(&st)) != 0) {
+    rc = index_build(x, fd, (uint64_t)st.st_size, shard);
+    if (!rc) lade__tar_index_store(x, ipath, ver_of_stat(&st), cfg);
+  }
+  if (i < KEEP_OPEN)
+    L(t)->fd[i] = fd;
+  else
+    close(fd);
+  return rc;
+}
+
+static int local_read(lade__tar_t *t, uint64_t idx, lade__buf_t *out) {
+  uint32_t si = t->shard[idx];
+  const char *shard = lade__tar_strs_at(&t->shards, si), *name = lade__tar_strs_at(&t->names, idx);
+  uint64_t size = t->sizes[idx], off = t->off[idx];
+  int rc = lade__buf_reserve(out, (size_t)size + 1);
+  if (rc) return lade__fail(rc, "%s: member '%s': no memory for its %llu bytes", shard, name, (unsigned long long)size);
+  int fd = L(t)->fd[si];
+  if (fd < 0) {
+    struct stat st;
+    fd = lade__open_regular(AT_FDCWD, shard, shard, &st);
+    if (fd < 0) return fd;
+  }
+  size_t got = 0;
+  while (got < size) {
+    ssize_t n = pread(fd, out->data + got, (size_t)size - got, (off_t)(off + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      rc = lade__fail(LADE_EIO, "cannot read %s: member '%s': %s", shard, name, strerror(errno));
+      break;
+    }
+    if (n == 0) {
+      rc = lade__fail(LADE_EIO, "%s: member '%s' ends after %zu of %llu bytes (the shard changed since it was indexed?)",
+                      shard, name, got, (unsigned long long)size);
+      break;
+    }
+    got += (size_t)n;
+  }
+  if (fd != L(t)->fd[si]) close(fd);
+  out->len = rc ? 0 : (size_t)size;
+  return rc;
+}
+
+/* The disk tier's version of a sample: its shard's, from the descriptor the
+ * reads use (so the version always belongs to the bytes read), or a stat of
+ * the path for shards opened per read. */
+static uint64_t local_version(lade__tar_t *t, uint64_t idx) {
+  uint32_t si = t->shard[idx];
+  struct stat st;
+  int fd = L(t)->fd[si];
+  return lade__stat_version(fd >= 0 ? fstat(fd, &st) : stat(lade__tar_strs_at(&t->shards, si), &st), &st);
+}
+
+static void local_close(lade__tar_t *t) {
+  local_state_t *l = L(t);
+  if (!l) return;
+  if (l->fd)
+    for (size_t i = 0; i < l->n; i++)
+      if (l->fd[i] >= 0) close(l->fd[i]);
+  free(l->fd);
+  free(l);
+  t->be_state = NULL;
+}
+
+const lade__tar_backend_t lade__tar_local = {
+    .open = local_open,
+    .index = local_index,
+    .read = local_read,
+    .version = local_version,
+    .close = local_close};
