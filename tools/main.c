@@ -287,11 +287,11 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
   double elapsed = now() - t0;
   double t_end = now();
   lade_stats_t st;
-  lade_loader_stats(L, &st);
+  lade_loader_stats(L, &st, sizeof(lade_stats_t));
   enum { MAX_EPOCH_LINES = 64 };
   lade_epoch_stats_t eps[MAX_EPOCH_LINES];
   int neps = 0;
-  while (neps < MAX_EPOCH_LINES && lade_loader_epoch_stats(L, (uint64_t)neps, &eps[neps]) == 0) neps++;
+  while (neps < MAX_EPOCH_LINES && lade_loader_epoch_stats(L, (uint64_t)neps, &eps[neps], sizeof(lade_epoch_stats_t)) == 0) neps++;
   lade_plan_settings_t ps;
   uint32_t prank = 0;
   int planned = !lade_loader_plan_settings(L, &ps, &prank) && ps.kind != LADE_PLAN_REGULAR && ps.kind < LADE_PLAN_KIND_COUNT;

@@ -51,7 +51,7 @@ static int rate(const char *dir, const char *transform, const char *threads, dou
     n++;
   }
   lade_stats_t st;
-  if (!rc) rc = lade_loader_stats(ld, &st);
+  if (!rc) rc = lade_loader_stats(ld, &st, sizeof(lade_stats_t));
   if (!rc) {
     double busy = st.stage_seconds[LADE_STAGE_READ] + st.stage_seconds[LADE_STAGE_TRANSFORM] + st.stage_seconds[LADE_STAGE_COLLATE];
     *out = busy > 0 ? (double)st.samples / busy * (st.threads ? st.threads : 1) : 0;

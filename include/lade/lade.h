@@ -381,8 +381,15 @@ typedef struct lade_stats {
   uint64_t peer_served_from_storage; /* of those, read from storage: the cache did not hold them */
 } lade_stats_t;
 
-/* Fills *out with the loader's counters so far. Thread-safe. */
-LADE_API int lade_loader_stats(lade_loader_t *loader, lade_stats_t *out);
+/*
+ * Fills *out with the loader's counters so far. out_size is
+ * sizeof(lade_stats_t) as the caller was compiled: the struct only grows at
+ * its end, the library writes out_size bytes (a newer library leaves out
+ * the fields an older caller does not know; an older one zeroes the fields
+ * it does not know), so callers keep working across versions. LADE_EINVAL
+ * for an out_size below 8. Thread-safe.
+ */
+LADE_API int lade_loader_stats(lade_loader_t *loader, lade_stats_t *out, size_t out_size);
 
 /*
  * Counters of one epoch (paper 004's per-epoch metrics). Samples and bytes by
@@ -406,8 +413,11 @@ typedef struct lade_epoch_stats {
   uint64_t plan_peer_storage;
 } lade_epoch_stats_t;
 
-/* Fills *out for `epoch` (LADE_ERANGE for an epoch not started yet). Thread-safe. */
-LADE_API int lade_loader_epoch_stats(lade_loader_t *loader, uint64_t epoch, lade_epoch_stats_t *out);
+/* Fills *out for `epoch` (LADE_ERANGE for an epoch not started yet);
+ * out_size is sizeof(lade_epoch_stats_t), as for lade_loader_stats.
+ * Thread-safe. */
+LADE_API int lade_loader_epoch_stats(lade_loader_t *loader, uint64_t epoch, lade_epoch_stats_t *out,
+                                     size_t out_size);
 
 #ifdef __cplusplus
 }

@@ -963,7 +963,7 @@ static PyObject *loader_epoch_stats(LoaderObject *L, PyObject *args) {
   if (!PyArg_ParseTuple(args, "K", &epoch)) return NULL;
   if (!L->loader) return raise_lade(LADE_ESTATE, "loader is closed");
   lade_epoch_stats_t e;
-  int rc = lade_loader_epoch_stats(L->loader, epoch, &e);
+  int rc = lade_loader_epoch_stats(L->loader, epoch, &e, sizeof(lade_epoch_stats_t));
   if (rc) return raise_last(rc);
   return Py_BuildValue("{sKsKsKs(KKKK)s(KKKK)sdsdsKsKsKsKsK}", "epoch", (unsigned long long)e.epoch, "batches",
                        (unsigned long long)e.batches, "samples", (unsigned long long)e.samples, "samples_by_source",
@@ -982,7 +982,7 @@ static PyObject *loader_stats(LoaderObject *L, PyObject *unused) {
   if (!L->loader) return raise_lade(LADE_ESTATE, "loader is closed");
   lade_stats_t s;
   memset(&s, 0, sizeof s);
-  int rc = lade_loader_stats(L->loader, &s);
+  int rc = lade_loader_stats(L->loader, &s, sizeof(lade_stats_t));
   if (rc) return raise_last(rc);
   return stats_dict(&s);
 }

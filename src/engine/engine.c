@@ -1257,8 +1257,7 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-int lade_loader_stats(lade_loader_t *L, lade_stats_t *out) {
-  if (!L || !out) return lade__fail(LADE_EINVAL, "lade_loader_stats: NULL argument");
+static int fill_stats(lade_loader_t *L, lade_stats_t *out) {
   memset(out, 0, sizeof *out);
   if (forked(L)) return fail_forked(L, "lade_loader_stats");
   double lat[LAT_RING];
@@ -1316,8 +1315,7 @@ int lade_loader_stats(lade_loader_t *L, lade_stats_t *out) {
   return 0;
 }
 
-int lade_loader_epoch_stats(lade_loader_t *L, uint64_t epoch, lade_epoch_stats_t *out) {
-  if (!L || !out) return lade__fail(LADE_EINVAL, "lade_loader_epoch_stats: NULL argument");
+static int fill_epoch_stats(lade_loader_t *L, uint64_t epoch, lade_epoch_stats_t *out) {
   memset(out, 0, sizeof *out);
   if (forked(L)) return fail_forked(L, "lade_loader_epoch_stats");
   out->epoch = epoch;
@@ -1347,6 +1345,35 @@ int lade_loader_epoch_stats(lade_loader_t *L, uint64_t epoch, lade_epoch_stats_t
   out->plan_fallbacks = a.plan_fallbacks;
   out->plan_peer_storage = a.plan_peer;
   return 0;
+}
+
+/* Copies a stats struct of this library (size `have`) into the caller's of
+ * `want` bytes: a prefix when the caller's header is older, zeros for the
+ * fields an older library does not know when it is newer. */
+static void copy_sized(void *dst, size_t want, const void *src, size_t have) {
+  memcpy(dst, src, LADE_MIN(want, have));
+  if (want > have) memset((char *)dst + have, 0, want - have);
+}
+
+int lade_loader_stats(lade_loader_t *L, lade_stats_t *out, size_t out_size) {
+  if (!L || !out) return lade__fail(LADE_EINVAL, "lade_loader_stats: NULL argument");
+  if (out_size < sizeof(uint64_t))
+    return lade__fail(LADE_EINVAL, "lade_loader_stats: out_size is %zu; pass sizeof(lade_stats_t)", out_size);
+  lade_stats_t s;
+  int rc = fill_stats(L, &s);
+  copy_sized(out, out_size, &s, sizeof s);
+  return rc;
+}
+
+int lade_loader_epoch_stats(lade_loader_t *L, uint64_t epoch, lade_epoch_stats_t *out, size_t out_size) {
+  if (!L || !out) return lade__fail(LADE_EINVAL, "lade_loader_epoch_stats: NULL argument");
+  if (out_size < sizeof(uint64_t))
+    return lade__fail(LADE_EINVAL, "lade_loader_epoch_stats: out_size is %zu; pass sizeof(lade_epoch_stats_t)",
+                      out_size);
+  lade_epoch_stats_t s;
+  int rc = fill_epoch_stats(L, epoch, &s);
+  copy_sized(out, out_size, &s, sizeof s);
+  return rc;
 }
 
 /* ------------------------------------------------- classes and samples */

@@ -564,7 +564,11 @@ int lade__fetch_read(lade__fetch_t *f, uint64_t idx, uint64_t q, int32_t route, 
     }
     if (!f->pf_on || pass) break;
     /* the prefetcher may be fetching this very sample: wait for it rather
-     * than send a second request */
+     * than send a second request. Then the disk tier is asked again even if
+     * nothing was waited for: the prefetcher may have put the sample and
+     * left the set between the miss above and this look at the set (it
+     * leaves the set only after the put), which under ThreadSanitizer's
+     * timing sent a second request for it */
     bool waited = false;
     pthread_mutex_lock(&f->mu);
     while (!f->stop && idxset_has(&f->inflight, idx)) {
@@ -572,8 +576,7 @@ int lade__fetch_read(lade__fetch_t *f, uint64_t idx, uint64_t q, int32_t route, 
       pthread_cond_wait(&f->cv_inflight, &f->mu);
     }
     pthread_mutex_unlock(&f->mu);
-    if (!waited) break;
-    atomic_fetch_add_explicit(&f->waited, 1, memory_order_relaxed);
+    if (waited) atomic_fetch_add_explicit(&f->waited, 1, memory_order_relaxed);
   }
   lade__clear_error();
   int rc = f->p.ops->read(f->p.src, idx, out);
@@ -618,7 +621,9 @@ static void submit_step(lade__fetch_t *f, const uint64_t *idx, const int32_t *fr
   size_t k = 0;
   for (uint32_t i = 0; i < n; i++) {
     if (from && !reads_storage(f, from[i])) continue;
-    if (!resident(f, idx[i]) && !pf_inflight(f, idx[i])) want[k++] = idx[i];
+    /* the prefetcher's set first: it leaves the set only after its put, so
+     * a sample it just fetched is found in one or the other */
+    if (!pf_inflight(f, idx[i]) && !resident(f, idx[i])) want[k++] = idx[i];
   }
   if (k) f->p.ops->submit(f->p.src, want, k, 0);
   if (want != stackbuf) free(want);

@@ -133,8 +133,8 @@ static void run(const char *kind, uint64_t cache_bytes, uint64_t e0, uint64_t s0
   }
   if (r->rc) snprintf(r->err, sizeof r->err, "%s", lade_last_error());
   r->sum = h;
-  lade_loader_stats(L, &r->st);
-  for (uint64_t e = e0; e < EPOCHS; e++) lade_loader_epoch_stats(L, e, &r->ep[e]);
+  lade_loader_stats(L, &r->st, sizeof(lade_stats_t));
+  for (uint64_t e = e0; e < EPOCHS; e++) lade_loader_epoch_stats(L, e, &r->ep[e], sizeof(lade_epoch_stats_t));
   lade_loader_destroy(L);
   r->seconds = MPI_Wtime() - t0;
 }

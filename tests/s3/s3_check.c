@@ -80,14 +80,14 @@ static int run_loader(lade_config_t *cfg) {
     lade_batch_release(b);
   }
   lade_stats_t st;
-  lade_loader_stats(L, &st);
+  lade_loader_stats(L, &st, sizeof(lade_stats_t));
   printf("LSTATS get_requests=%" PRIu64 " list_requests=%" PRIu64 " retries=%" PRIu64 " storage=%" PRIu64
          " memory=%" PRIu64 " disk=%" PRIu64 " misses=%" PRIu64 " prefetched=%" PRIu64 " fetch_size=%" PRIu64
          " concurrency=%u\n",
          st.get_requests, st.list_requests, st.retries, st.samples_by_source[0], st.samples_by_source[1],
          st.samples_by_source[2], st.cache_misses, st.prefetched, st.fetch_size, st.concurrency);
   lade_epoch_stats_t es;
-  for (uint64_t e = 0; lade_loader_epoch_stats(L, e, &es) == 0; e++)
+  for (uint64_t e = 0; lade_loader_epoch_stats(L, e, &es, sizeof(lade_epoch_stats_t)) == 0; e++)
     printf("EPOCH e=%" PRIu64 " storage=%" PRIu64 " disk=%" PRIu64 " get_requests=%" PRIu64 " list_requests=%" PRIu64
            " miss_permille=%d\n",
            e, es.samples_by_source[0], es.samples_by_source[2], es.get_requests, es.list_requests,

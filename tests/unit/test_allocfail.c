@@ -94,8 +94,8 @@ static int run_loader(const char *const *kv) {
   if (L) {
     lade_stats_t st;
     lade_epoch_stats_t es;
-    if (!rc) rc = lade_loader_stats(L, &st);
-    if (!rc) (void)lade_loader_epoch_stats(L, 0, &es);
+    if (!rc) rc = lade_loader_stats(L, &st, sizeof(lade_stats_t));
+    if (!rc) (void)lade_loader_epoch_stats(L, 0, &es, sizeof(lade_epoch_stats_t));
     uint32_t classes = 0;
     char path[512];
     if (!rc) rc = lade_loader_classes(L, &classes);

@@ -2,6 +2,7 @@
  * thread counts, plan semantics, seek/resume, errors, skip, lifetime. */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -299,7 +300,7 @@ static void test_errors_name_the_file(void) {
   run_t *r1 = calloc(1, sizeof *r1);
   drain(L2, r1);
   lade_stats_t st;
-  lade_loader_stats(L2, &st);
+  lade_loader_stats(L2, &st, sizeof(lade_stats_t));
   lade_loader_destroy(L2);
   CHECK_OK(r1->rc);
   CHECK(r1->content_ok);
@@ -514,7 +515,7 @@ static void test_holding_batches(void) {
   CHECK(ok);
   free(seen);
   lade_stats_t st;
-  CHECK_OK(lade_loader_stats(L, &st));
+  CHECK_OK(lade_loader_stats(L, &st, sizeof(lade_stats_t)));
   size_t bb = 10 * DIM * sizeof(float);
   CHECK(st.peak_pool_bytes >= 10 * bb && st.peak_pool_bytes <= 12 * bb);
   for (int i = 1; i < 10; i++) lade_batch_release(held[i]);
@@ -687,12 +688,38 @@ static void test_trace_and_stats(void) {
   run_t *r = calloc(1, sizeof *r);
   drain(L, r);
   lade_stats_t st;
-  CHECK_OK(lade_loader_stats(L, &st));
+  CHECK_OK(lade_loader_stats(L, &st, sizeof(lade_stats_t)));
   CHECK_EQ_INT(st.batches, 10);
   CHECK_EQ_INT(st.samples, 100);
   CHECK_EQ_INT(st.bytes_read, 100 * DIM * 4);
   CHECK(st.first_batch_seconds > 0);
   CHECK(st.batch_latency_p50 > 0 && st.batch_latency_p50 <= st.batch_latency_max);
+  /* sized: a caller built with an older, shorter struct gets its prefix and
+   * nothing past it; one built with a longer struct gets zeros for the
+   * fields this library does not know; a size of 0 is refused */
+  struct {
+    lade_stats_t st;
+    unsigned char tail[64];
+  } big;
+  memset(&big, 0xAB, sizeof big);
+  size_t prefix = offsetof(lade_stats_t, bytes_read);
+  CHECK_OK(lade_loader_stats(L, &big.st, prefix));
+  CHECK_EQ_INT(big.st.batches, 10);
+  CHECK_EQ_INT(big.st.samples, 100);
+  const unsigned char *after = (const unsigned char *)&big + prefix;
+  int untouched = 1;
+  for (size_t i = 0; i < sizeof big - prefix; i++) untouched &= after[i] == 0xAB;
+  CHECK(untouched);
+  CHECK_OK(lade_loader_stats(L, &big.st, sizeof big));
+  CHECK_EQ_INT(big.st.bytes_read, 100 * DIM * 4);
+  int zeroed = 1;
+  for (size_t i = 0; i < sizeof big.tail; i++) zeroed &= big.tail[i] == 0;
+  CHECK(zeroed);
+  CHECK_EQ_INT(lade_loader_stats(L, &st, 0), LADE_EINVAL);
+  lade_epoch_stats_t es;
+  CHECK_OK(lade_loader_epoch_stats(L, 0, &es, sizeof es));
+  CHECK_EQ_INT(es.batches, 10);
+  CHECK_EQ_INT(lade_loader_epoch_stats(L, 0, &es, 4), LADE_EINVAL);
   lade_loader_destroy(L);
   /* 100 sample events, 10 batch events, 10 waits; valid JSON per python */
   CHECK_EQ_INT(lade_test_sh("test $(grep -c '\"name\":\"sample\"' %s) -eq 100", tpath), 0);

@@ -98,8 +98,8 @@ static int run(const char *dir, const char *extra[], result_t *r, int sleep_us) 
     }
   }
   if (r->rc) snprintf(r->err, sizeof r->err, "%s", lade_last_error());
-  lade_loader_stats(L, &r->st);
-  for (uint64_t e = 0; e < 8; e++) lade_loader_epoch_stats(L, e, &r->ep[e]);
+  lade_loader_stats(L, &r->st, sizeof(lade_stats_t));
+  for (uint64_t e = 0; e < 8; e++) lade_loader_epoch_stats(L, e, &r->ep[e], sizeof(lade_epoch_stats_t));
   lade_loader_destroy(L);
   return r->rc;
 }
@@ -293,7 +293,7 @@ static void test_disk_tier_chdir_after_create(void) {
   }
   lade_stats_t st;
   memset(&st, 0, sizeof st);
-  if (L) lade_loader_stats(L, &st);
+  if (L) lade_loader_stats(L, &st, sizeof(lade_stats_t));
   lade_loader_destroy(L);
   CHECK(chdir(cwd) == 0);
   CHECK(ok && sum == r1.sum);

@@ -95,7 +95,7 @@ static void load(const char *data, const char *direct, const char *gap) {
   for (int e = 0; e < 2; e++)
     for (int i = 0; i < N; i++) CHECK_EQ_INT(seen[e][i], 1);
   lade_stats_t st;
-  CHECK_OK(lade_loader_stats(L, &st));
+  CHECK_OK(lade_loader_stats(L, &st, sizeof(lade_stats_t)));
   if (strcmp(gap, "0") == 0) CHECK_EQ_INT(st.get_requests, samples + 1); /* + the labels */
   else CHECK(st.get_requests < samples);
   lade_loader_destroy(L);

@@ -133,8 +133,8 @@ static void run_rank(const char *kind, uint32_t rank, uint32_t world, uint64_t c
   }
   if (r->rc) fprintf(stderr, "  next(%s, rank %u/%u): %s\n", kind, rank, world, lade_last_error());
   r->sum = h;
-  lade_loader_stats(L, &r->st);
-  for (uint64_t e = from_epoch; e < EPOCHS; e++) lade_loader_epoch_stats(L, e, &r->ep[e]);
+  lade_loader_stats(L, &r->st, sizeof(lade_stats_t));
+  for (uint64_t e = from_epoch; e < EPOCHS; e++) lade_loader_epoch_stats(L, e, &r->ep[e], sizeof(lade_epoch_stats_t));
   lade_loader_destroy(L);
 }
 
@@ -302,7 +302,7 @@ static void test_disk_cache(void) {
   CHECK_EQ_INT(rc, 0);
   CHECK(ok && deleted);
   lade_stats_t st;
-  lade_loader_stats(L, &st);
+  lade_loader_stats(L, &st, sizeof(lade_stats_t));
   fprintf(stderr, "  entries deleted under the loader: %llu fallbacks to storage\n",
           (unsigned long long)st.plan_fallbacks);
   CHECK(st.plan_fallbacks > 0);
