@@ -43,6 +43,7 @@
 #ifdef LADE_HAVE_HDF5
 #include <hdf5.h>
 
+#include "core/coalesce.h"
 #include "core/npyfmt.h"
 
 #define RUN_MAX_BYTES ((size_t)16 << 20) /* the largest hyperslab one staged run reads */
@@ -289,7 +290,9 @@ static void h5_plan_batch(lade__source_t *s, const uint64_t *idx, size_t n) {
   if (!m->gap || n < 2) return;
   uint64_t *v = malloc(n * sizeof *v);
   uint32_t *mult = malloc(n * sizeof *mult);
-  if (!v || !mult) goto out;
+  lade__span_t *sp = malloc(n * sizeof *sp);
+  lade__run_t *runs = malloc(n * sizeof *runs);
+  if (!v || !mult || !sp || !runs) goto out;
   memcpy(v, idx, n * sizeof *v);
   qsort(v, n, sizeof *v, cmp_u64);
   size_t k = 0;
@@ -314,17 +317,20 @@ static void h5_plan_batch(lade__source_t *s, const uint64_t *idx, size_t n) {
     v[w] = v[i];
     mult[w++] = mult[i];
   }
-  size_t max_span = LADE_MAX(RUN_MAX_BYTES / m->sample_bytes, 1);
-  for (size_t a = 0; a < w;) {
-    size_t b = a + 1;
-    while (b < w && v[b] - v[b - 1] <= m->gap && v[b] - v[a] < max_span) b++;
-    if (b - a >= 2) stage_run(m, v + a, b - a, mult + a);
-    a = b;
-  }
+  /* indices at most `gap` apart, a run of at most max_span samples: in
+   * bytes for lade__coalesce, the rule the tar source's Range requests
+   * follow too (a gap of g samples leaves g - 1 samples between) */
+  uint64_t sb = m->sample_bytes, max_span = LADE_MAX(RUN_MAX_BYTES / sb, 1);
+  for (size_t i = 0; i < w; i++) sp[i] = (lade__span_t){0, v[i] * sb, sb};
+  size_t nr = lade__coalesce(sp, w, (m->gap - 1) * sb, max_span * sb, runs);
+  for (size_t r = 0; r < nr; r++)
+    if (runs[r].count >= 2) stage_run(m, v + runs[r].first, runs[r].count, mult + runs[r].first);
   pthread_mutex_unlock(&m->mu);
 out:
   free(v);
   free(mult);
+  free(sp);
+  free(runs);
 }
 
 /* ------------------------------------------------------------- reading */

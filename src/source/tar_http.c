@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/coalesce.h"
 #include "source/http.h"
 #include "source/s3auth.h"
 #include "tar_impl.h"
@@ -206,13 +207,16 @@ static int cmp_span(const void *a, const void *b) {
 
 /* A batch's samples, sorted by (shard, offset); neighbours of one shard
  * whose gap is at most `gap` bytes share one Range request of at most
- * max_req bytes, split into samples when it arrives (paper 002's chunk
+ * max_req bytes (lade__coalesce, the rule the hdf5 source's hyperslabs
+ * follow too), split into samples as it arrives (paper 002's chunk
  * loading, for tar members). */
 static int http_submit(lade__tar_t *t, const uint64_t *idx, size_t n, int background) {
   span_t *v = malloc((n ? n : 1) * sizeof *v);
+  lade__span_t *sp = malloc((n ? n : 1) * sizeof *sp);
+  lade__run_t *runs = malloc((n ? n : 1) * sizeof *runs);
   lade__http_part_t *parts = malloc((n ? n : 1) * sizeof *parts);
   lade__http_get_t *gets = malloc((n ? n : 1) * sizeof *gets);
-  int rc = !v || !parts || !gets ? lade__fail(LADE_ENOMEM, "tar source: out of memory") : 0;
+  int rc = !v || !sp || !runs || !parts || !gets ? lade__fail(LADE_ENOMEM, "tar source: out of memory") : 0;
   size_t k = 0, ng = 0;
   for (size_t i = 0; !rc && i < n; i++) {
     if (idx[i] >= t->count) {
@@ -224,22 +228,23 @@ static int http_submit(lade__tar_t *t, const uint64_t *idx, size_t n, int backgr
     if (size == 0 || size > t->max_sample) continue; /* read() answers these without a request */
     v[k++] = (span_t){idx[i], t->off[idx[i]], size, t->shard[idx[i]]};
   }
-  if (!rc) qsort(v, k, sizeof *v, cmp_span);
-  for (size_t i = 0; !rc && i < k;) {
-    uint64_t start = v[i].off, end = v[i].off + v[i].size;
-    size_t j = i;
-    while (j + 1 < k && v[j + 1].shard == v[i].shard && v[j + 1].off <= end + H(t)->gap &&
-           LADE_MAX(end, v[j + 1].off + v[j + 1].size) - start <= H(t)->max_req) {
-      j++;
-      end = LADE_MAX(end, v[j].off + v[j].size);
+  if (!rc) {
+    qsort(v, k, sizeof *v, cmp_span);
+    for (size_t i = 0; i < k; i++) sp[i] = (lade__span_t){v[i].shard, v[i].off, v[i].size};
+    ng = lade__coalesce(sp, k, H(t)->gap, H(t)->max_req, runs);
+    for (size_t r = 0; r < ng; r++) {
+      const lade__run_t *u = &runs[r];
+      for (size_t m = u->first; m < u->first + u->count; m++)
+        parts[m] = (lade__http_part_t){v[m].idx, v[m].off - u->start, v[m].size};
+      gets[r] = (lade__http_get_t){.obj = v[u->first].shard, .off = u->start, .len = u->end - u->start,
+                                   .expect = u->end - u->start, .nparts = (uint32_t)u->count,
+                                   .parts = parts + u->first};
     }
-    for (size_t m = i; m <= j; m++) parts[m] = (lade__http_part_t){v[m].idx, v[m].off - start, v[m].size};
-    gets[ng++] = (lade__http_get_t){.obj = v[i].shard, .off = start, .len = end - start, .expect = end - start,
-                                    .nparts = (uint32_t)(j - i + 1), .parts = parts + i};
-    i = j + 1;
   }
   if (!rc && ng) rc = lade__http_submit(H(t)->http, gets, ng, background);
   free(v);
+  free(sp);
+  free(runs);
   free(parts);
   free(gets);
   return rc;

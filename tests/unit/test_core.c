@@ -1,6 +1,7 @@
 /* test_core.c - errors, config validation, RNG determinism. */
 #include <string.h>
 
+#include "core/coalesce.h"
 #include "core/config.h"
 #include "core/core.h"
 #include "harness.h"
@@ -143,10 +144,33 @@ static void test_rng(void) {
   CHECK(d >= 0.0 && d < 1.0);
 }
 
+static void test_coalesce(void) {
+  /* two objects; gaps of 10 and 100 bytes; a repeated sample; one span
+   * longer than the limit */
+  lade__span_t v[] = {{0, 0, 50},   {0, 60, 40},  {0, 200, 10}, {0, 200, 10},
+                      {1, 0, 10},   {1, 5, 10},   {1, 1000, 5000}, {1, 6000, 10}};
+  lade__run_t r[8];
+  size_t n = lade__coalesce(v, 8, 10, 4096, r);
+  CHECK_EQ_INT(n, 5);
+  CHECK(r[0].first == 0 && r[0].count == 2 && r[0].start == 0 && r[0].end == 100); /* gap 10: merged */
+  CHECK(r[1].first == 2 && r[1].count == 2 && r[1].start == 200 && r[1].end == 210); /* gap 100: apart; twice: one */
+  CHECK(r[2].first == 4 && r[2].count == 2 && r[2].start == 0 && r[2].end == 15); /* another object; overlap */
+  CHECK(r[3].first == 6 && r[3].count == 1 && r[3].end - r[3].start == 5000); /* longer than max_len: alone */
+  CHECK(r[4].first == 7 && r[4].count == 1);
+  /* gap 0: only touching spans merge; max_len bounds a run */
+  lade__span_t w[] = {{0, 0, 100}, {0, 100, 100}, {0, 200, 100}, {0, 301, 100}};
+  CHECK_EQ_INT(lade__coalesce(w, 4, 0, 1 << 20, r), 2);
+  CHECK(r[0].count == 3 && r[0].end == 300 && r[1].count == 1);
+  CHECK_EQ_INT(lade__coalesce(w, 4, 0, 200, r), 3);
+  CHECK(r[0].count == 2 && r[1].count == 1 && r[2].count == 1);
+  CHECK_EQ_INT(lade__coalesce(w, 0, 0, 200, r), 0);
+}
+
 int main(void) {
   RUN(test_error_codes);
   RUN(test_config);
   RUN(test_rng);
   RUN(test_settings_hardening);
+  RUN(test_coalesce);
   return lade_test_finish();
 }
