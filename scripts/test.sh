@@ -30,7 +30,7 @@ cmake --build build-tsan -j"$jobs" --target test_hdf5 && (cd build-tsan && TSAN_
 cmake --build build-tsan -j"$jobs" --target test_cache && (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R "^test_cache$")
 
 echo "== the S3 integration test (s3rver, faultproxy, fakes3) under ThreadSanitizer"
-cmake --build build-tsan -j"$jobs" --target s3_check
+cmake --build build-tsan -j"$jobs" --target s3_check lade_cli
 s3_rc=0
 S3_CHECK=build-tsan/tests/s3_check LADE_NODE_DIR="$PWD/build/tests/node" TSAN_OPTIONS=halt_on_error=1 \
   /usr/bin/python3 tests/s3/test_s3.py || s3_rc=$?

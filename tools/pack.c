@@ -1,5 +1,5 @@
 /*
- * pack.c - `lade pack DIR --to tar --shard-size SIZE OUT/`: writes a dataset
+ * pack.c - `lade pack DIR|s3://B/P --to tar --shard-size SIZE OUT/`: writes a dataset
  * lade can read as WebDataset tar shards that the tar source reads back as
  * the same samples in the same order with the same labels.
  *
@@ -49,7 +49,7 @@ typedef struct shard {
 
 static int usage_pack(FILE *f) {
   fprintf(f,
-          "usage: lade pack DIR --to tar --shard-size SIZE OUT [--transform T] [--set key=value ...]\n"
+          "usage: lade pack DIR|s3://BUCKET/PREFIX --to tar --shard-size SIZE OUT [--transform T] [--set key=value ...]\n"
           "       lade pack SRC --to hdf5 OUT.h5 [--transform T] [--set key=value ...]\n\n"
           "Writes the dataset DIR (anything `lade ls DIR` lists as files: an ImageFolder tree,\n"
           "a folder of .npy files) as WebDataset tar shards OUT/shard-000000.tar,\n"
@@ -60,6 +60,11 @@ static int usage_pack(FILE *f) {
           "path under DIR without the extension, with '.' in the file's stem replaced by '_'\n"
           "(WebDataset splits a key at the first '.'); a key equal to the previous one gets _1,\n"
           "_2, ...\n\n"
+          "s3://BUCKET/PREFIX (the s3 source: one object per sample, class folders in the keys;\n"
+          "endpoint and credentials as for any s3:// source, e.g. --set s3_endpoint=URL): the\n"
+          "objects under PREFIX are packed the same way, KEY being the key under PREFIX; their\n"
+          "bytes come through a loader (many requests in flight, retried) and each must have\n"
+          "its listed size.\n\n"
           "SIZE: bytes, or with KB/MB/GB (10^3..) or KiB/MiB/GiB (2^10..); a shard is at most\n"
           "SIZE bytes except that a sample larger than that gets a shard of its own.\n"
           "POSIX ustar (pax headers for longer names), mtime 0, uid/gid 0, mode 0644: packing\n"
@@ -245,6 +250,53 @@ static int put_file(FILE *out, const entry_t *e) {
   return put_zeros(out, pad512(e->size) - e->size);
 }
 
+/* The bytes of an s3:// dataset's samples, in index order, from a loader
+ * with the raw transform (its requests many in flight, retried as any
+ * loader's): sample i must be asked in increasing order. */
+typedef struct feed {
+  lade_loader_t *L;
+  lade_batch_t *b; /* the batch holding the samples asked now */
+  uint64_t batch;  /* samples per batch */
+  int started;
+} feed_t;
+
+static int feed_get(feed_t *f, uint64_t i, const unsigned char **data, uint64_t *len) {
+  if (!f->started) {
+    f->started = 1;
+    if (i >= f->batch && lade_loader_seek(f->L, 0, i / f->batch)) {
+      fprintf(stderr, "lade pack: %s\n", lade_last_error());
+      return -1;
+    }
+  }
+  while (!f->b || i >= f->b->step * f->batch + (uint64_t)f->b->shape[0]) {
+    if (f->b) lade_batch_release(f->b);
+    f->b = NULL;
+    if (lade_loader_next(f->L, &f->b) || !f->b) {
+      fprintf(stderr, "lade pack: %s\n", f->b ? "" : lade_last_error()[0] ? lade_last_error() : "the dataset ended early");
+      return -1;
+    }
+  }
+  uint64_t j = i - f->b->step * f->batch;
+  if (i < f->b->step * f->batch || (uint64_t)f->b->indices[j] != i) {
+    fprintf(stderr, "lade pack: sample %llu came out of order (a bug)\n", (unsigned long long)i);
+    return -1;
+  }
+  *data = (const unsigned char *)f->b->data + j * (uint64_t)f->b->shape[1];
+  *len = f->b->sizes[j];
+  return 0;
+}
+
+/* A sample's member from bytes already read (an s3:// object). */
+static int put_data(FILE *out, const entry_t *e, const unsigned char *data, uint64_t len) {
+  if (len != e->size) {
+    fprintf(stderr, "lade pack: %s: read %llu bytes, the listing said %llu (changed while packing?)\n", e->path,
+            (unsigned long long)len, (unsigned long long)e->size);
+    return -1;
+  }
+  if (put_headers(out, e->name, e->size) || fwrite(data, 1, (size_t)len, out) != len) return -1;
+  return put_zeros(out, pad512(e->size) - e->size);
+}
+
 static int put_cls(FILE *out, const entry_t *e) {
   char v[24];
   int n = snprintf(v, sizeof v, "%lld", (long long)e->label);
@@ -304,7 +356,7 @@ static int make_names(entry_t *e, const char *rel, const char *prev_key, char **
   return 0;
 }
 
-static int list_entries(lade_loader_t *L, const char *root, entry_t **out, uint64_t *count) {
+static int list_entries(lade_loader_t *L, const char *root, int remote, entry_t **out, uint64_t *count) {
   uint64_t n = 0;
   uint32_t nc = 0;
   int rc = lade_loader_info(L, &n, NULL, NULL);
@@ -331,15 +383,22 @@ static int list_entries(lade_loader_t *L, const char *root, entry_t **out, uint6
     if (nc == 0) e->label = -1;
     struct stat st;
     int under = !strncmp(path, root, rootlen) && path[rootlen] == '/' && path[rootlen + 1];
-    if (!under || stat(path, &st) || !S_ISREG(st.st_mode)) {
+    if (remote && under) { /* an object under the prefix: its listed size */
+      if (lade_loader_sample_bytes(L, i, &e->size)) {
+        fprintf(stderr, "lade pack: %s\n", lade_last_error());
+        free(prev);
+        return -1;
+      }
+    } else if (!under || stat(path, &st) || !S_ISREG(st.st_mode)) {
       fprintf(stderr,
-              "lade pack: sample %llu is %s, not a file under %s: pack reads a folder dataset "
-              "(not a stacked .npy, tar shards or s3://)\n",
+              "lade pack: sample %llu is %s, not a file under %s: pack reads a folder dataset or an s3:// "
+              "prefix of one object per sample (not a stacked .npy or tar shards)\n",
               (unsigned long long)i, path, root);
       free(prev);
       return -1;
+    } else {
+      e->size = (uint64_t)st.st_size;
     }
-    e->size = (uint64_t)st.st_size;
     e->path = strdup(path);
     char *key = NULL;
     if (!e->path || make_names(e, path + rootlen + 1, prev, &key)) {
@@ -458,7 +517,7 @@ static double now_s(void) {
 }
 
 static int write_shard(const char *outdir, uint64_t k, const shard_t *s, const entry_t *es, uint64_t n,
-                       uint64_t nshards, int tty) {
+                       uint64_t nshards, int tty, feed_t *feed) {
   char name[64], tname[64];
   snprintf(name, sizeof name, "shard-%06llu.tar", (unsigned long long)k);
   snprintf(tname, sizeof tname, ".shard-%06llu.tar.tmp", (unsigned long long)k);
@@ -468,7 +527,14 @@ static int write_shard(const char *outdir, uint64_t k, const shard_t *s, const e
   if (!f) fprintf(stderr, "lade pack: %s: %s\n", tmp ? tmp : outdir, strerror(errno));
   static double last;
   for (uint64_t i = s->first; !rc && i <= s->last; i++) {
-    rc = put_file(f, &es[i]);
+    if (feed) {
+      const unsigned char *data = NULL;
+      uint64_t len = 0;
+      rc = feed_get(feed, i, &data, &len);
+      if (!rc) rc = put_data(f, &es[i], data, len);
+    } else {
+      rc = put_file(f, &es[i]);
+    }
     if (!rc && es[i].cls) rc = put_cls(f, &es[i]);
     if (tty && (now_s() - last > 0.2 || i + 1 == n)) {
       last = now_s();
@@ -557,17 +623,41 @@ int lade_tool_pack(int argc, char **argv) {
     lade_config_destroy(cfg);
     return 2;
   }
+  int remote = !strncmp(src, "s3://", 5);
   lade_loader_t *L = NULL;
   int rc = lade_loader_create(&L, cfg);
-  lade_config_destroy(cfg);
   if (rc) {
     fprintf(stderr, "lade pack: %s\n", lade_last_error());
+    lade_config_destroy(cfg);
     return 1;
   }
   entry_t *es = NULL;
   uint64_t n = 0;
-  rc = list_entries(L, src, &es, &n);
+  rc = list_entries(L, src, remote, &es, &n);
   lade_loader_destroy(L);
+  /* an s3:// dataset's bytes come from a second loader: the raw transform
+   * in index order, a slot as large as the largest object, batches of up to
+   * 64 samples or 64 MiB */
+  feed_t feed = {0};
+  if (!rc && remote) {
+    uint64_t most = 1;
+    for (uint64_t i = 0; i < n; i++) most = es[i].size > most ? es[i].size : most;
+    uint64_t per = (64u << 20) / most;
+    feed.batch = per < 1 ? 1 : per > 64 ? 64 : per;
+    char v[32];
+    snprintf(v, sizeof v, "%llu", (unsigned long long)most);
+    int bad_set = lade_config_set(cfg, "transform", "raw") || lade_config_set(cfg, "raw_size", v) ||
+                  lade_config_set(cfg, "shuffle", "false") || lade_config_set(cfg, "epochs", "1") ||
+                  lade_config_set(cfg, "drop_last", "false") || lade_config_set(cfg, "threads", "2") ||
+                  lade_config_set(cfg, "prefetch", "2");
+    snprintf(v, sizeof v, "%llu", (unsigned long long)feed.batch);
+    if (!bad_set) bad_set = lade_config_set(cfg, "batch_size", v);
+    if (bad_set || lade_loader_create(&feed.L, cfg)) {
+      fprintf(stderr, "lade pack: %s\n", lade_last_error());
+      rc = -1;
+    }
+  }
+  lade_config_destroy(cfg);
 
   /* the plan: shard boundaries from the sizes alone */
   shard_t *sh = rc ? NULL : calloc(n ? n : 1, sizeof *sh);
@@ -592,7 +682,7 @@ int lade_tool_pack(int argc, char **argv) {
   if (!rc) remove_stale(outdir, nshards);
   int tty = isatty(2);
   for (uint64_t k = kept; !rc && k < nshards; k++) {
-    rc = write_shard(outdir, k, &sh[k], es, n, nshards, tty);
+    rc = write_shard(outdir, k, &sh[k], es, n, nshards, tty, remote ? &feed : NULL);
     if (!rc) rc = write_manifest(outdir, sum, sh, k + 1);
   }
   if (tty && kept < nshards) fputc('\n', stderr);
@@ -604,6 +694,8 @@ int lade_tool_pack(int argc, char **argv) {
     if (kept) printf("; kept %llu complete shards of an earlier run", (unsigned long long)kept);
     printf("\n");
   }
+  if (feed.b) lade_batch_release(feed.b);
+  lade_loader_destroy(feed.L);
   for (uint64_t i = 0; es && i < n; i++) {
     free(es[i].path);
     free(es[i].name);

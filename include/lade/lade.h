@@ -306,6 +306,15 @@ LADE_API int lade_loader_class_name(lade_loader_t *loader, uint32_t index, const
 LADE_API int lade_loader_sample(lade_loader_t *loader, uint64_t index, char *path, size_t size, int64_t *label);
 
 /*
+ * The stored size in bytes of sample `index` as the source listed it (an S3
+ * object's listed size, a tar member's size, a file's size where the
+ * listing has it): what a read of it returns unless the sample changed
+ * since. LADE_ERANGE past the end; LADE_EUNSUPPORTED for a source that
+ * lists no sizes (the message names it).
+ */
+LADE_API int lade_loader_sample_bytes(lade_loader_t *loader, uint64_t index, uint64_t *bytes);
+
+/*
  * Wakes the lade_loader_next() calls that are waiting for a batch now: each
  * returns LADE_EINTR once, and no batch is taken (the next call returns the
  * batch the interrupted one would have). Returns how many calls it woke; 0

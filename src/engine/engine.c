@@ -1405,6 +1405,19 @@ int lade_loader_class_name(lade_loader_t *L, uint32_t index, const char **name) 
   return 0;
 }
 
+int lade_loader_sample_bytes(lade_loader_t *L, uint64_t index, uint64_t *bytes) {
+  int rc = listed(L, "lade_loader_sample_bytes");
+  if (rc) return rc;
+  if (!bytes) return lade__fail(LADE_EINVAL, "lade_loader_sample_bytes: NULL bytes");
+  if (index >= L->src.count)
+    return lade__fail(LADE_ERANGE, "sample %llu of a dataset with %llu samples", (unsigned long long)index,
+                      (unsigned long long)L->src.count);
+  if (!L->src.sizes)
+    return lade__fail(LADE_EUNSUPPORTED, "the %s source lists no sample sizes", L->src_ops->name);
+  *bytes = L->src.sizes[index];
+  return 0;
+}
+
 int lade_loader_sample(lade_loader_t *L, uint64_t index, char *path, size_t size, int64_t *label) {
   int rc = listed(L, "lade_loader_sample");
   if (rc) return rc;
