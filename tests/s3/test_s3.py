@@ -639,6 +639,37 @@ class TestS3Pack(unittest.TestCase):
                                                            crc(IMG[key])))
 
 
+    def test_pack_s3_npy_objects_to_hdf5(self):
+        """`lade pack s3://.../npy --to hdf5`: h5py reads the arrays and labels back, in the source's order."""
+        import io
+        try:
+            import h5py
+            import numpy as np
+        except ImportError as e:
+            self.skipTest("needs h5py and numpy: %s" % e)
+        objs, want = {}, []
+        for c in ("a", "b"):
+            for i in range(6):
+                arr = np.arange(12, dtype=np.float32).reshape(3, 4) * (i + 1) + (1000 if c == "b" else 0)
+                b = io.BytesIO()
+                np.save(b, arr)
+                objs["packnpy/%s/%s_%d.npy" % (c, c, i)] = b.getvalue()
+                want.append((arr, 0 if c == "a" else 1))
+        ENV.put_many(objs)
+        out = os.path.join(tempfile.mkdtemp(prefix="lade-pack-s3-h5-"), "d.h5")
+        args = [self.cli, "pack", "s3://lade/packnpy", "--to", "hdf5", out]
+        for kv in dict(ENV.lade_settings(), s3_session_token=SESSION_TOKEN).items():
+            args += ["--set", "%s=%s" % kv]
+        r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, (r.stdout + r.stderr)[-3000:])
+        with h5py.File(out, "r") as f:
+            self.assertEqual(f["data"].shape, (12, 3, 4))
+            self.assertEqual(f["data"].dtype, np.float32)
+            for i, (arr, label) in enumerate(want):
+                np.testing.assert_array_equal(f["data"][i], arr)
+                self.assertEqual(int(f["labels"][i]), label)
+
+
 class TestFakeS3(unittest.TestCase):
     """Faults s3rver cannot show, against tests/s3/fakes3.py (issue 13)."""
 
