@@ -31,6 +31,11 @@ Raw-array rows (224x224x3 uint8, no transform; batch 64; --raw-epochs per run, d
   npy tar lade.Loader(npytar, transform="npy")    vs the tarfile IterableDataset above with
                                                         np.load(io.BytesIO(member)) instead of PIL
 
+HTTP rows (`tar http`, `npy tar http`): the same shards served by nginx on loopback behind the latency
+proxy (tests/http, --latency ms per request): lade.Loader on the URL brace pattern (Range requests,
+coalesced, read ahead; its index pass, one streamed GET per shard, is inside its timed run) vs the same
+tarfile IterableDataset streaming each shard with one urllib GET (webdataset's http:// reading).
+
 Both sides only iterate (no checksum on either side), both yield torch tensors (lade zero copy),
 both shuffle. lade uses 2 threads (this VM's cores); PyTorch runs with num_workers 0, 1 and 2
 (persistent, torch.set_num_threads(1)) and its best median is compared. Targets (issue 12):
@@ -51,6 +56,7 @@ import subprocess
 import sys
 import tarfile
 import time
+import urllib.request
 
 import h5py
 import numpy as np
@@ -60,7 +66,9 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_in
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "build", "python"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "http"))
 import lade  # noqa: E402
+import httpenv  # noqa: E402  (nginx + the latency proxy, as tests/http uses them)
 
 CORES = 2
 WORKERS = (0, 1, 2)
@@ -115,7 +123,8 @@ class TarShards(IterableDataset):
 
     def samples(self, shards):
         for path in shards:
-            with open(path, "rb") as f, tarfile.open(fileobj=f, mode="r|*") as tf:
+            opener = urllib.request.urlopen if path.startswith(("http://", "https://")) else (lambda p: open(p, "rb"))
+            with opener(path) as f, tarfile.open(fileobj=f, mode="r|*") as tf:
                 key, cur = None, {}
                 for m in tf:
                     if not m.isfile():
@@ -264,6 +273,8 @@ def main():
                          "lade well under 0.1 s)")
     ap.add_argument("--reps", type=int, default=3, help="reps, lade/PyTorch order alternated; medians reported")
     ap.add_argument("--lade", default=os.path.join(ROOT, "build", "lade"), help="the lade CLI")
+    ap.add_argument("--latency", type=int, default=20, help="ms the proxy adds to every HTTP request (default 20)")
+    ap.add_argument("--rows", default="", help="comma list of rows to run (default: all), e.g. 'tar http,npy tar http'")
     a = ap.parse_args()
     cli = os.path.abspath(a.lade)
     root = os.path.join(a.data, "n%d" % a.count)
@@ -284,6 +295,24 @@ def main():
     tf = train_tf()
     from torchvision.datasets import ImageFolder
 
+    # the same shards over HTTP: nginx serving the data folder on loopback behind the fault proxy adding
+    # --latency ms to every request; lade reads Range requests (its index from one streamed GET per shard
+    # at open, inside its timed run: no cache_dir), the PyTorch side streams each shard with one GET
+    remote = None
+    why = httpenv.missing() or httpenv.missing_proxy()
+    if why:
+        print("HTTP rows skipped: %s" % why)
+    else:
+        os.chmod(a.data, 0o755)
+        os.chmod(root, 0o755)
+        remote = httpenv.NginxEnv(root, proxy=True).__enter__()
+        remote.proxy(latency_ms=a.latency)
+        turls = [remote.url + "/tar/" + os.path.basename(x) for x in tshards]
+        nurls = [remote.url + "/npytar/" + os.path.basename(x) for x in nshards]
+        tpat = remote.url + "/tar/shard-{000000..%06d}.tar" % (len(tshards) - 1)
+        npat = remote.url + "/npytar/shard-{000000..%06d}.tar" % (len(nshards) - 1)
+        print("HTTP rows: nginx on 127.0.0.1 behind tests/s3/faultproxy.js adding %d ms per request" % a.latency)
+
     # (group, row name, lade runs [(label, source, transform, kw)], torch factory, torch needs shuffle=True)
     rows = [
         ("jpeg", "folder", [("lade", img, "imagenet-train", {})],
@@ -296,6 +325,18 @@ def main():
         ("raw", "npy tar", [("lade", npytar, "npy", {})],
          lambda: TarShards(nshards, "npy", decode_npy), False, "DataLoader + tarfile + np.load"),
     ]
+    if remote:
+        rows += [
+            ("jpeg", "tar http", [("lade", tpat, "imagenet-train", {}),
+                                  ("lade plan=shards", tpat, "imagenet-train", dict(plan="shards", shuffle_buffer=1000))],
+             lambda: TarShards(turls, "jpg", decode_jpeg(tf)), False, "DataLoader + tarfile over HTTP"),
+            ("raw", "npy tar http", [("lade", npat, "npy", {}),
+                                     ("lade plan=shards", npat, "npy", dict(plan="shards", shuffle_buffer=1000))],
+             lambda: TarShards(nurls, "npy", decode_npy), False, "DataLoader + tarfile over HTTP + np.load"),
+        ]
+    if a.rows:
+        keep = set(x.strip() for x in a.rows.split(","))
+        rows = [r for r in rows if r[1] in keep]
     lade_r, lade_io, torch_r = {}, {}, {}
     for rep in range(a.reps):
         t_rep = time.perf_counter()
@@ -339,10 +380,12 @@ def main():
     print()
     targets = {"jpeg": 2.5, "raw": 10.0}
     for group, name, label, lm, tb, bw, pname in summary:
-        t = targets[group] if name in ("tar", "npy tar", "hdf5") else None
+        t = targets[group] if name in ("tar", "npy tar", "hdf5", "tar http", "npy tar http") else None
         print("ratio %-7s %-17s / %s (%d workers): %6.2fx%s" % (
             name, label, pname, bw, lm / tb,
             ("  (target >= %.1fx: %s)" % (t, "met" if lm / tb >= t else "NOT met")) if t else ""))
+    if remote:
+        remote.__exit__(None, None, None)
     return 0
 
 

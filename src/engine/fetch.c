@@ -72,6 +72,7 @@
 #define NMAPS 3
 #define ADMIT_WAIT_S 1
 #define RA_MAX_SAMPLES 1024
+#define SR_MAX_SAMPLES 1400
 
 /* A small multiset of sample indices (open addressing, backward-shift
  * deletion): the prefetcher's requests in flight. */
@@ -160,6 +161,12 @@ struct lade__fetch {
    * submitted-but-unread samples instead */
   uint64_t ra_steps, ra_samples;
   uint64_t ra_next; /* the first step not yet requested (under mu) */
+  /* plan=shards over a remote source: read ahead in the shard stream's
+   * order (front to back, what the shuffle buffer consumes), so a shard is
+   * read with few large Range requests however the buffer mixes it */
+  bool sr_on;
+  uint64_t sr_count, sr_cap, sr_ahead; /* stream samples an epoch, the buffer, samples read past it */
+  uint64_t sr_next;                    /* global stream position (epoch * sr_count + pos) not yet requested (mu) */
   uint64_t plan_hi; /* 1 + the latest step the engine planned (under mu): the prefetcher leaves those to it */
 
   /* clairvoyant next-use maps: local position within the epoch, per sample */
@@ -421,6 +428,17 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
     uint64_t mean = mean_sample_bytes(f->p.src, f->p.ops);
     f->ra_samples = LADE_MAX(LADE_MIN(cfg->readahead_bytes / mean, RA_MAX_SAMPLES), 1);
     if (!f->routed && !f->pf_on) f->ra_steps = f->ra_samples / p->batch;
+    uint64_t count = 0, cap = 0;
+    if (f->ra_steps && lade__cursor_stream_info(p->cursor, &count, &cap) == 0) {
+      /* the buffer's samples wait as unread results too: all of it must
+       * fit the source's table (1,536), else steps are read ahead as usual */
+      uint64_t room = SR_MAX_SAMPLES > cap + p->batch ? SR_MAX_SAMPLES - cap - p->batch : 0;
+      f->sr_ahead = LADE_MIN(f->ra_samples, room);
+      f->sr_on = f->sr_ahead >= p->batch;
+      f->sr_count = count;
+      f->sr_cap = cap;
+    }
+    lade__clear_error();
   }
   if (!rc && cfg->prefetcher == LADE_TRISTATE_ON && !f->disk)
     rc = lade__fail(LADE_EINVAL, "prefetcher=on needs a disk cache: set cache_dir");
@@ -629,17 +647,21 @@ static void submit_step(lade__fetch_t *f, const uint64_t *idx, const int32_t *fr
   if (want != stackbuf) free(want);
 }
 
-/* Remote read-ahead: step q was planned; every step up to q + ra_steps not
- * yet requested is requested now (in steady state one step per call: the
- * one ra_steps ahead), so a batch that is one coalesced request still has
- * ra_steps requests in flight before it. The engine plans steps in order
- * from one worker at a time; a seek moves ra_next back to the new position
- * (requests of abandoned steps are dropped by the source's bound on unread
- * results). */
+/* Remote read-ahead: step q was planned; the steps up to q + ra_steps are
+ * requested ahead, in chunks: when fewer than half of them are requested,
+ * every step up to q + ra_steps not yet requested goes out in ONE submit(),
+ * so the source can coalesce neighbours across steps (plan=shards streams a
+ * shard through a shuffle buffer: the samples of one step are far apart,
+ * those of 16 steps cover a stretch of the shard; remote tar shards were
+ * read with 0.96 requests per sample when each step was submitted alone)
+ * while it keeps the order of first use between its requests (tar_http.c).
+ * The engine plans steps in order from one worker at a time; a seek moves
+ * ra_next back to the new position (requests of abandoned steps are dropped
+ * by the source's bound on unread results). */
 static void read_ahead(lade__fetch_t *f, const lade__cursor_step_t *st) {
-  uint64_t last = f->p.steps * f->cfg->epochs;
+  uint64_t last = f->p.steps * f->cfg->epochs, q0 = st->q;
   pthread_mutex_lock(&f->mu);
-  uint64_t from = LADE_MAX(f->ra_next, st->q), to = LADE_MIN(st->q + f->ra_steps + 1, last);
+  uint64_t from = LADE_MAX(f->ra_next, q0), to = LADE_MIN(q0 + f->ra_steps + 1, last);
   /* With a cache tier, the steps of an epoch are requested ahead only once
    * every step of the epoch before it was delivered (and so cached, as far
    * as the tier keeps it): planning step q means the steps up to q - window
@@ -648,26 +670,89 @@ static void read_ahead(lade__fetch_t *f, const lade__cursor_step_t *st) {
    * be requested again for the next epoch. */
   uint64_t window = (uint64_t)f->cfg->prefetch + 1;
   if ((f->mem || f->disk) && f->p.steps) {
-    uint64_t open_epoch = (st->q + 1 > window ? st->q + 1 - window : 0) / f->p.steps;
-    to = LADE_MAX(LADE_MIN(to, (open_epoch + 1) * f->p.steps), LADE_MIN(st->q + 1, last));
+    uint64_t open_epoch = (q0 + 1 > window ? q0 + 1 - window : 0) / f->p.steps;
+    to = LADE_MAX(LADE_MIN(to, (open_epoch + 1) * f->p.steps), LADE_MIN(q0 + 1, last));
   }
+  /* the current step always; the rest once half of the read-ahead is used */
+  if (from > q0 && from - q0 > f->ra_steps / 2) to = from;
   if (to > f->ra_next) f->ra_next = to;
   pthread_mutex_unlock(&f->mu);
-  uint64_t *buf = NULL;
-  for (uint64_t q = from; q < to; q++) {
-    if (q == st->q) {
-      submit_step(f, st->idx, st->from, st->n);
-      continue;
+  if (from >= to) return;
+  uint32_t B = lade__cursor_max_batch(f->p.cursor);
+  uint64_t *all = malloc((size_t)(to - from) * B * sizeof *all), *buf = malloc(B * sizeof *buf);
+  size_t k = 0;
+  for (uint64_t q = from; all && buf && q < to; q++) {
+    const uint64_t *idx = st->idx;
+    const int32_t *route = st->from;
+    uint32_t n = st->n, valid = 0;
+    if (q != q0) {
+      if (lade__cursor_order(f->p.cursor, q, buf, &n, &valid) != 0) {
+        lade__clear_error(); /* the step's own planning reports it */
+        break;
+      }
+      idx = buf;
+      route = NULL;
     }
-    uint32_t n = 0, valid = 0;
-    if (!buf && !(buf = malloc(lade__cursor_max_batch(f->p.cursor) * sizeof *buf))) break; /* reads still work */
-    if (lade__cursor_order(f->p.cursor, q, buf, &n, &valid) != 0) {
-      lade__clear_error(); /* the step's own planning reports it */
+    for (uint32_t i = 0; i < n; i++) {
+      if (route && !reads_storage(f, route[i])) continue;
+      /* the prefetcher's set first: it leaves the set only after its put */
+      if (!pf_inflight(f, idx[i]) && !resident(f, idx[i])) all[k++] = idx[i];
+    }
+  }
+  if (k) f->p.ops->submit(f->p.src, all, k, 0);
+  else if (!all || !buf) submit_step(f, st->idx, st->from, st->n); /* no memory: the step alone */
+  free(all);
+  free(buf);
+}
+
+/* plan=shards over a remote source: step q was planned; the shard stream is
+ * requested in read order up to where it covers the steps through q + R
+ * (R * batch = sr_ahead samples): the sample delivered at position i of an
+ * epoch entered the shuffle buffer at a stream position of at most i + cap
+ * (shards.h), so positions below o + sr_ahead + batch + cap hold every
+ * sample of those steps. Requested in chunks of half of sr_ahead, in one
+ * submit() each: consecutive members of a shard coalesce into a few large
+ * Range requests, as WebDataset reads a shard with one GET. A sample of the
+ * stream still in the buffer after a seek (or a padding repeat) has no
+ * request and is read alone when needed. */
+static void stream_ahead(lade__fetch_t *f, const lade__cursor_step_t *st) {
+  uint64_t S = f->p.steps, B = f->p.batch, C = f->sr_count;
+  if (!S || !C) return;
+  uint64_t e = st->q / S, o = (st->q % S) * B, end = C * f->cfg->epochs;
+  uint64_t out = o + f->sr_ahead + B; /* output positions to cover, from epoch e's start */
+  uint64_t goal = out < S * B ? e * C + LADE_MIN(C, out + f->sr_cap)
+                              : (e + 1) * C + LADE_MIN(C, out - S * B + f->sr_cap);
+  uint64_t need = e * C + LADE_MIN(C, o + B + f->sr_cap); /* step q's samples: now */
+  uint64_t window = (uint64_t)f->cfg->prefetch + 1;
+  if (f->mem || f->disk) { /* as read_ahead: the next epoch once this one's steps were delivered */
+    uint64_t open_epoch = (st->q + 1 > window ? st->q + 1 - window : 0) / S;
+    goal = LADE_MAX(LADE_MIN(goal, (open_epoch + 1) * C), need);
+  }
+  goal = LADE_MIN(goal, end);
+  pthread_mutex_lock(&f->mu);
+  uint64_t from = f->sr_next;
+  if (from < e * C) from = e * C; /* the consumer went ahead (a seek): what lies behind is not needed */
+  uint64_t chunk = LADE_MAX(f->sr_ahead / 2, B);
+  bool go = from < goal && (from < need || goal - from >= chunk || goal == end);
+  if (go) f->sr_next = goal;
+  pthread_mutex_unlock(&f->mu);
+  if (!go) return;
+  uint64_t *all = malloc((size_t)(goal - from) * sizeof *all), k = 0;
+  if (!all) return; /* the workers' reads fetch one by one: slower, not wrong */
+  for (uint64_t g = from; g < goal;) {
+    uint64_t ep = g / C, pos = g % C, n = LADE_MIN(goal - g, C - pos), got = 0;
+    if (lade__cursor_stream(f->p.cursor, ep, pos, n, all + k, &got) != 0) {
+      lade__clear_error();
       break;
     }
-    submit_step(f, buf, NULL, n);
+    uint64_t w = k;
+    for (uint64_t i = k; i < k + got; i++)
+      if (!resident(f, all[i])) all[w++] = all[i];
+    k = w;
+    g += n;
   }
-  free(buf);
+  if (k) f->p.ops->submit(f->p.src, all, k, 0);
+  free(all);
 }
 
 void lade__fetch_step_planned(lade__fetch_t *f, const lade__cursor_step_t *st) {
@@ -707,6 +792,10 @@ void lade__fetch_step_planned(lade__fetch_t *f, const lade__cursor_step_t *st) {
     }
   }
   if (!f->remote) return;
+  if (f->sr_on) {
+    stream_ahead(f, st);
+    return;
+  }
   if (f->ra_steps) {
     read_ahead(f, st);
     return;
@@ -786,6 +875,10 @@ void lade__fetch_seek(lade__fetch_t *f, uint64_t pos) {
   f->pf_pos = pos;
   f->ra_next = f->p.batch ? pos / f->p.batch : 0;
   f->plan_hi = f->ra_next;
+  if (f->sr_on && f->p.steps) { /* the stream from where the buffer may still hold samples of the new position */
+    uint64_t e = f->ra_next / f->p.steps, o = (f->ra_next % f->p.steps) * f->p.batch;
+    f->sr_next = e * f->sr_count + LADE_MIN(f->sr_count, o > f->sr_cap ? o - f->sr_cap : 0);
+  }
   pthread_mutex_unlock(&f->mu);
   lade__fetch_consumed(f, pos);
 }

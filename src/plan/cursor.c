@@ -291,6 +291,19 @@ int lade__cursor_order(lade__cursor_t *c, uint64_t q, uint64_t *idx, uint32_t *n
   return rc;
 }
 
+int lade__cursor_stream_info(const lade__cursor_t *c, uint64_t *count, uint64_t *buffer) {
+  if (!c->shards) return lade__fail(LADE_EINVAL, "plan %s has no shard stream", lade_plan_kind_name(c->p.plan.kind));
+  uint64_t start = 0;
+  lade__shards_part(&c->sp, c->group, &start, count);
+  *buffer = c->sp.buffer > 1 ? LADE_MIN(c->sp.buffer, *count) : 0;
+  return 0;
+}
+
+int lade__cursor_stream(lade__cursor_t *c, uint64_t e, uint64_t pos, uint64_t n, uint64_t *idx, uint64_t *got) {
+  if (!c->shards) return lade__fail(LADE_EINVAL, "plan %s has no shard stream", lade_plan_kind_name(c->p.plan.kind));
+  return lade__shards_stream(&c->sp, e, c->group, pos, n, idx, got); /* pure: no lock */
+}
+
 int lade__cursor_first_use(lade__cursor_t *c, uint64_t e, uint32_t *map) {
   uint64_t N = c->p.plan.samples, B = c->p.plan.batch_size;
   for (uint64_t i = 0; i < N; i++) map[i] = LADE__CURSOR_NONE32;

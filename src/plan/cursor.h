@@ -121,6 +121,13 @@ void lade__cursor_step_free(lade__cursor_step_t *s);
  * plans whose order is a function of the step (!routed); LADE_EINVAL else. */
 int lade__cursor_order(lade__cursor_t *c, uint64_t q, uint64_t *idx, uint32_t *n, uint32_t *valid);
 
+/* plan=shards: this rank's shard stream before the shuffle buffer
+ * (lade__shards_stream): *count samples an epoch, a buffer of *buffer
+ * samples (0: none); LADE_EINVAL for other kinds. */
+int lade__cursor_stream_info(const lade__cursor_t *c, uint64_t *count, uint64_t *buffer);
+/* Stream positions [pos, pos + n) of epoch e into idx, *got of them. */
+int lade__cursor_stream(lade__cursor_t *c, uint64_t e, uint64_t pos, uint64_t n, uint64_t *idx, uint64_t *got);
+
 /* map[s] = this rank's first position (step * batch_size + i) of sample s
  * in epoch e, LADE__CURSOR_NONE32 when it does not train on s then (or e
  * is past the run); map has `samples` entries. Same restriction as order. */

@@ -146,6 +146,31 @@ int lade__shards_epoch(const lade__shards_params_t *p, uint64_t epoch, uint32_t 
   return 0;
 }
 
+int lade__shards_stream(const lade__shards_params_t *p, uint64_t epoch, uint32_t d, uint64_t pos, uint64_t n,
+                        uint64_t *out, uint64_t *got) {
+  *got = 0;
+  int rc = lade__shards_check(p);
+  if (rc) return rc;
+  if (d >= p->groups) return lade__fail(LADE_EINVAL, "shards: group %u is not below %u groups", d, p->groups);
+  uint64_t S = p->shards, start, count;
+  lade__shards_part(p, d, &start, &count);
+  if (pos >= count) return 0;
+  n = LADE_MIN(n, count - pos);
+  uint64_t *perm = malloc(S * sizeof *perm);
+  if (!perm) return lade__fail(LADE_ENOMEM, "shards: out of memory for %llu shards", (unsigned long long)S);
+  lade__shards_order(p, epoch, perm);
+  /* stream positions [start + pos, start + pos + n) of the epoch's shard stream */
+  uint64_t a = start + pos, z = a + n, at = 0, k = 0;
+  for (uint64_t i = 0; i < S && at < z; i++) {
+    uint64_t s = perm[i], lo = p->offsets[s], size = p->offsets[s + 1] - lo;
+    for (uint64_t x = LADE_MAX(at, a); x < LADE_MIN(at + size, z); x++) out[k++] = lo + (x - at);
+    at += size;
+  }
+  free(perm);
+  *got = k;
+  return 0;
+}
+
 int lade__shards_rank(uint32_t rank, uint32_t world, uint32_t devices_per_node, uint32_t model_parallel,
                       lade_shards_rank_t *out) {
   if (world == 0 || devices_per_node == 0 || model_parallel == 0)

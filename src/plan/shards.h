@@ -85,6 +85,15 @@ void lade__shards_order(const lade__shards_params_t *p, uint64_t epoch, uint64_t
 int lade__shards_epoch(const lade__shards_params_t *p, uint64_t epoch, uint32_t d, uint64_t *out, uint64_t *n_out,
                        uint64_t *valid);
 
+/* Group d's shard stream of an epoch before the shuffle buffer (step 2
+ * above): the samples at positions [pos, pos + n) of its part, in the order
+ * they are read (each shard front to back), into out; *got of them (fewer
+ * at the part's end). What a reader fetches ahead in read order: the sample
+ * delivered at position i entered the buffer at a stream position of at
+ * most i + min(b, n_d). */
+int lade__shards_stream(const lade__shards_params_t *p, uint64_t epoch, uint32_t d, uint64_t pos, uint64_t n,
+                        uint64_t *out, uint64_t *got);
+
 /* Global rank -> data-parallel group (see lade_shards_rank in lade/plan.h). */
 int lade__shards_rank(uint32_t rank, uint32_t world, uint32_t devices_per_node, uint32_t model_parallel,
                       lade_shards_rank_t *out);

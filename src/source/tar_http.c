@@ -16,6 +16,7 @@
  */
 #ifdef LADE_HAVE_CURL
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -196,7 +197,18 @@ static int http_read(lade__tar_t *t, uint64_t idx, lade__buf_t *out) {
 typedef struct span {
   uint64_t idx, off, size;
   uint32_t shard;
+  size_t pos; /* in the submitted order: the order of first use */
 } span_t;
+
+/* A request and the earliest position of its samples in the submit. */
+typedef struct ranked {
+  size_t run, first_pos;
+} ranked_t;
+
+static int cmp_ranked(const void *a, const void *b) {
+  const ranked_t *x = a, *y = b;
+  return x->first_pos < y->first_pos ? -1 : x->first_pos > y->first_pos;
+}
 
 static int cmp_span(const void *a, const void *b) {
   const span_t *x = a, *y = b;
@@ -205,11 +217,14 @@ static int cmp_span(const void *a, const void *b) {
   return x->idx < y->idx ? -1 : x->idx > y->idx;
 }
 
-/* A batch's samples, sorted by (shard, offset); neighbours of one shard
- * whose gap is at most `gap` bytes share one Range request of at most
- * max_req bytes (lade__coalesce, the rule the hdf5 source's hyperslabs
- * follow too), split into samples as it arrives (paper 002's chunk
- * loading, for tar members). */
+/* The submitted samples (one step, or the steps read ahead: fetch.c),
+ * sorted by (shard, offset); neighbours of one shard whose gap is at most
+ * `gap` bytes share one Range request of at most max_req bytes
+ * (lade__coalesce, the rule the hdf5 source's hyperslabs follow too),
+ * split into samples as it arrives (paper 002's chunk loading, for tar
+ * members). The requests are queued in the order their first sample was
+ * submitted, so a later step's neighbours never go before an earlier
+ * step's samples. */
 static int http_submit(lade__tar_t *t, const uint64_t *idx, size_t n, int background) {
   span_t *v = malloc((n ? n : 1) * sizeof *v);
   lade__span_t *sp = malloc((n ? n : 1) * sizeof *sp);
@@ -226,20 +241,29 @@ static int http_submit(lade__tar_t *t, const uint64_t *idx, size_t n, int backgr
     }
     uint64_t size = t->sizes[idx[i]];
     if (size == 0 || size > t->max_sample) continue; /* read() answers these without a request */
-    v[k++] = (span_t){idx[i], t->off[idx[i]], size, t->shard[idx[i]]};
+    v[k++] = (span_t){idx[i], t->off[idx[i]], size, t->shard[idx[i]], i};
   }
   if (!rc) {
     qsort(v, k, sizeof *v, cmp_span);
     for (size_t i = 0; i < k; i++) sp[i] = (lade__span_t){v[i].shard, v[i].off, v[i].size};
     ng = lade__coalesce(sp, k, H(t)->gap, H(t)->max_req, runs);
+    ranked_t *rk = malloc((ng ? ng : 1) * sizeof *rk);
+    if (!rk) ng = 0, rc = lade__fail(LADE_ENOMEM, "tar source: out of memory");
     for (size_t r = 0; r < ng; r++) {
-      const lade__run_t *u = &runs[r];
+      rk[r] = (ranked_t){r, SIZE_MAX};
+      for (size_t m = runs[r].first; m < runs[r].first + runs[r].count; m++)
+        if (v[m].pos < rk[r].first_pos) rk[r].first_pos = v[m].pos;
+    }
+    if (ng) qsort(rk, ng, sizeof *rk, cmp_ranked);
+    for (size_t g = 0; g < ng; g++) {
+      const lade__run_t *u = &runs[rk[g].run];
       for (size_t m = u->first; m < u->first + u->count; m++)
         parts[m] = (lade__http_part_t){v[m].idx, v[m].off - u->start, v[m].size};
-      gets[r] = (lade__http_get_t){.obj = v[u->first].shard, .off = u->start, .len = u->end - u->start,
+      gets[g] = (lade__http_get_t){.obj = v[u->first].shard, .off = u->start, .len = u->end - u->start,
                                    .expect = u->end - u->start, .nparts = (uint32_t)u->count,
                                    .parts = parts + u->first};
     }
+    free(rk);
   }
   if (!rc && ng) rc = lade__http_submit(H(t)->http, gets, ng, background);
   free(v);

@@ -334,8 +334,12 @@ class TestHttpReadAhead(unittest.TestCase):
             for ra in (0, 1 << 20, 1 << 30):  # none, about 300 samples, capped at 1024 samples (64 steps)
                 got = self.run_check(self.src, readahead_bytes=ra, **kw)
                 self.assertEqual(samples(got), want, "readahead_bytes=%d shuffle=%s" % (ra, shuffle))
-                # one Range request per sample delivered: nothing requested twice, nothing dropped and refetched
-                self.assertEqual(self.stats(got)["get_requests"], len(want), "readahead_bytes=%d" % ra)
+                # at most one Range request per sample delivered (nothing requested twice, nothing dropped and
+                # fetched again); fewer where one chunk read ahead holds a sample twice (its last use in epoch 0
+                # and its first in epoch 1): both are parts of one request
+                gets = self.stats(got)["get_requests"]
+                self.assertLessEqual(gets, len(want), "readahead_bytes=%d" % ra)
+                self.assertGreaterEqual(gets, len(want) - (1024 if ra else 0), "readahead_bytes=%d" % ra)
 
     def test_read_ahead_stops_at_the_epoch_with_a_cache(self):
         """With a memory tier holding the dataset, the next epoch is not requested while this one may still
@@ -354,6 +358,25 @@ class TestHttpReadAhead(unittest.TestCase):
             want = self.run_check(self.www, env_add={"S3_CHECK_SEEK": seek}, **kw)
             got = self.run_check(self.src, env_add={"S3_CHECK_SEEK": seek}, **kw)
             self.assertIn("SEEK " + seek.split(":", 1)[1].replace(":", " "), got)
+            self.assertEqual(samples(got), samples(want), seek)
+
+    def test_shards_plan_reads_the_stream_in_order(self):
+        """plan=shards over http://: the shard stream is requested front to back (few large Range requests,
+        whatever the shuffle buffer does to the order), the batches equal a local run's, also after seeks."""
+        for buf in (0, 100, 1000):
+            kw = dict(batch_size=16, epochs=2, plan="shards", shuffle_buffer=buf)
+            want = samples(self.run_check(self.www, **kw))
+            got = self.run_check(self.src, **kw)
+            self.assertEqual(samples(got), want, "shuffle_buffer=%d" % buf)
+            gets = self.stats(got)["get_requests"]
+            # 4,800 samples of ~3 KB in 6 shards: requests of up to 64 KiB gaps and 16 MiB, chunks of ~500
+            # samples; one request per sample (per step submitted alone: 0.96 per sample) would be 4,800
+            self.assertLess(gets, len(want) // 20, "shuffle_buffer=%d: %d requests" % (buf, gets))
+        steps = self.n // 16
+        for seek in ("40:0:3", "5:1:%d" % (steps - 20), "30:0:35"):
+            kw = dict(batch_size=16, epochs=2, plan="shards", shuffle_buffer=500)
+            want = self.run_check(self.www, env_add={"S3_CHECK_SEEK": seek}, **kw)
+            got = self.run_check(self.src, env_add={"S3_CHECK_SEEK": seek}, **kw)
             self.assertEqual(samples(got), samples(want), seek)
 
     def test_prefetcher_requests_each_sample_once(self):
