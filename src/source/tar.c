@@ -13,11 +13,17 @@
  * lists, the index and its stored form, samples, labels); where a shard's
  * bytes come from is a backend (tar_impl.h): tar_local.c (pread) or
  * tar_http.c (Range requests over http(s):// and s3://).
+ *
+ * Threads: open() indexes up to INDEX_THREADS shards at once (index_all);
+ * `index_job_t.mu` guards only which shard is taken next, each thread
+ * writes its own shard's slots, and the samples are added in shard order
+ * by the opening thread after the joins. After open, reads need no lock.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -606,6 +612,76 @@ static int tar_shards(lade__tar_strs_t *out, const char *src) {
   return lade__tar_strs_push(out, src, strlen(src));
 }
 
+/* Indexing the shards at open: up to INDEX_THREADS at once (a remote shard's
+ * index is one streamed GET, a first open on a parallel file system one
+ * sequential read per shard: both wait on latency), in windows of
+ * INDEX_WINDOW shards whose indexes are then added in shard order, so the
+ * samples and the first error are those of the sequential pass and the
+ * memory is a window's indexes. Measured: open of 5 remote shards (200 MB
+ * at 20 ms per request) 0.45 s sequential, see docs/sources.md. */
+#define INDEX_THREADS 4
+#define INDEX_WINDOW 64
+
+typedef struct index_job {
+  lade__tar_t *t;
+  const struct lade_config *cfg;
+  size_t base, n;            /* shards [base, base + n) */
+  lade__tar_index_t *x;      /* one per shard of the window */
+  int *rc;
+  char **msg;                /* the error of a failed shard (its thread's lade_last_error) */
+  pthread_mutex_t mu;
+  size_t next;               /* the next shard of the window to take (mu) */
+} index_job_t;
+
+static void *index_worker(void *arg) {
+  index_job_t *j = arg;
+  for (;;) {
+    pthread_mutex_lock(&j->mu);
+    size_t k = j->next < j->n ? j->next++ : SIZE_MAX;
+    pthread_mutex_unlock(&j->mu);
+    if (k == SIZE_MAX) return NULL;
+    j->rc[k] = j->t->be->index(j->t, j->cfg, j->base + k, &j->x[k]);
+    if (j->rc[k]) j->msg[k] = lade__strdup(lade_last_error());
+  }
+}
+
+static int index_all(lade__tar_t *t, const struct lade_config *cfg, int want, uint64_t *with_cls) {
+  size_t W = LADE_MIN((size_t)INDEX_WINDOW, t->shards.n ? t->shards.n : 1);
+  index_job_t j = {.t = t, .cfg = cfg};
+  j.x = calloc(W, sizeof *j.x);
+  j.rc = calloc(W, sizeof *j.rc);
+  j.msg = calloc(W, sizeof *j.msg);
+  int rc = !j.x || !j.rc || !j.msg ? lade__fail(LADE_ENOMEM, "tar source: out of memory") : 0;
+  pthread_mutex_init(&j.mu, NULL);
+  for (size_t base = 0; !rc && base < t->shards.n; base += W) {
+    j.base = base;
+    j.n = LADE_MIN(W, t->shards.n - base);
+    j.next = 0;
+    pthread_t th[INDEX_THREADS];
+    size_t nth = 0;
+    for (; nth < LADE_MIN((size_t)INDEX_THREADS, j.n) - 1; nth++) /* and this thread */
+      if (pthread_create(&th[nth], NULL, index_worker, &j) != 0) break;
+    index_worker(&j);
+    for (size_t i = 0; i < nth; i++) pthread_join(th[i], NULL);
+    for (size_t k = 0; k < j.n; k++) {
+      if (!rc && j.rc[k]) {
+        rc = j.rc[k];
+        lade__set_error_text(j.msg[k] ? j.msg[k] : "tar source: indexing failed");
+      }
+      if (!rc) rc = add_shard_samples(t, (uint32_t)(base + k), &j.x[k], want, with_cls);
+      lade__tar_index_free(&j.x[k]);
+      free(j.msg[k]);
+      j.msg[k] = NULL;
+      j.rc[k] = 0;
+    }
+  }
+  pthread_mutex_destroy(&j.mu);
+  free(j.x);
+  free(j.rc);
+  free(j.msg);
+  return rc;
+}
+
 static int tar_open(lade__source_t *s, const struct lade_config *cfg) {
   lade__tar_t *t = calloc(1, sizeof *t);
   if (!t) return lade__fail(LADE_ENOMEM, "tar source: out of memory");
@@ -632,12 +708,7 @@ static int tar_open(lade__source_t *s, const struct lade_config *cfg) {
                       remote ? "a URL" : "local");
   if (!rc && t->shards.n > UINT32_MAX) rc = lade__fail(LADE_ERANGE, "dataset %s: too many shards", cfg->source);
   uint64_t with_cls = 0;
-  for (size_t i = 0; !rc && i < t->shards.n; i++) {
-    lade__tar_index_t x = {0};
-    rc = t->be->index(t, cfg, i, &x);
-    if (!rc) rc = add_shard_samples(t, (uint32_t)i, &x, want, &with_cls);
-    lade__tar_index_free(&x);
-  }
+  if (!rc) rc = index_all(t, cfg, want, &with_cls);
   if (!rc && t->count == 0)
     rc = lade__fail(LADE_EEMPTY, "dataset %s: no samples with a%s member in %zu shard%s (%llu groups without one)",
                     cfg->source, want == WANT_NPY ? " .npy" : want == WANT_RAW ? " data" : "n image", t->shards.n,
