@@ -142,6 +142,10 @@ static const setting_t settings[] = {
     {"tls_ca_file", T_STR, OFF(tls_ca_file), SZ(tls_ca_file), 0, 0, NULL, "",
      "PEM file of the CAs that https:// servers (s3://, http(s):// tar shards) are verified against; certificates "
      "and host names are always verified (\"\": $SSL_CERT_FILE, else $CURL_CA_BUNDLE, else the system's CAs)"},
+    {"index_dir", T_STR, OFF(index_dir), SZ(index_dir), 0, 0, NULL, "",
+     "tar shards: folder that keeps each shard's member index (created with mode 0700), so a later open reads it "
+     "instead of the shard (\"\": cache_dir when set, else SHARD.tar.ladeidx beside a local shard and none for a "
+     "remote one, which is then streamed once at every open); turns on no cache"},
     {"cache_dir", T_STR, OFF(cache_dir), SZ(cache_dir), 0, 0, NULL, "",
      "disk cache folder (created with mode 0700; persists across runs); \"\": no disk cache"},
     {"cache_disk_bytes", T_U64, OFF(cache_disk_bytes), 0, 0, 1.8446744073709552e19, NULL, "0",

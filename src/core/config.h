@@ -72,6 +72,7 @@ struct lade_config {
   uint64_t readahead_bytes;        /* remote sources: bytes of future steps requested ahead (0: the batch window only) */
   char tls_ca_file[LADE_PATH_MAX];  /* PEM CA bundle for https:// (s3 and tar); "": $SSL_CERT_FILE, $CURL_CA_BUNDLE, system */
   /* cache tiers and the DELI prefetcher */
+  char index_dir[LADE_PATH_MAX];   /* tar shards' indexes; "": cache_dir, else beside local shards */
   char cache_dir[LADE_PATH_MAX];
   uint64_t cache_disk_bytes;       /* 0 with cache_dir set: half the free space */
   uint64_t cache_mem_bytes;        /* 0: no memory tier */

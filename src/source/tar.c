@@ -360,8 +360,13 @@ out:
 
 /* Stores the index (temp file + rename, so a reader never sees half of it).
  * A failure (read-only folder) is not an error: the next open indexes again. */
+const char *lade__tar_index_dir(const struct lade_config *cfg) {
+  return cfg->index_dir[0] ? cfg->index_dir : cfg->cache_dir[0] ? cfg->cache_dir : NULL;
+}
+
 void lade__tar_index_store(const lade__tar_index_t *x, const char *path, lade__tar_ver_t v, const struct lade_config *cfg) {
-  if (cfg->cache_dir[0] && lade__mkdir_private(cfg->cache_dir) != 0) {
+  const char *dir = lade__tar_index_dir(cfg);
+  if (dir && lade__mkdir_private(dir) != 0) {
     lade__clear_error();
     return;
   }

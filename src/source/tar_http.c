@@ -7,7 +7,7 @@
  *
  * open() lists the shards a URL names (a brace pattern, one .tar, a list
  * file on the server, an s3:// prefix's .tar objects). A shard's index comes
- * from cache_dir when made from its current version (one HEAD: size and
+ * from index_dir or cache_dir when made from its current version (one HEAD: size and
  * ETag, else Last-Modified), else from one streamed GET parsed as it
  * arrives. Reads are Range requests; submit() coalesces the neighbours of
  * one shard into one request (paper 002's chunk loading, for tar members).
@@ -138,7 +138,7 @@ static int remote_shards(lade__tar_t *t, const char *src) {
   return rc;
 }
 
-/* A remote shard's index: from cache_dir when it was made from the shard's
+/* A remote shard's index: from index_dir (else cache_dir) when it was made from the shard's
  * current version (a HEAD: size and ETag or Last-Modified), else one
  * streamed GET of the shard whose headers are parsed as they arrive. */
 static int http_index(lade__tar_t *t, const struct lade_config *cfg, size_t i, lade__tar_index_t *x) {
@@ -154,8 +154,9 @@ static int http_index(lade__tar_t *t, const struct lade_config *cfg, size_t i, l
   lade__tar_ver_t v = {size, lade__hash64(val, strlen(val), 0x7661), (uint64_t)2 << 32};
   H(t)->shard_ver[i] = lade__hash64(&v, sizeof v, 0x76657273);
   char ipath[LADE_PATH_MAX + 64] = "";
-  if (cfg->cache_dir[0]) {
-    snprintf(ipath, sizeof ipath, "%s/tarindex-%016llx.bin", cfg->cache_dir,
+  const char *dir = lade__tar_index_dir(cfg);
+  if (dir) {
+    snprintf(ipath, sizeof ipath, "%s/tarindex-%016llx.bin", dir,
              (unsigned long long)lade__hash64(url, strlen(url), 0x7461726964780000ull)); /* endpoint included */
     if (lade__tar_index_load(x, ipath, v) == 0) return 0;
   }

@@ -67,6 +67,8 @@ int lade__tar_index_load(lade__tar_index_t *x, const char *path, lade__tar_ver_t
 void lade__tar_index_store(const lade__tar_index_t *x, const char *path, lade__tar_ver_t v,
                            const struct lade_config *cfg);
 void lade__tar_index_free(lade__tar_index_t *x);
+/* The folder that keeps indexes: index_dir, else cache_dir, else NULL. */
+const char *lade__tar_index_dir(const struct lade_config *cfg);
 
 /* Shard names and lists. */
 int lade__tar_is_url(const char *s); /* http(s):// or s3:// */

@@ -3,7 +3,7 @@
  * (tar_impl.h, docs/sources.md "tar shards"). A shard's index is built by
  * one sequential pass over its headers (1 MiB buffered preads) the first
  * time it is opened and stored beside it (`SHARD.tar.ladeidx`) or in
- * cache_dir (`tarindex-HASH.bin`), keyed by the shard's size and mtime: a
+ * index_dir, else cache_dir (`tarindex-HASH.bin`), keyed by the shard's size and mtime: a
  * changed shard is indexed again. Reads are one pread() of the member's
  * data into the caller's buffer: thread-safe, no lock. The first KEEP_OPEN
  * shards stay open; later ones are opened per read.
@@ -75,10 +75,11 @@ static int index_build(lade__tar_index_t *x, int fd, uint64_t size, const char *
 }
 
 static void index_path(char *out, size_t size, const struct lade_config *cfg, const char *shard) {
-  if (cfg->cache_dir[0]) {
+  const char *dir = lade__tar_index_dir(cfg);
+  if (dir) {
     char abs[PATH_MAX];
     const char *p = realpath(shard, abs) ? abs : shard;
-    snprintf(out, size, "%s/tarindex-%016llx.bin", cfg->cache_dir,
+    snprintf(out, size, "%s/tarindex-%016llx.bin", dir,
              (unsigned long long)lade__hash64(p, strlen(p), 0x7461726964780000ull));
   } else {
     snprintf(out, size, "%s.ladeidx", shard);

@@ -223,6 +223,32 @@ class TestHttpTar(unittest.TestCase):
             with open(path, "wb") as f:
                 f.write(saved)
 
+    def test_index_dir_keeps_the_index_without_a_cache(self):
+        """index_dir keeps the remote shards' indexes and nothing else: a second open sends only HEADs and no
+        index pass, and every sample is still read from the server (no disk tier)."""
+        idx = os.path.join(self.tmp, "index-only")
+        shutil.rmtree(idx, ignore_errors=True)
+        first = self.run_check(self.remote(), index_dir=idx)
+        whole = [e for e in self.env.access_log() if e[0] == "GET" and e[4] == "-"]
+        self.assertEqual(sorted(e[1] for e in whole), ["/train-%06d.tar" % s for s in range(SHARDS)])
+        self.assertEqual(sorted(f.startswith("tarindex-") for f in os.listdir(idx)), [True] * SHARDS)
+        self.env.clear_log()
+        second = self.run_check(self.remote(), index_dir=idx)
+        self.assertEqual(samples(second), samples(first))
+        self.assertEqual([e for e in self.env.access_log() if e[0] == "GET" and e[4] == "-"], [])  # no index pass
+        st = self.stats(second)
+        self.assertEqual((st["storage"], st["disk"], st["memory"]), (len(samples(second)), 0, 0))
+        self.assertEqual(len(os.listdir(idx)), SHARDS)  # indexes only: no cache entries
+        # local shards: the index goes to index_dir, not beside the shard
+        local_idx = os.path.join(self.tmp, "index-local")
+        shutil.rmtree(local_idx, ignore_errors=True)
+        for f in os.listdir(self.www):
+            if f.endswith(".ladeidx"):
+                os.unlink(os.path.join(self.www, f))
+        self.assertEqual(samples(self.run_check(self.local(), index_dir=local_idx)), samples(first))
+        self.assertEqual(len([f for f in os.listdir(local_idx) if f.startswith("tarindex-")]), SHARDS)
+        self.assertEqual([f for f in os.listdir(self.www) if f.endswith(".ladeidx")], [])
+
     def test_disk_cache_sees_a_rewritten_shard(self):
         """A shard rewritten with members of the same sizes (a new ETag): its samples are not served
         from the disk tier with their old bytes."""
