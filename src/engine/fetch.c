@@ -430,13 +430,19 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
     if (!f->routed && !f->pf_on) f->ra_steps = f->ra_samples / p->batch;
     uint64_t count = 0, cap = 0;
     if (f->ra_steps && lade__cursor_stream_info(p->cursor, &count, &cap) == 0) {
-      /* the buffer's samples wait as unread results too: all of it must
-       * fit the source's table (1,536), else steps are read ahead as usual */
+      /* the buffer's samples wait as unread results too (as WebDataset
+       * holds its shuffle buffer in memory): a source that can raise its
+       * bound on them (reserve) streams with any buffer; else it must fit
+       * the default bound (1,536), or steps are read ahead as usual */
       uint64_t room = SR_MAX_SAMPLES > cap + p->batch ? SR_MAX_SAMPLES - cap - p->batch : 0;
-      f->sr_ahead = LADE_MIN(f->ra_samples, room);
+      f->sr_ahead = p->ops->reserve ? f->ra_samples : LADE_MIN(f->ra_samples, room);
       f->sr_on = f->sr_ahead >= p->batch;
       f->sr_count = count;
       f->sr_cap = cap;
+      if (f->sr_on && p->ops->reserve) {
+        uint64_t held = cap + f->sr_ahead + 2 * p->batch, mean = mean_sample_bytes(f->p.src, f->p.ops);
+        p->ops->reserve(p->src, held + RA_MAX_SAMPLES, held * mean + (64u << 20));
+      }
     }
     lade__clear_error();
   }

@@ -1289,6 +1289,13 @@ int lade__http_submit(lade__http_t *h, const lade__http_get_t *g, size_t n, int 
   return rc;
 }
 
+void lade__http_reserve(lade__http_t *h, uint64_t results, uint64_t bytes) {
+  pthread_mutex_lock(&h->mu);
+  if (results > h->res_max_count) h->res_max_count = (size_t)LADE_MIN(results, (uint64_t)SIZE_MAX / 2);
+  if (bytes > h->res_max_bytes) h->res_max_bytes = (size_t)LADE_MIN(bytes, (uint64_t)SIZE_MAX / 2);
+  pthread_mutex_unlock(&h->mu);
+}
+
 bool lade__http_ready(lade__http_t *h, uint64_t idx) {
   assert(h->thread_started);
   if (idx >= h->n_idx) return true;

@@ -99,6 +99,10 @@ void lade__http_destroy(lade__http_t *h);
 /* source.h's submit(): queues the GETs, each adding one want per part;
  * returns at once. Thread-safe. */
 int lade__http_submit(lade__http_t *h, const lade__http_get_t *g, size_t n, int background);
+/* source.h's reserve(): raises the bound on arrived, unread results to
+ * at least `results` entries and `bytes` bytes (the defaults: 4 x max
+ * concurrency + 1024 entries, 512 MiB). Thread-safe. */
+void lade__http_reserve(lade__http_t *h, uint64_t results, uint64_t bytes);
 /* source.h's ready(idx). Thread-safe. */
 bool lade__http_ready(lade__http_t *h, uint64_t idx);
 /* source.h's read(idx): takes one want's result of idx (waiting for it), or,

@@ -121,6 +121,12 @@ typedef struct lade__source_ops {
   void (*plan_batch)(lade__source_t *s, const uint64_t *idx, size_t n);
   /* Counters of the source's own traffic, for lade_stats_t. Thread-safe. */
   void (*stats)(lade__source_t *s, struct lade__source_stats *out);
+  /* Optional (remote sources): the caller will keep up to `samples`
+   * submitted samples (about `bytes`) arrived and unread on purpose (a
+   * shuffle buffer's worth read ahead in stream order); the source raises
+   * its bound on unread results to hold them (never lowers it). Call
+   * before submitting them. Thread-safe. */
+  void (*reserve)(lade__source_t *s, uint64_t samples, uint64_t bytes);
 } lade__source_ops_t;
 
 /* Traffic counters of a remote source (all zero for local ones, except

@@ -773,6 +773,11 @@ static bool tar_ready(lade__source_t *s, uint64_t idx) {
   return t->be->ready(t, idx);
 }
 
+static void tar_reserve(lade__source_t *s, uint64_t samples, uint64_t bytes) {
+  lade__tar_t *t = s->impl;
+  if (t->be->reserve) t->be->reserve(t, samples, bytes);
+}
+
 static void tar_stats(lade__source_t *s, lade__source_stats_t *out) {
   lade__tar_t *t = s->impl;
   if (t && t->be && t->be->stats) t->be->stats(t, out);
@@ -800,5 +805,6 @@ const lade__source_ops_t lade__source_tar_remote = {
     .version = tar_version,
     .submit = tar_submit,
     .ready = tar_ready,
-    .stats = tar_stats};
+    .stats = tar_stats,
+    .reserve = tar_reserve};
 #endif

@@ -308,6 +308,10 @@ static int http_open(lade__tar_t *t, const struct lade_config *cfg, lade__source
 
 static int http_start(lade__tar_t *t) { return lade__http_start(H(t)->http, t->count); }
 
+static void http_reserve(lade__tar_t *t, uint64_t samples, uint64_t bytes) {
+  lade__http_reserve(H(t)->http, samples, bytes);
+}
+
 static void http_close(lade__tar_t *t) {
   http_state_t *h = H(t);
   if (!h) return;
@@ -327,6 +331,7 @@ const lade__tar_backend_t lade__tar_http = {
     .close = http_close,
     .submit = http_submit,
     .ready = http_ready,
-    .stats = http_stats};
+    .stats = http_stats,
+    .reserve = http_reserve};
 
 #endif /* LADE_HAVE_CURL */

@@ -118,6 +118,7 @@ typedef struct lade__tar_backend {
   int (*submit)(lade__tar_t *t, const uint64_t *idx, size_t n, int background);
   bool (*ready)(lade__tar_t *t, uint64_t idx);
   void (*stats)(lade__tar_t *t, lade__source_stats_t *out);
+  void (*reserve)(lade__tar_t *t, uint64_t samples, uint64_t bytes);
 } lade__tar_backend_t;
 
 extern const lade__tar_backend_t lade__tar_local;
