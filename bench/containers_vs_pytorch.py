@@ -61,7 +61,7 @@ import urllib.request
 import h5py
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -69,6 +69,7 @@ sys.path.insert(0, os.path.join(ROOT, "build", "python"))
 sys.path.insert(0, os.path.join(ROOT, "tests", "http"))
 import lade  # noqa: E402
 import httpenv  # noqa: E402  (nginx + the latency proxy, as tests/http uses them)
+from hdf5_vs_pytorch import H5Dataset  # noqa: E402  (the h5py Dataset a PyTorch user writes)
 
 CORES = 2
 WORKERS = (0, 1, 2)
@@ -82,24 +83,6 @@ def train_tf():
     import torchvision.transforms as T
     return T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(MEAN, STD)])
 
-
-class H5Dataset(Dataset):
-    """The common h5py pattern: open the file in the worker, one sample per __getitem__."""
-
-    def __init__(self, path):
-        self.path = path
-        with h5py.File(path, "r") as f:
-            self.n = f["data"].shape[0]
-        self.f = None
-
-    def __len__(self):
-        return self.n
-
-    def __getitem__(self, i):
-        if self.f is None:
-            self.f = h5py.File(self.path, "r")
-            self.data, self.labels = self.f["data"], self.f["labels"]
-        return torch.from_numpy(self.data[i]), int(self.labels[i])
 
 
 def split_key(name):

@@ -139,6 +139,7 @@ struct lade__fetch {
   lade__plan_params_t pp;
   uint64_t per_epoch; /* positions per epoch: steps * B */
   uint64_t total;     /* positions in the run */
+  uint64_t mean;      /* mean sample bytes (mean_of), 0 until needed */
   lade__cache_t *mem, *disk;
   bool remote;        /* the source has submit() */
 
@@ -298,6 +299,13 @@ static uint64_t mean_sample_bytes(lade__source_t *s, const lade__source_ops_t *o
   return LADE_MAX(n, 1);
 }
 
+/* The mean sample size, worked out once per open (only where needed: a
+ * source without listed sizes reads sample 0 for it). */
+static uint64_t mean_of(lade__fetch_t *f) {
+  if (!f->mean) f->mean = mean_sample_bytes(f->p.src, f->p.ops);
+  return f->mean;
+}
+
 uint64_t lade__fetch_plan_cache_samples(const struct lade_config *cfg, lade__source_t *src,
                                         const lade__source_ops_t *ops, uint64_t *mean) {
   *mean = 0;
@@ -411,9 +419,8 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
       f->pf_on = cfg->prefetcher == LADE_TRISTATE_ON || (cfg->prefetcher == LADE_TRISTATE_AUTO && f->remote);
     if (!rc && f->pf_on) {
       /* DELI's 50/50 rule: fetch size = threshold = half the cache, in
-       * samples (entries are charged in whole 4 KiB blocks on disk); only
-       * then is the mean size needed (a source without sizes reads sample 0) */
-      uint64_t per = (mean_sample_bytes(f->p.src, f->p.ops) + 64 + 4095) / 4096 * 4096;
+       * samples (entries are charged in whole 4 KiB blocks on disk) */
+      uint64_t per = (mean_of(f) + 64 + 4095) / 4096 * 4096;
       uint64_t slots = cap / per, window = (uint64_t)(cfg->prefetch + 1) * p->batch;
       /* the engine's own window of batches is resident too while it is read */
       uint64_t half = LADE_MAX((slots > window ? slots - window : 0) / 2, 1);
@@ -425,8 +432,7 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
   if (!rc && f->remote && cfg->readahead_bytes) {
     /* in samples: bounded so that what arrives ahead always fits the remote
      * source's table of unread results (http.c keeps 1,536 at least) */
-    uint64_t mean = mean_sample_bytes(f->p.src, f->p.ops);
-    f->ra_samples = LADE_MAX(LADE_MIN(cfg->readahead_bytes / mean, RA_MAX_SAMPLES), 1);
+    f->ra_samples = LADE_MAX(LADE_MIN(cfg->readahead_bytes / mean_of(f), RA_MAX_SAMPLES), 1);
     if (!f->routed && !f->pf_on) f->ra_steps = f->ra_samples / p->batch;
     uint64_t count = 0, cap = 0;
     if (f->ra_steps && lade__cursor_stream_info(p->cursor, &count, &cap) == 0) {
@@ -440,8 +446,8 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
       f->sr_count = count;
       f->sr_cap = cap;
       if (f->sr_on && p->ops->reserve) {
-        uint64_t held = cap + f->sr_ahead + 2 * p->batch, mean = mean_sample_bytes(f->p.src, f->p.ops);
-        p->ops->reserve(p->src, held + RA_MAX_SAMPLES, held * mean + (64u << 20));
+        uint64_t held = cap + f->sr_ahead + 2 * p->batch;
+        p->ops->reserve(p->src, held + RA_MAX_SAMPLES, held * mean_of(f) + (64u << 20));
       }
     }
     lade__clear_error();
@@ -634,23 +640,38 @@ static bool reads_storage(const lade__fetch_t *f, int32_t route) {
   return !f->routed || route == LADE__ROUTE_ANY || route == LADE_FROM_STORAGE || (route >= 0 && !f->p.dist);
 }
 
-/* Requests the samples of one step that the source will be asked for (not
- * resident, not the prefetcher's): one submit() per step, so the source's
- * queue starts them step by step in the order they will be used. from may
- * be NULL (every sample reads storage). */
+/* Whether a sample read ahead must be requested: not the prefetcher's, not
+ * in a tier. The prefetcher's set is asked first: it leaves the set only
+ * after its put, so a sample it just fetched is found in one or the other. */
+static bool wanted(lade__fetch_t *f, uint64_t idx) { return !pf_inflight(f, idx) && !resident(f, idx); }
+
+/* Requests the samples of one step that the source will be asked for: one
+ * submit() per step, so the source's queue starts them step by step in the
+ * order they will be used. from may be NULL (every sample reads storage). */
 static void submit_step(lade__fetch_t *f, const uint64_t *idx, const int32_t *from, uint32_t n) {
   uint64_t stackbuf[512];
   uint64_t *want = n <= 512 ? stackbuf : malloc(n * sizeof *want);
   if (!want) return; /* the workers' reads then fetch one by one: slower, not wrong */
   size_t k = 0;
   for (uint32_t i = 0; i < n; i++) {
-    if (from && !reads_storage(f, from[i])) continue;
-    /* the prefetcher's set first: it leaves the set only after its put, so
-     * a sample it just fetched is found in one or the other */
-    if (!pf_inflight(f, idx[i]) && !resident(f, idx[i])) want[k++] = idx[i];
+    if ((!from || reads_storage(f, from[i])) && wanted(f, idx[i])) want[k++] = idx[i];
   }
   if (k) f->p.ops->submit(f->p.src, want, k, 0);
   if (want != stackbuf) free(want);
+}
+
+/* *epochs: how many epochs from the start may be read ahead once step q is
+ * planned; false when there is no bound. With a cache tier, an epoch's samples are requested ahead only once every
+ * step of the epoch before was delivered (and so cached, as far as the tier
+ * keeps it): planning step q means the steps up to q - window were
+ * delivered (engine.c prepares [next_deliver, next_deliver + window)). Else
+ * a sample the last steps of an epoch still read, and cache, would be
+ * requested again for the next. Without a tier: no bound. */
+static bool ahead_epochs(const lade__fetch_t *f, uint64_t q, uint64_t *epochs) {
+  if (!(f->mem || f->disk) || !f->p.steps) return false;
+  uint64_t window = (uint64_t)f->cfg->prefetch + 1;
+  *epochs = (q + 1 > window ? q + 1 - window : 0) / f->p.steps + 1;
+  return true;
 }
 
 /* Remote read-ahead: step q was planned; the steps up to q + ra_steps are
@@ -668,17 +689,8 @@ static void read_ahead(lade__fetch_t *f, const lade__cursor_step_t *st) {
   uint64_t last = f->p.steps * f->cfg->epochs, q0 = st->q;
   pthread_mutex_lock(&f->mu);
   uint64_t from = LADE_MAX(f->ra_next, q0), to = LADE_MIN(q0 + f->ra_steps + 1, last);
-  /* With a cache tier, the steps of an epoch are requested ahead only once
-   * every step of the epoch before it was delivered (and so cached, as far
-   * as the tier keeps it): planning step q means the steps up to q - window
-   * were delivered (engine.c prepares [next_deliver, next_deliver + window)).
-   * Else a sample the last steps of an epoch still read, and cache, would
-   * be requested again for the next epoch. */
-  uint64_t window = (uint64_t)f->cfg->prefetch + 1;
-  if ((f->mem || f->disk) && f->p.steps) {
-    uint64_t open_epoch = (q0 + 1 > window ? q0 + 1 - window : 0) / f->p.steps;
-    to = LADE_MAX(LADE_MIN(to, (open_epoch + 1) * f->p.steps), LADE_MIN(q0 + 1, last));
-  }
+  uint64_t ne;
+  if (ahead_epochs(f, q0, &ne)) to = LADE_MAX(LADE_MIN(to, ne * f->p.steps), LADE_MIN(q0 + 1, last));
   /* the current step always; the rest once half of the read-ahead is used */
   if (from > q0 && from - q0 > f->ra_steps / 2) to = from;
   if (to > f->ra_next) f->ra_next = to;
@@ -700,9 +712,7 @@ static void read_ahead(lade__fetch_t *f, const lade__cursor_step_t *st) {
       route = NULL;
     }
     for (uint32_t i = 0; i < n; i++) {
-      if (route && !reads_storage(f, route[i])) continue;
-      /* the prefetcher's set first: it leaves the set only after its put */
-      if (!pf_inflight(f, idx[i]) && !resident(f, idx[i])) all[k++] = idx[i];
+      if ((!route || reads_storage(f, route[i])) && wanted(f, idx[i])) all[k++] = idx[i];
     }
   }
   if (k) f->p.ops->submit(f->p.src, all, k, 0);
@@ -729,11 +739,8 @@ static void stream_ahead(lade__fetch_t *f, const lade__cursor_step_t *st) {
   uint64_t goal = out < S * B ? e * C + LADE_MIN(C, out + f->sr_cap)
                               : (e + 1) * C + LADE_MIN(C, out - S * B + f->sr_cap);
   uint64_t need = e * C + LADE_MIN(C, o + B + f->sr_cap); /* step q's samples: now */
-  uint64_t window = (uint64_t)f->cfg->prefetch + 1;
-  if (f->mem || f->disk) { /* as read_ahead: the next epoch once this one's steps were delivered */
-    uint64_t open_epoch = (st->q + 1 > window ? st->q + 1 - window : 0) / S;
-    goal = LADE_MAX(LADE_MIN(goal, (open_epoch + 1) * C), need);
-  }
+  uint64_t ne;
+  if (ahead_epochs(f, st->q, &ne)) goal = LADE_MAX(LADE_MIN(goal, ne * C), need);
   goal = LADE_MIN(goal, end);
   pthread_mutex_lock(&f->mu);
   uint64_t from = f->sr_next;
@@ -753,7 +760,7 @@ static void stream_ahead(lade__fetch_t *f, const lade__cursor_step_t *st) {
     }
     uint64_t w = k;
     for (uint64_t i = k; i < k + got; i++)
-      if (!resident(f, all[i])) all[w++] = all[i];
+      if (wanted(f, all[i])) all[w++] = all[i];
     k = w;
     g += n;
   }

@@ -34,9 +34,8 @@
 #include "tar_impl.h"
 
 #define IDX_MAGIC "LADETAR1"
-#define MAX_SHARDS LADE_TAR_MAX_SHARDS
+#define MAX_SHARDS 10000000u /* a brace pattern naming more is refused */
 #define CLS_MAX 64u /* bytes of a .cls member */
-#define NO_CLS LADE_TAR_NO_CLS
 
 int lade__tar_strs_push(lade__tar_strs_t *s, const char *p, size_t n) {
   if (s->len + n + 1 > s->cap) {
@@ -296,7 +295,7 @@ int lade__tar_index_walk(lade__tar_index_t *x, lade__tar_pread_fn fn, void *ctx,
   int rc;
   while ((rc = lade__tar_next(&t, &m)) == 1) {
     if (!m.regular) continue;
-    int64_t cls = NO_CLS;
+    int64_t cls = LADE_TAR_NO_CLS;
     if (is_cls(m.name)) {
       uint8_t b[CLS_MAX];
       long n = m.size <= CLS_MAX ? fn(ctx, b, (size_t)m.size, m.data_off) : -1;
@@ -335,7 +334,8 @@ int lade__tar_index_load(lade__tar_index_t *x, const char *path, lade__tar_ver_t
   memcpy(&sum, b.data + b.len - 8, 8);
   if (memcmp(h.magic, IDX_MAGIC, 8) != 0 || sum != lade__hash64(b.data, b.len - 8, 0)) goto out;
   if (h.shard_size != v.size || h.mtime_sec != v.a || h.mtime_nsec != v.b) goto out;
-  if (h.count > (b.len - sizeof h) / sizeof(lade__tar_entry_t) || h.names_len != b.len - 8 - sizeof h - h.count * sizeof(lade__tar_entry_t))
+  if (h.count > (b.len - sizeof h) / sizeof(lade__tar_entry_t) ||
+      h.names_len != b.len - 8 - sizeof h - h.count * sizeof(lade__tar_entry_t))
     goto out;
   const uint8_t *mp = b.data + sizeof h;
   const char *names = (const char *)mp + h.count * sizeof(lade__tar_entry_t), *np = names, *nend = names + h.names_len;
@@ -345,7 +345,7 @@ int lade__tar_index_load(lade__tar_index_t *x, const char *path, lade__tar_ver_t
     memcpy(&m, mp + i * sizeof m, sizeof m);
     const char *z = np < nend ? memchr(np, 0, (size_t)(nend - np)) : NULL;
     if (!z || m.data_off > h.shard_size || m.size > h.shard_size - m.data_off ||
-        (m.cls != NO_CLS && (m.cls < 0 || m.cls >= (1 << 24))))
+        (m.cls != LADE_TAR_NO_CLS && (m.cls < 0 || m.cls >= (1 << 24))))
       goto out;
     if (index_push(x, m.data_off, m.size, m.cls, np, (size_t)(z - np)) != 0) goto out;
     np = z + 1;
@@ -364,7 +364,8 @@ const char *lade__tar_index_dir(const struct lade_config *cfg) {
   return cfg->index_dir[0] ? cfg->index_dir : cfg->cache_dir[0] ? cfg->cache_dir : NULL;
 }
 
-void lade__tar_index_store(const lade__tar_index_t *x, const char *path, lade__tar_ver_t v, const struct lade_config *cfg) {
+void lade__tar_index_store(const lade__tar_index_t *x, const char *path, lade__tar_ver_t v,
+                           const struct lade_config *cfg) {
   const char *dir = lade__tar_index_dir(cfg);
   if (dir && lade__mkdir_private(dir) != 0) {
     lade__clear_error();
@@ -473,19 +474,20 @@ static int add_shard_samples(lade__tar_t *t, uint32_t si, const lade__tar_index_
       j++;
     }
     int best = -1, best_rank = INT32_MAX;
-    int64_t cls = NO_CLS;
+    int64_t cls = LADE_TAR_NO_CLS;
     for (size_t k = i; k < j; k++) {
       const char *ext = lade__tar_strs_at(&x->names, k) + kl + 1;
-      if (x->m[k].cls != NO_CLS) cls = x->m[k].cls;
+      if (x->m[k].cls != LADE_TAR_NO_CLS) cls = x->m[k].cls;
       int r = ext_rank(ext, want);
       if (r >= 0 && r < best_rank) best = (int)k, best_rank = r;
     }
     if (best < 0) {
       t->skipped++;
     } else {
-      int rc = push_sample(t, si, &x->m[best], lade__tar_strs_at(&x->names, (size_t)best), cls == NO_CLS ? -1 : (int32_t)cls);
+      int32_t label = cls == LADE_TAR_NO_CLS ? -1 : (int32_t)cls;
+      int rc = push_sample(t, si, &x->m[best], lade__tar_strs_at(&x->names, (size_t)best), label);
       if (rc) return rc;
-      if (cls != NO_CLS) (*with_cls)++;
+      if (cls != LADE_TAR_NO_CLS) (*with_cls)++;
     }
     i = j;
   }
@@ -513,7 +515,8 @@ static int assign_labels(lade__tar_t *t, uint64_t with_cls, lade__source_t *s) {
       if (t->labels[i] < 0) {
         const char *nm = lade__tar_strs_at(&t->names, i);
         return lade__fail(LADE_EFORMAT, "%s: sample '%.*s' has no .cls member while %llu other samples have one",
-                          lade__tar_strs_at(&t->shards, t->shard[i]), (int)key_len(nm), nm, (unsigned long long)with_cls);
+                          lade__tar_strs_at(&t->shards, t->shard[i]), (int)key_len(nm), nm,
+                          (unsigned long long)with_cls);
       }
   }
   /* the folder of each key, as a NUL-terminated copy */

@@ -145,7 +145,8 @@ static int http_index(lade__tar_t *t, const struct lade_config *cfg, size_t i, l
   const char *shown = lade__tar_strs_at(&t->shards, i);
   char url[8192];
   if (name_url(t, shown, url, sizeof url))
-    return lade__fail(LADE_EINVAL, "%s: not in the bucket of the first shard (s3://%s), or too long", shown, H(t)->w.bucket);
+    return lade__fail(LADE_EINVAL, "%s: not in the bucket of the first shard (s3://%s), or too long", shown,
+                      H(t)->w.bucket);
   uint64_t size = 0;
   char val[256];
   int rc = lade__http_head(H(t)->http, url, shown, &size, val, sizeof val);

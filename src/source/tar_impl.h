@@ -21,7 +21,6 @@
 #include "source.h"
 #include "tarfmt.h"
 
-#define LADE_TAR_MAX_SHARDS 10000000u
 #define LADE_TAR_NO_CLS INT64_MIN
 
 /* Strings back to back in one arena, found by offset. */

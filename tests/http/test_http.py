@@ -54,6 +54,29 @@ def samples(lines):
     return [ln for ln in lines if ln.startswith("S ")]
 
 
+def run_loader(tc, source, shuffle=False, expect_ok=True, env=None, timeout=300, **settings):
+    """s3_check's loader on `source`: its lines, checked by the TestCase tc (no sanitizer report; OK, or an
+    ERROR line when expect_ok is false)."""
+    r = subprocess.run(loader_args(source, shuffle, settings), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=timeout, env=env)
+    out = r.stdout + r.stderr
+    tc.assertNotIn("Sanitizer", out)
+    lines = r.stdout.splitlines()
+    if expect_ok:
+        tc.assertEqual(r.returncode, 0, out[-3000:])
+        tc.assertEqual(lines[-1], "OK")
+    else:
+        tc.assertNotEqual(r.returncode, 0, out[-3000:])
+        tc.assertTrue(lines and lines[-1].startswith("ERROR "), out[-3000:])
+    return lines
+
+
+def lstats(lines):
+    """The loader's last LSTATS line as a dict of ints."""
+    ln = [x for x in lines if x.startswith("LSTATS ")][-1]
+    return {k: int(v) for k, v in (p.split("=") for p in ln.split()[1:])}
+
+
 def loader_args(source, shuffle, settings):
     """s3_check's command line: every sample of every batch as an "S" line, then LSTATS and OK/ERROR."""
     s = dict(transform="raw", raw_size=MAX_SIZE, batch_size=8, threads=2, shuffle=shuffle, epochs=1,
@@ -85,21 +108,7 @@ class TestHttpTar(unittest.TestCase):
 
     # ---- helpers
     def run_check(self, source, expect_ok=True, timeout=300, **settings):
-        r = subprocess.run(loader_args(source, False, settings), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
-        out = r.stdout + r.stderr
-        self.assertNotIn("Sanitizer", out)
-        lines = r.stdout.splitlines()
-        if expect_ok:
-            self.assertEqual(r.returncode, 0, out[-3000:])
-            self.assertEqual(lines[-1], "OK")
-        else:
-            self.assertNotEqual(r.returncode, 0, out[-3000:])
-            self.assertTrue(lines and lines[-1].startswith("ERROR "), out[-3000:])
-        return lines
-
-    def stats(self, lines):
-        ln = [x for x in lines if x.startswith("LSTATS ")][-1]
-        return {k: int(v) for k, v in (p.split("=") for p in ln.split()[1:])}
+        return run_loader(self, source, expect_ok=expect_ok, timeout=timeout, **settings)
 
     def remote(self, name=None):
         return self.env.url + "/" + (name or self.pattern)
@@ -146,14 +155,14 @@ class TestHttpTar(unittest.TestCase):
         """Neighbours of one shard in one batch: one Range request; counted by lade and by nginx."""
         n = SHARDS * PER_SHARD
         cold = self.run_check(self.remote(), batch_size=15, coalesce_gap_bytes=0)
-        st0 = self.stats(cold)
+        st0 = lstats(cold)
         log0 = self.range_gets()
         self.assertEqual(st0["get_requests"], n)  # one request per sample
         self.assertEqual(len(log0), n)
         self.assertTrue(all(e[2] == 206 for e in log0), log0[:3])
         self.env.clear_log()
         warm = self.run_check(self.remote(), batch_size=15)
-        st1 = self.stats(warm)
+        st1 = lstats(warm)
         log1 = self.range_gets()
         self.assertEqual(samples(warm), samples(cold))
         self.assertEqual(st1["get_requests"], len(log1))  # nginx saw what lade counted
@@ -169,7 +178,7 @@ class TestHttpTar(unittest.TestCase):
         self.assertGreater(len(log2), st1["get_requests"])
         self.assertLess(len(log2), n)
         # shuffled batches coalesce too, less: still fewer requests than samples
-        sh = self.stats(self.run_check(self.remote(), batch_size=40, shuffle=True, coalesce_gap_bytes=1 << 20))
+        sh = lstats(self.run_check(self.remote(), batch_size=40, shuffle=True, coalesce_gap_bytes=1 << 20))
         self.assertLess(sh["get_requests"], n)
 
     def test_one_request_with_repeated_and_neighbouring_samples(self):
@@ -236,7 +245,7 @@ class TestHttpTar(unittest.TestCase):
         second = self.run_check(self.remote(), index_dir=idx)
         self.assertEqual(samples(second), samples(first))
         self.assertEqual([e for e in self.env.access_log() if e[0] == "GET" and e[4] == "-"], [])  # no index pass
-        st = self.stats(second)
+        st = lstats(second)
         self.assertEqual((st["storage"], st["disk"], st["memory"]), (len(samples(second)), 0, 0))
         self.assertEqual(len(os.listdir(idx)), SHARDS)  # indexes only: no cache entries
         # local shards: the index goes to index_dir, not beside the shard
@@ -265,7 +274,7 @@ class TestHttpTar(unittest.TestCase):
             self.assertEqual(os.path.getsize(path), len(saved))
             os.utime(path, (1700000000, 1700000000))  # nginx's ETag changes with the mtime
             second = self.run_check(self.remote(), **kw)
-            self.assertGreater(self.stats(second)["disk"], 0)  # the disk tier served the other shards
+            self.assertGreater(lstats(second)["disk"], 0)  # the disk tier served the other shards
             self.assertEqual(samples(second), samples(self.run_check(self.local(), **kw)))
             self.assertNotEqual(samples(second), samples(first))
         finally:
@@ -337,21 +346,8 @@ class TestHttpReadAhead(unittest.TestCase):
         cls.env.__exit__(None, None, None)
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
-    def run_check(self, source, env_add=None, **settings):
-        env = dict(os.environ, **(env_add or {}))
-        shuffle = settings.pop("shuffle", True)
-        r = subprocess.run(loader_args(source, shuffle, settings), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True, timeout=300, env=env)
-        out = r.stdout + r.stderr
-        self.assertNotIn("Sanitizer", out)
-        self.assertEqual(r.returncode, 0, out[-3000:])
-        lines = r.stdout.splitlines()
-        self.assertEqual(lines[-1], "OK")
-        return lines
-
-    def stats(self, lines):
-        ln = [x for x in lines if x.startswith("LSTATS ")][-1]
-        return {k: int(v) for k, v in (p.split("=") for p in ln.split()[1:])}
+    def run_check(self, source, env_add=None, shuffle=True, **settings):
+        return run_loader(self, source, shuffle=shuffle, env=dict(os.environ, **(env_add or {})), **settings)
 
     def test_read_ahead_requests_each_sample_once(self):
         for shuffle in (False, True):
@@ -363,7 +359,7 @@ class TestHttpReadAhead(unittest.TestCase):
                 # at most one Range request per sample delivered (nothing requested twice, nothing dropped and
                 # fetched again); fewer where one chunk read ahead holds a sample twice (its last use in epoch 0
                 # and its first in epoch 1): both are parts of one request
-                gets = self.stats(got)["get_requests"]
+                gets = lstats(got)["get_requests"]
                 self.assertLessEqual(gets, len(want), "readahead_bytes=%d" % ra)
                 self.assertGreaterEqual(gets, len(want) - (1024 if ra else 0), "readahead_bytes=%d" % ra)
 
@@ -374,7 +370,7 @@ class TestHttpReadAhead(unittest.TestCase):
         ep = [x for x in got if x.startswith("EPOCH ")]
         self.assertIn("get_requests=%d " % self.n, ep[0])
         self.assertIn("get_requests=0 ", ep[1])
-        self.assertEqual(self.stats(got)["get_requests"], self.n)
+        self.assertEqual(lstats(got)["get_requests"], self.n)
 
     def test_seek_back_and_forth_with_requests_ahead(self):
         """A seek abandons the requests sent ahead: the batches after it equal a local run's, both ways."""
@@ -394,7 +390,7 @@ class TestHttpReadAhead(unittest.TestCase):
             want = samples(self.run_check(self.www, **kw))
             got = self.run_check(self.src, **kw)
             self.assertEqual(samples(got), want, "shuffle_buffer=%d" % buf)
-            gets = self.stats(got)["get_requests"]
+            gets = lstats(got)["get_requests"]
             # 4,800 samples of ~3 KB in 6 shards: requests of up to 64 KiB gaps and 16 MiB, chunks of ~500
             # samples; one request per sample (per step submitted alone: 0.96 per sample) would be 4,800
             self.assertLess(gets, len(want) // 20, "shuffle_buffer=%d: %d requests" % (buf, gets))
@@ -415,7 +411,7 @@ class TestHttpReadAhead(unittest.TestCase):
             got = self.run_check(self.src, batch_size=16, epochs=1, shuffle=False, coalesce_gap_bytes=0,
                                  cache_dir=cache)
             self.assertEqual(samples(got), want)
-            st = self.stats(got)
+            st = lstats(got)
             self.assertGreater(st["prefetched"], self.n // 2)
             self.assertEqual(st["get_requests"], self.n)
 
@@ -447,17 +443,8 @@ class TestHttpsTar(unittest.TestCase):
     def run_check(self, source, expect_ok=True, env_add=None, **settings):
         env = {k: v for k, v in os.environ.items() if k not in ("SSL_CERT_FILE", "CURL_CA_BUNDLE")}
         env.update(env_add or {})
-        r = subprocess.run(loader_args(source, False, settings), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True, timeout=300, env=env)
-        out = r.stdout + r.stderr
-        self.assertNotIn("Sanitizer", out)
-        lines = r.stdout.splitlines()
-        if expect_ok:
-            self.assertEqual(r.returncode, 0, out[-3000:])
-            self.assertEqual(lines[-1], "OK")
-        else:
-            self.assertNotEqual(r.returncode, 0, out[-3000:])
-            self.assertTrue(lines and lines[-1].startswith("ERROR "), out[-3000:])
+        lines = run_loader(self, source, expect_ok=expect_ok, env=env, **settings)
+        if not expect_ok:
             self.assertEqual(samples(lines), [], "no sample is read from a server that is not trusted")
         return lines
 
