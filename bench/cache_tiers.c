@@ -77,14 +77,14 @@ int main(int argc, char **argv) {
           snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
           if (system(cmd) != 0) return 1;
           lade__cache_opts_t o = {.dir = disk ? dir : NULL, .ns = "bench", .capacity = 1ull << 30,
-                                  .policy = LADE_CACHE_LRU};
+                                  .policy = LADE__CACHE_LRU};
           lade__cache_t *c = NULL;
           if (lade__cache_open(&c, &o) != 0) {
             fprintf(stderr, "open: %s\n", lade_last_error());
             return 1;
           }
-          tp = LADE_MIN(tp, run(c, threads, n, size, data, do_put, &failed));
-          tg = LADE_MIN(tg, run(c, threads, n, size, data, do_get, &failed));
+          tp = LADE__MIN(tp, run(c, threads, n, size, data, do_put, &failed));
+          tg = LADE__MIN(tg, run(c, threads, n, size, data, do_get, &failed));
           lade__cache_close(c);
         }
         double mb = (double)n * (double)size / 1e6;
@@ -101,7 +101,7 @@ int main(int argc, char **argv) {
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0) return 1;
-    lade__cache_opts_t o = {.dir = dir, .ns = "bench", .capacity = 4096 * 2 * 1024, .policy = LADE_CACHE_FIFO};
+    lade__cache_opts_t o = {.dir = dir, .ns = "bench", .capacity = 4096 * 2 * 1024, .policy = LADE__CACHE_FIFO};
     lade__cache_t *c = NULL;
     if (lade__cache_open(&c, &o) != 0) return 1;
     double fill = run(c, 1, 1024, 2048, data, do_put, &failed); /* 2048 + header: one block each */
@@ -155,7 +155,7 @@ int main(int argc, char **argv) {
         snprintf(path, sizeof path, "%s/%02x/%016llx", ns, (unsigned)(k & 0xff), (unsigned long long)k);
         if (stat(path, &sb) != 0) failed++;
       }
-      tstat = LADE_MIN(tstat, lade__now() - t0);
+      tstat = LADE__MIN(tstat, lade__now() - t0);
     }
     printf("disk   version check: stat() of a sample's path %.2f us (%.0f/s; page cache warm)\n", tstat / (double)n * 1e6,
            (double)n / tstat);

@@ -57,7 +57,7 @@ static double run_xform(const lade__transform_ops_t *ops, int dtype, uint8_t **i
   for (int r = 0; r < rounds; r++) {
     for (int i = 0; i < n; i++) {
       lade__rng_t rng;
-      lade__rng_init(&rng, 1, (uint64_t)i, LADE_RNG_AUGMENT);
+      lade__rng_init(&rng, 1, (uint64_t)i, LADE__RNG_AUGMENT);
       lade__xform_ctx_t ctx = {(uint64_t)i, (uint64_t)r, &rng};
       uint32_t payload;
       if (ops->apply(st, ws, img[i], len[i], &ctx, out, &payload)) {

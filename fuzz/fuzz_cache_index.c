@@ -83,7 +83,7 @@ static void setup(void) {
   const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
   snprintf(g_dir, sizeof g_dir, "%s/lade_fuzz_cache.XXXXXX", base);
   if (!mkdtemp(g_dir)) abort();
-  lade__cache_t *c = open_tier(LADE_CACHE_FIFO, 1 << 20);
+  lade__cache_t *c = open_tier(LADE__CACHE_FIFO, 1 << 20);
   if (!c) abort();
   lade__cache_close(c);
   DIR *d = opendir(g_dir);
@@ -117,7 +117,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   uint8_t p1[300], p2[5000];
   payload(1, p1, sizeof p1);
   payload(2, p2, sizeof p2);
-  lade__cache_t *c = open_tier(LADE_CACHE_FIFO, 1 << 20);
+  lade__cache_t *c = open_tier(LADE__CACHE_FIFO, 1 << 20);
   if (!c) abort();
   if (lade__cache_put_ver(c, 1, 0, p1, sizeof p1) || lade__cache_put_ver(c, 2, 0, p2, sizeof p2)) abort();
   lade__cache_close(c);

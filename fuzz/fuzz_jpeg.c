@@ -16,7 +16,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static uint8_t out[64 * 64 * 3 * 4];
   if (!d && lade__imgdec_create(&d) != 0) abort();
   int W, H;
-  /* every size the library accepts (up to LADE_IMG_MAX_PIXELS = 2^28) is
+  /* every size the library accepts (up to LADE__IMG_MAX_PIXELS = 2^28) is
    * fuzzed; lade__img_size refuses the larger ones itself */
   if (lade__img_size(d, data, size, &W, &H) != 0) return 0;
   if (W <= 0 || H <= 0) return 0;

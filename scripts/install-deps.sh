@@ -15,7 +15,7 @@ pkgs=(
   python3 python3-dev python3-numpy python3-pytest python3-pil python3-setuptools
   python3-torch python3-torchvision
   gnuplot-nox                    # lade simulate/model --plot
-  libopenmpi-dev openmpi-bin     # the MPI transport between learners (src/dist/mpi.c) and the mpirun tests
+  libopenmpi-dev openmpi-bin     # the MPI transport between learners (src/transport/mpi.c) and the mpirun tests
   python3-mpi4py                 # the Python module under mpirun beside mpi4py
   nginx                          # http(s):// tar shard tests: a real HTTP server with Range support
 )

@@ -7,10 +7,10 @@
 int lade__cache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
   *out = NULL;
   if (!o || o->capacity == 0) return lade__fail(LADE_EINVAL, "cache: capacity must be > 0");
-  if (o->policy != LADE_CACHE_FIFO && o->policy != LADE_CACHE_LRU && o->policy != LADE_CACHE_CLAIRVOYANT &&
-      o->policy != LADE_CACHE_PLAN)
+  if (o->policy != LADE__CACHE_FIFO && o->policy != LADE__CACHE_LRU && o->policy != LADE__CACHE_CLAIRVOYANT &&
+      o->policy != LADE__CACHE_PLAN)
     return lade__fail(LADE_EINVAL, "cache: policy %d is not fifo, lru, clairvoyant or plan", o->policy);
-  if (o->policy == LADE_CACHE_CLAIRVOYANT && !o->next_use)
+  if (o->policy == LADE__CACHE_CLAIRVOYANT && !o->next_use)
     return lade__fail(LADE_EINVAL, "cache: the clairvoyant policy needs a next_use function");
   return o->dir ? lade__diskcache_open(out, o) : lade__memcache_open(out, o);
 }

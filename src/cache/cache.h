@@ -26,8 +26,8 @@
  *
  * Every function is thread-safe.
  */
-#ifndef LADE_CACHE_H
-#define LADE_CACHE_H
+#ifndef LADE__CACHE_H
+#define LADE__CACHE_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -37,8 +37,8 @@
 #include "core/config.h" /* policy numbers */
 #include "core/core.h"
 
-/* Policy numbers: LADE_CACHE_FIFO, LADE_CACHE_LRU, LADE_CACHE_CLAIRVOYANT
- * from core/config.h (LADE_CACHE_AUTO is resolved by the engine). */
+/* Policy numbers: LADE__CACHE_FIFO, LADE__CACHE_LRU, LADE__CACHE_CLAIRVOYANT
+ * from core/config.h (LADE__CACHE_AUTO is resolved by the engine). */
 
 /* Position (in the consumer's future access order) of the next use of key,
  * UINT64_MAX for never. Called with the cache's lock held: must not call
@@ -50,7 +50,7 @@ typedef struct lade__cache_opts {
   const char *ns;        /* dataset identity (e.g. the source URL): entries live in dir/<hash of ns>/,
                           * so two datasets never share entries; the text is stored there too */
   uint64_t capacity;     /* bytes of entries (payload + per-entry overhead) kept at most; > 0 */
-  int policy;            /* LADE_CACHE_FIFO | LRU | CLAIRVOYANT */
+  int policy;            /* LADE__CACHE_FIFO | LRU | CLAIRVOYANT */
   lade__next_use_fn next_use; /* required for clairvoyant */
   void *next_use_ctx;
   int named_temporaries; /* disk tier: write named temporaries even where O_TMPFILE works (tests the fallback) */

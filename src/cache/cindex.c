@@ -140,7 +140,7 @@ static void heap_fix(lade__cindex_t *ix, size_t i) {
   heap_down(ix, e->heap_i);
 }
 
-static bool clairvoyant(const lade__cindex_t *ix) { return ix->policy == LADE_CACHE_CLAIRVOYANT; }
+static bool clairvoyant(const lade__cindex_t *ix) { return ix->policy == LADE__CACHE_CLAIRVOYANT; }
 
 int lade__cindex_insert(lade__cindex_t *ix, lade__centry_t *e) {
   assert(!lade__cindex_find(ix, e->key));
@@ -186,7 +186,7 @@ void lade__cindex_remove(lade__cindex_t *ix, lade__centry_t *e) {
 }
 
 void lade__cindex_touch(lade__cindex_t *ix, lade__centry_t *e) {
-  if (ix->policy == LADE_CACHE_LRU) {
+  if (ix->policy == LADE__CACHE_LRU) {
     list_unlink(ix, e);
     list_append(ix, e);
   } else if (clairvoyant(ix)) {
@@ -213,7 +213,7 @@ lade__centry_t *lade__cindex_victim(lade__cindex_t *ix) {
 bool lade__cindex_admit(lade__cindex_t *ix, uint64_t key, uint64_t charge) {
   if (charge > ix->capacity) return false;
   /* plan: the plan evicts (lade__cache_evict); a put that does not fit is refused */
-  if (ix->policy == LADE_CACHE_PLAN) return ix->used + charge <= ix->capacity;
+  if (ix->policy == LADE__CACHE_PLAN) return ix->used + charge <= ix->capacity;
   if (!clairvoyant(ix) || ix->used + charge <= ix->capacity) return true;
   lade__centry_t *v = lade__cindex_victim(ix);
   return !v || ix->next_use(ix->next_use_ctx, key) <= v->nu;

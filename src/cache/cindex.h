@@ -5,8 +5,8 @@
  * each entry's remembered next use. Not thread-safe: the owning tier calls
  * every function with its own lock held.
  */
-#ifndef LADE_CINDEX_H
-#define LADE_CINDEX_H
+#ifndef LADE__CINDEX_H
+#define LADE__CINDEX_H
 
 #include <pthread.h>
 #include <stdbool.h>

@@ -68,7 +68,7 @@ typedef struct diskcache {
   int dirfd, lockfd;
   _Atomic int no_tmpfile; /* the file system refused O_TMPFILE: named temporaries */
   bool opened;             /* open succeeded: close writes INDEX */
-  char path[LADE_PATH_MAX]; /* the namespace folder */
+  char path[LADE__PATH_MAX]; /* the namespace folder */
 } diskcache_t;
 
 typedef struct name {

@@ -1,6 +1,6 @@
 /*
  * memcache.c - the memory tier: each entry's bytes in one malloc'd block,
- * charged its length plus LADE_MEMCACHE_OVERHEAD.
+ * charged its length plus LADE__MEMCACHE_OVERHEAD.
  *
  * Lock: `mu` guards the index, every entry's fields and the stats. Copies
  * run outside it: get pins the entry (refs), copies, and re-locks to unpin;
@@ -14,7 +14,7 @@
 
 #include "cache/cindex.h"
 
-#define LADE_MEMCACHE_OVERHEAD 64
+#define LADE__MEMCACHE_OVERHEAD 64
 
 typedef struct memcache {
   lade__cache_t base; /* ops, mu, ix, st */
@@ -64,11 +64,11 @@ static int mem_get(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_t *ou
   return rc;
 }
 
-uint64_t lade__memcache_charge(uint64_t len) { return len + LADE_MEMCACHE_OVERHEAD; }
+uint64_t lade__memcache_charge(uint64_t len) { return len + LADE__MEMCACHE_OVERHEAD; }
 
 static int mem_put(lade__cache_t *c, uint64_t key, uint64_t ver, const void *data, size_t len) {
   memcache_t *m = (memcache_t *)c;
-  uint64_t charge = (uint64_t)len + LADE_MEMCACHE_OVERHEAD;
+  uint64_t charge = (uint64_t)len + LADE__MEMCACHE_OVERHEAD;
   if (charge > m->base.ix.capacity) {
     pthread_mutex_lock(&m->base.mu);
     m->base.st.rejected++;

@@ -3,8 +3,8 @@
  * tier that hands out sample bytes (sources, cache tiers, the fetch stage)
  * fills one, so it lives in core/ and no module needs another for it.
  */
-#ifndef LADE_CORE_BUF_H
-#define LADE_CORE_BUF_H
+#ifndef LADE__CORE_BUF_H
+#define LADE__CORE_BUF_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -6,8 +6,8 @@
  * tar source's Range requests (tar_http.c, gap in bytes) and the hdf5
  * source's hyperslabs (hdf5.c, gap in samples, converted to bytes).
  */
-#ifndef LADE_COALESCE_H
-#define LADE_COALESCE_H
+#ifndef LADE__COALESCE_H
+#define LADE__COALESCE_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,26 +1,26 @@
 /* config.h - the typed settings behind lade_config_t. Every module reads
  * its settings from here; lade_config_set() validates them on entry. */
-#ifndef LADE_CONFIG_H
-#define LADE_CONFIG_H
+#ifndef LADE__CONFIG_H
+#define LADE__CONFIG_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "lade/lade.h"
 
-enum { LADE_SRC_AUTO = 0, LADE_SRC_DIR, LADE_SRC_NPY, LADE_SRC_S3, LADE_SRC_TAR, LADE_SRC_HDF5 };
-enum { LADE_S3_ADDR_AUTO = 0, LADE_S3_ADDR_PATH, LADE_S3_ADDR_VIRTUAL };
-enum { LADE_CACHE_AUTO = 0, LADE_CACHE_FIFO, LADE_CACHE_LRU, LADE_CACHE_CLAIRVOYANT, LADE_CACHE_PLAN };
-enum { LADE_TRISTATE_AUTO = 0, LADE_TRISTATE_ON, LADE_TRISTATE_OFF };
-enum { LADE_XF_AUTO = 0, LADE_XF_RAW, LADE_XF_NPY, LADE_XF_IMAGENET_TRAIN, LADE_XF_IMAGENET_EVAL };
-enum { LADE_ONERR_FAIL = 0, LADE_ONERR_SKIP };
-enum { LADE_TRANSPORT_AUTO = 0, LADE_TRANSPORT_LOCAL, LADE_TRANSPORT_MPI };
-enum { LADE_DECODE_SCALE_OFF = 0, LADE_DECODE_SCALE_AUTO };
+enum { LADE__SRC_AUTO = 0, LADE__SRC_DIR, LADE__SRC_NPY, LADE__SRC_S3, LADE__SRC_TAR, LADE__SRC_HDF5 };
+enum { LADE__S3_ADDR_AUTO = 0, LADE__S3_ADDR_PATH, LADE__S3_ADDR_VIRTUAL };
+enum { LADE__CACHE_AUTO = 0, LADE__CACHE_FIFO, LADE__CACHE_LRU, LADE__CACHE_CLAIRVOYANT, LADE__CACHE_PLAN };
+enum { LADE__TRISTATE_AUTO = 0, LADE__TRISTATE_ON, LADE__TRISTATE_OFF };
+enum { LADE__XF_AUTO = 0, LADE__XF_RAW, LADE__XF_NPY, LADE__XF_IMAGENET_TRAIN, LADE__XF_IMAGENET_EVAL };
+enum { LADE__ONERR_FAIL = 0, LADE__ONERR_SKIP };
+enum { LADE__TRANSPORT_AUTO = 0, LADE__TRANSPORT_LOCAL, LADE__TRANSPORT_MPI };
+enum { LADE__DECODE_SCALE_OFF = 0, LADE__DECODE_SCALE_AUTO };
 
-#define LADE_PATH_MAX 4096
+#define LADE__PATH_MAX 4096
 
 struct lade_config {
-  char source[LADE_PATH_MAX];
+  char source[LADE__PATH_MAX];
   int source_type;
   int transform;
   uint32_t batch_size;
@@ -36,13 +36,13 @@ struct lade_config {
   uint32_t crop_size;
   uint32_t resize_size;
   int image_dtype;       /* LADE_DTYPE_FLOAT32 (CHW, normalised) or LADE_DTYPE_UINT8 (HWC) */
-  int decode_scale;      /* LADE_DECODE_SCALE_*: JPEG IDCT scaling in the image transforms */
+  int decode_scale;      /* LADE__DECODE_SCALE_*: JPEG IDCT scaling in the image transforms */
   double scale_min, scale_max, ratio_min, ratio_max, hflip;
   uint64_t raw_size;     /* raw slot bytes; 0: size of sample 0 */
   int on_error;
   uint32_t skip_max_run;    /* on_error=skip: failed reads in a row that stop the loader (0: no bound) */
   double skip_max_fraction; /* on_error=skip: bad samples per epoch, as a fraction, that stop it (1: no bound) */
-  char trace[LADE_PATH_MAX];
+  char trace[LADE__PATH_MAX];
   char npy_dtype[16];    /* "" : taken from the first file */
   char npy_shape[128];   /* "" : taken from the first file, else "3,224,224" */
   /* the hdf5 source */
@@ -66,14 +66,14 @@ struct lade_config {
   uint32_t s3_retries;
   uint32_t s3_retry_base_ms;
   uint64_t max_sample_bytes;       /* no sample (file or object) larger than this is read */
-  char label_file[LADE_PATH_MAX];
+  char label_file[LADE__PATH_MAX];
   uint64_t listing_ttl;            /* seconds a cached listing is reused; 0: never cached */
   uint64_t coalesce_gap_bytes;     /* remote tar shards: neighbours this close share one Range request */
   uint64_t readahead_bytes;        /* remote sources: bytes of future steps requested ahead (0: the batch window only) */
-  char tls_ca_file[LADE_PATH_MAX];  /* PEM CA bundle for https:// (s3 and tar); "": $SSL_CERT_FILE, $CURL_CA_BUNDLE, system */
+  char tls_ca_file[LADE__PATH_MAX];  /* PEM CA bundle for https:// (s3 and tar); "": $SSL_CERT_FILE, $CURL_CA_BUNDLE, system */
   /* cache tiers and the DELI prefetcher */
-  char index_dir[LADE_PATH_MAX];   /* tar shards' indexes; "": cache_dir, else beside local shards */
-  char cache_dir[LADE_PATH_MAX];
+  char index_dir[LADE__PATH_MAX];   /* tar shards' indexes; "": cache_dir, else beside local shards */
+  char cache_dir[LADE__PATH_MAX];
   uint64_t cache_disk_bytes;       /* 0 with cache_dir set: half the free space */
   uint64_t cache_mem_bytes;        /* 0: no memory tier */
   int cache_policy;
@@ -83,10 +83,10 @@ struct lade_config {
   uint32_t plan_imbalance;         /* plan=solar */
   uint64_t shuffle_buffer;         /* plan=shards */
   uint32_t model_parallel, devices_per_node;
-  int transport;                   /* LADE_TRANSPORT_* */
+  int transport;                   /* LADE__TRANSPORT_* */
   uint32_t peer_timeout_ms;
   int plan_order;                  /* lade_plan_order_algo_t */
-  int prefetcher;                  /* LADE_TRISTATE_* */
+  int prefetcher;                  /* LADE__TRISTATE_* */
   uint64_t fetch_size;             /* samples per prefetch; 0: half the disk cache (50/50 rule) */
   uint64_t prefetch_threshold;     /* fetched-but-unused samples that trigger a fetch; 0: = fetch_size */
   lade_allocator_t allocator;

@@ -3,8 +3,8 @@
  * counter-based RNG, aligned allocation, small string helpers. No module
  * outside core/ is included from here.
  */
-#ifndef LADE_CORE_H
-#define LADE_CORE_H
+#ifndef LADE__CORE_H
+#define LADE__CORE_H
 
 #include <stdarg.h>
 #include <stddef.h>
@@ -12,10 +12,10 @@
 
 #include "lade/lade.h"
 
-#define LADE_UNUSED(x) ((void)(x))
-#define LADE_MIN(a, b) ((a) < (b) ? (a) : (b))
-#define LADE_MAX(a, b) ((a) > (b) ? (a) : (b))
-#define LADE_CACHELINE 64
+#define LADE__UNUSED(x) ((void)(x))
+#define LADE__MIN(a, b) ((a) < (b) ? (a) : (b))
+#define LADE__MAX(a, b) ((a) > (b) ? (a) : (b))
+#define LADE__CACHELINE 64
 
 /* ---- errors: set the thread's last error and return the code. */
 int lade__fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -59,12 +59,12 @@ typedef struct lade__rng {
 /* Domain tags for the b coordinate, so streams for different purposes never
  * collide. */
 enum {
-  LADE_RNG_SHUFFLE = 0x5348,   /* epoch permutation: a = epoch */
-  LADE_RNG_AUGMENT = 0x4155,   /* per-sample augmentation: a = sample index */
-  LADE_RNG_SUBST = 0x5355,     /* on_error=skip substitutes: a = sample index */
-  LADE_RNG_PLAN = 0x504c,      /* planners: a = epoch */
-  LADE_RNG_SHARDS = 0x5344,    /* shards order, shard list shuffle: a = epoch */
-  LADE_RNG_SHARDBUF = 0x5342   /* shards order, shuffle buffer: a = epoch, seed mixed with the group */
+  LADE__RNG_SHUFFLE = 0x5348,   /* epoch permutation: a = epoch */
+  LADE__RNG_AUGMENT = 0x4155,   /* per-sample augmentation: a = sample index */
+  LADE__RNG_SUBST = 0x5355,     /* on_error=skip substitutes: a = sample index */
+  LADE__RNG_PLAN = 0x504c,      /* planners: a = epoch */
+  LADE__RNG_SHARDS = 0x5344,    /* shards order, shard list shuffle: a = epoch */
+  LADE__RNG_SHARDBUF = 0x5342   /* shards order, shuffle buffer: a = epoch, seed mixed with the group */
 };
 
 void lade__rng_init(lade__rng_t *r, uint64_t seed, uint64_t a, uint64_t b);

@@ -4,27 +4,27 @@
 
 #include "core.h"
 
-#define LADE_ERRBUF 1024
-static _Thread_local char tls_error[LADE_ERRBUF];
+#define LADE__ERRBUF 1024
+static _Thread_local char tls_error[LADE__ERRBUF];
 
 const char *lade_strerror(int code) {
   switch (code) {
-#define LADE_X_TEXT(name, value, text) \
+#define LADE__X_TEXT(name, value, text) \
   case value:                          \
     return text;
-    LADE_ERRORS(LADE_X_TEXT)
-#undef LADE_X_TEXT
+    LADE_ERRORS(LADE__X_TEXT)
+#undef LADE__X_TEXT
   }
   return "unknown error";
 }
 
 const char *lade_error_name(int code) {
   switch (code) {
-#define LADE_X_NAME(name, value, text) \
+#define LADE__X_NAME(name, value, text) \
   case value:                          \
     return #name;
-    LADE_ERRORS(LADE_X_NAME)
-#undef LADE_X_NAME
+    LADE_ERRORS(LADE__X_NAME)
+#undef LADE__X_NAME
   }
   return "LADE_E?";
 }
@@ -40,7 +40,7 @@ static void escape_controls(void) {
   size_t n = 0;
   for (const char *c = s; *c; c++) n += ((unsigned char)*c < 0x20 || *c == 0x7f) ? 4 : 1;
   if (n == strlen(s)) return;
-  char out[LADE_ERRBUF];
+  char out[LADE__ERRBUF];
   size_t o = 0;
   for (const char *c = s; *c && o + 1 < sizeof out; c++) {
     unsigned char u = (unsigned char)*c;
@@ -71,9 +71,9 @@ int lade__fail(int code, const char *fmt, ...) {
 }
 
 int lade__fail_prefix(int code, const char *fmt, ...) {
-  char old[LADE_ERRBUF];
+  char old[LADE__ERRBUF];
   memcpy(old, tls_error, sizeof old);
-  char pre[LADE_ERRBUF];
+  char pre[LADE__ERRBUF];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(pre, sizeof pre, fmt, ap);

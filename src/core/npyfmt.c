@@ -12,9 +12,9 @@
 #include "core.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-#define LADE_HOST_BIG 1
+#define LADE__HOST_BIG 1
 #else
-#define LADE_HOST_BIG 0
+#define LADE__HOST_BIG 0
 #endif
 
 static const char *skip_ws(const char *p, const char *end) {
@@ -43,7 +43,7 @@ static int dtype_from_descr(const char *d, bool *other) {
   char order = d[0];
   const char *t = d + 1;
   if (order != '<' && order != '>' && order != '|' && order != '=') return 0;
-  *other = order == (LADE_HOST_BIG ? '<' : '>');
+  *other = order == (LADE__HOST_BIG ? '<' : '>');
   static const struct {
     const char *code;
     int dtype;
@@ -178,7 +178,7 @@ void lade__npy_describe(const lade__npy_header_t *h, char *buf, size_t size) {
   for (int i = 0; i < h->ndim && n < size; i++)
     n += (size_t)snprintf(buf + n, size - n, "%s%lld", i ? "," : "", (long long)h->shape[i]);
   if (n < size) n += (size_t)snprintf(buf + n, size - n, ")%s", h->fortran ? ", fortran order" : "");
-  if (n < size && h->swap) snprintf(buf + n, size - n, ", %s", LADE_HOST_BIG ? "little-endian" : "big-endian");
+  if (n < size && h->swap) snprintf(buf + n, size - n, ", %s", LADE__HOST_BIG ? "little-endian" : "big-endian");
 }
 
 void lade__npy_swap(void *buf, size_t count, size_t esize) {

@@ -1,7 +1,7 @@
 /* npyfmt.h - the .npy header (NumPy format 1.0/2.0/3.0): parse and write.
  * Shared by the npy source, the npy transform, the generator and fuzzing. */
-#ifndef LADE_NPYFMT_H
-#define LADE_NPYFMT_H
+#ifndef LADE__NPYFMT_H
+#define LADE__NPYFMT_H
 
 #include <stdbool.h>
 #include <stddef.h>

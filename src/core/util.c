@@ -11,11 +11,11 @@
 #include "config.h"
 #include "core.h"
 
-#define LADE_STR2(x) #x
-#define LADE_STR(x) LADE_STR2(x)
+#define LADE__STR2(x) #x
+#define LADE__STR(x) LADE__STR2(x)
 
 const char *lade_version(void) {
-  return LADE_STR(LADE_VERSION_MAJOR) "." LADE_STR(LADE_VERSION_MINOR) "." LADE_STR(LADE_VERSION_PATCH);
+  return LADE__STR(LADE_VERSION_MAJOR) "." LADE__STR(LADE_VERSION_MINOR) "." LADE__STR(LADE_VERSION_PATCH);
 }
 
 double lade__now(void) {
@@ -132,7 +132,7 @@ uint64_t lade_checksum(const void *data, size_t n, uint64_t seed) {
 }
 
 int lade__mkdir_private(const char *path) {
-  char p[LADE_PATH_MAX];
+  char p[LADE__PATH_MAX];
   size_t n = strlen(path);
   if (n == 0 || n >= sizeof p) return lade__fail(LADE_EINVAL, "folder '%s': empty or too long", path);
   memcpy(p, path, n + 1);

@@ -58,7 +58,7 @@
 
 #include "core/config.h"
 #include "core/core.h"
-#include "dist/dist.h"
+#include "transport/transport.h"
 #include "engine/fetch.h"
 #include "engine/trace.h"
 #include "plan/cursor.h"
@@ -88,7 +88,7 @@ typedef struct slot {
   /* remote sources: samples are claimed in arrival order, not index order */
   uint8_t *taken;
   uint32_t first_free;  /* every sample before it is taken */
-  uint64_t tier_samples[LADE_TIER_COUNT], tier_bytes[LADE_TIER_COUNT]; /* guarded by mu */
+  uint64_t tier_samples[LADE__TIER_COUNT], tier_bytes[LADE__TIER_COUNT]; /* guarded by mu */
   uint64_t plan_fallbacks, plan_peer; /* guarded by mu: reads that did not follow the plan's route */
   lade__cursor_step_t cs;             /* the plan's step: samples, routes, admits, evicts */
   bool finishing;                     /* its evicts are being applied (routed plans) */
@@ -143,8 +143,8 @@ typedef struct worker {
   /* stats (written by this worker only) */
   double t_read, t_xform;
   uint64_t bytes, samples, substituted;
-  uint64_t tier_samples[LADE_TIER_COUNT], tier_bytes[LADE_TIER_COUNT];
-} __attribute__((aligned(LADE_CACHELINE))) worker_t;
+  uint64_t tier_samples[LADE__TIER_COUNT], tier_bytes[LADE__TIER_COUNT];
+} __attribute__((aligned(LADE__CACHELINE))) worker_t;
 
 struct lade_loader {
   struct lade_config cfg;
@@ -160,7 +160,7 @@ struct lade_loader {
   lade__sample_shape_t shape;
   lade__cursor_t *cursor; /* the one source of the order (plan/cursor.h) */
   bool routed;            /* the plan routes samples: steps finish in order (finish_steps_in_order) */
-  lade__dist_t *dist;     /* the transport between learners (routed plans under mpirun), or NULL */
+  lade__transport_t *dist;     /* the transport between learners (routed plans under mpirun), or NULL */
   uint64_t evict_q;       /* routed: the next step to finish */
   uint64_t steps, total; /* steps per epoch, epochs * steps */
   bool direct_payload;   /* npy source + npy transform: read into the slot */
@@ -202,7 +202,7 @@ struct lade_loader {
   _Atomic uint32_t fail_run; /* on_error=skip: failed reads in a row, any worker (a success resets it) */
   /* per-epoch counters (grown as epochs start), guarded by mu */
   struct epoch_acc {
-    uint64_t batches, samples[LADE_TIER_COUNT], bytes[LADE_TIER_COUNT];
+    uint64_t batches, samples[LADE__TIER_COUNT], bytes[LADE__TIER_COUNT];
     double wait;
     uint64_t bad; /* samples of this epoch that failed (on_error=skip replaced them) */
     uint64_t plan_fallbacks, plan_peer;
@@ -282,12 +282,12 @@ static void free_all(lade_loader_t *L) {
 
 static const lade__transform_ops_t *transform_for(const struct lade_config *c, const lade__source_ops_t *src) {
   int t = c->transform;
-  if (t == LADE_XF_AUTO) t = src == &lade__source_npy || !strcmp(src->name, "hdf5") ? LADE_XF_NPY : LADE_XF_IMAGENET_TRAIN;
+  if (t == LADE__XF_AUTO) t = src == &lade__source_npy || !strcmp(src->name, "hdf5") ? LADE__XF_NPY : LADE__XF_IMAGENET_TRAIN;
   switch (t) {
-    case LADE_XF_RAW: return &lade__xform_raw;
-    case LADE_XF_NPY: return &lade__xform_npy;
-    case LADE_XF_IMAGENET_TRAIN: return &lade__xform_imagenet_train;
-    case LADE_XF_IMAGENET_EVAL: return &lade__xform_imagenet_eval;
+    case LADE__XF_RAW: return &lade__xform_raw;
+    case LADE__XF_NPY: return &lade__xform_npy;
+    case LADE__XF_IMAGENET_TRAIN: return &lade__xform_imagenet_train;
+    case LADE__XF_IMAGENET_EVAL: return &lade__xform_imagenet_eval;
   }
   return NULL;
 }
@@ -309,7 +309,7 @@ static int serve_peer(void *ctx, uint64_t idx, uint64_t q, int nonblock, lade__b
 }
 #endif
 
-/* The transport a routed plan needs (docs/dist.md): MPI when asked, or
+/* The transport a routed plan needs (docs/transport.md): MPI when asked, or
  * (auto) when started by an MPI launcher with more than one process; rank
  * and world then come from MPI (the settings must agree when set), and the
  * learners' settings are compared. Without a transport, peer routes read
@@ -317,38 +317,38 @@ static int serve_peer(void *ctx, uint64_t idx, uint64_t q, int nonblock, lade__b
 static int open_transport(lade_loader_t *L, lade__cursor_params_t *cp) {
   int mode = L->cfg.transport;
   uint32_t launched_rank = 0, launched_world = 0;
-  bool launched = lade__dist_launched(&launched_rank, &launched_world) && launched_world > 1;
+  bool launched = lade__transport_launched(&launched_rank, &launched_world) && launched_world > 1;
   bool routed = lade__plan_kind_routed(cp->plan.kind);
-  if (mode == LADE_TRANSPORT_AUTO) {
-    mode = routed && launched ? LADE_TRANSPORT_MPI : LADE_TRANSPORT_LOCAL;
+  if (mode == LADE__TRANSPORT_AUTO) {
+    mode = routed && launched ? LADE__TRANSPORT_MPI : LADE__TRANSPORT_LOCAL;
   }
   /* the same command from a laptop to mpirun: the launcher's rank and world,
    * unless the settings name them (transport=mpi takes MPI's below) */
-  if (mode == LADE_TRANSPORT_LOCAL && launched && L->cfg.world_size == 1 && L->cfg.rank == 0) {
+  if (mode == LADE__TRANSPORT_LOCAL && launched && L->cfg.world_size == 1 && L->cfg.rank == 0) {
     L->cfg.rank = cp->rank = launched_rank;
     L->cfg.world_size = cp->plan.learners = launched_world;
   }
-  if (mode == LADE_TRANSPORT_LOCAL) return 0;
+  if (mode == LADE__TRANSPORT_LOCAL) return 0;
 #ifndef LADE_HAVE_MPI
-  if (L->cfg.transport == LADE_TRANSPORT_MPI)
+  if (L->cfg.transport == LADE__TRANSPORT_MPI)
     return lade__fail(LADE_EUNSUPPORTED, "transport=mpi: this build has no MPI (LADE_WITH_MPI; apt-get install "
                       "libopenmpi-dev openmpi-bin)");
   fprintf(stderr, "lade: note: started by an MPI launcher, but this build has no MPI (LADE_WITH_MPI): samples the "
                   "plan routes to peers are read from storage\n");
   return 0;
 #else
-  const lade__dist_check_t checks[] = {
+  const lade__transport_check_t checks[] = {
       {"samples (dataset size)", cp->plan.samples}, {"batch_size", cp->plan.batch_size},
       {"epochs", cp->plan.epochs},                  {"seed", cp->plan.seed},
       {"plan", (uint64_t)cp->plan.kind},            {"cache (samples per learner)", cp->plan.cache},
       {"drop_last", cp->drop_last},                 {"shuffle", cp->shuffle},
       {"plan_balance", (uint64_t)cp->plan.balance_peer}, {"plan_reorder", (uint64_t)cp->plan.reorder},
       {"plan_order", (uint64_t)cp->plan.order_algo}, {"plan_imbalance", cp->plan.imbalance}};
-  lade__dist_params_t dp = {.rank = L->cfg.rank, .world = L->cfg.world_size, .timeout_ms = L->cfg.peer_timeout_ms,
+  lade__transport_params_t dp = {.rank = L->cfg.rank, .world = L->cfg.world_size, .timeout_ms = L->cfg.peer_timeout_ms,
                             .serve = serve_peer, .serve_ctx = L, .checks = checks,
                             .nchecks = (uint32_t)(sizeof checks / sizeof checks[0])};
   uint32_t rank = 0, world = 1;
-  int rc = lade__dist_mpi.open(&L->dist, &dp, &rank, &world);
+  int rc = lade__transport_mpi.open(&L->dist, &dp, &rank, &world);
   if (rc) return rc;
   L->cfg.rank = cp->rank = rank;
   L->cfg.world_size = cp->plan.learners = world;
@@ -485,8 +485,8 @@ static int load_sample(lade_loader_t *L, worker_t *w, uint64_t idx, uint64_t q, 
   double t0 = lade__now();
   uint64_t epoch = q / L->steps;
   int rc;
-  *tier = LADE_TIER_STORAGE;
-  *note = LADE_ROUTE_MET;
+  *tier = LADE__TIER_STORAGE;
+  *note = LADE__ROUTE_MET;
   if (L->direct_payload) {
     rc = L->src_ops->read_payload(&L->src, idx, out, L->shape.bytes);
     double t1 = lade__now();
@@ -506,12 +506,12 @@ static int load_sample(lade_loader_t *L, worker_t *w, uint64_t idx, uint64_t q, 
   WSTAT_ADD(w->tier_samples[*tier], 1);
   WSTAT_ADD(w->tier_bytes[*tier], w->buf.len);
   lade__rng_t rng;
-  lade__rng_init(&rng, L->cfg.seed ^ lade__mix64(epoch + 1), idx, LADE_RNG_AUGMENT);
+  lade__rng_init(&rng, L->cfg.seed ^ lade__mix64(epoch + 1), idx, LADE__RNG_AUGMENT);
   lade__xform_ctx_t ctx = {.index = idx, .epoch = epoch, .rng = &rng};
   rc = L->xf->apply(L->xf_state, w->wstate, w->buf.data, w->buf.len, &ctx, out, payload);
   WSTAT_ADD(w->t_xform, lade__now() - t1);
   if (rc) {
-    char name[LADE_PATH_MAX + 64];
+    char name[LADE__PATH_MAX + 64];
     L->src_ops->describe(&L->src, idx, name, sizeof name);
     return lade__fail_prefix(rc, "%s (sample %llu): ", name, (unsigned long long)idx);
   }
@@ -564,11 +564,11 @@ static void process_sample(lade_loader_t *L, worker_t *w, slot_t *s, uint32_t i,
   uint32_t payload = 0;
   uint64_t t0 = L->trace ? (uint64_t)(lade__now() * 1e6) : 0;
   int rc = load_sample(L, w, idx, s->seq, s->cs.from[i], out, &payload, tier, note);
-  if (rc && L->cfg.on_error == LADE_ONERR_SKIP) {
+  if (rc && L->cfg.on_error == LADE__ONERR_SKIP) {
     int stop = note_read(L, rc);
     if (!stop) stop = note_bad_sample(L, epoch);
     lade__rng_t r;
-    lade__rng_init(&r, L->cfg.seed ^ lade__mix64(epoch + 1), idx, LADE_RNG_SUBST);
+    lade__rng_init(&r, L->cfg.seed ^ lade__mix64(epoch + 1), idx, LADE__RNG_SUBST);
     for (int t = 0; rc && !stop && t < MAX_SUBST_TRIES; t++) {
       uint64_t j = lade__rng_below(&r, L->src.count);
       rc = load_sample(L, w, j, s->seq, LADE__ROUTE_ANY, out, &payload, tier, note); /* a substitute: no route */
@@ -586,7 +586,7 @@ static void process_sample(lade_loader_t *L, worker_t *w, slot_t *s, uint32_t i,
     } else {
       lade__fail_prefix(rc, "on_error=skip found no valid substitute in %d tries; last: ", MAX_SUBST_TRIES);
     }
-  } else if (L->cfg.on_error == LADE_ONERR_SKIP) {
+  } else if (L->cfg.on_error == LADE__ONERR_SKIP) {
     note_read(L, 0);
   }
   s->sizes[i] = payload;
@@ -708,8 +708,8 @@ static void finish_steps_in_order(lade_loader_t *L) {
  * just handed out), as it did when the pool was fixed at prefetch + 1.
  * Locked. */
 static uint32_t pool_target(const lade_loader_t *L) {
-  uint32_t ahead = LADE_MAX(L->cfg.prefetch, 2u) - 1;
-  return LADE_MAX(L->window, L->held + ahead);
+  uint32_t ahead = LADE__MAX(L->cfg.prefetch, 2u) - 1;
+  return LADE__MAX(L->window, L->held + ahead);
 }
 
 /* A FREE slot for the next batch to plan, or a new one when every buffer is
@@ -825,14 +825,14 @@ static void *worker_main(void *arg) {
       continue;
     }
     pthread_mutex_unlock(&L->mu);
-    int tier = LADE_TIER_STORAGE, note = LADE_ROUTE_MET;
+    int tier = LADE__TIER_STORAGE, note = LADE__ROUTE_MET;
     uint64_t nbytes = 0;
     process_sample(L, w, s, i, &tier, &note, &nbytes);
     pthread_mutex_lock(&L->mu);
     s->tier_samples[tier]++;
     s->tier_bytes[tier] += nbytes;
-    s->plan_fallbacks += note == LADE_ROUTE_FALLBACK;
-    s->plan_peer += note == LADE_ROUTE_PEER_STORAGE;
+    s->plan_fallbacks += note == LADE__ROUTE_FALLBACK;
+    s->plan_peer += note == LADE__ROUTE_PEER_STORAGE;
     if (++s->done == s->n) {
       if (L->routed && !s->stale) finish_steps_in_order(L);
       else finish_slot_locked(L, s);
@@ -886,8 +886,8 @@ int lade_loader_create(lade_loader_t **out, const lade_config_t *cfg) {
     return lade__fail(LADE_EINVAL, "settings 'hdf5_*' apply to HDF5 sources only; %s is read by the %s source",
                       cfg->source, ops->name);
 #ifndef LADE_HAVE_JPEG
-  if (cfg->transform == LADE_XF_IMAGENET_TRAIN || cfg->transform == LADE_XF_IMAGENET_EVAL ||
-      (cfg->transform == LADE_XF_AUTO && ops == &lade__source_dir))
+  if (cfg->transform == LADE__XF_IMAGENET_TRAIN || cfg->transform == LADE__XF_IMAGENET_EVAL ||
+      (cfg->transform == LADE__XF_AUTO && ops == &lade__source_dir))
     return lade__fail(LADE_EUNSUPPORTED, "JPEG transforms need libjpeg-turbo, which this build lacks (LADE_WITH_JPEG)");
 #endif
   lade_loader_t *L = calloc(1, sizeof *L);
@@ -958,7 +958,7 @@ int lade_loader_create(lade_loader_t **out, const lade_config_t *cfg) {
 /* The per-epoch counters of epoch e, grown on demand. Locked. */
 static struct epoch_acc *epoch_acc(lade_loader_t *L, uint64_t e) {
   if (e >= L->nep) {
-    uint64_t n = LADE_MAX(e + 1, L->nep * 2);
+    uint64_t n = LADE__MAX(e + 1, L->nep * 2);
     struct epoch_acc *p = realloc(L->ep, n * sizeof *p);
     if (!p) return NULL;
     memset(p + L->nep, 0, (n - L->nep) * sizeof *p);
@@ -979,7 +979,7 @@ static void account_batch(lade_loader_t *L, slot_t *s) {
   a->batches++;
   a->plan_fallbacks += s->plan_fallbacks;
   a->plan_peer += s->plan_peer;
-  for (int t = 0; t < LADE_TIER_COUNT; t++) {
+  for (int t = 0; t < LADE__TIER_COUNT; t++) {
     a->samples[t] += s->tier_samples[t];
     a->bytes[t] += s->tier_bytes[t];
   }
@@ -1112,7 +1112,7 @@ int lade_loader_next(lade_loader_t *L, lade_batch_t **out) {
   pthread_mutex_unlock(&L->mu);
   if (*out) lade__fetch_consumed(L->fetch, consumed);
   if (L->trace && *out)
-    lade__trace_event(L->trace, "wait", LADE_TRACE_CONSUMER, (uint64_t)(t0 * 1e6), (uint64_t)(waited * 1e6),
+    lade__trace_event(L->trace, "wait", LADE__TRACE_CONSUMER, (uint64_t)(t0 * 1e6), (uint64_t)(waited * 1e6),
                       (*out)->epoch, (*out)->step, UINT64_MAX);
   return rc;
 }
@@ -1269,7 +1269,7 @@ static int fill_stats(lade_loader_t *L, lade_stats_t *out) {
     out->stage_seconds[LADE_STAGE_READ] += WSTAT(w->t_read);
     out->stage_seconds[LADE_STAGE_TRANSFORM] += WSTAT(w->t_xform);
     out->bytes_read += WSTAT(w->bytes);
-    for (int t = 0; t < LADE_TIER_COUNT; t++) {
+    for (int t = 0; t < LADE__TIER_COUNT; t++) {
       out->samples_by_source[t] += WSTAT(w->tier_samples[t]);
       out->bytes_by_source[t] += WSTAT(w->tier_bytes[t]);
     }
@@ -1331,13 +1331,13 @@ static int fill_epoch_stats(lade_loader_t *L, uint64_t epoch, lade_epoch_stats_t
   if (!have_next && L->src_ops->stats) L->src_ops->stats(&L->src, &end);
   out->batches = a.batches;
   uint64_t total = 0;
-  for (int t = 0; t < LADE_TIER_COUNT; t++) {
+  for (int t = 0; t < LADE__TIER_COUNT; t++) {
     out->samples_by_source[t] = a.samples[t];
     out->bytes_by_source[t] = a.bytes[t];
     total += a.samples[t];
   }
   out->samples = total;
-  out->miss_rate = total && lade__fetch_cached(L->fetch) ? (double)a.samples[LADE_TIER_STORAGE] / (double)total : 0;
+  out->miss_rate = total && lade__fetch_cached(L->fetch) ? (double)a.samples[LADE__TIER_STORAGE] / (double)total : 0;
   out->wait_seconds = a.wait;
   out->get_requests = end.get_requests - a.at_start.get_requests;
   out->list_requests = end.list_requests - a.at_start.list_requests;
@@ -1351,7 +1351,7 @@ static int fill_epoch_stats(lade_loader_t *L, uint64_t epoch, lade_epoch_stats_t
  * `want` bytes: a prefix when the caller's header is older, zeros for the
  * fields an older library does not know when it is newer. */
 static void copy_sized(void *dst, size_t want, const void *src, size_t have) {
-  memcpy(dst, src, LADE_MIN(want, have));
+  memcpy(dst, src, LADE__MIN(want, have));
   if (want > have) memset((char *)dst + have, 0, want - have);
 }
 
@@ -1426,7 +1426,7 @@ int lade_loader_sample(lade_loader_t *L, uint64_t index, char *path, size_t size
                       (unsigned long long)L->src.count);
   if (label) *label = L->src.labels ? L->src.labels[index] : -1;
   if (!path) return 0;
-  char full[2 * LADE_PATH_MAX + 64];
+  char full[2 * LADE__PATH_MAX + 64];
   L->src_ops->describe(&L->src, index, full, sizeof full);
   size_t n = strlen(full);
   if (n >= size)

@@ -186,7 +186,7 @@ struct lade__fetch {
   pthread_mutex_t plan_mu;      /* orders an evict's adm_q check and its evict against an admit's put */
   lade__cache_t *ptier;         /* the tier the plan drives: mem, else disk (NULL: no cache) */
 
-  _Atomic uint64_t samples[LADE_TIER_COUNT], bytes[LADE_TIER_COUNT];
+  _Atomic uint64_t samples[LADE__TIER_COUNT], bytes[LADE__TIER_COUNT];
   _Atomic uint64_t misses, prefetched, pf_errors, waited;
   _Atomic uint64_t plan_hits, plan_fallbacks, plan_peer, served_storage;
 };
@@ -259,7 +259,7 @@ static uint64_t next_use(void *ctx, uint64_t key) {
  * whose bytes changed is caught by its own version (sample_version). */
 static void dataset_ns(lade__fetch_t *f, char *ns, size_t size) {
   uint64_t h = 0xcbf29ce484222325ull;
-  char name[LADE_PATH_MAX + 64];
+  char name[LADE__PATH_MAX + 64];
   for (uint64_t i = 0; i < f->p.src->count; i++) {
     f->p.ops->describe(f->p.src, i, name, sizeof name);
     h = lade__hash64(name, strlen(name) + 1, h);
@@ -282,7 +282,7 @@ static void dataset_ns(lade__fetch_t *f, char *ns, size_t size) {
 static uint64_t sample_version(lade__fetch_t *f, uint64_t idx) {
   if (!f->disk) return 0;
   if (f->remote && !f->p.ops->version) return f->p.src->sizes && idx < f->p.src->count ? f->p.src->sizes[idx] : 0;
-  return f->p.ops->version ? f->p.ops->version(f->p.src, idx) : LADE_VERSION_UNKNOWN;
+  return f->p.ops->version ? f->p.ops->version(f->p.src, idx) : LADE__VERSION_UNKNOWN;
 }
 
 /* Mean bytes per sample: from the listing, else from sample 0. */
@@ -290,13 +290,13 @@ static uint64_t mean_sample_bytes(lade__source_t *s, const lade__source_ops_t *o
   if (s->sizes && s->count) {
     uint64_t sum = 0;
     for (uint64_t i = 0; i < s->count; i++) sum += s->sizes[i];
-    return LADE_MAX(sum / s->count, 1);
+    return LADE__MAX(sum / s->count, 1);
   }
   lade__buf_t b = {0};
   uint64_t n = ops->read(s, 0, &b) == 0 ? b.len : 4096;
   lade__buf_free(&b);
   lade__clear_error();
-  return LADE_MAX(n, 1);
+  return LADE__MAX(n, 1);
 }
 
 /* The mean sample size, worked out once per open (only where needed: a
@@ -311,11 +311,11 @@ uint64_t lade__fetch_plan_cache_samples(const struct lade_config *cfg, lade__sou
   *mean = 0;
   if (cfg->cache_mem_bytes) {
     *mean = mean_sample_bytes(src, ops);
-    return LADE_MIN(cfg->cache_mem_bytes / lade__memcache_charge(*mean), src->count);
+    return LADE__MIN(cfg->cache_mem_bytes / lade__memcache_charge(*mean), src->count);
   }
   if (cfg->cache_dir[0] && cfg->cache_disk_bytes) {
     *mean = mean_sample_bytes(src, ops);
-    return LADE_MIN(cfg->cache_disk_bytes / lade__diskcache_charge(*mean), src->count);
+    return LADE__MIN(cfg->cache_disk_bytes / lade__diskcache_charge(*mean), src->count);
   }
   return 0;
 }
@@ -351,7 +351,7 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
   int policy = cfg->cache_policy;
   const char *plan = lade_plan_kind_name(lade__cursor_kind(p->cursor));
   int rc = 0;
-  if (f->routed && policy != LADE_CACHE_AUTO && policy != LADE_CACHE_PLAN)
+  if (f->routed && policy != LADE__CACHE_AUTO && policy != LADE__CACHE_PLAN)
     rc = lade__fail(LADE_EINVAL, "plan=%s drives the memory cache by its own admits and evicts: cache_policy must be "
                     "auto or plan", plan);
   else if (f->routed && cfg->cache_dir[0] && cfg->cache_mem_bytes)
@@ -359,28 +359,28 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
                     plan);
   else if (f->routed && cfg->cache_dir[0] && !cfg->cache_disk_bytes)
     rc = lade__fail(LADE_EINVAL, "plan=%s with a disk cache: set cache_disk_bytes (the plan's cache size)", plan);
-  else if (f->routed && cfg->prefetcher == LADE_TRISTATE_ON)
+  else if (f->routed && cfg->prefetcher == LADE__TRISTATE_ON)
     rc = lade__fail(LADE_EINVAL, "plan=%s decides what the cache holds; the DELI prefetcher (prefetcher=on) runs with "
                     "the regular plan only", plan);
-  else if (!f->routed && policy == LADE_CACHE_PLAN)
+  else if (!f->routed && policy == LADE__CACHE_PLAN)
     rc = lade__fail(LADE_EINVAL, "cache_policy=plan follows a plan's admits and evicts: set plan to one other than "
                     "regular (e.g. regular+belady, locality)");
   if (rc) {
     lade__fetch_close(f);
     return rc;
   }
-  if (f->routed) policy = LADE_CACHE_PLAN;
-  if (policy == LADE_CACHE_AUTO) policy = LADE_CACHE_CLAIRVOYANT;
-  if (policy == LADE_CACHE_CLAIRVOYANT && p->src->count >= NONE32) policy = LADE_CACHE_LRU;
+  if (f->routed) policy = LADE__CACHE_PLAN;
+  if (policy == LADE__CACHE_AUTO) policy = LADE__CACHE_CLAIRVOYANT;
+  if (policy == LADE__CACHE_CLAIRVOYANT && p->src->count >= NONE32) policy = LADE__CACHE_LRU;
   bool any = cfg->cache_mem_bytes || cfg->cache_dir[0];
-  f->nu_on = any && policy == LADE_CACHE_CLAIRVOYANT;
+  f->nu_on = any && policy == LADE__CACHE_CLAIRVOYANT;
   if (f->nu_on) {
     f->used = calloc(p->src->count, sizeof *f->used);
     if (f->used) ensure_map(f, 0), ensure_map(f, 1);
   }
-  if (f->nu_on && !f->nu_map[0]) policy = LADE_CACHE_LRU, f->nu_on = false;
+  if (f->nu_on && !f->nu_map[0]) policy = LADE__CACHE_LRU, f->nu_on = false;
 
-  char ns[LADE_PATH_MAX + 128] = "";
+  char ns[LADE__PATH_MAX + 128] = "";
   if (cfg->cache_dir[0]) dataset_ns(f, ns, sizeof ns);
   if (f->routed && (cfg->cache_mem_bytes || cfg->cache_dir[0])) {
     f->adm_q = calloc(p->src->count, sizeof *f->adm_q);
@@ -416,14 +416,14 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
      * hold room the plan does not know of, so they go */
     if (!rc && f->routed) lade__cache_clear(f->disk);
     if (!rc && !f->routed)
-      f->pf_on = cfg->prefetcher == LADE_TRISTATE_ON || (cfg->prefetcher == LADE_TRISTATE_AUTO && f->remote);
+      f->pf_on = cfg->prefetcher == LADE__TRISTATE_ON || (cfg->prefetcher == LADE__TRISTATE_AUTO && f->remote);
     if (!rc && f->pf_on) {
       /* DELI's 50/50 rule: fetch size = threshold = half the cache, in
        * samples (entries are charged in whole 4 KiB blocks on disk) */
       uint64_t per = (mean_of(f) + 64 + 4095) / 4096 * 4096;
       uint64_t slots = cap / per, window = (uint64_t)(cfg->prefetch + 1) * p->batch;
       /* the engine's own window of batches is resident too while it is read */
-      uint64_t half = LADE_MAX((slots > window ? slots - window : 0) / 2, 1);
+      uint64_t half = LADE__MAX((slots > window ? slots - window : 0) / 2, 1);
       f->fetch_size = cfg->fetch_size ? cfg->fetch_size : half;
       f->threshold = cfg->prefetch_threshold ? cfg->prefetch_threshold : f->fetch_size;
     }
@@ -432,7 +432,7 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
   if (!rc && f->remote && cfg->readahead_bytes) {
     /* in samples: bounded so that what arrives ahead always fits the remote
      * source's table of unread results (http.c keeps 1,536 at least) */
-    f->ra_samples = LADE_MAX(LADE_MIN(cfg->readahead_bytes / mean_of(f), RA_MAX_SAMPLES), 1);
+    f->ra_samples = LADE__MAX(LADE__MIN(cfg->readahead_bytes / mean_of(f), RA_MAX_SAMPLES), 1);
     if (!f->routed && !f->pf_on) f->ra_steps = f->ra_samples / p->batch;
     uint64_t count = 0, cap = 0;
     if (f->ra_steps && lade__cursor_stream_info(p->cursor, &count, &cap) == 0) {
@@ -441,7 +441,7 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
        * bound on them (reserve) streams with any buffer; else it must fit
        * the default bound (1,536), or steps are read ahead as usual */
       uint64_t room = SR_MAX_SAMPLES > cap + p->batch ? SR_MAX_SAMPLES - cap - p->batch : 0;
-      f->sr_ahead = p->ops->reserve ? f->ra_samples : LADE_MIN(f->ra_samples, room);
+      f->sr_ahead = p->ops->reserve ? f->ra_samples : LADE__MIN(f->ra_samples, room);
       f->sr_on = f->sr_ahead >= p->batch;
       f->sr_count = count;
       f->sr_cap = cap;
@@ -452,7 +452,7 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
     }
     lade__clear_error();
   }
-  if (!rc && cfg->prefetcher == LADE_TRISTATE_ON && !f->disk)
+  if (!rc && cfg->prefetcher == LADE__TRISTATE_ON && !f->disk)
     rc = lade__fail(LADE_EINVAL, "prefetcher=on needs a disk cache: set cache_dir");
   if (!rc && f->pf_on) {
     if (idxset_init(&f->inflight, 2 * f->fetch_size) != 0) rc = lade__fail(LADE_ENOMEM, "prefetcher: out of memory");
@@ -535,7 +535,7 @@ static int read_routed(lade__fetch_t *f, uint64_t idx, uint64_t q, int32_t route
   if (route == LADE_FROM_CACHE && t) {
     for (;;) {
       if (lade__cache_get_ver(t, idx, ver, out) == 0) {
-        *tier = t == f->mem ? LADE_TIER_MEM : LADE_TIER_DISK;
+        *tier = t == f->mem ? LADE__TIER_MEM : LADE__TIER_DISK;
         count(f, *tier, out->len);
         atomic_fetch_add_explicit(&f->plan_hits, 1, memory_order_relaxed);
         return 0;
@@ -543,10 +543,10 @@ static int read_routed(lade__fetch_t *f, uint64_t idx, uint64_t q, int32_t route
       if (!wait_admit(f, idx)) break;
     }
     atomic_fetch_add_explicit(&f->plan_fallbacks, 1, memory_order_relaxed);
-    *note = LADE_ROUTE_FALLBACK;
+    *note = LADE__ROUTE_FALLBACK;
   } else if (route >= 0 && !f->p.dist) {
     atomic_fetch_add_explicit(&f->plan_peer, 1, memory_order_relaxed);
-    *note = LADE_ROUTE_PEER_STORAGE;
+    *note = LADE__ROUTE_PEER_STORAGE;
   }
   bool admit = t && atomic_load_explicit(&f->adm_q[idx], memory_order_relaxed) == q + 1 &&
                atomic_load_explicit(&f->adm_pending[idx], memory_order_acquire);
@@ -554,7 +554,7 @@ static int read_routed(lade__fetch_t *f, uint64_t idx, uint64_t q, int32_t route
   bool peer = route >= 0 && f->p.dist;
   int rc = peer ? f->p.dist->ops->recv(f->p.dist, q, idx, (uint32_t)route, out) : f->p.ops->read(f->p.src, idx, out);
   if (!rc) {
-    *tier = peer ? LADE_TIER_PEER : LADE_TIER_STORAGE;
+    *tier = peer ? LADE__TIER_PEER : LADE__TIER_STORAGE;
     count(f, *tier, out->len);
     if (t && !peer) atomic_fetch_add_explicit(&f->misses, 1, memory_order_relaxed);
     /* an admit of this step, or a sample the plan believes cached: put it (back) */
@@ -570,25 +570,25 @@ static int read_routed(lade__fetch_t *f, uint64_t idx, uint64_t q, int32_t route
 
 int lade__fetch_read(lade__fetch_t *f, uint64_t idx, uint64_t q, int32_t route, lade__buf_t *out, int *tier,
                      int *note) {
-  *note = LADE_ROUTE_MET;
+  *note = LADE__ROUTE_MET;
   if (f->routed && route != LADE__ROUTE_ANY) return read_routed(f, idx, q, route, out, tier, note);
   uint64_t epoch = f->p.steps ? q / f->p.steps : 0;
   /* before the tiers see the read: a hit's refreshed next use is the one after this */
   if (f->used && idx < f->pp.samples)
-    atomic_store_explicit(&f->used[idx], (uint32_t)LADE_MIN(epoch + 1, UINT32_MAX), memory_order_relaxed);
+    atomic_store_explicit(&f->used[idx], (uint32_t)LADE__MIN(epoch + 1, UINT32_MAX), memory_order_relaxed);
   uint64_t ver = sample_version(f, idx);
   /* an unknown version could match a stale entry stored as unknown too */
-  lade__cache_t *disk = ver == LADE_VERSION_UNKNOWN ? NULL : f->disk;
+  lade__cache_t *disk = ver == LADE__VERSION_UNKNOWN ? NULL : f->disk;
   if (f->mem && lade__cache_get_ver(f->mem, idx, ver, out) == 0) {
     if (f->disk) lade__cache_touch(f->disk, idx); /* keep the disk tier's policy state true */
-    *tier = LADE_TIER_MEM;
+    *tier = LADE__TIER_MEM;
     count(f, *tier, out->len);
     return 0;
   }
   for (int pass = 0; pass < 2; pass++) {
     if (disk && lade__cache_get_ver(disk, idx, ver, out) == 0) {
       if (f->mem) lade__cache_put_ver(f->mem, idx, ver, out->data, out->len);
-      *tier = LADE_TIER_DISK;
+      *tier = LADE__TIER_DISK;
       count(f, *tier, out->len);
       return 0;
     }
@@ -611,7 +611,7 @@ int lade__fetch_read(lade__fetch_t *f, uint64_t idx, uint64_t q, int32_t route, 
   lade__clear_error();
   int rc = f->p.ops->read(f->p.src, idx, out);
   if (rc) return rc;
-  *tier = LADE_TIER_STORAGE;
+  *tier = LADE__TIER_STORAGE;
   count(f, *tier, out->len);
   if (f->mem || f->disk) atomic_fetch_add_explicit(&f->misses, 1, memory_order_relaxed);
   if (f->mem && !f->routed) lade__cache_put_ver(f->mem, idx, ver, out->data, out->len); /* routed: only the plan admits */
@@ -688,9 +688,9 @@ static bool ahead_epochs(const lade__fetch_t *f, uint64_t q, uint64_t *epochs) {
 static void read_ahead(lade__fetch_t *f, const lade__cursor_step_t *st) {
   uint64_t last = f->p.steps * f->cfg->epochs, q0 = st->q;
   pthread_mutex_lock(&f->mu);
-  uint64_t from = LADE_MAX(f->ra_next, q0), to = LADE_MIN(q0 + f->ra_steps + 1, last);
+  uint64_t from = LADE__MAX(f->ra_next, q0), to = LADE__MIN(q0 + f->ra_steps + 1, last);
   uint64_t ne;
-  if (ahead_epochs(f, q0, &ne)) to = LADE_MAX(LADE_MIN(to, ne * f->p.steps), LADE_MIN(q0 + 1, last));
+  if (ahead_epochs(f, q0, &ne)) to = LADE__MAX(LADE__MIN(to, ne * f->p.steps), LADE__MIN(q0 + 1, last));
   /* the current step always; the rest once half of the read-ahead is used */
   if (from > q0 && from - q0 > f->ra_steps / 2) to = from;
   if (to > f->ra_next) f->ra_next = to;
@@ -736,16 +736,16 @@ static void stream_ahead(lade__fetch_t *f, const lade__cursor_step_t *st) {
   if (!S || !C) return;
   uint64_t e = st->q / S, o = (st->q % S) * B, end = C * f->cfg->epochs;
   uint64_t out = o + f->sr_ahead + B; /* output positions to cover, from epoch e's start */
-  uint64_t goal = out < S * B ? e * C + LADE_MIN(C, out + f->sr_cap)
-                              : (e + 1) * C + LADE_MIN(C, out - S * B + f->sr_cap);
-  uint64_t need = e * C + LADE_MIN(C, o + B + f->sr_cap); /* step q's samples: now */
+  uint64_t goal = out < S * B ? e * C + LADE__MIN(C, out + f->sr_cap)
+                              : (e + 1) * C + LADE__MIN(C, out - S * B + f->sr_cap);
+  uint64_t need = e * C + LADE__MIN(C, o + B + f->sr_cap); /* step q's samples: now */
   uint64_t ne;
-  if (ahead_epochs(f, st->q, &ne)) goal = LADE_MAX(LADE_MIN(goal, ne * C), need);
-  goal = LADE_MIN(goal, end);
+  if (ahead_epochs(f, st->q, &ne)) goal = LADE__MAX(LADE__MIN(goal, ne * C), need);
+  goal = LADE__MIN(goal, end);
   pthread_mutex_lock(&f->mu);
   uint64_t from = f->sr_next;
   if (from < e * C) from = e * C; /* the consumer went ahead (a seek): what lies behind is not needed */
-  uint64_t chunk = LADE_MAX(f->sr_ahead / 2, B);
+  uint64_t chunk = LADE__MAX(f->sr_ahead / 2, B);
   bool go = from < goal && (from < need || goal - from >= chunk || goal == end);
   if (go) f->sr_next = goal;
   pthread_mutex_unlock(&f->mu);
@@ -753,7 +753,7 @@ static void stream_ahead(lade__fetch_t *f, const lade__cursor_step_t *st) {
   uint64_t *all = malloc((size_t)(goal - from) * sizeof *all), k = 0;
   if (!all) return; /* the workers' reads fetch one by one: slower, not wrong */
   for (uint64_t g = from; g < goal;) {
-    uint64_t ep = g / C, pos = g % C, n = LADE_MIN(goal - g, C - pos), got = 0;
+    uint64_t ep = g / C, pos = g % C, n = LADE__MIN(goal - g, C - pos), got = 0;
     if (lade__cursor_stream(f->p.cursor, ep, pos, n, all + k, &got) != 0) {
       lade__clear_error();
       break;
@@ -890,7 +890,7 @@ void lade__fetch_seek(lade__fetch_t *f, uint64_t pos) {
   f->plan_hi = f->ra_next;
   if (f->sr_on && f->p.steps) { /* the stream from where the buffer may still hold samples of the new position */
     uint64_t e = f->ra_next / f->p.steps, o = (f->ra_next % f->p.steps) * f->p.batch;
-    f->sr_next = e * f->sr_count + LADE_MIN(f->sr_count, o > f->sr_cap ? o - f->sr_cap : 0);
+    f->sr_next = e * f->sr_count + LADE__MIN(f->sr_count, o > f->sr_cap ? o - f->sr_cap : 0);
   }
   pthread_mutex_unlock(&f->mu);
   lade__fetch_consumed(f, pos);
@@ -909,9 +909,9 @@ static void *prefetch_main(void *arg) {
    * unread at once (a whole window in one submit overflowed the remote
    * source's table of unread results, which then dropped the very samples
    * needed next, and made the first sample wait for the whole window) */
-  size_t nsub = 0, chunk = f->ra_samples ? (size_t)LADE_MAX(f->ra_samples / 2, 1) : cap;
+  size_t nsub = 0, chunk = f->ra_samples ? (size_t)LADE__MAX(f->ra_samples / 2, 1) : cap;
   uint64_t *batch = malloc(B * sizeof *batch);
-  uint64_t *want = malloc(LADE_MAX(f->fetch_size, (uint64_t)LADE_MIN(chunk, cap)) * sizeof *want);
+  uint64_t *want = malloc(LADE__MAX(f->fetch_size, (uint64_t)LADE__MIN(chunk, cap)) * sizeof *want);
   uint64_t *ring = malloc(cap * sizeof *ring);
   lade__buf_t buf = {0};
   if (!batch || !want || !ring) {
@@ -924,7 +924,7 @@ static void *prefetch_main(void *arg) {
   }
   /* the engine fetches its own window (prefetch + 1 batches) itself */
   uint64_t window = (uint64_t)(f->cfg->prefetch + 1) * B;
-  uint64_t first = LADE_MIN((uint64_t)f->cfg->prefetch + 1, f->p.steps * f->cfg->epochs);
+  uint64_t first = LADE__MIN((uint64_t)f->cfg->prefetch + 1, f->p.steps * f->cfg->epochs);
   pthread_mutex_lock(&f->mu);
   uint64_t gen = f->seek_gen;
   for (;;) {
@@ -948,7 +948,7 @@ static void *prefetch_main(void *arg) {
     if (f->pf_pos < f->total && f->pf_pos - f->consumed <= f->threshold + window && n + f->fetch_size <= cap) {
       /* DELI's trigger: the samples fetched (or in flight) ahead of the
        * consumer fell to the threshold: fetch the next fetch_size */
-      uint64_t start = f->pf_pos, end = LADE_MIN(start + f->fetch_size, f->total);
+      uint64_t start = f->pf_pos, end = LADE__MIN(start + f->fetch_size, f->total);
       f->pf_pos = end;
       pthread_mutex_unlock(&f->mu);
       /* the window's samples in plan order, minus those cached or repeated */
@@ -979,7 +979,7 @@ static void *prefetch_main(void *arg) {
       /* the next chunk in flight, in the background (the workers' own
        * misses, the batch the consumer needs now, start first), while the
        * last one still arrives */
-      size_t k = LADE_MIN(chunk, n - nsub);
+      size_t k = LADE__MIN(chunk, n - nsub);
       for (size_t j = 0; j < k; j++) want[j] = ring[(head + nsub + j) % cap];
       nsub += k;
       pthread_mutex_unlock(&f->mu);
@@ -991,7 +991,7 @@ static void *prefetch_main(void *arg) {
     pthread_mutex_unlock(&f->mu);
     uint64_t ver = sample_version(f, idx);
     if (f->p.ops->read(f->p.src, idx, &buf) == 0) {
-      if (ver != LADE_VERSION_UNKNOWN) lade__cache_put_ver(f->disk, idx, ver, buf.data, buf.len);
+      if (ver != LADE__VERSION_UNKNOWN) lade__cache_put_ver(f->disk, idx, ver, buf.data, buf.len);
       atomic_fetch_add_explicit(&f->prefetched, 1, memory_order_relaxed);
     } else {
       atomic_fetch_add_explicit(&f->pf_errors, 1, memory_order_relaxed); /* the worker's own read reports it */
@@ -1022,7 +1022,7 @@ static void *prefetch_main(void *arg) {
 
 void lade__fetch_stats(lade__fetch_t *f, lade__fetch_stats_t *out) {
   memset(out, 0, sizeof *out);
-  for (int t = 0; t < LADE_TIER_COUNT; t++) {
+  for (int t = 0; t < LADE__TIER_COUNT; t++) {
     out->samples[t] = atomic_load(&f->samples[t]);
     out->bytes[t] = atomic_load(&f->bytes[t]);
   }

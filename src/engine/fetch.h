@@ -9,18 +9,18 @@
  * the memory tier admit and evict exactly what the plan says (cache policy
  * `plan`). Only the engine uses it.
  */
-#ifndef LADE_FETCH_H
-#define LADE_FETCH_H
+#ifndef LADE__FETCH_H
+#define LADE__FETCH_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "core/config.h"
-#include "dist/dist.h"
+#include "transport/transport.h"
 #include "plan/cursor.h"
 #include "source/source.h"
 
-enum { LADE_TIER_STORAGE = 0, LADE_TIER_MEM = 1, LADE_TIER_DISK = 2, LADE_TIER_PEER = 3, LADE_TIER_COUNT = 4 };
+enum { LADE__TIER_STORAGE = 0, LADE__TIER_MEM = 1, LADE__TIER_DISK = 2, LADE__TIER_PEER = 3, LADE__TIER_COUNT = 4 };
 
 typedef struct lade__fetch lade__fetch_t;
 
@@ -32,10 +32,10 @@ typedef struct lade__fetch_params {
   uint32_t batch;      /* local batch size B: sample position = (epoch*steps+step)*B + i */
   lade__cursor_t *cursor; /* the order (borrowed): the prefetcher's walk and the next-use maps */
   uint64_t sample_bytes;  /* routed plans: the mean sample size the plan's cache count was made from */
-  lade__dist_t *dist;     /* the transport between learners (borrowed; NULL: peer routes read storage) */
+  lade__transport_t *dist;     /* the transport between learners (borrowed; NULL: peer routes read storage) */
 } lade__fetch_params_t;
 
-/* The serving side of the transport (lade__dist_serve_fn; ctx is the fetch
+/* The serving side of the transport (lade__transport_serve_fn; ctx is the fetch
  * stage): sample idx's bytes from this learner's cache, or from storage
  * (counted) when the cache does not hold them. */
 int lade__fetch_serve(void *ctx, uint64_t idx, uint64_t q, int nonblock, lade__buf_t *out);
@@ -60,11 +60,11 @@ bool lade__fetch_cached(const lade__fetch_t *f);
  * peer's rank); *tier says where they came from. A sample the plan routes
  * to the own cache that is not there (bytes budget, a refused put, a seek)
  * is read from storage, counted as a fallback, and put back. A sample the
- * plan routes to a peer comes through the transport (src/dist/), or,
+ * plan routes to a peer comes through the transport (src/transport/), or,
  * without one, from storage, counted. A sample step q admits is put in the
  * plan's tier after its read. Thread-safe. */
-enum { LADE_ROUTE_MET = 0, LADE_ROUTE_FALLBACK = 1, LADE_ROUTE_PEER_STORAGE = 2 };
-/* *note: LADE_ROUTE_MET, or how the route was not followed. */
+enum { LADE__ROUTE_MET = 0, LADE__ROUTE_FALLBACK = 1, LADE__ROUTE_PEER_STORAGE = 2 };
+/* *note: LADE__ROUTE_MET, or how the route was not followed. */
 int lade__fetch_read(lade__fetch_t *f, uint64_t idx, uint64_t q, int32_t route, lade__buf_t *out, int *tier,
                      int *note);
 
@@ -92,7 +92,7 @@ void lade__fetch_consumed(lade__fetch_t *f, uint64_t pos);
 void lade__fetch_seek(lade__fetch_t *f, uint64_t pos);
 
 typedef struct lade__fetch_stats {
-  uint64_t samples[LADE_TIER_COUNT], bytes[LADE_TIER_COUNT];
+  uint64_t samples[LADE__TIER_COUNT], bytes[LADE__TIER_COUNT];
   uint64_t misses;        /* storage reads while a cache tier was on */
   uint64_t prefetched;    /* samples the prefetcher stored in the disk tier */
   uint64_t prefetch_errors;
@@ -103,7 +103,7 @@ typedef struct lade__fetch_stats {
   uint64_t plan_fallbacks; /* routed to the own cache, not there: read from storage */
   uint64_t plan_peer;      /* routed to a peer: read from storage (no transport) */
   uint64_t served_from_storage; /* sends whose sample was not in the cache */
-  lade__dist_stats_t dist;
+  lade__transport_stats_t dist;
   lade__source_stats_t src;
   uint64_t fetch_size, threshold;
 } lade__fetch_stats_t;

@@ -33,7 +33,7 @@ int lade__trace_open(lade__trace_t **out, const char *path) {
   fprintf(t->f,
           "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":0,\"args\":{\"name\":\"batches\"}},\n"
           "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":\"consumer\"}}",
-          LADE_TRACE_CONSUMER);
+          LADE__TRACE_CONSUMER);
   *out = t;
   return 0;
 }

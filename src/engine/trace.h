@@ -1,11 +1,11 @@
 /* trace.h - Chrome trace-event JSON (opens in Perfetto / chrome://tracing):
  * one complete ("X") event per sample, batch and consumer wait. */
-#ifndef LADE_TRACE_H
-#define LADE_TRACE_H
+#ifndef LADE__TRACE_H
+#define LADE__TRACE_H
 
 #include <stdint.h>
 
-#define LADE_TRACE_CONSUMER 100000 /* tid of the consumer's wait events */
+#define LADE__TRACE_CONSUMER 100000 /* tid of the consumer's wait events */
 
 typedef struct lade__trace lade__trace_t;
 

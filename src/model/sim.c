@@ -46,18 +46,18 @@ int lade_simulate(const lade_plan_settings_t *s, const lade_sim_costs_t *costs, 
         x->from_storage += st;
         x->from_peer += pe;
         x->from_cache += ca;
-        maxst = LADE_MAX(maxst, st);
-        x->batch_min = LADE_MIN(x->batch_min, n);
-        x->batch_max = LADE_MAX(x->batch_max, n);
+        maxst = LADE__MAX(maxst, st);
+        x->batch_min = LADE__MIN(x->batch_min, n);
+        x->batch_max = LADE__MAX(x->batch_max, n);
         /* storage is shared: each learner gets R/p of it while all read */
         double load = rate_time((double)st * (double)p, c.storage_rate) + rate_time((double)pe, c.peer_rate) +
                       rate_time((double)ca, c.cache_rate);
         double train = rate_time((double)n, c.train_rate);
-        tstep = LADE_MAX(tstep, LADE_MAX(load, train));
+        tstep = LADE__MAX(tstep, LADE__MAX(load, train));
       }
       x->storage_requests += v->read_offset ? v->read_offset[p] : 0;
       x->max_storage_sum += maxst;
-      x->max_storage_peak = LADE_MAX(x->max_storage_peak, maxst);
+      x->max_storage_peak = LADE__MAX(x->max_storage_peak, maxst);
       x->transfers += v->transfers;
       double pct = 100.0 * (double)v->deficit / (double)v->total;
       imb += pct;

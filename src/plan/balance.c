@@ -67,7 +67,7 @@ int lade_plan_balance(uint32_t p, const int64_t *imbalance, lade_plan_transfer_t
   uint64_t k = 0;
   while (ns) {
     assert(nd > 0);
-    int64_t m = LADE_MIN(hs[0].amount, hd[0].amount);
+    int64_t m = LADE__MIN(hs[0].amount, hd[0].amount);
     out[k++] = (lade_plan_transfer_t){hs[0].id, hd[0].id, (uint64_t)m};
     hs[0].amount -= m;
     hd[0].amount -= m;

@@ -5,8 +5,8 @@
  * farthest-next-use eviction (entries are checked against the live state when
  * they reach the top instead of being removed on every hit).
  */
-#ifndef LADE_PLAN_CACHESTATE_H
-#define LADE_PLAN_CACHESTATE_H
+#ifndef LADE__PLAN_CACHESTATE_H
+#define LADE__PLAN_CACHESTATE_H
 
 #include <stdint.h>
 

@@ -54,10 +54,10 @@ static int shards_step(lade__cursor_t *c, uint64_t q, uint64_t *idx, uint32_t *n
   uint64_t v = 0, B = c->p.plan.batch_size, start = (q % c->steps) * B;
   int rc = shards_seq(c, q / c->steps, &seq, &v);
   if (rc) return rc;
-  uint64_t cnt = LADE_MIN(B, c->len - start);
+  uint64_t cnt = LADE__MIN(B, c->len - start);
   memcpy(idx, seq + start, cnt * sizeof *idx);
   *n = (uint32_t)cnt;
-  *valid = (uint32_t)(v > start ? LADE_MIN(cnt, v - start) : 0);
+  *valid = (uint32_t)(v > start ? LADE__MIN(cnt, v - start) : 0);
   return 0;
 }
 
@@ -295,7 +295,7 @@ int lade__cursor_stream_info(const lade__cursor_t *c, uint64_t *count, uint64_t 
   if (!c->shards) return lade__fail(LADE_EINVAL, "plan %s has no shard stream", lade_plan_kind_name(c->p.plan.kind));
   uint64_t start = 0;
   lade__shards_part(&c->sp, c->group, &start, count);
-  *buffer = c->sp.buffer > 1 ? LADE_MIN(c->sp.buffer, *count) : 0;
+  *buffer = c->sp.buffer > 1 ? LADE__MIN(c->sp.buffer, *count) : 0;
   return 0;
 }
 

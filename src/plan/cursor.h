@@ -35,8 +35,8 @@
  * Thread-safe: one lock; get() is called by the one planning worker, order
  * and first_use by the prefetcher and the next-use maps.
  */
-#ifndef LADE_PLAN_CURSOR_H
-#define LADE_PLAN_CURSOR_H
+#ifndef LADE__PLAN_CURSOR_H
+#define LADE__PLAN_CURSOR_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -57,7 +57,7 @@ static int locality_step(lade_plan_t *pl, lade__plan_out_t *out) {
   for (int pass = 0; pass < 2; pass++)
     for (uint32_t r = 0; r < p && j < nmiss; r++) {
       uint64_t take = B - pl->kept[r];
-      if (pass == 0) take = LADE_MIN(take, pl->ucount[r] < C ? C - pl->ucount[r] : 0);
+      if (pass == 0) take = LADE__MIN(take, pl->ucount[r] < C ? C - pl->ucount[r] : 0);
       for (; take > 0 && j < nmiss; take--, j++) {
         uint64_t at = out->off[r] + pl->kept[r]++;
         out->samples[at] = k->sur_tmp[j];

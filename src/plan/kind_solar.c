@@ -39,7 +39,7 @@ static int solar_create(lade_plan_t *pl) {
   if (s->reorder && s->epochs > 1) {
     uint64_t *cost;
     LADE__PLAN_ALLOC(cost, s->epochs * s->epochs);
-    uint64_t buf = LADE_MIN(N, s->cache * pl->p);
+    uint64_t buf = LADE__MIN(N, s->cache * pl->p);
     rc = lade_plan_order_costs(s, buf, cost);
     if (!rc) rc = lade_plan_order_solve(cost, s->epochs, s->order_algo, s->seed, pl->order, NULL);
     free(cost);
@@ -67,12 +67,12 @@ static void solar_quota(lade_plan_t *pl) {
   uint64_t a = 0, b = hi; /* smallest level L with sum clamp(cnt + L) >= G */
   while (a < b) {
     uint64_t L = (a + b) / 2, sum = 0;
-    for (uint32_t r = 0; r < p; r++) sum += LADE_MAX(lo, LADE_MIN(hi, pl->cnt[r] + L));
+    for (uint32_t r = 0; r < p; r++) sum += LADE__MAX(lo, LADE__MIN(hi, pl->cnt[r] + L));
     if (sum >= pl->G) b = L; else a = L + 1;
   }
   uint64_t sum = 0;
   for (uint32_t r = 0; r < p; r++) {
-    pl->quota[r] = LADE_MAX(lo, LADE_MIN(hi, pl->cnt[r] + a));
+    pl->quota[r] = LADE__MAX(lo, LADE__MIN(hi, pl->cnt[r] + a));
     sum += pl->quota[r];
   }
   /* trim the excess: first learners exactly at the level (their load drops),

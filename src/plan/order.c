@@ -36,7 +36,7 @@ int lade_plan_order_costs(const lade_plan_settings_t *s, uint64_t buffer, uint64
   if (rc) return rc;
   uint64_t n = s->samples, E = s->epochs;
   uint64_t used = lade__plan_steps(&rp) * (uint64_t)s->batch_size * s->learners;
-  uint64_t buf = LADE_MIN(buffer, used);
+  uint64_t buf = LADE__MIN(buffer, used);
   uint64_t words = (n + 63) / 64;
   uint64_t *perm = malloc(n * sizeof *perm);
   uint64_t *first = calloc(E * words, sizeof *first);
@@ -166,7 +166,7 @@ static int solve_local(const uint64_t *cost, uint64_t E, uint64_t *order) {
     return lade__fail(LADE_ENOMEM, "epoch order: out of memory");
   }
   uint64_t *tmp = o + E, *best = o + 2 * E, bestc = UINT64_MAX;
-  uint64_t starts = LADE_MIN(E, 16);
+  uint64_t starts = LADE__MIN(E, 16);
   for (uint64_t s0 = 0; s0 < starts; s0++) {
     memset(seen, 0, E);
     o[0] = s0;
@@ -212,7 +212,7 @@ static int solve_pso(const uint64_t *cost, uint64_t E, uint64_t seed, uint64_t *
     goto out;
   }
   lade__rng_t r;
-  lade__rng_init(&r, seed, E, LADE_RNG_PLAN + 1);
+  lade__rng_init(&r, seed, E, LADE__RNG_PLAN + 1);
   uint64_t gbc = UINT64_MAX;
   for (int k = 0; k < PARTICLES; k++) {
     uint64_t *xi = x + k * E;

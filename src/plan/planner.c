@@ -218,7 +218,7 @@ void lade__plan_regular_slices(lade_plan_t *pl, lade__plan_out_t *out) {
 /* ---------------------------------------------------------------- overlapping caches (regular+lru/belady) */
 
 int lade__plan_nodes_init(lade_plan_t *pl) {
-  return lade__hmap_init(&pl->map, LADE_MIN(pl->s.cache * pl->p, 1u << 20) + 16);
+  return lade__hmap_init(&pl->map, LADE__MIN(pl->s.cache * pl->p, 1u << 20) + 16);
 }
 
 void lade__plan_nodes_sources(lade_plan_t *pl, lade__plan_out_t *out) {

@@ -27,8 +27,8 @@
  *
  * Not thread-safe, as lade_plan_t.
  */
-#ifndef LADE_PLAN_PLANNER_H
-#define LADE_PLAN_PLANNER_H
+#ifndef LADE__PLAN_PLANNER_H
+#define LADE__PLAN_PLANNER_H
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -42,7 +42,7 @@ void lade__shuffle_epoch(const lade__plan_params_t *p, uint64_t epoch, uint64_t 
   for (uint64_t i = 0; i < n; i++) perm[i] = i;
   if (!p->shuffle || n < 2) return;
   lade__rng_t r;
-  lade__rng_init(&r, p->seed, epoch, LADE_RNG_SHUFFLE);
+  lade__rng_init(&r, p->seed, epoch, LADE__RNG_SHUFFLE);
   for (uint64_t i = n - 1; i > 0; i--) {
     uint64_t j = lade__rng_below(&r, i + 1);
     uint64_t t = perm[i];
@@ -62,12 +62,12 @@ uint64_t lade__plan_epoch_len(const lade__plan_params_t *p) {
 void lade__plan_slice(const lade__plan_params_t *p, uint64_t step, uint32_t rank, uint64_t *start, uint32_t *count,
                       uint32_t *valid) {
   uint64_t g = (uint64_t)p->batch_size * p->world_size, len = lade__plan_epoch_len(p);
-  uint64_t base = step * g, in_step = len > base ? LADE_MIN(g, len - base) : 0;
+  uint64_t base = step * g, in_step = len > base ? LADE__MIN(g, len - base) : 0;
   uint64_t local = in_step / p->world_size; /* len and g are multiples of world_size */
   *start = base + (uint64_t)rank * local;
   *count = (uint32_t)local;
   uint64_t real = p->samples > *start ? p->samples - *start : 0;
-  *valid = (uint32_t)LADE_MIN(local, real);
+  *valid = (uint32_t)LADE__MIN(local, real);
 }
 
 int lade__regular_create(lade__regular_t **out, const lade__plan_params_t *p) {

@@ -21,8 +21,8 @@
  * (The simulator's lade__regular_global still pads the last global batch to
  * a full G; with its default drop_last the two agree.)
  */
-#ifndef LADE_PLAN_REGULAR_H
-#define LADE_PLAN_REGULAR_H
+#ifndef LADE__PLAN_REGULAR_H
+#define LADE__PLAN_REGULAR_H
 
 #include <stdbool.h>
 #include <stdint.h>

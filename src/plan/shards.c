@@ -57,7 +57,7 @@ uint64_t lade__shards_steps(const lade__shards_params_t *p) {
 
 void lade__shards_part(const lade__shards_params_t *p, uint32_t d, uint64_t *start, uint64_t *count) {
   uint64_t N = lade__shards_samples(p), D = p->groups ? p->groups : 1, base = N / D, extra = N % D;
-  *start = d * base + LADE_MIN((uint64_t)d, extra);
+  *start = d * base + LADE__MIN((uint64_t)d, extra);
   *count = base + (d < extra);
 }
 
@@ -65,7 +65,7 @@ void lade__shards_order(const lade__shards_params_t *p, uint64_t epoch, uint64_t
   uint64_t S = p->shards;
   for (uint64_t i = 0; i < S; i++) perm[i] = i;
   lade__rng_t r;
-  lade__rng_init(&r, p->seed, epoch, LADE_RNG_SHARDS);
+  lade__rng_init(&r, p->seed, epoch, LADE__RNG_SHARDS);
   for (uint64_t i = S; i > 1; i--) {
     uint64_t j = lade__rng_below(&r, i);
     uint64_t t = perm[i - 1];
@@ -114,7 +114,7 @@ int lade__shards_epoch(const lade__shards_params_t *p, uint64_t epoch, uint32_t 
   uint64_t S = p->shards, L = lade__shards_len(p), start, count;
   lade__shards_part(p, d, &start, &count);
   sbuf_t b = {0};
-  b.cap = p->buffer > 1 ? LADE_MIN(p->buffer, count) : 0;
+  b.cap = p->buffer > 1 ? LADE__MIN(p->buffer, count) : 0;
   b.out = out;
   b.lim = L;
   uint64_t *perm = malloc(S * sizeof *perm);
@@ -127,11 +127,11 @@ int lade__shards_epoch(const lade__shards_params_t *p, uint64_t epoch, uint32_t 
   }
   lade__shards_order(p, epoch, perm);
   /* the group's own stream: the seed mixed with d, so groups never share one */
-  lade__rng_init(&b.rng, p->seed ^ lade__mix64(0x5342000000000000ull + d), epoch, LADE_RNG_SHARDBUF);
+  lade__rng_init(&b.rng, p->seed ^ lade__mix64(0x5342000000000000ull + d), epoch, LADE__RNG_SHARDBUF);
   uint64_t end = start + count, pos = 0; /* pos: stream position of the shard's first sample */
   for (uint64_t k = 0; k < S && pos < end; k++) {
     uint64_t s = perm[k], lo = p->offsets[s], size = p->offsets[s + 1] - lo;
-    uint64_t a = LADE_MAX(pos, start), z = LADE_MIN(pos + size, end);
+    uint64_t a = LADE__MAX(pos, start), z = LADE__MIN(pos + size, end);
     for (uint64_t x = a; x < z; x++) push(&b, lo + (x - pos));
     pos += size;
   }
@@ -139,7 +139,7 @@ int lade__shards_epoch(const lade__shards_params_t *p, uint64_t epoch, uint32_t 
   assert(b.n == count);
   free(perm);
   free(b.buf);
-  uint64_t real = LADE_MIN(count, L);
+  uint64_t real = LADE__MIN(count, L);
   for (uint64_t i = real; i < L; i++) out[i] = out[(i - real) % real]; /* padding from the group's own start */
   *n_out = L;
   *valid = real;
@@ -155,7 +155,7 @@ int lade__shards_stream(const lade__shards_params_t *p, uint64_t epoch, uint32_t
   uint64_t S = p->shards, start, count;
   lade__shards_part(p, d, &start, &count);
   if (pos >= count) return 0;
-  n = LADE_MIN(n, count - pos);
+  n = LADE__MIN(n, count - pos);
   uint64_t *perm = malloc(S * sizeof *perm);
   if (!perm) return lade__fail(LADE_ENOMEM, "shards: out of memory for %llu shards", (unsigned long long)S);
   lade__shards_order(p, epoch, perm);
@@ -163,7 +163,7 @@ int lade__shards_stream(const lade__shards_params_t *p, uint64_t epoch, uint32_t
   uint64_t a = start + pos, z = a + n, at = 0, k = 0;
   for (uint64_t i = 0; i < S && at < z; i++) {
     uint64_t s = perm[i], lo = p->offsets[s], size = p->offsets[s + 1] - lo;
-    for (uint64_t x = LADE_MAX(at, a); x < LADE_MIN(at + size, z); x++) out[k++] = lo + (x - at);
+    for (uint64_t x = LADE__MAX(at, a); x < LADE__MIN(at + size, z); x++) out[k++] = lo + (x - at);
     at += size;
   }
   free(perm);
@@ -257,7 +257,7 @@ int lade__shards_measure(const lade__shards_params_t *p, const uint64_t *seq, ui
   uint64_t batches = 0, one = 0;
   double distinct = 0;
   for (uint64_t s0 = 0; s0 < n; s0 += B) {
-    uint64_t k = LADE_MIN(B, n - s0), c = 1;
+    uint64_t k = LADE__MIN(B, n - s0), c = 1;
     memcpy(jump, sh + s0, k * sizeof *jump);
     qsort(jump, k, sizeof *jump, cmp_u64);
     for (uint64_t i = 1; i < k; i++) c += jump[i] != jump[i - 1];

@@ -6,7 +6,7 @@
  * Epoch e of group d (of D), for N samples in S shards:
  *
  *   1. the shard list is shuffled (Fisher-Yates, lade__rng keyed (seed, e,
- *      LADE_RNG_SHARDS)); concatenated, the shuffled shards are a stream of
+ *      LADE__RNG_SHARDS)); concatenated, the shuffled shards are a stream of
  *      the N dataset indices (each shard front to back);
  *   2. the stream is cut into D contiguous parts of floor(N/D) or
  *      floor(N/D)+1 samples (the first N mod D parts are the longer ones):
@@ -22,7 +22,7 @@
  *      buffer fills with the first b samples, then each incoming sample
  *      replaces a uniformly drawn one, which is delivered; at the end the
  *      buffer drains in random order. Randomness keyed (seed, e, d) (stream
- *      LADE_RNG_SHARDBUF). b <= 1 delivers the part unchanged; b >= n_d
+ *      LADE__RNG_SHARDBUF). b <= 1 delivers the part unchanged; b >= n_d
  *      delivers a uniform random permutation of the part;
  *   4. equal lengths (a group that delivers less than the others deadlocks
  *      distributed training): every group delivers L = lade__shards_len()
@@ -53,8 +53,8 @@
  *
  * All functions are thread-safe (no shared state).
  */
-#ifndef LADE_PLAN_SHARDS_H
-#define LADE_PLAN_SHARDS_H
+#ifndef LADE__PLAN_SHARDS_H
+#define LADE__PLAN_SHARDS_H
 
 #include <stdint.h>
 

@@ -14,7 +14,7 @@ typedef struct dir_impl {
   lade__listing_t list;
   int rootfd;
   uint64_t max_sample; /* max_sample_bytes */
-  char root[LADE_PATH_MAX];
+  char root[LADE__PATH_MAX];
 } dir_impl_t;
 
 static int dir_open(lade__source_t *s, const struct lade_config *cfg) {
@@ -24,8 +24,8 @@ static int dir_open(lade__source_t *s, const struct lade_config *cfg) {
   d->rootfd = -1;
   d->max_sample = cfg->max_sample_bytes;
   int t = cfg->transform;
-  int which = t == LADE_XF_AUTO || t == LADE_XF_IMAGENET_TRAIN || t == LADE_XF_IMAGENET_EVAL ? LADE_LIST_IMAGES
-                                                                                            : LADE_LIST_ALL;
+  int which = t == LADE__XF_AUTO || t == LADE__XF_IMAGENET_TRAIN || t == LADE__XF_IMAGENET_EVAL ? LADE__LIST_IMAGES
+                                                                                            : LADE__LIST_ALL;
   /* an empty dataset or class folder fails here, naming the root */
   int rc = lade__listing_scan(&d->list, d->root, which);
   if (rc) {

@@ -107,7 +107,7 @@ typedef struct slot {
 } slot_t;
 
 typedef struct h5_impl {
-  char path[LADE_PATH_MAX];
+  char path[LADE__PATH_MAX];
   char dname[256], lname[256];
   int fd; /* the file, for version() */
   hid_t file, dset, fspace, mspace, mtype;
@@ -320,7 +320,7 @@ static void h5_plan_batch(lade__source_t *s, const uint64_t *idx, size_t n) {
   /* indices at most `gap` apart, a run of at most max_span samples: in
    * bytes for lade__coalesce, the rule the tar source's Range requests
    * follow too (a gap of g samples leaves g - 1 samples between) */
-  uint64_t sb = m->sample_bytes, max_span = LADE_MAX(RUN_MAX_BYTES / sb, 1);
+  uint64_t sb = m->sample_bytes, max_span = LADE__MAX(RUN_MAX_BYTES / sb, 1);
   for (size_t i = 0; i < w; i++) sp[i] = (lade__span_t){0, v[i] * sb, sb};
   size_t nr = lade__coalesce(sp, w, (m->gap - 1) * sb, max_span * sb, runs);
   for (size_t r = 0; r < nr; r++)
@@ -929,7 +929,7 @@ static int h5_open(lade__source_t *s, const struct lade_config *cfg) {
   snprintf(m->dname, sizeof m->dname, "%s", cfg->hdf5_data);
   snprintf(m->lname, sizeof m->lname, "%s", cfg->hdf5_labels);
   m->gap = cfg->hdf5_gap;
-  m->direct = m->allow_fast = cfg->hdf5_direct == LADE_TRISTATE_AUTO;
+  m->direct = m->allow_fast = cfg->hdf5_direct == LADE__TRISTATE_AUTO;
   m->chunk_cache = (size_t)cfg->hdf5_chunk_cache;
   struct stat st;
   m->fd = lade__open_regular(AT_FDCWD, cfg->source, cfg->source, &st);
@@ -952,7 +952,7 @@ static int h5_open(lade__source_t *s, const struct lade_config *cfg) {
   if (!rc && m->chunked) {
     /* the chunk path inflates whole chunks: the chunk cache, not the stage, merges reads */
     m->gap = 0;
-    m->cmax = LADE_MAX(m->chunk_cache / ((size_t)m->rows * m->sample_bytes), 1);
+    m->cmax = LADE__MAX(m->chunk_cache / ((size_t)m->rows * m->sample_bytes), 1);
     m->cbuckets = 64;
     while (m->cbuckets < m->cmax * 2) m->cbuckets <<= 1;
     m->cbucket = calloc(m->cbuckets, sizeof *m->cbucket);
@@ -961,10 +961,10 @@ static int h5_open(lade__source_t *s, const struct lade_config *cfg) {
   if (!rc && m->gap) {
     /* the stage: a few windows of the engine's batches */
     size_t batch = (size_t)cfg->batch_size * (cfg->prefetch + 2);
-    m->tab_max = LADE_MAX(batch * 2, 64);
+    m->tab_max = LADE__MAX(batch * 2, 64);
     m->tab_cap = 64;
     while (m->tab_cap < m->tab_max * 2) m->tab_cap <<= 1;
-    m->stage_max = LADE_MAX(STAGE_MIN_BYTES, 2 * batch * m->sample_bytes);
+    m->stage_max = LADE__MAX(STAGE_MIN_BYTES, 2 * batch * m->sample_bytes);
     m->tab = calloc(m->tab_cap, sizeof *m->tab);
     if (s->count <= (1ull << 28)) m->staged = calloc((size_t)(s->count + 63) / 64, sizeof *m->staged);
     if (!m->tab) rc = lade__fail(LADE_ENOMEM, "%s: out of memory for the read stage", cfg->source);

@@ -76,7 +76,7 @@ typedef struct http_result {
 typedef struct http_waiter {       /* a read() that started its own request */
   int done, rc;
   lade__buf_t body;
-  char msg[LADE_HTTP_MSG];
+  char msg[LADE__HTTP_MSG];
 } http_waiter_t;
 
 typedef struct http_req {
@@ -344,7 +344,7 @@ static int blocking_again(lade__http_t *h, const http_verdict_t *v, uint32_t att
 static uint64_t body_cap(const http_req_t *r) {
   long status = 0;
   if (r->easy) curl_easy_getinfo(r->easy, CURLINFO_RESPONSE_CODE, &status);
-  return status >= 200 && status < 300 ? r->cap : LADE_MAX(r->cap, HTTP_ERROR_CAP);
+  return status >= 200 && status < 300 ? r->cap : LADE__MAX(r->cap, HTTP_ERROR_CAP);
 }
 
 /* Reads Content-Length as it arrives: a reply announcing more than the cap
@@ -354,7 +354,7 @@ static size_t on_header(char *ptr, size_t size, size_t nmemb, void *ud) {
   size_t n = size * nmemb;
   if (n > 15 && !strncasecmp(ptr, "content-length:", 15)) {
     char num[32];
-    size_t k = LADE_MIN(n - 15, sizeof num - 1);
+    size_t k = LADE__MIN(n - 15, sizeof num - 1);
     memcpy(num, ptr + 15, k);
     num[k] = '\0';
     char *e;
@@ -387,7 +387,7 @@ static size_t scatter(http_req_t *r, const char *ptr, size_t n) {
   uint64_t lo = r->body.len, hi = lo + n;
   for (uint32_t k = r->part_next; k < g->nparts && g->parts[k].off < hi; k++) {
     const lade__http_part_t *p = &g->parts[k];
-    uint64_t a = LADE_MAX(p->off, lo), b = LADE_MIN(p->off + p->len, hi);
+    uint64_t a = LADE__MAX(p->off, lo), b = LADE__MIN(p->off + p->len, hi);
     if (b > a) {
       lade__buf_t *d = &r->parts[k];
       if (!d->data && lade__buf_reserve(d, (size_t)(p->len ? p->len : 1)) != 0) {
@@ -565,7 +565,7 @@ struct lade__http_stream {
   int running, done, rc;  /* rc: the final error (message in msg) */
   uint32_t retries;
   lade__rng_t rng;
-  char msg[LADE_HTTP_MSG];
+  char msg[LADE__HTTP_MSG];
 };
 
 static size_t stream_body(char *ptr, size_t size, size_t nmemb, void *ud) {
@@ -578,13 +578,13 @@ static size_t stream_body(char *ptr, size_t size, size_t nmemb, void *ud) {
   if (status == 200 && s->r.get.len) return 0; /* a resume answered with the whole object: judged below */
   uint64_t chunk_at = s->at + s->len;
   if (s->keep > s->at) { /* what the reader has passed */
-    size_t drop = (size_t)LADE_MIN(s->keep - s->at, (uint64_t)s->len);
+    size_t drop = (size_t)LADE__MIN(s->keep - s->at, (uint64_t)s->len);
     memmove(s->buf, s->buf + drop, s->len - drop);
     s->at += drop;
     s->len -= drop;
   }
   size_t skip = 0;
-  if (!s->len && chunk_at < s->keep) skip = (size_t)LADE_MIN(s->keep - chunk_at, (uint64_t)n);
+  if (!s->len && chunk_at < s->keep) skip = (size_t)LADE__MIN(s->keep - chunk_at, (uint64_t)n);
   if (!s->len) s->at = chunk_at + skip;
   if (chunk_at + n > s->size) return 0; /* more than the object's size: stopped (judged below) */
   if (s->len + (n - skip) > s->cap) {
@@ -711,7 +711,7 @@ long lade__http_stream_pread(void *ctx, void *dst, size_t len, uint64_t off) {
     return -EIO;
   }
   s->keep = off;
-  uint64_t want = LADE_MIN(off + len, s->size);
+  uint64_t want = LADE__MIN(off + len, s->size);
   while (!s->rc && !s->done && s->at + s->len < want) {
     if (!s->running) break;
     int still = 0;
@@ -724,7 +724,7 @@ long lade__http_stream_pread(void *ctx, void *dst, size_t len, uint64_t off) {
   }
   if (s->rc) return -EIO;
   if (off >= s->at + s->len) return 0;
-  size_t n = (size_t)LADE_MIN((uint64_t)len, s->at + s->len - off);
+  size_t n = (size_t)LADE__MIN((uint64_t)len, s->at + s->len - off);
   memcpy(dst, s->buf + (off - s->at), n);
   return (long)n;
 }
@@ -840,7 +840,7 @@ static void result_store(lade__http_t *h, http_req_t *q, int rc, const char *msg
     int whole = !q->parts && (p.len == UINT64_MAX || (p.off == 0 && p.len == q->body.len));
     if (!rc && whole) p.off = 0, p.len = q->body.len;
     if (!rc && !whole && (q->parts || p.off > q->body.len || p.len > q->body.len - p.off)) {
-      char name[1536], m[LADE_HTTP_MSG];
+      char name[1536], m[LADE__HTTP_MSG];
       name_of(h, q, name, sizeof name);
       snprintf(m, sizeof m, "%s: sample %llu at bytes %llu..%llu is past the %zu-byte reply", name,
                (unsigned long long)p.idx, (unsigned long long)p.off, (unsigned long long)(p.off + p.len),
@@ -976,23 +976,23 @@ static void easy_release(lade__http_t *h, CURL *e) {
   if (!kept) curl_easy_cleanup(e);
 }
 
-static uint32_t conc_min(const lade__http_t *h) { return LADE_MIN((uint32_t)HTTP_MIN_AUTO, h->o.max_conc); }
+static uint32_t conc_min(const lade__http_t *h) { return LADE__MIN((uint32_t)HTTP_MIN_AUTO, h->o.max_conc); }
 
 /* Background requests take at most three quarters of the limit, so a
  * batch's request finds a free connection at once (locked). */
-static uint32_t bg_cap(const lade__http_t *h) { return LADE_MAX(1u, h->limit - h->limit / 4); }
+static uint32_t bg_cap(const lade__http_t *h) { return LADE__MAX(1u, h->limit - h->limit / 4); }
 
 /* Tuning step of the auto limit (locked). */
 static void tune(lade__http_t *h, double now) {
   if (h->o.fixed_conc) return;
   if (now - h->win_start < HTTP_WINDOW_S) return;
   double rate = (double)h->win_bytes / (now - h->win_start);
-  uint32_t step = LADE_MAX(4u, h->limit / 4), lo = conc_min(h);
+  uint32_t step = LADE__MAX(4u, h->limit / 4), lo = conc_min(h);
   if (!h->win_starved && now - h->last_throttle > HTTP_WINDOW_S) {
     /* only a window with demand queued all along says anything about the server */
     if (h->win_prev_rate <= 0 || rate > h->win_prev_rate * 1.05) {
       /* slow start (as TCP's): double while it pays, then steps of a quarter */
-      h->limit = LADE_MIN(h->o.max_conc, h->slow_start ? h->limit * 2 : h->limit + step);
+      h->limit = LADE__MIN(h->o.max_conc, h->slow_start ? h->limit * 2 : h->limit + step);
       h->flat_windows = 0;
     } else if (rate < h->win_prev_rate * 0.75) { /* a clear fall, not the noise of a busy machine */
       h->slow_start = 0;
@@ -1001,7 +1001,7 @@ static void tune(lade__http_t *h, double now) {
     } else {
       h->slow_start = 0;
       if (++h->flat_windows >= 8) { /* probe now and then */
-        h->limit = LADE_MIN(h->o.max_conc, h->limit + step);
+        h->limit = LADE__MIN(h->o.max_conc, h->limit + step);
         h->flat_windows = 0;
       }
     }
@@ -1053,7 +1053,7 @@ static void finish(lade__http_t *h, CURL *e, CURLcode cc, lade__rng_t *rng, int 
   if (r->bg) h->bg_in_flight--;
   h->bytes += r->body.len;
   if (v.throttled && !h->o.fixed_conc && now - h->last_throttle > HTTP_WINDOW_S) {
-    h->limit = LADE_MAX(conc_min(h), h->limit / 2);
+    h->limit = LADE__MAX(conc_min(h), h->limit / 2);
     h->last_throttle = now;
     h->throttled++;
   }
@@ -1121,7 +1121,7 @@ static void finish(lade__http_t *h, CURL *e, CURLcode cc, lade__rng_t *rng, int 
     pthread_mutex_unlock(&h->mu);
     return;
   }
-  char msg[LADE_HTTP_MSG], note[LADE_HTTP_MSG - 1536 - HTTP_WHAT - 64], name[1536];
+  char msg[LADE__HTTP_MSG], note[LADE__HTTP_MSG - 1536 - HTTP_WHAT - 64], name[1536];
   int rc = 0;
   if (v.kind != HTTP_OK) {
     rc = v.code;
@@ -1201,7 +1201,7 @@ static void *loop_main(void *arg) {
 
     int notify = 0;
     for (size_t i = 0; i < n_start; i++) {
-      char msg[LADE_HTTP_MSG];
+      char msg[LADE__HTTP_MSG];
       http_req_t *r = startable[i];
       int src = start(h, r, msg, sizeof msg);
       pthread_mutex_lock(&h->mu);
@@ -1291,8 +1291,8 @@ int lade__http_submit(lade__http_t *h, const lade__http_get_t *g, size_t n, int 
 
 void lade__http_reserve(lade__http_t *h, uint64_t results, uint64_t bytes) {
   pthread_mutex_lock(&h->mu);
-  if (results > h->res_max_count) h->res_max_count = (size_t)LADE_MIN(results, (uint64_t)SIZE_MAX / 2);
-  if (bytes > h->res_max_bytes) h->res_max_bytes = (size_t)LADE_MIN(bytes, (uint64_t)SIZE_MAX / 2);
+  if (results > h->res_max_count) h->res_max_count = (size_t)LADE__MIN(results, (uint64_t)SIZE_MAX / 2);
+  if (bytes > h->res_max_bytes) h->res_max_bytes = (size_t)LADE__MIN(bytes, (uint64_t)SIZE_MAX / 2);
   pthread_mutex_unlock(&h->mu);
 }
 
@@ -1433,7 +1433,7 @@ int lade__http_create(lade__http_t **out, const lade__http_opts_t *o) {
   h->o.ca_file = h->ca_file;
   if (!h->o.retry_base_ms) h->o.retry_base_ms = 1;
   if (!h->o.max_conc) h->o.max_conc = 128;
-  h->limit = h->o.fixed_conc ? h->o.fixed_conc : LADE_MIN((uint32_t)HTTP_START_AUTO, h->o.max_conc);
+  h->limit = h->o.fixed_conc ? h->o.fixed_conc : LADE__MIN((uint32_t)HTTP_START_AUTO, h->o.max_conc);
   h->slow_start = 1;
   *out = h;
   return 0;
@@ -1446,10 +1446,10 @@ int lade__http_start(lade__http_t *h, uint64_t n_idx) {
   h->res = calloc(n_idx ? n_idx : 1, sizeof *h->res);
   h->multi = curl_multi_init();
   if (!h->wants || !h->res || !h->multi) return lade__fail(LADE_ENOMEM, "%s: out of memory", h->o.what);
-  h->res_max_count = 4 * (size_t)LADE_MAX(h->o.max_conc, h->o.fixed_conc) + 1024;
+  h->res_max_count = 4 * (size_t)LADE__MAX(h->o.max_conc, h->o.fixed_conc) + 1024;
   h->res_max_bytes = (size_t)512 << 20;
   curl_multi_setopt(h->multi, CURLMOPT_PIPELINING, (long)CURLPIPE_NOTHING);
-  curl_multi_setopt(h->multi, CURLMOPT_MAXCONNECTS, (long)LADE_MAX(h->o.max_conc, h->o.fixed_conc) + 8);
+  curl_multi_setopt(h->multi, CURLMOPT_MAXCONNECTS, (long)LADE__MAX(h->o.max_conc, h->o.fixed_conc) + 8);
   h->win_start = lade__now();
   if (pthread_create(&h->thread, NULL, loop_main, h) != 0)
     return lade__fail(LADE_ETHREAD, "%s: cannot start its thread", h->o.what);

@@ -10,8 +10,8 @@
  * words of its error replies, a listing that may be stale) comes in through
  * the hooks of lade__http_opts_t. Needs libcurl (LADE_HAVE_CURL).
  */
-#ifndef LADE_HTTP_H
-#define LADE_HTTP_H
+#ifndef LADE__HTTP_H
+#define LADE__HTTP_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -27,7 +27,7 @@ typedef struct lade__http lade__http_t;
 
 /* The longest error message the module writes (a URL, the server's words,
  * a note from the hooks). */
-#define LADE_HTTP_MSG (2304 + 4096)
+#define LADE__HTTP_MSG (2304 + 4096)
 
 typedef struct lade__http_opts {
   const char *what; /* the source in messages: "s3 source" (borrowed) */

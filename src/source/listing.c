@@ -147,7 +147,7 @@ static int list_dir(lade__listing_t *l, int rootfd, const char *rel, const char 
       is_file = S_ISREG(st.st_mode);
     }
     if (!is_dir && !is_file) continue;
-    if (is_file && which == LADE_LIST_IMAGES && !has_image_ext(e->d_name)) continue;
+    if (is_file && which == LADE__LIST_IMAGES && !has_image_ext(e->d_name)) continue;
     names_t *v = is_dir ? dirs : files;
     if (v->n == v->cap) {
       size_t cap = v->cap ? v->cap * 2 : 256;
@@ -179,7 +179,7 @@ static int walk(lade__listing_t *l, int rootfd, const char *root, int which, uin
     return lade__fail(LADE_EFORMAT, "folder tree under %s is deeper than 64 levels (a symlink loop?) at %.200s...",
                       root, l->arena + dir_off);
   /* copy the folder's path: the arena may move while this folder is listed */
-  char rel[LADE_PATH_MAX];
+  char rel[LADE__PATH_MAX];
   if (strlen(l->arena + dir_off) >= sizeof rel) return lade__fail(LADE_ERANGE, "path too long under %s", root);
   strcpy(rel, l->arena + dir_off);
   names_t dirs = {0}, files = {0};
@@ -205,7 +205,7 @@ static int fail_empty_classes(const lade__listing_t *l, const char *root, int wh
   char more[48] = "", exts[96];
   if (nempty > shown) snprintf(more, sizeof more, " and %u more", nempty - shown);
   ext_list(exts, sizeof exts);
-  if (which == LADE_LIST_IMAGES)
+  if (which == LADE__LIST_IMAGES)
     return lade__fail(LADE_EEMPTY, "dataset folder %s: class folder%s %s%s %s no images (extensions, any case: %s)",
                       root, nempty > 1 ? "s" : "", names, more, nempty > 1 ? "have" : "has", exts);
   return lade__fail(LADE_EEMPTY, "dataset folder %s: class folder%s %s%s %s no files", root, nempty > 1 ? "s" : "",
@@ -263,7 +263,7 @@ int lade__listing_scan(lade__listing_t *l, const char *root, int which) {
   if (!rc && l->count == 0) {
     char exts[96];
     ext_list(exts, sizeof exts);
-    if (which == LADE_LIST_IMAGES)
+    if (which == LADE__LIST_IMAGES)
       rc = lade__fail(LADE_EEMPTY, "no images found under %s (extensions, any case: %s; hidden files are skipped)",
                       root, exts);
     else
@@ -277,7 +277,7 @@ int lade__listing_scan(lade__listing_t *l, const char *root, int which) {
   return rc;
 }
 
-int lade__listing_build(lade__listing_t *l, const char *root) { return lade__listing_scan(l, root, LADE_LIST_ALL); }
+int lade__listing_build(lade__listing_t *l, const char *root) { return lade__listing_scan(l, root, LADE__LIST_ALL); }
 
 void lade__listing_free(lade__listing_t *l) {
   free(l->arena);
@@ -312,7 +312,7 @@ int lade__open_regular(int dirfd, const char *rel, const char *shown, struct sta
 }
 
 int lade__read_file_max(int dirfd, const char *rel, const char *shown_root, uint64_t max, lade__buf_t *out) {
-  char shown[LADE_PATH_MAX * 2 + 2];
+  char shown[LADE__PATH_MAX * 2 + 2];
   snprintf(shown, sizeof shown, "%s/%s", shown_root, rel);
   struct stat st;
   int fd = lade__open_regular(dirfd, rel, shown, &st);
@@ -355,9 +355,9 @@ int lade__read_file_at(int dirfd, const char *rel, const char *shown_root, lade_
 }
 
 uint64_t lade__stat_version(int stat_rc, const struct stat *st) {
-  if (stat_rc != 0) return LADE_VERSION_UNKNOWN;
+  if (stat_rc != 0) return LADE__VERSION_UNKNOWN;
   uint64_t v[4] = {(uint64_t)st->st_size, (uint64_t)st->st_mtim.tv_sec, (uint64_t)st->st_mtim.tv_nsec,
                    (uint64_t)st->st_ino};
   uint64_t h = lade__hash64(v, sizeof v, 0x5645525349304eull);
-  return h > LADE_VERSION_UNKNOWN ? h : h + 2;
+  return h > LADE__VERSION_UNKNOWN ? h : h + 2;
 }

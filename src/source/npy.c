@@ -37,7 +37,7 @@ typedef struct npy_impl {
   int fd;                    /* stacked: the file */
   int rootfd;                /* folder: the root */
   lade__listing_t list;
-  char root[LADE_PATH_MAX];
+  char root[LADE__PATH_MAX];
   lade__npy_header_t hdr;    /* the dataset's (first file's) header */
   uint8_t hdr_bytes[HDR_MAX];
   size_t sample_bytes;
@@ -144,7 +144,7 @@ static int npy_open(lade__source_t *s, const struct lade_config *cfg) {
       rc = lade__fail(LADE_EIO, "cannot open %s: %s", cfg->source, strerror(errno));
       goto fail;
     }
-    char what[LADE_PATH_MAX + 256];
+    char what[LADE__PATH_MAX + 256];
     snprintf(what, sizeof what, "%s/%s", m->root, lade__listing_path(&m->list, 0));
     struct stat fst;
     int fd = lade__open_regular(m->rootfd, lade__listing_path(&m->list, 0), what, &fst);
@@ -215,7 +215,7 @@ static int pread_full(int fd, void *dst, size_t len, off_t off, const char *root
  * version, padding or key order). */
 static int other_header(npy_impl_t *m, int fd, const char *rel, lade__npy_header_t *h) {
   uint8_t buf[HDR_MAX];
-  char what[LADE_PATH_MAX + 256];
+  char what[LADE__PATH_MAX + 256];
   snprintf(what, sizeof what, "%s/%s", m->root, rel);
   int rc = read_header_fd(fd, what, buf, h);
   if (rc) return rc;
@@ -307,7 +307,7 @@ static int npy_read_payload(lade__source_t *s, uint64_t idx, void *dst, size_t l
   if (len != m->sample_bytes) return lade__fail(LADE_EINVAL, "npy: slot of %zu bytes for %zu-byte samples", len, m->sample_bytes);
   if (m->stacked) return read_row(m, idx, dst);
   const char *rel = lade__listing_path(&m->list, idx);
-  char what[LADE_PATH_MAX * 2 + 2];
+  char what[LADE__PATH_MAX * 2 + 2];
   snprintf(what, sizeof what, "%s/%s", m->root, rel);
   struct stat fst;
   int fd = lade__open_regular(m->rootfd, rel, what, &fst);

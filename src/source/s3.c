@@ -50,7 +50,7 @@ typedef struct s3_impl {
   lade__s3_where_t w;
   uint64_t max_sample;             /* max_sample_bytes: no body is read past this */
   /* the listing cache file (cache_dir and listing_ttl set), for messages */
-  char cache_file[LADE_PATH_MAX + 64];
+  char cache_file[LADE__PATH_MAX + 64];
   int from_cache, cache_dropped;
   uint64_t cache_created;          /* wall-clock seconds */
   uint64_t listing_ttl;
@@ -113,7 +113,7 @@ typedef struct name_span {
 
 static int cmp_span(const void *a, const void *b) {
   const name_span_t *x = a, *y = b;
-  size_t n = LADE_MIN(x->n, y->n);
+  size_t n = LADE__MIN(x->n, y->n);
   int c = memcmp(x->p, y->p, n);
   return c ? c : (x->n < y->n ? -1 : x->n > y->n);
 }
@@ -338,7 +338,7 @@ static int cache_load(s3_impl_t *d, const char *path, uint64_t ttl, uint32_t *cl
   struct stat st;
   int ok = fstat(fd, &st) == 0 && read_all(fd, &h, sizeof h) == 0 && !memcmp(h.magic, S3_CACHE_MAGIC, 8);
   uint64_t now = (uint64_t)time(NULL);
-  ok = ok && h.created <= now + 60 && now - LADE_MIN(now, h.created) < ttl && h.count > 0 && h.count < (1ull << 40) &&
+  ok = ok && h.created <= now + 60 && now - LADE__MIN(now, h.created) < ttl && h.count > 0 && h.count < (1ull << 40) &&
        h.arena_len < (1ull << 44) &&
        (uint64_t)st.st_size == sizeof h + h.count * (8 + 4 + 8) + h.arena_len;
   if (ok) {
@@ -378,7 +378,7 @@ static void cache_store(const s3_impl_t *d, const char *dir, const char *path, u
     lade__clear_error();
     return;
   }
-  char tmp[LADE_PATH_MAX + 64];
+  char tmp[LADE__PATH_MAX + 64];
   snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return;
@@ -547,7 +547,7 @@ static int s3_open(lade__source_t *s, const struct lade_config *cfg) {
   char shown[2048];
   snprintf(shown, sizeof shown, "s3://%s/%s", d->bucket, d->prefix);
   uint32_t classes = 0;
-  char cpath[LADE_PATH_MAX + 64] = "";
+  char cpath[LADE__PATH_MAX + 64] = "";
   int cached = 0;
   if (!rc && cfg->cache_dir[0] && cfg->listing_ttl > 0) {
     cache_path(d, cfg, cpath, sizeof cpath);

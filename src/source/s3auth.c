@@ -208,8 +208,8 @@ int lade__s3_where_init(lade__s3_where_t *d, const struct lade_config *cfg, cons
   host += 3;
   int dns_ok = blen >= 3 && !strchr(d->bucket, '.') && !strchr(d->bucket, '_');
   for (const char *c = d->bucket; *c; c++) dns_ok = dns_ok && !(*c >= 'A' && *c <= 'Z');
-  d->virtual_host = cfg->s3_addressing == LADE_S3_ADDR_VIRTUAL ||
-                    (cfg->s3_addressing == LADE_S3_ADDR_AUTO && !ep && dns_ok);
+  d->virtual_host = cfg->s3_addressing == LADE__S3_ADDR_VIRTUAL ||
+                    (cfg->s3_addressing == LADE__S3_ADDR_AUTO && !ep && dns_ok);
   if (d->virtual_host)
     snprintf(d->base_url, sizeof d->base_url, "%.*s%s.%s", (int)(host - d->endpoint), d->endpoint, d->bucket, host);
   else

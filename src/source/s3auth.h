@@ -7,8 +7,8 @@
  * shards). Needs libcurl (LADE_HAVE_CURL). Secrets stay in this struct and
  * in curl's options: no message built here contains them.
  */
-#ifndef LADE_S3AUTH_H
-#define LADE_S3AUTH_H
+#ifndef LADE__S3AUTH_H
+#define LADE__S3AUTH_H
 
 #include "core/config.h"
 #include "source/http.h"

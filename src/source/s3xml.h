@@ -1,8 +1,8 @@
 /* s3xml.h - the few XML replies of S3 (ListObjectsV2 pages, <Error>
  * bodies), parsed by hand: no libxml. Outside bytes: fuzzed by
  * fuzz/fuzz_s3xml.c. Needs no libcurl. */
-#ifndef LADE_S3XML_H
-#define LADE_S3XML_H
+#ifndef LADE__S3XML_H
+#define LADE__S3XML_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -28,7 +28,7 @@ static int folder_looks_npy(const char *root, int depth) {
   if (!d) return 0;
   struct dirent *e;
   int verdict = -1;
-  char sub[LADE_PATH_MAX];
+  char sub[LADE__PATH_MAX];
   sub[0] = '\0';
   while (verdict < 0 && (e = readdir(d)) != NULL) {
     if (e->d_name[0] == '.') continue;
@@ -69,15 +69,15 @@ int lade__source_select(const struct lade_config *cfg, const lade__source_ops_t 
   int s3 = !strncmp(cfg->source, "s3://", 5);
   /* s3:// is the s3 source unless it names tar shards: source_type=tar, or
    * auto with a .tar object, a brace pattern or a .txt list */
-  int s3_tar = s3 && (cfg->source_type == LADE_SRC_TAR ||
-                      (cfg->source_type == LADE_SRC_AUTO && (has_suffix(cfg->source, ".tar") ||
+  int s3_tar = s3 && (cfg->source_type == LADE__SRC_TAR ||
+                      (cfg->source_type == LADE__SRC_AUTO && (has_suffix(cfg->source, ".tar") ||
                                                              has_suffix(cfg->source, ".txt") ||
                                                              strchr(cfg->source, '{'))));
   if (url || s3_tar ||
-      (!s3 && (cfg->source_type == LADE_SRC_TAR || cfg->source_type == LADE_SRC_AUTO) &&
+      (!s3 && (cfg->source_type == LADE__SRC_TAR || cfg->source_type == LADE__SRC_AUTO) &&
        lade__tar_source_remote(cfg->source))) {
 #ifdef LADE_HAVE_CURL
-    if (cfg->source_type != LADE_SRC_TAR && cfg->source_type != LADE_SRC_AUTO)
+    if (cfg->source_type != LADE__SRC_TAR && cfg->source_type != LADE__SRC_AUTO)
       return lade__fail(LADE_EINVAL, "dataset %s: an http(s):// URL is read as tar shards (source_type=tar or auto)",
                         cfg->source);
     *ops = &lade__source_tar_remote;
@@ -87,7 +87,7 @@ int lade__source_select(const struct lade_config *cfg, const lade__source_ops_t 
                       cfg->source);
 #endif
   }
-  if (cfg->source_type == LADE_SRC_S3 || strncmp(cfg->source, "s3://", 5) == 0) {
+  if (cfg->source_type == LADE__SRC_S3 || strncmp(cfg->source, "s3://", 5) == 0) {
 #ifdef LADE_HAVE_CURL
     if (strncmp(cfg->source, "s3://", 5) != 0)
       return lade__fail(LADE_EINVAL, "dataset %s: source_type=s3 needs source=s3://bucket/prefix", cfg->source);
@@ -100,8 +100,8 @@ int lade__source_select(const struct lade_config *cfg, const lade__source_ops_t 
   }
   struct stat st;
   int exists = stat(cfg->source, &st) == 0;
-  if (cfg->source_type == LADE_SRC_HDF5 ||
-      (cfg->source_type == LADE_SRC_AUTO && exists && S_ISREG(st.st_mode) &&
+  if (cfg->source_type == LADE__SRC_HDF5 ||
+      (cfg->source_type == LADE__SRC_AUTO && exists && S_ISREG(st.st_mode) &&
        (has_suffix(cfg->source, ".h5") || has_suffix(cfg->source, ".hdf5") || has_suffix(cfg->source, ".he5")))) {
 #ifdef LADE_HAVE_HDF5
     if (!exists)
@@ -114,18 +114,18 @@ int lade__source_select(const struct lade_config *cfg, const lade__source_ops_t 
                       "LADE_WITH_HDF5=ON after apt-get install libhdf5-dev)", cfg->source);
 #endif
   }
-  if (cfg->source_type == LADE_SRC_TAR || (cfg->source_type == LADE_SRC_AUTO && !exists && strchr(cfg->source, '{'))) {
+  if (cfg->source_type == LADE__SRC_TAR || (cfg->source_type == LADE__SRC_AUTO && !exists && strchr(cfg->source, '{'))) {
     *ops = &lade__source_tar; /* a brace pattern names no file itself; the source checks each shard */
     return 0;
   }
   if (!exists)
     return lade__fail(errno == ENOENT ? LADE_ENOENT : LADE_EIO, "dataset %s: %s", cfg->source, strerror(errno));
   switch (cfg->source_type) {
-    case LADE_SRC_DIR:
+    case LADE__SRC_DIR:
       if (!S_ISDIR(st.st_mode)) return lade__fail(LADE_EINVAL, "dataset %s: source_type=dir needs a folder", cfg->source);
       *ops = &lade__source_dir;
       return 0;
-    case LADE_SRC_NPY:
+    case LADE__SRC_NPY:
       *ops = &lade__source_npy;
       return 0;
     default:

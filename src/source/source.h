@@ -10,8 +10,8 @@
  * samples whose bytes have arrived. A cache tier or a peer can stand in front
  * of any source because every backend reads by dataset index.
  */
-#ifndef LADE_SOURCE_H
-#define LADE_SOURCE_H
+#ifndef LADE__SOURCE_H
+#define LADE__SOURCE_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -38,8 +38,8 @@ typedef struct lade__listing {
 
 /* Which files a listing keeps. */
 enum {
-  LADE_LIST_ALL = 0,   /* every regular file (raw data, .npy folders) */
-  LADE_LIST_IMAGES = 1 /* names ending in an image extension (lade__image_exts), any case */
+  LADE__LIST_ALL = 0,   /* every regular file (raw data, .npy folders) */
+  LADE__LIST_IMAGES = 1 /* names ending in an image extension (lade__image_exts), any case */
 };
 
 /* The extensions torchvision 0.14's ImageFolder takes (IMG_EXTENSIONS),
@@ -58,7 +58,7 @@ extern const char *const lade__image_exts[];
  * and the reason when there are no files, or naming the class folders
  * without one. */
 int lade__listing_scan(lade__listing_t *l, const char *root, int which);
-/* lade__listing_scan(l, root, LADE_LIST_ALL). */
+/* lade__listing_scan(l, root, LADE__LIST_ALL). */
 int lade__listing_build(lade__listing_t *l, const char *root);
 void lade__listing_free(lade__listing_t *l);
 static inline const char *lade__listing_path(const lade__listing_t *l, uint64_t i) {
@@ -89,7 +89,7 @@ typedef struct lade__source_ops {
    * disk cache tier stores and checks: lade__stat_version() of the file that
    * holds them (the sample's own file, a stacked .npy, a tar shard), taken
    * through the source's own descriptors so a chdir cannot change it.
-   * LADE_VERSION_UNKNOWN when it cannot be taken. Thread-safe. */
+   * LADE__VERSION_UNKNOWN when it cannot be taken. Thread-safe. */
   uint64_t (*version)(lade__source_t *s, uint64_t idx);
 
   /* ---- optional: high-latency (remote) sources. NULL for local ones. ----
@@ -200,9 +200,9 @@ int lade__open_regular(int dirfd, const char *rel, const char *shown, struct sta
 
 /* A sample version (ops->version) that matches no stored entry: the disk
  * tier is bypassed for that read. */
-#define LADE_VERSION_UNKNOWN 1
+#define LADE__VERSION_UNKNOWN 1
 /* The version of a file's bytes: a hash of its size, mtime (ns) and inode,
- * always > 1; LADE_VERSION_UNKNOWN when stat_rc is not 0. */
+ * always > 1; LADE__VERSION_UNKNOWN when stat_rc is not 0. */
 uint64_t lade__stat_version(int stat_rc, const struct stat *st);
 /* lade__read_file_max() with no limit. */
 int lade__read_file_at(int dirfd, const char *rel, const char *shown_root, lade__buf_t *out);

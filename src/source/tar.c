@@ -93,7 +93,7 @@ static int list_folder(lade__tar_strs_t *out, const char *root) {
   if (!rc) {
     for (size_t i = 0; i < tmp.n; i++) v[i] = tmp.a + tmp.off[i];
     qsort(v, tmp.n, sizeof *v, cmp_str);
-    char path[LADE_PATH_MAX * 2];
+    char path[LADE__PATH_MAX * 2];
     for (size_t i = 0; !rc && i < tmp.n; i++) {
       lade__path_join(path, sizeof path, root, v[i]);
       rc = lade__tar_strs_push(out, path, strlen(path));
@@ -149,11 +149,11 @@ int lade__tar_list_lines(lade__tar_strs_t *out, const lade__buf_t *b, const char
     while (s < e && (b->data[s] == ' ' || b->data[s] == '\t')) s++;
     while (e > s && (b->data[e - 1] == ' ' || b->data[e - 1] == '\t' || b->data[e - 1] == '\r')) e--;
     if (s == e || b->data[s] == '#') continue;
-    if (memchr(b->data + s, 0, e - s) || e - s >= LADE_PATH_MAX) {
+    if (memchr(b->data + s, 0, e - s) || e - s >= LADE__PATH_MAX) {
       rc = lade__fail(LADE_EFORMAT, "shard list %s, line %llu: not a path", file, (unsigned long long)line);
       break;
     }
-    char rel[LADE_PATH_MAX], path[LADE_PATH_MAX * 2];
+    char rel[LADE__PATH_MAX], path[LADE__PATH_MAX * 2];
     memcpy(rel, b->data + s, e - s);
     rel[e - s] = '\0';
     if (rel[0] == '/' || lade__tar_is_url(rel))
@@ -176,7 +176,7 @@ static int list_file(lade__tar_strs_t *out, const char *file) {
     lade__buf_free(&b);
     return rc;
   }
-  char dir[LADE_PATH_MAX];
+  char dir[LADE__PATH_MAX];
   const char *slash = strrchr(file, '/');
   snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - file) : 1, slash ? file : ".");
   if (slash == file) snprintf(dir, sizeof dir, "/");
@@ -295,7 +295,7 @@ int lade__tar_index_walk(lade__tar_index_t *x, lade__tar_pread_fn fn, void *ctx,
   int rc;
   while ((rc = lade__tar_next(&t, &m)) == 1) {
     if (!m.regular) continue;
-    int64_t cls = LADE_TAR_NO_CLS;
+    int64_t cls = LADE__TAR_NO_CLS;
     if (is_cls(m.name)) {
       uint8_t b[CLS_MAX];
       long n = m.size <= CLS_MAX ? fn(ctx, b, (size_t)m.size, m.data_off) : -1;
@@ -345,7 +345,7 @@ int lade__tar_index_load(lade__tar_index_t *x, const char *path, lade__tar_ver_t
     memcpy(&m, mp + i * sizeof m, sizeof m);
     const char *z = np < nend ? memchr(np, 0, (size_t)(nend - np)) : NULL;
     if (!z || m.data_off > h.shard_size || m.size > h.shard_size - m.data_off ||
-        (m.cls != LADE_TAR_NO_CLS && (m.cls < 0 || m.cls >= (1 << 24))))
+        (m.cls != LADE__TAR_NO_CLS && (m.cls < 0 || m.cls >= (1 << 24))))
       goto out;
     if (index_push(x, m.data_off, m.size, m.cls, np, (size_t)(z - np)) != 0) goto out;
     np = z + 1;
@@ -387,7 +387,7 @@ void lade__tar_index_store(const lade__tar_index_t *x, const char *path, lade__t
   if (x->names.len) memcpy(b + sizeof h + x->n * sizeof(lade__tar_entry_t), x->names.a, x->names.len);
   uint64_t sum = lade__hash64(b, total - 8, 0);
   memcpy(b + total - 8, &sum, 8);
-  char tmp[LADE_PATH_MAX + 160];
+  char tmp[LADE__PATH_MAX + 160];
   snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd >= 0) {
@@ -474,20 +474,20 @@ static int add_shard_samples(lade__tar_t *t, uint32_t si, const lade__tar_index_
       j++;
     }
     int best = -1, best_rank = INT32_MAX;
-    int64_t cls = LADE_TAR_NO_CLS;
+    int64_t cls = LADE__TAR_NO_CLS;
     for (size_t k = i; k < j; k++) {
       const char *ext = lade__tar_strs_at(&x->names, k) + kl + 1;
-      if (x->m[k].cls != LADE_TAR_NO_CLS) cls = x->m[k].cls;
+      if (x->m[k].cls != LADE__TAR_NO_CLS) cls = x->m[k].cls;
       int r = ext_rank(ext, want);
       if (r >= 0 && r < best_rank) best = (int)k, best_rank = r;
     }
     if (best < 0) {
       t->skipped++;
     } else {
-      int32_t label = cls == LADE_TAR_NO_CLS ? -1 : (int32_t)cls;
+      int32_t label = cls == LADE__TAR_NO_CLS ? -1 : (int32_t)cls;
       int rc = push_sample(t, si, &x->m[best], lade__tar_strs_at(&x->names, (size_t)best), label);
       if (rc) return rc;
-      if (cls != LADE_TAR_NO_CLS) (*with_cls)++;
+      if (cls != LADE__TAR_NO_CLS) (*with_cls)++;
     }
     i = j;
   }
@@ -505,7 +505,7 @@ static int cmp_name(const void *a, const void *b) {
 static int assign_labels(lade__tar_t *t, uint64_t with_cls, lade__source_t *s) {
   if (with_cls == t->count) {
     int32_t mx = -1;
-    for (uint64_t i = 0; i < t->count; i++) mx = LADE_MAX(mx, t->labels[i]);
+    for (uint64_t i = 0; i < t->count; i++) mx = LADE__MAX(mx, t->labels[i]);
     s->classes = (uint32_t)(mx + 1);
     s->labels = t->labels;
     return 0;
@@ -654,7 +654,7 @@ static void *index_worker(void *arg) {
 }
 
 static int index_all(lade__tar_t *t, const struct lade_config *cfg, int want, uint64_t *with_cls) {
-  size_t W = LADE_MIN((size_t)INDEX_WINDOW, t->shards.n ? t->shards.n : 1);
+  size_t W = LADE__MIN((size_t)INDEX_WINDOW, t->shards.n ? t->shards.n : 1);
   index_job_t j = {.t = t, .cfg = cfg};
   j.x = calloc(W, sizeof *j.x);
   j.rc = calloc(W, sizeof *j.rc);
@@ -663,11 +663,11 @@ static int index_all(lade__tar_t *t, const struct lade_config *cfg, int want, ui
   pthread_mutex_init(&j.mu, NULL);
   for (size_t base = 0; !rc && base < t->shards.n; base += W) {
     j.base = base;
-    j.n = LADE_MIN(W, t->shards.n - base);
+    j.n = LADE__MIN(W, t->shards.n - base);
     j.next = 0;
     pthread_t th[INDEX_THREADS];
     size_t nth = 0;
-    for (; nth < LADE_MIN((size_t)INDEX_THREADS, j.n) - 1; nth++) /* and this thread */
+    for (; nth < LADE__MIN((size_t)INDEX_THREADS, j.n) - 1; nth++) /* and this thread */
       if (pthread_create(&th[nth], NULL, index_worker, &j) != 0) break;
     index_worker(&j);
     for (size_t i = 0; i < nth; i++) pthread_join(th[i], NULL);
@@ -695,7 +695,7 @@ static int tar_open(lade__source_t *s, const struct lade_config *cfg) {
   if (!t) return lade__fail(LADE_ENOMEM, "tar source: out of memory");
   s->impl = t;
   t->max_sample = cfg->max_sample_bytes;
-  int want = cfg->transform == LADE_XF_NPY ? WANT_NPY : cfg->transform == LADE_XF_RAW ? WANT_RAW : WANT_IMAGE;
+  int want = cfg->transform == LADE__XF_NPY ? WANT_NPY : cfg->transform == LADE__XF_RAW ? WANT_RAW : WANT_IMAGE;
   /* a URL names its shards itself (the backend lists them); a local list
    * file may name URLs */
   int rc = lade__tar_is_url(cfg->source) ? 0 : tar_shards(&t->shards, cfg->source);

@@ -87,7 +87,7 @@ static int remote_http(lade__tar_t *t, const struct lade_config *cfg, lade__sour
   o.name = shard_name;
   o.src = s;
   H(t)->gap = cfg->coalesce_gap_bytes;
-  H(t)->max_req = LADE_MIN(cfg->max_sample_bytes, (uint64_t)16 << 20);
+  H(t)->max_req = LADE__MIN(cfg->max_sample_bytes, (uint64_t)16 << 20);
   return lade__http_create(&H(t)->http, &o);
 }
 
@@ -105,10 +105,10 @@ static int push_tar_key(void *ctx, const char *key, size_t klen, uint64_t size) 
   (void)size;
   if (klen < l->plen + 4 || memcmp(key + klen - 4, ".tar", 4) != 0 || memchr(key + l->plen, '/', klen - l->plen))
     return 0;
-  char name[LADE_PATH_MAX + 300];
+  char name[LADE__PATH_MAX + 300];
   int n = snprintf(name, sizeof name, "s3://%s/%.*s", H(l->t)->w.bucket, (int)klen, key);
   if (n < 0 || (size_t)n >= sizeof name)
-    return lade__fail(LADE_ERANGE, "s3://%s/%.*s...: name too long", H(l->t)->w.bucket, (int)LADE_MIN(klen, 200), key);
+    return lade__fail(LADE_ERANGE, "s3://%s/%.*s...: name too long", H(l->t)->w.bucket, (int)LADE__MIN(klen, 200), key);
   return lade__tar_strs_push(&l->t->shards, name, (size_t)n);
 }
 
@@ -129,7 +129,7 @@ static int remote_shards(lade__tar_t *t, const char *src) {
   lade__buf_t b = {0};
   int rc = lade__http_get_blocking(H(t)->http, url, src, &b, 64u << 20, 0, NULL);
   if (!rc) {
-    char base[LADE_PATH_MAX];
+    char base[LADE__PATH_MAX];
     const char *slash = strrchr(src, '/');
     snprintf(base, sizeof base, "%.*s", (int)(slash - src + 1), src);
     rc = lade__tar_list_lines(&t->shards, &b, base, src);
@@ -154,7 +154,7 @@ static int http_index(lade__tar_t *t, const struct lade_config *cfg, size_t i, l
   /* b = 2: never equal to a local shard's nanoseconds field by accident of a hash */
   lade__tar_ver_t v = {size, lade__hash64(val, strlen(val), 0x7661), (uint64_t)2 << 32};
   H(t)->shard_ver[i] = lade__hash64(&v, sizeof v, 0x76657273);
-  char ipath[LADE_PATH_MAX + 64] = "";
+  char ipath[LADE__PATH_MAX + 64] = "";
   const char *dir = lade__tar_index_dir(cfg);
   if (dir) {
     snprintf(ipath, sizeof ipath, "%s/tarindex-%016llx.bin", dir,
@@ -175,11 +175,11 @@ static int http_index(lade__tar_t *t, const struct lade_config *cfg, size_t i, l
 /* Names the member in an error of the module ("URL: what" becomes "URL:
  * member 'NAME': what"), as a local shard's read errors do. */
 static int name_member(int rc, const char *url, const char *name) {
-  static _Thread_local char msg[LADE_HTTP_MSG + LADE_PATH_MAX];
+  static _Thread_local char msg[LADE__HTTP_MSG + LADE__PATH_MAX];
   const char *e = lade_last_error();
   size_t ul = strlen(url);
   if (!strncmp(e, url, ul) && !strncmp(e + ul, ": ", 2)) {
-    char rest[LADE_HTTP_MSG];
+    char rest[LADE__HTTP_MSG];
     snprintf(rest, sizeof rest, "%s", e + ul + 2);
     snprintf(msg, sizeof msg, "%s: member '%s': %s", url, name, rest);
     lade__set_error_text(msg);
@@ -282,7 +282,7 @@ static int http_submit(lade__tar_t *t, const uint64_t *idx, size_t n, int backgr
  * served from the disk tier with its old bytes. */
 static uint64_t http_version(lade__tar_t *t, uint64_t idx) {
   uint64_t k[3] = {H(t)->shard_ver[t->shard[idx]], t->off[idx], t->sizes[idx]};
-  return lade__hash64(k, sizeof k, 0x74617276) | 2; /* > LADE_VERSION_UNKNOWN */
+  return lade__hash64(k, sizeof k, 0x74617276) | 2; /* > LADE__VERSION_UNKNOWN */
 }
 
 static bool http_ready(lade__tar_t *t, uint64_t idx) {

@@ -12,8 +12,8 @@
  *
  * Not an interface outside src/source/tar*.c.
  */
-#ifndef LADE_TAR_IMPL_H
-#define LADE_TAR_IMPL_H
+#ifndef LADE__TAR_IMPL_H
+#define LADE__TAR_IMPL_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -21,7 +21,7 @@
 #include "source.h"
 #include "tarfmt.h"
 
-#define LADE_TAR_NO_CLS INT64_MIN
+#define LADE__TAR_NO_CLS INT64_MIN
 
 /* Strings back to back in one arena, found by offset. */
 typedef struct lade__tar_strs {
@@ -38,7 +38,7 @@ static inline const char *lade__tar_strs_at(const lade__tar_strs_t *s, size_t i)
 /* One regular member of a shard. */
 typedef struct lade__tar_entry {
   uint64_t data_off, size;
-  int64_t cls; /* the .cls value, or LADE_TAR_NO_CLS */
+  int64_t cls; /* the .cls value, or LADE__TAR_NO_CLS */
 } lade__tar_entry_t;
 
 /* One shard's index: its regular members in archive order. */

@@ -42,7 +42,7 @@ static long rd_pread(void *ctx, void *dst, size_t len, uint64_t off) {
   while (done < len) {
     uint64_t o = off + done;
     if (o >= r->at && o < r->at + r->len) {
-      size_t k = (size_t)LADE_MIN(r->at + r->len - o, (uint64_t)(len - done));
+      size_t k = (size_t)LADE__MIN(r->at + r->len - o, (uint64_t)(len - done));
       memcpy((uint8_t *)dst + done, r->buf + (o - r->at), k);
       done += k;
       continue;
@@ -107,7 +107,7 @@ static int local_index(lade__tar_t *t, const struct lade_config *cfg, size_t i, 
   struct stat st;
   int fd = lade__open_regular(AT_FDCWD, shard, shard, &st);
   if (fd < 0) return fd;
-  char ipath[LADE_PATH_MAX + 64];
+  char ipath[LADE__PATH_MAX + 64];
   index_path(ipath, sizeof ipath, cfg, shard);
   int rc = 0;
   if (lade__tar_index_load(x, ipath, ver_of_stat(&st)) != 0) {

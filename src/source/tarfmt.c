@@ -180,9 +180,9 @@ static int parse_pax(const uint8_t *d, size_t n, pending_t *p, int apply, uint64
 }
 
 static int meta_read(lade__tar_reader_t *r, uint64_t off, uint64_t size, const char *what) {
-  if (size > LADE_TAR_META_MAX)
+  if (size > LADE__TAR_META_MAX)
     return lade__fail(LADE_EFORMAT, "%s at byte %llu is %llu bytes, more than the %u a tar reader takes", what,
-                      (unsigned long long)off, (unsigned long long)size, LADE_TAR_META_MAX);
+                      (unsigned long long)off, (unsigned long long)size, LADE__TAR_META_MAX);
   if (size + 1 > r->meta_cap) {
     uint8_t *p = realloc(r->meta, (size_t)size + 1);
     if (!p) return lade__fail(LADE_ENOMEM, "tar: out of memory");

@@ -5,17 +5,17 @@
  *
  * The reader walks the headers only; member data is skipped by offset, never
  * read, except the data of pax ('x', 'g') and GNU long-name ('L', 'K')
- * records, which are bounded (LADE_TAR_META_MAX). Every size and offset is
+ * records, which are bounded (LADE__TAR_META_MAX). Every size and offset is
  * checked against the file's size before it is used.
  */
-#ifndef LADE_TARFMT_H
-#define LADE_TARFMT_H
+#ifndef LADE__TARFMT_H
+#define LADE__TARFMT_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 /* The most bytes one pax or GNU long-name record may hold. */
-#define LADE_TAR_META_MAX (1u << 20)
+#define LADE__TAR_META_MAX (1u << 20)
 
 /* Reads up to len bytes at off into buf; returns the bytes read (fewer only
  * at the end of the file) or a negative errno value. */

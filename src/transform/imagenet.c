@@ -43,7 +43,7 @@ void lade__rrc_params(lade__rng_t *rng, int width, int height, double scale_min,
     }
   }
   double in_ratio = (double)width / (double)height;
-  double rmin = LADE_MIN(ratio_min, ratio_max), rmax = LADE_MAX(ratio_min, ratio_max);
+  double rmin = LADE__MIN(ratio_min, ratio_max), rmax = LADE__MAX(ratio_min, ratio_max);
   int cw, ch;
   if (in_ratio < rmin) {
     cw = width;
@@ -269,17 +269,17 @@ static inline uint8_t clip8(int32_t v) {
 /* ifunc resolvers run before a sanitizer runtime is up and crash in
  * instrumented builds: no clones there (gcc and clang spell it differently). */
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define LADE_NO_CLONES 1
+#define LADE__NO_CLONES 1
 #endif
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define LADE_NO_CLONES 1
+#define LADE__NO_CLONES 1
 #endif
 #endif
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(LADE_NO_CLONES)
-#define LADE_CLONES __attribute__((target_clones("avx2", "default")))
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(LADE__NO_CLONES)
+#define LADE__CLONES __attribute__((target_clones("avx2", "default")))
 #else
-#define LADE_CLONES
+#define LADE__CLONES
 #endif
 
 /* One row of RGBX pixels -> out_size RGBX pixels. */
@@ -302,7 +302,7 @@ static void resample_h_from(const coeffs_t *c, const uint8_t *restrict in, uint8
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-#define LADE_HAVE_AVX2_PATH 1
+#define LADE__HAVE_AVX2_PATH 1
 /*
  * Two output pixels per 256-bit register, two taps per multiply: pmaddwd on
  * 16-bit lanes {tap a, tap b} per channel gives a*ka + b*kb in 32 bits. The
@@ -345,14 +345,14 @@ static void resample_h_c(const coeffs_t *c, const uint8_t *in, uint8_t *out, int
 }
 
 static resample_h_fn pick_resample_h(void) {
-#ifdef LADE_HAVE_AVX2_PATH
+#ifdef LADE__HAVE_AVX2_PATH
   if (!getenv("LADE_NO_SIMD") && __builtin_cpu_supports("avx2")) return resample_h_avx2;
 #endif
   return resample_h_c;
 }
 
 /* One output row of the vertical pass over n bytes of RGBX. */
-LADE_CLONES static void resample_v(const int32_t *restrict k, int taps, const uint8_t *restrict rows, size_t stride,
+LADE__CLONES static void resample_v(const int32_t *restrict k, int taps, const uint8_t *restrict rows, size_t stride,
                                    int32_t *restrict acc, uint8_t *restrict out, size_t n) {
   for (size_t i = 0; i < n; i++) acc[i] = 1 << (PRECISION_BITS - 1);
   for (int y = 0; y < taps; y++) {
@@ -374,7 +374,7 @@ int lade__imgpipe_dct_factor(const lade__imgdec_t *d, const lade__imgbox_t *b, i
 int lade__imgpipe_begin(lade__imgdec_t *d, int W, int H, int f, int sw, int sh, const lade__imgbox_t *b,
                         int out_size, lade__imgplan_t *plan) {
   int rc;
-  if ((uint64_t)W * (uint64_t)H > LADE_IMG_MAX_PIXELS)
+  if ((uint64_t)W * (uint64_t)H > LADE__IMG_MAX_PIXELS)
     return lade__fail(LADE_EFORMAT, "image of %dx%d pixels is larger than supported", W, H);
   if (W <= 0 || H <= 0 || sw <= 0 || sh <= 0) return lade__fail(LADE_EFORMAT, "image of %dx%d pixels", W, H);
   if (!(b->w > 0 && b->h > 0 && b->left >= 0 && b->top >= 0 && b->left + b->w <= W + 1e-6 &&
@@ -387,16 +387,16 @@ int lade__imgpipe_begin(lade__imgdec_t *d, int W, int H, int f, int sw, int sh, 
   double bx0 = b->left / f, bx1 = (b->left + b->w) / f, by0 = b->top / f, by1 = (b->top + b->h) / f;
   double mx = 0, my = 0;
   if (!b->clip_to_box) {
-    mx = ceil(LADE_MAX(1.0, (bx1 - bx0) / out_size)) + 1;
-    my = ceil(LADE_MAX(1.0, (by1 - by0) / out_size)) + 1;
+    mx = ceil(LADE__MAX(1.0, (bx1 - bx0) / out_size)) + 1;
+    my = ceil(LADE__MAX(1.0, (by1 - by0) / out_size)) + 1;
   }
   int rx0 = (int)floor(bx0 - mx), rx1 = (int)ceil(bx1 + mx), ry0 = (int)floor(by0 - my), ry1 = (int)ceil(by1 + my);
   if (rx0 < 0) rx0 = 0;
   if (ry0 < 0) ry0 = 0;
   if (rx1 > sw) rx1 = sw;
   if (ry1 > sh) ry1 = sh;
-  if (rx1 <= rx0) rx1 = LADE_MIN(sw, rx0 + 1);
-  if (ry1 <= ry0) ry1 = LADE_MIN(sh, ry0 + 1);
+  if (rx1 <= rx0) rx1 = LADE__MIN(sw, rx0 + 1);
+  if (ry1 <= ry0) ry1 = LADE__MIN(sh, ry0 + 1);
   const int rw = rx1 - rx0, rh = ry1 - ry0;
 
   if ((rc = make_coeffs(&d->ch, rw, bx0 - rx0, bx1 - rx0, out_size, d->resample_h != resample_h_c)) != 0) return rc;
@@ -409,7 +409,7 @@ int lade__imgpipe_begin(lade__imgdec_t *d, int W, int H, int f, int sw, int sh, 
   }
   const size_t orow = (size_t)out_size * 4; /* RGBX */
   const int nrows = vlast - vfirst;
-  if ((rc = lade__imgpipe_grow(&d->tmp, &d->tmp_cap, (size_t)LADE_MAX(nrows, 1) * orow)) != 0) return rc;
+  if ((rc = lade__imgpipe_grow(&d->tmp, &d->tmp_cap, (size_t)LADE__MAX(nrows, 1) * orow)) != 0) return rc;
   if ((rc = lade__imgpipe_grow(&d->vrow, &d->vrow_cap, orow)) != 0) return rc;
   if ((rc = lade__imgpipe_grow(&d->acc, &d->acc_cap, orow * sizeof(int32_t))) != 0) return rc;
   d->out_size = out_size;

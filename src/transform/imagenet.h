@@ -6,8 +6,8 @@
  * ...) are recognised by their magic bytes and refused with
  * LADE_EUNSUPPORTED; unrecognised bytes are LADE_EFORMAT "not an image".
  */
-#ifndef LADE_IMAGENET_H
-#define LADE_IMAGENET_H
+#ifndef LADE__IMAGENET_H
+#define LADE__IMAGENET_H
 
 #include <stdbool.h>
 #include <stddef.h>

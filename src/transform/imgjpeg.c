@@ -61,7 +61,7 @@ static void on_emit(j_common_ptr c, int level) {
   on_error_exit(c);
 }
 
-static void on_output(j_common_ptr c) { LADE_UNUSED(c); }
+static void on_output(j_common_ptr c) { LADE__UNUSED(c); }
 
 static int jb_create(void **out) {
   *out = NULL;
@@ -179,7 +179,7 @@ static int decode_rows(jpeg_state_t *s, lade__imgdec_t *d, const uint8_t *jpeg, 
   int rc;
   read_header(s, jpeg, len);
   const int W = (int)ci->image_width, H = (int)ci->image_height;
-  if ((uint64_t)W * (uint64_t)H > LADE_IMG_MAX_PIXELS)
+  if ((uint64_t)W * (uint64_t)H > LADE__IMG_MAX_PIXELS)
     return lade__fail(LADE_EFORMAT, "JPEG of %dx%d pixels is larger than supported", W, H);
   const int f = lade__imgpipe_dct_factor(d, b, out_size);
   ci->scale_num = 1;
@@ -205,7 +205,7 @@ static int decode_rows(jpeg_state_t *s, lade__imgdec_t *d, const uint8_t *jpeg, 
    * margin of one iMCU (16 pixels) keeps those pixels out of the region, so
    * the crop-aware decode gives the pixels of a full decode. */
   const int margin = 16;
-  const int dx0 = LADE_MAX(0, pl.rx0 - margin), dx1 = LADE_MIN(sw, pl.rx0 + pl.rw + margin);
+  const int dx0 = LADE__MAX(0, pl.rx0 - margin), dx1 = LADE__MIN(sw, pl.rx0 + pl.rw + margin);
   JDIMENSION xoff = (JDIMENSION)dx0, cw = (JDIMENSION)(dx1 - dx0);
   if (dx1 - dx0 < sw) jpeg_crop_scanline(ci, &xoff, &cw);
   else xoff = 0, cw = (JDIMENSION)sw;
@@ -217,7 +217,7 @@ static int decode_rows(jpeg_state_t *s, lade__imgdec_t *d, const uint8_t *jpeg, 
     if ((rc = lade__imgpipe_grow(&s->rgb, &s->rgb_cap, (size_t)pl.rw * 4 + pl.pad)) != 0) return rc;
     memset(s->rgb + (size_t)pl.rw * 4, 0, pl.pad);
   }
-  const int skip_to = LADE_MAX(0, pl.y0 - margin);
+  const int skip_to = LADE__MAX(0, pl.y0 - margin);
   JDIMENSION todo = (JDIMENSION)skip_to;
   while (todo > 0) {
     JDIMENSION n = jpeg_skip_scanlines(ci, todo);
@@ -269,7 +269,7 @@ static int jb_create(void **out) {
   *out = NULL;
   return NO_JPEG();
 }
-static void jb_destroy(void *st) { LADE_UNUSED(st); }
+static void jb_destroy(void *st) { LADE__UNUSED(st); }
 static int jb_size(void *st, const uint8_t *jpeg, size_t len, int *width, int *height) { return NO_JPEG(); }
 static int jb_decode(void *st, lade__imgdec_t *d, const uint8_t *jpeg, size_t len, const lade__imgbox_t *b,
                        int out_size) {

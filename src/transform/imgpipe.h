@@ -10,8 +10,8 @@
  * caller then runs the vertical pass, the flip and the store
  * (lade__imgpipe_finish), identical for every format.
  */
-#ifndef LADE_IMGPIPE_H
-#define LADE_IMGPIPE_H
+#ifndef LADE__IMGPIPE_H
+#define LADE__IMGPIPE_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -21,7 +21,7 @@
 
 /* Headers claiming more pixels than this are refused before any allocation
  * (the largest real photos are far below; a hostile header is not). */
-#define LADE_IMG_MAX_PIXELS ((uint64_t)1 << 28)
+#define LADE__IMG_MAX_PIXELS ((uint64_t)1 << 28)
 
 typedef struct lade__imgbox {
   double top, left, h, w; /* source pixels */

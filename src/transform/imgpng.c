@@ -62,7 +62,7 @@ static int png_open(const uint8_t *buf, size_t len, spng_ctx **ctx, struct spng_
 }
 
 static int pb_size(void *st, const uint8_t *buf, size_t len, int *width, int *height) {
-  LADE_UNUSED(st);
+  LADE__UNUSED(st);
   spng_ctx *ctx;
   struct spng_ihdr ih;
   int rc = png_open(buf, len, &ctx, &ih);
@@ -104,7 +104,7 @@ static int decode_into(png_state_t *s, spng_ctx *ctx, const struct spng_ihdr *ih
                        const lade__imgbox_t *b, int out_size) {
   int rc, e;
   const int W = (int)ih->width, H = (int)ih->height;
-  if ((uint64_t)ih->width * ih->height > LADE_IMG_MAX_PIXELS)
+  if ((uint64_t)ih->width * ih->height > LADE__IMG_MAX_PIXELS)
     return lade__fail(LADE_EFORMAT, "PNG of %ux%u pixels is larger than supported", ih->width, ih->height);
   lade__imgplan_t pl;
   if ((rc = lade__imgpipe_begin(d, W, H, 1, W, H, b, out_size, &pl)) != 0) return rc;
@@ -153,7 +153,7 @@ static int pb_create(void **out) {
   *out = NULL;
   return NO_PNG();
 }
-static void pb_destroy(void *st) { LADE_UNUSED(st); }
+static void pb_destroy(void *st) { LADE__UNUSED(st); }
 static int pb_size(void *st, const uint8_t *buf, size_t len, int *width, int *height) { return NO_PNG(); }
 static int pb_decode(void *st, lade__imgdec_t *d, const uint8_t *buf, size_t len, const lade__imgbox_t *b,
                       int out_size) {

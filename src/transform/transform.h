@@ -10,8 +10,8 @@
  * by (seed, epoch, sample index): that is what makes batches identical for
  * any thread count and after a resume.
  */
-#ifndef LADE_TRANSFORM_H
-#define LADE_TRANSFORM_H
+#ifndef LADE__TRANSFORM_H
+#define LADE__TRANSFORM_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -25,12 +25,12 @@ typedef struct xf_state {
 
 static int xf_init(void **state, const struct lade_config *cfg, const uint8_t *first, size_t first_len,
                    lade__sample_shape_t *shape) {
-  LADE_UNUSED(first);
-  LADE_UNUSED(first_len);
+  LADE__UNUSED(first);
+  LADE__UNUSED(first_len);
   *state = NULL;
 #ifndef LADE_HAVE_JPEG
-  LADE_UNUSED(cfg);
-  LADE_UNUSED(shape);
+  LADE__UNUSED(cfg);
+  LADE__UNUSED(shape);
   return lade__fail(LADE_EUNSUPPORTED,
                     "the imagenet transforms need JPEG support, which is not built in (install libjpeg-turbo and "
                     "reconfigure)");
@@ -43,7 +43,7 @@ static int xf_init(void **state, const struct lade_config *cfg, const uint8_t *f
   s->crop = (int)cfg->crop_size;
   s->resize = (int)cfg->resize_size;
   s->dtype = cfg->image_dtype;
-  s->decode_scale = cfg->decode_scale == LADE_DECODE_SCALE_AUTO;
+  s->decode_scale = cfg->decode_scale == LADE__DECODE_SCALE_AUTO;
   s->scale_min = cfg->scale_min;
   s->scale_max = cfg->scale_max;
   s->ratio_min = cfg->ratio_min;
@@ -78,7 +78,7 @@ static int xf_worker_init(void *state, void **wstate) {
 }
 
 static void xf_worker_free(void *state, void *wstate) {
-  LADE_UNUSED(state);
+  LADE__UNUSED(state);
   lade__imgdec_destroy(wstate);
 }
 
@@ -114,7 +114,7 @@ static void eval_box(int W, int H, int resize, int crop, double *top, double *le
   if (nh < 1) nh = 1;
   /* A crop larger than the resized image would be zero-padded by
    * torchvision; we clamp the window to the image instead. */
-  int cw = LADE_MIN(crop, nw), ch = LADE_MIN(crop, nh);
+  int cw = LADE__MIN(crop, nw), ch = LADE__MIN(crop, nh);
   int cl = (int)nearbyint((nw - cw) / 2.0), ct = (int)nearbyint((nh - ch) / 2.0);
   double sx = (double)W / nw, sy = (double)H / nh;
   *left = cl * sx;
@@ -125,7 +125,7 @@ static void eval_box(int W, int H, int resize, int crop, double *top, double *le
 
 static int eval_apply(void *state, void *wstate, const uint8_t *in, size_t len, const lade__xform_ctx_t *ctx,
                       void *out, uint32_t *payload) {
-  LADE_UNUSED(ctx);
+  LADE__UNUSED(ctx);
   const xf_state_t *s = state;
   lade__imgdec_t *d = wstate;
   int W, H, rc;

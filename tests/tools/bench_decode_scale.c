@@ -40,7 +40,7 @@ static double pass(const lade__transform_ops_t *ops, int scale, uint8_t **img, s
   int bad = 0;
   for (int i = 0; i < n; i++) {
     lade__rng_t rng;
-    lade__rng_init(&rng, 1, (uint64_t)i, LADE_RNG_AUGMENT);
+    lade__rng_init(&rng, 1, (uint64_t)i, LADE__RNG_AUGMENT);
     lade__xform_ctx_t ctx = {(uint64_t)i, 0, &rng};
     uint32_t payload;
     bad |= ops->apply(st, ws, img[i], len[i], &ctx, out, &payload) != 0;
@@ -70,7 +70,7 @@ int main(int argc, char **argv) {
     double best[2] = {0, 0};
     for (int r = 0; r < rounds; r++)
       for (int sc = 0; sc < 2; sc++) {
-        double v = pass(ops[o], sc ? LADE_DECODE_SCALE_AUTO : LADE_DECODE_SCALE_OFF, img, len, n);
+        double v = pass(ops[o], sc ? LADE__DECODE_SCALE_AUTO : LADE__DECODE_SCALE_OFF, img, len, n);
         if (v < 0) {
           fprintf(stderr, "decode error: %s\n", lade_last_error());
           return 1;

@@ -77,12 +77,12 @@ static int run_xform(const lade__transform_ops_t *ops, struct lade_config *cfg, 
   int e = 0;
   if (nseeds > 0) {
     for (int sd = 0; sd < nseeds; sd++) {
-      lade__rng_init(&rng, (uint64_t)sd, index, LADE_RNG_AUGMENT);
+      lade__rng_init(&rng, (uint64_t)sd, index, LADE__RNG_AUGMENT);
       rc = ops->apply(st, ws, jpg, len, &ctx, buf, &payload);
       printf("%s\n", rc ? lade_error_name(rc) : "ok");
     }
   } else {
-    lade__rng_init(&rng, cfg->seed, index, LADE_RNG_AUGMENT);
+    lade__rng_init(&rng, cfg->seed, index, LADE__RNG_AUGMENT);
     rc = ops->apply(st, ws, jpg, len, &ctx, buf, &payload);
     e = rc ? fail(rc) : dump(out, buf, shape.bytes);
   }
@@ -100,7 +100,7 @@ int main(int argc, char **argv) {
     uint64_t seed = strtoull(argv[5], NULL, 10);
     for (long i = 0; i < n; i++) {
       lade__rng_t rng;
-      lade__rng_init(&rng, seed, (uint64_t)i, LADE_RNG_AUGMENT);
+      lade__rng_init(&rng, seed, (uint64_t)i, LADE__RNG_AUGMENT);
       int t, l, h, w;
       lade__rrc_params(&rng, W, H, 0.08, 1.0, 3.0 / 4.0, 4.0 / 3.0, &t, &l, &h, &w);
       printf("%d %d %d %d\n", t, l, h, w);
@@ -142,7 +142,7 @@ int main(int argc, char **argv) {
   }
   struct lade_config cfg;
   lade__config_defaults(&cfg);
-  cfg.decode_scale = scale ? LADE_DECODE_SCALE_AUTO : LADE_DECODE_SCALE_OFF;
+  cfg.decode_scale = scale ? LADE__DECODE_SCALE_AUTO : LADE__DECODE_SCALE_OFF;
   if (strcmp(mode, "eval") == 0 && argc == 7) {
     cfg.resize_size = (uint32_t)atoi(argv[3]);
     cfg.crop_size = (uint32_t)atoi(argv[4]);

@@ -16,7 +16,7 @@
 #include "cache/cache.h"
 #include "harness.h"
 
-static const int POLICIES[3] = {LADE_CACHE_FIFO, LADE_CACHE_LRU, LADE_CACHE_CLAIRVOYANT};
+static const int POLICIES[3] = {LADE__CACHE_FIFO, LADE__CACHE_LRU, LADE__CACHE_CLAIRVOYANT};
 static const char *POLICY_NAME[4] = {"auto", "fifo", "lru", "clairvoyant"};
 
 /* ---- deterministic payloads: bytes and length a function of the key (and a
@@ -26,7 +26,7 @@ static size_t payload_len(uint64_t key) { return 50 + (size_t)(lade__mix64(key *
 static void payload_fill(uint64_t key, uint64_t version, uint8_t *p, size_t len) {
   for (size_t i = 0; i < len; i += 8) {
     uint64_t w = lade__mix64(key * 0x9e3779b97f4a7c15ull + version * 0x51ed27ull + i);
-    size_t n = LADE_MIN(8, len - i);
+    size_t n = LADE__MIN(8, len - i);
     memcpy(p + i, &w, n);
   }
 }
@@ -177,7 +177,7 @@ static void test_capacity_random(void) {
       CHECK(hits > 0);
       CHECK(s.evictions > 0);
       CHECK_EQ_INT(s.hits, hits);
-      if (POLICIES[p] != LADE_CACHE_CLAIRVOYANT) CHECK_EQ_INT(s.rejected, 0);
+      if (POLICIES[p] != LADE__CACHE_CLAIRVOYANT) CHECK_EQ_INT(s.rejected, 0);
       /* the index agrees with what is there */
       uint64_t n = 0;
       for (uint64_t k = 0; k < 200; k++) n += lade__cache_contains(c, k);
@@ -205,7 +205,7 @@ static void test_fifo_lru_order(void) {
   for (int disk = 0; disk < 2; disk++)
     for (int lru = 0; lru < 2; lru++) {
       const char *dir = disk ? lade_test_tmpdir("cache_order") : NULL;
-      lade__cache_t *c = open_tier(dir, lru ? LADE_CACHE_LRU : LADE_CACHE_FIFO, cap3(disk), NULL, NULL);
+      lade__cache_t *c = open_tier(dir, lru ? LADE__CACHE_LRU : LADE__CACHE_FIFO, cap3(disk), NULL, NULL);
       CHECK(c != NULL);
       if (!c) continue;
       lade__buf_t b = {0};
@@ -241,7 +241,7 @@ static void test_clairvoyant(void) {
     const char *dir = disk ? lade_test_tmpdir("cache_belady") : NULL;
     memset(nu_array, 0, sizeof nu_array);
     nu_array[1] = 10, nu_array[2] = 30, nu_array[3] = 20, nu_array[4] = 15, nu_array[5] = 100;
-    lade__cache_t *c = open_tier(dir, LADE_CACHE_CLAIRVOYANT, cap3(disk), nu_from_array, nu_array);
+    lade__cache_t *c = open_tier(dir, LADE__CACHE_CLAIRVOYANT, cap3(disk), nu_from_array, nu_array);
     CHECK(c != NULL);
     if (!c) continue;
     lade__buf_t b = {0};
@@ -337,7 +337,7 @@ static void test_disk_reopen(void) {
     CHECK(s2.used <= 10 * 4096);
     CHECK(s2.entries > 0 && s2.entries < 30);
     CHECK_EQ_INT(s2.evictions, 30 - s2.entries);
-    if (POLICIES[p] != LADE_CACHE_CLAIRVOYANT) {
+    if (POLICIES[p] != LADE__CACHE_CLAIRVOYANT) {
       CHECK(lade__cache_contains(c, 29) && !lade__cache_contains(c, 0));
       for (uint64_t k = 30 - s2.entries; k < 30; k++) CHECK(lade__cache_contains(c, k));
     }
@@ -357,7 +357,7 @@ static void test_disk_reopen(void) {
     lade_test_sh("rm -rf '%s'", dir);
   }
   /* a different namespace in the same folder does not see the entries */
-  lade__cache_opts_t o = {.dir = dir, .ns = "one", .capacity = 1 << 20, .policy = LADE_CACHE_FIFO};
+  lade__cache_opts_t o = {.dir = dir, .ns = "one", .capacity = 1 << 20, .policy = LADE__CACHE_FIFO};
   lade__cache_t *c = NULL;
   CHECK_OK(lade__cache_open(&c, &o));
   if (c) {
@@ -375,7 +375,7 @@ static void test_disk_reopen(void) {
 
 static void test_disk_corrupt(void) {
   const char *dir = lade_test_tmpdir("cache_corrupt");
-  lade__cache_t *c = open_tier(dir, LADE_CACHE_LRU, 1 << 20, NULL, NULL);
+  lade__cache_t *c = open_tier(dir, LADE__CACHE_LRU, 1 << 20, NULL, NULL);
   CHECK(c != NULL);
   if (!c) return;
   for (uint64_t k = 1; k <= 5; k++) CHECK_OK(put_key(c, k, 0));
@@ -424,7 +424,7 @@ static void test_disk_corrupt(void) {
       ns_dir(dir, ns, sizeof ns);
       lade_test_sh("rm -f '%s/INDEX'", ns);
     }
-    c = open_tier(dir, LADE_CACHE_LRU, 1 << 20, NULL, NULL);
+    c = open_tier(dir, LADE__CACHE_LRU, 1 << 20, NULL, NULL);
     CHECK(c != NULL);
     if (!c) break;
     s = stats(c);
@@ -449,7 +449,7 @@ static void test_disk_corrupt(void) {
 /* INDEX (a clean close's entry list) against files changed behind its back */
 static void test_disk_index(void) {
   const char *dir = lade_test_tmpdir("cache_index");
-  lade__cache_t *c = open_tier(dir, LADE_CACHE_FIFO, 1 << 20, NULL, NULL);
+  lade__cache_t *c = open_tier(dir, LADE__CACHE_FIFO, 1 << 20, NULL, NULL);
   CHECK(c != NULL);
   if (!c) return;
   CHECK_EQ_INT(stats(c).from_index, 0); /* new folder */
@@ -458,7 +458,7 @@ static void test_disk_index(void) {
   char path[8192];
   entry_path(dir, 5, path, sizeof path);
   CHECK(unlink(path) == 0);
-  c = open_tier(dir, LADE_CACHE_FIFO, 1 << 20, NULL, NULL);
+  c = open_tier(dir, LADE__CACHE_FIFO, 1 << 20, NULL, NULL);
   CHECK(c != NULL);
   if (!c) return;
   lade__buf_t b = {0};
@@ -472,7 +472,7 @@ static void test_disk_index(void) {
   lade__buf_free(&b);
   lade__cache_close(c);
   /* a reopen with a smaller capacity evicts by the index's FIFO order */
-  c = open_tier(dir, LADE_CACHE_FIFO, 3 * 4096, NULL, NULL);
+  c = open_tier(dir, LADE__CACHE_FIFO, 3 * 4096, NULL, NULL);
   CHECK(c != NULL);
   if (c) {
     CHECK_EQ_INT(stats(c).from_index, 9);
@@ -507,7 +507,7 @@ static void write_index(const char *dir, const uint64_t (*recs)[4], size_t n) {
 static void test_disk_index_hostile(void) {
   const char *dir = lade_test_tmpdir("cache_index_hostile");
   for (int round = 0; round < 3; round++) {
-    lade__cache_t *c = open_tier(dir, LADE_CACHE_FIFO, 1 << 20, NULL, NULL);
+    lade__cache_t *c = open_tier(dir, LADE__CACHE_FIFO, 1 << 20, NULL, NULL);
     CHECK(c != NULL);
     if (!c) return;
     CHECK_OK(put_key(c, 1, 0));
@@ -519,7 +519,7 @@ static void test_disk_index_hostile(void) {
     if (round == 0) write_index(dir, huge, 3);
     if (round == 1) write_index(dir, wrap, 2);
     if (round == 2) write_index(dir, twice, 3);
-    c = open_tier(dir, LADE_CACHE_FIFO, 8192, NULL, NULL);
+    c = open_tier(dir, LADE__CACHE_FIFO, 8192, NULL, NULL);
     CHECK(c != NULL);
     if (!c) return;
     lade__cache_stats_t s = stats(c);
@@ -545,7 +545,7 @@ static void test_disk_index_hostile(void) {
 static void test_disk_folder(void) {
   const char *dir = lade_test_tmpdir("cache_folder");
   CHECK(chmod(dir, 0755) == 0); /* pre-existing and too open */
-  lade__cache_t *c = open_tier(dir, LADE_CACHE_FIFO, 1 << 20, NULL, NULL);
+  lade__cache_t *c = open_tier(dir, LADE__CACHE_FIFO, 1 << 20, NULL, NULL);
   CHECK(c != NULL);
   if (!c) return;
   char ns[4096];
@@ -565,7 +565,7 @@ static void test_disk_folder(void) {
   fflush(NULL);
   pid_t pid = fork();
   if (pid == 0) {
-    lade__cache_opts_t o = {.dir = dir, .ns = "test://dataset", .capacity = 1 << 20, .policy = LADE_CACHE_FIFO};
+    lade__cache_opts_t o = {.dir = dir, .ns = "test://dataset", .capacity = 1 << 20, .policy = LADE__CACHE_FIFO};
     lade__cache_t *c2 = NULL;
     int rc = lade__cache_open(&c2, &o);
     /* and says what to do: one folder per rank (issue 13) */
@@ -590,7 +590,7 @@ static void test_disk_folder(void) {
     fclose(f);
   }
   CHECK(chmod(ns, 0777) == 0);
-  c = open_tier(dir, LADE_CACHE_FIFO, 1 << 20, NULL, NULL); /* unlocked now */
+  c = open_tier(dir, LADE__CACHE_FIFO, 1 << 20, NULL, NULL); /* unlocked now */
   CHECK(c != NULL);
   CHECK(access(tmp, F_OK) != 0);
   CHECK(stat(ns, &st) == 0 && (st.st_mode & 07777) == 0700);
@@ -604,11 +604,11 @@ static void test_disk_folder(void) {
   snprintf(file, sizeof file, "%s/plainfile", dir);
   f = fopen(file, "w");
   if (f) fclose(f);
-  lade__cache_opts_t o = {.dir = file, .ns = "x", .capacity = 1 << 20, .policy = LADE_CACHE_FIFO};
+  lade__cache_opts_t o = {.dir = file, .ns = "x", .capacity = 1 << 20, .policy = LADE__CACHE_FIFO};
   CHECK_EQ_INT(lade__cache_open(&c, &o), LADE_EIO);
   CHECK(strstr(lade_last_error(), file) != NULL);
   o.dir = dir;
-  o.policy = LADE_CACHE_CLAIRVOYANT; /* without next_use */
+  o.policy = LADE__CACHE_CLAIRVOYANT; /* without next_use */
   CHECK_EQ_INT(lade__cache_open(&c, &o), LADE_EINVAL);
   lade_test_sh("rm -rf '%s'", dir);
 }
@@ -619,7 +619,7 @@ static void test_disk_folder(void) {
 static void test_versions(void) {
   for (int disk = 0; disk < 2; disk++) {
     const char *dir = disk ? lade_test_tmpdir("cache_versions") : NULL;
-    lade__cache_t *c = open_tier(dir, LADE_CACHE_LRU, 1 << 20, NULL, NULL);
+    lade__cache_t *c = open_tier(dir, LADE__CACHE_LRU, 1 << 20, NULL, NULL);
     CHECK(c != NULL);
     if (!c) continue;
     lade__buf_t b = {0};
@@ -656,7 +656,7 @@ static void test_versions(void) {
           snprintf(ix, sizeof ix, "%s/INDEX", ns);
           CHECK(unlink(ix) == 0);
         }
-        c = open_tier(dir, LADE_CACHE_LRU, 1 << 20, NULL, NULL);
+        c = open_tier(dir, LADE__CACHE_LRU, 1 << 20, NULL, NULL);
         CHECK(c != NULL);
         if (!c) break;
         CHECK_EQ_INT(stats(c).from_index, (round == 0 ? 1 : 0));
@@ -771,7 +771,7 @@ static void test_crash(void) {
     fflush(NULL);
     pid_t pid = fork();
     if (pid == 0) {
-      lade__cache_t *c = open_tier(dir, LADE_CACHE_FIFO, 64 * 4096, NULL, NULL);
+      lade__cache_t *c = open_tier(dir, LADE__CACHE_FIFO, 64 * 4096, NULL, NULL);
       if (!c) _exit(2);
       lade__rng_t cr;
       lade__rng_init(&cr, (uint64_t)getpid(), 0, 4);
@@ -784,7 +784,7 @@ static void test_crash(void) {
     CHECK(waitpid(pid, &status, 0) == pid);
     CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
 
-    lade__cache_t *c = open_tier(dir, LADE_CACHE_FIFO, 64 * 4096, NULL, NULL);
+    lade__cache_t *c = open_tier(dir, LADE__CACHE_FIFO, 64 * 4096, NULL, NULL);
     CHECK(c != NULL);
     if (!c) continue;
     lade__cache_stats_t s = stats(c);

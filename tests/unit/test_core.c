@@ -34,7 +34,7 @@ static void test_config(void) {
   CHECK_EQ_INT(lade_config_parse(c, "transform=jpeg"), LADE_EINVAL);
   CHECK(strstr(lade_last_error(), "imagenet-train") != NULL);
   CHECK_OK(lade_config_parse(c, "transform=imagenet-eval"));
-  CHECK_EQ_INT(c->transform, LADE_XF_IMAGENET_EVAL);
+  CHECK_EQ_INT(c->transform, LADE__XF_IMAGENET_EVAL);
   CHECK_OK(lade_config_get(c, "transform", buf, sizeof buf));
   CHECK(strcmp(buf, "imagenet-eval") == 0);
   CHECK_OK(lade_config_parse(c, "image_dtype=uint8"));
@@ -112,9 +112,9 @@ static void test_settings_hardening(void) {
 
 static void test_rng(void) {
   lade__rng_t a, b, c;
-  lade__rng_init(&a, 42, 7, LADE_RNG_AUGMENT);
-  lade__rng_init(&b, 42, 7, LADE_RNG_AUGMENT);
-  lade__rng_init(&c, 42, 8, LADE_RNG_AUGMENT);
+  lade__rng_init(&a, 42, 7, LADE__RNG_AUGMENT);
+  lade__rng_init(&b, 42, 7, LADE__RNG_AUGMENT);
+  lade__rng_init(&c, 42, 8, LADE__RNG_AUGMENT);
   int same_c = 0;
   for (int i = 0; i < 1000; i++) {
     uint64_t x = lade__rng_u64(&a), y = lade__rng_u64(&b), z = lade__rng_u64(&c);

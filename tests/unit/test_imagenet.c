@@ -19,8 +19,8 @@ static void test_rrc_bounds_and_determinism(void) {
     int W = sizes[s][0], H = sizes[s][1];
     for (uint64_t seed = 0; seed < 300; seed++) {
       lade__rng_t a, b;
-      lade__rng_init(&a, seed, s, LADE_RNG_AUGMENT);
-      lade__rng_init(&b, seed, s, LADE_RNG_AUGMENT);
+      lade__rng_init(&a, seed, s, LADE__RNG_AUGMENT);
+      lade__rng_init(&b, seed, s, LADE__RNG_AUGMENT);
       int t1, l1, h1, w1, t2, l2, h2, w2;
       lade__rrc_params(&a, W, H, 0.08, 1.0, 0.75, 4.0 / 3.0, &t1, &l1, &h1, &w1);
       lade__rrc_params(&b, W, H, 0.08, 1.0, 0.75, 4.0 / 3.0, &t2, &l2, &h2, &w2);
@@ -269,8 +269,8 @@ static void test_grayscale_decodes(void) {
   int bad = 0, lo = 255, hi = 0;
   for (int i = 0; i < 40 * 40; i++) {
     bad += o[3 * i] != o[3 * i + 1] || o[3 * i] != o[3 * i + 2];
-    lo = LADE_MIN(lo, o[3 * i]);
-    hi = LADE_MAX(hi, o[3 * i]);
+    lo = LADE__MIN(lo, o[3 * i]);
+    hi = LADE__MAX(hi, o[3 * i]);
   }
   CHECK_EQ_INT(bad, 0);
   CHECK(hi - lo > 150); /* the gradient survived */
@@ -340,7 +340,7 @@ static void test_garbage_is_error_not_crash(void) {
   for (int it = 0; it < 300; it++) {
     size_t n = 1 + lade__rng_below(&r, len);
     for (size_t i = 0; i < n; i++) buf[i] = (uint8_t)lade__rng_u32(&r);
-    if (it % 2) memcpy(buf, j, LADE_MIN(n, 2)); /* some start like a JPEG */
+    if (it % 2) memcpy(buf, j, LADE__MIN(n, 2)); /* some start like a JPEG */
     int rc = lade__imgdec_crop(d, buf, n, 0, 0, 1, 1, 16, false, LADE_DTYPE_FLOAT32, o);
     /* Random bytes may look like a BMP ("BM") or a PPM: LADE_EUNSUPPORTED. */
     CHECK(rc == 0 || rc == LADE_EFORMAT || rc == LADE_EINVAL || rc == LADE_EUNSUPPORTED);
@@ -381,8 +381,8 @@ static void test_vtables(void) {
     uint8_t *a = malloc(shape.bytes), *b = malloc(shape.bytes), *c = malloc(shape.bytes);
     uint32_t payload = 0;
     lade__rng_t r1, r2;
-    lade__rng_init(&r1, 5, 17, LADE_RNG_AUGMENT);
-    lade__rng_init(&r2, 5, 17, LADE_RNG_AUGMENT);
+    lade__rng_init(&r1, 5, 17, LADE__RNG_AUGMENT);
+    lade__rng_init(&r2, 5, 17, LADE__RNG_AUGMENT);
     lade__xform_ctx_t c1 = {17, 0, &r1}, c2 = {17, 0, &r2};
     CHECK_OK(lade__xform_imagenet_train.apply(st, ws, j, len, &c1, a, &payload));
     CHECK_EQ_INT(payload, shape.bytes);
@@ -395,7 +395,7 @@ static void test_vtables(void) {
     CHECK(memcmp(a, b, shape.bytes) == 0);
     CHECK(memcmp(&r1, &r2, sizeof(r1)) == 0);
     /* A different sample index gives a different crop. */
-    lade__rng_init(&r1, 5, 18, LADE_RNG_AUGMENT);
+    lade__rng_init(&r1, 5, 18, LADE__RNG_AUGMENT);
     c1.index = 18;
     CHECK_OK(lade__xform_imagenet_train.apply(st, ws, j, len, &c1, c, &payload));
     CHECK(memcmp(a, c, shape.bytes) != 0);

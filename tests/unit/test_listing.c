@@ -35,7 +35,7 @@ static void test_imagefolder_order_and_filter(void) {
                             d),
                0);
   lade__listing_t l;
-  CHECK_OK(lade__listing_scan(&l, d, LADE_LIST_IMAGES));
+  CHECK_OK(lade__listing_scan(&l, d, LADE__LIST_IMAGES));
   const char *want[] = {"k/top.BMP", "k/a/q.tif",  "k/a-b/z.Jpeg", "k/a.b/y.PNG", "k/a/b/x.jpg",
                         "k/a0/w.webp", "m/g.pgm", "m/p.ppm",      "m/t.tiff"};
   const int labels[] = {0, 0, 0, 0, 0, 0, 1, 1, 1};
@@ -50,7 +50,7 @@ static void test_imagefolder_order_and_filter(void) {
   lade__listing_free(&l);
 
   /* raw data: every regular file, same order */
-  CHECK_OK(lade__listing_scan(&l, d, LADE_LIST_ALL));
+  CHECK_OK(lade__listing_scan(&l, d, LADE__LIST_ALL));
   CHECK_EQ_INT(l.count, 12);
   if (l.count == 12) {
     CHECK(strcmp(lade__listing_path(&l, 0), "k/README") == 0);
@@ -69,21 +69,21 @@ static void test_empty_class_and_dataset_errors(void) {
   char root[4200];
   lade__listing_t l;
   snprintf(root, sizeof root, "%s/t", d);
-  CHECK_EQ_INT(lade__listing_scan(&l, root, LADE_LIST_IMAGES), LADE_EEMPTY);
+  CHECK_EQ_INT(lade__listing_scan(&l, root, LADE__LIST_IMAGES), LADE_EEMPTY);
   const char *e = lade_last_error();
   CHECK(strstr(e, root) && strstr(e, "class folders 'b', 'c' have no images") && strstr(e, ".webp"));
   CHECK_EQ_INT(l.count, 0);
-  CHECK_EQ_INT(lade__listing_scan(&l, root, LADE_LIST_ALL), LADE_EEMPTY);
+  CHECK_EQ_INT(lade__listing_scan(&l, root, LADE__LIST_ALL), LADE_EEMPTY);
   CHECK(strstr(lade_last_error(), "class folder 'c' has no files"));
 
   /* a flat folder with no images */
   snprintf(root, sizeof root, "%s/f", d);
-  CHECK_EQ_INT(lade__listing_scan(&l, root, LADE_LIST_IMAGES), LADE_EEMPTY);
+  CHECK_EQ_INT(lade__listing_scan(&l, root, LADE__LIST_IMAGES), LADE_EEMPTY);
   char want[4300];
   snprintf(want, sizeof want, "no images found under %s (extensions, any case: .jpg .jpeg", root);
   CHECK(strstr(lade_last_error(), want) != NULL);
   /* ...is an unlabelled dataset of raw files */
-  CHECK_OK(lade__listing_scan(&l, root, LADE_LIST_ALL));
+  CHECK_OK(lade__listing_scan(&l, root, LADE__LIST_ALL));
   CHECK_EQ_INT(l.count, 1);
   CHECK_EQ_INT(l.classes, 0);
   if (l.count) CHECK_EQ_INT(l.label[0], -1);
@@ -109,7 +109,7 @@ static void test_symlinks_followed_and_loops_named(void) {
   char root[4200];
   snprintf(root, sizeof root, "%s/t", d);
   lade__listing_t l;
-  CHECK_OK(lade__listing_scan(&l, root, LADE_LIST_IMAGES));
+  CHECK_OK(lade__listing_scan(&l, root, LADE__LIST_IMAGES));
   const char *want[] = {"a/f.jpg", "a/sub/s.jpg", "a/sub-x/k.jpg", "a/sub/in/i.jpg", "b/deep/s.jpg",
                         "b/deep/in/i.jpg"};
   CHECK_EQ_INT(l.count, 6);
@@ -118,7 +118,7 @@ static void test_symlinks_followed_and_loops_named(void) {
   for (uint64_t i = 0; i < l.count && i < 6; i++) CHECK(strcmp(lade__listing_path(&l, i), want[i]) == 0);
   lade__listing_free(&l);
   CHECK_EQ_INT(lade_test_sh("ln -s .. %s/t/a/loop", d), 0);
-  CHECK(lade__listing_scan(&l, root, LADE_LIST_IMAGES) != 0);
+  CHECK(lade__listing_scan(&l, root, LADE__LIST_IMAGES) != 0);
   CHECK(strstr(lade_last_error(), "(a symlink loop?) at a/loop/a/loop/") != NULL);
 }
 

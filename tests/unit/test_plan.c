@@ -64,8 +64,8 @@ static uint64_t check_plan(const lade_plan_settings_t *s) {
       uint64_t mn = UINT64_MAX, mx = 0;
       for (uint64_t r = 0; r < p; r++) {
         uint64_t n = v->offset[r + 1] - v->offset[r];
-        mn = LADE_MIN(mn, n);
-        mx = LADE_MAX(mx, n);
+        mn = LADE__MIN(mn, n);
+        mx = LADE__MAX(mx, n);
         for (uint64_t i = v->offset[r]; i < v->offset[r + 1]; i++) {
           uint64_t x = v->samples[i];
           seen[x]++;
@@ -242,8 +242,8 @@ static void test_balance(void) {
     }
     int64_t mn = INT64_MAX, mx = INT64_MIN;
     for (uint32_t q = 0; q < p; q++) {
-      mn = LADE_MIN(mn, left[q]);
-      mx = LADE_MAX(mx, left[q]);
+      mn = LADE__MIN(mn, left[q]);
+      mx = LADE__MAX(mx, left[q]);
       CHECK(left[q] == (int64_t)(total / p + (q < total % p)));
     }
     CHECK(mx - mn <= 1);

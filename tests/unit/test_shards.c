@@ -31,7 +31,7 @@ static uint64_t *random_offsets(uint64_t S, uint64_t max, uint64_t seed) {
 static uint64_t *uniform_offsets(uint64_t N, uint64_t size, uint64_t *S) {
   *S = (N + size - 1) / size;
   uint64_t *off = malloc((*S + 1) * sizeof *off);
-  for (uint64_t s = 0; s <= *S; s++) off[s] = LADE_MIN(s * size, N);
+  for (uint64_t s = 0; s <= *S; s++) off[s] = LADE__MIN(s * size, N);
   return off;
 }
 
@@ -51,7 +51,7 @@ static int check_epoch(const lade__shards_params_t *p, uint64_t epoch, uint64_t 
     CHECK_OK(lade__shards_epoch(p, epoch, d, seqs[d], &n, &valid));
     lade__shards_part(p, d, &start, &count);
     if (n != L) ok = 0;
-    if (valid != LADE_MIN(count, L)) ok = 0;
+    if (valid != LADE__MIN(count, L)) ok = 0;
     for (uint64_t i = 0; i < valid; i++) {
       if (seqs[d][i] >= N) ok = 0;
       else seen[seqs[d][i]]++;

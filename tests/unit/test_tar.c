@@ -17,7 +17,7 @@ static int open_tar(lade__source_t *s, const char *source, const char *transform
   struct lade_config cfg;
   lade__config_defaults(&cfg);
   snprintf(cfg.source, sizeof cfg.source, "%s", source);
-  cfg.transform = strcmp(transform, "raw") == 0 ? LADE_XF_RAW : LADE_XF_IMAGENET_EVAL;
+  cfg.transform = strcmp(transform, "raw") == 0 ? LADE__XF_RAW : LADE__XF_IMAGENET_EVAL;
   memset(s, 0, sizeof *s);
   const lade__source_ops_t *ops = NULL;
   int rc = lade__source_select(&cfg, &ops);

@@ -3,9 +3,9 @@
  * and the engine's rank detection share. */
 #include <stdlib.h>
 
-#include "dist/dist.h"
+#include "transport/transport.h"
 
-bool lade__dist_launched(uint32_t *rank, uint32_t *world) {
+bool lade__transport_launched(uint32_t *rank, uint32_t *world) {
   /* Open MPI's mpirun, MPICH/Hydra and Slurm's PMI */
   static const char *const vars[][2] = {{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}, {"PMI_RANK", "PMI_SIZE"}};
   *rank = *world = 0;

@@ -1,5 +1,5 @@
 /*
- * dist.h - the transport between learners (issue 10 section 2; docs/dist.md).
+ * transport.h - the transport between learners (docs/transport.md).
  *
  * Every transfer is known to both sides from the plan: the learner that
  * holds a sample in its cache (the plan's from[] names it) pushes the bytes
@@ -9,7 +9,7 @@
  * header, so they may arrive in any order; a receiver keeps what arrived
  * until it is read or the receiver moves past its step.
  *
- * dist/ does not know the cache tiers: the engine hands it a serve()
+ * transport/ does not know the cache tiers: the engine hands it a serve()
  * callback that produces a sample's bytes for a send (the fetch stage reads
  * its own cache, and storage if the cache lost it).
  *
@@ -17,8 +17,8 @@
  * (one communication thread per process drives MPI; every loader has its
  * own communicator). Thread-safe.
  */
-#ifndef LADE_DIST_H
-#define LADE_DIST_H
+#ifndef LADE__TRANSPORT_H
+#define LADE__TRANSPORT_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -31,62 +31,62 @@
  * e.g. an admit of an earlier step is still being read): the transport asks
  * again later. Called from the transport's own thread. */
 #define LADE__DIST_AGAIN 1
-typedef int (*lade__dist_serve_fn)(void *ctx, uint64_t idx, uint64_t q, int nonblock, lade__buf_t *out);
+typedef int (*lade__transport_serve_fn)(void *ctx, uint64_t idx, uint64_t q, int nonblock, lade__buf_t *out);
 
 /* A setting all learners must agree on, checked when the transport opens. */
-typedef struct lade__dist_check {
+typedef struct lade__transport_check {
   const char *name;
   uint64_t value;
-} lade__dist_check_t;
+} lade__transport_check_t;
 
-typedef struct lade__dist_params {
+typedef struct lade__transport_params {
   uint32_t rank, world;    /* the settings' (mpi: 0/1 = take MPI's) */
   uint32_t timeout_ms;     /* a receive waits at most this long for its message */
-  lade__dist_serve_fn serve;
+  lade__transport_serve_fn serve;
   void *serve_ctx;
-  const lade__dist_check_t *checks; /* compared across learners at open */
+  const lade__transport_check_t *checks; /* compared across learners at open */
   uint32_t nchecks;
-} lade__dist_params_t;
+} lade__transport_params_t;
 
-typedef struct lade__dist_stats {
+typedef struct lade__transport_stats {
   uint64_t sent, sent_bytes, received, received_bytes, served_from_storage;
-} lade__dist_stats_t;
+} lade__transport_stats_t;
 
-typedef struct lade__dist lade__dist_t;
+typedef struct lade__transport lade__transport_t;
 
-typedef struct lade__dist_ops {
+typedef struct lade__transport_ops {
   const char *name;
   /* Opens the transport; fills *rank and *world. Errors say why (MPI
    * missing, thread level, settings that differ between learners, naming
    * the rank and the setting). */
-  int (*open)(lade__dist_t **out, const lade__dist_params_t *p, uint32_t *rank, uint32_t *world);
+  int (*open)(lade__transport_t **out, const lade__transport_params_t *p, uint32_t *rank, uint32_t *world);
   /* Flushes the sends (bounded by the timeout) and frees. */
-  void (*close)(lade__dist_t *d);
+  void (*close)(lade__transport_t *d);
   /* Queues the sends of step q: n samples idx[i] to learner dst[i]. Returns at once. */
-  int (*send)(lade__dist_t *d, uint64_t q, const uint32_t *dst, const uint64_t *idx, uint32_t n);
+  int (*send)(lade__transport_t *d, uint64_t q, const uint32_t *dst, const uint64_t *idx, uint32_t n);
   /* Waits (bounded) until every send of steps <= q has its bytes copied
    * (served): the sender may evict them then. */
-  int (*wait_served)(lade__dist_t *d, uint64_t q);
+  int (*wait_served)(lade__transport_t *d, uint64_t q);
   /* Waits (bounded) for the bytes of (q, idx) from learner src; errors name
    * the rank, the step and the sample. */
-  int (*recv)(lade__dist_t *d, uint64_t q, uint64_t idx, uint32_t src, lade__buf_t *out);
+  int (*recv)(lade__transport_t *d, uint64_t q, uint64_t idx, uint32_t src, lade__buf_t *out);
   /* Drops what arrived for steps below q (a seek, or steps never read). */
-  void (*forget_below)(lade__dist_t *d, uint64_t q);
-  void (*stats)(lade__dist_t *d, lade__dist_stats_t *out);
-} lade__dist_ops_t;
+  void (*forget_below)(lade__transport_t *d, uint64_t q);
+  void (*stats)(lade__transport_t *d, lade__transport_stats_t *out);
+} lade__transport_ops_t;
 
-struct lade__dist {
-  const lade__dist_ops_t *ops;
+struct lade__transport {
+  const lade__transport_ops_t *ops;
 };
 
-extern const lade__dist_ops_t lade__dist_local;
+extern const lade__transport_ops_t lade__transport_local;
 #ifdef LADE_HAVE_MPI
-extern const lade__dist_ops_t lade__dist_mpi;
+extern const lade__transport_ops_t lade__transport_mpi;
 #endif
 
 /* Whether this process was started by an MPI launcher (mpirun/mpiexec,
  * srun with PMI): the environment tells, without initialising MPI. Fills
  * *rank and *world with the launcher's (world 0 when unknown). */
-bool lade__dist_launched(uint32_t *rank, uint32_t *world);
+bool lade__transport_launched(uint32_t *rank, uint32_t *world);
 
 #endif

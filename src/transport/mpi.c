@@ -1,5 +1,5 @@
 /*
- * mpi.c - the MPI transport (docs/dist.md).
+ * mpi.c - the MPI transport (docs/transport.md).
  *
  * One communication thread per process makes every MPI call lade makes (so
  * MPI_THREAD_SERIALIZED is enough when lade initialises MPI itself; when
@@ -39,7 +39,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "dist/dist.h"
+#include "transport/transport.h"
 
 #define TAG_DATA 7101
 #define TAG_DONE 7102
@@ -73,8 +73,8 @@ typedef struct inflight {
 } inflight_t;
 
 typedef struct chan {
-  lade__dist_t base;
-  lade__dist_params_t p;
+  lade__transport_t base;
+  lade__transport_params_t p;
   struct chan *next;
   MPI_Comm comm;
   uint32_t rank, world;
@@ -89,7 +89,7 @@ typedef struct chan {
   size_t nmsgs; /* messages arrived and not read */
   uint64_t max_queued_q; /* +1; 0: nothing queued yet */
   msg_t *bucket[NBUCKETS];
-  lade__dist_stats_t st;
+  lade__transport_stats_t st;
   /* owned by the thread */
   inflight_t *fl;
   size_t nfl, flcap;
@@ -540,7 +540,7 @@ static void start_thread(void) {
 
 /* ------------------------------------------------------------ the vtable */
 
-static int mpi_open(lade__dist_t **out, const lade__dist_params_t *p, uint32_t *rank, uint32_t *world) {
+static int mpi_open(lade__transport_t **out, const lade__transport_params_t *p, uint32_t *rank, uint32_t *world) {
   *out = NULL;
   pthread_mutex_lock(&g.mu);
   if (!g.started && !g.init_done) start_thread();
@@ -557,7 +557,7 @@ static int mpi_open(lade__dist_t **out, const lade__dist_params_t *p, uint32_t *
   pthread_mutex_unlock(&g.mu);
   chan_t *c = calloc(1, sizeof *c);
   if (!c) return lade__fail(LADE_ENOMEM, "transport mpi: out of memory");
-  c->base.ops = &lade__dist_mpi;
+  c->base.ops = &lade__transport_mpi;
   c->p = *p;
   c->comm = MPI_COMM_NULL;
   pthread_mutex_init(&c->mu, NULL);
@@ -576,7 +576,7 @@ static int mpi_open(lade__dist_t **out, const lade__dist_params_t *p, uint32_t *
     rc = lade__fail(LADE_EINVAL, "setting 'rank' is %u but this process is MPI rank %u", p->rank, c->rank);
   pthread_mutex_unlock(&c->mu);
   if (rc) {
-    lade__dist_mpi.close(&c->base);
+    lade__transport_mpi.close(&c->base);
     return rc;
   }
   *rank = c->rank;
@@ -585,7 +585,7 @@ static int mpi_open(lade__dist_t **out, const lade__dist_params_t *p, uint32_t *
   return 0;
 }
 
-static void mpi_close(lade__dist_t *d) {
+static void mpi_close(lade__transport_t *d) {
   if (!d) return;
   chan_t *c = (chan_t *)d;
   pthread_mutex_lock(&c->mu);
@@ -613,7 +613,7 @@ static void mpi_close(lade__dist_t *d) {
   free(c);
 }
 
-static int mpi_send(lade__dist_t *d, uint64_t q, const uint32_t *dst, const uint64_t *idx, uint32_t n) {
+static int mpi_send(lade__transport_t *d, uint64_t q, const uint32_t *dst, const uint64_t *idx, uint32_t n) {
   chan_t *c = (chan_t *)d;
   pthread_mutex_lock(&c->mu);
   if (c->sq_len + n > c->sq_cap) {
@@ -637,7 +637,7 @@ static int mpi_send(lade__dist_t *d, uint64_t q, const uint32_t *dst, const uint
   return 0;
 }
 
-static int mpi_wait_served(lade__dist_t *d, uint64_t q) {
+static int mpi_wait_served(lade__transport_t *d, uint64_t q) {
   chan_t *c = (chan_t *)d;
   struct timespec ts;
   timespec_after(&ts, c->p.timeout_ms / 1000.0);
@@ -654,7 +654,7 @@ static int mpi_wait_served(lade__dist_t *d, uint64_t q) {
   return rc;
 }
 
-static int mpi_recv(lade__dist_t *d, uint64_t q, uint64_t idx, uint32_t src, lade__buf_t *out) {
+static int mpi_recv(lade__transport_t *d, uint64_t q, uint64_t idx, uint32_t src, lade__buf_t *out) {
   chan_t *c = (chan_t *)d;
   struct timespec ts;
   timespec_after(&ts, c->p.timeout_ms / 1000.0);
@@ -700,23 +700,23 @@ static int mpi_recv(lade__dist_t *d, uint64_t q, uint64_t idx, uint32_t src, lad
   return rc;
 }
 
-static void mpi_forget_below(lade__dist_t *d, uint64_t q) {
+static void mpi_forget_below(lade__transport_t *d, uint64_t q) {
   chan_t *c = (chan_t *)d;
   pthread_mutex_lock(&c->mu);
   msgs_free(c, q);
   pthread_mutex_unlock(&c->mu);
 }
 
-static void mpi_stats(lade__dist_t *d, lade__dist_stats_t *out) {
+static void mpi_stats(lade__transport_t *d, lade__transport_stats_t *out) {
   chan_t *c = (chan_t *)d;
   pthread_mutex_lock(&c->mu);
   *out = c->st;
   pthread_mutex_unlock(&c->mu);
 }
 
-const lade__dist_ops_t lade__dist_mpi = {"mpi", mpi_open, mpi_close, mpi_send,
+const lade__transport_ops_t lade__transport_mpi = {"mpi", mpi_open, mpi_close, mpi_send,
                                          mpi_wait_served, mpi_recv, mpi_forget_below, mpi_stats};
 #else
 /* built without MPI (LADE_WITH_MPI): the transport is local only */
-typedef int lade__dist_mpi_unused;
+typedef int lade__transport_mpi_unused;
 #endif
