@@ -34,11 +34,11 @@
 #include <stdint.h>
 
 #include "core/buf.h"
-#include "core/config.h" /* policy numbers */
 #include "core/core.h"
 
-/* Policy numbers: LADE__CACHE_FIFO, LADE__CACHE_LRU, LADE__CACHE_CLAIRVOYANT
- * from core/config.h (LADE__CACHE_AUTO is resolved by the engine). */
+/* The eviction policies above (the cache_policy setting's `auto` is
+ * resolved to one of them by engine/resolve.c). */
+enum { LADE__CACHE_FIFO = 1, LADE__CACHE_LRU, LADE__CACHE_CLAIRVOYANT, LADE__CACHE_PLAN };
 
 /* Position (in the consumer's future access order) of the next use of key,
  * UINT64_MAX for never. Called with the cache's lock held: must not call

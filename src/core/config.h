@@ -6,18 +6,18 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/core.h" /* LADE__PATH_MAX */
 #include "lade/lade.h"
 
 enum { LADE__SRC_AUTO = 0, LADE__SRC_DIR, LADE__SRC_NPY, LADE__SRC_S3, LADE__SRC_TAR, LADE__SRC_HDF5 };
 enum { LADE__S3_ADDR_AUTO = 0, LADE__S3_ADDR_PATH, LADE__S3_ADDR_VIRTUAL };
-enum { LADE__CACHE_AUTO = 0, LADE__CACHE_FIFO, LADE__CACHE_LRU, LADE__CACHE_CLAIRVOYANT, LADE__CACHE_PLAN };
+/* the cache_policy setting (engine/resolve.c turns it into a cache/cache.h policy) */
+enum { LADE__POLICY_AUTO = 0, LADE__POLICY_FIFO, LADE__POLICY_LRU, LADE__POLICY_CLAIRVOYANT, LADE__POLICY_PLAN };
 enum { LADE__TRISTATE_AUTO = 0, LADE__TRISTATE_ON, LADE__TRISTATE_OFF };
 enum { LADE__XF_AUTO = 0, LADE__XF_RAW, LADE__XF_NPY, LADE__XF_IMAGENET_TRAIN, LADE__XF_IMAGENET_EVAL };
 enum { LADE__ONERR_FAIL = 0, LADE__ONERR_SKIP };
 enum { LADE__TRANSPORT_AUTO = 0, LADE__TRANSPORT_LOCAL, LADE__TRANSPORT_MPI };
 enum { LADE__DECODE_SCALE_OFF = 0, LADE__DECODE_SCALE_AUTO };
-
-#define LADE__PATH_MAX 4096
 
 struct lade_config {
   char source[LADE__PATH_MAX];
@@ -76,7 +76,7 @@ struct lade_config {
   char cache_dir[LADE__PATH_MAX];
   uint64_t cache_disk_bytes;       /* 0 with cache_dir set: half the free space */
   uint64_t cache_mem_bytes;        /* 0: no memory tier */
-  int cache_policy;
+  int cache_policy;                /* LADE__POLICY_* */
   int plan;                        /* lade_plan_kind_t */
   int plan_balance;                /* 0: peer, 1: storage */
   bool plan_reorder;

@@ -13,6 +13,8 @@
 #include "lade/lade.h"
 
 #define LADE__UNUSED(x) ((void)(x))
+/* Longest path or URL a setting or a listing keeps. */
+#define LADE__PATH_MAX 4096
 #define LADE__MIN(a, b) ((a) < (b) ? (a) : (b))
 #define LADE__MAX(a, b) ((a) > (b) ? (a) : (b))
 #define LADE__CACHELINE 64

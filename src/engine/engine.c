@@ -53,6 +53,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -60,6 +61,7 @@
 #include "core/core.h"
 #include "transport/transport.h"
 #include "engine/fetch.h"
+#include "engine/resolve.h"
 #include "engine/trace.h"
 #include "plan/cursor.h"
 #include "source/source.h"
@@ -148,6 +150,7 @@ typedef struct worker {
 
 struct lade_loader {
   struct lade_config cfg;
+  lade__resolved_t res; /* the settings resolved against the source (engine/resolve.h) */
   pthread_mutex_t mu;
   pthread_cond_t cv_work;  /* workers wait here for claimable work */
   pthread_cond_t cv_ready; /* the consumer waits here */
@@ -280,20 +283,57 @@ static void free_all(lade_loader_t *L) {
 
 /* ----------------------------------------------------------------- open */
 
-static const lade__transform_ops_t *transform_for(const struct lade_config *c, const lade__source_ops_t *src) {
-  int t = c->transform;
-  if (t == LADE__XF_AUTO) t = src == &lade__source_npy || !strcmp(src->name, "hdf5") ? LADE__XF_NPY : LADE__XF_IMAGENET_TRAIN;
+static const lade__transform_ops_t *transform_of(int t) {
   switch (t) {
-    case LADE__XF_RAW: return &lade__xform_raw;
-    case LADE__XF_NPY: return &lade__xform_npy;
-    case LADE__XF_IMAGENET_TRAIN: return &lade__xform_imagenet_train;
-    case LADE__XF_IMAGENET_EVAL: return &lade__xform_imagenet_eval;
+    case LADE__RXF_RAW: return &lade__xform_raw;
+    case LADE__RXF_NPY: return &lade__xform_npy;
+    case LADE__RXF_IMAGENET_TRAIN: return &lade__xform_imagenet_train;
+    case LADE__RXF_IMAGENET_EVAL: return &lade__xform_imagenet_eval;
   }
   return NULL;
 }
 
-/* Lists the source, sets up the transform and the plan. Runs on one worker,
- * unlocked. */
+static lade__source_kind_t source_kind(const lade__source_ops_t *ops) {
+#ifdef LADE_HAVE_CURL
+  bool s3 = ops == &lade__source_s3;
+#else
+  bool s3 = false; /* no s3 source in this build */
+#endif
+  return (lade__source_kind_t){.name = ops->name,
+                               .is_dir = ops == &lade__source_dir,
+                               .is_npy = ops == &lade__source_npy,
+                               .is_hdf5 = !strcmp(ops->name, "hdf5"),
+                               .is_s3 = s3};
+}
+
+static uint32_t online_cores(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (uint32_t)n : 1;
+}
+
+/* Mean bytes per sample: from the listing, else from sample 0. */
+static uint64_t mean_sample_bytes(lade__source_t *s, const lade__source_ops_t *ops) {
+  if (s->sizes && s->count) {
+    uint64_t sum = 0;
+    for (uint64_t i = 0; i < s->count; i++) sum += s->sizes[i];
+    return LADE__MAX(sum / s->count, 1);
+  }
+  lade__buf_t b = {0};
+  uint64_t n = ops->read(s, 0, &b) == 0 ? b.len : 4096;
+  lade__buf_free(&b);
+  lade__clear_error();
+  return LADE__MAX(n, 1);
+}
+
+/* Free bytes of the file system of the cache folder (made if missing). */
+static int disk_free(const char *dir, uint64_t *out) {
+  struct statvfs v;
+  int rc = lade__mkdir_private(dir);
+  if (!rc && statvfs(dir, &v) != 0) rc = lade__fail(LADE_EIO, "cache_dir %s: %s", dir, strerror(errno));
+  if (!rc) *out = (uint64_t)v.f_bavail * v.f_frsize;
+  return rc;
+}
+
 static void wake_workers(void *ctx) {
   lade_loader_t *L = ctx;
   pthread_mutex_lock(&L->mu);
@@ -309,34 +349,20 @@ static int serve_peer(void *ctx, uint64_t idx, uint64_t q, int nonblock, lade__b
 }
 #endif
 
-/* The transport a routed plan needs (docs/transport.md): MPI when asked, or
- * (auto) when started by an MPI launcher with more than one process; rank
- * and world then come from MPI (the settings must agree when set), and the
+/* The transport resolve.c chose (docs/transport.md). Under MPI, rank and
+ * world come from MPI (the settings must agree when set), and the
  * learners' settings are compared. Without a transport, peer routes read
  * storage. The fetch stage serves the sends; it is wired in once open. */
-static int open_transport(lade_loader_t *L, lade__cursor_params_t *cp) {
-  int mode = L->cfg.transport;
-  uint32_t launched_rank = 0, launched_world = 0;
-  bool launched = lade__transport_launched(&launched_rank, &launched_world) && launched_world > 1;
-  bool routed = lade__plan_kind_routed(cp->plan.kind);
-  if (mode == LADE__TRANSPORT_AUTO) {
-    mode = routed && launched ? LADE__TRANSPORT_MPI : LADE__TRANSPORT_LOCAL;
-  }
-  /* the same command from a laptop to mpirun: the launcher's rank and world,
-   * unless the settings name them (transport=mpi takes MPI's below) */
-  if (mode == LADE__TRANSPORT_LOCAL && launched && L->cfg.world_size == 1 && L->cfg.rank == 0) {
-    L->cfg.rank = cp->rank = launched_rank;
-    L->cfg.world_size = cp->plan.learners = launched_world;
-  }
-  if (mode == LADE__TRANSPORT_LOCAL) return 0;
-#ifndef LADE_HAVE_MPI
-  if (L->cfg.transport == LADE__TRANSPORT_MPI)
-    return lade__fail(LADE_EUNSUPPORTED, "transport=mpi: this build has no MPI (LADE_WITH_MPI; apt-get install "
-                      "libopenmpi-dev openmpi-bin)");
-  fprintf(stderr, "lade: note: started by an MPI launcher, but this build has no MPI (LADE_WITH_MPI): samples the "
-                  "plan routes to peers are read from storage\n");
-  return 0;
-#else
+static int open_transport(lade_loader_t *L) {
+  lade__resolved_t *r = &L->res;
+  L->cfg.rank = r->rank;
+  L->cfg.world_size = r->world;
+  if (r->note_no_mpi)
+    fprintf(stderr, "lade: note: started by an MPI launcher, but this build has no MPI (LADE_WITH_MPI): samples the "
+                    "plan routes to peers are read from storage\n");
+  if (r->transport != LADE__TRANSPORT_MPI) return 0;
+#ifdef LADE_HAVE_MPI
+  lade__cursor_params_t *cp = &r->cursor;
   const lade__transport_check_t checks[] = {
       {"samples (dataset size)", cp->plan.samples}, {"batch_size", cp->plan.batch_size},
       {"epochs", cp->plan.epochs},                  {"seed", cp->plan.seed},
@@ -345,59 +371,48 @@ static int open_transport(lade_loader_t *L, lade__cursor_params_t *cp) {
       {"plan_balance", (uint64_t)cp->plan.balance_peer}, {"plan_reorder", (uint64_t)cp->plan.reorder},
       {"plan_order", (uint64_t)cp->plan.order_algo}, {"plan_imbalance", cp->plan.imbalance}};
   lade__transport_params_t dp = {.rank = L->cfg.rank, .world = L->cfg.world_size, .timeout_ms = L->cfg.peer_timeout_ms,
-                            .serve = serve_peer, .serve_ctx = L, .checks = checks,
-                            .nchecks = (uint32_t)(sizeof checks / sizeof checks[0])};
+                                 .serve = serve_peer, .serve_ctx = L, .checks = checks,
+                                 .nchecks = (uint32_t)(sizeof checks / sizeof checks[0])};
   uint32_t rank = 0, world = 1;
   int rc = lade__transport_mpi.open(&L->dist, &dp, &rank, &world);
   if (rc) return rc;
-  L->cfg.rank = cp->rank = rank;
-  L->cfg.world_size = cp->plan.learners = world;
-  return 0;
+  L->cfg.rank = r->rank = cp->rank = rank;
+  L->cfg.world_size = r->world = cp->plan.learners = world;
 #endif
+  return 0;
 }
 
+/* Lists the source, resolves the settings against it, opens the transport,
+ * the plan cursor, the fetch stage and the transform. */
 static int open_pipeline(lade_loader_t *L, lade__buf_t *buf) {
   L->src.on_ready = wake_workers;
   L->src.on_ready_ctx = L;
   int rc = L->src_ops->open(&L->src, &L->cfg);
   if (rc) return rc;
-  lade__cursor_params_t cp = {.rank = L->cfg.rank,
-                              .shuffle = L->cfg.shuffle,
-                              .drop_last = L->cfg.drop_last,
-                              .shard_offsets = L->src.shard_offsets,
-                              .shards = L->src.shards,
-                              .shuffle_buffer = L->cfg.shuffle_buffer,
-                              .model_parallel = L->cfg.model_parallel,
-                              .devices_per_node = L->cfg.devices_per_node};
-  lade_plan_settings_default(&cp.plan);
-  cp.plan.kind = L->cfg.plan;
-  cp.plan.samples = L->src.count;
-  cp.plan.learners = L->cfg.world_size;
-  cp.plan.batch_size = L->cfg.batch_size;
-  cp.plan.epochs = L->cfg.epochs;
-  cp.plan.seed = L->cfg.seed;
-  cp.plan.balance_peer = L->cfg.plan_balance == 0;
-  cp.plan.reorder = L->cfg.plan_reorder;
-  cp.plan.order_algo = L->cfg.plan_order;
-  cp.plan.imbalance = L->cfg.plan_imbalance;
-  cp.plan.coalesce = 0;
-  uint64_t mean = 0;
-  if (lade__plan_kind_routed(cp.plan.kind))
-    cp.plan.cache = lade__fetch_plan_cache_samples(&L->cfg, &L->src, L->src_ops, &mean);
-  rc = open_transport(L, &cp);
+  lade__source_facts_t fa = {.kind = source_kind(L->src_ops),
+                             .count = L->src.count,
+                             .remote = L->src_ops->submit != NULL,
+                             .shard_offsets = L->src.shard_offsets,
+                             .shards = L->src.shards,
+                             .online_cores = online_cores()};
+  fa.launched = lade__transport_launched(&fa.launched_rank, &fa.launched_world) && fa.launched_world > 1;
+  if (lade__resolve_wants_mean(&L->cfg, fa.remote)) fa.mean_bytes = mean_sample_bytes(&L->src, L->src_ops);
+  if (lade__resolve_wants_disk_free(&L->cfg)) rc = disk_free(L->cfg.cache_dir, &fa.disk_free_bytes);
+  if (!rc) rc = lade__resolve(&L->cfg, &fa, &L->res);
+  if (!rc) rc = open_transport(L);
   if (rc) return rc;
-  rc = lade__cursor_open(&L->cursor, &cp);
+  rc = lade__cursor_open(&L->cursor, &L->res.cursor);
   if (rc) return lade__fail_prefix(rc, "dataset %s: ", L->cfg.source);
   L->steps = lade__cursor_steps(L->cursor);
   L->routed = lade__cursor_routed(L->cursor);
   L->total = L->steps * L->cfg.epochs;
-  lade__fetch_params_t fp = {.cfg = &L->cfg, .src = &L->src, .ops = L->src_ops, .steps = L->steps,
-                             .batch = L->cfg.batch_size, .cursor = L->cursor, .sample_bytes = mean, .dist = L->dist};
+  lade__fetch_params_t fp = {.conf = &L->res.fetch, .src = &L->src, .ops = L->src_ops, .steps = L->steps,
+                             .batch = L->cfg.batch_size, .cursor = L->cursor, .dist = L->dist};
   rc = lade__fetch_open(&L->fetch, &fp);
   if (rc) return rc;
   L->async = lade__fetch_async(L->fetch);
 
-  L->xf = transform_for(&L->cfg, L->src_ops);
+  L->xf = transform_of(L->res.transform);
   L->direct_payload =
       L->xf == &lade__xform_npy && L->src_ops->read_payload && L->src.dtype && !lade__fetch_cached(L->fetch);
   if (L->direct_payload) {
@@ -846,50 +861,15 @@ static void *worker_main(void *arg) {
 
 /* ----------------------------------------------------------------- API */
 
-static uint32_t online_cores(void) {
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? (uint32_t)n : 1;
-}
-
 int lade_loader_create(lade_loader_t **out, const lade_config_t *cfg) {
   if (!out || !cfg) return lade__fail(LADE_EINVAL, "lade_loader_create: NULL argument");
   *out = NULL;
-  if (cfg->rank >= cfg->world_size)
-    return lade__fail(LADE_EINVAL, "setting 'rank' (%u) must be below 'world_size' (%u)", cfg->rank, cfg->world_size);
-  if (cfg->scale_min > cfg->scale_max || cfg->ratio_min > cfg->ratio_max)
-    return lade__fail(LADE_EINVAL, "scale_min/ratio_min must not exceed scale_max/ratio_max");
-  if (cfg->pool_max && cfg->pool_max < cfg->prefetch + 1)
-    return lade__fail(LADE_EINVAL, "setting 'pool_max' (%u) must be 0 (no cap) or at least prefetch+1 (%u)",
-                      cfg->pool_max, cfg->prefetch + 1);
   const lade__source_ops_t *ops = NULL;
   int rc = lade__source_select(cfg, &ops);
   if (rc) return rc;
-  /* settings the chosen source would ignore are refused, not dropped */
-#ifdef LADE_HAVE_CURL
-  const lade__source_ops_t *s3 = &lade__source_s3;
-#else
-  const lade__source_ops_t *s3 = NULL; /* no s3 source in this build */
-#endif
-  if (cfg->label_file[0] && ops != s3)
-    return lade__fail(LADE_EINVAL, "setting 'label_file' applies to s3:// sources only; the %s source %s takes its labels "
-                      "from its class folders", ops->name, cfg->source);
-  if ((cfg->npy_dtype[0] || cfg->npy_shape[0]) && ops != &lade__source_npy)
-    return lade__fail(LADE_EINVAL, "settings 'npy_dtype'/'npy_shape' apply to .npy sources only; %s is read by the %s "
-                      "source", cfg->source, ops->name);
-  struct lade_config *def = strcmp(ops->name, "hdf5") ? malloc(sizeof *def) : NULL;
-  if (def) lade__config_defaults(def);
-  bool hdf5_set = def && (strcmp(cfg->hdf5_data, def->hdf5_data) || strcmp(cfg->hdf5_labels, def->hdf5_labels) ||
-                          cfg->hdf5_gap != def->hdf5_gap || cfg->hdf5_direct != def->hdf5_direct ||
-                          cfg->hdf5_chunk_cache != def->hdf5_chunk_cache);
-  free(def);
-  if (hdf5_set)
-    return lade__fail(LADE_EINVAL, "settings 'hdf5_*' apply to HDF5 sources only; %s is read by the %s source",
-                      cfg->source, ops->name);
-#ifndef LADE_HAVE_JPEG
-  if (cfg->transform == LADE__XF_IMAGENET_TRAIN || cfg->transform == LADE__XF_IMAGENET_EVAL ||
-      (cfg->transform == LADE__XF_AUTO && ops == &lade__source_dir))
-    return lade__fail(LADE_EUNSUPPORTED, "JPEG transforms need libjpeg-turbo, which this build lacks (LADE_WITH_JPEG)");
-#endif
+  lade__source_kind_t kind = source_kind(ops);
+  rc = lade__resolve_settings(cfg, &kind);
+  if (rc) return rc;
   lade_loader_t *L = calloc(1, sizeof *L);
   if (!L) return lade__fail(LADE_ENOMEM, "lade_loader_create: out of memory");
   L->cfg = *cfg;
@@ -905,9 +885,7 @@ int lade_loader_create(lade_loader_t **out, const lade_config_t *cfg) {
   L->slots_cap = L->window;
   L->slots = calloc(L->slots_cap, sizeof *L->slots);
   L->sched = calloc(L->window, sizeof *L->sched);
-  L->nworkers = cfg->threads ? cfg->threads : online_cores();
-  L->workers = calloc(L->nworkers, sizeof *L->workers);
-  if (!L->slots || !L->sched || !L->workers) {
+  if (!L->slots || !L->sched) {
     free_all(L);
     return lade__fail(LADE_ENOMEM, "lade_loader_create: out of memory");
   }
@@ -932,6 +910,11 @@ int lade_loader_create(lade_loader_t **out, const lade_config_t *cfg) {
   lade__buf_t first = {0};
   rc = open_pipeline(L, &first);
   lade__buf_free(&first);
+  if (!rc) {
+    L->nworkers = L->res.threads;
+    L->workers = calloc(L->nworkers, sizeof *L->workers);
+    if (!L->workers) rc = lade__fail(LADE_ENOMEM, "lade_loader_create: out of memory");
+  }
   if (rc) {
     free_all(L);
     return rc;

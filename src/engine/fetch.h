@@ -15,7 +15,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "core/config.h"
 #include "transport/transport.h"
 #include "plan/cursor.h"
 #include "source/source.h"
@@ -24,28 +23,38 @@ enum { LADE__TIER_STORAGE = 0, LADE__TIER_MEM = 1, LADE__TIER_DISK = 2, LADE__TI
 
 typedef struct lade__fetch lade__fetch_t;
 
+/* The settings the fetch stage acts on, resolved once (engine/resolve.c). */
+typedef struct lade__fetch_conf {
+  const char *source;        /* the dataset (borrowed from the settings): the disk tier's identity */
+  const char *cache_dir;     /* "" : no disk tier */
+  uint64_t mem_capacity;     /* bytes the memory tier keeps (0: no memory tier) */
+  uint64_t disk_capacity;    /* bytes the disk tier keeps (0 with cache_dir "") */
+  int policy;                /* LADE__CACHE_FIFO | LRU | CLAIRVOYANT | PLAN (cache/cache.h) */
+  bool next_use;             /* clairvoyant: next-use maps are kept */
+  bool routed;               /* the plan routes samples and drives the one tier */
+  bool prefetcher;           /* the DELI prefetcher fills the disk tier */
+  uint64_t fetch_size, threshold; /* its window and trigger, in samples */
+  uint64_t ra_samples;       /* remote read-ahead in samples (0: off) */
+  uint64_t ra_steps;         /* steps read ahead (regular order without the prefetcher), else 0 */
+  uint64_t mean_bytes;       /* the mean sample size the capacities were made from (0: not needed) */
+  uint32_t window;           /* batches the engine prepares at once (prefetch + 1) */
+  uint64_t epochs;
+} lade__fetch_conf_t;
+
 typedef struct lade__fetch_params {
-  const struct lade_config *cfg;
+  const lade__fetch_conf_t *conf; /* copied at open */
   lade__source_t *src; /* opened; borrowed, outlives the fetch stage */
   const lade__source_ops_t *ops;
   uint64_t steps;      /* steps per epoch for this learner */
   uint32_t batch;      /* local batch size B: sample position = (epoch*steps+step)*B + i */
   lade__cursor_t *cursor; /* the order (borrowed): the prefetcher's walk and the next-use maps */
-  uint64_t sample_bytes;  /* routed plans: the mean sample size the plan's cache count was made from */
-  lade__transport_t *dist;     /* the transport between learners (borrowed; NULL: peer routes read storage) */
+  lade__transport_t *dist; /* the transport between learners (borrowed; NULL: peer routes read storage) */
 } lade__fetch_params_t;
 
 /* The serving side of the transport (lade__transport_serve_fn; ctx is the fetch
  * stage): sample idx's bytes from this learner's cache, or from storage
  * (counted) when the cache does not hold them. */
 int lade__fetch_serve(void *ctx, uint64_t idx, uint64_t q, int nonblock, lade__buf_t *out);
-
-/* Routed plans: the plan's cache (the memory tier, else the disk tier) in
- * samples of the dataset's mean size (cache_mem_bytes or cache_disk_bytes
- * over the bytes one entry is charged there), at most the dataset; *mean
- * gets the mean size (from the listing, else sample 0). */
-uint64_t lade__fetch_plan_cache_samples(const struct lade_config *cfg, lade__source_t *src,
-                                        const lade__source_ops_t *ops, uint64_t *mean);
 
 /* Opens the cache tiers the settings ask for and starts the prefetcher when
  * it is on. Errors name the cache folder. */

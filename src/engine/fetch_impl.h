@@ -1,0 +1,136 @@
+/*
+ * fetch_impl.h - the fetch stage's state, shared by its files (fetch.c: open,
+ * chains of tiers, plan hooks, stats; nextuse.c: clairvoyant next-use maps;
+ * readahead.c: remote requests ahead of the workers; prefetch.c: the DELI
+ * prefetcher). Nothing outside src/engine/fetch*.c, nextuse.c, readahead.c
+ * and prefetch.c includes it. The locks are described in fetch.c.
+ */
+#ifndef LADE__FETCH_IMPL_H
+#define LADE__FETCH_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "cache/cache.h"
+#include "engine/fetch.h"
+
+#define LADE__NMAPS 3
+
+/* A small multiset of sample indices (open addressing, backward-shift
+ * deletion): the prefetcher's requests in flight. */
+typedef struct lade__idxset {
+  uint64_t *key;
+  uint32_t *count;
+  size_t cap, n; /* cap: power of two */
+} lade__idxset_t;
+
+/* One hop of a chain: where a read looks, and what it does with bytes that
+ * a later hop found. */
+enum { LADE__HOP_CACHE = 1, LADE__HOP_SOURCE, LADE__HOP_PEER };
+enum {
+  LADE__HOP_FILL = 1u << 0,       /* bytes a later hop found are put here */
+  LADE__HOP_TOUCH = 1u << 1,      /* a hit in an earlier hop refreshes this tier's policy state */
+  LADE__HOP_VERSIONED = 1u << 2,  /* skipped for a sample of unknown version (a stale entry could match) */
+  LADE__HOP_WAIT_PF = 1u << 3,    /* on a miss, wait for the prefetcher's request of the sample, ask again */
+  LADE__HOP_WAIT_ADMIT = 1u << 4, /* on a miss, wait for the plan's pending admit of the sample, ask again */
+  LADE__HOP_PLANNED = 1u << 5,    /* the plan's own cache: hits and fallbacks are counted against the plan */
+};
+typedef struct lade__hop {
+  int kind;
+  unsigned flags;
+  lade__cache_t *cache; /* LADE__HOP_CACHE */
+} lade__hop_t;
+
+/* A route's chain: its hops in order. `admits`: a sample the plan admits in
+ * this step is put in the plan's tier once read (routed plans). `note`: how
+ * the route is reported when its first hop is not followed. */
+typedef struct lade__chain {
+  lade__hop_t hop[3];
+  int n;
+  bool admits;
+  int note; /* LADE__ROUTE_MET or LADE__ROUTE_PEER_STORAGE (a peer route without a transport) */
+} lade__chain_t;
+
+enum { LADE__CHAIN_ANY = 0, LADE__CHAIN_OWN, LADE__CHAIN_STORAGE, LADE__CHAIN_PEER, LADE__CHAIN_COUNT };
+
+struct lade__fetch {
+  lade__fetch_params_t p;
+  lade__fetch_conf_t conf; /* copied: the settings, resolved (engine/resolve.h) */
+  uint64_t samples_n;      /* the dataset's samples */
+  uint64_t per_epoch;      /* positions per epoch: steps * B */
+  uint64_t total;          /* positions in the run */
+  lade__cache_t *mem, *disk;
+  bool remote;             /* the source has submit() */
+  lade__chain_t chain[LADE__CHAIN_COUNT];
+
+  pthread_mutex_t mu;
+  pthread_cond_t cv_pf;       /* the prefetcher waits here */
+  pthread_cond_t cv_inflight; /* readers wait for the prefetcher's request of their sample */
+  uint64_t consumed;          /* the consumer took every position below this */
+  uint64_t planned;           /* batches the engine planned (submitted) since open */
+  uint64_t seek_gen;
+  bool stop;
+  bool pf_on, pf_started;
+  pthread_t pf_thread;
+  uint64_t pf_pos; /* the prefetcher fetched every position below this (that it is responsible for) */
+  lade__idxset_t inflight;
+  /* remote read-ahead (readahead.c): the samples of steps up to
+   * conf.ra_steps past the one being planned are requested as soon as it is
+   * planned (non-routed plans without the prefetcher); with the prefetcher,
+   * conf.ra_samples bounds its submitted-but-unread samples instead */
+  uint64_t ra_next; /* the first step not yet requested (under mu) */
+  /* plan=shards over a remote source: read ahead in the shard stream's
+   * order (front to back, what the shuffle buffer consumes), so a shard is
+   * read with few large Range requests however the buffer mixes it */
+  bool sr_on;
+  uint64_t sr_count, sr_cap, sr_ahead; /* stream samples an epoch, the buffer, samples read past it */
+  uint64_t sr_next;                    /* global stream position (epoch * sr_count + pos) not yet requested (mu) */
+  uint64_t plan_hi; /* 1 + the latest step the engine planned (under mu): the prefetcher leaves those to it */
+
+  /* clairvoyant next-use maps (nextuse.c): local position within the epoch, per sample */
+  pthread_mutex_t nu_mu;
+  uint32_t *nu_map[LADE__NMAPS]; /* of epochs nu_ep[i] (UINT64_MAX: empty) */
+  uint64_t nu_ep[LADE__NMAPS];
+  uint64_t nu_cursor;
+  bool nu_on;
+  _Atomic uint32_t *used; /* epoch + 1 of each sample's latest read (0: never) */
+
+  /* routed plans: the plan's tier follows the plan */
+  bool routed;
+  _Atomic uint64_t *adm_q;      /* q + 1 of the latest planned step admitting each sample (0: none) */
+  _Atomic uint8_t *adm_pending; /* 1 while that admit has not been put */
+  pthread_cond_t cv_admit;      /* with mu: a pending admit ended */
+  pthread_mutex_t plan_mu;      /* orders an evict's adm_q check and its evict against an admit's put */
+  lade__cache_t *ptier;         /* the tier the plan drives: mem, else disk (NULL: no cache) */
+
+  _Atomic uint64_t samples[LADE__TIER_COUNT], bytes[LADE__TIER_COUNT];
+  _Atomic uint64_t misses, prefetched, pf_errors, waited;
+  _Atomic uint64_t plan_hits, plan_fallbacks, plan_peer, served_storage;
+};
+
+/* fetch.c */
+bool lade__fetch_resident(lade__fetch_t *f, uint64_t idx);
+uint64_t lade__fetch_version(lade__fetch_t *f, uint64_t idx);
+
+/* nextuse.c: the maps of epochs e (made by the planning worker, never the
+ * consumer), the cache tiers' next_use callback, and a read's mark. */
+int lade__nextuse_open(lade__fetch_t *f);
+void lade__nextuse_close(lade__fetch_t *f);
+void lade__nextuse_ensure(lade__fetch_t *f, uint64_t e);
+uint64_t lade__nextuse(void *ctx, uint64_t key);
+void lade__nextuse_mark(lade__fetch_t *f, uint64_t idx, uint64_t q);
+void lade__nextuse_consumed(lade__fetch_t *f, uint64_t pos);
+
+/* readahead.c */
+void lade__readahead_open(lade__fetch_t *f);
+void lade__readahead_step(lade__fetch_t *f, const lade__cursor_step_t *st);
+bool lade__readahead_reads_storage(const lade__fetch_t *f, int32_t route);
+void lade__readahead_seek(lade__fetch_t *f, uint64_t q); /* under mu */
+
+/* prefetch.c */
+int lade__prefetch_start(lade__fetch_t *f);
+void lade__prefetch_join(lade__fetch_t *f);
+bool lade__prefetch_inflight(lade__fetch_t *f, uint64_t idx);
+bool lade__prefetch_wait(lade__fetch_t *f, uint64_t idx); /* true when it waited */
+
+#endif

@@ -1,0 +1,195 @@
+/*
+ * readahead.c - remote requests ahead of the workers (fetch_impl.h): a
+ * planned step's storage reads are handed to a remote source at once (its
+ * submit), and, with readahead_bytes, the steps after it, in plan order and
+ * in chunks, so neighbours coalesce across steps; plan=shards over a remote
+ * source reads the shard stream front to back. Called by the engine's one
+ * planning worker, in step order; state under the fetch stage's mu.
+ */
+#include <stdlib.h>
+
+#include "core/core.h"
+#include "engine/fetch_impl.h"
+
+/* Unread results a remote source keeps by default (docs/http.md): what the
+ * shards stream holds in the shuffle buffer and ahead must fit, unless the
+ * source can raise its bound (reserve). */
+#define SR_MAX_SAMPLES 1400
+#define RA_MAX_SAMPLES 1024
+
+/* Whether a read by this route goes to the source: under a plan, a peer sends
+ * what it routes to a peer (with a transport), and a cache route that misses
+ * is read once when found missing, so neither is requested ahead. */
+bool lade__readahead_reads_storage(const lade__fetch_t *f, int32_t route) {
+  return !f->routed || route == LADE__ROUTE_ANY || route == LADE_FROM_STORAGE || (route >= 0 && !f->p.dist);
+}
+
+/* Whether a sample read ahead must be requested: not the prefetcher's, not
+ * in a tier. The prefetcher's set is asked first: it leaves the set only
+ * after its put, so a sample it just fetched is found in one or the other. */
+static bool wanted(lade__fetch_t *f, uint64_t idx) {
+  return !lade__prefetch_inflight(f, idx) && !lade__fetch_resident(f, idx);
+}
+
+void lade__readahead_open(lade__fetch_t *f) {
+  uint64_t count = 0, cap = 0, B = f->p.batch;
+  if (!f->remote || !f->conf.ra_steps || lade__cursor_stream_info(f->p.cursor, &count, &cap) != 0) {
+    lade__clear_error();
+    return;
+  }
+  /* the buffer's samples wait as unread results too (as WebDataset holds
+   * its shuffle buffer in memory): a source that can raise its bound on
+   * them (reserve) streams with any buffer; else it must fit the default
+   * bound, or steps are read ahead as usual */
+  uint64_t ra = f->conf.ra_samples, room = SR_MAX_SAMPLES > cap + B ? SR_MAX_SAMPLES - cap - B : 0;
+  f->sr_ahead = f->p.ops->reserve ? ra : LADE__MIN(ra, room);
+  f->sr_on = f->sr_ahead >= B;
+  f->sr_count = count;
+  f->sr_cap = cap;
+  if (f->sr_on && f->p.ops->reserve) {
+    uint64_t held = cap + f->sr_ahead + 2 * B;
+    f->p.ops->reserve(f->p.src, held + RA_MAX_SAMPLES, held * f->conf.mean_bytes + (64u << 20));
+  }
+}
+
+/* Requests the samples of one step that the source will be asked for: one
+ * submit() per step, so the source's queue starts them step by step in the
+ * order they will be used. from may be NULL (every sample reads storage). */
+static void submit_step(lade__fetch_t *f, const uint64_t *idx, const int32_t *from, uint32_t n) {
+  uint64_t stackbuf[512];
+  uint64_t *want = n <= 512 ? stackbuf : malloc(n * sizeof *want);
+  if (!want) return; /* the workers' reads then fetch one by one: slower, not wrong */
+  size_t k = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    if ((!from || lade__readahead_reads_storage(f, from[i])) && wanted(f, idx[i])) want[k++] = idx[i];
+  }
+  if (k) f->p.ops->submit(f->p.src, want, k, 0);
+  if (want != stackbuf) free(want);
+}
+
+/* *epochs: how many epochs from the start may be read ahead once step q is
+ * planned; false when there is no bound. With a cache tier, an epoch's samples are requested ahead only once every
+ * step of the epoch before was delivered (and so cached, as far as the tier
+ * keeps it): planning step q means the steps up to q - window were
+ * delivered (engine.c prepares [next_deliver, next_deliver + window)). Else
+ * a sample the last steps of an epoch still read, and cache, would be
+ * requested again for the next. Without a tier: no bound. */
+static bool ahead_epochs(const lade__fetch_t *f, uint64_t q, uint64_t *epochs) {
+  if (!(f->mem || f->disk) || !f->p.steps) return false;
+  uint64_t window = (uint64_t)f->conf.window;
+  *epochs = (q + 1 > window ? q + 1 - window : 0) / f->p.steps + 1;
+  return true;
+}
+
+/* Remote read-ahead: step q was planned; the steps up to q + ra_steps are
+ * requested ahead, in chunks: when fewer than half of them are requested,
+ * every step up to q + ra_steps not yet requested goes out in ONE submit(),
+ * so the source can coalesce neighbours across steps (plan=shards streams a
+ * shard through a shuffle buffer: the samples of one step are far apart,
+ * those of 16 steps cover a stretch of the shard; remote tar shards were
+ * read with 0.96 requests per sample when each step was submitted alone)
+ * while it keeps the order of first use between its requests (tar_http.c).
+ * The engine plans steps in order from one worker at a time; a seek moves
+ * ra_next back to the new position (requests of abandoned steps are dropped
+ * by the source's bound on unread results). */
+static void read_ahead(lade__fetch_t *f, const lade__cursor_step_t *st) {
+  uint64_t last = f->p.steps * f->conf.epochs, q0 = st->q;
+  pthread_mutex_lock(&f->mu);
+  uint64_t from = LADE__MAX(f->ra_next, q0), to = LADE__MIN(q0 + f->conf.ra_steps + 1, last);
+  uint64_t ne;
+  if (ahead_epochs(f, q0, &ne)) to = LADE__MAX(LADE__MIN(to, ne * f->p.steps), LADE__MIN(q0 + 1, last));
+  /* the current step always; the rest once half of the read-ahead is used */
+  if (from > q0 && from - q0 > f->conf.ra_steps / 2) to = from;
+  if (to > f->ra_next) f->ra_next = to;
+  pthread_mutex_unlock(&f->mu);
+  if (from >= to) return;
+  uint32_t B = lade__cursor_max_batch(f->p.cursor);
+  uint64_t *all = malloc((size_t)(to - from) * B * sizeof *all), *buf = malloc(B * sizeof *buf);
+  size_t k = 0;
+  for (uint64_t q = from; all && buf && q < to; q++) {
+    const uint64_t *idx = st->idx;
+    const int32_t *route = st->from;
+    uint32_t n = st->n, valid = 0;
+    if (q != q0) {
+      if (lade__cursor_order(f->p.cursor, q, buf, &n, &valid) != 0) {
+        lade__clear_error(); /* the step's own planning reports it */
+        break;
+      }
+      idx = buf;
+      route = NULL;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+      if ((!route || lade__readahead_reads_storage(f, route[i])) && wanted(f, idx[i])) all[k++] = idx[i];
+    }
+  }
+  if (k) f->p.ops->submit(f->p.src, all, k, 0);
+  else if (!all || !buf) submit_step(f, st->idx, st->from, st->n); /* no memory: the step alone */
+  free(all);
+  free(buf);
+}
+
+/* plan=shards over a remote source: step q was planned; the shard stream is
+ * requested in read order up to where it covers the steps through q + R
+ * (R * batch = sr_ahead samples): the sample delivered at position i of an
+ * epoch entered the shuffle buffer at a stream position of at most i + cap
+ * (shards.h), so positions below o + sr_ahead + batch + cap hold every
+ * sample of those steps. Requested in chunks of half of sr_ahead, in one
+ * submit() each: consecutive members of a shard coalesce into a few large
+ * Range requests, as WebDataset reads a shard with one GET. A sample of the
+ * stream still in the buffer after a seek (or a padding repeat) has no
+ * request and is read alone when needed. */
+static void stream_ahead(lade__fetch_t *f, const lade__cursor_step_t *st) {
+  uint64_t S = f->p.steps, B = f->p.batch, C = f->sr_count;
+  if (!S || !C) return;
+  uint64_t e = st->q / S, o = (st->q % S) * B, end = C * f->conf.epochs;
+  uint64_t out = o + f->sr_ahead + B; /* output positions to cover, from epoch e's start */
+  uint64_t goal = out < S * B ? e * C + LADE__MIN(C, out + f->sr_cap)
+                              : (e + 1) * C + LADE__MIN(C, out - S * B + f->sr_cap);
+  uint64_t need = e * C + LADE__MIN(C, o + B + f->sr_cap); /* step q's samples: now */
+  uint64_t ne;
+  if (ahead_epochs(f, st->q, &ne)) goal = LADE__MAX(LADE__MIN(goal, ne * C), need);
+  goal = LADE__MIN(goal, end);
+  pthread_mutex_lock(&f->mu);
+  uint64_t from = f->sr_next;
+  if (from < e * C) from = e * C; /* the consumer went ahead (a seek): what lies behind is not needed */
+  uint64_t chunk = LADE__MAX(f->sr_ahead / 2, B);
+  bool go = from < goal && (from < need || goal - from >= chunk || goal == end);
+  if (go) f->sr_next = goal;
+  pthread_mutex_unlock(&f->mu);
+  if (!go) return;
+  uint64_t *all = malloc((size_t)(goal - from) * sizeof *all), k = 0;
+  if (!all) return; /* the workers' reads fetch one by one: slower, not wrong */
+  for (uint64_t g = from; g < goal;) {
+    uint64_t ep = g / C, pos = g % C, n = LADE__MIN(goal - g, C - pos), got = 0;
+    if (lade__cursor_stream(f->p.cursor, ep, pos, n, all + k, &got) != 0) {
+      lade__clear_error();
+      break;
+    }
+    uint64_t w = k;
+    for (uint64_t i = k; i < k + got; i++)
+      if (wanted(f, all[i])) all[w++] = all[i];
+    k = w;
+    g += n;
+  }
+  if (k) f->p.ops->submit(f->p.src, all, k, 0);
+  free(all);
+}
+
+
+void lade__readahead_step(lade__fetch_t *f, const lade__cursor_step_t *st) {
+  if (!f->remote) return;
+  if (f->sr_on)
+    stream_ahead(f, st);
+  else if (f->conf.ra_steps)
+    read_ahead(f, st);
+  else
+    submit_step(f, st->idx, st->from, st->n);
+}
+
+void lade__readahead_seek(lade__fetch_t *f, uint64_t q) {
+  f->ra_next = q;
+  if (f->sr_on && f->p.steps) { /* the stream from where the buffer may still hold samples of the new position */
+    uint64_t e = q / f->p.steps, o = (q % f->p.steps) * f->p.batch;
+    f->sr_next = e * f->sr_count + LADE__MIN(f->sr_count, o > f->sr_cap ? o - f->sr_cap : 0);
+  }
+}

@@ -1,0 +1,218 @@
+/* resolve.c - the settings resolved once (resolve.h): pure functions from
+ * (settings, what the source reports) to each module's part. */
+#include "engine/resolve.h"
+
+#include <string.h>
+
+#include "cache/cache.h"
+#include "core/core.h"
+
+/* Most samples read ahead of the current step: what arrives ahead must fit
+ * the remote source's table of unread results (docs/http.md). */
+#define RA_MAX_SAMPLES 1024
+
+static bool routed_kind(const struct lade_config *cfg) { return lade__plan_kind_routed(cfg->plan); }
+
+/* Whether the settings (other than their defaults) name an hdf5_* setting. */
+static bool hdf5_settings_given(const struct lade_config *cfg) {
+  struct lade_config def;
+  lade__config_defaults(&def);
+  return strcmp(cfg->hdf5_data, def.hdf5_data) || strcmp(cfg->hdf5_labels, def.hdf5_labels) ||
+         cfg->hdf5_gap != def.hdf5_gap || cfg->hdf5_direct != def.hdf5_direct ||
+         cfg->hdf5_chunk_cache != def.hdf5_chunk_cache;
+}
+
+int lade__resolve_settings(const struct lade_config *cfg, const lade__source_kind_t *k) {
+  if (cfg->rank >= cfg->world_size)
+    return lade__fail(LADE_EINVAL, "setting 'rank' (%u) must be below 'world_size' (%u)", cfg->rank, cfg->world_size);
+  if (cfg->scale_min > cfg->scale_max || cfg->ratio_min > cfg->ratio_max)
+    return lade__fail(LADE_EINVAL, "scale_min/ratio_min must not exceed scale_max/ratio_max");
+  if (cfg->pool_max && cfg->pool_max < cfg->prefetch + 1)
+    return lade__fail(LADE_EINVAL, "setting 'pool_max' (%u) must be 0 (no cap) or at least prefetch+1 (%u)",
+                      cfg->pool_max, cfg->prefetch + 1);
+  /* settings the chosen source would ignore are refused, not dropped */
+  if (cfg->label_file[0] && !k->is_s3)
+    return lade__fail(LADE_EINVAL, "setting 'label_file' applies to s3:// sources only; the %s source %s takes its labels "
+                      "from its class folders", k->name, cfg->source);
+  if ((cfg->npy_dtype[0] || cfg->npy_shape[0]) && !k->is_npy)
+    return lade__fail(LADE_EINVAL, "settings 'npy_dtype'/'npy_shape' apply to .npy sources only; %s is read by the %s "
+                      "source", cfg->source, k->name);
+  if (!k->is_hdf5 && hdf5_settings_given(cfg))
+    return lade__fail(LADE_EINVAL, "settings 'hdf5_*' apply to HDF5 sources only; %s is read by the %s source",
+                      cfg->source, k->name);
+#ifndef LADE_HAVE_JPEG
+  if (cfg->transform == LADE__XF_IMAGENET_TRAIN || cfg->transform == LADE__XF_IMAGENET_EVAL ||
+      (cfg->transform == LADE__XF_AUTO && k->is_dir))
+    return lade__fail(LADE_EUNSUPPORTED, "JPEG transforms need libjpeg-turbo, which this build lacks (LADE_WITH_JPEG)");
+#endif
+  return 0;
+}
+
+/* The DELI prefetcher runs: a disk tier, the regular order, and asked for
+ * (or auto, in front of a remote source). */
+static bool prefetcher_on(const struct lade_config *cfg, bool remote) {
+  return cfg->cache_dir[0] && !routed_kind(cfg) &&
+         (cfg->prefetcher == LADE__TRISTATE_ON || (cfg->prefetcher == LADE__TRISTATE_AUTO && remote));
+}
+
+/* The plan's own tier is sized in samples: a routed plan with a cache. */
+static bool plan_cache_sized(const struct lade_config *cfg) {
+  return routed_kind(cfg) && (cfg->cache_mem_bytes || (cfg->cache_dir[0] && cfg->cache_disk_bytes));
+}
+
+bool lade__resolve_wants_mean(const struct lade_config *cfg, bool remote) {
+  return plan_cache_sized(cfg) || prefetcher_on(cfg, remote) || (remote && cfg->readahead_bytes);
+}
+
+bool lade__resolve_wants_disk_free(const struct lade_config *cfg) {
+  return cfg->cache_dir[0] && !cfg->cache_disk_bytes;
+}
+
+/* The cache checks of a routed plan: it drives one tier by its own admits
+ * and evicts (docs/cache.md). */
+static int check_cache(const struct lade_config *cfg) {
+  bool routed = routed_kind(cfg);
+  const char *plan = lade_plan_kind_name(cfg->plan);
+  int policy = cfg->cache_policy;
+  if (routed && policy != LADE__POLICY_AUTO && policy != LADE__POLICY_PLAN)
+    return lade__fail(LADE_EINVAL, "plan=%s drives the memory cache by its own admits and evicts: cache_policy must "
+                      "be auto or plan", plan);
+  if (routed && cfg->cache_dir[0] && cfg->cache_mem_bytes)
+    return lade__fail(LADE_EINVAL, "plan=%s drives one cache per learner: set cache_mem_bytes or cache_dir, not both",
+                      plan);
+  if (routed && cfg->cache_dir[0] && !cfg->cache_disk_bytes)
+    return lade__fail(LADE_EINVAL, "plan=%s with a disk cache: set cache_disk_bytes (the plan's cache size)", plan);
+  if (routed && cfg->prefetcher == LADE__TRISTATE_ON)
+    return lade__fail(LADE_EINVAL, "plan=%s decides what the cache holds; the DELI prefetcher (prefetcher=on) runs "
+                      "with the regular plan only", plan);
+  if (!routed && policy == LADE__POLICY_PLAN)
+    return lade__fail(LADE_EINVAL, "cache_policy=plan follows a plan's admits and evicts: set plan to one other "
+                      "than regular (e.g. regular+belady, locality)");
+  if (cfg->prefetcher == LADE__TRISTATE_ON && !cfg->cache_dir[0])
+    return lade__fail(LADE_EINVAL, "prefetcher=on needs a disk cache: set cache_dir");
+  return 0;
+}
+
+/* The cache tiers, the prefetcher and read-ahead (the fetch stage's part). */
+static int resolve_fetch(const struct lade_config *cfg, const lade__source_facts_t *fa, lade__fetch_conf_t *o,
+                         uint64_t *plan_cache) {
+  int rc = check_cache(cfg);
+  if (rc) return rc;
+  bool routed = routed_kind(cfg), pf = prefetcher_on(cfg, fa->remote);
+  uint64_t mean = lade__resolve_wants_mean(cfg, fa->remote) ? LADE__MAX(fa->mean_bytes, 1) : 0;
+  *o = (lade__fetch_conf_t){.source = cfg->source, .cache_dir = cfg->cache_dir, .routed = routed, .prefetcher = pf,
+                            .mean_bytes = mean, .window = cfg->prefetch + 1, .epochs = cfg->epochs};
+  /* the plan's cache: cache_mem_bytes (else cache_disk_bytes) over the
+   * bytes one entry of the mean size is charged in that tier */
+  *plan_cache = 0;
+  if (plan_cache_sized(cfg))
+    *plan_cache = LADE__MIN(cfg->cache_mem_bytes ? cfg->cache_mem_bytes / lade__memcache_charge(mean)
+                                                 : cfg->cache_disk_bytes / lade__diskcache_charge(mean),
+                            fa->count);
+  /* the policy: a routed plan drives its tier; auto is clairvoyant (Belady
+   * from the order's next-use maps) while sample indices fit the maps */
+  int policy = cfg->cache_policy;
+  if (routed) policy = LADE__POLICY_PLAN;
+  if (policy == LADE__POLICY_AUTO) policy = LADE__POLICY_CLAIRVOYANT;
+  if (policy == LADE__POLICY_CLAIRVOYANT && fa->count >= UINT32_MAX) policy = LADE__POLICY_LRU;
+  static const int tier_policy[] = {[LADE__POLICY_FIFO] = LADE__CACHE_FIFO,
+                                    [LADE__POLICY_LRU] = LADE__CACHE_LRU,
+                                    [LADE__POLICY_CLAIRVOYANT] = LADE__CACHE_CLAIRVOYANT,
+                                    [LADE__POLICY_PLAN] = LADE__CACHE_PLAN};
+  o->policy = tier_policy[policy];
+  o->next_use = (cfg->cache_mem_bytes || cfg->cache_dir[0]) && o->policy == LADE__CACHE_CLAIRVOYANT;
+  /* a plan's admits run ahead of the evicts of earlier steps by the
+   * engine's window: each tier has room for it beyond the plan's cache */
+  uint64_t slack = routed ? (uint64_t)(cfg->prefetch + 2) * cfg->batch_size : 0;
+  if (cfg->cache_mem_bytes) o->mem_capacity = cfg->cache_mem_bytes + slack * lade__memcache_charge(mean);
+  if (cfg->cache_dir[0]) {
+    uint64_t cap = cfg->cache_disk_bytes ? cfg->cache_disk_bytes : fa->disk_free_bytes / 2;
+    if (!cap) return lade__fail(LADE_EIO, "cache_dir %s: its file system has no free space", cfg->cache_dir);
+    o->disk_capacity = cap + slack * lade__diskcache_charge(mean);
+    if (pf) {
+      /* DELI's 50/50 rule: fetch size = threshold = half the cache, in
+       * samples (entries are charged in whole 4 KiB blocks on disk), less
+       * the engine's own window of batches, resident too while it is read */
+      uint64_t per = (mean + 64 + 4095) / 4096 * 4096;
+      uint64_t slots = cap / per, window = (uint64_t)(cfg->prefetch + 1) * cfg->batch_size;
+      uint64_t half = LADE__MAX((slots > window ? slots - window : 0) / 2, 1);
+      o->fetch_size = cfg->fetch_size ? cfg->fetch_size : half;
+      o->threshold = cfg->prefetch_threshold ? cfg->prefetch_threshold : o->fetch_size;
+    }
+  }
+  if (fa->remote && cfg->readahead_bytes) {
+    o->ra_samples = LADE__MAX(LADE__MIN(cfg->readahead_bytes / mean, RA_MAX_SAMPLES), 1);
+    if (!routed && !pf) o->ra_steps = o->ra_samples / cfg->batch_size;
+  }
+  return 0;
+}
+
+/* The transport a routed plan needs (docs/transport.md): MPI when asked, or
+ * (auto) when started by an MPI launcher with more than one process. With
+ * the local transport under a launcher, the launcher's rank and world,
+ * unless the settings name them: the same command runs from a laptop to
+ * mpirun. Under MPI, rank and world come from MPI once it is open. */
+static int resolve_transport(const struct lade_config *cfg, const lade__source_facts_t *fa, lade__resolved_t *r) {
+  int mode = cfg->transport;
+  r->rank = cfg->rank;
+  r->world = cfg->world_size;
+  if (mode == LADE__TRANSPORT_AUTO) mode = routed_kind(cfg) && fa->launched ? LADE__TRANSPORT_MPI : LADE__TRANSPORT_LOCAL;
+  if (mode == LADE__TRANSPORT_LOCAL && fa->launched && cfg->world_size == 1 && cfg->rank == 0) {
+    r->rank = fa->launched_rank;
+    r->world = fa->launched_world;
+  }
+#ifndef LADE_HAVE_MPI
+  if (mode == LADE__TRANSPORT_MPI) {
+    if (cfg->transport == LADE__TRANSPORT_MPI)
+      return lade__fail(LADE_EUNSUPPORTED, "transport=mpi: this build has no MPI (LADE_WITH_MPI; apt-get install "
+                        "libopenmpi-dev openmpi-bin)");
+    r->note_no_mpi = true;
+    mode = LADE__TRANSPORT_LOCAL;
+  }
+#endif
+  r->transport = mode;
+  return 0;
+}
+
+static int resolve_transform(const struct lade_config *cfg, const lade__source_kind_t *k) {
+  switch (cfg->transform) {
+    case LADE__XF_RAW: return LADE__RXF_RAW;
+    case LADE__XF_NPY: return LADE__RXF_NPY;
+    case LADE__XF_IMAGENET_EVAL: return LADE__RXF_IMAGENET_EVAL;
+    case LADE__XF_IMAGENET_TRAIN: return LADE__RXF_IMAGENET_TRAIN;
+    default: return k->is_npy || k->is_hdf5 ? LADE__RXF_NPY : LADE__RXF_IMAGENET_TRAIN;
+  }
+}
+
+int lade__resolve(const struct lade_config *cfg, const lade__source_facts_t *fa, lade__resolved_t *r) {
+  memset(r, 0, sizeof *r);
+  uint64_t plan_cache = 0;
+  int rc = resolve_fetch(cfg, fa, &r->fetch, &plan_cache);
+  if (!rc) rc = resolve_transport(cfg, fa, r);
+  if (rc) return rc;
+  r->transform = resolve_transform(cfg, &fa->kind);
+  r->threads = cfg->threads ? cfg->threads : LADE__MAX(fa->online_cores, 1);
+  lade__cursor_params_t *cp = &r->cursor;
+  *cp = (lade__cursor_params_t){.rank = r->rank,
+                                .shuffle = cfg->shuffle,
+                                .drop_last = cfg->drop_last,
+                                .shard_offsets = fa->shard_offsets,
+                                .shards = fa->shards,
+                                .shuffle_buffer = cfg->shuffle_buffer,
+                                .model_parallel = cfg->model_parallel,
+                                .devices_per_node = cfg->devices_per_node};
+  lade_plan_settings_default(&cp->plan);
+  cp->plan.kind = cfg->plan;
+  cp->plan.samples = fa->count;
+  cp->plan.learners = r->world;
+  cp->plan.batch_size = cfg->batch_size;
+  cp->plan.epochs = cfg->epochs;
+  cp->plan.seed = cfg->seed;
+  cp->plan.balance_peer = cfg->plan_balance == 0;
+  cp->plan.reorder = cfg->plan_reorder;
+  cp->plan.order_algo = cfg->plan_order;
+  cp->plan.imbalance = cfg->plan_imbalance;
+  cp->plan.coalesce = 0;
+  cp->plan.cache = plan_cache;
+  return 0;
+}

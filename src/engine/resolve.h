@@ -1,0 +1,83 @@
+/*
+ * resolve.h - every setting turned, once, into what each module acts on.
+ *
+ * A loader's settings (core/config.h) interact: a plan that routes samples
+ * needs one cache tier and the `plan` policy, cache_mem_bytes means a
+ * number of samples to the planner and a number of bytes to the memory
+ * tier, the DELI prefetcher needs a disk tier and sizes its window from the
+ * disk capacity and the mean sample size, read-ahead is bounded by the
+ * remote source's table of unread results. All of those rules, and every
+ * error about settings that do not go together, live in resolve.c, in two
+ * pure functions (no threads, no files, no source reads): one before the
+ * source is opened (settings alone and the chosen backend), one after (with
+ * what the source reported). The engine hands each module only its part of
+ * the result: the cursor its params, the fetch stage a lade__fetch_conf_t,
+ * the cache tiers their options. docs/architecture.md walks one setting
+ * through it.
+ */
+#ifndef LADE__RESOLVE_H
+#define LADE__RESOLVE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/config.h"
+#include "engine/fetch.h"
+#include "plan/cursor.h"
+
+/* The transform the engine runs (the `transform` setting, auto resolved). */
+enum { LADE__RXF_RAW = 1, LADE__RXF_NPY, LADE__RXF_IMAGENET_TRAIN, LADE__RXF_IMAGENET_EVAL };
+
+/* What the chosen backend is, before it is opened. */
+typedef struct lade__source_kind {
+  const char *name; /* the backend's name: dir, npy, tar, hdf5, s3 */
+  bool is_dir, is_npy, is_hdf5, is_s3;
+} lade__source_kind_t;
+
+/* What the opened source and the process report: the inputs of resolve
+ * besides the settings. */
+typedef struct lade__source_facts {
+  lade__source_kind_t kind;
+  uint64_t count;            /* samples */
+  uint64_t mean_bytes;       /* mean sample size; only needed where lade__resolve_wants_mean() */
+  bool remote;               /* the source fetches in the background (submit) */
+  const uint64_t *shard_offsets; /* tar shards: shards + 1 offsets (borrowed), else NULL */
+  uint64_t shards;
+  uint64_t disk_free_bytes;  /* free bytes of cache_dir's file system; only needed with cache_dir and no cache_disk_bytes */
+  bool launched;             /* started by an MPI-style launcher with more than one process */
+  uint32_t launched_rank, launched_world;
+  uint32_t online_cores;
+} lade__source_facts_t;
+
+typedef struct lade__resolved {
+  lade__cursor_params_t cursor; /* the order (the plan's cache resolved to samples) */
+  lade__fetch_conf_t fetch;
+  int transform;                /* LADE__RXF_* */
+  int transport;                /* LADE__TRANSPORT_LOCAL or LADE__TRANSPORT_MPI */
+  bool note_no_mpi;             /* under an MPI launcher, a routed plan, no MPI in this build: say so */
+  uint32_t rank, world;         /* before an MPI transport reports its own */
+  uint32_t threads;             /* worker threads */
+} lade__resolved_t;
+
+/* Settings alone and the chosen backend: every error a setting can be
+ * refused with before the source is opened (rank against world, ranges
+ * that cross, settings that the backend would ignore, a transform this
+ * build lacks). Pure. */
+int lade__resolve_settings(const struct lade_config *cfg, const lade__source_kind_t *kind);
+
+/* Whether lade__resolve needs facts->mean_bytes for these settings (the
+ * plan's cache count, the prefetcher's window, read-ahead); a source without
+ * listed sizes is read for it, so it is asked only when needed. */
+bool lade__resolve_wants_mean(const struct lade_config *cfg, bool remote);
+
+/* Whether it needs facts->disk_free_bytes (cache_dir without cache_disk_bytes). */
+bool lade__resolve_wants_disk_free(const struct lade_config *cfg);
+
+/* Everything else: the cursor's params, each tier's capacity in bytes and
+ * the plan's in samples, the cache policy, the prefetcher's window, the
+ * read-ahead depth, the transport, the transform, the threads. Errors are
+ * the settings that do not go together, named with the setting to change.
+ * Pure: out is filled from cfg and facts alone. */
+int lade__resolve(const struct lade_config *cfg, const lade__source_facts_t *facts, lade__resolved_t *out);
+
+#endif
