@@ -1,0 +1,230 @@
+/* test_resolve.c - engine/resolve.c without threads, files or a source:
+ * settings plus what a source would report, in; each module's part and the
+ * cross-setting errors, out. */
+#include <string.h>
+
+#include "cache/cache.h"
+#include "core/config.h"
+#include "engine/resolve.h"
+#include "harness.h"
+
+static const lade__source_kind_t DIR_KIND = {.name = "dir", .is_dir = true};
+static const lade__source_kind_t NPY_KIND = {.name = "npy", .is_npy = true};
+static const lade__source_kind_t TAR_KIND = {.name = "tar"};
+
+/* Settings from "key=value" pairs (NULL-terminated) over the defaults. */
+static lade_config_t *settings(const char *kv[]) {
+  lade_config_t *c = NULL;
+  lade_config_create(&c);
+  lade_config_set(c, "source", "/data/x");
+  for (int i = 0; kv && kv[i]; i++) {
+    char key[64];
+    const char *eq = strchr(kv[i], '=');
+    snprintf(key, sizeof key, "%.*s", (int)(eq - kv[i]), kv[i]);
+    if (lade_config_set(c, key, eq + 1) != 0) fprintf(stderr, "  bad setting %s: %s\n", kv[i], lade_last_error());
+  }
+  return c;
+}
+
+static lade__source_facts_t facts(uint64_t count, uint64_t mean, bool remote) {
+  return (lade__source_facts_t){.kind = remote ? TAR_KIND : DIR_KIND, .count = count, .mean_bytes = mean,
+                                .remote = remote, .online_cores = 2};
+}
+
+static int resolve(const char *kv[], const lade__source_facts_t *fa, lade__resolved_t *r) {
+  lade_config_t *c = settings(kv);
+  int rc = lade__resolve(c, fa, r);
+  lade_config_destroy(c);
+  return rc;
+}
+
+static bool wants_mean(const char *kv[], bool remote) {
+  lade_config_t *c = settings(kv);
+  bool r = lade__resolve_wants_mean(c, remote);
+  lade_config_destroy(c);
+  return r;
+}
+
+static bool wants_disk_free(const char *kv[]) {
+  lade_config_t *c = settings(kv);
+  bool r = lade__resolve_wants_disk_free(c);
+  lade_config_destroy(c);
+  return r;
+}
+
+static void expect_error(const char *kv[], const lade__source_facts_t *fa, const char *text) {
+  lade__resolved_t r;
+  int rc = resolve(kv, fa, &r);
+  CHECK(rc == LADE_EINVAL || rc == LADE_EIO || rc == LADE_EUNSUPPORTED);
+  if (!strstr(lade_last_error(), text)) fprintf(stderr, "  wanted \"%s\" in: %s\n", text, lade_last_error());
+  CHECK(strstr(lade_last_error(), text) != NULL);
+}
+
+/* cache_mem_bytes: a number of bytes to the memory tier, a number of
+ * samples to a routed plan, with room for the engine's window beyond it. */
+static void test_cache_mem_bytes_walk(void) {
+  lade__source_facts_t fa = facts(5000, 1000, false);
+  lade__resolved_t r;
+  const char *regular[] = {"cache_mem_bytes=1048576", "batch_size=32", "prefetch=2", NULL};
+  CHECK_OK(resolve(regular, &fa, &r));
+  CHECK_EQ_INT(r.fetch.mem_capacity, 1048576);
+  CHECK_EQ_INT(r.cursor.plan.cache, 0);
+  CHECK_EQ_INT(r.fetch.policy, LADE__CACHE_CLAIRVOYANT); /* auto */
+  CHECK(r.fetch.next_use);
+  CHECK(!r.fetch.routed);
+  CHECK_EQ_INT(r.fetch.disk_capacity, 0);
+
+  const char *routed[] = {"cache_mem_bytes=1048576", "batch_size=32", "prefetch=2", "plan=locality", NULL};
+  CHECK_OK(resolve(routed, &fa, &r));
+  uint64_t charge = lade__memcache_charge(1000);
+  CHECK_EQ_INT(r.cursor.plan.cache, 1048576 / charge);
+  CHECK_EQ_INT(r.fetch.mem_capacity, 1048576 + (2 + 2) * 32 * charge);
+  CHECK_EQ_INT(r.fetch.policy, LADE__CACHE_PLAN);
+  CHECK(r.fetch.routed);
+  CHECK(!r.fetch.next_use);
+  CHECK_EQ_INT(r.cursor.plan.kind, LADE_PLAN_LOCALITY);
+  CHECK_EQ_INT(r.cursor.plan.samples, 5000);
+  CHECK_EQ_INT(r.cursor.plan.batch_size, 32);
+
+  /* never more samples than the dataset has */
+  const char *big[] = {"cache_mem_bytes=1073741824", "plan=distcache", NULL};
+  CHECK_OK(resolve(big, &fa, &r));
+  CHECK_EQ_INT(r.cursor.plan.cache, 5000);
+
+  /* the disk tier sizes the plan's cache when it is the one tier */
+  const char *disk[] = {"cache_dir=/tmp/c", "cache_disk_bytes=4096000", "plan=regular+lru", NULL};
+  CHECK_OK(resolve(disk, &fa, &r));
+  CHECK_EQ_INT(r.cursor.plan.cache, 4096000 / lade__diskcache_charge(1000));
+  CHECK_EQ_INT(r.fetch.mem_capacity, 0);
+}
+
+static void test_policies(void) {
+  lade__resolved_t r;
+  lade__source_facts_t fa = facts(100, 10, false);
+  const char *fifo[] = {"cache_mem_bytes=1000", "cache_policy=fifo", NULL};
+  CHECK_OK(resolve(fifo, &fa, &r));
+  CHECK_EQ_INT(r.fetch.policy, LADE__CACHE_FIFO);
+  CHECK(!r.fetch.next_use);
+  /* sample indices that do not fit the next-use maps: LRU */
+  lade__source_facts_t huge = facts(UINT64_C(1) << 32, 10, false);
+  const char *aut[] = {"cache_mem_bytes=1000", NULL};
+  CHECK_OK(resolve(aut, &huge, &r));
+  CHECK_EQ_INT(r.fetch.policy, LADE__CACHE_LRU);
+  /* no tier: clairvoyant, but no maps to keep */
+  CHECK_OK(resolve(NULL, &fa, &r));
+  CHECK(!r.fetch.next_use);
+}
+
+static void test_cross_setting_errors(void) {
+  lade__source_facts_t fa = facts(100, 10, false);
+  const char *a[] = {"plan=locality", "cache_mem_bytes=1000", "cache_policy=fifo", NULL};
+  expect_error(a, &fa, "cache_policy must be auto or plan");
+  const char *b[] = {"plan=solar", "epochs=3", "cache_mem_bytes=1000", "cache_dir=/tmp/x", "cache_disk_bytes=10", NULL};
+  expect_error(b, &fa, "set cache_mem_bytes or cache_dir, not both");
+  const char *c[] = {"plan=locality", "cache_dir=/tmp/x", NULL};
+  expect_error(c, &fa, "set cache_disk_bytes");
+  const char *d[] = {"plan=distcache", "prefetcher=on", "cache_mem_bytes=1000", NULL};
+  expect_error(d, &fa, "runs with the regular plan only");
+  const char *e[] = {"cache_policy=plan", "cache_mem_bytes=1000", NULL};
+  expect_error(e, &fa, "cache_policy=plan follows a plan");
+  const char *f[] = {"prefetcher=on", NULL};
+  expect_error(f, &fa, "prefetcher=on needs a disk cache");
+  /* half the free space, and none free */
+  const char *g[] = {"cache_dir=/tmp/x", NULL};
+  expect_error(g, &fa, "its file system has no free space");
+
+  lade_config_t *cfg = settings((const char *[]){"rank=2", "world_size=2", NULL});
+  CHECK(lade__resolve_settings(cfg, &DIR_KIND) == LADE_EINVAL);
+  CHECK(strstr(lade_last_error(), "'rank' (2) must be below 'world_size' (2)") != NULL);
+  lade_config_destroy(cfg);
+  cfg = settings((const char *[]){"label_file=/tmp/labels.txt", NULL});
+  CHECK(lade__resolve_settings(cfg, &DIR_KIND) == LADE_EINVAL);
+  CHECK(strstr(lade_last_error(), "'label_file' applies to s3:// sources only") != NULL);
+  lade_config_destroy(cfg);
+  cfg = settings((const char *[]){"hdf5_gap=4", NULL});
+  CHECK(lade__resolve_settings(cfg, &NPY_KIND) == LADE_EINVAL);
+  CHECK(strstr(lade_last_error(), "'hdf5_*' apply to HDF5 sources only") != NULL);
+  lade_config_destroy(cfg);
+  cfg = settings((const char *[]){"npy_dtype=float32", NULL});
+  CHECK_OK(lade__resolve_settings(cfg, &NPY_KIND));
+  lade_config_destroy(cfg);
+}
+
+/* The DELI prefetcher in front of a remote source: half the disk cache
+ * (4 KiB blocks), less the engine's window, per window and trigger. */
+static void test_prefetcher_window_and_readahead(void) {
+  lade__source_facts_t fa = facts(100000, 100000, true);
+  fa.disk_free_bytes = UINT64_C(2) << 30;
+  lade__resolved_t r;
+  const char *deli[] = {"cache_dir=/tmp/c", "batch_size=16", "prefetch=3", NULL};
+  CHECK(wants_disk_free(deli));
+  CHECK(wants_mean(deli, true));
+  CHECK_OK(resolve(deli, &fa, &r));
+  CHECK(r.fetch.prefetcher);
+  uint64_t per = (100000 + 64 + 4095) / 4096 * 4096, slots = (UINT64_C(1) << 30) / per;
+  CHECK_EQ_INT(r.fetch.disk_capacity, UINT64_C(1) << 30);
+  CHECK_EQ_INT(r.fetch.fetch_size, (slots - 4 * 16) / 2);
+  CHECK_EQ_INT(r.fetch.threshold, r.fetch.fetch_size);
+  /* read-ahead (64 MiB default) bounds the prefetcher's unread samples;
+   * no step read-ahead with the prefetcher on */
+  CHECK_EQ_INT(r.fetch.ra_samples, (64u << 20) / 100000);
+  CHECK_EQ_INT(r.fetch.ra_steps, 0);
+  /* without the prefetcher, steps are read ahead; never more than 1,024 samples */
+  const char *plain[] = {"batch_size=16", NULL};
+  CHECK_OK(resolve(plain, &fa, &r));
+  CHECK(!r.fetch.prefetcher);
+  CHECK_EQ_INT(r.fetch.ra_steps, ((64u << 20) / 100000) / 16);
+  lade__source_facts_t small = facts(100000, 100, true);
+  CHECK_OK(resolve(plain, &small, &r));
+  CHECK_EQ_INT(r.fetch.ra_samples, 1024);
+  /* a local source reads nothing ahead and needs no mean size */
+  lade__source_facts_t local = facts(100000, 0, false);
+  CHECK(!wants_mean(plain, false));
+  CHECK(wants_mean(plain, true));
+  CHECK_OK(resolve(plain, &local, &r));
+  CHECK_EQ_INT(r.fetch.ra_samples, 0);
+  CHECK_EQ_INT(r.fetch.mean_bytes, 0);
+}
+
+static void test_transport_transform_threads(void) {
+  lade__source_facts_t fa = facts(100, 10, false);
+  fa.launched = true;
+  fa.launched_rank = 2;
+  fa.launched_world = 4;
+  lade__resolved_t r;
+  CHECK_OK(resolve(NULL, &fa, &r));
+  CHECK_EQ_INT(r.transport, LADE__TRANSPORT_LOCAL);
+  CHECK_EQ_INT(r.rank, 2); /* the launcher's rank and world for the regular plan */
+  CHECK_EQ_INT(r.world, 4);
+  CHECK_EQ_INT(r.cursor.rank, 2);
+  CHECK_EQ_INT(r.cursor.plan.learners, 4);
+  const char *named[] = {"rank=1", "world_size=2", NULL};
+  CHECK_OK(resolve(named, &fa, &r));
+  CHECK_EQ_INT(r.rank, 1); /* settings win */
+  CHECK_EQ_INT(r.world, 2);
+  const char *routed[] = {"plan=distcache", NULL};
+  CHECK_OK(resolve(routed, &fa, &r));
+#ifdef LADE_HAVE_MPI
+  CHECK_EQ_INT(r.transport, LADE__TRANSPORT_MPI);
+#else
+  CHECK_EQ_INT(r.transport, LADE__TRANSPORT_LOCAL);
+  CHECK(r.note_no_mpi);
+#endif
+  CHECK_EQ_INT(r.transform, LADE__RXF_IMAGENET_TRAIN); /* auto over a folder */
+  CHECK_EQ_INT(r.threads, 2);
+  lade__source_facts_t npy = facts(100, 10, false);
+  npy.kind = NPY_KIND;
+  const char *eight[] = {"threads=8", NULL};
+  CHECK_OK(resolve(eight, &npy, &r));
+  CHECK_EQ_INT(r.transform, LADE__RXF_NPY);
+  CHECK_EQ_INT(r.threads, 8);
+}
+
+int main(void) {
+  RUN(test_cache_mem_bytes_walk);
+  RUN(test_policies);
+  RUN(test_cross_setting_errors);
+  RUN(test_prefetcher_window_and_readahead);
+  RUN(test_transport_transform_threads);
+  return lade_test_finish();
+}
