@@ -1,71 +1,70 @@
-"""Builds the `lade` Python package offline: the extension is compiled from the C
-sources of src/ plus python/src/_lade.c (no CMake needed).
+"""Builds the `lade` Python package by driving the CMake build: the sources of
+CMakeLists.txt's globs, its LADE_WITH_*=AUTO|ON|OFF detection of the optional
+dependencies and its configure summary (shown by `pip install -v`), so a pip
+user gets the same lade as `cmake -S . -B build` (S3, http(s):// shards and MPI
+when libcurl and Open MPI are installed). Offline, against Debian's packages:
 
     pip install --no-build-isolation .
+    LADE_WITH_MPI=OFF pip install --no-build-isolation .   # any LADE_WITH_X=AUTO|ON|OFF
+    LADE_CMAKE_ARGS="-DCMAKE_BUILD_TYPE=Debug" pip install --no-build-isolation .
+
+Needs cmake, a C compiler and python3-dev (scripts/install-deps.sh). CMake
+builds in build-pip/cmake, never in the build/ that ctest uses. The extension
+links CMake's static, position-independent liblade.a, so the package is
+lade/*.py + lade/_lade*.so and nothing else (docs/python.md says why).
 """
 import glob
 import os
+import shlex
+import shutil
+import subprocess
+import sys
+import sysconfig
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-MODULES = ("core", "source", "transform", "plan", "cache", "dist", "engine", "model")
+# CMakeLists.txt's optional dependencies; LADE_WITH_PYTHON is ON here, LADE_WITH_FUZZ its default
+OPTIONAL = ("JPEG", "PNG", "CURL", "MPI", "HDF5")
 
 
-def rel(p):
-    return os.path.relpath(p, ROOT)
+class CMakeExtension(Extension):
+    """lade._lade, built by CMake's lade_python target (python/CMakeLists.txt)."""
+
+    def __init__(self, name):
+        super().__init__(name, sources=[])
 
 
-sources = [rel(os.path.join(ROOT, "python", "src", "_lade.c"))]
-for m in MODULES:
-    sources += sorted(rel(p) for p in glob.glob(os.path.join(ROOT, "src", m, "*.c")))
+class CMakeBuild(build_ext):
+    def build_extension(self, ext):
+        cmake = shutil.which("cmake")
+        if not cmake:
+            sys.exit("lade: building the Python module needs cmake (apt-get install cmake, or bash scripts/install-deps.sh)")
+        tree = os.path.join(os.path.abspath(self.build_temp), "cmake")
+        # every option on every run: the cache would otherwise keep the last pip install's choice
+        args = ["-S", ROOT, "-B", tree, "-DCMAKE_BUILD_TYPE=Release", "-DLADE_BUILD_TESTS=OFF",
+                "-DLADE_WITH_PYTHON=ON", "-DPython3_EXECUTABLE=" + sys.executable]
+        for dep in OPTIONAL:
+            args.append("-DLADE_WITH_%s=%s" % (dep, os.environ.get("LADE_WITH_" + dep, "AUTO").upper()))
+        args += shlex.split(os.environ.get("LADE_CMAKE_ARGS", ""))
+        subprocess.check_call([cmake] + args)
+        jobs = self.parallel or os.cpu_count() or 1
+        subprocess.check_call([cmake, "--build", tree, "--target", "lade_python", "-j%d" % jobs])
 
-define_macros = [("_GNU_SOURCE", "1")]
-libraries = ["m", "pthread"]
+        suffix = sysconfig.get_config_var("EXT_SUFFIX")
+        built = glob.glob(os.path.join(tree, "python", "lade", "_lade" + suffix))
+        if len(built) != 1:
+            sys.exit("lade: CMake built no %s under %s/python/lade" % ("_lade" + suffix, tree))
+        dest = self.get_ext_fullpath(ext.name)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        shutil.copyfile(built[0], dest)
 
-
-def found(dep, header):
-    return os.environ.get("LADE_WITH_" + dep, "AUTO").upper() != "OFF" and any(
-        os.path.exists(os.path.join(d, header)) for d in ("/usr/include", "/usr/local/include"))
-
-
-# The same generated header as CMake's (src/lade_build_config.h.in), force-included.
-have = {"JPEG": found("JPEG", "jpeglib.h"), "PNG": found("PNG", "spng.h"), "CURL": False, "MPI": False,
-        "HDF5": found("HDF5", "hdf5/serial/hdf5.h")}
-have["ZLIB"] = have["HDF5"] and found("ZLIB", "zlib.h")
-if have["JPEG"]:
-    libraries.append("jpeg")
-if have["PNG"]:
-    libraries.append("spng")
-include_dirs, library_dirs = [], []
-if have["HDF5"]:  # Debian's serial libhdf5 (libhdf5-dev)
-    include_dirs.append("/usr/include/hdf5/serial")
-    library_dirs.append("/usr/lib/%s/hdf5/serial" % os.popen("gcc -dumpmachine").read().strip())
-    libraries.append("hdf5")
-if have["ZLIB"]:
-    libraries.append("z")
-GEN = os.path.join(ROOT, "build", "setup-generated")
-os.makedirs(GEN, exist_ok=True)
-with open(os.path.join(ROOT, "src", "lade_build_config.h.in")) as f:
-    text = f.read()
-for dep, on in have.items():
-    text = text.replace("#cmakedefine LADE_HAVE_%s 1" % dep,
-                        "#define LADE_HAVE_%s 1" % dep if on else "/* #undef LADE_HAVE_%s */" % dep)
-with open(os.path.join(GEN, "lade_build_config.h"), "w") as f:
-    f.write(text)
-
-ext = Extension(
-    "lade._lade",
-    sources=sources,
-    include_dirs=[os.path.join(ROOT, "include"), os.path.join(ROOT, "src")] + include_dirs,
-    library_dirs=library_dirs,
-    define_macros=define_macros,
-    libraries=libraries,
-    extra_compile_args=["-include", os.path.join(GEN, "lade_build_config.h"), "-std=c11", "-O2", "-fvisibility=hidden", "-Wno-unused-parameter"],
-)
 
 setup(
     packages=["lade"],
     package_dir={"": "python"},
-    ext_modules=[ext],
+    ext_modules=[CMakeExtension("lade._lade")],
+    cmdclass={"build_ext": CMakeBuild},
+    options={"build": {"build_base": os.path.join(ROOT, "build-pip")}},
 )

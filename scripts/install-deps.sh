@@ -13,6 +13,7 @@ pkgs=(
   python3-boto3                  # S3 tests: uploads to the test server
   clang libclang-rt-14-dev       # libFuzzer targets, sanitizers
   python3 python3-dev python3-numpy python3-pytest python3-pil python3-setuptools
+  python3-pip python3-venv python3-wheel  # pip install . (wheel: bdist_wheel for Debian 12's setuptools 66)
   python3-torch python3-torchvision
   gnuplot-nox                    # lade simulate/model --plot
   libopenmpi-dev openmpi-bin     # the MPI transport between learners (src/transport/mpi.c) and the mpirun tests

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds lade, and runs every test: the release build's
-# full ctest suite, then the unit tests again under AddressSanitizer +
-# UndefinedBehaviorSanitizer, the engine test and the S3 integration test
-# under ThreadSanitizer, and the http(s):// tar shard test under it too.
+# full ctest suite, `pip install .` into a fresh venv (tests/pip/), then the
+# unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer, the
+# engine test and the S3 integration test under ThreadSanitizer, and the
+# http(s):// tar shard test under it too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -13,6 +14,9 @@ echo "== release build and all tests"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$jobs"
 (cd build && ctest --output-on-failure -j"$jobs")
+
+echo "== the pip route: pip install . into a fresh venv (offline), the installed module checked from outside the tree"
+bash tests/pip/test_pip.sh --require "curl mpi" --cli build/lade
 
 echo "== unit tests and the Python lifetime tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DLADE_SANITIZE=ON >/dev/null

@@ -652,7 +652,7 @@ int main(int argc, char **argv) {
   const char *cmd = argv[1];
   if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) return usage_main(stdout);
   if (!strcmp(cmd, "--version")) {
-    printf("lade %s\n", lade_version());
+    printf("lade %s\nfeatures: %s\n", lade_version(), lade_features());
     return 0;
   }
   if (!strcmp(cmd, "gen")) return cmd_gen(argc - 1, argv + 1);

@@ -44,6 +44,14 @@ extern "C" {
 /* The library's version as "MAJOR.MINOR.PATCH" (static string). Thread-safe. */
 LADE_API const char *lade_version(void);
 
+/*
+ * The optional dependencies built into this library, as a static string of
+ * space-separated names in this order: "jpeg png curl mpi hdf5 zlib", each
+ * present only when built in ("" when none). curl means the s3 source and
+ * http(s):// shards, mpi the MPI transport between learners. Thread-safe.
+ */
+LADE_API const char *lade_features(void);
+
 /* ------------------------------------------------------------------- errors */
 
 /*

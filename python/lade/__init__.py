@@ -15,13 +15,20 @@ import os as _os
 from . import _lade
 from ._lade import Array, Batch, Error
 
-__all__ = ["Loader", "Batch", "Array", "Error", "version", "config_keys", "detect_rank"]
+__all__ = ["Loader", "Batch", "Array", "Error", "version", "features", "config_keys", "detect_rank"]
 __version__ = _lade.version()
 
 
 def version():
     """The version of liblade inside this module."""
     return _lade.version()
+
+
+def features():
+    """The optional dependencies built into this module's liblade (lade_features()), as a
+    frozenset of names from jpeg, png, curl (the s3 source and http(s):// shards), mpi
+    (plans across ranks over MPI), hdf5, zlib. `"curl" in lade.features()`."""
+    return frozenset(_lade.features().split())
 
 
 def config_keys():

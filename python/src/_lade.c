@@ -1308,6 +1308,8 @@ static PyObject *mod_config_keys(PyObject *m, PyObject *unused) {
 
 static PyObject *mod_version(PyObject *m, PyObject *unused) { return PyUnicode_FromString(lade_version()); }
 
+static PyObject *mod_features(PyObject *m, PyObject *unused) { return PyUnicode_FromString(lade_features()); }
+
 static PyObject *mod_is_secret(PyObject *m, PyObject *args) {
   const char *key;
   if (!PyArg_ParseTuple(args, "s", &key)) return NULL;
@@ -1322,6 +1324,7 @@ static PyMethodDef mod_methods[] = {
      "c_run(settings, max_batches=-1, checksum=True): iterate through the C API only"},
     {"config_keys", mod_config_keys, METH_NOARGS, "{key: (default, help)} of every setting"},
     {"version", mod_version, METH_NOARGS, "the library version"},
+    {"features", mod_features, METH_NOARGS, "lade_features(): the optional dependencies built in"},
     {"is_secret", mod_is_secret, METH_VARARGS, "is_secret(key) -> True for a setting whose value is never shown"},
     {"_released", mod_released, METH_NOARGS, "test hook"},
     {NULL, NULL, 0, NULL}};

@@ -18,6 +18,31 @@ const char *lade_version(void) {
   return LADE__STR(LADE_VERSION_MAJOR) "." LADE__STR(LADE_VERSION_MINOR) "." LADE__STR(LADE_VERSION_PATCH);
 }
 
+/* LADE_HAVE_* come from the generated lade_build_config.h (force-included). */
+const char *lade_features(void) {
+  static const char *const f = ""
+#ifdef LADE_HAVE_JPEG
+                               " jpeg"
+#endif
+#ifdef LADE_HAVE_PNG
+                               " png"
+#endif
+#ifdef LADE_HAVE_CURL
+                               " curl"
+#endif
+#ifdef LADE_HAVE_MPI
+                               " mpi"
+#endif
+#ifdef LADE_HAVE_HDF5
+                               " hdf5"
+#endif
+#ifdef LADE_HAVE_ZLIB
+                               " zlib"
+#endif
+      ;
+  return f[0] ? f + 1 : f; /* without the leading space */
+}
+
 double lade__now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -1,14 +1,25 @@
 /* harness.h - a tiny assertion harness for unit tests. Each test file defines
- * main() calling RUN(test_fn) for every test; a failed CHECK prints the
- * expression, file and line and the test counts as failed. The final line is
- * "N passed, N failed" so CI reads the result. */
+ * main(argc, argv) calling lade_test_args(argc, argv) first and RUN(test_fn)
+ * for every case; a failed CHECK prints the expression, file and line and the
+ * case counts as failed. The final line is "N passed, N failed" so CI reads
+ * the result. `build/tests/test_engine` runs every case,
+ * `build/tests/test_engine test_interrupt test_seek_resumes_exactly` those
+ * cases only, `build/tests/test_engine --list` prints the case names. */
 #ifndef LADE_HARNESS_H
 #define LADE_HARNESS_H
 #include <stdio.h>
 #include <stdint.h>
 
 extern int lade_test_failed_checks;
+/* The command line: no argument runs every case; CASE... only the cases of
+ * those names (a name that matches no case fails the run, so a typo never
+ * passes); --list prints each case's name and runs none. Exits with 2 on an
+ * unknown option. What main() does before its first RUN runs in every mode. */
+void lade_test_args(int argc, char **argv);
+/* Runs fn as the case `name`, unless the command line left it out. */
 void lade_test_run(const char *name, void (*fn)(void));
+/* Prints the counts; returns main's exit status (1 if a case failed or a
+ * named case did not exist). */
 int lade_test_finish(void);
 /* A fresh, empty directory for this test process: LADE_TEST_TMP/<name>-<pid>. */
 const char *lade_test_tmpdir(const char *name);

@@ -810,7 +810,8 @@ static void test_crash(void) {
   lade_test_sh("rm -rf '%s'", dir);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  lade_test_args(argc, argv);
   RUN(test_hit_miss_replace);
   RUN(test_capacity_random);
   RUN(test_fifo_lru_order);

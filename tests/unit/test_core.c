@@ -166,7 +166,8 @@ static void test_coalesce(void) {
   CHECK_EQ_INT(lade__coalesce(w, 0, 0, 200, r), 0);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  lade_test_args(argc, argv);
   RUN(test_error_codes);
   RUN(test_config);
   RUN(test_rng);

@@ -909,7 +909,8 @@ static void test_fork_child_inert(void) {
   lade_config_destroy(c);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  lade_test_args(argc, argv);
   RUN(test_listing_sorted_arena);
   RUN(test_same_batches_any_thread_count);
   RUN(test_ranks_partition_global_batches);

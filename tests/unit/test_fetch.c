@@ -407,7 +407,8 @@ static void test_bad_cache_settings(void) {
   CHECK(strstr(r.err, "f00000.bin") != NULL);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  lade_test_args(argc, argv);
   RUN(test_memory_tier_serves_later_epochs);
   RUN(test_disk_tier_warm_second_run_and_listing_change);
   RUN(test_disk_tier_replaced_file_is_refetched);

@@ -107,7 +107,8 @@ static void test_chunk_path_gzip(void) { load("gz", "auto", "8"); } /* raw chunk
 static void test_locked_gzip(void) { load("gz", "off", "8"); }
 static void test_no_coalescing(void) { load("data", "auto", "0"); }
 
-int main(void) {
+int main(int argc, char **argv) {
+  lade_test_args(argc, argv);
   make_file();
   RUN(test_direct);
   RUN(test_locked_contiguous);

@@ -419,7 +419,8 @@ static void test_vtables(void) {
 }
 #endif
 
-int main(void) {
+int main(int argc, char **argv) {
+  lade_test_args(argc, argv);
   RUN(test_rrc_bounds_and_determinism);
   RUN(test_rrc_first_try_formula);
   RUN(test_rrc_fallback);

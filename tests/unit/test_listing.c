@@ -183,7 +183,8 @@ static void test_loader_classes_and_samples(void) {
   lade_loader_destroy(L);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  lade_test_args(argc, argv);
   RUN(test_imagefolder_order_and_filter);
   RUN(test_empty_class_and_dataset_errors);
   RUN(test_symlinks_followed_and_loops_named);

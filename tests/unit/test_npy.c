@@ -293,7 +293,8 @@ static void test_odd_file_is_named(void) {
       }
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  lade_test_args(argc, argv);
   RUN(test_parse_layouts);
   RUN(test_to_c_every_layout);
   RUN(test_loader_fortran_and_big_endian);

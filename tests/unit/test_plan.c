@@ -329,7 +329,8 @@ static void test_bad_input(void) {
   CHECK(pl == NULL);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  lade_test_args(argc, argv);
   RUN(test_balance);
   RUN(test_epoch_order);
   RUN(test_bad_input);

@@ -404,7 +404,8 @@ static void test_bad_settings(void) {
   lade_config_destroy(c);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  lade_test_args(argc, argv);
   RUN(test_every_plan_one_rank);
   RUN(test_every_plan_four_ranks);
   RUN(test_half_cache);

@@ -187,7 +187,8 @@ static void test_hostile(void) {
   free(file);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  lade_test_args(argc, argv);
   snprintf(g_dir, sizeof g_dir, "%s", lade_test_tmpdir("planfile"));
   RUN(test_roundtrip_every_kind);
   RUN(test_hostile);

@@ -83,7 +83,8 @@ static void test_huge_sparse_jpg(void) {
   lade_test_sh("rm -rf '%s'", root);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  lade_test_args(argc, argv);
   RUN(test_huge_sparse_jpg);
   return lade_test_finish();
 }

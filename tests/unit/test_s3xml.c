@@ -88,7 +88,8 @@ static void test_error_text(void) {
   CHECK(strcmp(out, "Slow") == 0);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  lade_test_args(argc, argv);
   RUN(test_list_page);
   RUN(test_broken_pages);
   RUN(test_error_text);

@@ -442,7 +442,8 @@ static void test_odd_cases(void) {
   CHECK_EQ_INT(lade__shards_steps(&p), 0);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  lade_test_args(argc, argv);
   RUN(test_measure);
   RUN(test_odd_cases);
   RUN(test_golden);

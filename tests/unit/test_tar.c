@@ -130,7 +130,8 @@ static void test_broken_shards(void) {
   CHECK(strstr(lade_last_error(), shard) != NULL);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  lade_test_args(argc, argv);
   RUN(test_gnu_tar_formats);
   RUN(test_index_reused);
   RUN(test_broken_shards);
