@@ -220,7 +220,8 @@ static void test_transport_transform_threads(void) {
   CHECK_EQ_INT(r.threads, 8);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  lade_test_args(argc, argv);
   RUN(test_cache_mem_bytes_walk);
   RUN(test_policies);
   RUN(test_cross_setting_errors);
