@@ -48,399 +48,19 @@
  */
 #include <assert.h>
 #include <errno.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/statvfs.h>
 #include <time.h>
-#include <unistd.h>
 
-#include "core/config.h"
-#include "core/core.h"
-#include "transport/transport.h"
-#include "engine/fetch.h"
-#include "engine/resolve.h"
-#include "engine/trace.h"
-#include "plan/cursor.h"
-#include "source/source.h"
-#include "transform/transform.h"
+#include "engine/engine_impl.h"
 
-enum { SLOT_FREE = 0, SLOT_PLANNING, SLOT_FILLING, SLOT_READY, SLOT_HELD };
-
-#define LAT_RING 4096
-#define MAX_SUBST_TRIES 64
-
-typedef struct slot {
-  struct lade_loader *L;
-  uint8_t *data;
-  size_t cap;
-  int64_t *labels;
-  int64_t *indices;
-  uint32_t *sizes;
-  uint64_t seq;
-  uint32_t n, valid, claimed, done; /* n <= batch_size: the last step may be short */
-  int state;
-  bool stale;        /* a seek made this batch obsolete: free it once done */
-  int err;           /* first sample error (on_error=fail) */
-  char errmsg[1200];
-  uint32_t substituted;
-  double t_sched;
-  /* remote sources: samples are claimed in arrival order, not index order */
-  uint8_t *taken;
-  uint32_t first_free;  /* every sample before it is taken */
-  uint64_t tier_samples[LADE__TIER_COUNT], tier_bytes[LADE__TIER_COUNT]; /* guarded by mu */
-  uint64_t plan_fallbacks, plan_peer; /* guarded by mu: reads that did not follow the plan's route */
-  lade__cursor_step_t cs;             /* the plan's step: samples, routes, admits, evicts */
-  bool finishing;                     /* its evicts are being applied (routed plans) */
-} slot_t;
-
-/* The handle a caller holds: a lade_batch_t* is the view of one handle.
- * Handles are apart from slots so that a stale pointer never reaches a
- * slot's buffer: a handle lives until the loader is freed, is reused only
- * after HANDLE_QUARANTINE other handles were released after it, and a
- * release of a handle that is not held touches nothing (see
- * lade_batch_release). */
-typedef struct handle {
-  lade_batch_t view; /* must stay first: lade_batch_t* <-> handle_t* */
-  struct lade_loader *L;
-  slot_t *slot; /* the batch's slot while held; NULL once released */
-  uint64_t seq; /* the batch it was last handed out for */
-  bool held;
-} handle_t;
-
-#define HANDLE_QUARANTINE 64
-
-/* Bumped in the child of every fork() (pthread_atfork): a loader made under
- * an older value belongs to a parent process; its threads and locks do not
- * exist here, so every call on it in the child returns at once. */
-static atomic_uint g_fork_gen;
-static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
-static void on_fork_child(void) { atomic_fetch_add_explicit(&g_fork_gen, 1, memory_order_relaxed); }
-static void register_atfork(void) { pthread_atfork(NULL, NULL, on_fork_child); }
-
-/* A worker's counters: written by that worker only, read by
- * lade_loader_stats() while it runs, so both sides are relaxed atomics (no
- * ordering is needed; a total a moment old is fine). */
-#define WSTAT_ADD(field, v)                               \
-  do {                                                    \
-    __typeof__(field) wstat_v_ = (field) + (v);           \
-    __atomic_store(&(field), &wstat_v_, __ATOMIC_RELAXED); \
-  } while (0)
-#define WSTAT(field)                                    \
-  __extension__({                                       \
-    __typeof__(field) wstat_r_;                         \
-    __atomic_load(&(field), &wstat_r_, __ATOMIC_RELAXED); \
-    wstat_r_;                                           \
-  })
-
-typedef struct worker {
-  struct lade_loader *L;
-  pthread_t thread;
-  uint32_t id;
-  lade__buf_t buf;
-  void *wstate;
-  bool wstate_ok;
-  /* stats (written by this worker only) */
-  double t_read, t_xform;
-  uint64_t bytes, samples, substituted;
-  uint64_t tier_samples[LADE__TIER_COUNT], tier_bytes[LADE__TIER_COUNT];
-} __attribute__((aligned(LADE__CACHELINE))) worker_t;
-
-struct lade_loader {
-  struct lade_config cfg;
-  lade__resolved_t res; /* the settings resolved against the source (engine/resolve.h) */
-  pthread_mutex_t mu;
-  pthread_cond_t cv_work;  /* workers wait here for claimable work */
-  pthread_cond_t cv_ready; /* the consumer waits here */
-
-  /* set up by the opener (one worker), then read-only */
-  lade__source_t src;
-  const lade__source_ops_t *src_ops;
-  const lade__transform_ops_t *xf;
-  void *xf_state;
-  lade__sample_shape_t shape;
-  lade__cursor_t *cursor; /* the one source of the order (plan/cursor.h) */
-  bool routed;            /* the plan routes samples: steps finish in order (finish_steps_in_order) */
-  lade__transport_t *dist;     /* the transport between learners (routed plans under mpirun), or NULL */
-  uint64_t evict_q;       /* routed: the next step to finish */
-  uint64_t steps, total; /* steps per epoch, epochs * steps */
-  bool direct_payload;   /* npy source + npy transform: read into the slot */
-  lade__fetch_t *fetch;  /* cache tiers, remote submits, prefetcher */
-  bool async;            /* claim samples whose bytes are ready first */
-
-  bool planning;
-  bool stop;
-  uint32_t waiting;   /* next() calls blocked on cv_ready now */
-  uint64_t intr_gen;  /* bumped by each lade_loader_interrupt() that found a waiter */
-  unsigned fork_gen;  /* g_fork_gen when created: differs in a forked child */
-  pid_t pid;
-  int fatal;
-  char fatal_msg[1200];
-
-  slot_t **slots;  /* every batch buffer of the pool (each slot allocated alone: views stay put) */
-  uint32_t nslots, slots_cap;
-  uint32_t window; /* prefetch + 1 batches prepared ahead */
-  slot_t **sched;  /* window entries: the slot of scheduled, undelivered q at q % window */
-  uint64_t next_sched, next_deliver;
-  uint32_t held;
-  handle_t **handles; /* every handle made (freed with the loader) */
-  uint32_t nhandles, handles_cap;
-  handle_t **hfree;   /* released handles, a FIFO ring: reused oldest first */
-  uint32_t hfree_head, hfree_len;
-  bool destroyed;
-  bool warned_growth;
-
-  worker_t *workers;
-  uint32_t nworkers, started;
-
-  /* stats */
-  double t_create, t_first, t_wait, t_collate;
-  uint64_t batches, delivered_samples;
-  double lat[LAT_RING];
-  uint64_t nlat;
-  uint64_t pool_bytes, peak_pool_bytes;
-  lade__trace_t *trace;
-  _Atomic uint32_t fail_run; /* on_error=skip: failed reads in a row, any worker (a success resets it) */
-  /* per-epoch counters (grown as epochs start), guarded by mu */
-  struct epoch_acc {
-    uint64_t batches, samples[LADE__TIER_COUNT], bytes[LADE__TIER_COUNT];
-    double wait;
-    uint64_t bad; /* samples of this epoch that failed (on_error=skip replaced them) */
-    uint64_t plan_fallbacks, plan_peer;
-    bool started;
-    lade__source_stats_t at_start; /* the source's counters at the epoch's first batch */
-  } *ep;
-  uint64_t nep;
-};
-
-static inline bool forked(const lade_loader_t *L) {
-  return L->fork_gen != atomic_load_explicit(&g_fork_gen, memory_order_relaxed);
-}
-
-static int fail_forked(const lade_loader_t *L, const char *fn) {
+int lade__engine_fail_forked(const lade_loader_t *L, const char *fn) {
   return lade__fail(LADE_ESTATE,
                     "%s: this loader was created in process %d, and this process (%d) is a fork() of it; a loader "
                     "cannot be used across fork(): create one in this process (its threads setting parallelises "
                     "loading)",
                     fn, (int)L->pid, (int)getpid());
-}
-
-/* The slot scheduled for q, or NULL. Locked. */
-static inline slot_t *slot_of(lade_loader_t *L, uint64_t q) {
-  slot_t *s = L->sched[q % L->window];
-  return s && s->seq == q && s->state != SLOT_FREE && s->state != SLOT_HELD ? s : NULL;
-}
-
-/* ------------------------------------------------------------ allocation */
-
-static void *pool_alloc(lade_loader_t *L, size_t size) {
-  if (L->cfg.has_allocator) return L->cfg.allocator.alloc(L->cfg.allocator.ctx, size, 4096);
-  return lade__aligned_alloc(size, 4096);
-}
-
-static void pool_free(lade_loader_t *L, void *p, size_t size) {
-  if (!p) return;
-  if (L->cfg.has_allocator)
-    L->cfg.allocator.free(L->cfg.allocator.ctx, p, size);
-  else
-    lade__aligned_free(p);
-}
-
-static void slot_free(lade_loader_t *L, slot_t *s) {
-  if (!s) return;
-  pool_free(L, s->data, s->cap);
-  free(s->labels);
-  free(s->indices);
-  free(s->sizes);
-  free(s->taken);
-  lade__cursor_step_free(&s->cs);
-  free(s);
-}
-
-static void free_all(lade_loader_t *L) {
-  for (uint32_t i = 0; i < L->nslots; i++) slot_free(L, L->slots[i]);
-  for (uint32_t i = 0; i < L->nhandles; i++) free(L->handles[i]);
-  free(L->handles);
-  free(L->hfree);
-  free(L->slots);
-  free(L->sched);
-  free(L->ep);
-  if (L->dist) L->dist->ops->close(L->dist); /* flushes its sends: before the fetch stage that serves them */
-  lade__fetch_close(L->fetch);
-  if (L->xf && L->xf->destroy && L->xf_state) L->xf->destroy(L->xf_state);
-  if (L->src_ops && L->src_ops->close) L->src_ops->close(&L->src);
-  lade__cursor_close(L->cursor);
-  lade__trace_close(L->trace);
-  pthread_mutex_destroy(&L->mu);
-  pthread_cond_destroy(&L->cv_work);
-  pthread_cond_destroy(&L->cv_ready);
-  free(L->workers);
-  lade__config_wipe_secrets(&L->cfg);
-  free(L);
-}
-
-/* ----------------------------------------------------------------- open */
-
-static const lade__transform_ops_t *transform_of(int t) {
-  switch (t) {
-    case LADE__RXF_RAW: return &lade__xform_raw;
-    case LADE__RXF_NPY: return &lade__xform_npy;
-    case LADE__RXF_IMAGENET_TRAIN: return &lade__xform_imagenet_train;
-    case LADE__RXF_IMAGENET_EVAL: return &lade__xform_imagenet_eval;
-  }
-  return NULL;
-}
-
-static lade__source_kind_t source_kind(const lade__source_ops_t *ops) {
-#ifdef LADE_HAVE_CURL
-  bool s3 = ops == &lade__source_s3;
-#else
-  bool s3 = false; /* no s3 source in this build */
-#endif
-  return (lade__source_kind_t){.name = ops->name,
-                               .is_dir = ops == &lade__source_dir,
-                               .is_npy = ops == &lade__source_npy,
-                               .is_hdf5 = !strcmp(ops->name, "hdf5"),
-                               .is_s3 = s3};
-}
-
-static uint32_t online_cores(void) {
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? (uint32_t)n : 1;
-}
-
-/* Mean bytes per sample: from the listing, else from sample 0. */
-static uint64_t mean_sample_bytes(lade__source_t *s, const lade__source_ops_t *ops) {
-  if (s->sizes && s->count) {
-    uint64_t sum = 0;
-    for (uint64_t i = 0; i < s->count; i++) sum += s->sizes[i];
-    return LADE__MAX(sum / s->count, 1);
-  }
-  lade__buf_t b = {0};
-  uint64_t n = ops->read(s, 0, &b) == 0 ? b.len : 4096;
-  lade__buf_free(&b);
-  lade__clear_error();
-  return LADE__MAX(n, 1);
-}
-
-/* Free bytes of the file system of the cache folder (made if missing). */
-static int disk_free(const char *dir, uint64_t *out) {
-  struct statvfs v;
-  int rc = lade__mkdir_private(dir);
-  if (!rc && statvfs(dir, &v) != 0) rc = lade__fail(LADE_EIO, "cache_dir %s: %s", dir, strerror(errno));
-  if (!rc) *out = (uint64_t)v.f_bavail * v.f_frsize;
-  return rc;
-}
-
-static void wake_workers(void *ctx) {
-  lade_loader_t *L = ctx;
-  pthread_mutex_lock(&L->mu);
-  pthread_cond_broadcast(&L->cv_work);
-  pthread_mutex_unlock(&L->mu);
-}
-
-#ifdef LADE_HAVE_MPI
-/* The transport's serving side: the fetch stage (open before any send is queued). */
-static int serve_peer(void *ctx, uint64_t idx, uint64_t q, int nonblock, lade__buf_t *out) {
-  lade_loader_t *L = ctx;
-  return lade__fetch_serve(L->fetch, idx, q, nonblock, out);
-}
-#endif
-
-/* The transport resolve.c chose (docs/transport.md). Under MPI, rank and
- * world come from MPI (the settings must agree when set), and the
- * learners' settings are compared. Without a transport, peer routes read
- * storage. The fetch stage serves the sends; it is wired in once open. */
-static int open_transport(lade_loader_t *L) {
-  lade__resolved_t *r = &L->res;
-  L->cfg.rank = r->rank;
-  L->cfg.world_size = r->world;
-  if (r->note_no_mpi)
-    fprintf(stderr, "lade: note: started by an MPI launcher, but this build has no MPI (LADE_WITH_MPI): samples the "
-                    "plan routes to peers are read from storage\n");
-  if (r->transport != LADE__TRANSPORT_MPI) return 0;
-#ifdef LADE_HAVE_MPI
-  lade__cursor_params_t *cp = &r->cursor;
-  const lade__transport_check_t checks[] = {
-      {"samples (dataset size)", cp->plan.samples}, {"batch_size", cp->plan.batch_size},
-      {"epochs", cp->plan.epochs},                  {"seed", cp->plan.seed},
-      {"plan", (uint64_t)cp->plan.kind},            {"cache (samples per learner)", cp->plan.cache},
-      {"drop_last", cp->drop_last},                 {"shuffle", cp->shuffle},
-      {"plan_balance", (uint64_t)cp->plan.balance_peer}, {"plan_reorder", (uint64_t)cp->plan.reorder},
-      {"plan_order", (uint64_t)cp->plan.order_algo}, {"plan_imbalance", cp->plan.imbalance}};
-  lade__transport_params_t dp = {.rank = L->cfg.rank, .world = L->cfg.world_size, .timeout_ms = L->cfg.peer_timeout_ms,
-                                 .serve = serve_peer, .serve_ctx = L, .checks = checks,
-                                 .nchecks = (uint32_t)(sizeof checks / sizeof checks[0])};
-  uint32_t rank = 0, world = 1;
-  int rc = lade__transport_mpi.open(&L->dist, &dp, &rank, &world);
-  if (rc) return rc;
-  L->cfg.rank = r->rank = cp->rank = rank;
-  L->cfg.world_size = r->world = cp->plan.learners = world;
-#endif
-  return 0;
-}
-
-/* Lists the source, resolves the settings against it, opens the transport,
- * the plan cursor, the fetch stage and the transform. */
-static int open_pipeline(lade_loader_t *L, lade__buf_t *buf) {
-  L->src.on_ready = wake_workers;
-  L->src.on_ready_ctx = L;
-  int rc = L->src_ops->open(&L->src, &L->cfg);
-  if (rc) return rc;
-  lade__source_facts_t fa = {.kind = source_kind(L->src_ops),
-                             .count = L->src.count,
-                             .remote = L->src_ops->submit != NULL,
-                             .shard_offsets = L->src.shard_offsets,
-                             .shards = L->src.shards,
-                             .online_cores = online_cores()};
-  fa.launched = lade__transport_launched(&fa.launched_rank, &fa.launched_world) && fa.launched_world > 1;
-  if (lade__resolve_wants_mean(&L->cfg, fa.remote)) fa.mean_bytes = mean_sample_bytes(&L->src, L->src_ops);
-  if (lade__resolve_wants_disk_free(&L->cfg)) rc = disk_free(L->cfg.cache_dir, &fa.disk_free_bytes);
-  if (!rc) rc = lade__resolve(&L->cfg, &fa, &L->res);
-  if (!rc) rc = open_transport(L);
-  if (rc) return rc;
-  rc = lade__cursor_open(&L->cursor, &L->res.cursor);
-  if (rc) return lade__fail_prefix(rc, "dataset %s: ", L->cfg.source);
-  L->steps = lade__cursor_steps(L->cursor);
-  L->routed = lade__cursor_routed(L->cursor);
-  L->total = L->steps * L->cfg.epochs;
-  lade__fetch_params_t fp = {.conf = &L->res.fetch, .src = &L->src, .ops = L->src_ops, .steps = L->steps,
-                             .batch = L->cfg.batch_size, .cursor = L->cursor, .dist = L->dist};
-  rc = lade__fetch_open(&L->fetch, &fp);
-  if (rc) return rc;
-  L->async = lade__fetch_async(L->fetch);
-
-  L->xf = transform_of(L->res.transform);
-  L->direct_payload =
-      L->xf == &lade__xform_npy && L->src_ops->read_payload && L->src.dtype && !lade__fetch_cached(L->fetch);
-  if (L->direct_payload) {
-    /* the source knows the sample's type: no need to read sample 0 */
-    L->shape.dtype = L->src.dtype;
-    L->shape.ndim = L->src.ndim;
-    for (int i = 0; i < L->src.ndim; i++) L->shape.dims[i] = L->src.shape[i];
-    L->shape.bytes = L->src.payload_bytes;
-  } else {
-    const uint8_t *first = NULL;
-    size_t first_len = 0;
-    /* sample 0 gives the slot size (raw without raw_size) or the .npy header;
-     * read through the tiers, so a warm cache sends no request */
-    if ((L->xf == &lade__xform_raw && !L->cfg.raw_size) || L->xf == &lade__xform_npy) {
-      int tier, note;
-      rc = lade__fetch_read(L->fetch, 0, 0, LADE__ROUTE_ANY, buf, &tier, &note);
-      if (rc) return rc;
-      first = buf->data;
-      first_len = buf->len;
-    }
-    rc = L->xf->init(&L->xf_state, &L->cfg, first, first_len, &L->shape);
-    if (rc) return rc;
-  }
-  if (L->shape.ndim + 1 > LADE_MAX_DIMS)
-    return lade__fail(LADE_ESHAPE, "samples have %d dimensions; at most %d are supported", L->shape.ndim,
-                      LADE_MAX_DIMS - 1);
-  if (L->shape.bytes == 0) return lade__fail(LADE_ESHAPE, "samples of the dataset %s are empty", L->cfg.source);
-  return 0;
 }
 
 /* Per-worker transform state, made by each worker for itself. */
@@ -463,7 +83,7 @@ static int plan_slot(lade_loader_t *L, slot_t *s, uint64_t q) {
   uint32_t B = lade__cursor_max_batch(L->cursor); /* batch_size, or more under solar's plan_imbalance */
   if (!s->data) {
     size_t cap = (size_t)B * L->shape.bytes;
-    s->data = pool_alloc(L, cap);
+    s->data = lade__engine_pool_alloc(L, cap);
     s->labels = malloc(B * sizeof *s->labels);
     s->indices = malloc(B * sizeof *s->indices);
     s->sizes = malloc(B * sizeof *s->sizes);
@@ -533,7 +153,6 @@ static int load_sample(lade_loader_t *L, worker_t *w, uint64_t idx, uint64_t q, 
   return 0;
 }
 
-static struct epoch_acc *epoch_acc(lade_loader_t *L, uint64_t e);
 
 /* on_error=skip's bound on a failing store: counts one read's outcome and
  * returns an error (naming the storage, not a sample) once skip_max_run reads
@@ -556,7 +175,7 @@ static int note_read(lade_loader_t *L, int rc) {
  * of the epoch's samples were bad. Takes mu (rare path). */
 static int note_bad_sample(lade_loader_t *L, uint64_t epoch) {
   pthread_mutex_lock(&L->mu);
-  struct epoch_acc *a = epoch_acc(L, epoch);
+  struct epoch_acc *a = lade__engine_epoch_acc(L, epoch);
   uint64_t bad = a ? ++a->bad : 0;
   pthread_mutex_unlock(&L->mu);
   double limit = L->cfg.skip_max_fraction * (double)(L->steps * L->cfg.batch_size);
@@ -764,7 +383,7 @@ static slot_t *take_free_slot_locked(lade_loader_t *L) {
   return s;
 }
 
-static void *worker_main(void *arg) {
+void *lade__engine_worker_main(void *arg) {
   worker_t *w = arg;
   lade_loader_t *L = w->L;
   pthread_mutex_lock(&L->mu);
@@ -859,87 +478,8 @@ static void *worker_main(void *arg) {
   return NULL;
 }
 
-/* ----------------------------------------------------------------- API */
-
-int lade_loader_create(lade_loader_t **out, const lade_config_t *cfg) {
-  if (!out || !cfg) return lade__fail(LADE_EINVAL, "lade_loader_create: NULL argument");
-  *out = NULL;
-  const lade__source_ops_t *ops = NULL;
-  int rc = lade__source_select(cfg, &ops);
-  if (rc) return rc;
-  lade__source_kind_t kind = source_kind(ops);
-  rc = lade__resolve_settings(cfg, &kind);
-  if (rc) return rc;
-  lade_loader_t *L = calloc(1, sizeof *L);
-  if (!L) return lade__fail(LADE_ENOMEM, "lade_loader_create: out of memory");
-  L->cfg = *cfg;
-  L->src_ops = ops;
-  pthread_once(&g_atfork_once, register_atfork);
-  L->fork_gen = atomic_load_explicit(&g_fork_gen, memory_order_relaxed);
-  L->pid = getpid();
-  L->t_create = lade__now();
-  pthread_mutex_init(&L->mu, NULL);
-  pthread_cond_init(&L->cv_work, NULL);
-  pthread_cond_init(&L->cv_ready, NULL);
-  L->window = cfg->prefetch + 1;
-  L->slots_cap = L->window;
-  L->slots = calloc(L->slots_cap, sizeof *L->slots);
-  L->sched = calloc(L->window, sizeof *L->sched);
-  if (!L->slots || !L->sched) {
-    free_all(L);
-    return lade__fail(LADE_ENOMEM, "lade_loader_create: out of memory");
-  }
-  for (uint32_t i = 0; i < L->window; i++) {
-    slot_t *s = calloc(1, sizeof *s);
-    if (!s) {
-      free_all(L);
-      return lade__fail(LADE_ENOMEM, "lade_loader_create: out of memory");
-    }
-    s->L = L;
-    L->slots[L->nslots++] = s;
-  }
-  if (cfg->trace[0]) {
-    rc = lade__trace_open(&L->trace, cfg->trace);
-    if (rc) {
-      free_all(L);
-      return rc;
-    }
-  }
-  /* list the source and plan now: a missing or empty dataset is an error of
-   * create(), not of the first next() */
-  lade__buf_t first = {0};
-  rc = open_pipeline(L, &first);
-  lade__buf_free(&first);
-  if (!rc) {
-    L->nworkers = L->res.threads;
-    L->workers = calloc(L->nworkers, sizeof *L->workers);
-    if (!L->workers) rc = lade__fail(LADE_ENOMEM, "lade_loader_create: out of memory");
-  }
-  if (rc) {
-    free_all(L);
-    return rc;
-  }
-  for (uint32_t i = 0; i < L->nworkers; i++) {
-    worker_t *w = &L->workers[i];
-    w->L = L;
-    w->id = i;
-    if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
-      pthread_mutex_lock(&L->mu);
-      L->stop = true;
-      pthread_cond_broadcast(&L->cv_work);
-      pthread_mutex_unlock(&L->mu);
-      for (uint32_t j = 0; j < i; j++) pthread_join(L->workers[j].thread, NULL);
-      free_all(L);
-      return lade__fail(LADE_ETHREAD, "cannot start worker thread %u: %s", i, strerror(errno));
-    }
-    L->started++;
-  }
-  *out = L;
-  return 0;
-}
-
 /* The per-epoch counters of epoch e, grown on demand. Locked. */
-static struct epoch_acc *epoch_acc(lade_loader_t *L, uint64_t e) {
+struct epoch_acc *lade__engine_epoch_acc(lade_loader_t *L, uint64_t e) {
   if (e >= L->nep) {
     uint64_t n = LADE__MAX(e + 1, L->nep * 2);
     struct epoch_acc *p = realloc(L->ep, n * sizeof *p);
@@ -953,7 +493,7 @@ static struct epoch_acc *epoch_acc(lade_loader_t *L, uint64_t e) {
 
 /* Accounts a delivered batch to its epoch. Locked. */
 static void account_batch(lade_loader_t *L, slot_t *s) {
-  struct epoch_acc *a = epoch_acc(L, s->seq / L->steps);
+  struct epoch_acc *a = lade__engine_epoch_acc(L, s->seq / L->steps);
   if (!a) return; /* no memory for counters: the batch is still delivered */
   if (!a->started) {
     a->started = true;
@@ -1024,7 +564,7 @@ static void fill_view(lade_loader_t *L, slot_t *s, lade_batch_t *v) {
 int lade_loader_next(lade_loader_t *L, lade_batch_t **out) {
   if (!L || !out) return lade__fail(LADE_EINVAL, "lade_loader_next: NULL argument");
   *out = NULL;
-  if (forked(L)) return fail_forked(L, "lade_loader_next");
+  if (forked(L)) return lade__engine_fail_forked(L, "lade_loader_next");
   double t0 = lade__now();
   pthread_mutex_lock(&L->mu);
   int rc = 0;
@@ -1089,7 +629,7 @@ int lade_loader_next(lade_loader_t *L, lade_batch_t **out) {
   L->t_wait += waited;
   uint64_t consumed = L->next_deliver * L->cfg.batch_size;
   if (*out) {
-    struct epoch_acc *a = epoch_acc(L, (*out)->epoch);
+    struct epoch_acc *a = lade__engine_epoch_acc(L, (*out)->epoch);
     if (a) a->wait += waited;
   }
   pthread_mutex_unlock(&L->mu);
@@ -1140,13 +680,13 @@ void lade_batch_release(lade_batch_t *batch) {
   pthread_cond_broadcast(&L->cv_work);
   pthread_cond_broadcast(&L->cv_ready);
   pthread_mutex_unlock(&L->mu);
-  if (drop) slot_free(L, drop);
-  if (last) free_all(L);
+  if (drop) lade__engine_slot_free(L, drop);
+  if (last) lade__engine_free_all(L);
 }
 
 int lade_loader_seek(lade_loader_t *L, uint64_t epoch, uint64_t step) {
   if (!L) return lade__fail(LADE_EINVAL, "lade_loader_seek: NULL loader");
-  if (forked(L)) return fail_forked(L, "lade_loader_seek");
+  if (forked(L)) return lade__engine_fail_forked(L, "lade_loader_seek");
   pthread_mutex_lock(&L->mu);
   int rc = 0;
   /* (epochs, 0) is the end; with zero steps per epoch every (e, 0) is */
@@ -1179,7 +719,7 @@ int lade_loader_seek(lade_loader_t *L, uint64_t epoch, uint64_t step) {
 
 int lade_loader_plan_settings(lade_loader_t *L, lade_plan_settings_t *out, uint32_t *rank) {
   if (!L || !out) return lade__fail(LADE_EINVAL, "lade_loader_plan_settings: NULL argument");
-  if (forked(L)) return fail_forked(L, "lade_loader_plan_settings");
+  if (forked(L)) return lade__engine_fail_forked(L, "lade_loader_plan_settings");
   lade__cursor_settings(L->cursor, out);
   if (rank) *rank = L->cfg.rank;
   return 0;
@@ -1188,7 +728,7 @@ int lade_loader_plan_settings(lade_loader_t *L, lade_plan_settings_t *out, uint3
 int lade_loader_tell(const lade_loader_t *cL, uint64_t *epoch, uint64_t *step) {
   lade_loader_t *L = (lade_loader_t *)cL;
   if (!L) return lade__fail(LADE_EINVAL, "lade_loader_tell: NULL loader");
-  if (forked(L)) return fail_forked(L, "lade_loader_tell");
+  if (forked(L)) return lade__engine_fail_forked(L, "lade_loader_tell");
   pthread_mutex_lock(&L->mu);
   if (epoch) *epoch = L->steps ? L->next_deliver / L->steps : L->cfg.epochs;
   if (step) *step = L->steps ? L->next_deliver % L->steps : 0;
@@ -1198,7 +738,7 @@ int lade_loader_tell(const lade_loader_t *cL, uint64_t *epoch, uint64_t *step) {
 
 int lade_loader_info(lade_loader_t *L, uint64_t *samples, uint64_t *steps, uint64_t *epochs) {
   if (!L) return lade__fail(LADE_EINVAL, "lade_loader_info: NULL loader");
-  if (forked(L)) return fail_forked(L, "lade_loader_info");
+  if (forked(L)) return lade__engine_fail_forked(L, "lade_loader_info");
   if (samples) *samples = L->src.count;
   if (steps) *steps = L->steps;
   if (epochs) *epochs = L->cfg.epochs;
@@ -1232,189 +772,5 @@ void lade_loader_destroy(lade_loader_t *L) {
   L->destroyed = true;
   bool last = L->held == 0;
   pthread_mutex_unlock(&L->mu);
-  if (last) free_all(L);
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static int fill_stats(lade_loader_t *L, lade_stats_t *out) {
-  memset(out, 0, sizeof *out);
-  if (forked(L)) return fail_forked(L, "lade_loader_stats");
-  double lat[LAT_RING];
-  pthread_mutex_lock(&L->mu);
-  out->batches = L->batches;
-  out->samples = L->delivered_samples;
-  for (uint32_t i = 0; i < L->started; i++) {
-    worker_t *w = &L->workers[i];
-    out->stage_seconds[LADE_STAGE_READ] += WSTAT(w->t_read);
-    out->stage_seconds[LADE_STAGE_TRANSFORM] += WSTAT(w->t_xform);
-    out->bytes_read += WSTAT(w->bytes);
-    for (int t = 0; t < LADE__TIER_COUNT; t++) {
-      out->samples_by_source[t] += WSTAT(w->tier_samples[t]);
-      out->bytes_by_source[t] += WSTAT(w->tier_bytes[t]);
-    }
-    out->substituted += WSTAT(w->substituted);
-  }
-  out->stage_seconds[LADE_STAGE_COLLATE] = L->t_collate;
-  out->stage_seconds[LADE_STAGE_WAIT] = L->t_wait;
-  out->first_batch_seconds = L->t_first;
-  out->peak_pool_bytes = L->peak_pool_bytes;
-  out->threads = L->started;
-  uint64_t n = L->nlat < LAT_RING ? L->nlat : LAT_RING;
-  memcpy(lat, L->lat, n * sizeof *lat);
-  lade__fetch_t *f = L->fetch;
-  pthread_mutex_unlock(&L->mu);
-  if (f) {
-    lade__fetch_stats_t fs;
-    lade__fetch_stats(f, &fs);
-    out->concurrency = fs.src.concurrency;
-    out->get_requests = fs.src.get_requests;
-    out->list_requests = fs.src.list_requests;
-    out->retries = fs.src.retries;
-    out->remote_bytes = fs.src.bytes;
-    out->cache_misses = fs.misses;
-    out->prefetched = fs.prefetched;
-    out->cache_corrupt = fs.corrupt;
-    out->fetch_size = fs.fetch_size;
-    out->prefetch_threshold = fs.threshold;
-    out->plan_cache_hits = fs.plan_hits;
-    out->plan_fallbacks = fs.plan_fallbacks;
-    out->plan_peer_storage = fs.plan_peer;
-    out->peer_messages_sent = fs.dist.sent;
-    out->peer_bytes_sent = fs.dist.sent_bytes;
-    out->peer_served_from_storage = fs.served_from_storage;
-  }
-  out->plan = L->cfg.plan;
-  if (n) {
-    qsort(lat, n, sizeof *lat, cmp_double);
-    out->batch_latency_p50 = lat[(n - 1) * 50 / 100];
-    out->batch_latency_p90 = lat[(n - 1) * 90 / 100];
-    out->batch_latency_p99 = lat[(n - 1) * 99 / 100];
-    out->batch_latency_max = lat[n - 1];
-  }
-  return 0;
-}
-
-static int fill_epoch_stats(lade_loader_t *L, uint64_t epoch, lade_epoch_stats_t *out) {
-  memset(out, 0, sizeof *out);
-  if (forked(L)) return fail_forked(L, "lade_loader_epoch_stats");
-  out->epoch = epoch;
-  pthread_mutex_lock(&L->mu);
-  if (epoch >= L->nep || !L->ep[epoch].started) {
-    pthread_mutex_unlock(&L->mu);
-    return lade__fail(LADE_ERANGE, "epoch %llu has not started", (unsigned long long)epoch);
-  }
-  struct epoch_acc a = L->ep[epoch];
-  bool have_next = epoch + 1 < L->nep && L->ep[epoch + 1].started;
-  lade__source_stats_t end = have_next ? L->ep[epoch + 1].at_start : (lade__source_stats_t){0};
-  pthread_mutex_unlock(&L->mu);
-  if (!have_next && L->src_ops->stats) L->src_ops->stats(&L->src, &end);
-  out->batches = a.batches;
-  uint64_t total = 0;
-  for (int t = 0; t < LADE__TIER_COUNT; t++) {
-    out->samples_by_source[t] = a.samples[t];
-    out->bytes_by_source[t] = a.bytes[t];
-    total += a.samples[t];
-  }
-  out->samples = total;
-  out->miss_rate = total && lade__fetch_cached(L->fetch) ? (double)a.samples[LADE__TIER_STORAGE] / (double)total : 0;
-  out->wait_seconds = a.wait;
-  out->get_requests = end.get_requests - a.at_start.get_requests;
-  out->list_requests = end.list_requests - a.at_start.list_requests;
-  out->remote_bytes = end.bytes - a.at_start.bytes;
-  out->plan_fallbacks = a.plan_fallbacks;
-  out->plan_peer_storage = a.plan_peer;
-  return 0;
-}
-
-/* Copies a stats struct of this library (size `have`) into the caller's of
- * `want` bytes: a prefix when the caller's header is older, zeros for the
- * fields an older library does not know when it is newer. */
-static void copy_sized(void *dst, size_t want, const void *src, size_t have) {
-  memcpy(dst, src, LADE__MIN(want, have));
-  if (want > have) memset((char *)dst + have, 0, want - have);
-}
-
-int lade_loader_stats(lade_loader_t *L, lade_stats_t *out, size_t out_size) {
-  if (!L || !out) return lade__fail(LADE_EINVAL, "lade_loader_stats: NULL argument");
-  if (out_size < sizeof(uint64_t))
-    return lade__fail(LADE_EINVAL, "lade_loader_stats: out_size is %zu; pass sizeof(lade_stats_t)", out_size);
-  lade_stats_t s;
-  int rc = fill_stats(L, &s);
-  copy_sized(out, out_size, &s, sizeof s);
-  return rc;
-}
-
-int lade_loader_epoch_stats(lade_loader_t *L, uint64_t epoch, lade_epoch_stats_t *out, size_t out_size) {
-  if (!L || !out) return lade__fail(LADE_EINVAL, "lade_loader_epoch_stats: NULL argument");
-  if (out_size < sizeof(uint64_t))
-    return lade__fail(LADE_EINVAL, "lade_loader_epoch_stats: out_size is %zu; pass sizeof(lade_epoch_stats_t)",
-                      out_size);
-  lade_epoch_stats_t s;
-  int rc = fill_epoch_stats(L, epoch, &s);
-  copy_sized(out, out_size, &s, sizeof s);
-  return rc;
-}
-
-/* ------------------------------------------------- classes and samples */
-
-/* The listing is read-only once the source is open: after
- * lade_loader_info() has waited for it (under mu, which orders the opener's
- * writes before these reads), the source is read without the lock. */
-static int listed(lade_loader_t *L, const char *fn) {
-  if (!L) return lade__fail(LADE_EINVAL, "%s: NULL loader", fn);
-  return lade_loader_info(L, NULL, NULL, NULL);
-}
-
-int lade_loader_classes(lade_loader_t *L, uint32_t *count) {
-  int rc = listed(L, "lade_loader_classes");
-  if (rc) return rc;
-  if (count) *count = L->src.classes;
-  return 0;
-}
-
-int lade_loader_class_name(lade_loader_t *L, uint32_t index, const char **name) {
-  int rc = listed(L, "lade_loader_class_name");
-  if (rc) return rc;
-  if (index >= L->src.classes)
-    return lade__fail(LADE_ERANGE, "class %u of a dataset with %u classes", index, L->src.classes);
-  if (!L->src.class_names)
-    return lade__fail(LADE_EUNSUPPORTED, "the %s source of %s does not name its classes (labels 0..%u)",
-                      L->src_ops->name, L->cfg.source, L->src.classes - 1);
-  if (name) *name = L->src.class_names[index];
-  return 0;
-}
-
-int lade_loader_sample_bytes(lade_loader_t *L, uint64_t index, uint64_t *bytes) {
-  int rc = listed(L, "lade_loader_sample_bytes");
-  if (rc) return rc;
-  if (!bytes) return lade__fail(LADE_EINVAL, "lade_loader_sample_bytes: NULL bytes");
-  if (index >= L->src.count)
-    return lade__fail(LADE_ERANGE, "sample %llu of a dataset with %llu samples", (unsigned long long)index,
-                      (unsigned long long)L->src.count);
-  if (!L->src.sizes)
-    return lade__fail(LADE_EUNSUPPORTED, "the %s source lists no sample sizes", L->src_ops->name);
-  *bytes = L->src.sizes[index];
-  return 0;
-}
-
-int lade_loader_sample(lade_loader_t *L, uint64_t index, char *path, size_t size, int64_t *label) {
-  int rc = listed(L, "lade_loader_sample");
-  if (rc) return rc;
-  if (index >= L->src.count)
-    return lade__fail(LADE_ERANGE, "sample %llu of a dataset with %llu samples", (unsigned long long)index,
-                      (unsigned long long)L->src.count);
-  if (label) *label = L->src.labels ? L->src.labels[index] : -1;
-  if (!path) return 0;
-  char full[2 * LADE__PATH_MAX + 64];
-  L->src_ops->describe(&L->src, index, full, sizeof full);
-  size_t n = strlen(full);
-  if (n >= size)
-    return lade__fail(LADE_ERANGE, "the path of sample %llu needs %zu bytes, the buffer has %zu",
-                      (unsigned long long)index, n + 1, size);
-  memcpy(path, full, n + 1);
-  return 0;
+  if (last) lade__engine_free_all(L);
 }

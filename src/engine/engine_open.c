@@ -1,0 +1,308 @@
+/* engine_open.c - a loader's opening and closing (engine_impl.h): the
+ * source listed, the settings resolved against it (engine/resolve.c), the
+ * transport, the plan cursor, the fetch stage and the transform set up in
+ * lade_loader_create(), so a missing or empty dataset fails there. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+
+#include "engine/engine_impl.h"
+
+/* Bumped in the child of every fork() (pthread_atfork): a loader made under
+ * an older value belongs to a parent process; its threads and locks do not
+ * exist here, so every call on it in the child returns at once. */
+atomic_uint lade__engine_fork_gen;
+static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
+static void on_fork_child(void) { atomic_fetch_add_explicit(&lade__engine_fork_gen, 1, memory_order_relaxed); }
+static void register_atfork(void) { pthread_atfork(NULL, NULL, on_fork_child); }
+
+/* ------------------------------------------------------------ allocation */
+
+void *lade__engine_pool_alloc(lade_loader_t *L, size_t size) {
+  if (L->cfg.has_allocator) return L->cfg.allocator.alloc(L->cfg.allocator.ctx, size, 4096);
+  return lade__aligned_alloc(size, 4096);
+}
+
+static void pool_free(lade_loader_t *L, void *p, size_t size) {
+  if (!p) return;
+  if (L->cfg.has_allocator)
+    L->cfg.allocator.free(L->cfg.allocator.ctx, p, size);
+  else
+    lade__aligned_free(p);
+}
+
+void lade__engine_slot_free(lade_loader_t *L, slot_t *s) {
+  if (!s) return;
+  pool_free(L, s->data, s->cap);
+  free(s->labels);
+  free(s->indices);
+  free(s->sizes);
+  free(s->taken);
+  lade__cursor_step_free(&s->cs);
+  free(s);
+}
+
+void lade__engine_free_all(lade_loader_t *L) {
+  for (uint32_t i = 0; i < L->nslots; i++) lade__engine_slot_free(L, L->slots[i]);
+  for (uint32_t i = 0; i < L->nhandles; i++) free(L->handles[i]);
+  free(L->handles);
+  free(L->hfree);
+  free(L->slots);
+  free(L->sched);
+  free(L->ep);
+  if (L->dist) L->dist->ops->close(L->dist); /* flushes its sends: before the fetch stage that serves them */
+  lade__fetch_close(L->fetch);
+  if (L->xf && L->xf->destroy && L->xf_state) L->xf->destroy(L->xf_state);
+  if (L->src_ops && L->src_ops->close) L->src_ops->close(&L->src);
+  lade__cursor_close(L->cursor);
+  lade__trace_close(L->trace);
+  pthread_mutex_destroy(&L->mu);
+  pthread_cond_destroy(&L->cv_work);
+  pthread_cond_destroy(&L->cv_ready);
+  free(L->workers);
+  lade__config_wipe_secrets(&L->cfg);
+  free(L);
+}
+
+/* ----------------------------------------------------------------- open */
+
+static const lade__transform_ops_t *transform_of(int t) {
+  switch (t) {
+    case LADE__RXF_RAW: return &lade__xform_raw;
+    case LADE__RXF_NPY: return &lade__xform_npy;
+    case LADE__RXF_IMAGENET_TRAIN: return &lade__xform_imagenet_train;
+    case LADE__RXF_IMAGENET_EVAL: return &lade__xform_imagenet_eval;
+  }
+  return NULL;
+}
+
+static lade__source_kind_t source_kind(const lade__source_ops_t *ops) {
+#ifdef LADE_HAVE_CURL
+  bool s3 = ops == &lade__source_s3;
+#else
+  bool s3 = false; /* no s3 source in this build */
+#endif
+  return (lade__source_kind_t){.name = ops->name,
+                               .is_dir = ops == &lade__source_dir,
+                               .is_npy = ops == &lade__source_npy,
+                               .is_hdf5 = !strcmp(ops->name, "hdf5"),
+                               .is_s3 = s3};
+}
+
+static uint32_t online_cores(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (uint32_t)n : 1;
+}
+
+/* Mean bytes per sample: from the listing, else from sample 0. */
+static uint64_t mean_sample_bytes(lade__source_t *s, const lade__source_ops_t *ops) {
+  if (s->sizes && s->count) {
+    uint64_t sum = 0;
+    for (uint64_t i = 0; i < s->count; i++) sum += s->sizes[i];
+    return LADE__MAX(sum / s->count, 1);
+  }
+  lade__buf_t b = {0};
+  uint64_t n = ops->read(s, 0, &b) == 0 ? b.len : 4096;
+  lade__buf_free(&b);
+  lade__clear_error();
+  return LADE__MAX(n, 1);
+}
+
+/* Free bytes of the file system of the cache folder (made if missing). */
+static int disk_free(const char *dir, uint64_t *out) {
+  struct statvfs v;
+  int rc = lade__mkdir_private(dir);
+  if (!rc && statvfs(dir, &v) != 0) rc = lade__fail(LADE_EIO, "cache_dir %s: %s", dir, strerror(errno));
+  if (!rc) *out = (uint64_t)v.f_bavail * v.f_frsize;
+  return rc;
+}
+
+static void wake_workers(void *ctx) {
+  lade_loader_t *L = ctx;
+  pthread_mutex_lock(&L->mu);
+  pthread_cond_broadcast(&L->cv_work);
+  pthread_mutex_unlock(&L->mu);
+}
+
+#ifdef LADE_HAVE_MPI
+/* The transport's serving side: the fetch stage (open before any send is queued). */
+static int serve_peer(void *ctx, uint64_t idx, uint64_t q, int nonblock, lade__buf_t *out) {
+  lade_loader_t *L = ctx;
+  return lade__fetch_serve(L->fetch, idx, q, nonblock, out);
+}
+#endif
+
+/* The transport resolve.c chose (docs/transport.md). Under MPI, rank and
+ * world come from MPI (the settings must agree when set), and the
+ * learners' settings are compared. Without a transport, peer routes read
+ * storage. The fetch stage serves the sends; it is wired in once open. */
+static int open_transport(lade_loader_t *L) {
+  lade__resolved_t *r = &L->res;
+  L->cfg.rank = r->rank;
+  L->cfg.world_size = r->world;
+  if (r->note_no_mpi)
+    fprintf(stderr, "lade: note: started by an MPI launcher, but this build has no MPI (LADE_WITH_MPI): samples the "
+                    "plan routes to peers are read from storage\n");
+  if (r->transport != LADE__TRANSPORT_MPI) return 0;
+#ifdef LADE_HAVE_MPI
+  lade__cursor_params_t *cp = &r->cursor;
+  const lade__transport_check_t checks[] = {
+      {"samples (dataset size)", cp->plan.samples}, {"batch_size", cp->plan.batch_size},
+      {"epochs", cp->plan.epochs},                  {"seed", cp->plan.seed},
+      {"plan", (uint64_t)cp->plan.kind},            {"cache (samples per learner)", cp->plan.cache},
+      {"drop_last", cp->drop_last},                 {"shuffle", cp->shuffle},
+      {"plan_balance", (uint64_t)cp->plan.balance_peer}, {"plan_reorder", (uint64_t)cp->plan.reorder},
+      {"plan_order", (uint64_t)cp->plan.order_algo}, {"plan_imbalance", cp->plan.imbalance}};
+  lade__transport_params_t dp = {.rank = L->cfg.rank, .world = L->cfg.world_size, .timeout_ms = L->cfg.peer_timeout_ms,
+                                 .serve = serve_peer, .serve_ctx = L, .checks = checks,
+                                 .nchecks = (uint32_t)(sizeof checks / sizeof checks[0])};
+  uint32_t rank = 0, world = 1;
+  int rc = lade__transport_mpi.open(&L->dist, &dp, &rank, &world);
+  if (rc) return rc;
+  L->cfg.rank = r->rank = cp->rank = rank;
+  L->cfg.world_size = r->world = cp->plan.learners = world;
+#endif
+  return 0;
+}
+
+/* Lists the source, resolves the settings against it, opens the transport,
+ * the plan cursor, the fetch stage and the transform. */
+static int open_pipeline(lade_loader_t *L, lade__buf_t *buf) {
+  L->src.on_ready = wake_workers;
+  L->src.on_ready_ctx = L;
+  int rc = L->src_ops->open(&L->src, &L->cfg);
+  if (rc) return rc;
+  lade__source_facts_t fa = {.kind = source_kind(L->src_ops),
+                             .count = L->src.count,
+                             .remote = L->src_ops->submit != NULL,
+                             .shard_offsets = L->src.shard_offsets,
+                             .shards = L->src.shards,
+                             .online_cores = online_cores()};
+  fa.launched = lade__transport_launched(&fa.launched_rank, &fa.launched_world) && fa.launched_world > 1;
+  if (lade__resolve_wants_mean(&L->cfg, fa.remote)) fa.mean_bytes = mean_sample_bytes(&L->src, L->src_ops);
+  if (lade__resolve_wants_disk_free(&L->cfg)) rc = disk_free(L->cfg.cache_dir, &fa.disk_free_bytes);
+  if (!rc) rc = lade__resolve(&L->cfg, &fa, &L->res);
+  if (!rc) rc = open_transport(L);
+  if (rc) return rc;
+  rc = lade__cursor_open(&L->cursor, &L->res.cursor);
+  if (rc) return lade__fail_prefix(rc, "dataset %s: ", L->cfg.source);
+  L->steps = lade__cursor_steps(L->cursor);
+  L->routed = lade__cursor_routed(L->cursor);
+  L->total = L->steps * L->cfg.epochs;
+  lade__fetch_params_t fp = {.conf = &L->res.fetch, .src = &L->src, .ops = L->src_ops, .steps = L->steps,
+                             .batch = L->cfg.batch_size, .cursor = L->cursor, .dist = L->dist};
+  rc = lade__fetch_open(&L->fetch, &fp);
+  if (rc) return rc;
+  L->async = lade__fetch_async(L->fetch);
+
+  L->xf = transform_of(L->res.transform);
+  L->direct_payload =
+      L->xf == &lade__xform_npy && L->src_ops->read_payload && L->src.dtype && !lade__fetch_cached(L->fetch);
+  if (L->direct_payload) {
+    /* the source knows the sample's type: no need to read sample 0 */
+    L->shape.dtype = L->src.dtype;
+    L->shape.ndim = L->src.ndim;
+    for (int i = 0; i < L->src.ndim; i++) L->shape.dims[i] = L->src.shape[i];
+    L->shape.bytes = L->src.payload_bytes;
+  } else {
+    const uint8_t *first = NULL;
+    size_t first_len = 0;
+    /* sample 0 gives the slot size (raw without raw_size) or the .npy header;
+     * read through the tiers, so a warm cache sends no request */
+    if ((L->xf == &lade__xform_raw && !L->cfg.raw_size) || L->xf == &lade__xform_npy) {
+      int tier, note;
+      rc = lade__fetch_read(L->fetch, 0, 0, LADE__ROUTE_ANY, buf, &tier, &note);
+      if (rc) return rc;
+      first = buf->data;
+      first_len = buf->len;
+    }
+    rc = L->xf->init(&L->xf_state, &L->cfg, first, first_len, &L->shape);
+    if (rc) return rc;
+  }
+  if (L->shape.ndim + 1 > LADE_MAX_DIMS)
+    return lade__fail(LADE_ESHAPE, "samples have %d dimensions; at most %d are supported", L->shape.ndim,
+                      LADE_MAX_DIMS - 1);
+  if (L->shape.bytes == 0) return lade__fail(LADE_ESHAPE, "samples of the dataset %s are empty", L->cfg.source);
+  return 0;
+}
+
+/* ----------------------------------------------------------------- API */
+
+int lade_loader_create(lade_loader_t **out, const lade_config_t *cfg) {
+  if (!out || !cfg) return lade__fail(LADE_EINVAL, "lade_loader_create: NULL argument");
+  *out = NULL;
+  const lade__source_ops_t *ops = NULL;
+  int rc = lade__source_select(cfg, &ops);
+  if (rc) return rc;
+  lade__source_kind_t kind = source_kind(ops);
+  rc = lade__resolve_settings(cfg, &kind);
+  if (rc) return rc;
+  lade_loader_t *L = calloc(1, sizeof *L);
+  if (!L) return lade__fail(LADE_ENOMEM, "lade_loader_create: out of memory");
+  L->cfg = *cfg;
+  L->src_ops = ops;
+  pthread_once(&g_atfork_once, register_atfork);
+  L->fork_gen = atomic_load_explicit(&lade__engine_fork_gen, memory_order_relaxed);
+  L->pid = getpid();
+  L->t_create = lade__now();
+  pthread_mutex_init(&L->mu, NULL);
+  pthread_cond_init(&L->cv_work, NULL);
+  pthread_cond_init(&L->cv_ready, NULL);
+  L->window = cfg->prefetch + 1;
+  L->slots_cap = L->window;
+  L->slots = calloc(L->slots_cap, sizeof *L->slots);
+  L->sched = calloc(L->window, sizeof *L->sched);
+  if (!L->slots || !L->sched) {
+    lade__engine_free_all(L);
+    return lade__fail(LADE_ENOMEM, "lade_loader_create: out of memory");
+  }
+  for (uint32_t i = 0; i < L->window; i++) {
+    slot_t *s = calloc(1, sizeof *s);
+    if (!s) {
+      lade__engine_free_all(L);
+      return lade__fail(LADE_ENOMEM, "lade_loader_create: out of memory");
+    }
+    s->L = L;
+    L->slots[L->nslots++] = s;
+  }
+  if (cfg->trace[0]) {
+    rc = lade__trace_open(&L->trace, cfg->trace);
+    if (rc) {
+      lade__engine_free_all(L);
+      return rc;
+    }
+  }
+  /* list the source and plan now: a missing or empty dataset is an error of
+   * create(), not of the first next() */
+  lade__buf_t first = {0};
+  rc = open_pipeline(L, &first);
+  lade__buf_free(&first);
+  if (!rc) {
+    L->nworkers = L->res.threads;
+    L->workers = calloc(L->nworkers, sizeof *L->workers);
+    if (!L->workers) rc = lade__fail(LADE_ENOMEM, "lade_loader_create: out of memory");
+  }
+  if (rc) {
+    lade__engine_free_all(L);
+    return rc;
+  }
+  for (uint32_t i = 0; i < L->nworkers; i++) {
+    worker_t *w = &L->workers[i];
+    w->L = L;
+    w->id = i;
+    if (pthread_create(&w->thread, NULL, lade__engine_worker_main, w) != 0) {
+      pthread_mutex_lock(&L->mu);
+      L->stop = true;
+      pthread_cond_broadcast(&L->cv_work);
+      pthread_mutex_unlock(&L->mu);
+      for (uint32_t j = 0; j < i; j++) pthread_join(L->workers[j].thread, NULL);
+      lade__engine_free_all(L);
+      return lade__fail(LADE_ETHREAD, "cannot start worker thread %u: %s", i, strerror(errno));
+    }
+    L->started++;
+  }
+  *out = L;
+  return 0;
+}

@@ -1,0 +1,192 @@
+/* engine_stats.c - what a loader reports (engine_impl.h): stage times,
+ * bytes by tier, latency percentiles, per-epoch counters, and the listing
+ * (classes, sample names and sizes). Structs the caller passes carry their
+ * size, so they may grow at their end. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/engine_impl.h"
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static int fill_stats(lade_loader_t *L, lade_stats_t *out) {
+  memset(out, 0, sizeof *out);
+  if (forked(L)) return lade__engine_fail_forked(L, "lade_loader_stats");
+  double lat[LAT_RING];
+  pthread_mutex_lock(&L->mu);
+  out->batches = L->batches;
+  out->samples = L->delivered_samples;
+  for (uint32_t i = 0; i < L->started; i++) {
+    worker_t *w = &L->workers[i];
+    out->stage_seconds[LADE_STAGE_READ] += WSTAT(w->t_read);
+    out->stage_seconds[LADE_STAGE_TRANSFORM] += WSTAT(w->t_xform);
+    out->bytes_read += WSTAT(w->bytes);
+    for (int t = 0; t < LADE__TIER_COUNT; t++) {
+      out->samples_by_source[t] += WSTAT(w->tier_samples[t]);
+      out->bytes_by_source[t] += WSTAT(w->tier_bytes[t]);
+    }
+    out->substituted += WSTAT(w->substituted);
+  }
+  out->stage_seconds[LADE_STAGE_COLLATE] = L->t_collate;
+  out->stage_seconds[LADE_STAGE_WAIT] = L->t_wait;
+  out->first_batch_seconds = L->t_first;
+  out->peak_pool_bytes = L->peak_pool_bytes;
+  out->threads = L->started;
+  uint64_t n = L->nlat < LAT_RING ? L->nlat : LAT_RING;
+  memcpy(lat, L->lat, n * sizeof *lat);
+  lade__fetch_t *f = L->fetch;
+  pthread_mutex_unlock(&L->mu);
+  if (f) {
+    lade__fetch_stats_t fs;
+    lade__fetch_stats(f, &fs);
+    out->concurrency = fs.src.concurrency;
+    out->get_requests = fs.src.get_requests;
+    out->list_requests = fs.src.list_requests;
+    out->retries = fs.src.retries;
+    out->remote_bytes = fs.src.bytes;
+    out->cache_misses = fs.misses;
+    out->prefetched = fs.prefetched;
+    out->cache_corrupt = fs.corrupt;
+    out->fetch_size = fs.fetch_size;
+    out->prefetch_threshold = fs.threshold;
+    out->plan_cache_hits = fs.plan_hits;
+    out->plan_fallbacks = fs.plan_fallbacks;
+    out->plan_peer_storage = fs.plan_peer;
+    out->peer_messages_sent = fs.dist.sent;
+    out->peer_bytes_sent = fs.dist.sent_bytes;
+    out->peer_served_from_storage = fs.served_from_storage;
+  }
+  out->plan = L->cfg.plan;
+  if (n) {
+    qsort(lat, n, sizeof *lat, cmp_double);
+    out->batch_latency_p50 = lat[(n - 1) * 50 / 100];
+    out->batch_latency_p90 = lat[(n - 1) * 90 / 100];
+    out->batch_latency_p99 = lat[(n - 1) * 99 / 100];
+    out->batch_latency_max = lat[n - 1];
+  }
+  return 0;
+}
+
+static int fill_epoch_stats(lade_loader_t *L, uint64_t epoch, lade_epoch_stats_t *out) {
+  memset(out, 0, sizeof *out);
+  if (forked(L)) return lade__engine_fail_forked(L, "lade_loader_epoch_stats");
+  out->epoch = epoch;
+  pthread_mutex_lock(&L->mu);
+  if (epoch >= L->nep || !L->ep[epoch].started) {
+    pthread_mutex_unlock(&L->mu);
+    return lade__fail(LADE_ERANGE, "epoch %llu has not started", (unsigned long long)epoch);
+  }
+  struct epoch_acc a = L->ep[epoch];
+  bool have_next = epoch + 1 < L->nep && L->ep[epoch + 1].started;
+  lade__source_stats_t end = have_next ? L->ep[epoch + 1].at_start : (lade__source_stats_t){0};
+  pthread_mutex_unlock(&L->mu);
+  if (!have_next && L->src_ops->stats) L->src_ops->stats(&L->src, &end);
+  out->batches = a.batches;
+  uint64_t total = 0;
+  for (int t = 0; t < LADE__TIER_COUNT; t++) {
+    out->samples_by_source[t] = a.samples[t];
+    out->bytes_by_source[t] = a.bytes[t];
+    total += a.samples[t];
+  }
+  out->samples = total;
+  out->miss_rate = total && lade__fetch_cached(L->fetch) ? (double)a.samples[LADE__TIER_STORAGE] / (double)total : 0;
+  out->wait_seconds = a.wait;
+  out->get_requests = end.get_requests - a.at_start.get_requests;
+  out->list_requests = end.list_requests - a.at_start.list_requests;
+  out->remote_bytes = end.bytes - a.at_start.bytes;
+  out->plan_fallbacks = a.plan_fallbacks;
+  out->plan_peer_storage = a.plan_peer;
+  return 0;
+}
+
+/* Copies a stats struct of this library (size `have`) into the caller's of
+ * `want` bytes: a prefix when the caller's header is older, zeros for the
+ * fields an older library does not know when it is newer. */
+static void copy_sized(void *dst, size_t want, const void *src, size_t have) {
+  memcpy(dst, src, LADE__MIN(want, have));
+  if (want > have) memset((char *)dst + have, 0, want - have);
+}
+
+int lade_loader_stats(lade_loader_t *L, lade_stats_t *out, size_t out_size) {
+  if (!L || !out) return lade__fail(LADE_EINVAL, "lade_loader_stats: NULL argument");
+  if (out_size < sizeof(uint64_t))
+    return lade__fail(LADE_EINVAL, "lade_loader_stats: out_size is %zu; pass sizeof(lade_stats_t)", out_size);
+  lade_stats_t s;
+  int rc = fill_stats(L, &s);
+  copy_sized(out, out_size, &s, sizeof s);
+  return rc;
+}
+
+int lade_loader_epoch_stats(lade_loader_t *L, uint64_t epoch, lade_epoch_stats_t *out, size_t out_size) {
+  if (!L || !out) return lade__fail(LADE_EINVAL, "lade_loader_epoch_stats: NULL argument");
+  if (out_size < sizeof(uint64_t))
+    return lade__fail(LADE_EINVAL, "lade_loader_epoch_stats: out_size is %zu; pass sizeof(lade_epoch_stats_t)",
+                      out_size);
+  lade_epoch_stats_t s;
+  int rc = fill_epoch_stats(L, epoch, &s);
+  copy_sized(out, out_size, &s, sizeof s);
+  return rc;
+}
+
+/* ------------------------------------------------- classes and samples */
+
+/* The listing is read-only once the source is open: after
+ * lade_loader_info() has waited for it (under mu, which orders the opener's
+ * writes before these reads), the source is read without the lock. */
+static int listed(lade_loader_t *L, const char *fn) {
+  if (!L) return lade__fail(LADE_EINVAL, "%s: NULL loader", fn);
+  return lade_loader_info(L, NULL, NULL, NULL);
+}
+
+int lade_loader_classes(lade_loader_t *L, uint32_t *count) {
+  int rc = listed(L, "lade_loader_classes");
+  if (rc) return rc;
+  if (count) *count = L->src.classes;
+  return 0;
+}
+
+int lade_loader_class_name(lade_loader_t *L, uint32_t index, const char **name) {
+  int rc = listed(L, "lade_loader_class_name");
+  if (rc) return rc;
+  if (index >= L->src.classes)
+    return lade__fail(LADE_ERANGE, "class %u of a dataset with %u classes", index, L->src.classes);
+  if (!L->src.class_names)
+    return lade__fail(LADE_EUNSUPPORTED, "the %s source of %s does not name its classes (labels 0..%u)",
+                      L->src_ops->name, L->cfg.source, L->src.classes - 1);
+  if (name) *name = L->src.class_names[index];
+  return 0;
+}
+
+int lade_loader_sample_bytes(lade_loader_t *L, uint64_t index, uint64_t *bytes) {
+  int rc = listed(L, "lade_loader_sample_bytes");
+  if (rc) return rc;
+  if (!bytes) return lade__fail(LADE_EINVAL, "lade_loader_sample_bytes: NULL bytes");
+  if (index >= L->src.count)
+    return lade__fail(LADE_ERANGE, "sample %llu of a dataset with %llu samples", (unsigned long long)index,
+                      (unsigned long long)L->src.count);
+  if (!L->src.sizes)
+    return lade__fail(LADE_EUNSUPPORTED, "the %s source lists no sample sizes", L->src_ops->name);
+  *bytes = L->src.sizes[index];
+  return 0;
+}
+
+int lade_loader_sample(lade_loader_t *L, uint64_t index, char *path, size_t size, int64_t *label) {
+  int rc = listed(L, "lade_loader_sample");
+  if (rc) return rc;
+  if (index >= L->src.count)
+    return lade__fail(LADE_ERANGE, "sample %llu of a dataset with %llu samples", (unsigned long long)index,
+                      (unsigned long long)L->src.count);
+  if (label) *label = L->src.labels ? L->src.labels[index] : -1;
+  if (!path) return 0;
+  char full[2 * LADE__PATH_MAX + 64];
+  L->src_ops->describe(&L->src, index, full, sizeof full);
+  size_t n = strlen(full);
+  if (n >= size)
+    return lade__fail(LADE_ERANGE, "the path of sample %llu needs %zu bytes, the buffer has %zu",
+                      (unsigned long long)index, n + 1, size);
+  memcpy(path, full, n + 1);
+  return 0;
+}
