@@ -15,7 +15,7 @@
  * h5_mu, nor the other way round: a stage run is marked "loading" under
  * st->mu, read under h5_mu alone, then published under st->mu.
  *
- * Coalescing (paper 002 4.4, "aggregated chunk loading"). The fetch stage
+ * Coalescing (SOLAR's "aggregated chunk loading", paper 002 section 4.4). The fetch stage
  * calls plan_batch() with each planned batch. Its indices are sorted; runs
  * of them whose neighbours are at most hdf5_gap apart (and whose span fits
  * RUN_MAX_BYTES) become one stage entry, read by the first worker that
