@@ -6,6 +6,7 @@
  * files are walked in any order and then sorted as sorted(os.walk(...))
  * sorts them, by (folder path as one string, file name) - which is not a
  * depth-first walk, because '-' and '.' sort before '/'. */
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -265,6 +266,7 @@ int lade__listing_scan(lade__listing_t *l, const char *root, int which) {
       rc = lade__fail(LADE_EEMPTY, "no files found under %s (hidden files are skipped)", root);
   }
   if (!rc) rc = label_files(l, root);
+  assert(rc || l->classes == dirs.n); /* every class folder walked holds a file */
   free(empty);
   free(dirs.off);
   free(files.off);
