@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The same images as a folder, as WebDataset tar shards and as HDF5 (issue 12, section 5):
+"""The same images as a folder, as WebDataset tar shards and as HDF5:
 lade's rate for each container beside the loader a PyTorch user would write instead, in the
 same run, on the same bytes.
 
@@ -38,7 +38,7 @@ tarfile IterableDataset streaming each shard with one urllib GET (webdataset's h
 
 Both sides only iterate (no checksum on either side), both yield torch tensors (lade zero copy),
 both shuffle. lade uses 2 threads (this VM's cores); PyTorch runs with num_workers 0, 1 and 2
-(persistent, torch.set_num_threads(1)) and its best median is compared. Targets (issue 12):
+(persistent, torch.set_num_threads(1)) and its best median is compared. Targets:
 lade >= 2.5x the PyTorch tar loader on JPEG, >= 10x on raw arrays. A rate is samples over
 the wall time from creating the loader to the end of the last epoch (lade's open and tar index
 included, PyTorch's worker start included). Each rep runs every lade row and every PyTorch row,

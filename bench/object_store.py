@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""lade against an S3-compatible bucket (issue 5's benchmark), in one run on one
+"""lade against an S3-compatible bucket (bench/RESULTS.md), in one run on one
 generated dataset:
 
   local        lade on the same files on local disk
@@ -8,7 +8,7 @@ generated dataset:
   one-at-a-time  a plain PyTorch Dataset doing one boto3 get_object per sample
                (DataLoader, num_workers=0), 20 ms added: what most training
                scripts do
-  deli         paper 004's setting: a bucket whose bandwidth is below what
+  deli         DELI's setting (paper 004): a bucket whose bandwidth is below what
                training consumes. 3 epochs with a training step per batch
                (--step-ms; default: the consumer asks for half of lade's
                20 ms rate, so the machine's CPU is not the limit), 20 ms per
@@ -19,7 +19,7 @@ generated dataset:
                the consumer's total wait
 
 for the `raw` and `imagenet-train` transforms. Prints every rate and the ratios
-the issue sets targets for:
+with a target:
   latency hiding  s3 20 ms / s3 0 ms       >= 0.90 (medians of --reps alternated runs)
   vs one-at-a-time  s3 20 ms / one-at-a-time >= 15
   deli            deli wait / uncached wait  < 0.10 (a cold cache cannot go below
@@ -205,7 +205,7 @@ def main():
                 print("  deli epochs 1-2 (the cache holds data): wait %.3f s vs uncached %.3f s -> %.4f" %
                       (d12, u12, d12 / max(u12, 1e-9)))
                 if "one" in r:
-                    # paper 004's baseline loads synchronously (num_workers=0): all its load time is wait
+                    # DELI's baseline (paper 004) loads synchronously (num_workers=0): all its load time is wait
                     one_wait = de["samples"] / r["one"]
                     print("  deli vs one-at-a-time (paper 004's baseline; its every load is a wait, %.1f s for %d "
                           "samples): %.4f (target < 0.10)" % (one_wait, de["samples"], de["wait_s"] / one_wait))

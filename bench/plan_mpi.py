@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Every plan for real across MPI ranks (issue 10's benchmark), in one run:
+"""Every plan for real across MPI ranks (bench/RESULTS.md), in one run:
 
   storage-bound   ImageNet-like JPEGs (`lade gen jpeg`, imagenet-train transform)
                   in the project's S3 test server (s3rver) behind
@@ -9,7 +9,8 @@
                   distcache, locality and solar, aggregate memory cache holding
                   the dataset, --epochs epochs: per epoch the slowest rank's
                   time, storage and peer bytes summed over ranks, consumer wait;
-                  beside them `lade model`'s predicted epoch times (paper 000,
+                  beside them `lade model`'s predicted epoch times (the
+                  model of Accelerating Data Loading, paper 000,
                   R = bandwidth / mean JPEG size, U measured here from the
                   local run below), and whether every rank's cache/peer/storage
                   counts equal the plan's prediction.
@@ -17,7 +18,7 @@
                   regular+belady, storage samples per epoch (measured = plan).
   overhead        fast local storage (the same JPEGs on local disk): locality
                   against regular, alternated --reps times, medians of the
-                  total time; the issue's bound is 5%.
+                  total time; the bound is 5%.
 
     /usr/bin/python3 bench/plan_mpi.py [--lade build/lade] [--count 1000] [--bandwidth 8]
 

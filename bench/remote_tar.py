@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""The same WebDataset tar shards read by lade from local disk and over HTTP (issue 12, remote tar
-shards), in one run on one generated dataset:
+"""The same WebDataset tar shards read by lade from local disk and over HTTP (docs/sources.md,
+remote tar shards), in one run on one generated dataset:
 
   local          lade on the shards in a local folder
   nginx          nginx on loopback (tests/http/httpenv.py)

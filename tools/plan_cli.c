@@ -2,8 +2,8 @@
  * plan_cli.c - `lade plan`, `lade simulate` and `lade model`: the planner,
  * simulator and analytical models (lade/plan.h) from the command line, plus
  * the paper reproductions (--fig6, --ablation, --orders) and gnuplot pictures,
- * and the shards order of paper 001 (--plan shards: its batches and its
- * shuffle quality; not a plan kind, see docs/plan.md).
+ * and the shards order of Parax data loading (paper 001; --plan shards: its
+ * batches and its shuffle quality; not a plan kind, see docs/plan.md).
  * Public headers only. Plots are drawn by gnuplot (Debian: gnuplot-nox) fed
  * through a pipe; when it is missing the numbers are still printed and the
  * command says so and exits 1.

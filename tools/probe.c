@@ -1,8 +1,9 @@
 /*
  * probe.c - `lade probe FILE.h5`: measures, on this machine and this file,
- * what a read of k samples costs with the access patterns of paper 002's
- * Table 3 - k samples at stride s (s = 1 is "chunk-cycle loading", s > 1
- * "sequential stride access"), k random samples ("random access") - once
+ * what a read of k samples costs with the access patterns of SOLAR's
+ * Table 3 (paper 002) - k samples at stride s (s = 1 is "chunk-cycle
+ * loading", s > 1 "sequential stride access"), k random samples ("random
+ * access") - once
  * as k reads of one sample each and once as ONE hyperslab read of the whole
  * span [first, last] ("full chunk loading" for s = 1; the samples in
  * between are read and thrown away). It prints both times and the largest

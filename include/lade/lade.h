@@ -409,9 +409,9 @@ typedef struct lade_stats {
 LADE_API int lade_loader_stats(lade_loader_t *loader, lade_stats_t *out, size_t out_size);
 
 /*
- * Counters of one epoch (paper 004's per-epoch metrics). Samples and bytes by
- * source count the samples of this epoch's batches by where the workers found
- * them; wait_seconds is the consumer's time blocked in lade_loader_next() for
+ * Counters of one epoch (DELI's per-epoch metrics, paper 004 in
+ * docs/references.md). Samples and bytes by source count the samples of
+ * this epoch's batches by where the workers found them; wait_seconds is the consumer's time blocked in lade_loader_next() for
  * this epoch's batches; requests and remote bytes are those sent while this
  * epoch's batches were being handed out (from the first batch of the epoch
  * to the first of the next; the listing counts in epoch 0), so they include

@@ -135,7 +135,8 @@ static int replace_file(diskcache_t *d, const char *name, struct iovec *iov, int
 static int check_namespace(diskcache_t *d, const char *ns) {
   size_t n = strlen(ns);
   /* O_NONBLOCK everywhere here: a FIFO planted under one of our names must
-   * not block open() (issue 13, item 7); a non-regular entry is corrupt */
+   * not block open() (a FIFO with no writer blocks it for ever); a
+   * non-regular entry is corrupt */
   int fd = openat(d->dirfd, "NAMESPACE", O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   struct stat nst;
   if (fd >= 0 && (fstat(fd, &nst) != 0 || !S_ISREG(nst.st_mode))) {

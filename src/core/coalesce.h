@@ -1,5 +1,5 @@
 /*
- * coalesce.h - paper 002's aggregated chunk loading (section 4.4) for any
+ * coalesce.h - SOLAR's aggregated chunk loading (paper 002 section 4.4) for any
  * store: the reads of one batch, sorted by place, with neighbours merged
  * into one read when the gap between them costs less than another request.
  * One rule for every source that reads many samples from one object: the

@@ -1,8 +1,9 @@
 /*
- * model.c - closed-form models: paper 000's per-epoch time model, eqs. (1)-(8)
- * (regular loading, distributed caching, locality-aware loading) and the cloud
- * cost model of paper 004 section III-C. The paper 004 PDF text lost its
- * formulas; the form used here is reconstructed from its prose: VM hours for
+ * model.c - closed-form models: the per-epoch time model of Accelerating Data
+ * Loading (paper 000, docs/references.md), eqs. (1)-(8) (regular loading,
+ * distributed caching, locality-aware loading) and the cloud cost model of
+ * DELI (paper 004) section III-C. The DELI PDF text lost its formulas; the
+ * form used here is reconstructed from its prose: VM hours for
  * compute + loading time, node disks (OS + cache) for the run's duration,
  * bucket storage, and Class A (list) + Class B (get) requests per epoch, the
  * list count multiplied by the number of prefetches when a prefetcher lists
@@ -33,7 +34,7 @@ void lade_model_eval(const lade_model_params_t *m, lade_model_result_t *r) {
   r->epoch_locality = dmax(r->train, r->io_locality + r->preprocess);
 }
 
-/* Defaults: Google Cloud list prices as quoted by paper 004 (Class A $0.05 and
+/* Defaults: Google Cloud list prices as quoted by DELI (Class A $0.05 and
  * Class B $0.002 per 10,000 requests) and GCP's 2021 list prices for an
  * n1-standard-8 + one V100 ($2.95/h), pd-standard disk ($0.04/GB-month) and
  * Standard bucket storage ($0.020/GB-month); a two-epoch CIFAR-10-sized run. */

@@ -1,7 +1,8 @@
 /*
- * balance.c - Algorithm 1 of paper 000 (locality-aware loading): given each
- * learner's surplus or deficit against its equal share, greedily match the
- * largest surplus with the largest deficit using two max-heaps. Each round
+ * balance.c - Algorithm 1 of Accelerating Data Loading (paper 000,
+ * locality-aware loading): given each learner's surplus or deficit against
+ * its equal share, greedily match the largest surplus with the largest
+ * deficit using two max-heaps. Each round
  * zeroes at least one learner, so at most p-1 transfers are emitted, and
  * O(p log p) time; the paper proves this a 2-approximation of the minimum
  * number of messages (the exact problem is NP-complete).

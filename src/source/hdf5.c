@@ -7,14 +7,15 @@
  *
  * Locks. Debian's libhdf5 is the serial build: not thread-safe, and it keeps
  * global state (the ID tables, the chunk cache, the error stack) that any
- * call may touch. So every H5* call of this file runs with the one global
- * `h5_mu` held, whichever loader it serves; the reads of all worker threads
+ * call may touch. So every H5* call of this file and of hdf5_chunk.c runs
+ * with the one global `h5_mu` held (lade__h5_lock), whichever loader it
+ * serves; the reads of all worker threads
  * are serialised (docs/sources.md measures what that costs). `st->mu` guards
  * one source's stage (below). Order: st->mu is never held while taking
  * h5_mu, nor the other way round: a stage run is marked "loading" under
  * st->mu, read under h5_mu alone, then published under st->mu.
  *
- * Coalescing (paper 002 4.4, "aggregated chunk loading"). The fetch stage
+ * Coalescing (SOLAR's "aggregated chunk loading", paper 002 section 4.4). The fetch stage
  * calls plan_batch() with each planned batch. Its indices are sorted; runs
  * of them whose neighbours are at most hdf5_gap apart (and whose span fits
  * RUN_MAX_BYTES) become one stage entry, read by the first worker that
@@ -27,6 +28,10 @@
  * seek, or samples a cache tier answered, leave planned runs nobody reads);
  * a dropped or failed run's samples are read on their own, so an error is
  * always reported by the reader of the sample, with the file named.
+ *
+ * A gzip-chunked dataset is read by the chunk path instead (hdf5_chunk.c:
+ * raw chunks inflated outside the lock, with a cache of its own); a
+ * contiguous one in the host's order by pread (read_direct).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -41,7 +46,7 @@
 #include "source.h"
 
 #ifdef LADE_HAVE_HDF5
-#include <hdf5.h>
+#include "source/hdf5_impl.h"
 
 #include "core/coalesce.h"
 #include "core/npyfmt.h"
@@ -51,22 +56,13 @@
 
 static pthread_mutex_t h5_mu = PTHREAD_MUTEX_INITIALIZER;
 
-/* Takes h5_mu and stops libhdf5 from printing its error stack to stderr for
- * the calls that follow (the errors go into lade_last_error() instead); the
- * previous handler is put back by h5_unlock, so h5py or another user of the
- * library in this process keeps its own setting. */
-typedef struct h5_guard {
-  H5E_auto2_t func;
-  void *data;
-} h5_guard_t;
-
-static void h5_lock(h5_guard_t *g) {
+void lade__h5_lock(lade__h5_guard_t *g) {
   pthread_mutex_lock(&h5_mu);
   H5Eget_auto2(H5E_DEFAULT, &g->func, &g->data);
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
 }
 
-static void h5_unlock(h5_guard_t *g) {
+void lade__h5_unlock(lade__h5_guard_t *g) {
   H5Eset_auto2(H5E_DEFAULT, g->func, g->data);
   pthread_mutex_unlock(&h5_mu);
 }
@@ -106,50 +102,9 @@ typedef struct slot {
   uint32_t count;
 } slot_t;
 
-typedef struct h5_impl {
-  char path[LADE__PATH_MAX];
-  char dname[256], lname[256];
-  int fd; /* the file, for version() */
-  hid_t file, dset, fspace, mspace, mtype;
-  bool own_mtype;
-  int rank;
-  hsize_t dims[LADE_MAX_DIMS + 1];
-  size_t sample_bytes, sample_elems;
-  int32_t *labels;
-  char row_hdr[256];
-  size_t row_hdr_len;
-  uint64_t gap;
-  bool direct;     /* read with pread at offset (read_direct) */
-  bool allow_fast; /* hdf5_direct=auto */
-  bool chunked;    /* read raw chunks, inflate outside the lock (the chunk path) */
-  uint64_t rows;   /* samples per chunk (chunked) */
-  int nfilters;
-  int filter[2];   /* H5Z_FILTER_SHUFFLE / H5Z_FILTER_DEFLATE, in write order */
-  pthread_mutex_t cmu; /* the chunk cache: everything below */
-  pthread_cond_t ccv;
-  struct centry **cbucket;
-  size_t cbuckets, centries, cmax;
-  struct centry *cold_, *cnew;
-  size_t chunk_cache; /* bytes of libhdf5's chunk cache for the dataset (0: libhdf5's default) */
-  uint64_t offset; /* of the dataset's bytes in the file */
-  _Atomic uint64_t reads;
-
-  pthread_mutex_t mu; /* the stage: everything below */
-  pthread_cond_t cv;
-  slot_t *tab;
-  size_t tab_cap, tab_n, tab_max;
-  _Atomic uint64_t *staged; /* count bits (NULL above 2^28 samples: always look) */
-  size_t stage_bytes, stage_max;
-  run_t *oldest, *newest;
-  /* buffers of dropped runs, reused: a fresh large malloc is an mmap whose
-   * pages fault in zeroed on every run */
-  uint8_t *spare[8];
-  size_t spare_cap[8];
-  int nspare;
-} h5_impl_t;
 
 /* A buffer of at least len bytes for a run (called with mu held). */
-static uint8_t *buf_take(h5_impl_t *m, size_t len, size_t *cap) {
+static uint8_t *buf_take(lade__h5_t *m, size_t len, size_t *cap) {
   for (int i = 0; i < m->nspare; i++)
     if (m->spare_cap[i] >= len) {
       uint8_t *b = m->spare[i];
@@ -162,7 +117,7 @@ static uint8_t *buf_take(h5_impl_t *m, size_t len, size_t *cap) {
   return NULL; /* the caller mallocs, outside the lock */
 }
 
-static void buf_give(h5_impl_t *m, uint8_t *b, size_t cap) {
+static void buf_give(lade__h5_t *m, uint8_t *b, size_t cap) {
   if (!b) return;
   if (m->nspare < 8) {
     m->spare[m->nspare] = b;
@@ -183,7 +138,7 @@ static void buf_give(h5_impl_t *m, uint8_t *b, size_t cap) {
 
 /* ------------------------------------------------------------- the stage */
 
-static size_t tab_find(const h5_impl_t *m, uint64_t k) {
+static size_t tab_find(const lade__h5_t *m, uint64_t k) {
   size_t mask = m->tab_cap - 1, i = (size_t)lade__mix64(k) & mask;
   while (m->tab[i].run && m->tab[i].key != k) i = (i + 1) & mask;
   return i;
@@ -193,18 +148,18 @@ static size_t tab_find(const h5_impl_t *m, uint64_t k) {
  * that get_sample() of the (many) samples not staged skips the stage's lock.
  * Written under mu; read without it (the engine hands a planned batch to
  * the workers through its own lock, after plan_batch set the bits). */
-static void staged_set(h5_impl_t *m, uint64_t idx, bool on) {
+static void staged_set(lade__h5_t *m, uint64_t idx, bool on) {
   if (!m->staged) return;
   uint64_t bit = 1ull << (idx & 63);
   if (on) atomic_fetch_or_explicit(&m->staged[idx >> 6], bit, memory_order_relaxed);
   else atomic_fetch_and_explicit(&m->staged[idx >> 6], ~bit, memory_order_relaxed);
 }
 
-static bool maybe_staged(h5_impl_t *m, uint64_t idx) {
+static bool maybe_staged(lade__h5_t *m, uint64_t idx) {
   return !m->staged || (atomic_load_explicit(&m->staged[idx >> 6], memory_order_relaxed) >> (idx & 63) & 1);
 }
 
-static void tab_del(h5_impl_t *m, size_t i) {
+static void tab_del(lade__h5_t *m, size_t i) {
   size_t mask = m->tab_cap - 1;
   staged_set(m, m->tab[i].key, false);
   m->tab[i].run = NULL;
@@ -219,17 +174,17 @@ static void tab_del(h5_impl_t *m, size_t i) {
   }
 }
 
-static void run_unlink(h5_impl_t *m, run_t *r) {
+static void run_unlink(lade__h5_t *m, run_t *r) {
   if (r->prev) r->prev->next = r->next;
   else m->oldest = r->next;
   if (r->next) r->next->prev = r->prev;
   else m->newest = r->prev;
 }
 
-static size_t run_bytes(const h5_impl_t *m, const run_t *r) { return (size_t)(r->last - r->first + 1) * m->sample_bytes; }
+static size_t run_bytes(const lade__h5_t *m, const run_t *r) { return (size_t)(r->last - r->first + 1) * m->sample_bytes; }
 
 /* Frees a run that nobody is reading; with its indices' table entries. */
-static void run_drop(h5_impl_t *m, run_t *r) {
+static void run_drop(lade__h5_t *m, run_t *r) {
   for (uint32_t j = 0; j < r->nidx; j++) {
     size_t i = tab_find(m, r->idx[j]);
     if (m->tab[i].run == r) tab_del(m, i);
@@ -243,7 +198,7 @@ static void run_drop(h5_impl_t *m, run_t *r) {
 
 /* Drops the oldest runs no worker is reading until `bytes` and `entries`
  * more fit; false when they cannot. */
-static bool stage_make_room(h5_impl_t *m, size_t bytes, size_t entries) {
+static bool stage_make_room(lade__h5_t *m, size_t bytes, size_t entries) {
   run_t *r = m->oldest;
   while (r && (m->stage_bytes + bytes > m->stage_max || m->tab_n + entries > m->tab_max)) {
     run_t *next = r->next;
@@ -259,7 +214,7 @@ static int cmp_u64(const void *a, const void *b) {
 }
 
 /* Stages the run of sorted distinct indices v[0..k) (k >= 2). */
-static void stage_run(h5_impl_t *m, const uint64_t *v, size_t k, const uint32_t *mult) {
+static void stage_run(lade__h5_t *m, const uint64_t *v, size_t k, const uint32_t *mult) {
   run_t *r = calloc(1, sizeof *r);
   uint64_t *idx = malloc(k * sizeof *idx);
   if (!r || !idx || !stage_make_room(m, (size_t)(v[k - 1] - v[0] + 1) * m->sample_bytes, k)) {
@@ -286,7 +241,7 @@ static void stage_run(h5_impl_t *m, const uint64_t *v, size_t k, const uint32_t 
 }
 
 static void h5_plan_batch(lade__source_t *s, const uint64_t *idx, size_t n) {
-  h5_impl_t *m = s->impl;
+  lade__h5_t *m = s->impl;
   if (!m->gap || n < 2) return;
   uint64_t *v = malloc(n * sizeof *v);
   uint32_t *mult = malloc(n * sizeof *mult);
@@ -339,7 +294,7 @@ out:
  * byte order is count * sample_bytes bytes at offset + first * sample_bytes
  * of the file, so one pread() reads exactly what H5Dread would, without
  * libhdf5 and its lock. */
-static int read_direct(h5_impl_t *m, uint64_t first, uint64_t count, void *dst) {
+static int read_direct(lade__h5_t *m, uint64_t first, uint64_t count, void *dst) {
   size_t len = (size_t)count * m->sample_bytes, got = 0;
   off_t off = (off_t)(m->offset + first * m->sample_bytes);
   atomic_fetch_add_explicit(&m->reads, 1, memory_order_relaxed);
@@ -357,16 +312,16 @@ static int read_direct(h5_impl_t *m, uint64_t first, uint64_t count, void *dst) 
 
 /* Samples [first, first + count) into dst (count * sample_bytes): one
  * H5Dread of one hyperslab (or one pread on the direct path). */
-static int read_slab(h5_impl_t *m, uint64_t first, uint64_t count, void *dst) {
+static int read_slab(lade__h5_t *m, uint64_t first, uint64_t count, void *dst) {
   if (m->direct) return read_direct(m, first, count, dst);
   hsize_t start[LADE_MAX_DIMS + 1] = {0}, cnt[LADE_MAX_DIMS + 1];
   start[0] = first;
   cnt[0] = count;
   for (int d = 1; d < m->rank; d++) cnt[d] = m->dims[d];
   hsize_t nelem = (hsize_t)(count * m->sample_elems);
-  h5_guard_t g;
+  lade__h5_guard_t g;
   char msg[200];
-  h5_lock(&g);
+  lade__h5_lock(&g);
   int rc = 0;
   hid_t ms = count == 1 ? m->mspace : H5Screate_simple(1, &nelem, NULL);
   if (ms < 0 || H5Sselect_hyperslab(m->fspace, H5S_SELECT_SET, start, NULL, cnt, NULL) < 0 ||
@@ -375,7 +330,7 @@ static int read_slab(h5_impl_t *m, uint64_t first, uint64_t count, void *dst) {
     rc = -1;
   }
   if (ms >= 0 && ms != m->mspace) H5Sclose(ms);
-  h5_unlock(&g);
+  lade__h5_unlock(&g);
   atomic_fetch_add_explicit(&m->reads, 1, memory_order_relaxed);
   if (rc) {
     if (count == 1)
@@ -387,177 +342,10 @@ static int read_slab(h5_impl_t *m, uint64_t first, uint64_t count, void *dst) {
   return 0;
 }
 
-/* ------------------------------------------------------ the chunk path
- *
- * A chunked dataset whose chunks hold whole samples, compressed with
- * deflate (gzip, as h5py writes it) with or without the shuffle filter, in
- * the host's byte order: libhdf5 only hands out the stored (compressed)
- * chunk with H5Dread_chunk, under h5_mu, and the worker inflates it with
- * zlib outside every lock, so decompression runs on all cores although
- * libhdf5 is serial. Decompressed chunks are kept in a cache of
- * hdf5_chunk_cache bytes (LRU), so a chunk is inflated once while it stays.
- * Chunks libhdf5 does not hand out (never written: fill values) and every
- * failure fall back to the H5Dread path for that sample. */
-#ifdef LADE_HAVE_ZLIB
-#include <zlib.h>
-
-enum { CH_LOADING = 0, CH_READY };
-
-typedef struct centry {
-  uint64_t c;
-  int state;
-  uint32_t pins; /* readers copying out of buf, outside the lock */
-  uint8_t *buf;
-  struct centry *prev, *next, *hnext; /* LRU (oldest first), hash chain */
-} centry_t;
-
-static centry_t **cfind(h5_impl_t *m, uint64_t c) {
-  centry_t **p = &m->cbucket[lade__mix64(c) & (m->cbuckets - 1)];
-  while (*p && (*p)->c != c) p = &(*p)->hnext;
-  return p;
-}
-
-static void clru_unlink(h5_impl_t *m, centry_t *e) {
-  if (e->prev) e->prev->next = e->next;
-  else m->cold_ = e->next;
-  if (e->next) e->next->prev = e->prev;
-  else m->cnew = e->prev;
-  e->prev = e->next = NULL;
-}
-
-static void clru_push(h5_impl_t *m, centry_t *e) {
-  e->prev = m->cnew;
-  e->next = NULL;
-  if (m->cnew) m->cnew->next = e;
-  else m->cold_ = e;
-  m->cnew = e;
-}
-
-static void cremove(h5_impl_t *m, centry_t *e) {
-  centry_t **p = cfind(m, e->c);
-  if (*p == e) *p = e->hnext;
-  clru_unlink(m, e);
-  m->centries--;
-  free(e->buf);
-  free(e);
-}
-
-/* Chunk c, inflated, into out (rows * sample_bytes). */
-static int load_chunk(h5_impl_t *m, uint64_t c, uint8_t *out) {
-  hsize_t off[LADE_MAX_DIMS + 1] = {0}, sz = 0;
-  off[0] = c * m->rows;
-  uint32_t mask = 0;
-  uint8_t *raw = NULL;
-  h5_guard_t g;
-  h5_lock(&g);
-  int rc = H5Dget_chunk_storage_size(m->dset, off, &sz) < 0 || sz == 0 ? -1 : 0;
-  if (!rc) rc = (raw = malloc(sz)) ? 0 : -1;
-  if (!rc && H5Dread_chunk(m->dset, H5P_DEFAULT, off, &mask, raw) < 0) rc = -1;
-  H5Eclear2(H5E_DEFAULT);
-  h5_unlock(&g);
-  atomic_fetch_add_explicit(&m->reads, 1, memory_order_relaxed);
-  size_t len = (size_t)m->rows * m->sample_bytes;
-  uint8_t *tmp = NULL, *cur = raw;
-  size_t curlen = (size_t)sz;
-  for (int k = m->nfilters - 1; !rc && k >= 0; k--) { /* undo the filters, last applied first */
-    if (mask & (1u << k)) continue;                   /* skipped for this chunk */
-    uint8_t *dst = cur == out ? (tmp ? tmp : (tmp = malloc(len))) : out;
-    if (!dst) {
-      rc = -1;
-      break;
-    }
-    if (m->filter[k] == H5Z_FILTER_DEFLATE) {
-      uLongf n = (uLongf)len;
-      if (uncompress(dst, &n, cur, (uLong)curlen) != Z_OK || n != len) rc = -1;
-    } else { /* shuffle: byte b of element i was stored at b * count + i */
-      size_t es = m->sample_bytes / m->sample_elems;
-      size_t count = len / es;
-      if (curlen != len) rc = -1;
-      for (size_t i = 0; !rc && i < count; i++)
-        for (size_t b = 0; b < es; b++) dst[i * es + b] = cur[b * count + i];
-    }
-    cur = dst;
-    curlen = len;
-  }
-  if (!rc && curlen != len) rc = -1; /* a chunk stored unfiltered at another size */
-  if (!rc && cur != out) memcpy(out, cur, len);
-  free(raw);
-  free(tmp);
-  return rc;
-}
-
-/* Sample idx from its chunk; 1 when the chunk path cannot serve it (the
- * caller reads it through H5Dread). */
-static int chunk_sample(h5_impl_t *m, uint64_t idx, void *dst) {
-  uint64_t c = idx / m->rows, row = idx % m->rows;
-  pthread_mutex_lock(&m->cmu);
-  for (;;) {
-    centry_t *e = *cfind(m, c);
-    if (e && e->state == CH_LOADING) {
-      pthread_cond_wait(&m->ccv, &m->cmu);
-      continue;
-    }
-    if (e) {
-      clru_unlink(m, e);
-      clru_push(m, e);
-      e->pins++;
-      pthread_mutex_unlock(&m->cmu);
-      memcpy(dst, e->buf + row * m->sample_bytes, m->sample_bytes);
-      pthread_mutex_lock(&m->cmu);
-      e->pins--;
-      pthread_mutex_unlock(&m->cmu);
-      return 0;
-    }
-    /* a miss: make room, then load it with no lock held */
-    for (centry_t *o = m->cold_; o && m->centries >= m->cmax;) {
-      centry_t *next = o->next;
-      if (o->state == CH_READY && !o->pins) cremove(m, o);
-      o = next;
-    }
-    bool cached = m->centries < m->cmax;
-    e = calloc(1, sizeof *e);
-    uint8_t *buf = malloc((size_t)m->rows * m->sample_bytes);
-    if (!e || !buf) {
-      free(e);
-      free(buf);
-      pthread_mutex_unlock(&m->cmu);
-      return 1;
-    }
-    e->c = c;
-    e->buf = buf;
-    if (cached) {
-      e->state = CH_LOADING;
-      *cfind(m, c) = e;
-      clru_push(m, e);
-      m->centries++;
-    }
-    pthread_mutex_unlock(&m->cmu);
-    int rc = load_chunk(m, c, buf);
-    if (!rc) memcpy(dst, buf + row * m->sample_bytes, m->sample_bytes);
-    if (!cached) {
-      free(buf);
-      free(e);
-      return rc ? 1 : 0;
-    }
-    pthread_mutex_lock(&m->cmu);
-    if (rc) cremove(m, e); /* waiters load it again, or fall back themselves */
-    else e->state = CH_READY;
-    pthread_cond_broadcast(&m->ccv);
-    pthread_mutex_unlock(&m->cmu);
-    return rc ? 1 : 0;
-  }
-}
-#else
-static int chunk_sample(h5_impl_t *m, uint64_t idx, void *dst) {
-  (void)m, (void)idx, (void)dst;
-  return 1;
-}
-#endif
-
 /* Sample idx into dst: from the stage when a planned run holds it (reading
  * the run first if nobody has), else on its own. */
-static int get_sample(h5_impl_t *m, uint64_t idx, void *dst) {
-  if (m->chunked && chunk_sample(m, idx, dst) == 0) return 0;
+static int get_sample(lade__h5_t *m, uint64_t idx, void *dst) {
+  if (m->chunked && lade__h5_chunk_sample(m, idx, dst) == 0) return 0;
   if (m->gap && maybe_staged(m, idx)) {
     pthread_mutex_lock(&m->mu);
     for (;;) {
@@ -602,7 +390,7 @@ static int get_sample(h5_impl_t *m, uint64_t idx, void *dst) {
 }
 
 static int h5_read_payload(lade__source_t *s, uint64_t idx, void *dst, size_t len) {
-  h5_impl_t *m = s->impl;
+  lade__h5_t *m = s->impl;
   if (len != m->sample_bytes)
     return lade__fail(LADE_EINVAL, "hdf5: slot of %zu bytes for %zu-byte samples", len, m->sample_bytes);
   if (idx >= s->count) return lade__fail(LADE_ERANGE, "%s: sample %llu of %llu", m->path, (unsigned long long)idx,
@@ -613,7 +401,7 @@ static int h5_read_payload(lade__source_t *s, uint64_t idx, void *dst, size_t le
 /* All bytes of a sample: a C-order, native .npy of the row, so the npy
  * transform (and a cache tier) handle it like a stacked .npy's row. */
 static int h5_read(lade__source_t *s, uint64_t idx, lade__buf_t *out) {
-  h5_impl_t *m = s->impl;
+  lade__h5_t *m = s->impl;
   if (idx >= s->count) return lade__fail(LADE_ERANGE, "%s: sample %llu of %llu", m->path, (unsigned long long)idx,
                                          (unsigned long long)s->count);
   int rc = lade__buf_reserve(out, m->row_hdr_len + m->sample_bytes);
@@ -625,18 +413,18 @@ static int h5_read(lade__source_t *s, uint64_t idx, lade__buf_t *out) {
 }
 
 static void h5_describe(lade__source_t *s, uint64_t idx, char *buf, size_t size) {
-  h5_impl_t *m = s->impl;
+  lade__h5_t *m = s->impl;
   snprintf(buf, size, "%s:%s[%llu]", m->path, m->dname, (unsigned long long)idx);
 }
 
 static uint64_t h5_version(lade__source_t *s, uint64_t idx) {
-  h5_impl_t *m = s->impl;
+  lade__h5_t *m = s->impl;
   struct stat st;
   return lade__stat_version(fstat(m->fd, &st), &st);
 }
 
 static void h5_stats(lade__source_t *s, lade__source_stats_t *out) {
-  h5_impl_t *m = s->impl;
+  lade__h5_t *m = s->impl;
   memset(out, 0, sizeof *out);
   out->get_requests = atomic_load_explicit(&m->reads, memory_order_relaxed);
 }
@@ -738,7 +526,7 @@ static bool path_exists(hid_t file, const char *path) {
   return true;
 }
 
-static hid_t open_dataset(h5_impl_t *m, const char *name, const char *setting) {
+static hid_t open_dataset(lade__h5_t *m, const char *name, const char *setting) {
   char msg[200];
   if (!path_exists(m->file, name)) {
     names_t nm = {.n = 0};
@@ -759,7 +547,7 @@ static hid_t open_dataset(h5_impl_t *m, const char *name, const char *setting) {
   return d;
 }
 
-static int open_locked(lade__source_t *s, h5_impl_t *m) {
+static int open_locked(lade__source_t *s, lade__h5_t *m) {
   char msg[200];
   m->file = H5Fopen(m->path, H5F_ACC_RDONLY, H5P_DEFAULT);
   if (m->file < 0)
@@ -814,33 +602,7 @@ static int open_locked(lade__source_t *s, h5_impl_t *m) {
     if (ft2 >= 0) H5Tclose(ft2);
     H5Eclear2(H5E_DEFAULT);
   }
-#ifdef LADE_HAVE_ZLIB
-  if (!m->direct && m->chunk_cache && m->allow_fast) { /* the chunk path: whole samples per chunk, deflate/shuffle */
-    hid_t dcpl = H5Dget_create_plist(m->dset), ft2 = H5Dget_type(m->dset);
-    hsize_t cd[LADE_MAX_DIMS + 1];
-    bool ok = dcpl >= 0 && ft2 >= 0 && H5Pget_layout(dcpl) == H5D_CHUNKED &&
-              H5Pget_chunk(dcpl, m->rank, cd) == m->rank && H5Tequal(ft2, m->mtype) > 0;
-    for (int d = 1; ok && d < m->rank; d++) ok = cd[d] == m->dims[d];
-    int nf = ok ? H5Pget_nfilters(dcpl) : -1;
-    ok = ok && nf >= 0 && nf <= 2;
-    bool deflate = false;
-    for (int k = 0; ok && k < nf; k++) {
-      unsigned flags = 0, cdv[8];
-      size_t ncd = 8;
-      char name[64];
-      H5Z_filter_t f = H5Pget_filter2(dcpl, (unsigned)k, &flags, &ncd, cdv, sizeof name, name, NULL);
-      ok = f == H5Z_FILTER_DEFLATE || f == H5Z_FILTER_SHUFFLE;
-      m->filter[k] = (int)f;
-      deflate |= f == H5Z_FILTER_DEFLATE;
-    }
-    m->chunked = ok && deflate && cd[0] >= 1;
-    m->nfilters = nf;
-    m->rows = m->chunked ? cd[0] : 0;
-    if (dcpl >= 0) H5Pclose(dcpl);
-    if (ft2 >= 0) H5Tclose(ft2);
-    H5Eclear2(H5E_DEFAULT);
-  }
-#endif
+  if (!m->direct && m->chunk_cache && m->allow_fast) lade__h5_chunk_detect(m);
 
   /* labels: the named dataset, or "labels" when present */
   bool given = m->lname[0] != '\0';
@@ -889,7 +651,7 @@ static int open_locked(lade__source_t *s, h5_impl_t *m) {
   return rc;
 }
 
-static void close_locked(h5_impl_t *m) {
+static void close_locked(lade__h5_t *m) {
   if (m->own_mtype) H5Tclose(m->mtype);
   if (m->mspace > 0) H5Sclose(m->mspace);
   if (m->fspace > 0) H5Sclose(m->fspace);
@@ -899,12 +661,9 @@ static void close_locked(h5_impl_t *m) {
   m->mspace = m->fspace = m->dset = m->file = -1;
 }
 
-static void h5_free(h5_impl_t *m) {
+static void h5_free(lade__h5_t *m) {
   while (m->oldest) run_drop(m, m->oldest);
-#ifdef LADE_HAVE_ZLIB
-  while (m->cold_) cremove(m, m->cold_);
-#endif
-  free(m->cbucket);
+  lade__h5_chunk_free(m);
   pthread_mutex_destroy(&m->cmu);
   pthread_cond_destroy(&m->ccv);
   for (int i = 0; i < m->nspare; i++) free(m->spare[i]);
@@ -918,7 +677,7 @@ static void h5_free(h5_impl_t *m) {
 }
 
 static int h5_open(lade__source_t *s, const struct lade_config *cfg) {
-  h5_impl_t *m = calloc(1, sizeof *m);
+  lade__h5_t *m = calloc(1, sizeof *m);
   if (!m) return lade__fail(LADE_ENOMEM, "hdf5 source: out of memory");
   pthread_mutex_init(&m->mu, NULL);
   pthread_cond_init(&m->cv, NULL);
@@ -939,11 +698,11 @@ static int h5_open(lade__source_t *s, const struct lade_config *cfg) {
     h5_free(m);
     return rc;
   }
-  h5_guard_t g;
-  h5_lock(&g);
+  lade__h5_guard_t g;
+  lade__h5_lock(&g);
   int rc = open_locked(s, m);
   if (rc) close_locked(m);
-  h5_unlock(&g);
+  lade__h5_unlock(&g);
   if (!rc) {
     int hl = lade__npy_write_header(m->row_hdr, sizeof m->row_hdr, s->dtype, s->ndim, s->shape);
     if (hl < 0) rc = lade__fail_prefix(hl, "%s: ", cfg->source);
@@ -952,11 +711,7 @@ static int h5_open(lade__source_t *s, const struct lade_config *cfg) {
   if (!rc && m->chunked) {
     /* the chunk path inflates whole chunks: the chunk cache, not the stage, merges reads */
     m->gap = 0;
-    m->cmax = LADE__MAX(m->chunk_cache / ((size_t)m->rows * m->sample_bytes), 1);
-    m->cbuckets = 64;
-    while (m->cbuckets < m->cmax * 2) m->cbuckets <<= 1;
-    m->cbucket = calloc(m->cbuckets, sizeof *m->cbucket);
-    if (!m->cbucket) rc = lade__fail(LADE_ENOMEM, "%s: out of memory for the chunk cache", cfg->source);
+    rc = lade__h5_chunk_init(m);
   }
   if (!rc && m->gap) {
     /* the stage: a few windows of the engine's batches */
@@ -970,9 +725,9 @@ static int h5_open(lade__source_t *s, const struct lade_config *cfg) {
     if (!m->tab) rc = lade__fail(LADE_ENOMEM, "%s: out of memory for the read stage", cfg->source);
   }
   if (rc) {
-    h5_lock(&g);
+    lade__h5_lock(&g);
     close_locked(m);
-    h5_unlock(&g);
+    lade__h5_unlock(&g);
     h5_free(m);
     s->labels = NULL;
     return rc;
@@ -982,12 +737,12 @@ static int h5_open(lade__source_t *s, const struct lade_config *cfg) {
 }
 
 static void h5_close(lade__source_t *s) {
-  h5_impl_t *m = s->impl;
+  lade__h5_t *m = s->impl;
   if (!m) return;
-  h5_guard_t g;
-  h5_lock(&g);
+  lade__h5_guard_t g;
+  lade__h5_lock(&g);
   close_locked(m);
-  h5_unlock(&g);
+  lade__h5_unlock(&g);
   h5_free(m);
   s->impl = NULL;
 }

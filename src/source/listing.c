@@ -6,6 +6,7 @@
  * files are walked in any order and then sorted as sorted(os.walk(...))
  * sorts them, by (folder path as one string, file name) - which is not a
  * depth-first walk, because '-' and '.' sort before '/'. */
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include "source.h"
+#include "source/labels.h"
 
 static int arena_add(lade__listing_t *l, const char *prefix, const char *name, uint64_t *off) {
   size_t plen = prefix ? strlen(prefix) : 0, nlen = strlen(name);
@@ -42,20 +44,15 @@ static int arena_add(lade__listing_t *l, const char *prefix, const char *name, u
   return 0;
 }
 
-static int push_file(lade__listing_t *l, uint64_t off, int32_t label) {
+static int push_file(lade__listing_t *l, uint64_t off) {
   if (l->count == l->cap) {
     uint64_t cap = l->cap ? l->cap * 2 : 1024;
     uint64_t *o = realloc(l->offset, cap * sizeof *o);
     if (!o) return lade__fail(LADE_ENOMEM, "listing: out of memory");
     l->offset = o;
-    int32_t *lb = realloc(l->label, cap * sizeof *lb);
-    if (!lb) return lade__fail(LADE_ENOMEM, "listing: out of memory");
-    l->label = lb;
     l->cap = cap;
   }
-  l->offset[l->count] = off;
-  l->label[l->count] = label;
-  l->count++;
+  l->offset[l->count++] = off;
   return 0;
 }
 
@@ -173,8 +170,7 @@ static int list_dir(lade__listing_t *l, int rootfd, const char *rel, const char 
 
 /* Appends every kept file below folder dir_off (any order; the caller sorts
  * the class's range with cmp_walk). */
-static int walk(lade__listing_t *l, int rootfd, const char *root, int which, uint64_t dir_off, int32_t label,
-                int depth) {
+static int walk(lade__listing_t *l, int rootfd, const char *root, int which, uint64_t dir_off, int depth) {
   if (depth > 64)
     return lade__fail(LADE_EFORMAT, "folder tree under %s is deeper than 64 levels (a symlink loop?) at %.200s...",
                       root, l->arena + dir_off);
@@ -184,22 +180,22 @@ static int walk(lade__listing_t *l, int rootfd, const char *root, int which, uin
   strcpy(rel, l->arena + dir_off);
   names_t dirs = {0}, files = {0};
   int rc = list_dir(l, rootfd, rel, root, which, &dirs, &files);
-  for (size_t i = 0; !rc && i < files.n; i++) rc = push_file(l, files.off[i], label);
-  for (size_t i = 0; !rc && i < dirs.n; i++) rc = walk(l, rootfd, root, which, dirs.off[i], label, depth + 1);
+  for (size_t i = 0; !rc && i < files.n; i++) rc = push_file(l, files.off[i]);
+  for (size_t i = 0; !rc && i < dirs.n; i++) rc = walk(l, rootfd, root, which, dirs.off[i], depth + 1);
   free(dirs.off);
   free(files.off);
   return rc;
 }
 
 /* LADE_EEMPTY naming (up to 8 of) the class folders with no kept file. */
-static int fail_empty_classes(const lade__listing_t *l, const char *root, int which, const uint8_t *empty,
-                              uint32_t nempty) {
+static int fail_empty_classes(const lade__listing_t *l, const names_t *dirs, const char *root, int which,
+                              const uint8_t *empty, uint32_t nempty) {
   char names[640] = "";
   size_t pos = 0;
   uint32_t shown = 0;
-  for (uint32_t i = 0; i < l->classes && shown < 8; i++) {
+  for (size_t i = 0; i < dirs->n && shown < 8; i++) {
     if (!empty[i] || pos >= sizeof names) continue;
-    pos += (size_t)snprintf(names + pos, sizeof names - pos, "%s'%s'", shown ? ", " : "", l->class_names[i]);
+    pos += (size_t)snprintf(names + pos, sizeof names - pos, "%s'%s'", shown ? ", " : "", l->arena + dirs->off[i]);
     shown++;
   }
   char more[48] = "", exts[96];
@@ -212,20 +208,22 @@ static int fail_empty_classes(const lade__listing_t *l, const char *root, int wh
                     names, more, nempty > 1 ? "have" : "has");
 }
 
-static int copy_class_names(lade__listing_t *l, const names_t *dirs) {
-  size_t total = 0;
-  for (size_t i = 0; i < dirs->n; i++) total += strlen(l->arena + dirs->off[i]) + 1;
-  l->class_arena = malloc(total);
-  l->class_names = malloc(dirs->n * sizeof *l->class_names);
-  if (!l->class_arena || !l->class_names) return lade__fail(LADE_ENOMEM, "listing: out of memory");
-  size_t pos = 0;
-  for (size_t i = 0; i < dirs->n; i++) {
-    size_t n = strlen(l->arena + dirs->off[i]) + 1;
-    memcpy(l->class_arena + pos, l->arena + dirs->off[i], n);
-    l->class_names[i] = l->class_arena + pos;
-    pos += n;
-  }
-  l->classes = (uint32_t)dirs->n;
+static const char *listing_path_of(void *ctx, uint64_t i) { return lade__listing_path(ctx, i); }
+
+/* Labels by the rule of labels.c, the one of s3 and tar too: the class
+ * folders walked above, in order, are classes 0..C-1 (an empty one was an
+ * error), and a flat folder's files are -1. */
+static int label_files(lade__listing_t *l, const char *root) {
+  l->label = malloc((l->count ? l->count : 1) * sizeof *l->label);
+  if (!l->label) return lade__fail(LADE_ENOMEM, "listing: out of memory");
+  char what[LADE__PATH_MAX + 32];
+  snprintf(what, sizeof what, "dataset folder %s", root);
+  lade__classes_t c;
+  int rc = lade__labels_from_folders(l->count, listing_path_of, l, l->label, &c, what);
+  if (rc) return rc;
+  l->classes = c.n;
+  l->class_names = c.names;
+  l->class_arena = c.arena;
   return 0;
 }
 
@@ -241,15 +239,13 @@ int lade__listing_scan(lade__listing_t *l, const char *root, int which) {
   int rc = list_dir(l, rootfd, NULL, root, which, &dirs, &files);
   if (!rc && dirs.n == 0) {
     /* a flat folder: an unlabelled dataset */
-    for (size_t i = 0; !rc && i < files.n; i++) rc = push_file(l, files.off[i], -1);
+    for (size_t i = 0; !rc && i < files.n; i++) rc = push_file(l, files.off[i]);
   } else if (!rc) {
     /* class folders: files at the root are not samples (as in ImageFolder) */
-    if (dirs.n > INT32_MAX) rc = lade__fail(LADE_ERANGE, "dataset folder %s has too many class folders", root);
-    if (!rc) rc = copy_class_names(l, &dirs);
-    if (!rc && !(empty = calloc(dirs.n, 1))) rc = lade__fail(LADE_ENOMEM, "listing: out of memory");
+    if (!(empty = calloc(dirs.n, 1))) rc = lade__fail(LADE_ENOMEM, "listing: out of memory");
     for (size_t i = 0; !rc && i < dirs.n; i++) {
       uint64_t first = l->count;
-      rc = walk(l, rootfd, root, which, dirs.off[i], (int32_t)i, 1);
+      rc = walk(l, rootfd, root, which, dirs.off[i], 1);
       if (rc) break;
       sort_arena = l->arena;
       if (l->count - first > 1) qsort(l->offset + first, l->count - first, sizeof *l->offset, cmp_walk);
@@ -258,7 +254,7 @@ int lade__listing_scan(lade__listing_t *l, const char *root, int which) {
         nempty++;
       }
     }
-    if (!rc && nempty) rc = fail_empty_classes(l, root, which, empty, nempty);
+    if (!rc && nempty) rc = fail_empty_classes(l, &dirs, root, which, empty, nempty);
   }
   if (!rc && l->count == 0) {
     char exts[96];
@@ -269,6 +265,8 @@ int lade__listing_scan(lade__listing_t *l, const char *root, int which) {
     else
       rc = lade__fail(LADE_EEMPTY, "no files found under %s (hidden files are skipped)", root);
   }
+  if (!rc) rc = label_files(l, root);
+  assert(rc || l->classes == dirs.n); /* every class folder walked holds a file */
   free(empty);
   free(dirs.off);
   free(files.off);

@@ -33,6 +33,7 @@
 
 #include "source.h"
 #include "source/http.h"
+#include "source/labels.h"
 #include "source/s3auth.h"
 #include "source/s3xml.h"
 
@@ -118,31 +119,21 @@ static int cmp_span(const void *a, const void *b) {
   return c ? c : (x->n < y->n ? -1 : x->n > y->n);
 }
 
-/* ImageFolder labels: the first path component under the prefix, sorted. */
+static const char *rel_key_of(void *ctx, uint64_t i) {
+  const s3_impl_t *d = ctx;
+  return key_of(d, i) + strlen(d->prefix);
+}
+
+/* Labels from the keys' folders under the prefix (labels.c: the rule of the
+ * dir and tar sources too); the class names are not kept. */
 static int labels_from_folders(s3_impl_t *d, uint32_t *classes) {
-  size_t plen = strlen(d->prefix);
-  name_span_t *names = malloc((d->count ? d->count : 1) * sizeof *names);
-  if (!names) return lade__fail(LADE_ENOMEM, "s3 listing: out of memory");
-  size_t n = 0;
-  for (uint64_t i = 0; i < d->count; i++) {
-    const char *rel = key_of(d, i) + plen, *slash = strchr(rel, '/');
-    if (slash) names[n++] = (name_span_t){rel, (size_t)(slash - rel)};
-  }
-  qsort(names, n, sizeof *names, cmp_span);
-  size_t u = 0;
-  for (size_t i = 0; i < n; i++)
-    if (u == 0 || cmp_span(&names[u - 1], &names[i]) != 0) names[u++] = names[i];
-  for (uint64_t i = 0; i < d->count; i++) {
-    const char *rel = key_of(d, i) + plen, *slash = strchr(rel, '/');
-    d->label[i] = -1;
-    if (!slash) continue;
-    name_span_t k = {rel, (size_t)(slash - rel)};
-    name_span_t *hit = bsearch(&k, names, u, sizeof *names, cmp_span);
-    d->label[i] = (int32_t)(hit - names);
-  }
-  free(names);
-  *classes = (uint32_t)u;
-  return 0;
+  char what[1400];
+  snprintf(what, sizeof what, "s3://%s/%s", d->bucket, d->prefix);
+  lade__classes_t c;
+  int rc = lade__labels_from_folders(d->count, rel_key_of, d, d->label, &c, what);
+  *classes = c.n;
+  lade__classes_free(&c);
+  return rc;
 }
 
 typedef struct label_line {

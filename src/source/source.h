@@ -3,11 +3,11 @@
  * vtable. The engine's fetch stage (engine/fetch.c) asks a source for the
  * bytes of one sample at a time from its worker threads; local backends
  * (dir, npy) answer synchronously with pread-style calls that are safe to run
- * concurrently. High-latency backends (object stores, issue 5) answer the
- * same read() but are driven from their own event loop (curl multi) so that
- * hundreds of requests can be in flight without a thread each: the fetch
- * stage submits whole batches ahead to such a source and workers only pick up
- * samples whose bytes have arrived. A cache tier or a peer can stand in front
+ * concurrently. High-latency backends (s3 objects, remote tar shards:
+ * docs/http.md) answer the same read() but are driven from their own event
+ * loop (curl multi) so that hundreds of requests can be in flight without a
+ * thread each: the fetch stage submits whole batches ahead to such a source
+ * and workers only pick up samples whose bytes have arrived. A cache tier or a peer can stand in front
  * of any source because every backend reads by dataset index.
  */
 #ifndef LADE__SOURCE_H
@@ -113,7 +113,8 @@ typedef struct lade__source_ops {
   /* Optional (hdf5): the engine planned a batch of these dataset indices
    * (the fetch stage calls it once per planned batch, before any worker
    * reads them, only for indices no cache tier holds). A source that reads
-   * neighbouring samples cheaper together (paper 002 4.4) stages them here
+   * neighbouring samples cheaper together (SOLAR's chunk loading, paper 002
+   * section 4.4) stages them here
    * or on the first read of one of them; read()/read_payload() of a staged
    * index then take its bytes from the stage. Must not block on I/O for
    * long: it runs on the worker that plans. Planned indices that are never

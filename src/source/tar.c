@@ -3,7 +3,8 @@
  * a group of consecutive members sharing a key (the name up to the first
  * '.' of its last path component: `a/n01_10026.jpg` and `a/n01_10026.cls`
  * are sample `a/n01_10026`); the member the transform needs is its bytes,
- * its label comes from the `.cls` member or else from the key's folder.
+ * its label comes from the `.cls` member or else from the key's folder
+ * (labels.c).
  *
  * Random access for any plan comes from an index per shard (every regular
  * member's data offset and size, and the value of each `.cls`), built by one
@@ -31,6 +32,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "source/labels.h"
 #include "tar_impl.h"
 
 #define IDX_MAGIC "LADETAR1"
@@ -494,14 +496,12 @@ static int add_shard_samples(lade__tar_t *t, uint32_t si, const lade__tar_index_
   return 0;
 }
 
-static int cmp_name(const void *a, const void *b) {
-  const char *const *x = a, *const *y = b;
-  return strcmp(*x, *y);
-}
+static const char *sample_name_of(void *ctx, uint64_t i) { return lade__tar_strs_at(&((lade__tar_t *)ctx)->names, i); }
 
-/* Labels: from .cls members when every sample has one; else from the key's
- * folder (its last folder component) when every key has a folder; else
- * none (-1). Some samples with a .cls and some without is an error. */
+/* Labels: from .cls members when every sample has one (WebDataset's
+ * labels); some samples with a .cls and some without is an error. Without
+ * any, from the keys' folders by labels.c's rule, the rule of the dir and s3
+ * sources: the key's first folder is its class, a key without a folder -1. */
 static int assign_labels(lade__tar_t *t, uint64_t with_cls, lade__source_t *s) {
   if (with_cls == t->count) {
     int32_t mx = -1;
@@ -519,53 +519,15 @@ static int assign_labels(lade__tar_t *t, uint64_t with_cls, lade__source_t *s) {
                           (unsigned long long)with_cls);
       }
   }
-  /* the folder of each key, as a NUL-terminated copy */
-  char *arena = malloc(t->names.len + 1);
-  char **fold = malloc((t->count ? t->count : 1) * sizeof *fold);
-  char **uniq = malloc((t->count ? t->count : 1) * sizeof *uniq);
-  int rc = 0;
-  if (!arena || !fold || !uniq) {
-    rc = lade__fail(LADE_ENOMEM, "tar source: out of memory");
-    goto out;
-  }
-  size_t pos = 0;
-  for (uint64_t i = 0; i < t->count; i++) {
-    const char *nm = lade__tar_strs_at(&t->names, i);
-    const char *base = nm + key_len(nm);
-    while (base > nm && base[-1] != '/') base--;
-    if (base == nm) goto out; /* a key without a folder: unlabelled */
-    const char *b = base - 1, *a = b;
-    while (a > nm && a[-1] != '/') a--;
-    fold[i] = arena + pos;
-    memcpy(arena + pos, a, (size_t)(b - a));
-    arena[pos + (size_t)(b - a)] = '\0';
-    pos += (size_t)(b - a) + 1;
-    uniq[i] = fold[i];
-  }
-  qsort(uniq, t->count, sizeof *uniq, cmp_name);
-  size_t nc = 0;
-  for (uint64_t i = 0; i < t->count; i++)
-    if (!nc || strcmp(uniq[nc - 1], uniq[i]) != 0) uniq[nc++] = uniq[i];
-  if (nc > (1u << 24)) {
-    rc = lade__fail(LADE_ERANGE, "tar source: more than 2^24 class folders");
-    goto out;
-  }
-  for (uint64_t i = 0; i < t->count; i++) {
-    char **hit = bsearch(&fold[i], uniq, nc, sizeof *uniq, cmp_name);
-    t->labels[i] = (int32_t)(hit - uniq);
-  }
-  t->class_names = uniq;
-  t->class_arena = arena;
-  uniq = NULL;
-  arena = NULL;
-  s->classes = (uint32_t)nc;
+  lade__classes_t c;
+  int rc = lade__labels_from_folders(t->count, sample_name_of, t, t->labels, &c, "tar source");
+  if (rc) return rc;
+  t->class_names = c.names;
+  t->class_arena = c.arena;
+  s->classes = c.n;
   s->labels = t->labels;
-  s->class_names = (const char *const *)t->class_names;
-out:
-  free(arena);
-  free(fold);
-  free(uniq);
-  return rc;
+  s->class_names = c.n ? (const char *const *)t->class_names : NULL;
+  return 0;
 }
 
 /* ------------------------------------------------------------ the vtable */

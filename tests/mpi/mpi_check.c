@@ -1,4 +1,4 @@
-/* mpi_check.c - every plan kind across MPI ranks (issue 10 section 4), run as
+/* mpi_check.c - every plan kind across MPI ranks (docs/transport.md), run as
  *   mpirun -np 4 mpi_check DIR [all|fault-stop]
  * Each rank runs a loader with transport=mpi (initialised here first with
  * MPI_THREAD_MULTIPLE, as mpi4py does, so lade must coexist with it) and

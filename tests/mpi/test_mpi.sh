@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The MPI tests (issue 10 section 4): mpi_check under `mpirun -np 4` for every
+# The MPI tests (docs/transport.md): mpi_check under `mpirun -np 4` for every
 # plan, a rank that stops, a rank that is killed, and the Python module with
 # plan="locality" under `mpirun -np 2` beside mpi4py.
 # usage: test_mpi.sh MPI_CHECK LADE_CLI TMPDIR

@@ -1,4 +1,4 @@
-"""Issue 12: the hdf5 source reads files h5py writes: every delivered sample equals
+"""The hdf5 source reads files h5py writes: every delivered sample equals
 h5py's f[data][i] bit for bit (dtype included) for contiguous, chunked and
 gzip-compressed datasets, with and without labels, shuffled or not, at several batch
 sizes, 1 or 4 threads, 2 ranks covering the dataset once; coalesced reads (the

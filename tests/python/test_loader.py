@@ -267,7 +267,7 @@ def test_cache_stats_and_epoch_stats(npy_dir):
 
 
 def test_secrets_masked_in_settings_and_repr(npy_dir):
-    """Issue 13, item 15: Loader.settings and repr never show S3 credentials."""
+    """Loader.settings and repr never show S3 credentials."""
     with lade.Loader(npy_dir, batch_size=8, output="numpy", s3_secret_access_key="TOPSECRET",
                      s3_session_token="TOKEN42") as L:
         assert L.settings["s3_secret_access_key"] == "***" and L.settings["s3_session_token"] == "***"

@@ -1,4 +1,4 @@
-"""Issue 11: .npy files as numpy writes them (np.save) load as np.load reads them.
+""".npy files as numpy writes them (np.save) load as np.load reads them (docs/sources.md, npy).
 
 Every dtype numpy has that lade supports, C and fortran order (2-D and 3-D
 samples), both byte orders, both layouts of the npy source (a file per sample;
@@ -136,7 +136,7 @@ def test_through_a_cache_tier(tmp_path, dtype, stacked):
 
 
 def test_saved_transpose(tmp_path):
-    """The issue's own example: np.save(x.T) delivers x.T."""
+    """A Fortran-order file as np.save writes a transposed array: np.save(x.T) delivers x.T."""
     d = tmp_path / "t"
     d.mkdir()
     xs = [np.arange(12, dtype=np.float32).reshape(3, 4) + 100 * i for i in range(4)]

@@ -1,4 +1,4 @@
-"""lade pack's round trip for every plan (issue 12 section 4): a folder of .npy
+"""lade pack's round trip for every plan (docs/sources.md, `lade pack`): a folder of .npy
 files, the tar shards and the HDF5 file `lade pack` makes of it deliver the
 same batches (indices and values) under every plan, at two ranks."""
 import os

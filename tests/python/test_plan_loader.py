@@ -1,4 +1,4 @@
-"""lade.Loader(plan=...): every plan kind from Python (issue 10 section 1).
+"""lade.Loader(plan=...): every plan kind from Python (docs/plan.md).
 
 Four ranks are four loaders in this process (no transport between them yet:
 a sample the plan routes to a peer is read from storage and counted). Each

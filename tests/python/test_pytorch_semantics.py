@@ -1,5 +1,5 @@
 """What a torch DataLoader/DistributedSampler user expects of epochs, the last
-batch and kept batches (issue 11, parts 1-3), checked against torch itself."""
+batch and kept batches (docs/python.md), checked against torch itself."""
 import subprocess
 
 import numpy as np
@@ -50,7 +50,7 @@ def test_each_iter_is_one_epoch(ds103):
         assert epochs == {e}
         orders.append(idx)
     assert orders[0] != orders[1] != orders[2]  # reshuffled every epoch
-    # the [13, 0, 0] of the issue
+    # batches per pass over a loader without epochs: 13 every time, never [13, 0, 0]
     with lade.Loader(ds103, batch_size=8, output="numpy") as L:
         assert [sum(1 for _ in L) for _ in range(3)] == [13, 13, 13]
     # a number of epochs ends the loader after them

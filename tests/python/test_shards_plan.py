@@ -1,4 +1,5 @@
-"""plan="shards" (paper 001, issue 12 section 2) on tar shards written by Python's tarfile:
+"""plan="shards" (docs/plan.md; Parax data loading, paper 001) on tar shards
+written by Python's tarfile:
 each data-parallel group streams its part of the shuffled shard list through a shuffle buffer.
 Every sample once per epoch over the groups (padding last, counted by batch.valid), the ranks
 of one model-parallel group get identical batches, groups are disjoint, the order is the same at

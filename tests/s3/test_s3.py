@@ -243,7 +243,7 @@ class TestS3(unittest.TestCase):
         self.check_epochs(lines, 1, img_order())
         self.assertEqual(ENV.counts()["faults"].get("short"), 6)
 
-    # ---- issue 13: bodies larger than listed, objects replaced under a cached listing
+    # ---- bodies larger than listed, objects replaced under a cached listing
     def run_measured(self, args, timeout):
         """Runs s3_check; (stdout lines, seconds, exit status, peak RSS in MiB of that process)."""
         t0 = time.time()
@@ -671,7 +671,7 @@ class TestS3Pack(unittest.TestCase):
 
 
 class TestFakeS3(unittest.TestCase):
-    """Faults s3rver cannot show, against tests/s3/fakes3.py (issue 13)."""
+    """Faults s3rver cannot show, against tests/s3/fakes3.py."""
 
     def run_fake(self, fake, mode, source, expect_ok=True, timeout=60, **settings):
         s = dict(fake.lade_settings(), source=source, s3_retry_base_ms=5)

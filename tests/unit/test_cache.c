@@ -568,7 +568,7 @@ static void test_disk_folder(void) {
     lade__cache_opts_t o = {.dir = dir, .ns = "test://dataset", .capacity = 1 << 20, .policy = LADE__CACHE_FIFO};
     lade__cache_t *c2 = NULL;
     int rc = lade__cache_open(&c2, &o);
-    /* and says what to do: one folder per rank (issue 13) */
+    /* and says what to do: one folder per rank */
     _exit(rc == LADE_ESTATE && strstr(lade_last_error(), ns) && strstr(lade_last_error(), "its own folder") &&
                   strstr(lade_last_error(), "cache_dir=/scratch/lade-$RANK")
               ? 0
@@ -613,7 +613,7 @@ static void test_disk_folder(void) {
   lade_test_sh("rm -rf '%s'", dir);
 }
 
-/* Sample versions (issue 13, item 2): an entry stored under one version of
+/* Sample versions (docs/cache.md): an entry stored under one version of
  * its sample is stale for any other - removed, counted, a miss - in both
  * tiers, and the version survives a reopen from INDEX and by a scan. */
 static void test_versions(void) {

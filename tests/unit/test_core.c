@@ -53,7 +53,7 @@ static void test_config(void) {
   lade_config_destroy(NULL);
 }
 
-/* Issue 13, item 15: ranges print the real maximum, secrets never show,
+/* Ranges print the real maximum, secrets never show,
  * settings a source would ignore are refused, and control bytes in error
  * text are escaped. */
 static void test_settings_hardening(void) {

@@ -557,7 +557,7 @@ static void test_holding_batches(void) {
   lade_config_destroy(c);
 }
 
-/* on_error=skip against a broken store (issue 13, item 10): every file bad
+/* on_error=skip against a broken store: every file bad
  * stops after skip_max_run failed reads in a row, naming the storage; 30%
  * bad files stop at skip_max_fraction; neither tries 64 substitutes per
  * sample for minutes. */
@@ -594,8 +594,8 @@ static void test_skip_is_bounded(void) {
   lade_config_destroy(c);
 }
 
-/* A FIFO (or other special file) where a sample file was (issue 13, item 7):
- * a clear error naming it, never an open() that waits for ever. The listing
+/* A FIFO (or other special file) where a sample file was: a clear error
+ * naming it, never an open() that waits for ever. The listing
  * skips special files, so the FIFO replaces a file after create(). */
 static void test_special_files_never_block(void) {
   alarm(60); /* a hang fails the test instead of the CI run */

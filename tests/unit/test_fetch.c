@@ -169,7 +169,7 @@ static void rewrite_sample(const char *dir, uint64_t idx, uint8_t flip, int in_p
   if (!in_place) CHECK(rename(tmp, path) == 0);
 }
 
-/* Issue 13 item 2: a file replaced under the same name, with the same size,
+/* A file replaced under the same name, with the same size,
  * is not served from the disk tier's old entry: in place (same inode; only
  * the mtime's nanoseconds differ) or renamed over (a new inode with the old
  * mtime). */
@@ -207,7 +207,7 @@ static void test_disk_tier_replaced_file_is_refetched(void) {
   CHECK_EQ_INT(r3.st.samples_by_source[2], N);
 }
 
-/* Issue 13 item 2: two datasets both given as the relative path `data`
+/* Two datasets both given as the relative path `data`
  * (run from two folders) with the same names and sizes share one
  * cache_dir without sharing entries. */
 static void test_disk_tier_same_relative_name(void) {
@@ -239,7 +239,7 @@ static void test_disk_tier_same_relative_name(void) {
 /* The version check stats each sample by its absolute path: a loader over
  * a relative source keeps its warm disk tier after the process changes
  * folder (as Hydra and notebooks do). */
-/* FIFOs planted in cache_dir (issue 13, item 7): an entry file and INDEX
+/* FIFOs planted in cache_dir: an entry file and INDEX
  * replaced by FIFOs never block; the entry is a corrupt miss refetched from
  * storage, INDEX is ignored (the folder is scanned); a FIFO NAMESPACE is a
  * clear error naming cache_dir. */

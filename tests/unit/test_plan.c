@@ -1,4 +1,4 @@
-/* test_plan.c - the invariants every plan keeps (DESIGN.md), checked for every
+/* test_plan.c - the invariants every plan keeps (docs/plan.md), checked for every
  * plan over many seeds, world sizes, batch and cache sizes, by replaying each
  * plan's own admit/evict lists into an independent model of the caches. */
 #include <stdlib.h>

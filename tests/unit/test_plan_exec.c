@@ -1,5 +1,5 @@
 /* test_plan_exec.c - the loader executing every plan kind (setting `plan`,
- * issue 10 section 1) on a local dataset, checked against the planner and
+ * docs/plan.md) on a local dataset, checked against the planner and
  * the simulator run with the same settings: each rank trains on exactly the
  * samples the plan gives it, in its order; every sample once per epoch over
  * the ranks; the bytes are the source's; the per-rank cache/storage/peer

@@ -1,4 +1,4 @@
-/* test_readcap.c - max_sample_bytes on local files (issue 13): a huge file
+/* test_readcap.c - max_sample_bytes on local files: a huge file
  * named like a sample (here a 3 GiB sparse .jpg) fails at once naming the
  * file and both sizes, instead of being read whole into memory first. */
 #include <fcntl.h>

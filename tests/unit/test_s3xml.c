@@ -67,8 +67,8 @@ static void test_broken_pages(void) {
   CHECK_EQ_INT(parse("<ListBucketResult><Contents><Key>k</Key><Size>1</Size>", &g, token, &more), LADE_EFORMAT);
   CHECK(strstr(lade_last_error(), "cut short") != NULL);
   CHECK_EQ_INT(g.n, 0);
-  /* issue 13: a page cut before <IsTruncated> (s3rver and others put it after
-   * the objects) was taken as the last page */
+  /* a page cut before <IsTruncated> (s3rver and others put it after the
+   * objects) is an error, not taken as the last page */
   CHECK_EQ_INT(parse("<ListBucketResult><Contents><Key>k</Key><Size>1</Size></Contents><Contents><Key>l</Key>",
                      &g, token, &more),
                LADE_EFORMAT);
