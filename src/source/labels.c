@@ -38,15 +38,56 @@ size_t lade__label_folder(const char *rel, const char **start) {
   return slash ? (size_t)(slash - p) : 0;
 }
 
-static span_t span_of(lade__label_path_fn path, void *ctx, uint64_t i) {
+static span_t span_of(lade__label_path_fn path, void *ctx, uint64_t i, size_t root) {
+  const char *p;
+  lade__label_folder(path(ctx, i), &p);
   span_t s;
-  s.n = lade__label_folder(path(ctx, i), &s.p);
+  s.n = lade__label_folder(p + root, &s.p);
   return s;
+}
+
+/* The folder part of a normalised path, with its slash ("a/b/" of
+ * "a/b/x.jpg"; 0 bytes without a folder). */
+static size_t folder_part(const char *p) {
+  const char *slash = strrchr(p, '/');
+  return slash ? (size_t)(slash - p) + 1 : 0;
+}
+
+/* The length of the parent of folder part p[0, n) ("a/" of "a/b/"). */
+static size_t parent_of(const char *p, size_t n) {
+  while (n && p[n - 1] == '/') n--;
+  while (n && p[n - 1] != '/') n--;
+  return n;
+}
+
+size_t lade__labels_root(uint64_t count, lade__label_path_fn path, void *ctx) {
+  const char *r0 = NULL;
+  size_t r = 0;
+  for (uint64_t i = 0; i < count; i++) {
+    const char *p;
+    lade__label_folder(path(ctx, i), &p);
+    size_t d = folder_part(p);
+    if (!r0) {
+      r0 = p;
+      r = parent_of(p, d);
+      continue;
+    }
+    /* the part of r0[0, r) that p begins with, cut back to a slash */
+    size_t k = 0;
+    while (k < r && k < d && r0[k] == p[k]) k++;
+    if (k < r) {
+      while (k && r0[k - 1] != '/') k--;
+      r = k;
+    }
+    if (r >= d) r = parent_of(p, d); /* p keeps a folder below the root */
+    if (!r) return 0;
+  }
+  return r;
 }
 
 static int same(span_t a, span_t b) { return a.n == b.n && memcmp(a.p, b.p, a.n) == 0; }
 
-int lade__labels_from_folders(uint64_t count, lade__label_path_fn path, void *ctx, int32_t *label,
+int lade__labels_from_folders(uint64_t count, lade__label_path_fn path, void *ctx, size_t root, int32_t *label,
                               lade__classes_t *out, const char *what) {
   memset(out, 0, sizeof *out);
   /* the class folders, a run of one folder once */
@@ -54,7 +95,7 @@ int lade__labels_from_folders(uint64_t count, lade__label_path_fn path, void *ct
   size_t n = 0, cap = 0;
   span_t prev = {NULL, 0};
   for (uint64_t i = 0; i < count; i++) {
-    span_t s = span_of(path, ctx, i);
+    span_t s = span_of(path, ctx, i, root);
     if (!s.n || (prev.n && same(prev, s))) continue;
     prev = s;
     if (n == cap) {
@@ -81,7 +122,7 @@ int lade__labels_from_folders(uint64_t count, lade__label_path_fn path, void *ct
   prev = (span_t){NULL, 0};
   int32_t prev_label = -1;
   for (uint64_t i = 0; i < count; i++) {
-    span_t s = span_of(path, ctx, i);
+    span_t s = span_of(path, ctx, i, root);
     if (!s.n) {
       label[i] = -1;
       continue;

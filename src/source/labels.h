@@ -4,7 +4,8 @@
  * docs/sources.md ("Labels from folders").
  *
  * A sample's path relative to the dataset's root (dir: under the root
- * folder; s3: under the prefix; tar: the member's name in its shard), with
+ * folder; s3: under the prefix; tar: the member's name in its shard, below
+ * the folders all members share: lade__labels_root), with
  * leading "/" and "./" skipped, has a class when it has a folder: its first
  * path component. The distinct class folders, sorted byte-wise (unsigned,
  * a name before any longer name it begins: Python's sorted() of str for
@@ -42,8 +43,17 @@ typedef const char *(*lade__label_path_fn)(void *ctx, uint64_t i);
  * comparison each. Fails with LADE_ERANGE (`what` names the dataset) beyond
  * LADE__MAX_CLASSES classes, or LADE_ENOMEM; *out is then empty. Not
  * thread-safe across calls sharing label or out. */
-int lade__labels_from_folders(uint64_t count, lade__label_path_fn path, void *ctx, int32_t *label,
+int lade__labels_from_folders(uint64_t count, lade__label_path_fn path, void *ctx, size_t root, int32_t *label,
                               lade__classes_t *out, const char *what);
+
+/* The dataset's root where none is given (tar shards: a member name is the
+ * path the shard unpacks to): the folders that every path begins with, as
+ * deep as every path still has a folder below them, in bytes of the
+ * normalised paths (0: the root is the top). `tar cf s.tar train` of an
+ * ImageFolder tree gives train/n01/x.jpg: the root is train/, the class
+ * n01, as ImageFolder("train") has it; n01/a.jpg and n01/b.jpg alone keep
+ * their one class n01. Pass it as lade__labels_from_folders' root. */
+size_t lade__labels_root(uint64_t count, lade__label_path_fn path, void *ctx);
 
 /* Frees out's names and empties it; NULL or empty does nothing. */
 void lade__classes_free(lade__classes_t *out);

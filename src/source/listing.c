@@ -219,7 +219,7 @@ static int label_files(lade__listing_t *l, const char *root) {
   char what[LADE__PATH_MAX + 32];
   snprintf(what, sizeof what, "dataset folder %s", root);
   lade__classes_t c;
-  int rc = lade__labels_from_folders(l->count, listing_path_of, l, l->label, &c, what);
+  int rc = lade__labels_from_folders(l->count, listing_path_of, l, 0, l->label, &c, what);
   if (rc) return rc;
   l->classes = c.n;
   l->class_names = c.names;

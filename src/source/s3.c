@@ -130,7 +130,7 @@ static int labels_from_folders(s3_impl_t *d, uint32_t *classes) {
   char what[1400];
   snprintf(what, sizeof what, "s3://%s/%s", d->bucket, d->prefix);
   lade__classes_t c;
-  int rc = lade__labels_from_folders(d->count, rel_key_of, d, d->label, &c, what);
+  int rc = lade__labels_from_folders(d->count, rel_key_of, d, 0, d->label, &c, what);
   *classes = c.n;
   lade__classes_free(&c);
   return rc;

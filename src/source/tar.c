@@ -520,7 +520,7 @@ static int assign_labels(lade__tar_t *t, uint64_t with_cls, lade__source_t *s) {
       }
   }
   lade__classes_t c;
-  int rc = lade__labels_from_folders(t->count, sample_name_of, t, t->labels, &c, "tar source");
+  int rc = lade__labels_from_folders(t->count, sample_name_of, t, lade__labels_root(t->count, sample_name_of, t), t->labels, &c, "tar source");
   if (rc) return rc;
   t->class_names = c.names;
   t->class_arena = c.arena;

@@ -46,7 +46,7 @@ static void test_rule(void) {
   int32_t label[N];
   memset(label, 0x55, sizeof label);
   lade__classes_t c;
-  CHECK_OK(lade__labels_from_folders(N, path_at, (void *)paths, label, &c, "test"));
+  CHECK_OK(lade__labels_from_folders(N, path_at, (void *)paths, 0, label, &c, "test"));
   CHECK_EQ_INT(c.n, NCLASSES);
   for (uint32_t i = 0; i < c.n && i < NCLASSES; i++) {
     if (strcmp(c.names[i], classes[i]) != 0) fprintf(stderr, "  class %u: '%s', want '%s'\n", i, c.names[i], classes[i]);
@@ -61,10 +61,10 @@ static void test_rule(void) {
 
   /* no folder anywhere: no classes, every label -1 */
   const char *flat[] = {"x.bin", "./y.bin"};
-  CHECK_OK(lade__labels_from_folders(2, path_at, (void *)flat, label, &c, "test"));
+  CHECK_OK(lade__labels_from_folders(2, path_at, (void *)flat, 0, label, &c, "test"));
   CHECK(c.n == 0 && !c.names && label[0] == -1 && label[1] == -1);
   lade__classes_free(&c);
-  CHECK_OK(lade__labels_from_folders(0, path_at, (void *)flat, label, &c, "test"));
+  CHECK_OK(lade__labels_from_folders(0, path_at, (void *)flat, 0, label, &c, "test"));
   CHECK_EQ_INT(c.n, 0);
 }
 
@@ -125,6 +125,30 @@ static void check_tar(const char *shard, size_t skip, uint64_t want_count) {
   s.ops->close(&s);
 }
 
+/* A tar shard has no root folder: its members' shared folders are the
+ * root, as deep as every member keeps a folder below it. */
+static void test_root_where_none_is_given(void) {
+  const char *wrapped[] = {"train/n01/a.jpg", "./train/n02/b.jpg", "train/n01/sub/c.jpg"};
+  CHECK_EQ_INT(lade__labels_root(3, path_at, (void *)wrapped), 6);
+  const char *one[] = {"n01/a.jpg", "n01/b.jpg"}; /* one class keeps it */
+  CHECK_EQ_INT(lade__labels_root(2, path_at, (void *)one), 0);
+  const char *deep[] = {"x/y/z/a.jpg", "./x/y/w/b.jpg"};
+  CHECK_EQ_INT(lade__labels_root(2, path_at, (void *)deep), 4);
+  const char *flat[] = {"a/b/c.jpg", "a/d.jpg"}; /* a/d.jpg has no folder below a/ */
+  CHECK_EQ_INT(lade__labels_root(2, path_at, (void *)flat), 0);
+  const char *prefix[] = {"train/n01/a.jpg", "trains/n01/b.jpg"}; /* not a shared folder */
+  CHECK_EQ_INT(lade__labels_root(2, path_at, (void *)prefix), 0);
+  const char *top[] = {"a.jpg", "n01/b.jpg"};
+  CHECK_EQ_INT(lade__labels_root(2, path_at, (void *)top), 0);
+  int32_t label[3];
+  lade__classes_t c;
+  CHECK_OK(lade__labels_from_folders(3, path_at, (void *)wrapped, 6, label, &c, "test"));
+  CHECK_EQ_INT(c.n, 2);
+  CHECK(c.n == 2 && strcmp(c.names[0], "n01") == 0 && strcmp(c.names[1], "n02") == 0);
+  CHECK(label[0] == 0 && label[1] == 1 && label[2] == 0);
+  lade__classes_free(&c);
+}
+
 /* One tree as a dir source and as tar shards: the same classes and labels;
  * a file directly under the root is no dir sample (as in ImageFolder) and a
  * tar sample labelled -1. */
@@ -166,8 +190,13 @@ static void test_dir_and_tar_agree(void) {
   snprintf(shard, sizeof shard, "%s/plain.tar", d);
   check_tar(shard, 0, NF + 1);
 
-  /* the tree under one folder: one class, as ImageFolder gives for the
-   * folder the shard unpacks to */
+  /* `tar cf s.tar root` of the tree without a file directly under root:
+   * the classes of ImageFolder("root") */
+  CHECK_EQ_INT(lade_test_sh("cd %s && tar --sort=name --exclude=top.bin -cf inroot.tar root", d), 0);
+  snprintf(shard, sizeof shard, "%s/inroot.tar", d);
+  check_tar(shard, 5, NF);
+  /* with top.bin the tree's root holds a sample: the root is the top, and
+   * the one folder there is the one class */
   CHECK_EQ_INT(lade_test_sh("cd %s && tar --sort=name -cf wrapped.tar root", d), 0);
   snprintf(shard, sizeof shard, "%s/wrapped.tar", d);
   lade__source_t s;
@@ -181,7 +210,9 @@ static void test_dir_and_tar_agree(void) {
   }
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  lade_test_args(argc, argv);
+  RUN(test_root_where_none_is_given);
   RUN(test_folder_of_a_path);
   RUN(test_rule);
   RUN(test_dir_and_tar_agree);
