@@ -28,9 +28,9 @@ echo "== engine, fetch and hdf5 tests under ThreadSanitizer"
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DLADE_TSAN=ON >/dev/null
 cmake --build build-tsan -j"$jobs" --target test_engine test_fetch test_plan_exec
 (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R "^(test_engine|test_fetch|test_plan_exec)$")
-# the hdf5 source's stage and libhdf5 lock under 4 workers (issue 12; exit 77 = skipped, no libhdf5)
+# the hdf5 source's stage and libhdf5 lock under 4 workers (exit 77 = skipped, no libhdf5)
 cmake --build build-tsan -j"$jobs" --target test_hdf5 && (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R "^test_hdf5$")
-# the cache tiers' own threads test (issue 13)
+# the cache tiers' own threads test
 cmake --build build-tsan -j"$jobs" --target test_cache && (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R "^test_cache$")
 
 echo "== the S3 integration test (s3rver, faultproxy, fakes3) under ThreadSanitizer"

@@ -1,6 +1,6 @@
 /*
- * prefetch.c - the DELI prefetcher (paper "DELI: a Data Loader for
- * Efficient Training with Cloud Bucket Storage"; docs/cache.md).
+ * prefetch.c - DELI's prefetcher (paper 004, docs/references.md; the
+ * cache side in docs/cache.md).
  *
  * It walks this learner's future sample sequence (position = (epoch *
  * steps + step) * B + i, the order the consumer will use them) and,

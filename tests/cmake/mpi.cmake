@@ -1,4 +1,4 @@
-# The MPI tests (issue 10): every plan across 4 ranks under mpirun, faults, and
+# The MPI tests: every plan across 4 ranks under mpirun, faults, and
 # the Python module beside mpi4py. Registered when the build has MPI; the
 # script reports "skipped" (77) when mpirun is absent.
 if(LADE_HAVE_MPI)
