@@ -66,6 +66,11 @@ struct lade__cache {
 };
 
 int lade__cindex_init(lade__cindex_t *ix, const lade__cache_opts_t *o);
+/* A tier's common part: its ops, lock and index (errors name `what`);
+ * lade__cache_base_free undoes it, not the entries. */
+int lade__cache_base_init(lade__cache_t *c, const lade__cache_ops_t *ops, const lade__cache_opts_t *o,
+                          const char *what);
+void lade__cache_base_free(lade__cache_t *c);
 /* Frees the index's own arrays, not the entries. */
 void lade__cindex_free(lade__cindex_t *ix);
 lade__centry_t *lade__cindex_find(const lade__cindex_t *ix, uint64_t key);

@@ -444,8 +444,7 @@ static void disk_close(lade__cache_t *c) {
   if (d->opened) save_index(d);
   lade__centry_t *e;
   while ((e = d->base.ix.head)) drop(d, e, false);
-  lade__cindex_free(&d->base.ix);
-  pthread_mutex_destroy(&d->base.mu);
+  lade__cache_base_free(&d->base);
   if (d->dirfd >= 0) close(d->dirfd);
   if (d->lockfd >= 0) close(d->lockfd); /* releases the flock */
   free(d);
@@ -642,17 +641,11 @@ int lade__diskcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
   diskcache_t *d = calloc(1, sizeof *d);
   if (!d) return lade__fail(LADE_ENOMEM, "disk cache: out of memory");
   d->dirfd = d->lockfd = -1;
-  int rc = lade__cindex_init(&d->base.ix, o);
+  int rc = lade__cache_base_init(&d->base, &disk_ops, o, "disk cache");
   if (rc) {
     free(d);
     return rc;
   }
-  if (pthread_mutex_init(&d->base.mu, NULL) != 0) {
-    lade__cindex_free(&d->base.ix);
-    free(d);
-    return lade__fail(LADE_ETHREAD, "disk cache: cannot create its lock");
-  }
-  d->base.ops = &disk_ops;
   found_t *f = NULL;
   size_t nf = 0;
 

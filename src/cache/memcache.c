@@ -36,8 +36,7 @@ static void mem_close(lade__cache_t *c) {
   memcache_t *m = (memcache_t *)c;
   lade__centry_t *e;
   while ((e = m->base.ix.head)) drop(m, e);
-  lade__cindex_free(&m->base.ix);
-  pthread_mutex_destroy(&m->base.mu);
+  lade__cache_base_free(&m->base);
   free(m);
 }
 
@@ -119,17 +118,11 @@ static const lade__cache_ops_t mem_ops = {mem_close, mem_get, mem_put, mem_drop}
 int lade__memcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
   memcache_t *m = calloc(1, sizeof *m);
   if (!m) return lade__fail(LADE_ENOMEM, "memory cache: out of memory");
-  int rc = lade__cindex_init(&m->base.ix, o);
+  int rc = lade__cache_base_init(&m->base, &mem_ops, o, "memory cache");
   if (rc) {
     free(m);
     return rc;
   }
-  if (pthread_mutex_init(&m->base.mu, NULL) != 0) {
-    lade__cindex_free(&m->base.ix);
-    free(m);
-    return lade__fail(LADE_ETHREAD, "memory cache: cannot create its lock");
-  }
-  m->base.ops = &mem_ops;
   *out = &m->base;
   return 0;
 }
