@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Two builds of lade side by side in one run: the same `lade bench` cases
+with build A and build B, alternated rep by rep (A B, B A, A B, ...), so both
+see the same machine state. For a refactor that must not cost speed, or a
+tuning that must be measured against the code before it.
+
+Cases: JPEG imagenet-train (float32 crops), .npy 128 KiB arrays (raw bytes
+into the batch), and every plan kind across --np MPI ranks on local JPEGs
+(the plans' local overhead; mpirun is skipped when absent). Both builds load
+the same files; batch checksums are compared, so a faster build that
+delivers other bytes is caught.
+
+    /usr/bin/python3 bench/ab_builds.py --a /tmp/base/build/lade --b build/lade [--reps 5]
+
+Prints per case the median samples/s of each build, B/A, and the spread of
+each build across its reps (max/min - 1).
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+
+def bench(lade, args, mpi_np=0):
+    cmd = [lade, "bench"] + args + ["--json"]
+    if not mpi_np:
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    else:  # one output file per rank: the ranks' long JSON lines would interleave on one pipe
+        with tempfile.TemporaryDirectory(prefix="lade-ab-mpi-") as d:
+            subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(mpi_np),
+                            "--output-filename", d] + cmd, check=True, capture_output=True)
+            out = ""
+            for root, _, files in os.walk(d):
+                for f in files:
+                    if f == "stdout":
+                        with open(os.path.join(root, f)) as fh:
+                            out += fh.read() + "\n"
+    runs = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    if not runs:
+        raise SystemExit("no JSON from: " + " ".join(cmd))
+    # across ranks: the slowest rank's time over all the ranks' samples
+    secs = max(r["seconds"] for r in runs)
+    samples = sum(r["samples"] for r in runs)
+    return samples / secs, sorted(r["checksum"] for r in runs)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--a", required=True, help="lade CLI of build A (e.g. the starting commit)")
+    ap.add_argument("--b", required=True, help="lade CLI of build B")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--jpeg-count", type=int, default=2000)
+    ap.add_argument("--npy-count", type=int, default=10000)
+    ap.add_argument("--np", type=int, default=4, help="MPI ranks for the plan cases (0: skip them)")
+    ap.add_argument("--cases", default="jpeg,npy,plans")
+    a = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix="lade-ab-")
+    try:
+        jpeg, npy = os.path.join(tmp, "jpeg"), os.path.join(tmp, "npy")
+        subprocess.run([a.b, "gen", "jpeg", jpeg, "--count", str(a.jpeg_count)], check=True, capture_output=True)
+        cases = []
+        want = a.cases.split(",")
+        if "jpeg" in want:
+            cases.append(("jpeg imagenet-train b32", ["--transform", "imagenet-train", "--batch-size", "32",
+                                                      "--epochs", "2", "--seed", "1"], jpeg, 0))
+        if "npy" in want:
+            subprocess.run([a.b, "gen", "npy", npy, "--count", str(a.npy_count)], check=True, capture_output=True)
+            cases.append(("npy 128 KiB b256", ["--batch-size", "256", "--epochs", "3"], npy, 0))
+        if "plans" in want and a.np and shutil.which("mpirun"):
+            n = min(a.jpeg_count, 1000)
+            sub = os.path.join(tmp, "jpeg_plans")
+            subprocess.run([a.b, "gen", "jpeg", sub, "--count", str(n)], check=True, capture_output=True)
+            cache = 2 * n // a.np * 110000  # a little over N/p samples of ~100 KB per rank
+            for plan in ("regular", "distcache", "locality", "solar"):
+                cases.append(("%d ranks plan=%s" % (a.np, plan),
+                              ["--plan", plan, "--batch-size", "16", "--epochs", "4", "--threads", "1",
+                               "--set", "drop_last=true", "--set", "cache_mem_bytes=%d" % cache], sub, a.np))
+        print("A = %s\nB = %s\nCPU: %s" % (a.a, a.b, cpu_model()))
+        for name, args, data, np_ in cases:
+            rates = {"A": [], "B": []}
+            sums = {}
+            for rep in range(a.reps):
+                order = ("A", "B") if rep % 2 == 0 else ("B", "A")
+                for which in order:
+                    r, cs = bench(a.a if which == "A" else a.b, [data] + args, np_)
+                    rates[which].append(r)
+                    sums.setdefault(which, cs)
+            ma, mb = statistics.median(rates["A"]), statistics.median(rates["B"])
+            spread = lambda v: max(v) / min(v) - 1
+            same = "same batches" if sums["A"] == sums["B"] else "BATCHES DIFFER"
+            print("%-28s A %9.1f/s  B %9.1f/s  B/A %.3f  spread A %4.1f%% B %4.1f%%  %s" %
+                  (name, ma, mb, mb / ma, 100 * spread(rates["A"]), 100 * spread(rates["B"]), same))
+            sys.stdout.flush()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip() + " x%d" % os.cpu_count()
+    except OSError:
+        pass
+    return "unknown"
+
+
+if __name__ == "__main__":
+    main()
