@@ -138,7 +138,7 @@ static int usage_bench(FILE *f) {
           "  --threads T       worker threads (default: online cores)\n"
           "  --prefetch K      batches prepared ahead (default 2)\n"
           "  --seed S          shuffle and augmentation seed (default 0)\n"
-          "  --plan NAME       regular|regular+lru|regular+belady|distcache|locality|solar (default regular);\n"
+          "  --plan NAME       %s (default regular);\n"
           "                    prints per epoch where samples came from beside the plan's prediction\n"
           "                    (options: --set plan_balance=..., plan_reorder=..., plan_order=...)\n"
           "  --set KEY=VALUE   any loader setting (repeatable; `lade settings` lists them)\n"
@@ -146,7 +146,8 @@ static int usage_bench(FILE *f) {
           "  --no-checksum     do not read the delivered bytes (pure loader rate)\n"
           "  --step-ms MS      sleep MS per batch after taking it (a stand-in for the training step,\n"
           "                    so the loader can work ahead; the consumer wait is what it could not hide)\n"
-          "  --json            one JSON object on stdout instead of text\n");
+          "  --json            one JSON object on stdout instead of text\n",
+          lade_tool_plan_names("|"));
   return f == stderr ? 2 : 0;
 }
 

@@ -104,11 +104,11 @@ static int parse(const char *cmd, int argc, char **argv, opts_t *o) {
     else if (!strcmp(a, "--plan")) {
       if (!v) return die(cmd, "%s needs a plan name", a);
       if (!strcmp(v, "all")) o->all = 1;
-      else if (!strcmp(v, "shards")) o->shards = 1;
       else {
         int k = lade_plan_kind_parse(v);
         if (k < 0) return die(cmd, "%s", lade_last_error());
-        o->s.kind = k;
+        if (k == LADE_PLAN_SHARDS) o->shards = 1; /* its own API, see shards_* */
+        else o->s.kind = k;
       }
     }
     U64("--samples", o->s.samples)
@@ -223,8 +223,18 @@ static int parse(const char *cmd, int argc, char **argv, opts_t *o) {
   return 0;
 }
 
+const char *lade_tool_plan_names(const char *sep) {
+  static char buf[256];
+  size_t n = 0;
+  buf[0] = '\0';
+  for (int k = 0; k <= LADE_PLAN_SHARDS && n < sizeof buf; k++)
+    n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s", k ? sep : "", lade_plan_kind_name(k));
+  return buf;
+}
+
+/* printf'd with the plan names (lade_tool_plan_names) and a suffix */
 static const char *common_help =
-    "  --plan NAME        regular | regular+lru | regular+belady | distcache | locality | solar | shards%s\n"
+    "  --plan NAME        %s%s\n"
     "  --samples N        dataset size (default 1281167)\n"
     "  --learners P       learners (default 16)\n"
     "  --batch-size B     local batch per learner (default 32); global batch B*P\n"
@@ -429,7 +439,7 @@ int lade_tool_plan(int argc, char **argv) {
            "With --plan shards (--dump only), one line per (epoch, step, data-parallel group):\n"
            "{\"epoch\",\"step\",\"group\",\"ranks\":[...],\"samples\":[...],\"padding\":K}, the last K samples\n"
            "repeating the group's first ones.\n\n");
-    printf(common_help, "");
+    printf(common_help, lade_tool_plan_names(" | "), "");
     return 0;
   }
   if (rc) return rc;
@@ -755,7 +765,7 @@ int lade_tool_simulate(int argc, char **argv) {
            "  --plot F.svg   draw storage reads per epoch by plan (or the --fig6/--ablation picture), gnuplot\n"
            "  --storage-rate R --peer-rate Rc --cache-rate X --train-rate V   samples/s for the time model\n"
            "                 (defaults 20000 aggregate, 5000, 50000, 400 per learner)\n\n");
-    printf(common_help, " | all");
+    printf(common_help, lade_tool_plan_names(" | "), " | all");
     return 0;
   }
   if (rc) return rc;

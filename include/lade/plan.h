@@ -41,7 +41,15 @@ typedef enum lade_plan_kind {
   LADE_PLAN_DISTCACHE,       /* regular slices, misses served by the peer caching the sample (paper 000 III-C) */
   LADE_PLAN_LOCALITY,        /* train on cached samples, Algorithm 1 balancing (paper 000 V) */
   LADE_PLAN_SOLAR,           /* epoch order + remapping + load balance + chunks (paper 002) */
-  LADE_PLAN_KIND_COUNT
+  /* The kinds the planner and simulator plan are [0, LADE_PLAN_KIND_COUNT):
+   * loop up to it to try every plannable kind. */
+  LADE_PLAN_KIND_COUNT,
+  /* The loader's shard streaming (paper 001; the `plan=shards` setting and
+   * lade_stats_t.plan). Not a permutation of the regular global batch, so
+   * lade_plan_create() and lade_simulate() refuse it: its order is the
+   * lade_shards_* API below. It takes the value after the plannable kinds
+   * (equal to LADE_PLAN_KIND_COUNT), so that loop never meets it. */
+  LADE_PLAN_SHARDS = LADE_PLAN_KIND_COUNT
 } lade_plan_kind_t;
 
 /* Epoch-order solvers for solar. */
@@ -74,9 +82,11 @@ typedef struct lade_plan_settings {
  * order AUTO, imbalance 0, coalesce 1, seed 0, cache 0. */
 LADE_API void lade_plan_settings_default(lade_plan_settings_t *s);
 
-/* "regular", "regular+lru", "regular+belady", "distcache", "locality", "solar". */
+/* "regular", "regular+lru", "regular+belady", "distcache", "locality", "solar",
+ * "shards" for the kinds in enum order (0 .. LADE_PLAN_SHARDS); "unknown"
+ * for any other value. The same names as the loader's `plan` setting. */
 LADE_API const char *lade_plan_kind_name(int kind);
-/* The kind for a name, or LADE_EINVAL. */
+/* The kind for a name (LADE_PLAN_SHARDS for "shards"), or LADE_EINVAL. */
 LADE_API int lade_plan_kind_parse(const char *name);
 
 /* One Algorithm 1 transfer: `count` samples go from learner src to dst. */
@@ -114,7 +124,7 @@ typedef struct lade_plan_step {
 typedef struct lade_plan lade_plan_t;
 
 /* Validates the settings (zero learners, batch or cache larger than the
- * dataset, ...) and builds a plan positioned at (0, 0). solar computes its
+ * dataset, kind LADE_PLAN_SHARDS, ...) and builds a plan positioned at (0, 0). solar computes its
  * epoch order here (all epochs' shuffles are drawn ahead). */
 LADE_API int lade_plan_create(lade_plan_t **out, const lade_plan_settings_t *s);
 LADE_API void lade_plan_destroy(lade_plan_t *plan);
@@ -176,8 +186,9 @@ LADE_API int lade_plan_file_step(lade_plan_file_t *f, uint64_t i, const lade_pla
 
 /* ---- the shards order (paper 001: WebDataset-style shard streaming)
  *
- * Not a lade_plan_kind_t: its batches are not a permutation of the regular
- * global batch (DESIGN.md invariant 1), so it has its own small API. Each
+ * Not a planned kind (LADE_PLAN_SHARDS names it, lade_plan_create refuses
+ * it): its batches are not a permutation of the regular global batch
+ * (DESIGN.md invariant 1), so it has its own small API. Each
  * epoch the shard list is shuffled, the shuffled stream of samples is cut
  * into D contiguous, equal parts (one per data-parallel group; a shard on a
  * cut is read partly by each side), and every group reads its part front to

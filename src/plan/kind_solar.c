@@ -239,7 +239,6 @@ static void solar_destroy(lade_plan_t *pl) {
 }
 
 const lade__plan_ops_t lade__kind_solar = {
-    .name = "solar",
     .flags = LADE__KIND_READS,
     .create = solar_create,
     .reset = solar_reset,

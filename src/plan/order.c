@@ -18,20 +18,8 @@
 
 #define DP_MAX_EPOCHS 16
 
-static void params_of(const lade_plan_settings_t *s, lade__plan_params_t *rp) {
-  memset(rp, 0, sizeof *rp);
-  rp->samples = s->samples;
-  rp->batch_size = s->batch_size;
-  rp->world_size = s->learners;
-  rp->epochs = s->epochs;
-  rp->seed = s->seed;
-  rp->shuffle = true;
-  rp->drop_last = s->drop_last != 0;
-}
-
 int lade_plan_order_costs(const lade_plan_settings_t *s, uint64_t buffer, uint64_t *cost) {
-  lade__plan_params_t rp;
-  params_of(s, &rp);
+  lade__plan_params_t rp = lade__plan_params_of(s, true, s->drop_last != 0);
   int rc = lade__plan_check(&rp);
   if (rc) return rc;
   uint64_t n = s->samples, E = s->epochs;

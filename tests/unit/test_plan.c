@@ -329,7 +329,42 @@ static void test_bad_input(void) {
   CHECK(pl == NULL);
 }
 
+/* One list of kind names (core/plankinds.h): every kind, shards included,
+ * names itself, parses back, and is a value of the loader's `plan` setting;
+ * the planner refuses shards by name. */
+static void test_kind_names(void) {
+  const char *want[] = {"regular", "regular+lru", "regular+belady", "distcache", "locality", "solar", "shards"};
+  CHECK_EQ_INT(LADE_PLAN_KIND_COUNT, 6); /* never renumbered: the plannable kinds */
+  CHECK_EQ_INT(LADE_PLAN_SHARDS, 6);
+  lade_config_t *cfg = NULL;
+  CHECK_OK(lade_config_create(&cfg));
+  for (int k = 0; k <= LADE_PLAN_SHARDS; k++) {
+    CHECK(strcmp(lade_plan_kind_name(k), want[k]) == 0);
+    CHECK_EQ_INT(lade_plan_kind_parse(want[k]), k);
+    char buf[64] = "";
+    CHECK_OK(lade_config_set(cfg, "plan", want[k]));
+    CHECK_OK(lade_config_get(cfg, "plan", buf, sizeof buf));
+    CHECK(strcmp(buf, want[k]) == 0);
+  }
+  lade_config_destroy(cfg);
+  CHECK(strcmp(lade_plan_kind_name(LADE_PLAN_SHARDS + 1), "unknown") == 0);
+  CHECK(strcmp(lade_plan_kind_name(-1), "unknown") == 0);
+  lade_plan_settings_t s;
+  lade_plan_settings_default(&s);
+  s.kind = LADE_PLAN_SHARDS;
+  s.samples = 100;
+  s.learners = 2;
+  s.batch_size = 4;
+  lade_plan_t *pl = NULL;
+  CHECK(lade_plan_create(&pl, &s) == LADE_EINVAL);
+  CHECK(strstr(lade_last_error(), "shards") && strstr(lade_last_error(), "not a permutation"));
+  CHECK(pl == NULL);
+  lade_sim_epoch_t ep[1];
+  CHECK(lade_simulate(&s, NULL, ep, NULL) == LADE_EINVAL);
+}
+
 int main(void) {
+  RUN(test_kind_names);
   RUN(test_balance);
   RUN(test_epoch_order);
   RUN(test_bad_input);
