@@ -183,7 +183,7 @@ static void progress(double frac, double rate, int done) {
 enum { PRED_CACHE = 0, PRED_PEER, PRED_STORAGE };
 static int predict_rank(const lade_plan_settings_t *s, uint32_t rank, uint64_t epochs, uint64_t (*pred)[3]) {
   lade_plan_t *pl = NULL;
-  int rc = lade_plan_create(&pl, s);
+  int rc = lade_plan_create(&pl, s, sizeof *s);
   const lade_plan_step_t *v = NULL;
   while (!rc && (rc = lade_plan_next(pl, &v)) == 0 && v->epoch < epochs)
     for (uint64_t i = v->offset[rank]; i < v->offset[rank + 1]; i++)
@@ -295,7 +295,7 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
   while (neps < MAX_EPOCH_LINES && lade_loader_epoch_stats(L, (uint64_t)neps, &eps[neps], sizeof(lade_epoch_stats_t)) == 0) neps++;
   lade_plan_settings_t ps;
   uint32_t prank = 0;
-  int planned = !lade_loader_plan_settings(L, &ps, &prank) && ps.kind != LADE_PLAN_REGULAR && ps.kind < LADE_PLAN_KIND_COUNT;
+  int planned = !lade_loader_plan_settings(L, &ps, sizeof ps, &prank) && ps.kind != LADE_PLAN_REGULAR && ps.kind < LADE_PLAN_KIND_COUNT;
   lade_loader_destroy(L);
   if (rc) return 1;
   static uint64_t pred[MAX_EPOCH_LINES][3];

@@ -71,7 +71,7 @@ static int num_f(const char *cmd, const char *flag, const char *v, double *out) 
 
 static void defaults(opts_t *o) {
   memset(o, 0, sizeof *o);
-  lade_plan_settings_default(&o->s);
+  lade_plan_settings_default(&o->s, sizeof o->s);
   o->s.samples = 1281167;
   o->s.learners = 16;
   o->s.batch_size = 32;
@@ -465,7 +465,7 @@ int lade_tool_plan(int argc, char **argv) {
     lade_plan_t *pl;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (lade_plan_create(&pl, &o.s)) return die("plan", "%s", lade_last_error());
+    if (lade_plan_create(&pl, &o.s, sizeof o.s)) return die("plan", "%s", lade_last_error());
     const lade_plan_step_t *v;
     uint64_t n = 0;
     while (lade_plan_next(pl, &v) == 0) n += v->total;
@@ -478,12 +478,12 @@ int lade_tool_plan(int argc, char **argv) {
   }
   if (!o.out && !o.dump) return die("plan", "give --out FILE, --dump or --time%s", "");
   if (o.out) {
-    if (lade_plan_write(&o.s, o.out)) return die("plan", "%s", lade_last_error());
+    if (lade_plan_write(&o.s, sizeof o.s, o.out)) return die("plan", "%s", lade_last_error());
     fprintf(stderr, "lade plan: wrote %s\n", o.out);
   }
   if (o.dump) {
     lade_plan_t *pl;
-    if (lade_plan_create(&pl, &o.s)) return die("plan", "%s", lade_last_error());
+    if (lade_plan_create(&pl, &o.s, sizeof o.s)) return die("plan", "%s", lade_last_error());
     const lade_plan_step_t *v;
     while (lade_plan_next(pl, &v) == 0) dump_step(v, stdout);
     lade_plan_destroy(pl);
@@ -602,7 +602,7 @@ static int sim_fig6(opts_t *o) {
       uint64_t G = (uint64_t)s.batch_size * s.learners, steps = s.drop_last ? s.samples / G : (s.samples + G - 1) / G;
       lade_sim_epoch_t *ep = calloc(s.epochs, sizeof *ep);
       double *imb = calloc(s.epochs * steps + 1, sizeof *imb);
-      if (!ep || !imb || lade_simulate(&s, NULL, ep, imb)) {
+      if (!ep || !imb || lade_simulate(&s, sizeof s, NULL, ep, sizeof *ep, imb)) {
         free(ep);
         free(imb);
         return die("simulate", "%s", lade_last_error());
@@ -641,7 +641,7 @@ static int sim_fig6(opts_t *o) {
 static int sim_run(const lade_plan_settings_t *s, const lade_sim_costs_t *c, lade_sim_epoch_t **ep) {
   *ep = calloc(s->epochs ? s->epochs : 1, sizeof **ep);
   if (!*ep) return die("simulate", "out of memory%s", "");
-  if (lade_simulate(s, c, *ep, NULL)) {
+  if (lade_simulate(s, sizeof *s, c, *ep, sizeof **ep, NULL)) {
     free(*ep);
     *ep = NULL;
     return die("simulate", "%s", lade_last_error());
@@ -717,7 +717,7 @@ static int sim_orders(opts_t *o) {
   uint64_t E = o->s.epochs, buf = o->s.cache * o->s.learners;
   if (buf > o->s.samples) buf = o->s.samples;
   uint64_t *cost = calloc(E * E, sizeof *cost), *order = calloc(E, sizeof *order);
-  if (!cost || !order || lade_plan_order_costs(&o->s, buf, cost)) {
+  if (!cost || !order || lade_plan_order_costs(&o->s, sizeof o->s, buf, cost)) {
     free(cost);
     free(order);
     return die("simulate", "%s", lade_last_error());
@@ -786,7 +786,7 @@ int lade_tool_simulate(int argc, char **argv) {
       uint64_t steps = G ? (s.drop_last ? s.samples / G : (s.samples + G - 1) / G) : 0;
       imb = calloc(s.epochs * steps + 1, sizeof *imb);
     }
-    if (lade_simulate(&s, &o.c, all[k], imb)) {
+    if (lade_simulate(&s, sizeof s, &o.c, all[k], sizeof *all[k], imb)) {
       free(imb);
       rc = die("simulate", "%s", lade_last_error());
       goto out;
@@ -843,7 +843,7 @@ static double sim_beta(const opts_t *o, double p) {
   s.cache = (s.samples + s.learners - 1) / s.learners;
   s.epochs = 2;
   lade_sim_epoch_t ep[2];
-  if (lade_simulate(&s, NULL, ep, NULL)) return -1;
+  if (lade_simulate(&s, sizeof s, NULL, ep, sizeof *ep, NULL)) return -1;
   return (double)ep[1].from_peer / (double)(ep[1].steps * G);
 }
 

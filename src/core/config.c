@@ -441,12 +441,17 @@ const char *lade_config_key(size_t i, const char **default_value, const char **h
   return settings[i].key;
 }
 
-int lade_config_set_allocator(lade_config_t *cfg, const lade_allocator_t *allocator) {
+int lade_config_set_allocator(lade_config_t *cfg, const lade_allocator_t *allocator, size_t size) {
   if (!cfg) return lade__fail(LADE_EINVAL, "lade_config_set_allocator: cfg is NULL");
-  if (allocator && (!allocator->alloc || !allocator->free))
+  lade_allocator_t a = {0};
+  if (allocator) {
+    int rc = lade__struct_in(&a, sizeof a, allocator, size, sizeof(void *), "lade_config_set_allocator");
+    if (rc) return rc;
+  }
+  if (allocator && (!a.alloc || !a.free))
     return lade__fail(LADE_EINVAL, "lade_config_set_allocator: alloc and free must both be set");
   if (allocator) {
-    cfg->allocator = *allocator;
+    cfg->allocator = a;
     cfg->has_allocator = true;
   } else {
     memset(&cfg->allocator, 0, sizeof cfg->allocator);

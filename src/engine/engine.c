@@ -369,7 +369,7 @@ static int open_pipeline(lade_loader_t *L, lade__buf_t *buf) {
                               .shuffle_buffer = L->cfg.shuffle_buffer,
                               .model_parallel = L->cfg.model_parallel,
                               .devices_per_node = L->cfg.devices_per_node};
-  lade_plan_settings_default(&cp.plan);
+  lade_plan_settings_default(&cp.plan, sizeof cp.plan);
   cp.plan.kind = L->cfg.plan;
   cp.plan.samples = L->src.count;
   cp.plan.learners = L->cfg.world_size;
@@ -1194,10 +1194,15 @@ int lade_loader_seek(lade_loader_t *L, uint64_t epoch, uint64_t step) {
   return rc;
 }
 
-int lade_loader_plan_settings(lade_loader_t *L, lade_plan_settings_t *out, uint32_t *rank) {
+int lade_loader_plan_settings(lade_loader_t *L, lade_plan_settings_t *out, size_t out_size, uint32_t *rank) {
   if (!L || !out) return lade__fail(LADE_EINVAL, "lade_loader_plan_settings: NULL argument");
+  if (out_size < sizeof(uint64_t))
+    return lade__fail(LADE_EINVAL, "lade_loader_plan_settings: out_size is %zu; pass sizeof(lade_plan_settings_t)",
+                      out_size);
   if (forked(L)) return fail_forked(L, "lade_loader_plan_settings");
-  lade__cursor_settings(L->cursor, out);
+  lade_plan_settings_t s;
+  lade__cursor_settings(L->cursor, &s);
+  lade__struct_out(out, out_size, &s, sizeof s);
   if (rank) *rank = L->cfg.rank;
   return 0;
 }

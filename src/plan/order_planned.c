@@ -115,7 +115,7 @@ int lade__order_planned_open(lade__order_t **out, const lade__cursor_params_t *p
     ps.drop_last = 1;
     ps.cache_bytes = 0;
     /* a batch larger than the dataset's whole global batches: nothing to plan */
-    rc = lade_plan_create(&po->pl, &ps);
+    rc = lade_plan_create(&po->pl, &ps, sizeof ps);
   }
   if (rc) {
     planned_close(&po->o);

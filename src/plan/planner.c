@@ -42,7 +42,7 @@ LADE__PLAN_KINDS(IN_ORDER)
 #undef IN_ORDER
 _Static_assert(POS_END == LADE__PLAN_KIND_ALL, "plankinds.h names every kind");
 
-void lade_plan_settings_default(lade_plan_settings_t *s) {
+static void settings_default(lade_plan_settings_t *s) {
   memset(s, 0, sizeof *s);
   s->kind = LADE_PLAN_REGULAR;
   s->epochs = 1;
@@ -51,6 +51,18 @@ void lade_plan_settings_default(lade_plan_settings_t *s) {
   s->reorder = 1;
   s->order_algo = LADE_ORDER_AUTO;
   s->coalesce = 1;
+}
+
+void lade_plan_settings_default(lade_plan_settings_t *out, size_t size) {
+  lade_plan_settings_t s;
+  settings_default(&s);
+  lade__struct_out(out, size, &s, sizeof s);
+}
+
+int lade__plan_settings_in(lade_plan_settings_t *s, const lade_plan_settings_t *in, size_t size, const char *fn) {
+  settings_default(s);
+  if (!in) return lade__fail(LADE_EINVAL, "%s: the settings are NULL", fn);
+  return lade__struct_in(s, sizeof *s, in, size, sizeof(uint64_t), fn);
 }
 
 const char *lade_plan_kind_name(int kind) {
@@ -140,9 +152,10 @@ static int alloc_shared(lade_plan_t *pl) {
   return 0;
 }
 
-int lade_plan_create(lade_plan_t **out, const lade_plan_settings_t *in) {
-  lade_plan_settings_t s = *in;
-  int rc = check_settings(&s);
+int lade_plan_create(lade_plan_t **out, const lade_plan_settings_t *in, size_t size) {
+  lade_plan_settings_t s;
+  int rc = lade__plan_settings_in(&s, in, size, "lade_plan_create");
+  if (!rc) rc = check_settings(&s);
   if (rc) return rc;
   lade_plan_t *pl = calloc(1, sizeof *pl);
   if (!pl) return lade__fail(LADE_ENOMEM, "plan: out of memory");

@@ -128,6 +128,10 @@ struct lade_plan {
   uint64_t nnodes, nodecap, freelist;
 };
 
+/* A caller's settings of `size` bytes (lade/plan.h) into *s: the fields it
+ * lacks get the defaults. `fn` names the public function in errors. */
+int lade__plan_settings_in(lade_plan_settings_t *s, const lade_plan_settings_t *in, size_t size, const char *fn);
+
 /* The shuffle epoch that training epoch e uses. */
 static inline uint64_t lade__plan_shuffle_epoch(const lade_plan_t *pl, uint64_t e) {
   return pl->order ? pl->order[e] : e;
