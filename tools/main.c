@@ -138,7 +138,7 @@ static int usage_bench(FILE *f) {
           "  --threads T       worker threads (default: online cores)\n"
           "  --prefetch K      batches prepared ahead (default 2)\n"
           "  --seed S          shuffle and augmentation seed (default 0)\n"
-          "  --plan NAME       regular|regular+lru|regular+belady|distcache|locality|solar (default regular);\n"
+          "  --plan NAME       %s (default regular);\n"
           "                    prints per epoch where samples came from beside the plan's prediction\n"
           "                    (options: --set plan_balance=..., plan_reorder=..., plan_order=...)\n"
           "  --set KEY=VALUE   any loader setting (repeatable; `lade settings` lists them)\n"
@@ -146,7 +146,8 @@ static int usage_bench(FILE *f) {
           "  --no-checksum     do not read the delivered bytes (pure loader rate)\n"
           "  --step-ms MS      sleep MS per batch after taking it (a stand-in for the training step,\n"
           "                    so the loader can work ahead; the consumer wait is what it could not hide)\n"
-          "  --json            one JSON object on stdout instead of text\n");
+          "  --json            one JSON object on stdout instead of text\n",
+          lade_tool_plan_names("|"));
   return f == stderr ? 2 : 0;
 }
 
@@ -182,7 +183,7 @@ static void progress(double frac, double rate, int done) {
 enum { PRED_CACHE = 0, PRED_PEER, PRED_STORAGE };
 static int predict_rank(const lade_plan_settings_t *s, uint32_t rank, uint64_t epochs, uint64_t (*pred)[3]) {
   lade_plan_t *pl = NULL;
-  int rc = lade_plan_create(&pl, s);
+  int rc = lade_plan_create(&pl, s, sizeof *s);
   const lade_plan_step_t *v = NULL;
   while (!rc && (rc = lade_plan_next(pl, &v)) == 0 && v->epoch < epochs)
     for (uint64_t i = v->offset[rank]; i < v->offset[rank + 1]; i++)
@@ -294,7 +295,7 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
   while (neps < MAX_EPOCH_LINES && lade_loader_epoch_stats(L, (uint64_t)neps, &eps[neps], sizeof(lade_epoch_stats_t)) == 0) neps++;
   lade_plan_settings_t ps;
   uint32_t prank = 0;
-  int planned = !lade_loader_plan_settings(L, &ps, &prank) && ps.kind != LADE_PLAN_REGULAR && ps.kind < LADE_PLAN_KIND_COUNT;
+  int planned = !lade_loader_plan_settings(L, &ps, sizeof ps, &prank) && ps.kind != LADE_PLAN_REGULAR && ps.kind < LADE_PLAN_KIND_COUNT;
   lade_loader_destroy(L);
   if (rc) return 1;
   static uint64_t pred[MAX_EPOCH_LINES][3];

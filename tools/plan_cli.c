@@ -71,7 +71,7 @@ static int num_f(const char *cmd, const char *flag, const char *v, double *out) 
 
 static void defaults(opts_t *o) {
   memset(o, 0, sizeof *o);
-  lade_plan_settings_default(&o->s);
+  lade_plan_settings_default(&o->s, sizeof o->s);
   o->s.samples = 1281167;
   o->s.learners = 16;
   o->s.batch_size = 32;
@@ -104,11 +104,11 @@ static int parse(const char *cmd, int argc, char **argv, opts_t *o) {
     else if (!strcmp(a, "--plan")) {
       if (!v) return die(cmd, "%s needs a plan name", a);
       if (!strcmp(v, "all")) o->all = 1;
-      else if (!strcmp(v, "shards")) o->shards = 1;
       else {
         int k = lade_plan_kind_parse(v);
         if (k < 0) return die(cmd, "%s", lade_last_error());
-        o->s.kind = k;
+        if (k == LADE_PLAN_SHARDS) o->shards = 1; /* its own API, see shards_* */
+        else o->s.kind = k;
       }
     }
     U64("--samples", o->s.samples)
@@ -223,8 +223,18 @@ static int parse(const char *cmd, int argc, char **argv, opts_t *o) {
   return 0;
 }
 
+const char *lade_tool_plan_names(const char *sep) {
+  static char buf[256];
+  size_t n = 0;
+  buf[0] = '\0';
+  for (int k = 0; k <= LADE_PLAN_SHARDS && n < sizeof buf; k++)
+    n += (size_t)snprintf(buf + n, sizeof buf - n, "%s%s", k ? sep : "", lade_plan_kind_name(k));
+  return buf;
+}
+
+/* printf'd with the plan names (lade_tool_plan_names) and a suffix */
 static const char *common_help =
-    "  --plan NAME        regular | regular+lru | regular+belady | distcache | locality | solar | shards%s\n"
+    "  --plan NAME        %s%s\n"
     "  --samples N        dataset size (default 1281167)\n"
     "  --learners P       learners (default 16)\n"
     "  --batch-size B     local batch per learner (default 32); global batch B*P\n"
@@ -429,7 +439,7 @@ int lade_tool_plan(int argc, char **argv) {
            "With --plan shards (--dump only), one line per (epoch, step, data-parallel group):\n"
            "{\"epoch\",\"step\",\"group\",\"ranks\":[...],\"samples\":[...],\"padding\":K}, the last K samples\n"
            "repeating the group's first ones.\n\n");
-    printf(common_help, "");
+    printf(common_help, lade_tool_plan_names(" | "), "");
     return 0;
   }
   if (rc) return rc;
@@ -455,7 +465,7 @@ int lade_tool_plan(int argc, char **argv) {
     lade_plan_t *pl;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (lade_plan_create(&pl, &o.s)) return die("plan", "%s", lade_last_error());
+    if (lade_plan_create(&pl, &o.s, sizeof o.s)) return die("plan", "%s", lade_last_error());
     const lade_plan_step_t *v;
     uint64_t n = 0;
     while (lade_plan_next(pl, &v) == 0) n += v->total;
@@ -468,12 +478,12 @@ int lade_tool_plan(int argc, char **argv) {
   }
   if (!o.out && !o.dump) return die("plan", "give --out FILE, --dump or --time%s", "");
   if (o.out) {
-    if (lade_plan_write(&o.s, o.out)) return die("plan", "%s", lade_last_error());
+    if (lade_plan_write(&o.s, sizeof o.s, o.out)) return die("plan", "%s", lade_last_error());
     fprintf(stderr, "lade plan: wrote %s\n", o.out);
   }
   if (o.dump) {
     lade_plan_t *pl;
-    if (lade_plan_create(&pl, &o.s)) return die("plan", "%s", lade_last_error());
+    if (lade_plan_create(&pl, &o.s, sizeof o.s)) return die("plan", "%s", lade_last_error());
     const lade_plan_step_t *v;
     while (lade_plan_next(pl, &v) == 0) dump_step(v, stdout);
     lade_plan_destroy(pl);
@@ -592,7 +602,7 @@ static int sim_fig6(opts_t *o) {
       uint64_t G = (uint64_t)s.batch_size * s.learners, steps = s.drop_last ? s.samples / G : (s.samples + G - 1) / G;
       lade_sim_epoch_t *ep = calloc(s.epochs, sizeof *ep);
       double *imb = calloc(s.epochs * steps + 1, sizeof *imb);
-      if (!ep || !imb || lade_simulate(&s, NULL, ep, imb)) {
+      if (!ep || !imb || lade_simulate(&s, sizeof s, NULL, ep, sizeof *ep, imb)) {
         free(ep);
         free(imb);
         return die("simulate", "%s", lade_last_error());
@@ -631,7 +641,7 @@ static int sim_fig6(opts_t *o) {
 static int sim_run(const lade_plan_settings_t *s, const lade_sim_costs_t *c, lade_sim_epoch_t **ep) {
   *ep = calloc(s->epochs ? s->epochs : 1, sizeof **ep);
   if (!*ep) return die("simulate", "out of memory%s", "");
-  if (lade_simulate(s, c, *ep, NULL)) {
+  if (lade_simulate(s, sizeof *s, c, *ep, sizeof **ep, NULL)) {
     free(*ep);
     *ep = NULL;
     return die("simulate", "%s", lade_last_error());
@@ -707,7 +717,7 @@ static int sim_orders(opts_t *o) {
   uint64_t E = o->s.epochs, buf = o->s.cache * o->s.learners;
   if (buf > o->s.samples) buf = o->s.samples;
   uint64_t *cost = calloc(E * E, sizeof *cost), *order = calloc(E, sizeof *order);
-  if (!cost || !order || lade_plan_order_costs(&o->s, buf, cost)) {
+  if (!cost || !order || lade_plan_order_costs(&o->s, sizeof o->s, buf, cost)) {
     free(cost);
     free(order);
     return die("simulate", "%s", lade_last_error());
@@ -755,7 +765,7 @@ int lade_tool_simulate(int argc, char **argv) {
            "  --plot F.svg   draw storage reads per epoch by plan (or the --fig6/--ablation picture), gnuplot\n"
            "  --storage-rate R --peer-rate Rc --cache-rate X --train-rate V   samples/s for the time model\n"
            "                 (defaults 20000 aggregate, 5000, 50000, 400 per learner)\n\n");
-    printf(common_help, " | all");
+    printf(common_help, lade_tool_plan_names(" | "), " | all");
     return 0;
   }
   if (rc) return rc;
@@ -776,7 +786,7 @@ int lade_tool_simulate(int argc, char **argv) {
       uint64_t steps = G ? (s.drop_last ? s.samples / G : (s.samples + G - 1) / G) : 0;
       imb = calloc(s.epochs * steps + 1, sizeof *imb);
     }
-    if (lade_simulate(&s, &o.c, all[k], imb)) {
+    if (lade_simulate(&s, sizeof s, &o.c, all[k], sizeof *all[k], imb)) {
       free(imb);
       rc = die("simulate", "%s", lade_last_error());
       goto out;
@@ -833,7 +843,7 @@ static double sim_beta(const opts_t *o, double p) {
   s.cache = (s.samples + s.learners - 1) / s.learners;
   s.epochs = 2;
   lade_sim_epoch_t ep[2];
-  if (lade_simulate(&s, NULL, ep, NULL)) return -1;
+  if (lade_simulate(&s, sizeof s, NULL, ep, sizeof *ep, NULL)) return -1;
   return (double)ep[1].from_peer / (double)(ep[1].steps * G);
 }
 

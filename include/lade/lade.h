@@ -101,6 +101,8 @@ LADE_API const char *lade_last_error(void);
  * memory can replace plain memory. alloc returns memory aligned to at least
  * `align` bytes or NULL; free receives exactly what alloc returned and its
  * size. Both may be called from any lade thread and must be thread-safe.
+ * The struct only grows at its end: lade_config_set_allocator() takes its
+ * size as the caller was compiled, and fields past it are NULL.
  * The struct is copied at lade_config_set_allocator(); `ctx` is borrowed and
  * must outlive every loader created from the config and every batch they
  * handed out.
@@ -148,8 +150,13 @@ LADE_API const char *lade_config_key(size_t i, const char **default_value, const
 LADE_API int lade_config_key_is_secret(const char *key);
 
 /* Installs an allocator hook for batch buffers (see lade_allocator_t). NULL
- * restores the default (aligned malloc). */
-LADE_API int lade_config_set_allocator(lade_config_t *cfg, const lade_allocator_t *allocator);
+ * restores the default (aligned malloc). size is sizeof(lade_allocator_t) as
+ * the caller was compiled (as out_size of lade_loader_stats): the library
+ * reads that many bytes; the fields of a newer struct that an older caller
+ * lacks are NULL, and a newer caller's fields that this library does not
+ * know must be zero (else LADE_EUNSUPPORTED). LADE_EINVAL when alloc and
+ * free are not both within size and set. */
+LADE_API int lade_config_set_allocator(lade_config_t *cfg, const lade_allocator_t *allocator, size_t size);
 
 /* ------------------------------------------------------------------- batches */
 

@@ -41,7 +41,15 @@ typedef enum lade_plan_kind {
   LADE_PLAN_DISTCACHE,       /* regular slices, misses served by the peer caching the sample (paper 000 III-C) */
   LADE_PLAN_LOCALITY,        /* train on cached samples, Algorithm 1 balancing (paper 000 V) */
   LADE_PLAN_SOLAR,           /* epoch order + remapping + load balance + chunks (paper 002) */
-  LADE_PLAN_KIND_COUNT
+  /* The kinds the planner and simulator plan are [0, LADE_PLAN_KIND_COUNT):
+   * loop up to it to try every plannable kind. */
+  LADE_PLAN_KIND_COUNT,
+  /* The loader's shard streaming (paper 001; the `plan=shards` setting and
+   * lade_stats_t.plan). Not a permutation of the regular global batch, so
+   * lade_plan_create() and lade_simulate() refuse it: its order is the
+   * lade_shards_* API below. It takes the value after the plannable kinds
+   * (equal to LADE_PLAN_KIND_COUNT), so that loop never meets it. */
+  LADE_PLAN_SHARDS = LADE_PLAN_KIND_COUNT
 } lade_plan_kind_t;
 
 /* Epoch-order solvers for solar. */
@@ -52,6 +60,18 @@ typedef enum lade_plan_order_algo {
   LADE_ORDER_PSO         /* discrete particle swarm (swap sequences), as in paper 002 */
 } lade_plan_order_algo_t;
 
+/*
+ * Settings of a plan. The struct only grows at its end, and every function
+ * that takes it takes its size too: sizeof(lade_plan_settings_t) as the
+ * caller was compiled, as out_size of lade_loader_stats (lade.h). Reading
+ * one, the library takes the fields within size and the defaults
+ * (lade_plan_settings_default) for the rest; a newer caller's fields that
+ * this library does not know must be zero, else LADE_EUNSUPPORTED. Writing
+ * one, it writes size bytes (zeros past the fields it knows). LADE_EINVAL
+ * for a size below 8. The pointers lade_plan_settings() and
+ * lade_plan_file_settings() return are this library's struct: read only
+ * the fields the caller knows.
+ */
 typedef struct lade_plan_settings {
   int kind;                /* lade_plan_kind_t */
   uint64_t samples;        /* N, the dataset size */
@@ -70,13 +90,17 @@ typedef struct lade_plan_settings {
   int coalesce;            /* solar: sort each learner's storage reads and coalesce adjacent indices */
 } lade_plan_settings_t;
 
-/* Fills *s with the defaults: regular, drop_last 1, balance_peer 1, reorder 1,
- * order AUTO, imbalance 0, coalesce 1, seed 0, cache 0. */
-LADE_API void lade_plan_settings_default(lade_plan_settings_t *s);
+/* Fills the size bytes of *s (size: sizeof(lade_plan_settings_t)) with the
+ * defaults: regular, epochs 1, drop_last 1, balance_peer 1, reorder 1, order
+ * AUTO, imbalance 0, coalesce 1, seed 0, cache 0; zeros past the fields this
+ * library knows. */
+LADE_API void lade_plan_settings_default(lade_plan_settings_t *s, size_t size);
 
-/* "regular", "regular+lru", "regular+belady", "distcache", "locality", "solar". */
+/* "regular", "regular+lru", "regular+belady", "distcache", "locality", "solar",
+ * "shards" for the kinds in enum order (0 .. LADE_PLAN_SHARDS); "unknown"
+ * for any other value. The same names as the loader's `plan` setting. */
 LADE_API const char *lade_plan_kind_name(int kind);
-/* The kind for a name, or LADE_EINVAL. */
+/* The kind for a name (LADE_PLAN_SHARDS for "shards"), or LADE_EINVAL. */
 LADE_API int lade_plan_kind_parse(const char *name);
 
 /* One Algorithm 1 transfer: `count` samples go from learner src to dst. */
@@ -114,9 +138,9 @@ typedef struct lade_plan_step {
 typedef struct lade_plan lade_plan_t;
 
 /* Validates the settings (zero learners, batch or cache larger than the
- * dataset, ...) and builds a plan positioned at (0, 0). solar computes its
+ * dataset, kind LADE_PLAN_SHARDS, ...) and builds a plan positioned at (0, 0). solar computes its
  * epoch order here (all epochs' shuffles are drawn ahead). */
-LADE_API int lade_plan_create(lade_plan_t **out, const lade_plan_settings_t *s);
+LADE_API int lade_plan_create(lade_plan_t **out, const lade_plan_settings_t *s, size_t size);
 LADE_API void lade_plan_destroy(lade_plan_t *plan);
 /* The settings as used (cache resolved from cache_bytes). Borrowed. */
 LADE_API const lade_plan_settings_t *lade_plan_settings(const lade_plan_t *plan);
@@ -138,15 +162,16 @@ LADE_API const uint64_t *lade_plan_epoch_order(const lade_plan_t *plan);
  * kinds other than regular drop_last is 1: with the loader's drop_last off
  * its short last step is the regular slice, read through the tiers and not
  * planned. *rank (may be NULL): this learner's rank in the plan (from MPI
- * under transport=mpi). */
-LADE_API int lade_loader_plan_settings(lade_loader_t *loader, lade_plan_settings_t *out, uint32_t *rank);
+ * under transport=mpi). out_size: sizeof(lade_plan_settings_t) (see there). */
+LADE_API int lade_loader_plan_settings(lade_loader_t *loader, lade_plan_settings_t *out, size_t out_size,
+                                       uint32_t *rank);
 
 /* ---- epoch order (paper 002 eq. 1-2), exposed for comparison and tests */
 
 /* cost[u*E+v] = N(u,v) = |first `buffer` samples of epoch v's shuffle minus the
  * last `buffer` of epoch u's|, for the shuffles of the settings' seed. The
- * caller owns cost (E*E entries). */
-LADE_API int lade_plan_order_costs(const lade_plan_settings_t *s, uint64_t buffer, uint64_t *cost);
+ * caller owns cost (E*E entries). size: sizeof(lade_plan_settings_t). */
+LADE_API int lade_plan_order_costs(const lade_plan_settings_t *s, size_t size, uint64_t buffer, uint64_t *cost);
 /* Solves the open-path TSP over cost (E x E) with `algo`; writes the order and
  * its total cost. seed drives PSO. */
 LADE_API int lade_plan_order_solve(const uint64_t *cost, uint64_t epochs, int algo, uint64_t seed, uint64_t *order,
@@ -161,8 +186,9 @@ LADE_API int lade_plan_balance(uint32_t p, const int64_t *imbalance, lade_plan_t
 
 #define LADE_PLAN_FILE_VERSION 1u
 
-/* Writes every step of the plan to path (see docs/plan.md for the layout). */
-LADE_API int lade_plan_write(const lade_plan_settings_t *s, const char *path);
+/* Writes every step of the plan to path (see docs/plan.md for the layout).
+ * size: sizeof(lade_plan_settings_t). */
+LADE_API int lade_plan_write(const lade_plan_settings_t *s, size_t size, const char *path);
 
 typedef struct lade_plan_file lade_plan_file_t;
 /* Maps path read-only and checks magic, version and checksum. */
@@ -176,8 +202,9 @@ LADE_API int lade_plan_file_step(lade_plan_file_t *f, uint64_t i, const lade_pla
 
 /* ---- the shards order (paper 001: WebDataset-style shard streaming)
  *
- * Not a lade_plan_kind_t: its batches are not a permutation of the regular
- * global batch (DESIGN.md invariant 1), so it has its own small API. Each
+ * Not a planned kind (LADE_PLAN_SHARDS names it, lade_plan_create refuses
+ * it): its batches are not a permutation of the regular global batch
+ * (DESIGN.md invariant 1), so it has its own small API. Each
  * epoch the shard list is shuffled, the shuffled stream of samples is cut
  * into D contiguous, equal parts (one per data-parallel group; a shard on a
  * cut is read partly by each side), and every group reads its part front to
@@ -276,10 +303,16 @@ typedef struct lade_sim_epoch {
   double time_s;               /* modelled epoch time */
 } lade_sim_epoch_t;
 
-/* Runs the plan; out has `epochs` entries. If step_imbalance is not NULL it
- * receives the per-step imbalance percentage (epochs * steps entries). */
-LADE_API int lade_simulate(const lade_plan_settings_t *s, const lade_sim_costs_t *costs, lade_sim_epoch_t *out,
-                           double *step_imbalance);
+/* Runs the plan of s (size: sizeof(lade_plan_settings_t)); out has `epochs`
+ * entries of out_size bytes each: sizeof(lade_sim_epoch_t) as the caller was
+ * compiled, the stride of its array. The struct only grows at its end; each
+ * entry gets out_size bytes (a newer library leaves out the fields an older
+ * caller does not know, an older one zeroes those it does not know);
+ * LADE_EINVAL for an out_size below 8. costs may be NULL (nothing
+ * modelled). If step_imbalance is not NULL it receives the per-step
+ * imbalance percentage (epochs * steps entries). */
+LADE_API int lade_simulate(const lade_plan_settings_t *s, size_t size, const lade_sim_costs_t *costs,
+                           lade_sim_epoch_t *out, size_t out_size, double *step_imbalance);
 
 /* ---- analytical model of paper 000, eqs. (1)-(8), per epoch in seconds */
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "plankinds.h"
 
 /* T_SECRET is a string whose value is never printed: lade_config_get()
  * shows "(set, hidden)", errors never echo it, the Python module masks it
@@ -155,7 +156,7 @@ static const setting_t settings[] = {
     {"cache_policy", T_ENUM, OFF(cache_policy), 0, 0, 0, "auto|fifo|lru|clairvoyant|plan", "auto",
      "eviction (auto: clairvoyant, from the plan's future accesses, or plan with a plan other than regular; fifo as "
      "DELI; lru; plan: the memory tier holds exactly what the plan's cache model admits and evicts)"},
-    {"plan", T_ENUM, OFF(plan), 0, 0, 0, "regular|regular+lru|regular+belady|distcache|locality|solar|shards", "regular",
+    {"plan", T_ENUM, OFF(plan), 0, 0, 0, LADE__PLAN_KIND_CHOICES, "regular",
      "who trains on which sample of each global batch and where it comes from (docs/plan.md): regular = global "
      "shuffle, DistributedSampler slices, the cache tiers decide; regular+lru ... solar follow the planner of `lade "
      "plan` and drive the memory cache (cache_mem_bytes) by its admits and evicts; shards streams tar shards "
@@ -440,12 +441,17 @@ const char *lade_config_key(size_t i, const char **default_value, const char **h
   return settings[i].key;
 }
 
-int lade_config_set_allocator(lade_config_t *cfg, const lade_allocator_t *allocator) {
+int lade_config_set_allocator(lade_config_t *cfg, const lade_allocator_t *allocator, size_t size) {
   if (!cfg) return lade__fail(LADE_EINVAL, "lade_config_set_allocator: cfg is NULL");
-  if (allocator && (!allocator->alloc || !allocator->free))
+  lade_allocator_t a = {0};
+  if (allocator) {
+    int rc = lade__struct_in(&a, sizeof a, allocator, size, sizeof(void *), "lade_config_set_allocator");
+    if (rc) return rc;
+  }
+  if (allocator && (!a.alloc || !a.free))
     return lade__fail(LADE_EINVAL, "lade_config_set_allocator: alloc and free must both be set");
   if (allocator) {
-    cfg->allocator = *allocator;
+    cfg->allocator = a;
     cfg->has_allocator = true;
   } else {
     memset(&cfg->allocator, 0, sizeof cfg->allocator);

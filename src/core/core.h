@@ -34,6 +34,17 @@ void lade__set_error_text(const char *text);
 double lade__now(void);       /* monotonic seconds */
 uint64_t lade__now_us(void);  /* monotonic microseconds */
 
+/* ---- growable public structs (lade.h: the size arguments) */
+/* A caller's struct of `size` bytes into ours (`have` bytes, already holding
+ * the defaults): its first min(size, have) bytes are copied, the fields it
+ * lacks keep their defaults. A newer caller's longer struct is accepted when
+ * the bytes this library does not know are zero, else LADE_EUNSUPPORTED.
+ * Below `least` bytes: LADE_EINVAL. `what` names the function and struct. */
+int lade__struct_in(void *ours, size_t have, const void *theirs, size_t size, size_t least, const char *what);
+/* Ours (`have` bytes) into a caller's struct of `size` bytes: the first
+ * min(size, have) bytes, zeros past ours. */
+void lade__struct_out(void *theirs, size_t size, const void *ours, size_t have);
+
 /* ---- memory */
 void *lade__aligned_alloc(size_t size, size_t align);
 void lade__aligned_free(void *p);

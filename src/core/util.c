@@ -199,3 +199,21 @@ void lade__buf_free(lade__buf_t *b) {
   free(b->data);
   memset(b, 0, sizeof *b);
 }
+
+/* ---- growable public structs */
+
+int lade__struct_in(void *ours, size_t have, const void *theirs, size_t size, size_t least, const char *what) {
+  if (size < least) return lade__fail(LADE_EINVAL, "%s: size %zu is below %zu bytes; pass its sizeof", what, size, least);
+  const unsigned char *t = theirs;
+  for (size_t i = have; i < size; i++)
+    if (t[i])
+      return lade__fail(LADE_EUNSUPPORTED, "%s: the struct is %zu bytes and this library knows %zu; byte %zu is set, "
+                        "a field this library does not have", what, size, have, i);
+  memcpy(ours, theirs, LADE__MIN(size, have));
+  return 0;
+}
+
+void lade__struct_out(void *theirs, size_t size, const void *ours, size_t have) {
+  memcpy(theirs, ours, LADE__MIN(size, have));
+  if (size > have) memset((char *)theirs + have, 0, size - have);
+}

@@ -717,10 +717,15 @@ int lade_loader_seek(lade_loader_t *L, uint64_t epoch, uint64_t step) {
   return rc;
 }
 
-int lade_loader_plan_settings(lade_loader_t *L, lade_plan_settings_t *out, uint32_t *rank) {
+int lade_loader_plan_settings(lade_loader_t *L, lade_plan_settings_t *out, size_t out_size, uint32_t *rank) {
   if (!L || !out) return lade__fail(LADE_EINVAL, "lade_loader_plan_settings: NULL argument");
+  if (out_size < sizeof(uint64_t))
+    return lade__fail(LADE_EINVAL, "lade_loader_plan_settings: out_size is %zu; pass sizeof(lade_plan_settings_t)",
+                      out_size);
   if (forked(L)) return lade__engine_fail_forked(L, "lade_loader_plan_settings");
-  lade__cursor_settings(L->cursor, out);
+  lade_plan_settings_t s;
+  lade__cursor_settings(L->cursor, &s);
+  lade__struct_out(out, out_size, &s, sizeof s);
   if (rank) *rank = L->cfg.rank;
   return 0;
 }

@@ -201,7 +201,7 @@ int lade__resolve(const struct lade_config *cfg, const lade__source_facts_t *fa,
                                 .shuffle_buffer = cfg->shuffle_buffer,
                                 .model_parallel = cfg->model_parallel,
                                 .devices_per_node = cfg->devices_per_node};
-  lade_plan_settings_default(&cp->plan);
+  lade_plan_settings_default(&cp->plan, sizeof cp->plan);
   cp->plan.kind = cfg->plan;
   cp->plan.samples = fa->count;
   cp->plan.learners = r->world;

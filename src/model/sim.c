@@ -13,17 +13,20 @@
 
 static double rate_time(double n, double rate) { return rate > 0 ? n / rate : 0; }
 
-int lade_simulate(const lade_plan_settings_t *s, const lade_sim_costs_t *costs, lade_sim_epoch_t *out,
-                  double *step_imbalance) {
+int lade_simulate(const lade_plan_settings_t *s, size_t size, const lade_sim_costs_t *costs, lade_sim_epoch_t *out,
+                  size_t out_size, double *step_imbalance) {
+  if (!out) return lade__fail(LADE_EINVAL, "lade_simulate: out is NULL");
+  if (out_size < sizeof(uint64_t))
+    return lade__fail(LADE_EINVAL, "lade_simulate: out_size is %zu; pass sizeof(lade_sim_epoch_t)", out_size);
   lade_plan_t *pl = NULL;
-  int rc = lade_plan_create(&pl, s);
+  int rc = lade_plan_create(&pl, s, size);
   if (rc) return rc;
   const lade_plan_settings_t *u = lade_plan_settings(pl);
   uint64_t steps = lade_plan_steps_per_epoch(pl), p = u->learners;
   lade_sim_costs_t c = {0, 0, 0, 0};
   if (costs) c = *costs;
   for (uint64_t e = 0; e < u->epochs; e++) {
-    lade_sim_epoch_t *x = &out[e];
+    lade_sim_epoch_t ours, *x = &ours; /* copied to the caller's entry of out_size bytes */
     memset(x, 0, sizeof *x);
     x->epoch = e;
     x->steps = steps;
@@ -67,6 +70,7 @@ int lade_simulate(const lade_plan_settings_t *s, const lade_sim_costs_t *costs, 
     if (!u->coalesce || u->kind != LADE_PLAN_SOLAR) x->storage_requests = x->from_storage;
     x->imbalance_pct = steps ? imb / (double)steps : 0;
     if (x->batch_min == UINT64_MAX) x->batch_min = 0;
+    lade__struct_out((char *)out + e * out_size, out_size, x, sizeof *x);
   }
 out:
   lade_plan_destroy(pl);

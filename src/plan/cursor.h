@@ -28,9 +28,12 @@
  * routed "any tier" and no admits: the samples of each epoch are still each
  * delivered exactly once. Counts equal the simulator's with drop_last.
  *
- * The `shards` order (LADE__PLAN_SHARDS) is a function of (seed, epoch,
+ * The `shards` order (LADE_PLAN_SHARDS) is a function of (seed, epoch,
  * data-parallel group) too: the cursor keeps this group's sequence of two
  * epochs (O(samples / groups) each); its routes are "any tier".
+ *
+ * The three orders (regular, shards, planned) sit behind one interface,
+ * order_ops.h, one file each; this file holds the lock and the checks.
  *
  * Thread-safe: one lock; get() is called by the one planning worker, order
  * and first_use by the prefetcher and the next-use maps.
@@ -48,16 +51,10 @@
  * stage's tiers decide (the regular plan, and the short last step). */
 #define LADE__ROUTE_ANY (-3)
 #define LADE__CURSOR_NONE32 UINT32_MAX
-/* The `shards` order (paper 001, shards.h) in the `plan` setting: after the
- * planner kinds; not a lade_plan_kind_t, since it is not a permutation of
- * the regular global batch (each data-parallel group streams its own part
- * of the shuffled shard list through a shuffle buffer). */
-#define LADE__PLAN_SHARDS LADE_PLAN_KIND_COUNT
-
 /* Whether a plan kind routes samples (own cache / peer / storage) and keeps
  * a cache model: every kind but regular and shards. */
 static inline bool lade__plan_kind_routed(int kind) {
-  return kind != LADE_PLAN_REGULAR && kind != LADE__PLAN_SHARDS;
+  return kind != LADE_PLAN_REGULAR && kind != LADE_PLAN_SHARDS;
 }
 
 typedef struct lade__cursor_params {

@@ -115,7 +115,6 @@ static void belady_destroy(lade_plan_t *pl) {
 }
 
 const lade__plan_ops_t lade__kind_regular_belady = {
-    .name = "regular+belady",
     .create = belady_create,
     .reset = belady_reset,
     .step = belady_step,

@@ -22,7 +22,6 @@ static int distcache_step(lade_plan_t *pl, lade__plan_out_t *out) {
 }
 
 const lade__plan_ops_t lade__kind_distcache = {
-    .name = "distcache",
     .create = distcache_create,
     .step = distcache_step,
 };

@@ -108,7 +108,6 @@ static void locality_destroy(lade_plan_t *pl) {
 }
 
 const lade__plan_ops_t lade__kind_locality = {
-    .name = "locality",
     .create = locality_create,
     .step = locality_step,
     .destroy = locality_destroy,

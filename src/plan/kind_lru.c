@@ -76,7 +76,6 @@ static void lru_destroy(lade_plan_t *pl) {
 }
 
 const lade__plan_ops_t lade__kind_regular_lru = {
-    .name = "regular+lru",
     .create = lru_create,
     .reset = lru_reset,
     .step = lru_step,

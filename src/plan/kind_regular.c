@@ -10,7 +10,6 @@ static int regular_step(lade_plan_t *pl, lade__plan_out_t *out) {
 }
 
 const lade__plan_ops_t lade__kind_regular = {
-    .name = "regular",
     .flags = LADE__KIND_STATELESS,
     .step = regular_step,
 };

@@ -40,7 +40,7 @@ static int solar_create(lade_plan_t *pl) {
     uint64_t *cost;
     LADE__PLAN_ALLOC(cost, s->epochs * s->epochs);
     uint64_t buf = LADE__MIN(N, s->cache * pl->p);
-    rc = lade_plan_order_costs(s, buf, cost);
+    rc = lade_plan_order_costs(s, sizeof *s, buf, cost);
     if (!rc) rc = lade_plan_order_solve(cost, s->epochs, s->order_algo, s->seed, pl->order, NULL);
     free(cost);
     if (rc) return rc;
@@ -239,7 +239,6 @@ static void solar_destroy(lade_plan_t *pl) {
 }
 
 const lade__plan_ops_t lade__kind_solar = {
-    .name = "solar",
     .flags = LADE__KIND_READS,
     .create = solar_create,
     .reset = solar_reset,

@@ -14,28 +14,20 @@
 
 #include "core/core.h"
 #include "lade/plan.h"
+#include "planner.h"
 #include "regular.h"
 
 #define DP_MAX_EPOCHS 16
 
-static void params_of(const lade_plan_settings_t *s, lade__plan_params_t *rp) {
-  memset(rp, 0, sizeof *rp);
-  rp->samples = s->samples;
-  rp->batch_size = s->batch_size;
-  rp->world_size = s->learners;
-  rp->epochs = s->epochs;
-  rp->seed = s->seed;
-  rp->shuffle = true;
-  rp->drop_last = s->drop_last != 0;
-}
-
-int lade_plan_order_costs(const lade_plan_settings_t *s, uint64_t buffer, uint64_t *cost) {
-  lade__plan_params_t rp;
-  params_of(s, &rp);
-  int rc = lade__plan_check(&rp);
+int lade_plan_order_costs(const lade_plan_settings_t *in, size_t size, uint64_t buffer, uint64_t *cost) {
+  lade_plan_settings_t s;
+  int rc = lade__plan_settings_in(&s, in, size, "lade_plan_order_costs");
   if (rc) return rc;
-  uint64_t n = s->samples, E = s->epochs;
-  uint64_t used = lade__plan_steps(&rp) * (uint64_t)s->batch_size * s->learners;
+  lade__plan_params_t rp = lade__plan_params_of(&s, true, s.drop_last != 0);
+  rc = lade__plan_check(&rp);
+  if (rc) return rc;
+  uint64_t n = s.samples, E = s.epochs;
+  uint64_t used = lade__plan_steps(&rp) * (uint64_t)s.batch_size * s.learners;
   uint64_t buf = LADE__MIN(buffer, used);
   uint64_t words = (n + 63) / 64;
   uint64_t *perm = malloc(n * sizeof *perm);

@@ -64,9 +64,9 @@ static void settings_to_header(const lade_plan_settings_t *s, uint64_t steps, ui
   /* h[17]: index offset, filled at the end */
 }
 
-int lade_plan_write(const lade_plan_settings_t *s, const char *path) {
+int lade_plan_write(const lade_plan_settings_t *s, size_t size, const char *path) {
   lade_plan_t *pl = NULL;
-  int rc = lade_plan_create(&pl, s);
+  int rc = lade_plan_create(&pl, s, size);
   if (rc) return rc;
   const lade_plan_settings_t *u = lade_plan_settings(pl);
   uint64_t steps = lade_plan_steps_per_epoch(pl), nsteps = steps * u->epochs, p = u->learners;
@@ -189,7 +189,7 @@ int lade_plan_file_open(lade_plan_file_t **out, const char *path) {
   if (lade__hash64(f->map, f->size - 16, 1469598103934665603ull) != tr[0])
     return bad(f, path, "checksum mismatch (corrupted)");
   lade_plan_settings_t *s = &f->s;
-  lade_plan_settings_default(s);
+  lade_plan_settings_default(s, sizeof *s);
   s->kind = (int)h[2];
   s->samples = h[3];
   s->learners = (uint32_t)h[4];

@@ -17,16 +17,32 @@
  * what it loads, so they key a hash map by (learner, sample) into a node pool.
  */
 #include <assert.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/plankinds.h"
 #include "planner.h"
 
 static const lade__plan_ops_t *const kinds[LADE_PLAN_KIND_COUNT] = {
-    &lade__kind_regular,   &lade__kind_regular_lru, &lade__kind_regular_belady,
-    &lade__kind_distcache, &lade__kind_locality,    &lade__kind_solar};
+    [LADE_PLAN_REGULAR] = &lade__kind_regular,     [LADE_PLAN_REGULAR_LRU] = &lade__kind_regular_lru,
+    [LADE_PLAN_REGULAR_BELADY] = &lade__kind_regular_belady, [LADE_PLAN_DISTCACHE] = &lade__kind_distcache,
+    [LADE_PLAN_LOCALITY] = &lade__kind_locality,   [LADE_PLAN_SOLAR] = &lade__kind_solar};
 
-void lade_plan_settings_default(lade_plan_settings_t *s) {
+/* The names (core/plankinds.h), indexed by kind; the list must be in enum
+ * order, since the config's choices number them by position. */
+#define NAME_AT(kind, name) [kind] = name,
+static const char *const names[LADE__PLAN_KIND_ALL] = {LADE__PLAN_KINDS(NAME_AT)};
+#undef NAME_AT
+#define POS(kind, name) POS_##kind,
+enum { LADE__PLAN_KINDS(POS) POS_END };
+#undef POS
+#define IN_ORDER(kind, name) _Static_assert((int)POS_##kind == (int)(kind), "plankinds.h: " name " is out of enum order");
+LADE__PLAN_KINDS(IN_ORDER)
+#undef IN_ORDER
+_Static_assert(POS_END == LADE__PLAN_KIND_ALL, "plankinds.h names every kind");
+
+static void settings_default(lade_plan_settings_t *s) {
   memset(s, 0, sizeof *s);
   s->kind = LADE_PLAN_REGULAR;
   s->epochs = 1;
@@ -37,19 +53,36 @@ void lade_plan_settings_default(lade_plan_settings_t *s) {
   s->coalesce = 1;
 }
 
+void lade_plan_settings_default(lade_plan_settings_t *out, size_t size) {
+  lade_plan_settings_t s;
+  settings_default(&s);
+  lade__struct_out(out, size, &s, sizeof s);
+}
+
+int lade__plan_settings_in(lade_plan_settings_t *s, const lade_plan_settings_t *in, size_t size, const char *fn) {
+  settings_default(s);
+  if (!in) return lade__fail(LADE_EINVAL, "%s: the settings are NULL", fn);
+  return lade__struct_in(s, sizeof *s, in, size, sizeof(uint64_t), fn);
+}
+
 const char *lade_plan_kind_name(int kind) {
-  return kind >= 0 && kind < LADE_PLAN_KIND_COUNT ? kinds[kind]->name : "unknown";
+  return kind >= 0 && kind < LADE__PLAN_KIND_ALL ? names[kind] : "unknown";
 }
 
 int lade_plan_kind_parse(const char *name) {
-  for (int k = 0; k < LADE_PLAN_KIND_COUNT; k++)
-    if (name && !strcmp(name, kinds[k]->name)) return k;
-  return lade__fail(LADE_EINVAL,
-                    "plan: unknown plan '%s' (known: regular, regular+lru, regular+belady, distcache, locality, solar)",
-                    name ? name : "(null)");
+  for (int k = 0; k < LADE__PLAN_KIND_ALL; k++)
+    if (name && !strcmp(name, names[k])) return k;
+  char known[256];
+  size_t n = 0;
+  for (int k = 0; k < LADE__PLAN_KIND_ALL && n < sizeof known; k++)
+    n += (size_t)snprintf(known + n, sizeof known - n, "%s%s", k ? ", " : "", names[k]);
+  return lade__fail(LADE_EINVAL, "plan: unknown plan '%s' (known: %s)", name ? name : "(null)", known);
 }
 
 static int check_settings(lade_plan_settings_t *s) {
+  if (s->kind == LADE_PLAN_SHARDS)
+    return lade__fail(LADE_EINVAL, "plan: shards is the loader's shard streaming, not a permutation of the regular "
+                      "global batch, so it has no plan to make or simulate (see lade_shards_epoch, docs/plan.md)");
   if (s->kind < 0 || s->kind >= LADE_PLAN_KIND_COUNT) return lade__fail(LADE_EINVAL, "plan: unknown plan kind %d", s->kind);
   if (s->learners == 0) return lade__fail(LADE_EINVAL, "plan: zero learners");
   if (s->samples == 0) return lade__fail(LADE_EEMPTY, "plan: the dataset has no samples");
@@ -119,21 +152,16 @@ static int alloc_shared(lade_plan_t *pl) {
   return 0;
 }
 
-int lade_plan_create(lade_plan_t **out, const lade_plan_settings_t *in) {
-  lade_plan_settings_t s = *in;
-  int rc = check_settings(&s);
+int lade_plan_create(lade_plan_t **out, const lade_plan_settings_t *in, size_t size) {
+  lade_plan_settings_t s;
+  int rc = lade__plan_settings_in(&s, in, size, "lade_plan_create");
+  if (!rc) rc = check_settings(&s);
   if (rc) return rc;
   lade_plan_t *pl = calloc(1, sizeof *pl);
   if (!pl) return lade__fail(LADE_ENOMEM, "plan: out of memory");
   pl->ops = kinds[s.kind];
   pl->s = s;
-  pl->rp.samples = s.samples;
-  pl->rp.batch_size = s.batch_size;
-  pl->rp.world_size = s.learners;
-  pl->rp.epochs = s.epochs;
-  pl->rp.seed = s.seed;
-  pl->rp.shuffle = true;
-  pl->rp.drop_last = s.drop_last != 0;
+  pl->rp = lade__plan_params_of(&s, true, s.drop_last != 0);
   rc = lade__plan_check(&pl->rp); /* the simulator needs at least one step */
   if (!rc) rc = lade__regular_create(&pl->reg, &pl->rp);
   if (rc) {

@@ -22,7 +22,7 @@
  * next (its caches), reset() takes it back to empty caches before (0, 0),
  * and seeking replays (unless the kind is LADE__KIND_STATELESS). The output
  * buffers are a separate lade__plan_out_t so that a driver can keep a window
- * of computed steps (the engine's plan cursor, issue 10) without the kinds
+ * of computed steps (the engine's plan cursor, cursor.h) without the kinds
  * knowing: state is O(N + p*cache), each step in the window O(G + p).
  *
  * Not thread-safe, as lade_plan_t.
@@ -75,9 +75,9 @@ enum {
  * pl->ks and whatever shared model the kind uses (lade__plan_owners_init,
  * lade__plan_nodes_init) and may set pl->order; on failure it returns the
  * error and the driver calls destroy. reset() runs after create and before
- * any replay, once the driver has emptied the shared models. */
+ * any replay, once the driver has emptied the shared models. The kind's
+ * name is in core/plankinds.h. */
 typedef struct lade__plan_ops {
-  const char *name; /* lade_plan_kind_name() */
   unsigned flags;   /* LADE__KIND_* */
   int (*create)(lade_plan_t *pl);
   void (*reset)(lade_plan_t *pl);
@@ -127,6 +127,10 @@ struct lade_plan {
   lade__plan_node_t *nodes;
   uint64_t nnodes, nodecap, freelist;
 };
+
+/* A caller's settings of `size` bytes (lade/plan.h) into *s: the fields it
+ * lacks get the defaults. `fn` names the public function in errors. */
+int lade__plan_settings_in(lade_plan_settings_t *s, const lade_plan_settings_t *in, size_t size, const char *fn);
 
 /* The shuffle epoch that training epoch e uses. */
 static inline uint64_t lade__plan_shuffle_epoch(const lade_plan_t *pl, uint64_t e) {

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "lade/plan.h"
 #include "regular.h"
 
 struct lade__regular {
@@ -11,6 +12,16 @@ struct lade__regular {
   uint64_t perm_epoch;
   bool have_perm;
 };
+
+lade__plan_params_t lade__plan_params_of(const lade_plan_settings_t *s, bool shuffle, bool drop_last) {
+  return (lade__plan_params_t){.samples = s->samples,
+                               .batch_size = s->batch_size,
+                               .world_size = s->learners,
+                               .epochs = s->epochs,
+                               .seed = s->seed,
+                               .shuffle = shuffle,
+                               .drop_last = drop_last};
+}
 
 uint64_t lade__plan_steps(const lade__plan_params_t *p) {
   uint64_t g = (uint64_t)p->batch_size * p->world_size;

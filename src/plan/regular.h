@@ -37,6 +37,12 @@ typedef struct lade__plan_params {
   bool drop_last;
 } lade__plan_params_t;
 
+struct lade_plan_settings;
+/* The regular order under plan settings s (samples, batch, learners,
+ * epochs, seed) with the given shuffle and drop_last: the one place plan
+ * settings become these parameters. */
+lade__plan_params_t lade__plan_params_of(const struct lade_plan_settings *s, bool shuffle, bool drop_last);
+
 /* Steps per epoch: floor(N/G) with drop_last, else ceil(N/G). */
 uint64_t lade__plan_steps(const lade__plan_params_t *p);
 

@@ -141,7 +141,7 @@ static void run(const char *kind, uint64_t cache_bytes, uint64_t e0, uint64_t s0
 
 static lade_plan_settings_t settings(const char *kind, uint64_t cache_bytes) {
   lade_plan_settings_t s;
-  lade_plan_settings_default(&s);
+  lade_plan_settings_default(&s, sizeof s);
   s.kind = lade_plan_kind_parse(kind);
   s.samples = N;
   s.learners = (uint32_t)g_world;
@@ -167,7 +167,7 @@ static void check_kind(const char *kind, uint64_t cache_bytes) {
   /* the plan, computed here with the same settings */
   lade_plan_settings_t s = settings(kind, cache_bytes);
   lade_plan_t *pl = NULL;
-  int ok = lade_plan_create(&pl, &s) == 0;
+  int ok = lade_plan_create(&pl, &s, sizeof s) == 0;
   uint64_t pos = 0, cnt[EPOCHS][3] = {{0}};
   int order_ok = 1, once_ok = 1;
   const lade_plan_step_t *v = NULL;
@@ -214,7 +214,7 @@ static void check_kind(const char *kind, uint64_t cache_bytes) {
   MPI_Allreduce(mine, sum, EPOCHS * 3, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
   lade_sim_costs_t costs = {0};
   lade_sim_epoch_t sim[EPOCHS];
-  int sim_ok = lade_simulate(&s, &costs, sim, NULL) == 0;
+  int sim_ok = lade_simulate(&s, sizeof s, &costs, sim, sizeof sim[0], NULL) == 0;
   for (uint64_t e = 0; sim_ok && e < EPOCHS; e++)
     sim_ok = sum[e * 3] == sim[e].from_cache && sum[e * 3 + 1] == sim[e].from_peer &&
              sum[e * 3 + 2] == sim[e].from_storage;

@@ -646,9 +646,9 @@ static void test_empty_dataset_fails_at_create(void) {
   if (L) lade_loader_destroy(L);
 }
 
-static atomic_long allocs, frees;
+static atomic_long allocs, frees, ctx_set;
 static void *count_alloc(void *ctx, size_t size, size_t align) {
-  (void)ctx;
+  if (ctx) atomic_fetch_add(&ctx_set, 1);
   atomic_fetch_add(&allocs, 1);
   void *p = NULL;
   return posix_memalign(&p, align, size) ? NULL : p;
@@ -665,13 +665,53 @@ static void test_allocator_hook_and_bounded_pool(void) {
   const char *extra[] = {"batch_size=10", "prefetch=2", "epochs=3", NULL};
   lade_config_t *c = config(src, extra);
   lade_allocator_t a = {count_alloc, count_free, NULL};
-  CHECK_OK(lade_config_set_allocator(c, &a));
+  CHECK_OK(lade_config_set_allocator(c, &a, sizeof a));
   run_t *r = run_config(c);
   CHECK_OK(r->rc);
   CHECK_EQ_INT(r->batches, 150);
   CHECK_EQ_INT(atomic_load(&allocs), 3); /* prefetch + 1 buffers, never more */
   CHECK_EQ_INT(atomic_load(&frees), 3);
+  CHECK_EQ_INT(atomic_load(&ctx_set), 0);
   free(r);
+  lade_config_destroy(c);
+}
+
+/* lade_allocator_t grows at its end (lade.h): an older caller's struct
+ * without ctx, its size passed, reads nothing past it (the bytes after it are
+ * not NULL) and its ctx is NULL; a newer caller's unknown nonzero field is
+ * refused; a size without free is refused. */
+static void test_allocator_sized(void) {
+  struct {
+    struct { /* an older lade_allocator_t: the first two fields */
+      void *(*alloc)(void *ctx, size_t size, size_t align);
+      void (*free)(void *ctx, void *ptr, size_t size);
+    } a;
+    void *past; /* where a newer struct's ctx would be */
+  } old = {{count_alloc, count_free}, &old};
+  const char *src = make_stacked("allocsz", 100);
+  const char *extra[] = {"batch_size=10", "prefetch=1", NULL};
+  lade_config_t *c = config(src, extra);
+  atomic_store(&allocs, 0);
+  atomic_store(&frees, 0);
+  atomic_store(&ctx_set, 0);
+  CHECK_OK(lade_config_set_allocator(c, (const lade_allocator_t *)&old.a, sizeof old.a));
+  run_t *r = run_config(c);
+  CHECK_OK(r->rc);
+  CHECK_EQ_INT(r->batches, 10);
+  CHECK_EQ_INT(atomic_load(&allocs), 2);
+  CHECK_EQ_INT(atomic_load(&frees), 2);
+  CHECK_EQ_INT(atomic_load(&ctx_set), 0); /* ctx was not read from `past` */
+  free(r);
+  CHECK(lade_config_set_allocator(c, (const lade_allocator_t *)&old.a, sizeof old.a.alloc) == LADE_EINVAL);
+  CHECK(lade_config_set_allocator(c, (const lade_allocator_t *)&old.a, 2) == LADE_EINVAL);
+  struct {
+    lade_allocator_t a;
+    uint64_t future;
+  } newer = {{count_alloc, count_free, NULL}, 0};
+  CHECK_OK(lade_config_set_allocator(c, &newer.a, sizeof newer));
+  newer.future = 1;
+  CHECK(lade_config_set_allocator(c, &newer.a, sizeof newer) == LADE_EUNSUPPORTED);
+  CHECK_OK(lade_config_set_allocator(c, NULL, 0));
   lade_config_destroy(c);
 }
 
@@ -925,6 +965,7 @@ int main(int argc, char **argv) {
   RUN(test_skip_is_bounded);
   RUN(test_special_files_never_block);
   RUN(test_allocator_hook_and_bounded_pool);
+  RUN(test_allocator_sized);
   RUN(test_trace_and_stats);
   RUN(test_interrupt);
   RUN(test_double_release_ignored);

@@ -29,7 +29,7 @@ static uint64_t step_hash(const lade_plan_step_t *v) {
 /* Runs one configuration and checks everything; returns total storage reads after epoch 0. */
 static uint64_t check_plan(const lade_plan_settings_t *s) {
   lade_plan_t *pl = NULL;
-  int rc = lade_plan_create(&pl, s);
+  int rc = lade_plan_create(&pl, s, sizeof *s);
   CHECK_OK(rc);
   if (rc) return 0;
   const lade_plan_settings_t *u = lade_plan_settings(pl);
@@ -153,7 +153,7 @@ static void test_invariants_all_plans(void) {
       for (size_t bi = 0; bi < sizeof bs / sizeof bs[0]; bi++)
         for (int ci = 0; ci < 4; ci++) {
           lade_plan_settings_t s;
-          lade_plan_settings_default(&s);
+          lade_plan_settings_default(&s, sizeof s);
           s.kind = kind;
           s.learners = ps[pi];
           s.batch_size = bs[bi];
@@ -178,7 +178,7 @@ static void test_invariants_all_plans(void) {
 
 static uint64_t late_reads(int kind, uint64_t N, uint32_t p, uint32_t B, uint64_t C, uint64_t E) {
   lade_plan_settings_t s;
-  lade_plan_settings_default(&s);
+  lade_plan_settings_default(&s, sizeof s);
   s.kind = kind;
   s.samples = N;
   s.learners = p;
@@ -202,7 +202,7 @@ static void test_targets(void) {
   CHECK(lru < 3 * 4096);
   /* solar's quota with skewed caches: level 0 may overshoot the global batch by more than 2p */
   lade_plan_settings_t s;
-  lade_plan_settings_default(&s);
+  lade_plan_settings_default(&s, sizeof s);
   s.kind = LADE_PLAN_SOLAR;
   s.samples = 262896;
   s.learners = 16;
@@ -275,7 +275,7 @@ static uint64_t brute(const uint64_t *cost, uint64_t E, uint64_t *perm, uint64_t
 static void test_epoch_order(void) {
   for (uint64_t E = 2; E <= 7; E++) {
     lade_plan_settings_t s;
-    lade_plan_settings_default(&s);
+    lade_plan_settings_default(&s, sizeof s);
     s.kind = LADE_PLAN_SOLAR;
     s.samples = 600;
     s.learners = 4;
@@ -283,7 +283,7 @@ static void test_epoch_order(void) {
     s.epochs = E;
     s.seed = E;
     uint64_t cost[49], order[7], perm[7], dp, ls, pso;
-    CHECK_OK(lade_plan_order_costs(&s, 150, cost));
+    CHECK_OK(lade_plan_order_costs(&s, sizeof s, 150, cost));
     for (uint64_t u = 0; u < E; u++) {
       CHECK_EQ_INT(cost[u * E + u], 0);
       for (uint64_t v = 0; v < E; v++) CHECK(cost[u * E + v] <= 150);
@@ -309,28 +309,179 @@ static void test_epoch_order(void) {
 static void test_bad_input(void) {
   lade_plan_settings_t s;
   lade_plan_t *pl = NULL;
-  lade_plan_settings_default(&s);
+  lade_plan_settings_default(&s, sizeof s);
   s.samples = 100;
   s.learners = 0;
   s.batch_size = 4;
-  CHECK(lade_plan_create(&pl, &s) == LADE_EINVAL);
+  CHECK(lade_plan_create(&pl, &s, sizeof s) == LADE_EINVAL);
   CHECK(strstr(lade_last_error(), "zero learners") != NULL);
   s.learners = 2;
   s.cache = 101;
-  CHECK(lade_plan_create(&pl, &s) == LADE_EINVAL);
+  CHECK(lade_plan_create(&pl, &s, sizeof s) == LADE_EINVAL);
   CHECK(strstr(lade_last_error(), "larger than the dataset") != NULL);
   s.cache = 0;
   s.batch_size = 101;
-  CHECK(lade_plan_create(&pl, &s) == LADE_EINVAL);
+  CHECK(lade_plan_create(&pl, &s, sizeof s) == LADE_EINVAL);
   s.batch_size = 60; /* G = 120 > 100 with drop_last */
-  CHECK(lade_plan_create(&pl, &s) == LADE_EINVAL);
+  CHECK(lade_plan_create(&pl, &s, sizeof s) == LADE_EINVAL);
   CHECK(lade_plan_kind_parse("nope") == LADE_EINVAL);
   CHECK_EQ_INT(lade_plan_kind_parse("regular+belady"), LADE_PLAN_REGULAR_BELADY);
   CHECK(pl == NULL);
 }
 
+/* One list of kind names (core/plankinds.h): every kind, shards included,
+ * names itself, parses back, and is a value of the loader's `plan` setting;
+ * the planner refuses shards by name. */
+static void test_kind_names(void) {
+  const char *want[] = {"regular", "regular+lru", "regular+belady", "distcache", "locality", "solar", "shards"};
+  CHECK_EQ_INT(LADE_PLAN_KIND_COUNT, 6); /* never renumbered: the plannable kinds */
+  CHECK_EQ_INT(LADE_PLAN_SHARDS, 6);
+  lade_config_t *cfg = NULL;
+  CHECK_OK(lade_config_create(&cfg));
+  for (int k = 0; k <= LADE_PLAN_SHARDS; k++) {
+    CHECK(strcmp(lade_plan_kind_name(k), want[k]) == 0);
+    CHECK_EQ_INT(lade_plan_kind_parse(want[k]), k);
+    char buf[64] = "";
+    CHECK_OK(lade_config_set(cfg, "plan", want[k]));
+    CHECK_OK(lade_config_get(cfg, "plan", buf, sizeof buf));
+    CHECK(strcmp(buf, want[k]) == 0);
+  }
+  lade_config_destroy(cfg);
+  CHECK(strcmp(lade_plan_kind_name(LADE_PLAN_SHARDS + 1), "unknown") == 0);
+  CHECK(strcmp(lade_plan_kind_name(-1), "unknown") == 0);
+  lade_plan_settings_t s;
+  lade_plan_settings_default(&s, sizeof s);
+  s.kind = LADE_PLAN_SHARDS;
+  s.samples = 100;
+  s.learners = 2;
+  s.batch_size = 4;
+  lade_plan_t *pl = NULL;
+  CHECK(lade_plan_create(&pl, &s, sizeof s) == LADE_EINVAL);
+  CHECK(strstr(lade_last_error(), "shards") && strstr(lade_last_error(), "not a permutation"));
+  CHECK(pl == NULL);
+  lade_sim_epoch_t ep[1];
+  CHECK(lade_simulate(&s, sizeof s, NULL, ep, sizeof ep[0], NULL) == LADE_EINVAL);
+}
+
+/* The first fields of lade_plan_settings_t, as an older caller compiled them. */
+typedef struct old_settings {
+  int kind;
+  uint64_t samples;
+  uint32_t learners, batch_size;
+  uint64_t epochs, seed, cache;
+} old_settings_t;
+
+/* The first fields of lade_sim_epoch_t, likewise. */
+typedef struct old_epoch {
+  uint64_t epoch, steps, from_storage, from_peer, from_cache;
+} old_epoch_t;
+
+#define GUARD 0xa5
+
+static int guard_intact(const unsigned char *g, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (g[i] != GUARD) return 0;
+  return 1;
+}
+
+/* lade_plan_settings_t and lade_sim_epoch_t grow at their end (lade/plan.h):
+ * an older caller's shorter structs, their sizes passed, get the same plan
+ * and the same counts as the full structs, missing settings take their
+ * defaults, and nothing past the caller's structs is written. */
+static void test_sized_structs(void) {
+  struct {
+    old_settings_t s;
+    unsigned char guard[64];
+  } w;
+  memset(&w, GUARD, sizeof w);
+  lade_plan_settings_default((lade_plan_settings_t *)&w.s, sizeof w.s);
+  CHECK(guard_intact(w.guard, sizeof w.guard));
+  CHECK_EQ_INT(w.s.kind, LADE_PLAN_REGULAR);
+  CHECK_EQ_INT(w.s.epochs, 1);
+  CHECK_EQ_INT(w.s.cache, 0);
+  CHECK_EQ_INT(w.s.seed, 0);
+  w.s.kind = LADE_PLAN_LOCALITY;
+  w.s.samples = 203;
+  w.s.learners = 4;
+  w.s.batch_size = 5;
+  w.s.epochs = 3;
+  w.s.seed = 7;
+  w.s.cache = 30;
+  lade_plan_settings_t full;
+  lade_plan_settings_default(&full, sizeof full);
+  memcpy(&full, &w.s, sizeof w.s);
+
+  lade_plan_t *pl = NULL;
+  CHECK_OK(lade_plan_create(&pl, (const lade_plan_settings_t *)&w.s, sizeof w.s));
+  if (pl) { /* the fields the old struct lacks have their defaults */
+    const lade_plan_settings_t *u = lade_plan_settings(pl);
+    CHECK_EQ_INT(u->drop_last, 1);
+    CHECK_EQ_INT(u->balance_peer, 1);
+    CHECK_EQ_INT(u->coalesce, 1);
+    CHECK_EQ_INT(u->cache_bytes, 0);
+    CHECK_EQ_INT(u->cache, 30);
+    CHECK_EQ_INT(u->seed, 7);
+  }
+  lade_plan_destroy(pl);
+
+  enum { E = 3 };
+  lade_sim_epoch_t want[E];
+  CHECK_OK(lade_simulate(&full, sizeof full, NULL, want, sizeof want[0], NULL));
+  CHECK(want[1].from_storage < want[0].from_storage); /* the cache serves something */
+  struct {
+    old_epoch_t ep[E];
+    unsigned char guard[64];
+  } o;
+  memset(&o, GUARD, sizeof o);
+  CHECK_OK(lade_simulate((const lade_plan_settings_t *)&w.s, sizeof w.s, NULL, (lade_sim_epoch_t *)o.ep,
+                         sizeof o.ep[0], NULL));
+  CHECK(guard_intact(o.guard, sizeof o.guard));
+  CHECK(guard_intact(w.guard, sizeof w.guard));
+  for (int e = 0; e < E; e++) {
+    CHECK_EQ_INT(o.ep[e].epoch, (uint64_t)e);
+    CHECK_EQ_INT(o.ep[e].steps, want[e].steps);
+    CHECK_EQ_INT(o.ep[e].from_storage, want[e].from_storage);
+    CHECK_EQ_INT(o.ep[e].from_peer, want[e].from_peer);
+    CHECK_EQ_INT(o.ep[e].from_cache, want[e].from_cache);
+  }
+  /* a newer caller's longer entries: a stride of its size, zeros past ours */
+  struct {
+    lade_sim_epoch_t e;
+    uint64_t future;
+  } n[E];
+  memset(n, GUARD, sizeof n);
+  CHECK_OK(lade_simulate(&full, sizeof full, NULL, &n[0].e, sizeof n[0], NULL));
+  for (int e = 0; e < E; e++) {
+    CHECK_EQ_INT(n[e].future, 0);
+    CHECK_EQ_INT(n[e].e.from_storage, want[e].from_storage);
+    CHECK_EQ_INT(n[e].e.transfers, want[e].transfers);
+  }
+  CHECK(lade_simulate(&full, sizeof full, NULL, want, 4, NULL) == LADE_EINVAL);
+
+  /* a newer caller's settings: unknown fields must be zero */
+  struct {
+    lade_plan_settings_t s;
+    uint64_t future;
+  } ns;
+  memset(&ns, 0, sizeof ns);
+  ns.s = full;
+  CHECK_OK(lade_plan_create(&pl, &ns.s, sizeof ns));
+  lade_plan_destroy(pl);
+  pl = NULL;
+  ns.future = 1;
+  CHECK(lade_plan_create(&pl, &ns.s, sizeof ns) == LADE_EUNSUPPORTED);
+  CHECK(lade_plan_create(&pl, &full, 4) == LADE_EINVAL);
+  CHECK(pl == NULL);
+  uint64_t cost[E * E], cost_old[E * E];
+  CHECK_OK(lade_plan_order_costs(&full, sizeof full, 20, cost));
+  CHECK_OK(lade_plan_order_costs((const lade_plan_settings_t *)&w.s, sizeof w.s, 20, cost_old));
+  CHECK(memcmp(cost, cost_old, sizeof cost) == 0);
+}
+
 int main(int argc, char **argv) {
   lade_test_args(argc, argv);
+  RUN(test_kind_names);
+  RUN(test_sized_structs);
   RUN(test_balance);
   RUN(test_epoch_order);
   RUN(test_bad_input);

@@ -141,7 +141,7 @@ static void run_rank(const char *kind, uint32_t rank, uint32_t world, uint64_t c
 /* The planner's settings the loaders run with. */
 static lade_plan_settings_t settings_of(const char *kind, uint32_t world, uint64_t cache_bytes) {
   lade_plan_settings_t s;
-  lade_plan_settings_default(&s);
+  lade_plan_settings_default(&s, sizeof s);
   s.kind = lade_plan_kind_parse(kind);
   s.samples = N;
   s.learners = world;
@@ -158,7 +158,7 @@ static lade_plan_settings_t settings_of(const char *kind, uint32_t world, uint64
 static lade_plan_t *make_plan(const char *kind, uint32_t world, uint64_t cache_bytes) {
   lade_plan_settings_t s = settings_of(kind, world, cache_bytes);
   lade_plan_t *pl = NULL;
-  if (lade_plan_create(&pl, &s)) fprintf(stderr, "  plan %s: %s\n", kind, lade_last_error());
+  if (lade_plan_create(&pl, &s, sizeof s)) fprintf(stderr, "  plan %s: %s\n", kind, lade_last_error());
   return pl;
 }
 
@@ -213,7 +213,7 @@ static void check_kind(const char *kind, uint32_t W, uint64_t cache_bytes) {
   lade_plan_settings_t s = settings_of(kind, W, cache_bytes);
   lade_sim_costs_t costs = {0};
   lade_sim_epoch_t sim[EPOCHS];
-  CHECK_OK(lade_simulate(&s, &costs, sim, NULL));
+  CHECK_OK(lade_simulate(&s, sizeof s, &costs, sim, sizeof sim[0], NULL));
   for (uint64_t e = 0; e < EPOCHS; e++) {
     uint64_t c = 0, sto = 0, p = 0;
     for (uint32_t r = 0; r < W; r++) {

@@ -40,7 +40,7 @@ static void save_with_trailer(const char *path, const uint8_t *body, size_t n) {
 
 static lade_plan_settings_t settings(int kind) {
   lade_plan_settings_t s;
-  lade_plan_settings_default(&s);
+  lade_plan_settings_default(&s, sizeof s);
   s.kind = kind;
   s.samples = 12;
   s.learners = 2;
@@ -55,10 +55,10 @@ static void test_roundtrip_every_kind(void) {
     lade_plan_settings_t s = settings(kind);
     char path[4200];
     snprintf(path, sizeof path, "%s/k%d.plan", g_dir, kind);
-    CHECK_OK(lade_plan_write(&s, path));
+    CHECK_OK(lade_plan_write(&s, sizeof s, path));
     lade_plan_t *pl = NULL;
     lade_plan_file_t *f = NULL;
-    CHECK_OK(lade_plan_create(&pl, &s));
+    CHECK_OK(lade_plan_create(&pl, &s, sizeof s));
     CHECK_OK(lade_plan_file_open(&f, path));
     if (!pl || !f) continue;
     for (uint64_t i = 0; i < lade_plan_file_steps(f); i++) {
@@ -88,7 +88,7 @@ static void test_hostile(void) {
   char path[4200], bad[4200];
   snprintf(path, sizeof path, "%s/good.plan", g_dir);
   snprintf(bad, sizeof bad, "%s/bad.plan", g_dir);
-  CHECK_OK(lade_plan_write(&s, path));
+  CHECK_OK(lade_plan_write(&s, sizeof s, path));
   uint8_t *file = NULL;
   size_t n = load(path, &file);
   CHECK(n > 160 + 16);
