@@ -193,6 +193,18 @@ void lade__http_destroy(lade__http_t *h) {
   free(h);
 }
 
+void lade__http_opts_from_config(lade__http_opts_t *o, const struct lade_config *cfg) {
+  memset(o, 0, sizeof *o);
+  o->timeout_ms = cfg->http_timeout_ms;
+  o->connect_timeout_ms = cfg->http_connect_timeout_ms;
+  o->retries = cfg->http_retries;
+  o->retry_base_ms = cfg->http_retry_base_ms;
+  o->fixed_conc = cfg->http_concurrency;
+  o->max_conc = cfg->http_max_concurrency;
+  o->max_body = cfg->max_sample_bytes;
+  o->ca_file = cfg->tls_ca_file; /* copied by lade__http_create */
+}
+
 int lade__http_create(lade__http_t **out, const lade__http_opts_t *o) {
   *out = NULL;
   int rc = lade__http_global_init();
