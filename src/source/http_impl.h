@@ -40,11 +40,11 @@ typedef struct lade__http_result {
   int rc;                          /* 0 or the final error */
   lade__buf_t body;
   char *msg;                       /* error text (malloc), NULL on success */
-  struct lade__http_result *next_idx;    /* same index, arrival order */
+  struct lade__http_result *next_idx; /* same index, arrival order */
   struct lade__http_result *prev, *next; /* all stored results, oldest first */
 } lade__http_result_t;
 
-typedef struct lade__http_waiter {       /* a read() that started its own request */
+typedef struct lade__http_waiter { /* a read() that started its own request */
   int done, rc;
   lade__buf_t body;
   char msg[LADE__HTTP_MSG];
@@ -53,7 +53,7 @@ typedef struct lade__http_waiter {       /* a read() that started its own reques
 typedef struct lade__http_req {
   lade__http_get_t get;            /* get.parts points at `one` or a malloc'd copy */
   lade__http_part_t one;
-  lade__http_waiter_t *waiter;           /* NULL: a submitted want, answered through the table */
+  lade__http_waiter_t *waiter;     /* NULL: a submitted want, answered through the table */
   CURL *easy;
   lade__buf_t body;                /* the reply's bytes; with `parts`, only body.len counts them */
   lade__buf_t *parts;              /* a 2xx reply of several parts: each part's bytes, written as they arrive */
@@ -63,15 +63,16 @@ typedef struct lade__http_req {
   uint32_t retries;
   double not_before;               /* retry timer (monotonic s) */
   int bg;                          /* a background submit */
-  uint64_t cap;                    /* a 2xx body past this many bytes is stopped (error bodies: LADE__HTTP_ERROR_CAP) */
+  uint64_t cap;                    /* a 2xx body past this many bytes is stopped (error bodies:
+                                      LADE__HTTP_ERROR_CAP) */
   int64_t clen;                    /* the reply's Content-Length, -1 when none */
   int over;                        /* the body passed cap (or its Content-Length did) */
   int head_agreed;                 /* the HEAD found the size the listing has */
   int head;                        /* this turn is a HEAD refreshing `expect` */
   int refreshed;                   /* a HEAD has been made (once per request) */
-  char size_what[LADE__HTTP_WHAT];       /* the size mismatch that sent it to the HEAD */
+  char size_what[LADE__HTTP_WHAT]; /* the size mismatch that sent it to the HEAD */
   char errbuf[CURL_ERROR_SIZE];
-  struct lade__http_req *next, *prev;    /* a queue, or the active list while in flight */
+  struct lade__http_req *next, *prev; /* a queue, or the active list while in flight */
 } lade__http_req_t;
 
 typedef struct lade__http_fifo {
@@ -90,7 +91,7 @@ struct lade__http {
   pthread_cond_t cv;
   int stop;
   lade__http_fifo_t urgent, queue, bg, timers; /* bg: background submits; timers: unsorted, scanned each turn */
-  lade__http_req_t *active;              /* in flight (doubly linked) */
+  lade__http_req_t *active;        /* in flight (doubly linked) */
   lade__http_req_t *free_reqs;
   CURL **free_easy;
   size_t n_free_easy, cap_free_easy;
@@ -110,7 +111,6 @@ struct lade__http {
   int win_starved, flat_windows;
   int slow_start; /* doubling the limit until the rate stops growing */
 };
-
 
 static inline void lade__http_fifo_push(lade__http_fifo_t *f, lade__http_req_t *r) {
   r->next = NULL;
@@ -164,7 +164,8 @@ int lade__http_curl_retryable(CURLcode c);
 void lade__http_judge(const lade__http_t *h, CURLcode cc, long status, int64_t clen, const lade__http_req_t *r,
                       lade__http_verdict_t *v);
 /* The same, the status and Content-Length read from e. */
-void lade__http_judge_easy(const lade__http_t *h, CURL *e, CURLcode cc, const lade__http_req_t *r, lade__http_verdict_t *v);
+void lade__http_judge_easy(const lade__http_t *h, CURL *e, CURLcode cc, const lade__http_req_t *r,
+                           lade__http_verdict_t *v);
 /* Seconds to wait before retry number `retry` (1, 2, ...): full jitter,
  * uniform in [0, min(20 s, base_ms x 2^(retry-1))]. */
 double lade__http_backoff_s(uint32_t base_ms, uint32_t retry, lade__rng_t *rng);

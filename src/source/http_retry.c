@@ -125,7 +125,8 @@ void lade__http_judge(const lade__http_t *h, CURLcode cc, long status, int64_t c
   snprintf(v->what, sizeof v->what, "HTTP %ld%s%s", status, r->head ? " (HEAD)" : "", tail);
 }
 
-void lade__http_judge_easy(const lade__http_t *h, CURL *e, CURLcode cc, const lade__http_req_t *r, lade__http_verdict_t *v) {
+void lade__http_judge_easy(const lade__http_t *h, CURL *e, CURLcode cc, const lade__http_req_t *r,
+                           lade__http_verdict_t *v) {
   long status = 0;
   curl_off_t cl = -1;
   curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
