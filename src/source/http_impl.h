@@ -215,6 +215,12 @@ void lade__http_hand_over(lade__http_t *h, lade__buf_t *b, lade__buf_t *out);
 lade__http_req_t *lade__http_req_new(lade__http_t *h, const lade__http_get_t *g, lade__http_waiter_t *w);
 /* Puts r back for reuse: its body recycled, its parts freed (locked). */
 void lade__http_req_release(lade__http_t *h, lade__http_req_t *r);
+/* One tuning step of the limit on requests in flight (locked), called by
+ * the loop each turn: once a window of LADE__HTTP_WINDOW_S has passed, its
+ * completed bytes/s moves the limit (slow start doubling, then steps of a
+ * quarter up or down, a probe after 8 flat windows) unless the window was
+ * starved of demand or throttled; nothing with a fixed limit. */
+void lade__http_tune(lade__http_t *h, double now);
 /* The loop thread's body (pthread_create's start routine; arg is h). */
 void *lade__http_loop_main(void *arg);
 

@@ -147,8 +147,7 @@ static uint32_t conc_min(const lade__http_t *h) { return LADE__MIN((uint32_t)LAD
  * batch's request finds a free connection at once (locked). */
 static uint32_t bg_cap(const lade__http_t *h) { return LADE__MAX(1u, h->limit - h->limit / 4); }
 
-/* Tuning step of the auto limit (locked). */
-static void tune(lade__http_t *h, double now) {
+void lade__http_tune(lade__http_t *h, double now) {
   if (h->o.fixed_conc) return;
   if (now - h->win_start < LADE__HTTP_WINDOW_S) return;
   double rate = (double)h->win_bytes / (now - h->win_start);
@@ -392,7 +391,7 @@ void *lade__http_loop_main(void *arg) {
     lade__source_t *s = h->o.src;
     if (notify && s && s->on_ready) s->on_ready(s->on_ready_ctx);
     pthread_mutex_lock(&h->mu);
-    tune(h, lade__now());
+    lade__http_tune(h, lade__now());
     int more = (h->urgent.n || h->queue.n || (h->bg.n && h->bg_in_flight < bg_cap(h))) && h->in_flight < h->limit;
     pthread_mutex_unlock(&h->mu);
     if (notify || more) continue; /* start what just became possible */

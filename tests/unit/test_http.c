@@ -1,7 +1,8 @@
 /* test_http.c - the http module's rules without a server (src/source/
  * http_retry.c, http_table.c): which curl codes and HTTP statuses are tried
  * again, which fail at once and with what code, the full-jitter backoff's
- * growth and bounds, the retry count of blocking requests; the result
+ * growth and bounds, the retry count of blocking requests, the tuning of
+ * the limit on requests in flight; the result
  * table's put/take, repeated samples, parts of one reply, errors, and the
  * bound that drops the oldest unread results with their wants; and the
  * settings (http_* and their s3_* aliases) that become a handle's options.
@@ -290,6 +291,75 @@ static void test_blocking_retries(void) {
   lade__http_destroy(h);
 }
 
+/* One half-second window ending at *t with `rate` bytes/s completed. */
+static void window(lade__http_t *h, double *t, double rate, int starved) {
+  h->win_start = *t;
+  *t += 0.5;
+  h->win_bytes = (uint64_t)(rate * 0.5);
+  h->win_starved = starved;
+  lade__http_tune(h, *t);
+}
+
+/* The tuned limit: slow start from 32, then steps of a quarter, a probe
+ * after 8 flat windows, never below 4 or above max_concurrency; windows
+ * without queued demand, right after a throttle, or too short say nothing. */
+static void test_tuning(void) {
+  lade__http_opts_t o;
+  memset(&o, 0, sizeof o);
+  o.what = "test source";
+  o.max_conc = 1000;
+  o.url = url_of;
+  o.name = name_of_obj;
+  lade__http_t *h = NULL;
+  CHECK_OK(lade__http_create(&h, &o));
+  if (!h) return;
+  CHECK_EQ_INT(h->limit, 32);
+  double t = 100;
+  h->win_start = t;
+  h->win_bytes = 1 << 20;
+  lade__http_tune(h, t + 0.2); /* too short a window */
+  CHECK_EQ_INT(h->limit, 32);
+  CHECK(h->win_start == t && h->win_bytes == 1 << 20);
+  window(h, &t, 2000, 0);
+  CHECK_EQ_INT(h->limit, 64); /* slow start doubles */
+  CHECK_EQ_INT(h->win_bytes, 0);
+  window(h, &t, 4000, 0);
+  CHECK_EQ_INT(h->limit, 128);
+  window(h, &t, 4100, 0); /* under 5% more: flat, slow start ends */
+  CHECK_EQ_INT(h->limit, 128);
+  CHECK_EQ_INT(h->slow_start, 0);
+  window(h, &t, 8000, 0);
+  CHECK_EQ_INT(h->limit, 160); /* + a quarter */
+  window(h, &t, 100, 1); /* starved: says nothing, not even a new reference rate */
+  CHECK_EQ_INT(h->limit, 160);
+  window(h, &t, 5000, 0); /* a fall of more than a quarter: - a quarter */
+  CHECK_EQ_INT(h->limit, 120);
+  for (int i = 0; i < 7; i++) window(h, &t, 5000, 0);
+  CHECK_EQ_INT(h->limit, 120);
+  window(h, &t, 5000, 0); /* the 8th flat window probes up */
+  CHECK_EQ_INT(h->limit, 150);
+  h->last_throttle = t + 0.25; /* throttled within the window: no step */
+  window(h, &t, 1, 0);
+  CHECK_EQ_INT(h->limit, 150);
+  h->limit = 6;
+  window(h, &t, 100, 0);
+  CHECK_EQ_INT(h->limit, 4); /* the floor */
+  h->limit = 990;
+  window(h, &t, 1e6, 0);
+  CHECK_EQ_INT(h->limit, 1000); /* the ceiling */
+  lade__http_destroy(h);
+
+  o.fixed_conc = 48; /* a fixed limit is never tuned */
+  CHECK_OK(lade__http_create(&h, &o));
+  if (!h) return;
+  CHECK_EQ_INT(h->limit, 48);
+  t = 100;
+  window(h, &t, 1000, 0);
+  window(h, &t, 1e6, 0);
+  CHECK_EQ_INT(h->limit, 48);
+  lade__http_destroy(h);
+}
+
 /* ------------------------------------------------------------ the table */
 
 /* Submits g as lade__http_submit does (one want per part) and answers it
@@ -545,6 +615,7 @@ int main(void) {
   RUN(test_statuses);
   RUN(test_backoff);
   RUN(test_blocking_retries);
+  RUN(test_tuning);
   RUN(test_table_put_take);
   RUN(test_table_repeats_and_parts);
   RUN(test_table_bound);
