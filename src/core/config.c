@@ -113,18 +113,20 @@ static const setting_t settings[] = {
      "S3 secret key (\"\": $AWS_SECRET_ACCESS_KEY); never printed"},
     {"s3_session_token", T_SECRET, OFF(s3_session_token), SZ(s3_session_token), 0, 0, NULL, "",
      "S3 session token (\"\": $AWS_SESSION_TOKEN); never printed"},
-    {"s3_concurrency", T_U32, OFF(s3_concurrency), 0, 0, 4096, NULL, "0",
-     "S3 requests in flight (0: tuned at run time, from 32, between 4 and s3_max_concurrency)"},
-    {"s3_max_concurrency", T_U32, OFF(s3_max_concurrency), 0, 1, 4096, NULL, "128",
-     "upper bound of the tuned number of S3 requests in flight"},
-    {"s3_timeout_ms", T_U32, OFF(s3_timeout_ms), 0, 100, 3600000, NULL, "30000",
-     "a single S3 request (connect to last byte) is abandoned and retried after this long"},
-    {"s3_connect_timeout_ms", T_U32, OFF(s3_connect_timeout_ms), 0, 10, 600000, NULL, "5000",
-     "S3 connection timeout"},
-    {"s3_retries", T_U32, OFF(s3_retries), 0, 0, 100, NULL, "6",
-     "retries of a transient S3 error (5xx, 429/SlowDown, timeout, reset) before the sample fails"},
-    {"s3_retry_base_ms", T_U32, OFF(s3_retry_base_ms), 0, 1, 60000, NULL, "100",
-     "first retry delay; doubles per retry (capped at 20 s) with full jitter"},
+    {"http_concurrency", T_U32, OFF(http_concurrency), 0, 0, 4096, NULL, "0",
+     "HTTP requests in flight, s3:// and http(s):// alike (0: tuned at run time, from 32, between 4 and "
+     "http_max_concurrency); alias s3_concurrency"},
+    {"http_max_concurrency", T_U32, OFF(http_max_concurrency), 0, 1, 4096, NULL, "128",
+     "upper bound of the tuned number of HTTP requests in flight; alias s3_max_concurrency"},
+    {"http_timeout_ms", T_U32, OFF(http_timeout_ms), 0, 100, 3600000, NULL, "30000",
+     "a single HTTP request (connect to last byte) is abandoned and retried after this long; alias s3_timeout_ms"},
+    {"http_connect_timeout_ms", T_U32, OFF(http_connect_timeout_ms), 0, 10, 600000, NULL, "5000",
+     "HTTP connection timeout; alias s3_connect_timeout_ms"},
+    {"http_retries", T_U32, OFF(http_retries), 0, 0, 100, NULL, "6",
+     "retries of a transient HTTP error (5xx, 429/SlowDown, timeout, reset) before the sample fails; alias "
+     "s3_retries"},
+    {"http_retry_base_ms", T_U32, OFF(http_retry_base_ms), 0, 1, 60000, NULL, "100",
+     "first retry delay; doubles per retry (capped at 20 s) with full jitter; alias s3_retry_base_ms"},
     {"max_sample_bytes", T_U64, OFF(max_sample_bytes), 0, 1, 1.8446744073709552e19, NULL, "1073741824",
      "largest sample read, a local file or an S3 object (its listed size, or the bytes sent); a larger one fails "
      "naming it before its bytes are held in memory"},
@@ -160,8 +162,8 @@ static const setting_t settings[] = {
      "who trains on which sample of each global batch and where it comes from (docs/plan.md): regular = global "
      "shuffle, DistributedSampler slices, the cache tiers decide; regular+lru ... solar follow the planner of `lade "
      "plan` and drive the memory cache (cache_mem_bytes) by its admits and evicts; shards streams tar shards "
-     "(paper 001): each data-parallel group reads its part of the shuffled shard list front to back through a "
-     "shuffle buffer"},
+     "(as Parax, \"Efficient Distributed Data Loading\"): each data-parallel group reads its part of the "
+     "shuffled shard list front to back through a shuffle buffer"},
     {"shuffle_buffer", T_U64, OFF(shuffle_buffer), 0, 0, 1e12, NULL, "1000",
      "plan=shards: samples in the shuffle buffer (WebDataset's shuffle(n); 0: read the shards in order)"},
     {"model_parallel", T_U32, OFF(model_parallel), 0, 1, 1 << 20, NULL, "1",
@@ -174,7 +176,7 @@ static const setting_t settings[] = {
     {"plan_reorder", T_BOOL, OFF(plan_reorder), 0, 0, 0, NULL, "true",
      "plan=solar: choose the order of the epochs' shuffles that maximises reuse (needs a bounded epochs)"},
     {"plan_imbalance", T_U32, OFF(plan_imbalance), 0, 0, 1 << 20, NULL, "0",
-     "plan=solar: local batch sizes may differ by up to this many samples (paper 002's load balancing; the global "
+     "plan=solar: local batch sizes may differ by up to this many samples (SOLAR's load balancing; the global "
      "batch stays batch_size * world_size), so more of each step trains from the caches"},
     {"plan_order", T_ENUM, OFF(plan_order), 0, 0, 0, "auto|dp|local|pso", "auto",
      "plan=solar: the epoch-order solver (auto: exact up to 16 epochs, local search beyond)"},
@@ -195,10 +197,32 @@ static const setting_t settings[] = {
 
 #define NSETTINGS (sizeof settings / sizeof settings[0])
 
-static const setting_t *find(const char *key) {
+/* Other names of settings, kept working when a setting is renamed (the
+ * generic HTTP settings were once s3_*): setting and getting an alias is
+ * setting and getting its key. Listings show the key only, whose help
+ * names the alias. */
+static const struct {
+  const char *alias, *key;
+} aliases[] = {
+    {"s3_concurrency", "http_concurrency"},
+    {"s3_max_concurrency", "http_max_concurrency"},
+    {"s3_timeout_ms", "http_timeout_ms"},
+    {"s3_connect_timeout_ms", "http_connect_timeout_ms"},
+    {"s3_retries", "http_retries"},
+    {"s3_retry_base_ms", "http_retry_base_ms"},
+};
+
+static const setting_t *find_key(const char *key) {
   for (size_t i = 0; i < NSETTINGS; i++)
     if (strcmp(settings[i].key, key) == 0) return &settings[i];
   return NULL;
+}
+
+static const setting_t *find(const char *key) {
+  const setting_t *s = find_key(key);
+  for (size_t i = 0; !s && i < sizeof aliases / sizeof aliases[0]; i++)
+    if (strcmp(aliases[i].alias, key) == 0) s = find_key(aliases[i].key);
+  return s;
 }
 
 static int keys_error(const char *key) {

@@ -59,12 +59,14 @@ struct lade_config {
   char s3_access_key_id[256];      /* secret: never printed */
   char s3_secret_access_key[256];  /* secret: never printed */
   char s3_session_token[4096];     /* secret: never printed */
-  uint32_t s3_concurrency;         /* 0: tuned at run time */
-  uint32_t s3_max_concurrency;
-  uint32_t s3_timeout_ms;
-  uint32_t s3_connect_timeout_ms;
-  uint32_t s3_retries;
-  uint32_t s3_retry_base_ms;
+  /* every HTTP request (s3://, http(s):// shards); s3_concurrency ... are
+   * aliases of the settings */
+  uint32_t http_concurrency;       /* 0: tuned at run time */
+  uint32_t http_max_concurrency;
+  uint32_t http_timeout_ms;
+  uint32_t http_connect_timeout_ms;
+  uint32_t http_retries;
+  uint32_t http_retry_base_ms;
   uint64_t max_sample_bytes;       /* no sample (file or object) larger than this is read */
   char label_file[LADE__PATH_MAX];
   uint64_t listing_ttl;            /* seconds a cached listing is reused; 0: never cached */

@@ -20,6 +20,7 @@
 #include "core/buf.h"
 
 struct curl_slist;
+struct lade_config;
 struct lade__source;
 struct lade__source_stats;
 
@@ -82,6 +83,13 @@ typedef struct lade__http_get {
   uint32_t nparts;
   const lade__http_part_t *parts;
 } lade__http_get_t;
+
+/* Zeroes *o and fills what every source's requests take from its settings:
+ * http_timeout_ms, http_connect_timeout_ms, http_retries,
+ * http_retry_base_ms, http_concurrency, http_max_concurrency,
+ * max_sample_bytes and tls_ca_file (borrowed from cfg). The caller adds
+ * `what`, the hooks, and any headers or signing. */
+void lade__http_opts_from_config(lade__http_opts_t *o, const struct lade_config *cfg);
 
 /* A handle for blocking GETs (lade__http_get_blocking: listings, index
  * passes); the loop starts with lade__http_start. *o is copied (its

@@ -60,19 +60,11 @@ int lade__s3_url(const lade__s3_where_t *w, const char *key, const char *query, 
 }
 
 void lade__s3_http_opts(const lade__s3_where_t *w, const struct lade_config *cfg, lade__http_opts_t *o) {
-  memset(o, 0, sizeof *o);
-  o->timeout_ms = cfg->s3_timeout_ms;
-  o->connect_timeout_ms = cfg->s3_connect_timeout_ms;
-  o->retries = cfg->s3_retries;
-  o->retry_base_ms = cfg->s3_retry_base_ms;
-  o->fixed_conc = cfg->s3_concurrency;
-  o->max_conc = cfg->s3_max_concurrency;
-  o->max_body = cfg->max_sample_bytes;
+  lade__http_opts_from_config(o, cfg);
   o->headers = w->headers;
   o->userpwd = w->userpwd;
   o->sigv4 = w->sigv4;
   o->error_body = s3_error_body;
-  o->ca_file = cfg->tls_ca_file; /* copied by lade__http_create */
 }
 
 void lade__s3_where_free(lade__s3_where_t *d) {

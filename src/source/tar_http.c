@@ -10,7 +10,8 @@
  * from index_dir or cache_dir when made from its current version (one HEAD: size and
  * ETag, else Last-Modified), else from one streamed GET parsed as it
  * arrives. Reads are Range requests; submit() coalesces the neighbours of
- * one shard into one request (paper 002's chunk loading, for tar members).
+ * one shard into one request (the chunk loading of SOLAR, Sun et al.,
+ * for tar members).
  * The per-sample arrays of lade__tar_t are read-only after open; the http
  * module does its own locking.
  */
@@ -67,21 +68,16 @@ static void shard_name(void *ctx, uint64_t obj, char *buf, size_t size) {
 /* The http module for the shards `first` is one of; s3:// shards get the
  * s3 source's endpoint, addressing and credentials (s3auth.c). */
 static int remote_http(lade__tar_t *t, const struct lade_config *cfg, lade__source_t *s, const char *first) {
-  lade__http_opts_t o = {.timeout_ms = cfg->s3_timeout_ms,
-                         .connect_timeout_ms = cfg->s3_connect_timeout_ms,
-                         .retries = cfg->s3_retries,
-                         .retry_base_ms = cfg->s3_retry_base_ms,
-                         .fixed_conc = cfg->s3_concurrency,
-                         .max_conc = cfg->s3_max_concurrency,
-                         .max_body = cfg->max_sample_bytes};
+  lade__http_opts_t o;
   H(t)->s3 = !strncmp(first, "s3://", 5);
   if (H(t)->s3) {
     int rc = lade__s3_where_init(&H(t)->w, cfg, first);
     if (rc) return rc;
     lade__s3_http_opts(&H(t)->w, cfg, &o);
+  } else {
+    lade__http_opts_from_config(&o, cfg);
   }
   o.what = "tar source";
-  o.ca_file = cfg->tls_ca_file; /* copied by lade__http_create */
   o.ctx = t;
   o.url = shard_url;
   o.name = shard_name;
@@ -223,7 +219,7 @@ static int cmp_span(const void *a, const void *b) {
  * sorted by (shard, offset); neighbours of one shard whose gap is at most
  * `gap` bytes share one Range request of at most max_req bytes
  * (lade__coalesce, the rule the hdf5 source's hyperslabs follow too),
- * split into samples as it arrives (paper 002's chunk loading, for tar
+ * split into samples as it arrives (SOLAR's chunk loading, for tar
  * members). The requests are queued in the order their first sample was
  * submitted, so a later step's neighbours never go before an earlier
  * step's samples. */

@@ -31,6 +31,13 @@ for c in gen bench demo pack plan simulate model; do
   check "lade $c --help" "$lade" $c --help
 done
 check "lade settings lists keys" test "$("$lade" settings | grep -c default)" -ge 20
+# the generic HTTP settings are http_*; their old s3_* names are aliases, named in the help, not listed
+check "lade settings lists http_retries and names its alias" test -n "$("$lade" settings | grep '^http_retries ' | grep 'alias s3_retries')"
+check "lade settings does not list the alias as a key" test "$("$lade" settings | grep -c '^s3_retries ')" -eq 0
+check "bench accepts http_* settings and their s3_* aliases" "$lade" bench "$tmp/a" --batch-size 16 --set http_retries=3 \
+  --set s3_timeout_ms=5000 --set s3_concurrency=4 --set http_max_concurrency=8 --json
+out=$("$lade" bench "$tmp/a" --set s3_retries=101 2>&1); rc=$?
+check "an alias out of range names the setting's range" test $rc -ne 0 -a -n "$(echo "$out" | grep 'http_retries' | grep '0..100')"
 out=$("$lade" bench "$tmp/a" --batch-size 16 2>&1 </dev/null)
 check "bench text output has the stage breakdown" test -n "$(echo "$out" | grep stages | grep transform)"
 

@@ -80,7 +80,7 @@ def lstats(lines):
 def loader_args(source, shuffle, settings):
     """s3_check's command line: every sample of every batch as an "S" line, then LSTATS and OK/ERROR."""
     s = dict(transform="raw", raw_size=MAX_SIZE, batch_size=8, threads=2, shuffle=shuffle, epochs=1,
-             s3_retry_base_ms=5)
+             http_retry_base_ms=5)
     s.update(settings)
     return [S3_CHECK, "loader", "source=" + source] + \
            ["%s=%s" % (k, str(v).lower() if isinstance(v, bool) else v) for k, v in s.items()]
@@ -286,7 +286,7 @@ class TestHttpTar(unittest.TestCase):
         holds each Range reply at 100 bytes/s; the index passes, without a Range, run at full speed)."""
         with httpenv.NginxEnv(self.www, server_extra="if ($http_range) { set $limit_rate 100; }") as env:
             p = subprocess.Popen(loader_args(env.url + "/" + self.pattern, False,
-                                             dict(batch_size=2, s3_retries=2, threads=1, s3_connect_timeout_ms=500)),
+                                             dict(batch_size=2, http_retries=2, threads=1, http_connect_timeout_ms=500)),
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             t0 = time.time()
             while len([e for e in env.access_log() if e[0] == "GET" and e[2] == 200]) < SHARDS:  # index passes
@@ -604,7 +604,7 @@ class TestHttpFaults(unittest.TestCase):
 
     def test_5xx_until_retries_run_out_names_url_and_member(self):
         self.env.proxy(rules=[{"action": "500", "match": "train-000002", "count": -1}])
-        r = subprocess.run(self.args(self.src, s3_retries=2, cache_dir=os.path.join(self.tmp, "c")),
+        r = subprocess.run(self.args(self.src, http_retries=2, cache_dir=os.path.join(self.tmp, "c")),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
         self.assertNotEqual(r.returncode, 0)
         err = r.stdout.splitlines()[-1]
@@ -618,7 +618,7 @@ class TestHttpFaults(unittest.TestCase):
                            text=True, timeout=120)
         self.assertEqual(r.returncode, 0)
         self.env.proxy(rules=[{"action": "500", "match": "train-000002", "count": -1}])
-        r = subprocess.run(self.args(self.src, s3_retries=2, cache_dir=os.path.join(self.tmp, "c")),
+        r = subprocess.run(self.args(self.src, http_retries=2, cache_dir=os.path.join(self.tmp, "c")),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
         self.assertNotEqual(r.returncode, 0)
         err = r.stdout.splitlines()[-1]
@@ -637,7 +637,7 @@ class TestHttpFaults(unittest.TestCase):
             self.assertTrue(any(f.startswith("tarindex-") for f in os.listdir(cache)))
             self.env.proxy(rules=[{"action": "cut", "match": ".tar", "count": 3},
                                   {"action": "short", "match": ".tar", "count": 2}])
-            r = subprocess.run(loader_args(self.src, False, dict(kw, s3_retries=8, coalesce_gap_bytes=1 << 20,
+            r = subprocess.run(loader_args(self.src, False, dict(kw, http_retries=8, coalesce_gap_bytes=1 << 20,
                                                                  cache_dir=cache, cache_disk_bytes=1)),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
             self.assertEqual(r.returncode, 0, (r.stdout + r.stderr)[-2000:])
@@ -650,7 +650,7 @@ class TestHttpFaults(unittest.TestCase):
     def test_server_dies_mid_run(self):
         """nginx stops once a few samples were read: the run fails naming a shard URL and a member."""
         self.env.proxy(latency_ms=30)
-        p = subprocess.Popen(self.args(self.src, batch_size=2, s3_concurrency=1, s3_retries=2, coalesce_gap_bytes=0,
+        p = subprocess.Popen(self.args(self.src, batch_size=2, http_concurrency=1, http_retries=2, coalesce_gap_bytes=0,
                                        threads=1), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         t0 = time.time()
         while self.env.counts()["get"] < SHARDS + 10:  # the index passes, then 10 samples' Range requests

@@ -185,6 +185,20 @@ def test_settings_passthrough(npy_dir):
     assert "prefetch" in keys and keys["batch_size"][0] == "32"
 
 
+def test_http_settings_and_s3_aliases(npy_dir):
+    """The generic HTTP settings are http_*; the s3_* spellings are aliases of them."""
+    keys = lade.config_keys()
+    for name in ("concurrency", "max_concurrency", "timeout_ms", "connect_timeout_ms", "retries", "retry_base_ms"):
+        assert "http_" + name in keys and "s3_" + name not in keys
+        assert "alias s3_" + name in keys["http_" + name][1]
+    with lade.Loader(npy_dir, batch_size=8, output="numpy", http_retries=3, s3_timeout_ms=5000, s3_concurrency=4,
+                     http_max_concurrency=8) as L:
+        assert len(next(iter(L))[0]) == 8
+    with pytest.raises(lade.Error) as e:
+        lade.Loader(npy_dir, s3_retries=101)
+    assert "http_retries" in str(e.value) and "0..100" in str(e.value)
+
+
 @needs_torch
 def test_train_cnn_example(lade_cli, tmp_path):
     d = tmp_path / "train"

@@ -1,0 +1,227 @@
+/*
+ * http_impl.h - what the files of the http module share (http.h is the
+ * interface its users include): the request, result and handle structs,
+ * and the functions each file offers the others.
+ *
+ *   http.c         the entry points: create/start/destroy, submit, ready,
+ *                  read, stats
+ *   http_loop.c    the loop thread: queues, starting and finishing
+ *                  transfers, refresh HEADs, concurrency tuning
+ *   http_table.c   the table of arrived, unread results keyed by sample index
+ *   http_retry.c   judging a finished transfer (retry, fail, refresh) and
+ *                  the backoff between tries
+ *   http_easy.c    one curl easy handle: options, headers, the body capped
+ *   http_oneshot.c blocking GETs and HEADs, and streamed GETs, on the
+ *                  caller's thread
+ *
+ * The locking rules are those of http.c's opening comment: "locked" below
+ * means the caller holds h->mu.
+ */
+#ifndef LADE__HTTP_IMPL_H
+#define LADE__HTTP_IMPL_H
+
+#include <curl/curl.h>
+#include <pthread.h>
+
+#include "core/core.h"
+#include "source/http.h"
+
+#define LADE__HTTP_BACKOFF_CAP_MS 20000.0
+#define LADE__HTTP_MIN_AUTO 4
+#define LADE__HTTP_START_AUTO 32
+#define LADE__HTTP_WINDOW_S 0.5
+#define LADE__HTTP_WHAT 768
+#define LADE__HTTP_ERROR_CAP ((uint64_t)64 << 10) /* an error reply: only its first words are read */
+
+/* ------------------------------------------------------------------ types */
+
+typedef struct lade__http_result {
+  uint64_t idx;
+  int rc;                          /* 0 or the final error */
+  lade__buf_t body;
+  char *msg;                       /* error text (malloc), NULL on success */
+  struct lade__http_result *next_idx; /* same index, arrival order */
+  struct lade__http_result *prev, *next; /* all stored results, oldest first */
+} lade__http_result_t;
+
+typedef struct lade__http_waiter { /* a read() that started its own request */
+  int done, rc;
+  lade__buf_t body;
+  char msg[LADE__HTTP_MSG];
+} lade__http_waiter_t;
+
+typedef struct lade__http_req {
+  lade__http_get_t get;            /* get.parts points at `one` or a malloc'd copy */
+  lade__http_part_t one;
+  lade__http_waiter_t *waiter;     /* NULL: a submitted want, answered through the table */
+  CURL *easy;
+  lade__buf_t body;                /* the reply's bytes; with `parts`, only body.len counts them */
+  lade__buf_t *parts;              /* a 2xx reply of several parts: each part's bytes, written as they arrive */
+  uint32_t part_next;              /* the first part not complete */
+  char validator[256];             /* the reply's ETag, else its Last-Modified */
+  int has_etag;
+  uint32_t retries;
+  double not_before;               /* retry timer (monotonic s) */
+  int bg;                          /* a background submit */
+  uint64_t cap;                    /* a 2xx body past this many bytes is stopped (error bodies:
+                                      LADE__HTTP_ERROR_CAP) */
+  int64_t clen;                    /* the reply's Content-Length, -1 when none */
+  int over;                        /* the body passed cap (or its Content-Length did) */
+  int head_agreed;                 /* the HEAD found the size the listing has */
+  int head;                        /* this turn is a HEAD refreshing `expect` */
+  int refreshed;                   /* a HEAD has been made (once per request) */
+  char size_what[LADE__HTTP_WHAT]; /* the size mismatch that sent it to the HEAD */
+  char errbuf[CURL_ERROR_SIZE];
+  struct lade__http_req *next, *prev; /* a queue, or the active list while in flight */
+} lade__http_req_t;
+
+typedef struct lade__http_fifo {
+  lade__http_req_t *head, *tail;
+  size_t n;
+} lade__http_fifo_t;
+
+struct lade__http {
+  lade__http_opts_t o;
+  char *ca_file; /* o.ca_file points here: the resolved CA bundle, NULL for libcurl's default */
+  uint64_t n_idx; /* results are keyed by sample index 0..n_idx-1 */
+  pthread_t thread;
+  int thread_started;
+  CURLM *multi;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int stop;
+  lade__http_fifo_t urgent, queue, bg, timers; /* bg: background submits; timers: unsorted, scanned each turn */
+  lade__http_req_t *active;        /* in flight (doubly linked) */
+  lade__http_req_t *free_reqs;
+  CURL **free_easy;
+  size_t n_free_easy, cap_free_easy;
+  lade__buf_t free_bufs[32];
+  size_t n_free_bufs;
+  /* results: per index wants and arrived results */
+  uint32_t *wants;
+  lade__http_result_t **res;
+  lade__http_result_t *res_oldest, *res_newest;
+  size_t res_count, res_bytes, res_max_count, res_max_bytes;
+  /* counters and tuning */
+  uint64_t get_requests, list_requests, retried, bytes, truncated, throttled, refreshed;
+  uint32_t in_flight, limit;
+  uint32_t bg_in_flight;           /* background requests among in_flight */
+  double win_start, win_prev_rate, last_throttle;
+  uint64_t win_bytes;
+  int win_starved, flat_windows;
+  int slow_start; /* doubling the limit until the rate stops growing */
+};
+
+static inline void lade__http_fifo_push(lade__http_fifo_t *f, lade__http_req_t *r) {
+  r->next = NULL;
+  if (f->tail) f->tail->next = r;
+  else f->head = r;
+  f->tail = r;
+  f->n++;
+}
+
+static inline lade__http_req_t *lade__http_fifo_pop(lade__http_fifo_t *f) {
+  lade__http_req_t *r = f->head;
+  if (!r) return NULL;
+  f->head = r->next;
+  if (!f->head) f->tail = NULL;
+  f->n--;
+  r->next = NULL;
+  return r;
+}
+
+static inline void lade__http_name_of(const lade__http_t *h, const lade__http_req_t *r, char *buf, size_t size) {
+  h->o.name(h->o.ctx, r->get.obj, buf, size);
+}
+
+/* ------------------------------------------------- http_retry.c: verdicts */
+
+
+/* LADE__HTTP_SIZE: a complete reply of another size than expected (the listed
+ * size, or more than the cap): the object may have been replaced since it
+ * was listed, so with `refresh` the size is checked with a HEAD first. */
+enum { LADE__HTTP_OK = 0, LADE__HTTP_RETRY, LADE__HTTP_FINAL, LADE__HTTP_SIZE };
+
+typedef struct lade__http_verdict {
+  int kind;          /* LADE__HTTP_OK, LADE__HTTP_RETRY, LADE__HTTP_FINAL, LADE__HTTP_SIZE */
+  int code;          /* lade error code when not OK */
+  int throttled;     /* 503/429/SlowDown: the tuner backs off */
+  int truncated;
+  long status;       /* HTTP status, 0 when none arrived */
+  uint64_t size;     /* a HEAD's Content-Length: the object's size now */
+  char what[LADE__HTTP_WHAT]; /* "HTTP 503 SlowDown: message" */
+} lade__http_verdict_t;
+
+/* 1 when a transfer that ended with curl's code c is tried again (refused,
+ * reset, timed out, cut short; not a TLS verification failure). */
+int lade__http_curl_retryable(CURLcode c);
+/* Judges one finished transfer of r from its curl code, HTTP status (0:
+ * none arrived) and Content-Length (-1: none): r->get.expect is the size
+ * the body must have (UINT64_MAX: any), r->over says on_body stopped it
+ * past r->cap, and r->head that it was a HEAD (no body; the
+ * Content-Length is the size). Calls h's error_body hook on an error
+ * reply's body. */
+void lade__http_judge(const lade__http_t *h, CURLcode cc, long status, int64_t clen, const lade__http_req_t *r,
+                      lade__http_verdict_t *v);
+/* The same, the status and Content-Length read from e. */
+void lade__http_judge_easy(const lade__http_t *h, CURL *e, CURLcode cc, const lade__http_req_t *r,
+                           lade__http_verdict_t *v);
+/* Seconds to wait before retry number `retry` (1, 2, ...): full jitter,
+ * uniform in [0, min(20 s, base_ms x 2^(retry-1))]. */
+double lade__http_backoff_s(uint32_t base_ms, uint32_t retry, lade__rng_t *rng);
+/* Counts a retry of a request made on the caller's thread and sleeps its
+ * backoff there (blocking GETs, HEADs, streams). Takes h->mu. */
+void lade__http_retry_sleep(lade__http_t *h, uint32_t retry, lade__rng_t *rng);
+/* After a failed blocking attempt number `attempt` (0: the first): 1 when
+ * it is tried again (the backoff slept), 0 with the final error in *rc
+ * (lade_last_error() naming `shown`). */
+int lade__http_blocking_again(lade__http_t *h, const lade__http_verdict_t *v, uint32_t attempt, const char *shown,
+                              lade__rng_t *rng, int *rc);
+
+/* ------------------------------------------------ http_easy.c: one handle */
+
+/* Sets e's options for r's request of url: timeouts, the low-speed limit,
+ * TLS, signing, r's Range, and the header and body callbacks writing into
+ * r (bodies capped as lade__http_on_body says). */
+void lade__http_setup_easy(const lade__http_t *h, CURL *e, const char *url, lade__http_req_t *r);
+/* curl's write callback for r (ud): appends to r->body, or scatters a
+ * reply of several parts into r->parts; 0 (ending the transfer) past the
+ * cap r may hold or out of memory. */
+size_t lade__http_on_body(char *ptr, size_t size, size_t nmemb, void *ud);
+
+/* ---------------------------------------------- http_table.c: the results */
+
+/* Allocates the wants and results of sample indexes 0..n_idx-1 and sets
+ * the default bounds. 0 or LADE_ENOMEM (message set). */
+int lade__http_table_init(lade__http_t *h, uint64_t n_idx);
+/* Frees every stored result and the table. */
+void lade__http_table_free(lade__http_t *h);
+/* Stores a submitted request's outcome, one result per part (locked); the
+ * oldest unread results are dropped with their wants past the bounds. */
+void lade__http_result_store(lade__http_t *h, lade__http_req_t *q, int rc, const char *msg);
+/* Takes the oldest result of idx (locked): 1 with *rc its code (message
+ * set) and, on success, the body swapped into *out; 0 when none is stored. */
+int lade__http_result_take(lade__http_t *h, uint64_t idx, lade__buf_t *out, int *rc);
+/* Keeps b's memory for later bodies, or frees it (locked); b is emptied. */
+void lade__http_buf_recycle(lade__http_t *h, lade__buf_t *b);
+/* Hands `b` to the caller's buffer by swapping (no copy); the caller's old
+ * buffer is recycled for later bodies (locked). */
+void lade__http_hand_over(lade__http_t *h, lade__buf_t *b, lade__buf_t *out);
+
+/* ------------------------------------------------- http_loop.c: the thread */
+
+/* A request for g (copied, its parts too), answered to waiter w, or
+ * through the table when w is NULL (locked). NULL: out of memory. */
+lade__http_req_t *lade__http_req_new(lade__http_t *h, const lade__http_get_t *g, lade__http_waiter_t *w);
+/* Puts r back for reuse: its body recycled, its parts freed (locked). */
+void lade__http_req_release(lade__http_t *h, lade__http_req_t *r);
+/* One tuning step of the limit on requests in flight (locked), called by
+ * the loop each turn: once a window of LADE__HTTP_WINDOW_S has passed, its
+ * completed bytes/s moves the limit (slow start doubling, then steps of a
+ * quarter up or down, a probe after 8 flat windows) unless the window was
+ * starved of demand or throttled; nothing with a fixed limit. */
+void lade__http_tune(lade__http_t *h, double now);
+/* The loop thread's body (pthread_create's start routine; arg is h). */
+void *lade__http_loop_main(void *arg);
+
+#endif
