@@ -610,7 +610,8 @@ static void test_settings(void) {
   lade_config_destroy(c);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+  lade_test_args(argc, argv);
   RUN(test_curl_codes);
   RUN(test_statuses);
   RUN(test_backoff);
