@@ -4,7 +4,7 @@
  *
  * Design. open() lists the prefix once (paginated ListObjectsV2, blocking,
  * on the engine's worker) or takes the listing from cache_dir. Every GET
- * after that goes through the HTTP module (http.c: one curl-multi thread,
+ * after that goes through the HTTP module (http*.c, docs/http.md: one curl-multi thread,
  * queues, concurrency tuning, retries, size caps, the result table), so this
  * file holds what is S3's own: where and who (endpoint, addressing, SigV4
  * credentials), the listing and its cache, labels, and the words of S3's
