@@ -204,7 +204,7 @@ LADE_API int lade_plan_file_step(lade_plan_file_t *f, uint64_t i, const lade_pla
  *
  * Not a planned kind (LADE_PLAN_SHARDS names it, lade_plan_create refuses
  * it): its batches are not a permutation of the regular global batch
- * (DESIGN.md invariant 1), so it has its own small API. Each
+ * (invariant 1 of docs/plan.md), so it has its own small API. Each
  * epoch the shard list is shuffled, the shuffled stream of samples is cut
  * into D contiguous, equal parts (one per data-parallel group; a shard on a
  * cut is read partly by each side), and every group reads its part front to

@@ -1,7 +1,8 @@
-/* kind_distcache.c - `distcache` (paper 000 III-C): regular slices; the
- * caches fill in epoch 0 with what each learner loads, disjoint and without
- * replacement (the driver's owner[] directory), and a miss is served by the
- * peer that caches the sample, else by storage. */
+/* kind_distcache.c - `distcache`, the distributed cache of Accelerating Data
+ * Loading (paper 000 III-C): regular slices; the caches fill in epoch 0 with
+ * what each learner loads, disjoint and without replacement (the driver's
+ * owner[] directory), and a miss is served by the peer that caches the
+ * sample, else by storage. */
 #include "planner.h"
 
 static int distcache_create(lade_plan_t *pl) { return lade__plan_owners_init(pl, 0); }

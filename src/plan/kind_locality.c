@@ -1,9 +1,10 @@
-/* kind_locality.c - `locality` (paper 000 V): every learner trains on its
- * cached samples of the global batch up to its share B; uncached samples are
- * read from storage by learners with a deficit (those with cache room first,
- * so the aggregate cache fills); the surplus goes to the remaining deficits
- * by Algorithm 1 (balance.c), as peer sends or storage reloads. Caches are
- * disjoint (the driver's owner[]), filled from storage reads, no replacement. */
+/* kind_locality.c - `locality`, locality-aware loading of Accelerating Data
+ * Loading (paper 000 V): every learner trains on its cached samples of the
+ * global batch up to its share B; uncached samples are read from storage by
+ * learners with a deficit (those with cache room first, so the aggregate
+ * cache fills); the surplus goes to the remaining deficits by Algorithm 1
+ * (balance.c), as peer sends or storage reloads. Caches are disjoint (the
+ * driver's owner[]), filled from storage reads, no replacement. */
 #include <assert.h>
 #include <string.h>
 

@@ -1,11 +1,12 @@
-/* kind_solar.c - `solar` (paper 002): the shuffles of all epochs drawn ahead
- * and the epoch order chosen at create (open-path TSP, order.c); node-to-
- * sample remapping (a cached sample trains on the learner caching it); load
- * balancing that lets local batch sizes differ by up to `imbalance` and
- * water-fills storage reads; farthest-next-use eviction over disjoint caches
- * (the driver's owner[]), where the next use of a sample is its position in
- * the next training epoch (remapping keeps it on the learner that caches
- * it); each learner's storage reads sorted and coalesced into ranges. */
+/* kind_solar.c - `solar`, SOLAR's offline shuffle plan (paper 002): the
+ * shuffles of all epochs drawn ahead and the epoch order chosen at create
+ * (open-path TSP, order.c); node-to- sample remapping (a cached sample
+ * trains on the learner caching it); load balancing that lets local batch
+ * sizes differ by up to `imbalance` and water-fills storage reads; farthest-
+ * next-use eviction over disjoint caches (the driver's owner[]), where the
+ * next use of a sample is its position in the next training epoch (remapping
+ * keeps it on the learner that caches it); each learner's storage reads
+ * sorted and coalesced into ranges. */
 #include <assert.h>
 #include <string.h>
 

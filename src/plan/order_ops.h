@@ -5,7 +5,7 @@
  *
  *   order_regular.c  the regular order (regular.h): a pure function of
  *                    (seed, epoch, step, rank), every route "any tier";
- *   order_shards.c   paper 001's shard streaming (shards.h): a pure
+ *   order_shards.c   Parax's shard streaming (paper 001) (shards.h): a pure
  *                    function of (seed, epoch, data-parallel group), routes
  *                    "any tier", and a shard stream before the buffer;
  *   order_planned.c  every planner kind (planner.h): this rank's part of

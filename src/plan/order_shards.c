@@ -1,8 +1,9 @@
-/* order_shards.c - paper 001's shard streaming behind the cursor
- * (order_ops.h, shards.h): each data-parallel group reads its part of the
- * epoch's shuffled shard list through a shuffle buffer. The order is a pure
- * function of (seed, epoch, group); this group's sequences of two epochs
- * stay cached (O(samples / groups) each), routes are "any tier". */
+/* order_shards.c - Parax data loading's shard streaming (paper 001) behind
+ * the cursor (order_ops.h, shards.h): each data-parallel group reads its
+ * part of the epoch's shuffled shard list through a shuffle buffer. The
+ * order is a pure function of (seed, epoch, group); this group's sequences
+ * of two epochs stay cached (O(samples / groups) each), routes are "any
+ * tier". */
 #include <stdlib.h>
 #include <string.h>
 

@@ -5,7 +5,7 @@
  * file each (kind_*.c) behind the step interface of planner.h.
  *
  * Each step starts from the `regular` global batch of (shuffle epoch, step),
- * so invariant 1 of DESIGN.md holds by construction: plans only decide which
+ * so invariant 1 of docs/plan.md holds by construction: plans only decide which
  * learner trains on which sample of that batch and where it comes from.
  * Sources are decided against the caches at the start of the step (phase 1);
  * cache admissions and evictions are then applied in batch order (phase 2)

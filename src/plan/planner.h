@@ -12,7 +12,7 @@
  *   step(pl, out): on entry pl->gb holds the regular global batch of
  *   (order[pl->epoch], pl->step), the event list is empty and out->view's
  *   header is filled (other fields zero). The kind writes out->samples,
- *   out->from and out->off (a permutation of gb: DESIGN.md invariant 1),
+ *   out->from and out->off (a permutation of gb: invariant 1 of docs/plan.md),
  *   records its cache admits/evicts as events (lade__plan_event, or the
  *   cache-model helpers below, which emit them), and may set
  *   out->view.deficit, out->view.transfers with out->tr, and out->rd_*.

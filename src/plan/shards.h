@@ -1,5 +1,5 @@
 /*
- * shards.h - the `shards` order (paper 001 section 3.2: WebDataset shards,
+ * shards.h - the `shards` order (Parax data loading, paper 001 section 3.2: WebDataset shards,
  * random shard order, sequential reads inside a shard, an in-memory shuffle
  * buffer, the shard list split per data-parallel group), as a pure function.
  *
@@ -47,7 +47,7 @@
  * Every rank computes its own sequence from the settings, so no batch takes a
  * hop through another rank (the paper's baseline copied through gpu:0).
  *
- * Not a lade_plan_kind_t: DESIGN.md invariant 1 (the learners' samples of a
+ * Not a planned kind: invariant 1 of docs/plan.md (the learners' samples of a
  * step are the regular global batch) does not hold, the order is different
  * by design; invariants 2 and 3 hold as stated above.
  *
