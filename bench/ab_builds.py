@@ -100,14 +100,17 @@ def main():
 
 
 def cpu_model():
+    """The CPU's name, family and model (a VM may show only "AMD EPYC"), and the core count."""
+    info = {}
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip() + " x%d" % os.cpu_count()
+                k, _, v = line.partition(":")
+                info.setdefault(k.strip(), v.strip())
     except OSError:
-        pass
-    return "unknown"
+        return "unknown"
+    return "%s (family %s, model %s) x%d" % (info.get("model name", "?"), info.get("cpu family", "?"),
+                                             info.get("model", "?"), os.cpu_count())
 
 
 if __name__ == "__main__":
