@@ -25,9 +25,11 @@
  * keep working.
  *
  * Lifetime: batches may outlive the loader (the Python module hands them to
- * tensors). lade_loader_destroy() stops and joins the workers; the slots and
- * the loader struct are freed by whoever drops the last reference (destroy
- * or the last lade_batch_release).
+ * tensors). lade_loader_destroy() stops and joins the workers and closes
+ * every stage they used (source files, fetch stage and disk cache lock,
+ * transport: lade__engine_close_stages), so a reopened cache_dir is free at
+ * once; the slots and the loader struct are freed by whoever drops the last
+ * reference (destroy or the last lade_batch_release).
  * The caller holds handles (handle_t, whose first member is the
  * lade_batch_t view), not slots: a handle lives as long as the loader and is
  * reused oldest-released-first after HANDLE_QUARANTINE others, so a second
@@ -773,6 +775,9 @@ void lade_loader_destroy(lade_loader_t *L) {
   pthread_cond_broadcast(&L->cv_ready);
   pthread_mutex_unlock(&L->mu);
   for (uint32_t i = 0; i < L->started; i++) pthread_join(L->workers[i].thread, NULL);
+  /* no worker runs now: files, the disk cache (and its lock), the transport
+   * go now, even while the caller holds batches (they need only the pool) */
+  lade__engine_close_stages(L);
   pthread_mutex_lock(&L->mu);
   L->destroyed = true;
   bool last = L->held == 0;

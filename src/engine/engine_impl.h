@@ -144,6 +144,7 @@ struct lade_loader {
   handle_t **hfree;   /* released handles, a FIFO ring: reused oldest first */
   uint32_t hfree_head, hfree_len;
   bool destroyed;
+  bool stages_closed; /* lade__engine_close_stages() ran */
   bool warned_growth;
 
   worker_t *workers;
@@ -184,6 +185,14 @@ static inline slot_t *slot_of(lade_loader_t *L, uint64_t q) {
 /* engine_open.c */
 void *lade__engine_pool_alloc(lade_loader_t *L, size_t size);
 void lade__engine_slot_free(lade_loader_t *L, slot_t *s);
+/* Closes the stages only running workers use: the transport, the fetch stage
+ * (cache tiers, the disk cache's folder lock, prefetcher threads), the
+ * transform, the source's files, the cursor and the trace; wipes the
+ * secrets. lade_loader_destroy() calls it once the workers are joined, so
+ * batches the caller still holds keep only their buffers and the pool's
+ * bookkeeping alive. Idempotent; lade__engine_free_all() calls it too. */
+void lade__engine_close_stages(lade_loader_t *L);
+/* Frees everything: the stages (if still open), the pool and the loader. */
 void lade__engine_free_all(lade_loader_t *L);
 /* engine.c */
 void *lade__engine_worker_main(void *arg);

@@ -44,7 +44,25 @@ void lade__engine_slot_free(lade_loader_t *L, slot_t *s) {
   free(s);
 }
 
+void lade__engine_close_stages(lade_loader_t *L) {
+  if (L->stages_closed) return;
+  L->stages_closed = true;
+  if (L->dist) L->dist->ops->close(L->dist); /* flushes its sends: before the fetch stage that serves them */
+  L->dist = NULL;
+  lade__fetch_close(L->fetch);
+  L->fetch = NULL;
+  if (L->xf && L->xf->destroy && L->xf_state) L->xf->destroy(L->xf_state);
+  L->xf_state = NULL;
+  if (L->src_ops && L->src_ops->close) L->src_ops->close(&L->src);
+  lade__cursor_close(L->cursor);
+  L->cursor = NULL;
+  lade__trace_close(L->trace);
+  L->trace = NULL;
+  lade__config_wipe_secrets(&L->cfg);
+}
+
 void lade__engine_free_all(lade_loader_t *L) {
+  lade__engine_close_stages(L);
   for (uint32_t i = 0; i < L->nslots; i++) lade__engine_slot_free(L, L->slots[i]);
   for (uint32_t i = 0; i < L->nhandles; i++) free(L->handles[i]);
   free(L->handles);
@@ -52,17 +70,10 @@ void lade__engine_free_all(lade_loader_t *L) {
   free(L->slots);
   free(L->sched);
   free(L->ep);
-  if (L->dist) L->dist->ops->close(L->dist); /* flushes its sends: before the fetch stage that serves them */
-  lade__fetch_close(L->fetch);
-  if (L->xf && L->xf->destroy && L->xf_state) L->xf->destroy(L->xf_state);
-  if (L->src_ops && L->src_ops->close) L->src_ops->close(&L->src);
-  lade__cursor_close(L->cursor);
-  lade__trace_close(L->trace);
   pthread_mutex_destroy(&L->mu);
   pthread_cond_destroy(&L->cv_work);
   pthread_cond_destroy(&L->cv_ready);
   free(L->workers);
-  lade__config_wipe_secrets(&L->cfg);
   free(L);
 }
 

@@ -109,3 +109,20 @@ def test_batch_put_back_when_conversion_fails(npy_dir):
     del b
     gc.collect()
     assert _released() == before + 10  # each batch released exactly once, the put-back one too
+
+
+def test_close_frees_cache_dir_while_a_batch_is_held(npy_dir, tmp_path):
+    """close() releases the disk cache (and its folder lock) even while a batch
+    handed out is still referenced: a new loader on the same cache_dir in this
+    process opens, and the held batch keeps its values."""
+    cache = str(tmp_path / "cache")
+    L = lade.Loader(npy_dir, batch_size=16, threads=2, shuffle=False, output="numpy", cache_dir=cache)
+    data, _ = next(iter(L))
+    expect = data.copy()
+    L.close()
+    with lade.Loader(npy_dir, batch_size=16, threads=2, shuffle=False, output="numpy", cache_dir=cache) as L2:
+        again, _ = next(iter(L2))
+        assert np.array_equal(again, expect)
+    assert np.array_equal(data, expect)
+    del data, again
+    gc.collect()

@@ -361,6 +361,50 @@ static void test_batches_outlive_loader(void) {
 }
 
 
+/* A batch held past lade_loader_destroy() keeps its buffer, not the
+ * loader's stages: the disk cache's folder lock is free at once, so a new
+ * loader on the same cache_dir opens (and reads the entries the first one
+ * wrote) while the old batch is still readable. */
+static void test_destroy_frees_cache_while_batch_held(void) {
+  const char *src = make_stacked("destroy-cache", 64);
+  char cache[4200], setting[4300];
+  snprintf(cache, sizeof cache, "%s/cache", lade_test_tmpdir("destroy-cache-dir"));
+  snprintf(setting, sizeof setting, "cache_dir=%s", cache);
+  const char *extra[] = {"batch_size=8", "threads=2", setting, NULL};
+  lade_config_t *c = config(src, extra);
+  lade_loader_t *L = NULL;
+  CHECK_OK(lade_loader_create(&L, c));
+  lade_batch_t *held = NULL;
+  CHECK_OK(lade_loader_next(L, &held));
+  CHECK(held != NULL);
+  lade_loader_destroy(L);
+  lade_loader_t *L2 = NULL;
+  int rc = lade_loader_create(&L2, c);
+  if (rc) fprintf(stderr, "reopen: %s\n", lade_last_error());
+  CHECK_OK(rc);
+  run_t *r = calloc(1, sizeof *r);
+  if (!rc) {
+    drain(L2, r);
+    CHECK_OK(r->rc);
+    CHECK(r->content_ok);
+    CHECK_EQ_INT(r->samples, 64);
+    lade_loader_destroy(L2);
+  }
+  if (held) {
+    int ok = 1;
+    for (int i = 0; i < 8; i++) {
+      float want[DIM];
+      fill_sample(want, (uint64_t)held->indices[i]);
+      ok &= memcmp(want, (float *)held->data + i * DIM, sizeof want) == 0;
+    }
+    CHECK(ok);
+    lade_batch_release(held);
+  }
+  free(r);
+  lade_config_destroy(c);
+}
+
+
 /* Batch sizes, valid counts and index multisets of one loader, per step. */
 typedef struct shape_run {
   uint64_t batches, samples;
@@ -958,6 +1002,7 @@ int main(int argc, char **argv) {
   RUN(test_labels_from_class_folders);
   RUN(test_errors_name_the_file);
   RUN(test_batches_outlive_loader);
+  RUN(test_destroy_frees_cache_while_batch_held);
   RUN(test_last_batch_like_dataloader);
   RUN(test_distributed_padding_marked);
   RUN(test_holding_batches);
