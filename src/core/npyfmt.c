@@ -127,8 +127,10 @@ int lade__npy_parse(const uint8_t *data, size_t len, lade__npy_header_t *out) {
           if (v > (UINT64_C(1) << 48)) return lade__fail(LADE_EFORMAT, "npy header: shape dimension too large");
           v = v * 10 + (uint64_t)(*p++ - '0');
         }
-        if (out->ndim >= LADE_MAX_DIMS)
-          return lade__fail(LADE_EFORMAT, "npy header: more than %d dimensions", LADE_MAX_DIMS);
+        /* Python 2 wrote longs as 2L; numpy reads them in 1.0 and 2.0 headers */
+        if (p < end && *p == 'L' && major <= 2) p++;
+        if (out->ndim >= LADE__NPY_MAX_DIMS)
+          return lade__fail(LADE_EFORMAT, "npy header: more than %d dimensions (numpy's limit)", LADE__NPY_MAX_DIMS);
         out->shape[out->ndim++] = (int64_t)v;
         p = skip_ws(p, end);
         if (p < end && *p == ',') p++;
@@ -164,6 +166,14 @@ int lade__npy_parse(const uint8_t *data, size_t len, lade__npy_header_t *out) {
   out->fortran = fortran && long_dims > 1 && count > 0;
   out->swap = other && lade_dtype_size(dt) > 1;
   return 0;
+}
+
+int lade__npy_check_sample_dims(int ndim, const char *what) {
+  if (ndim <= LADE__NPY_SAMPLE_DIMS) return 0;
+  return lade__fail(LADE_ESHAPE,
+                    "%s: samples of %d dimensions; a lade batch holds at most %d sample dimensions (LADE_MAX_DIMS "
+                    "%d counts the batch dimension too): reshape the arrays",
+                    what, ndim, LADE__NPY_SAMPLE_DIMS, LADE_MAX_DIMS);
 }
 
 bool lade__npy_same(const lade__npy_header_t *a, const lade__npy_header_t *b) {
@@ -222,7 +232,7 @@ static void gather(uint8_t *dst, const uint8_t *src, int ndim, const int64_t *sh
     memcpy(dst, src, esize);
     return;
   }
-  int64_t idx[LADE_MAX_DIMS] = {0};
+  int64_t idx[LADE__NPY_MAX_DIMS] = {0};
   const int64_t inner = shape[ndim - 1], step = stride[ndim - 1] * (int64_t)esize;
   for (int i = 0; i < ndim; i++)
     if (shape[i] == 0) return;
@@ -259,7 +269,7 @@ void lade__npy_to_c(const lade__npy_header_t *h, int64_t row, const uint8_t *pay
   } else {
     /* fortran order: dimension 0 varies fastest; row r of a stacked array
      * starts at element r and steps by shape[0] along dimension 1 */
-    int64_t stride[LADE_MAX_DIMS];
+    int64_t stride[LADE__NPY_MAX_DIMS];
     int64_t s = 1;
     for (int i = 0; i < h->ndim; i++) {
       stride[i] = s;

@@ -9,10 +9,19 @@
 
 #include "lade/lade.h"
 
+/* The most dimensions a header may have: numpy 2's NPY_MAXDIMS (numpy 1
+ * allows 32). The parser reads every header np.load reads; a sample of more
+ * than LADE__NPY_SAMPLE_DIMS dimensions is refused by its user, which names
+ * the file and the limit. */
+#define LADE__NPY_MAX_DIMS 64
+/* The most dimensions of one sample: lade_batch_t.shape holds LADE_MAX_DIMS,
+ * one of them the batch dimension (raising it changes the public ABI). */
+#define LADE__NPY_SAMPLE_DIMS (LADE_MAX_DIMS - 1)
+
 typedef struct lade__npy_header {
   int dtype;                     /* lade_dtype_t */
   int ndim;
-  int64_t shape[LADE_MAX_DIMS];
+  int64_t shape[LADE__NPY_MAX_DIMS];
   size_t header_len;             /* bytes before the payload */
   size_t payload_bytes;          /* product(shape) * dtype size */
   /* The payload's layout, when it is not C order in the host's byte order.
@@ -23,10 +32,13 @@ typedef struct lade__npy_header {
 } lade__npy_header_t;
 
 /* Parses the header at the start of `data` (len bytes available). Accepts
- * C and fortran order and either byte order. Rejects unsupported dtypes,
- * more than LADE_MAX_DIMS dimensions and any malformation, with the reason in
- * lade_last_error() and LADE_EFORMAT. Returns LADE_ERANGE when `len` is too
- * short to hold the whole header (read more and retry). */
+ * what np.load accepts of the supported dtypes: C and fortran order, either
+ * byte order, zero-size shapes ((0,), (3, 0)), up to LADE__NPY_MAX_DIMS
+ * dimensions, and the 'L' suffix of Python 2's long integers in the shape
+ * of version 1.0 and 2.0 headers ((1L, 2L), as numpy's _filter_header
+ * drops it). Rejects unsupported dtypes and any malformation, with the
+ * reason in lade_last_error() and LADE_EFORMAT. Returns LADE_ERANGE when
+ * `len` is too short to hold the whole header (read more and retry). */
 int lade__npy_parse(const uint8_t *data, size_t len, lade__npy_header_t *out);
 
 /* True when the payload is already C order in the host's byte order, so it
@@ -35,6 +47,10 @@ static inline bool lade__npy_plain(const lade__npy_header_t *h) { return !h->for
 
 /* Same dtype, shape and layout (the header bytes may still differ). */
 bool lade__npy_same(const lade__npy_header_t *a, const lade__npy_header_t *b);
+
+/* 0, or LADE_ESHAPE naming `what` when a sample of `ndim` dimensions (the
+ * header's, less one for a stacked file) is more than a batch can hold. */
+int lade__npy_check_sample_dims(int ndim, const char *what);
 
 /* Writes "float32 (3,4)" plus ", fortran order" / ", big-endian" as they
  * apply: for error messages naming what differs. */

@@ -235,7 +235,12 @@ static int open_pipeline(lade_loader_t *L, lade__buf_t *buf) {
   if (L->shape.ndim + 1 > LADE_MAX_DIMS)
     return lade__fail(LADE_ESHAPE, "samples have %d dimensions; at most %d are supported", L->shape.ndim,
                       LADE_MAX_DIMS - 1);
-  if (L->shape.bytes == 0) return lade__fail(LADE_ESHAPE, "samples of the dataset %s are empty", L->cfg.source);
+  /* a zero-size array (.npy float32[0] or (3, 0)) is a sample, as np.load
+   * reads it; a slot of 0 bytes with no zero dimension is not */
+  bool zero_dim = false;
+  for (int i = 0; i < L->shape.ndim; i++) zero_dim |= L->shape.dims[i] == 0;
+  if (L->shape.bytes == 0 && !zero_dim)
+    return lade__fail(LADE_ESHAPE, "samples of the dataset %s are empty", L->cfg.source);
   return 0;
 }
 

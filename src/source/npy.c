@@ -15,6 +15,12 @@
  * gathered into the slot in C order - for a stacked file the whole file is
  * mapped once, since row i is strided across all of it. Every file of a
  * folder must have the first file's dtype, shape, order and byte order.
+ *
+ * What np.load reads loads: zero-size samples (a folder of float32[0], a
+ * stacked (3, 0)) give batches of shape (B, 0) as np.stack makes them;
+ * Python 2 headers ((1L, 2L)) parse. A stacked file with 0 rows is an empty
+ * dataset (an error, as an empty folder is), and a sample of more than
+ * LADE__NPY_SAMPLE_DIMS dimensions is refused naming the file and the limit.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -106,7 +112,8 @@ static int npy_open(lade__source_t *s, const struct lade_config *cfg) {
       rc = lade__fail(LADE_EEMPTY, "%s: the stacked array has 0 samples", cfg->source);
       goto fail;
     }
-    rc = parse_expected(cfg, cfg->source, &m->hdr, 1);
+    rc = lade__npy_check_sample_dims(m->hdr.ndim - 1, cfg->source);
+    if (!rc) rc = parse_expected(cfg, cfg->source, &m->hdr, 1);
     if (rc) goto fail;
     if ((uint64_t)st.st_size < m->hdr.header_len + m->hdr.payload_bytes) {
       rc = lade__fail(LADE_EFORMAT, "%s is truncated: %lld bytes, header says %zu", cfg->source,
@@ -155,7 +162,8 @@ static int npy_open(lade__source_t *s, const struct lade_config *cfg) {
     rc = read_header_fd(fd, what, m->hdr_bytes, &m->hdr);
     close(fd);
     if (rc) goto fail;
-    rc = parse_expected(cfg, what, &m->hdr, 0);
+    rc = lade__npy_check_sample_dims(m->hdr.ndim, what);
+    if (!rc) rc = parse_expected(cfg, what, &m->hdr, 0);
     if (rc) goto fail;
     s->count = m->list.count;
     s->labels = m->list.label;

@@ -69,6 +69,11 @@ static int npy_init(void **state, const struct lade_config *cfg, const uint8_t *
     free(st);
     return lade__fail_prefix(rc == LADE_ERANGE ? LADE_EFORMAT : rc, "npy transform, sample 0: ");
   }
+  rc = lade__npy_check_sample_dims(st->hdr.ndim, "npy transform, sample 0");
+  if (rc) {
+    free(st);
+    return rc;
+  }
   if (cfg->npy_dtype[0] && strcmp(cfg->npy_dtype, lade_dtype_name(st->hdr.dtype)) != 0) {
     int dt = st->hdr.dtype;
     free(st);

@@ -216,3 +216,119 @@ def test_class_folders(tmp_path, output):
         got = data.numpy() if output == "torch" else data
         assert got.tobytes() == np.stack(refs).tobytes()
         assert list(np.asarray(lab)) == labels
+
+
+# ---- files np.load reads that lade once refused: zero-size arrays, many dimensions, Python 2 headers
+
+def batches(source, output, batch_size=4, **settings):
+    """[(data, indices)] of one epoch in dataset order."""
+    out = []
+    with lade.Loader(source, batch_size=batch_size, threads=2, shuffle=False, output=output, meta=True,
+                     **settings) as L:
+        for data, _, b in L:
+            out.append((data.numpy().copy() if output == "torch" else data.copy(),
+                        np.frombuffer(b.indices, dtype=np.int64).copy()))
+    return out
+
+
+def expect_stacks(got, refs, batch_size=4):
+    """Each batch equals np.stack of its samples' np.load, shape and dtype included."""
+    assert len(got) == (len(refs) + batch_size - 1) // batch_size
+    for k, (data, idx) in enumerate(got):
+        assert list(idx) == list(range(k * batch_size, min(len(refs), (k + 1) * batch_size)))
+        want = np.stack([refs[i] for i in idx])
+        assert data.dtype == want.dtype and data.shape == want.shape, (data.shape, want.shape)
+        assert data.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("output", ["numpy", "torch"])
+@pytest.mark.parametrize("cache", [0, 1 << 20], ids=["direct", "cached"])
+@pytest.mark.parametrize("shape", [(0,), (3, 0), (0, 4, 2)], ids=lambda s: "x".join(map(str, s)))
+def test_zero_size_samples_stack_as_numpy(tmp_path, shape, cache, output):
+    """A zero-size sample is a sample: batches of shape (B,) + shape, as np.stack makes them."""
+    d = tmp_path / "files"
+    d.mkdir()
+    refs = []
+    for i in range(10):
+        f = str(d / ("s%02d.npy" % i))
+        np.save(f, np.zeros(shape, dtype=np.float32))
+        refs.append(np.load(f))
+    expect_stacks(batches(str(d), output, cache_mem_bytes=cache), refs)
+    stacked = str(tmp_path / "stacked.npy")
+    np.save(stacked, np.zeros((10,) + shape, dtype=np.float32))
+    whole = np.load(stacked)
+    expect_stacks(batches(stacked, output, cache_mem_bytes=cache), [whole[i] for i in range(10)])
+
+
+def test_zero_rows_is_an_empty_dataset(tmp_path):
+    f = str(tmp_path / "none.npy")
+    np.save(f, np.zeros((0, 3), dtype=np.float32))
+    assert np.load(f).shape == (0, 3)
+    with pytest.raises(lade.Error, match="0 samples"):
+        lade.Loader(f, batch_size=4, output="numpy")
+
+
+@pytest.mark.parametrize("cache", [0, 1 << 20], ids=["direct", "cached"])
+@pytest.mark.parametrize("ndim", [7, 8, 9, 12])
+def test_many_dimensions(tmp_path, ndim, cache):
+    """Samples of up to 7 dimensions (lade_batch_t's 8 less the batch's) load as np.load reads them; more
+    fail at create with the file and the limit named, never as a malformed file."""
+    rng = np.random.default_rng(ndim)
+    shape = (2,) + (1,) * (ndim - 3) + (3, 2)
+    d = tmp_path / "files"
+    d.mkdir()
+    refs = []
+    for i in range(6):
+        f = str(d / ("s%02d.npy" % i))
+        np.save(f, rng.standard_normal(shape).astype(np.float32))
+        refs.append(np.load(f))
+        assert refs[-1].ndim == ndim
+    stacked = str(tmp_path / "stacked.npy")
+    np.save(stacked, np.stack(refs))
+    for source in (str(d), stacked):
+        if ndim <= 7:
+            expect_stacks(batches(source, "numpy", cache_mem_bytes=cache), refs)
+        else:
+            named = "stacked.npy" if source == stacked else "s00.npy"
+            with pytest.raises(lade.Error, match="%s: samples of %d dimensions; a lade batch holds at most 7 "
+                               "sample dimensions" % (named, ndim)):
+                lade.Loader(source, batch_size=4, output="numpy", cache_mem_bytes=cache)
+
+
+def python2_header(path, arr):
+    """np.save's file for arr with the shape written as Python 2 wrote it: (1L, 2L)."""
+    np.save(path, arr)
+    raw = open(path, "rb").read()
+    hlen = int.from_bytes(raw[8:10], "little")
+    header = raw[10:10 + hlen].decode("latin1")
+    shape = "(%s)" % ", ".join("%dL" % n for n in arr.shape) if arr.ndim > 1 else "(%dL,)" % arr.shape[0]
+    py2 = header.replace(repr(arr.shape), shape)
+    assert py2 != header
+    py2 = py2.rstrip("\n").rstrip(" ")
+    py2 = py2 + " " * (hlen - 1 - len(py2)) + "\n"
+    assert len(py2) == hlen
+    with open(path, "wb") as f:
+        f.write(raw[:10] + py2.encode("latin1") + raw[10 + hlen:])
+
+
+@pytest.mark.parametrize("cache", [0, 1 << 20], ids=["direct", "cached"])
+def test_python2_headers(tmp_path, cache):
+    """(1L, 2L) in the shape, as Python 2 wrote it (numpy's own test data has such files): np.load reads
+    them, and so does lade, with the same values."""
+    rng = np.random.default_rng(2)
+    d = tmp_path / "files"
+    d.mkdir()
+    refs = []
+    for i in range(5):
+        f = str(d / ("s%d.npy" % i))
+        python2_header(f, rng.standard_normal((1, 2)))
+        assert b"(1L, 2L)" in open(f, "rb").read(128)
+        refs.append(np.load(f))
+    expect_stacks(batches(str(d), "numpy", cache_mem_bytes=cache), refs)
+    stacked = str(tmp_path / "stacked.npy")
+    python2_header(stacked, np.stack(refs).reshape(5, 2))
+    whole = np.load(stacked)
+    expect_stacks(batches(stacked, "numpy", cache_mem_bytes=cache), [whole[i] for i in range(5)])
+    shipped = os.path.join(os.path.dirname(np.__file__), "lib", "tests", "data", "win64python2.npy")
+    if os.path.exists(shipped):  # numpy's own file, shape (2L,): a stacked dataset of two float64
+        expect_stacks(batches(shipped, "numpy", cache_mem_bytes=cache), list(np.load(shipped)))

@@ -38,7 +38,7 @@ static void relayout(uint8_t *dst, const uint8_t *c, int ndim, const int64_t *sh
   int64_t count = 1;
   for (int i = 0; i < ndim; i++) count *= shape[i];
   for (int64_t e = 0; e < count; e++) {
-    int64_t rem = e, off = 0, stride = 1, idx[LADE_MAX_DIMS];
+    int64_t rem = e, off = 0, stride = 1, idx[LADE_MAX_DIMS + 2];
     for (int i = ndim - 1; i >= 0; i--) {
       idx[i] = rem % shape[i];
       rem /= shape[i];
@@ -293,6 +293,202 @@ static void test_odd_file_is_named(void) {
       }
 }
 
+/* ---- what np.load reads: Python 2 headers, zero-size and many-dimension arrays */
+
+/* A header whose dictionary is `dict`, format version major.0, padded as numpy pads. */
+static size_t raw_header(uint8_t *buf, int major, const char *dict) {
+  size_t n = strlen(dict), pre = major == 1 ? 10 : 12;
+  size_t total = (pre + n + 1 + 63) / 64 * 64, hl = total - pre;
+  memcpy(buf, "\x93NUMPY", 6);
+  buf[6] = (uint8_t)major;
+  buf[7] = 0;
+  for (size_t i = 0; i < pre - 8; i++) buf[8 + i] = (uint8_t)(hl >> (8 * i));
+  memcpy(buf + pre, dict, n);
+  memset(buf + pre + n, ' ', hl - n - 1);
+  buf[total - 1] = '\n';
+  return total;
+}
+
+static void test_parse_what_numpy_reads(void) {
+  uint8_t buf[4096];
+  lade__npy_header_t h;
+  /* Python 2's longs (numpy's own win64python2.npy has (2L,)): 1.0 and 2.0 headers */
+  for (int major = 1; major <= 2; major++) {
+    raw_header(buf, major, "{'descr': '<f8', 'fortran_order': False, 'shape': (1L, 2L), }");
+    CHECK_OK(lade__npy_parse(buf, sizeof buf, &h));
+    CHECK(h.ndim == 2 && h.shape[0] == 1 && h.shape[1] == 2 && h.payload_bytes == 16);
+    raw_header(buf, major, "{'descr': '<f8', 'fortran_order': False, 'shape': (2L,), }");
+    CHECK_OK(lade__npy_parse(buf, sizeof buf, &h));
+    CHECK(h.ndim == 1 && h.shape[0] == 2);
+  }
+  /* numpy filters the suffix only in 1.0 and 2.0 headers; elsewhere it is malformed */
+  raw_header(buf, 3, "{'descr': '<f8', 'fortran_order': False, 'shape': (2L,), }");
+  CHECK_EQ_INT(lade__npy_parse(buf, sizeof buf, &h), LADE_EFORMAT);
+  raw_header(buf, 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (2LL,), }");
+  CHECK_EQ_INT(lade__npy_parse(buf, sizeof buf, &h), LADE_EFORMAT);
+  /* zero-size arrays */
+  raw_header(buf, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (0,), }");
+  CHECK_OK(lade__npy_parse(buf, sizeof buf, &h));
+  CHECK(h.ndim == 1 && h.shape[0] == 0 && h.payload_bytes == 0);
+  raw_header(buf, 1, "{'descr': '<f4', 'fortran_order': True, 'shape': (3, 0), }");
+  CHECK_OK(lade__npy_parse(buf, sizeof buf, &h));
+  CHECK(h.ndim == 2 && h.shape[0] == 3 && h.shape[1] == 0 && h.payload_bytes == 0 && !h.fortran);
+  /* up to numpy's 64 dimensions */
+  char dict[1024];
+  for (int nd = 9; nd <= 65; nd += 56) {
+    int n = snprintf(dict, sizeof dict, "{'descr': '<i2', 'fortran_order': False, 'shape': (");
+    for (int i = 0; i < nd; i++) n += snprintf(dict + n, sizeof dict - (size_t)n, "%d, ", i == 3 ? 2 : 1);
+    snprintf(dict + n, sizeof dict - (size_t)n, "), }");
+    raw_header(buf, 1, dict);
+    if (nd <= LADE__NPY_MAX_DIMS) {
+      CHECK_OK(lade__npy_parse(buf, sizeof buf, &h));
+      CHECK(h.ndim == nd && h.payload_bytes == 4);
+    } else {
+      CHECK_EQ_INT(lade__npy_parse(buf, sizeof buf, &h), LADE_EFORMAT);
+      CHECK(strstr(lade_last_error(), "more than 64 dimensions") != NULL);
+    }
+  }
+  CHECK_EQ_INT(lade__npy_check_sample_dims(LADE_MAX_DIMS - 1, "x"), 0);
+  CHECK_EQ_INT(lade__npy_check_sample_dims(LADE_MAX_DIMS, "dir/x.npy"), LADE_ESHAPE);
+  CHECK(strstr(lade_last_error(), "dir/x.npy") && strstr(lade_last_error(), "at most 7 sample dimensions"));
+}
+
+/* Writes a float32 .npy of `ndim` dims (shape) holding value v + k at element k. */
+static void write_f32(const char *path, int ndim, const int64_t *shape, float v) {
+  int64_t count = 1;
+  for (int i = 0; i < ndim; i++) count *= shape[i];
+  float *data = malloc((size_t)(count ? count : 1) * sizeof *data);
+  for (int64_t k = 0; k < count; k++) data[k] = v + (float)k;
+  write_file(path, "<f4", 0, 0, ndim, shape, data, 4);
+  free(data);
+}
+
+typedef struct shaped {
+  int rc, ndim, ok;
+  int64_t shape[LADE_MAX_DIMS];
+  uint64_t samples, batches;
+  char err[1024];
+} shaped_t;
+
+/* Loads every batch; records the first batch's shape, checks each sample's
+ * values (v = 1000 * index + k) and that each batch is shape[0] samples of
+ * the same sample shape with nbytes to match. */
+static shaped_t load_shaped(const char *source, const char *extra) {
+  shaped_t g = {.ok = 1};
+  lade_config_t *c = NULL;
+  lade_config_create(&c);
+  lade_config_set(c, "source", source);
+  lade_config_parse(c, "batch_size=4");
+  lade_config_parse(c, "threads=2");
+  if (extra && lade_config_parse(c, extra)) fprintf(stderr, "bad setting %s: %s\n", extra, lade_last_error());
+  lade_loader_t *L = NULL;
+  g.rc = lade_loader_create(&L, c);
+  lade_config_destroy(c);
+  while (!g.rc) {
+    lade_batch_t *b = NULL;
+    g.rc = lade_loader_next(L, &b);
+    if (g.rc || !b) break;
+    if (!g.batches) {
+      g.ndim = b->ndim;
+      memcpy(g.shape, b->shape, sizeof g.shape);
+    }
+    int64_t per = 1;
+    for (int i = 1; i < b->ndim; i++) per *= b->shape[i];
+    if (b->ndim != g.ndim || b->nbytes != (size_t)(b->shape[0] * per) * sizeof(float) || b->dtype != LADE_DTYPE_FLOAT32)
+      g.ok = 0;
+    for (int i = 1; i < b->ndim; i++) g.ok &= b->shape[i] == g.shape[i];
+    for (int64_t i = 0; i < b->shape[0]; i++)
+      for (int64_t k = 0; k < per; k++)
+        g.ok &= ((const float *)b->data)[i * per + k] == (float)(1000 * b->indices[i] + k);
+    g.samples += (uint64_t)b->shape[0];
+    g.batches++;
+    lade_batch_release(b);
+  }
+  if (g.rc) snprintf(g.err, sizeof g.err, "%s", lade_last_error());
+  lade_loader_destroy(L);
+  return g;
+}
+
+static void test_zero_size_samples(void) {
+  const char *caching[2] = {NULL, "cache_mem_bytes=1000000"};
+  for (int cached = 0; cached < 2; cached++) {
+    /* a folder of float32[0] files: batches (4, 0), (4, 0), (2, 0) */
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s", lade_test_tmpdir(cached ? "zero-folder-c" : "zero-folder"));
+    int64_t s0[1] = {0};
+    for (int i = 0; i < 10; i++) {
+      char path[4300];
+      snprintf(path, sizeof path, "%s/s%02d.npy", dir, i);
+      write_f32(path, 1, s0, 0);
+    }
+    shaped_t g = load_shaped(dir, caching[cached]);
+    if (g.rc) fprintf(stderr, "  zero folder cached %d: %s\n", cached, g.err);
+    CHECK_OK(g.rc);
+    CHECK(g.ok && g.samples == 10 && g.batches == 3 && g.ndim == 2 && g.shape[0] == 4 && g.shape[1] == 0);
+    /* a stacked (10, 3, 0): batches (4, 3, 0) */
+    char path[4300];
+    snprintf(path, sizeof path, "%s/data.npy", lade_test_tmpdir(cached ? "zero-stacked-c" : "zero-stacked"));
+    int64_t s3[3] = {10, 3, 0};
+    write_f32(path, 3, s3, 0);
+    g = load_shaped(path, caching[cached]);
+    if (g.rc) fprintf(stderr, "  zero stacked cached %d: %s\n", cached, g.err);
+    CHECK_OK(g.rc);
+    CHECK(g.ok && g.samples == 10 && g.ndim == 3 && g.shape[1] == 3 && g.shape[2] == 0);
+    /* no rows at all is an empty dataset */
+    int64_t e[2] = {0, 3};
+    write_f32(path, 2, e, 0);
+    g = load_shaped(path, caching[cached]);
+    CHECK_EQ_INT(g.rc, LADE_EEMPTY);
+  }
+}
+
+/* Sample dimensions up to what lade_batch_t holds (LADE_MAX_DIMS - 1), and
+ * a clear error naming the file and the limit beyond, on every path. */
+static void test_many_dimensions(void) {
+  const char *caching[2] = {NULL, "cache_mem_bytes=1000000"};
+  for (int cached = 0; cached < 2; cached++)
+    for (int nd = LADE_MAX_DIMS - 1; nd <= LADE_MAX_DIMS + 1; nd++) {
+      int64_t shape[LADE_MAX_DIMS + 2];
+      for (int i = 0; i < nd + 1; i++) shape[i] = 1;
+      shape[nd] = 3; /* the last sample dimension */
+      char name[64], dir[4200], path[4300];
+      snprintf(name, sizeof name, "dims-folder-%d-%d", nd, cached);
+      snprintf(dir, sizeof dir, "%s", lade_test_tmpdir(name));
+      for (int i = 0; i < 6; i++) {
+        snprintf(path, sizeof path, "%s/s%02d.npy", dir, i);
+        write_f32(path, nd, shape + 1, (float)(1000 * i));
+      }
+      shaped_t g = load_shaped(dir, caching[cached]);
+      if (nd <= LADE_MAX_DIMS - 1) {
+        if (g.rc) fprintf(stderr, "  %d dims folder cached %d: %s\n", nd, cached, g.err);
+        CHECK_OK(g.rc);
+        CHECK(g.ok && g.samples == 6 && g.ndim == nd + 1 && g.shape[nd] == 3);
+      } else {
+        CHECK_EQ_INT(g.rc, LADE_ESHAPE);
+        CHECK(strstr(g.err, "at most 7 sample dimensions") != NULL);
+        CHECK(cached || strstr(g.err, "s00.npy") != NULL);
+      }
+      /* stacked: N x (nd sample dimensions) */
+      snprintf(name, sizeof name, "dims-stacked-%d-%d", nd, cached);
+      snprintf(path, sizeof path, "%s/data.npy", lade_test_tmpdir(name));
+      shape[0] = 6;
+      int64_t count = 3 * 6;
+      float *all = malloc((size_t)count * sizeof *all);
+      for (int64_t k = 0; k < count; k++) all[k] = (float)(1000 * (k / 3) + k % 3);
+      write_file(path, "<f4", 0, 0, nd + 1, shape, all, 4);
+      free(all);
+      g = load_shaped(path, caching[cached]);
+      if (nd <= LADE_MAX_DIMS - 1) {
+        if (g.rc) fprintf(stderr, "  %d dims stacked cached %d: %s\n", nd, cached, g.err);
+        CHECK_OK(g.rc);
+        CHECK(g.ok && g.samples == 6 && g.ndim == nd + 1);
+      } else {
+        CHECK_EQ_INT(g.rc, LADE_ESHAPE);
+        CHECK(strstr(g.err, "data.npy") && strstr(g.err, "at most 7 sample dimensions"));
+      }
+    }
+}
+
 int main(int argc, char **argv) {
   lade_test_args(argc, argv);
   RUN(test_parse_layouts);
@@ -300,5 +496,8 @@ int main(int argc, char **argv) {
   RUN(test_loader_fortran_and_big_endian);
   RUN(test_settings_still_checked);
   RUN(test_odd_file_is_named);
+  RUN(test_parse_what_numpy_reads);
+  RUN(test_zero_size_samples);
+  RUN(test_many_dimensions);
   return lade_test_finish();
 }
