@@ -17,7 +17,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   lade__npy_header_t h;
   if (lade__npy_parse(data, size, &h) != 0) return 0;
-  if (h.header_len > size || h.ndim < 0 || h.ndim > LADE_MAX_DIMS) abort();
+  if (h.header_len > size || h.ndim < 0 || h.ndim > LADE__NPY_MAX_DIMS) abort();
   uint64_t count = 1;
   for (int i = 0; i < h.ndim; i++) {
     if (h.shape[i] < 0) abort();
