@@ -9,7 +9,10 @@
 Every batch's tensor views the batch buffer of lade's pool; the buffer goes
 back to the pool when the last view of it is freed. See docs/python.md.
 """
+import collections.abc as _abc
 import functools as _functools
+import importlib as _importlib
+import operator as _operator
 import os as _os
 
 from . import _lade
@@ -53,13 +56,9 @@ def _setting_text(key, value):
 def detect_rank():
     """(rank, world_size): torch.distributed when initialised, else RANK/WORLD_SIZE,
     else OMPI_COMM_WORLD_RANK/OMPI_COMM_WORLD_SIZE, else (0, 1)."""
-    try:
-        import torch.distributed as dist  # noqa: WPS433
-
-        if dist.is_available() and dist.is_initialized():
-            return int(dist.get_rank()), int(dist.get_world_size())
-    except ImportError:
-        pass
+    dist = _import_optional("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return int(dist.get_rank()), int(dist.get_world_size())
     env = _os.environ
     for rk, wk in (("RANK", "WORLD_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE")):
         if rk in env and wk in env:
@@ -67,13 +66,23 @@ def detect_rank():
     return 0, 1
 
 
-def _torch():
+def _import_optional(name):
+    """The module, or None when it is not installed. A Ctrl-C while torch's C
+    extension initialises comes out of its import as RuntimeError("KeyboardInterrupt:
+    <EMPTY MESSAGE>...") (its C++ layer wraps every Python error): it is raised here
+    as the KeyboardInterrupt it is."""
     try:
-        import torch  # noqa: WPS433
-
-        return torch
+        return _importlib.import_module(name)
     except ImportError:
         return None
+    except RuntimeError as e:
+        if str(e).startswith("KeyboardInterrupt"):
+            raise KeyboardInterrupt() from None
+        raise
+
+
+def _torch():
+    return _import_optional("torch")
 
 
 def _numpy():
@@ -246,12 +255,14 @@ class Loader:
     def set_epoch(self, epoch):
         """As DistributedSampler.set_epoch: the next iter() yields epoch
         `epoch` from its first batch. A loader that a load_state_dict()/seek()
-        put inside that epoch (a resumed run) continues there instead."""
-        epoch = int(epoch)
+        put inside that epoch (a resumed run) continues there instead. An
+        epoch out of this loader's range (negative, past its epochs) raises
+        lade.Error naming it and the range; one that is no integer TypeError."""
+        epoch = _operator.index(epoch)
         e, s = self._h.tell()
         if e == epoch and (s == 0 or self._resume):
             return
-        self._h.seek(epoch, 0)
+        self._h.seek(epoch, 0, "set_epoch")
         self._resume = False
 
     def __len__(self):
@@ -296,8 +307,10 @@ class Loader:
 
     def seek(self, epoch, step=0):
         """Positions the loader so the next batch is (epoch, step); the next
-        iter() yields the rest of that epoch."""
-        self._h.seek(int(epoch), int(step))
+        iter() yields the rest of that epoch. Values out of range (negative,
+        past the last epoch or step) raise lade.Error naming the value and
+        the range; values that are no integers TypeError."""
+        self._h.seek(epoch, step)
         self._resume = True
 
     _CHECKED = ("source", "batch_size", "seed", "rank", "world_size", "transform", "plan", "drop_last")
@@ -310,15 +323,43 @@ class Loader:
         state["settings"] = {k: self.settings.get(k, "") for k in self._CHECKED}
         return state
 
+    _STATE_HELP = ("a lade state dict is what Loader.state_dict() returns: a dict with 'epoch' and 'step' "
+                   "(integers >= 0), and optionally 'version' (1) and 'settings' (a dict)")
+
+    @classmethod
+    def _state_int(cls, state, key):
+        v = state[key]
+        if isinstance(v, bool):
+            raise Error("load_state_dict: '%s' is %r, not an integer; %s" % (key, v, cls._STATE_HELP))
+        try:
+            return _operator.index(v)
+        except TypeError:
+            raise Error("load_state_dict: '%s' is %r (%s), not an integer; %s"
+                        % (key, v, type(v).__name__, cls._STATE_HELP)) from None
+
     def load_state_dict(self, state):
-        if int(state.get("version", 1)) != 1:
-            raise Error("unsupported lade state_dict version %r" % (state.get("version"),))
+        """Continues where the loader that made `state` (state_dict()) stood.
+        Anything that is not such a state (not a dict, a key missing, a value
+        that is no integer or out of this loader's range, a setting that
+        differs) raises lade.Error saying what, and changes nothing."""
+        if not isinstance(state, _abc.Mapping):
+            raise Error("load_state_dict: got %s, not a dict; %s" % (type(state).__name__, self._STATE_HELP))
+        missing = [k for k in ("epoch", "step") if k not in state]
+        if missing:
+            raise Error("load_state_dict: the state has no %s (its keys: %s); %s"
+                        % (" and no ".join(repr(k) for k in missing), sorted(map(str, state)), self._STATE_HELP))
+        if "version" in state and self._state_int(state, "version") != 1:
+            raise Error("unsupported lade state_dict version %r (this lade reads version 1)" % (state["version"],))
         saved = state.get("settings", {})
+        if not isinstance(saved, _abc.Mapping):
+            raise Error("load_state_dict: 'settings' is %s, not a dict; %s" % (type(saved).__name__,
+                                                                                self._STATE_HELP))
         for k in self._CHECKED:
             if k in saved and saved[k] != self.settings.get(k, ""):
                 raise Error("load_state_dict: setting '%s' differs (saved %r, this loader %r)"
                             % (k, saved[k], self.settings.get(k, "")))
-        self._h.seek(int(state["epoch"]), int(state["step"]))
+        epoch, step = self._state_int(state, "epoch"), self._state_int(state, "step")
+        self._h.seek(epoch, step, "load_state_dict")
         self._resume = True
 
     # ---- misc

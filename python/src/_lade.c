@@ -83,9 +83,18 @@ typedef struct DLManagedTensor {
 
 static PyObject *LadeError; /* lade.Error, subclass of RuntimeError */
 
+/* Messages are text for people: bytes that are not UTF-8 (a file or tar
+ * member name in another encoding, a name cut by the 1024-byte limit) are
+ * shown as \xNN, as the library already shows control bytes, so raising the
+ * error never fails with a UnicodeDecodeError. (Names returned as data,
+ * classes() and samples(), decode as os.fsdecode does instead, so
+ * os.fsencode gives the bytes back.) */
 static PyObject *raise_lade(int code, const char *detail) {
   const char *msg = (detail && detail[0]) ? detail : lade_strerror(code);
-  PyObject *args = Py_BuildValue("(s)", msg);
+  PyObject *text = PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "backslashreplace");
+  if (!text) return NULL;
+  PyObject *args = PyTuple_Pack(1, text);
+  Py_DECREF(text);
   if (!args) return NULL;
   PyObject *exc = PyObject_Call(LadeError, args, NULL);
   Py_DECREF(args);
@@ -869,17 +878,71 @@ static void loader_put_back(LoaderObject *L, BatchObject *o) {
   L->interrupted = 1;
 }
 
+/* An integer argument (anything with __index__) as a uint64_t: 0 when it
+ * is one, 1 when it is an integer out of 0..2^64-1 (a negative or huge
+ * epoch must fail naming its value, not wrap as "K" wraps it), -1 with
+ * TypeError when it is no integer. */
+static int u64_of(PyObject *o, uint64_t *out) {
+  PyObject *i = PyNumber_Index(o);
+  if (!i) return -1;
+  int over = 0;
+  long long sv = PyLong_AsLongLongAndOverflow(i, &over);
+  int bad = over < 0 || (!over && sv < 0);
+  unsigned long long v = (unsigned long long)sv;
+  if (!bad && over > 0) {
+    v = PyLong_AsUnsignedLongLong(i);
+    if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+      PyErr_Clear();
+      bad = 1;
+    }
+  }
+  Py_DECREF(i);
+  if (bad) return 1;
+  *out = v;
+  return 0;
+}
+
+/* lade.Error (LADE_ERANGE): "`who`: `what` `value` is out of range: `range`". */
+static PyObject *raise_range(const char *who, const char *what, PyObject *value, const char *range) {
+  PyObject *m = PyUnicode_FromFormat("%s: %s %S is out of range: %s", who, what, value, range);
+  if (!m) return NULL;
+  const char *t = PyUnicode_AsUTF8(m);
+  PyObject *r = t ? raise_lade(LADE_ERANGE, t) : NULL;
+  Py_DECREF(m);
+  return r;
+}
+
+/* seek(epoch, step, who="seek"): `who` names the caller (set_epoch,
+ * load_state_dict) in the errors. */
 static PyObject *loader_seek(LoaderObject *L, PyObject *args) {
-  unsigned long long e, s;
-  if (!PyArg_ParseTuple(args, "KK", &e, &s)) return NULL;
+  PyObject *eo, *so;
+  const char *who = "seek";
+  if (!PyArg_ParseTuple(args, "OO|s", &eo, &so, &who)) return NULL;
   if (loader_ready(L)) return NULL;
+  uint64_t e = 0, s = 0;
+  int re = u64_of(eo, &e), rs = re < 0 ? -1 : u64_of(so, &s);
+  if (re < 0 || rs < 0) return NULL;
+  if (re || rs) {
+    uint64_t n = 0, spe = 0, ep = 0;
+    int rc = lade_loader_info(L->loader, &n, &spe, &ep);
+    if (rc) return raise_last(rc);
+    char range[256];
+    if (re)
+      snprintf(range, sizeof range, "epochs are 0 to %llu on this loader (%llu epochs; (%llu, 0) is the end)",
+               (unsigned long long)(ep ? ep - 1 : 0), (unsigned long long)ep, (unsigned long long)ep);
+    else
+      snprintf(range, sizeof range, "steps are 0 to %llu (%llu steps per epoch on this loader)",
+               (unsigned long long)(spe ? spe - 1 : 0), (unsigned long long)spe);
+    return raise_range(who, re ? "epoch" : "step", re ? eo : so, range);
+  }
   ref_dec(L->pending);
   L->pending = NULL;
   L->interrupted = 0;
   int rc;
   char err[1024] = "";
   Py_BEGIN_ALLOW_THREADS rc = lade_loader_seek(L->loader, e, s);
-  if (rc) snprintf(err, sizeof err, "%s", lade_last_error());
+  if (rc) snprintf(err, sizeof err, "%s%s%s", strcmp(who, "seek") ? who : "", strcmp(who, "seek") ? ": " : "",
+                   lade_last_error());
   Py_END_ALLOW_THREADS if (rc) return raise_lade(rc, err);
   Py_RETURN_NONE;
 }
@@ -959,8 +1022,12 @@ static PyObject *stats_dict(const lade_stats_t *s) {
 }
 
 static PyObject *loader_epoch_stats(LoaderObject *L, PyObject *args) {
-  unsigned long long epoch = 0;
-  if (!PyArg_ParseTuple(args, "K", &epoch)) return NULL;
+  PyObject *eo;
+  if (!PyArg_ParseTuple(args, "O", &eo)) return NULL;
+  uint64_t epoch = 0;
+  int r = u64_of(eo, &epoch);
+  if (r < 0) return NULL;
+  if (r) return raise_range("epoch_stats", "epoch", eo, "epochs are counted from 0");
   if (!L->loader) return raise_lade(LADE_ESTATE, "loader is closed");
   lade_epoch_stats_t e;
   int rc = lade_loader_epoch_stats(L->loader, epoch, &e, sizeof(lade_epoch_stats_t));
@@ -1035,8 +1102,12 @@ static PyObject *sample_tuple(LoaderObject *L, uint64_t i, char *buf, size_t siz
 
 /* sample(index) -> (path, label) */
 static PyObject *loader_sample(LoaderObject *L, PyObject *args) {
-  unsigned long long i;
-  if (!PyArg_ParseTuple(args, "K", &i)) return NULL;
+  PyObject *io;
+  if (!PyArg_ParseTuple(args, "O", &io)) return NULL;
+  uint64_t i = 0;
+  int r = u64_of(io, &i);
+  if (r < 0) return NULL;
+  if (r) return raise_range("sample", "index", io, "dataset indices are counted from 0");
   if (loader_listed(L)) return NULL;
   char buf[2 * 4096 + 64];
   return sample_tuple(L, i, buf, sizeof buf);
@@ -1068,7 +1139,8 @@ static PyObject *loader_closed(LoaderObject *L, void *c) { return PyBool_FromLon
 static PyMethodDef loader_methods[] = {
     {"next", (PyCFunction)loader_next, METH_NOARGS,
      "the next Batch in plan order, or None after the last epoch (GIL released; Ctrl-C interrupts)"},
-    {"seek", (PyCFunction)loader_seek, METH_VARARGS, "seek(epoch, step)"},
+    {"seek", (PyCFunction)loader_seek, METH_VARARGS,
+     "seek(epoch, step, who='seek'): a value out of range raises lade.Error naming `who`, the value and the range"},
     {"tell", (PyCFunction)loader_tell, METH_NOARGS, "(epoch, step) of the next batch"},
     {"info", (PyCFunction)loader_info, METH_NOARGS, "(samples, steps_per_epoch, epochs)"},
     {"stats", (PyCFunction)loader_stats, METH_NOARGS, "counters as a dict"},

@@ -694,9 +694,13 @@ int lade_loader_seek(lade_loader_t *L, uint64_t epoch, uint64_t step) {
   /* (epochs, 0) is the end; with zero steps per epoch every (e, 0) is */
   bool at_end = step == 0 && (epoch == L->cfg.epochs || (L->steps == 0 && epoch <= L->cfg.epochs));
   if (!at_end && (epoch >= L->cfg.epochs || step >= L->steps)) {
-    rc = lade__fail(LADE_ERANGE, "seek to (epoch %llu, step %llu) is past the end (%llu epochs of %llu steps)",
-                    (unsigned long long)epoch, (unsigned long long)step, (unsigned long long)L->cfg.epochs,
-                    (unsigned long long)L->steps);
+    rc = lade__fail(LADE_ERANGE,
+                    "seek to (epoch %llu, step %llu) is out of range: epochs are 0 to %llu and steps 0 to %llu (%llu "
+                    "epochs of %llu steps; (%llu, 0) is the end)",
+                    (unsigned long long)epoch, (unsigned long long)step,
+                    (unsigned long long)(L->cfg.epochs ? L->cfg.epochs - 1 : 0),
+                    (unsigned long long)(L->steps ? L->steps - 1 : 0), (unsigned long long)L->cfg.epochs,
+                    (unsigned long long)L->steps, (unsigned long long)L->cfg.epochs);
   } else if (!rc) {
     uint64_t q = epoch * L->steps + step;
     for (uint32_t i = 0; i < L->nslots; i++) {

@@ -181,3 +181,47 @@ def test_interrupt_from_thread_wakes_the_waiting_next(big_npy_dir):
         assert errors == ["LADE_EINTR"] * len(woke)  # each interrupt() that returned True stopped a next()
         assert seen == want  # and took no batch
         assert L.interrupt() is False
+
+
+CTRL_C_IN_TORCH_IMPORT = r"""
+import signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+class SigintInsideTorchC:
+    # SIGINT at the first import torch._C's initialisation makes: what a Ctrl-C during the
+    # seconds `import torch` takes inside Loader() does
+    armed = fired = False
+
+    def find_spec(self, name, path, target=None):
+        if name == "torch._C":
+            SigintInsideTorchC.armed = True
+        elif SigintInsideTorchC.armed and not SigintInsideTorchC.fired:
+            SigintInsideTorchC.fired = True
+            signal.raise_signal(signal.SIGINT)
+        return None
+
+
+sys.meta_path.insert(0, SigintInsideTorchC())
+import lade
+assert "torch" not in sys.modules
+try:
+    lade.Loader(sys.argv[1], batch_size=4)
+except KeyboardInterrupt as e:
+    print("KeyboardInterrupt", SigintInsideTorchC.fired, repr(e.__context__))
+    sys.exit(0)
+except BaseException as e:
+    print("other", type(e).__name__, str(e).splitlines()[0])
+    sys.exit(1)
+print("created", SigintInsideTorchC.fired)
+sys.exit(2)
+"""
+
+
+def test_ctrl_c_while_loader_imports_torch(npy_dir):
+    """Ctrl-C while Loader() imports torch (the user had not) is a plain KeyboardInterrupt, not torch's
+    RuntimeError('KeyboardInterrupt: <EMPTY MESSAGE>')."""
+    pytest.importorskip("torch")
+    r = subprocess.run([sys.executable, "-c", CTRL_C_IN_TORCH_IMPORT, npy_dir], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith("KeyboardInterrupt True"), (r.stdout, r.stderr[-2000:])

@@ -134,6 +134,63 @@ def test_state_dict_mismatch_rejected(npy_dir):
             L.load_state_dict(st)
 
 
+@pytest.mark.parametrize("epochs", [3, None])
+def test_epochs_out_of_range_refused(npy_dir, epochs):
+    """An epoch or step that is negative, past the loader's epochs or past 2**64 raises lade.Error naming the
+    value and the range, and moves nothing: it never wraps (2**64 is not epoch 0, -1 not 2**64 - 1)."""
+    top = 3 if epochs else 1000000000
+    with lade.Loader(npy_dir, batch_size=32, seed=1, epochs=epochs, output="numpy") as L:
+        L.seek(1, 4)
+        for bad in (2 ** 64, 2 ** 64 + 1, -1, 2 ** 63, top + 1):
+            said = r"epoch %d(, step 0\))? is out of range: epochs are 0 to %d" % (bad, top - 1)
+            with pytest.raises(lade.Error, match=r"^seek.*" + said) as e:
+                L.seek(bad)
+            assert e.value.name == "LADE_ERANGE"
+            with pytest.raises(lade.Error, match=r"^set_epoch: .*" + said):
+                L.set_epoch(bad)
+            with pytest.raises(lade.Error, match=r"^load_state_dict: .*" + said):
+                L.load_state_dict({"version": 1, "epoch": bad, "step": 0})
+            assert L.tell() == (1, 4)
+        for bad in (2 ** 64, -1, 10):
+            with pytest.raises(lade.Error, match=r"step %d\)? is out of range: .*steps (are )?0 to 9" % bad):
+                L.load_state_dict({"epoch": 0, "step": bad})
+            with pytest.raises(lade.Error, match=r"step %d\)? is out of range" % bad):
+                L.seek(0, bad)
+        assert L.tell() == (1, 4)
+        with pytest.raises(lade.Error, match="epoch_stats: epoch -1 is out of range"):
+            L.epoch_stats(-1)
+        with pytest.raises(lade.Error, match="epoch_stats: epoch 18446744073709551616 is out of range"):
+            L.epoch_stats(2 ** 64)
+        with pytest.raises(TypeError):
+            L.seek(1.5)
+        # the end itself is a position; the largest epoch is one
+        L.load_state_dict({"epoch": top, "step": 0})
+        assert L.tell() == (top, 0) and L.next_batch() is None
+        L.set_epoch(top - 1)
+        assert L.tell() == (top - 1, 0)
+        b = L.next_batch()
+        assert (b.epoch, b.step) == (top - 1, 0)
+
+
+@pytest.mark.parametrize("state", [{}, None, 5, "epoch", [("epoch", 1), ("step", 0)], {"epoch": 1},
+                                   {"step": 0}, {"epoch": "1", "step": 0}, {"epoch": 1.0, "step": 0},
+                                   {"epoch": True, "step": 0}, {"epoch": 1, "step": None},
+                                   {"epoch": 1, "step": 0, "settings": 5}, {"epoch": 1, "step": 0, "version": "x"}],
+                         ids=repr)
+def test_load_state_dict_malformed(npy_dir, state):
+    """Anything that is not a state dict raises lade.Error saying what a state dict holds, and moves nothing."""
+    with lade.Loader(npy_dir, batch_size=32, seed=1, epochs=3) as L:
+        L.seek(2, 1)
+        with pytest.raises(lade.Error, match="load_state_dict") as e:
+            L.load_state_dict(state)
+        assert "a lade state dict is what Loader.state_dict() returns" in str(e.value)
+        assert L.tell() == (2, 1)
+        L.load_state_dict({"epoch": 1, "step": 2})  # numpy integers as a checkpoint may hold them too
+        assert L.tell() == (1, 2)
+        L.load_state_dict({"epoch": np.int64(0), "step": np.uint32(3)})
+        assert L.tell() == (0, 3)
+
+
 def test_error_text(npy_dir, tmp_path):
     with pytest.raises(lade.Error) as e:
         lade.Loader(npy_dir, bogus_key=1)
@@ -154,6 +211,46 @@ def test_error_text(npy_dir, tmp_path):
         L.next_batch()
     with pytest.raises(ValueError):
         lade.Loader(npy_dir, output="pandas")
+
+
+def test_names_not_utf8(tmp_path):
+    """A tar member (or file) named with bytes that are not UTF-8: samples/classes give the name as
+    os.fsdecode does (os.fsencode gets the bytes back), and an error naming it is a lade.Error showing
+    the bytes as \\xNN, never a UnicodeDecodeError."""
+    import io
+    import tarfile
+
+    def add(t, name, data):
+        ti = tarfile.TarInfo(name)
+        ti.size = len(data)
+        t.addfile(ti, io.BytesIO(data))
+
+    buf = io.BytesIO()
+    np.save(buf, np.arange(4, dtype=np.float32))
+    good = buf.getvalue()
+    shard = str(tmp_path / "bad.tar")
+    with tarfile.open(shard, "w", format=tarfile.GNU_FORMAT, encoding="utf-8", errors="surrogateescape") as t:
+        add(t, os.fsdecode(b"cls/a\xff.npy"), good)
+        add(t, os.fsdecode(b"cls/b\xfe\xe2\x82.npy"), good[:20])  # a cut UTF-8 sequence too; truncated .npy
+        add(t, "cls/c.npy", good)
+    with lade.Loader(shard, batch_size=1, transform="npy", output="numpy", shuffle=False) as L:
+        assert [os.fsencode(p) for p, _ in L.samples] == [os.fsencode(shard) + n for n in
+                                                          (b"/cls/a\xff", b"/cls/b\xfe\xe2\x82", b"/cls/c")]
+        with pytest.raises(lade.Error) as e:
+            list(L)
+    msg = str(e.value)
+    assert "bad.tar" in msg and "b\\xfe\\xe2\\x82" in msg, msg
+    # a folder of files so named: the same, through the dir source's error
+    if "jpeg" not in lade.features():
+        return
+    d = tmp_path / "dir"
+    (d / "c").mkdir(parents=True)
+    with open(os.path.join(os.fsencode(str(d / "c")), b"x\xff.jpg"), "wb") as f:
+        f.write(b"not a jpeg")
+    with lade.Loader(str(d), batch_size=1, output="numpy") as L:
+        assert os.fsencode(L.samples[0][0]).endswith(b"/c/x\xff.jpg")
+        with pytest.raises(lade.Error, match=r"x\\xff\.jpg"):
+            list(L)
 
 
 def test_rank_detection(monkeypatch, npy_dir):

@@ -231,6 +231,18 @@ static void test_seek_resumes_exactly(void) {
   CHECK(e == 0 && s == 3);
   CHECK_EQ_INT(lade_loader_seek(L, 3, 1), LADE_ERANGE);
   CHECK_EQ_INT(lade_loader_seek(L, 0, 19), LADE_ERANGE);
+  /* an epoch past the last (a wrapped -1 included) names the value and the range */
+  CHECK_EQ_INT(lade_loader_seek(L, 4, 0), LADE_ERANGE);
+  CHECK_EQ_INT(lade_loader_seek(L, UINT64_MAX, 0), LADE_ERANGE);
+  CHECK(strstr(lade_last_error(), "epoch 18446744073709551615") &&
+        strstr(lade_last_error(), "epochs are 0 to 2 and steps 0 to 18") &&
+        strstr(lade_last_error(), "(3, 0) is the end"));
+  CHECK_EQ_INT(lade_loader_seek(L, 1, UINT64_MAX), LADE_ERANGE);
+  CHECK_OK(lade_loader_tell(L, &e, &s));
+  CHECK(e == 0 && s == 3); /* a refused seek moves nothing */
+  CHECK_OK(lade_loader_seek(L, 3, 0)); /* the end is a position */
+  CHECK_OK(lade_loader_next(L, &b));
+  CHECK(b == NULL);
   lade_loader_destroy(L);
   lade_config_destroy(c);
   free(r);
