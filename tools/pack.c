@@ -78,7 +78,8 @@ static int usage_pack(FILE *f) {
           "refused unless a transform gives one: --transform imagenet-eval --set image_dtype=uint8\n"
           "stores decoded HxWxC images. Resumable: it writes OUT.h5.part, whose attribute\n"
           "lade_pack_done counts the samples flushed (about once a second); a second run with\n"
-          "the same settings goes on from there, then renames it to OUT.h5.\n");
+          "the same settings goes on from there, then renames it to OUT.h5. An existing OUT.h5\n"
+          "is replaced only when lade pack wrote it; any other file there is refused.\n");
   return f == stderr ? 2 : 0;
 }
 

@@ -219,8 +219,29 @@ static hid_t create_part(const char *part, const lade_batch_t *b, uint64_t n, co
   return f;
 }
 
+/* NULL when OUT may be replaced: it does not exist, or it is an HDF5 file
+ * an earlier `lade pack --to hdf5` wrote (its lade_pack_sum attribute says
+ * so); else why not. As the tar output refuses a file where its folder
+ * goes, a pack never replaces what it did not write. */
+static const char *out_taken(const char *out) {
+  struct stat st;
+  if (stat(out, &st) != 0) return NULL; /* absent (or unreadable: the rename at the end says why) */
+  if (!S_ISREG(st.st_mode)) return "is not a regular file";
+  hid_t f = H5Fopen(out, H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0) return "is not an HDF5 file";
+  int ours = H5Aexists(f, "lade_pack_sum") > 0;
+  H5Fclose(f);
+  return ours ? NULL : "is an HDF5 file that lade pack did not write";
+}
+
 int lade_tool_pack_hdf5(lade_config_t *cfg, const char *src, const char *out, const char *transform) {
   int auto_xf = !strcmp(transform, "auto");
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  const char *taken = out_taken(out);
+  if (taken) {
+    fprintf(stderr, "lade pack: %s exists and %s: not overwritten (remove it, or choose another OUT)\n", out, taken);
+    return 1;
+  }
   size_t sl = strlen(src);
   char st_buf[16] = "";
   lade_config_get(cfg, "source_type", st_buf, sizeof st_buf);

@@ -247,3 +247,33 @@ def test_killed_pack_resumes(lade_cli, big_npy_dir, tmp_path):
     for n in os.listdir(ref):
         with open(os.path.join(ref, n), "rb") as fa, open(os.path.join(out, n), "rb") as fb:
             assert fa.read() == fb.read(), n
+
+
+def test_hdf5_output_never_replaces_a_file_it_did_not_write(lade_cli, small_npy, tmp_path):
+    """`--to hdf5 OUT` refuses an OUT that exists and is not an HDF5 file an earlier pack wrote (a text
+    file, a folder, someone's own HDF5 file), leaving it as it was, as the tar output refuses a file
+    where its folder goes; an OUT that lade pack wrote is packed again."""
+    import lade
+    if "hdf5" not in lade.features():
+        pytest.skip("built without HDF5")
+    h5py = pytest.importorskip("h5py")
+    text = tmp_path / "notes.h5"
+    text.write_bytes(b"my notes, not an HDF5 file\n")
+    theirs = str(tmp_path / "theirs.h5")
+    with h5py.File(theirs, "w") as f:
+        f["x"] = [1, 2, 3]
+    before = open(theirs, "rb").read()
+    folder = tmp_path / "folder.h5"
+    folder.mkdir()
+    for out, why in ((str(text), "is not an HDF5 file"), (theirs, "is an HDF5 file that lade pack did not write"),
+                     (str(folder), "is not a regular file")):
+        r = subprocess.run([lade_cli, "pack", small_npy, "--to", "hdf5", out], capture_output=True, text=True)
+        assert r.returncode == 1 and "%s exists and %s: not overwritten" % (out, why) in r.stderr, r.stderr
+        assert not os.path.exists(out + ".part")
+    assert text.read_bytes() == b"my notes, not an HDF5 file\n"
+    assert open(theirs, "rb").read() == before and folder.is_dir()
+    ours = str(tmp_path / "ours.h5")
+    run(lade_cli, "pack", small_npy, "--to", "hdf5", ours)
+    r = subprocess.run([lade_cli, "pack", small_npy, "--to", "hdf5", ours], capture_output=True, text=True)
+    assert r.returncode == 0 and "packed 50 samples" in r.stdout, r.stderr
+    assert checksum(lade_cli, ours) == checksum(lade_cli, small_npy)
