@@ -183,6 +183,9 @@ LADE_API size_t lade_dtype_size(int dtype);
 /* Lower-case name of a dtype ("float32"), "unknown" otherwise. */
 LADE_API const char *lade_dtype_name(int dtype);
 
+/* Dimensions of a batch (lade_batch_t.shape), the batch dimension included:
+ * a sample has at most LADE_MAX_DIMS - 1. Part of the ABI (the arrays below
+ * are this long), so it does not grow within a major version. */
 #define LADE_MAX_DIMS 8
 
 /*
@@ -274,7 +277,10 @@ LADE_API void lade_batch_release(lade_batch_t *batch);
 /*
  * Repositions the loader so the next batch is (epoch, step), exactly as an
  * uninterrupted run would have produced it. Batches still held by the caller
- * stay valid. LADE_ERANGE past the end.
+ * stay valid. Valid positions: epoch 0..epochs-1 with step
+ * 0..steps_per_epoch-1, and (epochs, 0), the end (the next
+ * lade_loader_next() returns NULL). Anything else is LADE_ERANGE with the
+ * value and the valid range in lade_last_error(), and moves nothing.
  */
 LADE_API int lade_loader_seek(lade_loader_t *loader, uint64_t epoch, uint64_t step);
 
@@ -342,7 +348,9 @@ LADE_API int lade_loader_interrupt(lade_loader_t *loader);
 
 /*
  * Stops the workers and frees the loader. Batches still held stay valid until
- * released. NULL does nothing.
+ * released; they keep only their buffers: the source's files, the disk
+ * cache (and its cache_dir lock) and the transport are closed here, so a new
+ * loader may open the same cache_dir at once. NULL does nothing.
  *
  * fork(): a loader belongs to the process that created it. In a child made by
  * fork() every call on an inherited loader fails with LADE_ESTATE (the
