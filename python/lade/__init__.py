@@ -388,7 +388,9 @@ class Loader:
         return self._h.interrupt()
 
     def close(self):
-        """Stops the workers. Tensors already handed out stay valid."""
+        """Stops the workers and releases the files, the disk cache (and its
+        cache_dir lock) and the transport. Tensors already handed out stay
+        valid: they keep only their buffers."""
         self._h.close()
 
     @property
