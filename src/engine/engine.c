@@ -481,16 +481,40 @@ void *lade__engine_worker_main(void *arg) {
 }
 
 /* The per-epoch counters of epoch e, grown on demand. Locked. */
+/* The first entry of L->ep whose epoch is >= e (L->nep when none). Epochs
+ * mostly go up one at a time, so the last entry is tried first. */
+static uint64_t epoch_pos(const lade_loader_t *L, uint64_t e) {
+  if (L->nep == 0 || L->ep[L->nep - 1].epoch < e) return L->nep;
+  if (L->ep[L->nep - 1].epoch == e) return L->nep - 1;
+  uint64_t lo = 0, hi = L->nep - 1;
+  while (lo < hi) {
+    uint64_t mid = lo + (hi - lo) / 2;
+    if (L->ep[mid].epoch < e) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+struct epoch_acc *lade__engine_epoch_find(lade_loader_t *L, uint64_t e) {
+  uint64_t i = epoch_pos(L, e);
+  return i < L->nep && L->ep[i].epoch == e ? &L->ep[i] : NULL;
+}
+
 struct epoch_acc *lade__engine_epoch_acc(lade_loader_t *L, uint64_t e) {
-  if (e >= L->nep) {
-    uint64_t n = LADE__MAX(e + 1, L->nep * 2);
+  uint64_t i = epoch_pos(L, e);
+  if (i < L->nep && L->ep[i].epoch == e) return &L->ep[i];
+  if (L->nep == L->ep_cap) {
+    uint64_t n = L->ep_cap ? L->ep_cap * 2 : 16;
     struct epoch_acc *p = realloc(L->ep, n * sizeof *p);
     if (!p) return NULL;
-    memset(p + L->nep, 0, (n - L->nep) * sizeof *p);
     L->ep = p;
-    L->nep = n;
+    L->ep_cap = n;
   }
-  return &L->ep[e];
+  memmove(&L->ep[i + 1], &L->ep[i], (L->nep - i) * sizeof *L->ep);
+  L->nep++;
+  memset(&L->ep[i], 0, sizeof *L->ep);
+  L->ep[i].epoch = e;
+  return &L->ep[i];
 }
 
 /* Accounts a delivered batch to its epoch. Locked. */

@@ -158,8 +158,11 @@ struct lade_loader {
   uint64_t pool_bytes, peak_pool_bytes;
   lade__trace_t *trace;
   _Atomic uint32_t fail_run; /* on_error=skip: failed reads in a row, any worker (a success resets it) */
-  /* per-epoch counters (grown as epochs start), guarded by mu */
+  /* per-epoch counters of the epochs touched, sorted by epoch (one entry per
+   * epoch a batch or sample of was seen: a seek to epoch 10^8 adds one entry,
+   * not 10^8), guarded by mu */
   struct epoch_acc {
+    uint64_t epoch;
     uint64_t batches, samples[LADE__TIER_COUNT], bytes[LADE__TIER_COUNT];
     double wait;
     uint64_t bad; /* samples of this epoch that failed (on_error=skip replaced them) */
@@ -167,7 +170,7 @@ struct lade_loader {
     bool started;
     lade__source_stats_t at_start; /* the source's counters at the epoch's first batch */
   } *ep;
-  uint64_t nep;
+  uint64_t nep, ep_cap;
 };
 
 static inline bool forked(const lade_loader_t *L) {
@@ -196,6 +199,9 @@ void lade__engine_close_stages(lade_loader_t *L);
 void lade__engine_free_all(lade_loader_t *L);
 /* engine.c */
 void *lade__engine_worker_main(void *arg);
-struct epoch_acc *lade__engine_epoch_acc(lade_loader_t *L, uint64_t e); /* locked */
+/* Epoch e's counters, made (zeroed) when missing; NULL when out of memory. Locked. */
+struct epoch_acc *lade__engine_epoch_acc(lade_loader_t *L, uint64_t e);
+/* Epoch e's counters, or NULL when none were made. Locked. */
+struct epoch_acc *lade__engine_epoch_find(lade_loader_t *L, uint64_t e);
 
 #endif

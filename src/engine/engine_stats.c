@@ -75,13 +75,15 @@ static int fill_epoch_stats(lade_loader_t *L, uint64_t epoch, lade_epoch_stats_t
   if (forked(L)) return lade__engine_fail_forked(L, "lade_loader_epoch_stats");
   out->epoch = epoch;
   pthread_mutex_lock(&L->mu);
-  if (epoch >= L->nep || !L->ep[epoch].started) {
+  const struct epoch_acc *cur = lade__engine_epoch_find(L, epoch);
+  if (!cur || !cur->started) {
     pthread_mutex_unlock(&L->mu);
     return lade__fail(LADE_ERANGE, "epoch %llu has not started", (unsigned long long)epoch);
   }
-  struct epoch_acc a = L->ep[epoch];
-  bool have_next = epoch + 1 < L->nep && L->ep[epoch + 1].started;
-  lade__source_stats_t end = have_next ? L->ep[epoch + 1].at_start : (lade__source_stats_t){0};
+  struct epoch_acc a = *cur;
+  const struct epoch_acc *next = epoch < UINT64_MAX ? lade__engine_epoch_find(L, epoch + 1) : NULL;
+  bool have_next = next && next->started;
+  lade__source_stats_t end = have_next ? next->at_start : (lade__source_stats_t){0};
   pthread_mutex_unlock(&L->mu);
   if (!have_next && L->src_ops->stats) L->src_ops->stats(&L->src, &end);
   out->batches = a.batches;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -247,6 +248,45 @@ static void test_seek_resumes_exactly(void) {
   lade_config_destroy(c);
   free(r);
   free(ref);
+}
+
+/* Per-epoch counters exist for the epochs a loader touched, not for every
+ * epoch before them: seeking to epoch 10^7 or 10^9 - 1 (epochs=None in
+ * Python) costs one entry, not gigabytes, and its stats are there. */
+static long max_rss_kb(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss;
+}
+
+static void test_far_epochs_cost_nothing(void) {
+  const char *src = make_stacked("far-epochs", 32);
+  const char *extra[] = {"batch_size=8", "epochs=1000000000", "threads=2", NULL};
+  lade_config_t *c = config(src, extra);
+  lade_loader_t *L = NULL;
+  CHECK_OK(lade_loader_create(&L, c));
+  const uint64_t far[] = {10000000, 999999999, 3};
+  long before = max_rss_kb();
+  for (int k = 0; k < 3; k++) {
+    CHECK_OK(lade_loader_seek(L, far[k], 1));
+    lade_batch_t *b = NULL;
+    CHECK_OK(lade_loader_next(L, &b));
+    CHECK(b && b->epoch == far[k] && b->step == 1);
+    lade_batch_release(b);
+    lade_epoch_stats_t st;
+    int rc = lade_loader_epoch_stats(L, far[k], &st, sizeof st);
+    if (rc) fprintf(stderr, "  epoch %llu: %s\n", (unsigned long long)far[k], lade_last_error());
+    CHECK_OK(rc);
+    CHECK(st.epoch == far[k] && st.batches == 1);
+  }
+  lade_epoch_stats_t st;
+  CHECK_EQ_INT(lade_loader_epoch_stats(L, 4, &st, sizeof st), LADE_ERANGE);
+  CHECK_EQ_INT(lade_loader_epoch_stats(L, 10000001, &st, sizeof st), LADE_ERANGE);
+  long grew = max_rss_kb() - before;
+  if (grew > 64 * 1024) fprintf(stderr, "  peak RSS grew by %ld KiB\n", grew);
+  CHECK(grew <= 64 * 1024);
+  lade_loader_destroy(L);
+  lade_config_destroy(c);
 }
 
 static void test_labels_from_class_folders(void) {
@@ -1011,6 +1051,7 @@ int main(int argc, char **argv) {
   RUN(test_same_batches_any_thread_count);
   RUN(test_ranks_partition_global_batches);
   RUN(test_seek_resumes_exactly);
+  RUN(test_far_epochs_cost_nothing);
   RUN(test_labels_from_class_folders);
   RUN(test_errors_name_the_file);
   RUN(test_batches_outlive_loader);
