@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The MPI tests (docs/transport.md): mpi_check under `mpirun -np 4` for every
-# plan, a rank that stops, a rank that is killed, and the Python module with
-# plan="locality" under `mpirun -np 2` beside mpi4py.
+# plan, a rank that stops, a rank far behind (backpressure), a rank given
+# other bytes, a rank that is killed, a rank SIGSTOPped, and the Python
+# module with plan="locality" under `mpirun -np 2` beside mpi4py.
 # usage: test_mpi.sh MPI_CHECK LADE_CLI TMPDIR
 set -uo pipefail
 check_bin=$1 lade=$2 tmp=$3
@@ -25,6 +26,20 @@ echo "== settings that differ between ranks are named at start"
 out=$(timeout 120 "${run[@]}" -np 4 "$check_bin" "$tmp/c" mismatch 2>&1); rc=$?
 echo "$out" | tail -3
 [ $rc -eq 0 ] || { echo "FAIL: mpi_check mismatch"; fail=1; }
+
+echo "== a rank far behind: the early messages it holds stay within its window (backpressure)"
+timeout 120 "${run[@]}" -np 4 "$check_bin" "$tmp/l" lag || { echo "FAIL: mpi_check lag"; fail=1; }
+
+echo "== one rank given other bytes under the same names and sizes: every rank fails at start, naming it"
+"$lade" gen npy "$tmp/same" --count 64 --shape 16 --seed 1 >/dev/null
+"$lade" gen npy "$tmp/other" --count 64 --shape 16 --seed 2 >/dev/null
+out=$(timeout 120 "${run[@]}" -np 4 sh -c 'd=$1; [ "$OMPI_COMM_WORLD_RANK" = 2 ] && d=$2;
+  exec "$0" bench "$d" --plan locality --set cache_mem_bytes=20000 --epochs 2 --batch-size 4' \
+  "$lade" "$tmp/same" "$tmp/other" 2>&1); rc=$?
+echo "$out" | grep -i "disagree" | head -4
+n=$(echo "$out" | grep -c "learners disagree on the dataset's bytes.*rank 2 has")
+if [ $rc -ne 0 ] && [ "$n" -eq 4 ]; then echo "ok   other bytes on rank 2: exit $rc, all 4 ranks name rank 2"
+else echo "FAIL: other bytes on rank 2: exit $rc, $n of 4 ranks named it"; fail=1; fi
 
 echo "== mpirun lade bench --plan: per-rank and aggregate counts equal the plan's, for every kind"
 "$lade" gen npy "$tmp/g" --count 480 --shape 64 >/dev/null
@@ -63,6 +78,21 @@ if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -lt 60 ] && echo "$out" | grep -q
   echo "ok   killed rank: exit $rc after ${took}s"
 else
   echo "FAIL: killed rank: exit $rc after ${took}s"; fail=1
+fi
+
+echo "== a rank stopped (SIGSTOP) for 45 s: after the peer timeout the job ends within a bound, non-zero"
+start=$(date +%s)
+out=$(timeout 120 "${run[@]}" -np 4 sh -c 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then
+  (sleep 1; kill -STOP $$; sleep 45; kill -CONT $$) >/dev/null 2>&1 & fi;
+  exec "$0" bench "$1" --plan distcache --set cache_mem_bytes=700000 --set drop_last=true --epochs 1000 \
+  --batch-size 8 --set peer_timeout_ms=3000 --step-ms 5 --no-checksum' "$lade" "$tmp/k" 2>&1); rc=$?
+took=$(( $(date +%s) - start ))
+echo "$out" | grep -iE "aborting|did not arrive" | head -3
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -lt 30 ] && echo "$out" | grep -q "aborting the MPI job" &&
+   echo "$out" | grep -q "from rank 1 "; then
+  echo "ok   stopped rank: exit $rc after ${took}s (the stop lasts 45 s)"
+else
+  echo "FAIL: stopped rank: exit $rc after ${took}s (the stop lasts 45 s)"; fail=1
 fi
 
 echo "== the Python module under mpirun beside mpi4py, plan=locality"
