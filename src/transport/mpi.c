@@ -288,14 +288,14 @@ static bool fl_room(chan_t *c) {
 }
 
 /* Tells every peer the step below which it may send here (backpressure):
- * at open, then whenever the consumer moved by window / 2 steps (or back,
- * after a seek). Returns how many messages were posted. */
+ * at open, then whenever the consumer moved by window / 2 steps. Returns
+ * how many messages were posted. */
 static int chan_grants(chan_t *c) {
   pthread_mutex_lock(&c->mu);
   uint64_t q = c->consumed_q;
   pthread_mutex_unlock(&c->mu);
   uint64_t every = c->p.window / 2 ? c->p.window / 2 : 1;
-  if (c->granted && q >= c->grant_at && q < c->grant_at + every) return 0;
+  if (c->granted && q < c->grant_at + every) return 0;
   int posted = 0;
   for (uint32_t r = 0; r < c->world; r++) {
     if (r == c->rank || !fl_room(c)) continue;
@@ -413,7 +413,10 @@ static int chan_recvs(chan_t *c) {
       memcpy(&v, buf, sizeof v);
       free(buf);
       pthread_mutex_lock(&c->mu);
-      if (c->grant && st.MPI_SOURCE >= 0 && (uint32_t)st.MPI_SOURCE < c->world) c->grant[st.MPI_SOURCE] = v;
+      /* only ever raised: after a seek back, sends of later steps queued before it stay postable, so
+       * they cannot hold up the replayed steps queued behind them */
+      if (c->grant && st.MPI_SOURCE >= 0 && (uint32_t)st.MPI_SOURCE < c->world && v > c->grant[st.MPI_SOURCE])
+        c->grant[st.MPI_SOURCE] = v;
       pthread_mutex_unlock(&c->mu);
       continue;
     }
