@@ -41,6 +41,16 @@ n=$(echo "$out" | grep -c "learners disagree on the dataset's bytes.*rank 2 has"
 if [ $rc -ne 0 ] && [ "$n" -eq 4 ]; then echo "ok   other bytes on rank 2: exit $rc, all 4 ranks name rank 2"
 else echo "FAIL: other bytes on rank 2: exit $rc, $n of 4 ranks named it"; fail=1; fi
 
+echo "== one rank given a copy with one file renamed: every rank fails at start, naming it"
+rm -rf "$tmp/renamed" && cp -r "$tmp/same" "$tmp/renamed"
+mv "$tmp/renamed/class_03/sample_00000003.npy" "$tmp/renamed/class_03/sample_renamed.npy"
+out=$(timeout 120 "${run[@]}" -np 4 sh -c 'd=$1; [ "$OMPI_COMM_WORLD_RANK" = 2 ] && d=$2;
+  exec "$0" bench "$d" --plan locality --set cache_mem_bytes=20000 --epochs 2 --batch-size 4' \
+  "$lade" "$tmp/same" "$tmp/renamed" 2>&1); rc=$?
+n=$(echo "$out" | grep -c "learners disagree on the dataset's sample names.*rank 2 has")
+if [ $rc -ne 0 ] && [ "$n" -eq 4 ]; then echo "ok   a renamed file on rank 2: exit $rc, all 4 ranks name rank 2"
+else echo "FAIL: a renamed file on rank 2: exit $rc, $n of 4 ranks named it"; echo "$out" | head -5; fail=1; fi
+
 echo "== mpirun lade bench --plan: per-rank and aggregate counts equal the plan's, for every kind"
 "$lade" gen npy "$tmp/g" --count 480 --shape 64 >/dev/null
 for kind in regular+lru regular+belady distcache locality solar; do
