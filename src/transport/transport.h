@@ -7,7 +7,11 @@
  * takes the message of (step, sample) when its fetch stage reads the
  * sample: no request round trip. Messages carry their (step, sample) in a
  * header, so they may arrive in any order; a receiver keeps what arrived
- * until it is read or the receiver moves past its step.
+ * until it is read or the receiver moves past its step, and lets its peers
+ * send only a bounded number of steps ahead of its consumer (backpressure),
+ * so what it keeps is bounded by its own window. Each message carries a
+ * checksum of the sender's bytes; the learners compare digests of their
+ * datasets at open.
  *
  * transport/ does not know the cache tiers: the engine hands it a serve()
  * callback that produces a sample's bytes for a send (the fetch stage reads
