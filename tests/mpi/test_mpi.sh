@@ -105,6 +105,23 @@ else
   echo "FAIL: stopped rank: exit $rc after ${took}s (the stop lasts 45 s)"; fail=1
 fi
 
+echo "== the same from Python, the error caught and the script exiting: the job still ends within a bound"
+if /usr/bin/python3 -c "import lade" 2>/dev/null; then
+  start=$(date +%s)
+  out=$(timeout 120 "${run[@]}" -np 4 sh -c 'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then
+    (sleep 3; kill -STOP $$; sleep 45; kill -CONT $$) >/dev/null 2>&1 & fi;
+    exec /usr/bin/python3 "$0" "$1"' "$here/stopped_rank.py" "$tmp/k" 2>&1); rc=$?
+  took=$(( $(date +%s) - start ))
+  echo "$out" | grep -E "caught|aborting" | head -2
+  if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -lt 30 ] && echo "$out" | grep -q "aborting the MPI job"; then
+    echo "ok   stopped rank, Python: exit $rc after ${took}s (the stop lasts 45 s)"
+  else
+    echo "FAIL: stopped rank, Python: exit $rc after ${took}s (the stop lasts 45 s)"; fail=1
+  fi
+else
+  echo "skipped: the lade module is missing"
+fi
+
 echo "== the Python module under mpirun beside mpi4py, plan=locality"
 if /usr/bin/python3 -c "import mpi4py, lade" 2>/dev/null; then
   timeout 300 "${run[@]}" -np 2 /usr/bin/python3 -m pytest -q -p no:cacheprovider "$here/test_mpi_python.py" \
