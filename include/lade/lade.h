@@ -411,6 +411,8 @@ typedef struct lade_stats {
   uint64_t peer_messages_sent;   /* samples this learner's cache sent to others */
   uint64_t peer_bytes_sent;
   uint64_t peer_served_from_storage; /* of those, read from storage: the cache did not hold them */
+  uint64_t peer_bytes_held_peak; /* the most peer bytes held at once, arrived before their step was read
+                                  * (bounded by backpressure: docs/transport.md) */
 } lade_stats_t;
 
 /*

@@ -145,6 +145,49 @@ static int serve_peer(void *ctx, uint64_t idx, uint64_t q, int nonblock, lade__b
 }
 #endif
 
+/* The dataset's fingerprint that the learners compare at open
+ * (docs/transport.md): what each learner can see of its copy of the
+ * dataset and the others' copies must equal. names: a digest of every
+ * sample's name relative to the source (the path a node mounts it at may
+ * differ); sizes: of the sizes the listing knows (object stores; 0 when it
+ * knows none: a local listing does not stat every file); probes (local
+ * sources): the bytes of PROBES samples spread over the dataset, read now,
+ * so a copy with the same names and other bytes is caught before the first
+ * batch. mtimes and inodes are left out: they differ between two nodes'
+ * copies of the same bytes. A remote source's objects are the same objects
+ * from every node: reading probes there would only cost requests. */
+#ifdef LADE_HAVE_MPI
+#define PROBES 16
+static int dataset_fingerprint(lade_loader_t *L, uint64_t *names, uint64_t *sizes, uint64_t *probes) {
+  lade__source_t *s = &L->src;
+  const char *root = L->cfg.source;
+  size_t rlen = strlen(root);
+  char name[LADE__PATH_MAX + 64];
+  uint64_t h = 0;
+  for (uint64_t i = 0; i < s->count; i++) {
+    L->src_ops->describe(s, i, name, sizeof name);
+    const char *rel = strncmp(name, root, rlen) ? name : name + rlen;
+    while (*rel == '/') rel++;
+    h = lade__hash64(rel, strlen(rel) + 1, h);
+  }
+  *names = h;
+  *sizes = s->sizes ? lade_checksum(s->sizes, s->count * sizeof *s->sizes, s->count) : 0;
+  *probes = 0;
+  if (L->src_ops->submit || !s->count) return 0;
+  lade__buf_t b = {0};
+  uint64_t k = LADE__MIN(s->count, (uint64_t)PROBES), p = 0;
+  int rc = 0;
+  for (uint64_t j = 0; j < k && !rc; j++) {
+    uint64_t idx = j * s->count / k + (s->count / k) / 2; /* the same samples on every learner */
+    rc = L->src_ops->read(s, idx, &b);
+    if (!rc) p = lade_checksum(b.data, b.len, p ^ idx);
+  }
+  lade__buf_free(&b);
+  *probes = p;
+  return rc;
+}
+#endif
+
 /* The transport resolve.c chose (docs/transport.md). Under MPI, rank and
  * world come from MPI (the settings must agree when set), and the
  * learners' settings are compared. Without a transport, peer routes read
@@ -159,18 +202,24 @@ static int open_transport(lade_loader_t *L) {
   if (r->transport != LADE__TRANSPORT_MPI) return 0;
 #ifdef LADE_HAVE_MPI
   lade__cursor_params_t *cp = &r->cursor;
+  uint64_t fp_names = 0, fp_sizes = 0, fp_probes = 0;
+  int rc = dataset_fingerprint(L, &fp_names, &fp_sizes, &fp_probes);
+  if (rc) return lade__fail_prefix(rc, "reading the dataset's probe samples for the learners' check: ");
   const lade__transport_check_t checks[] = {
-      {"samples (dataset size)", cp->plan.samples}, {"batch_size", cp->plan.batch_size},
-      {"epochs", cp->plan.epochs},                  {"seed", cp->plan.seed},
-      {"plan", (uint64_t)cp->plan.kind},            {"cache (samples per learner)", cp->plan.cache},
-      {"drop_last", cp->drop_last},                 {"shuffle", cp->shuffle},
-      {"plan_balance", (uint64_t)cp->plan.balance_peer}, {"plan_reorder", (uint64_t)cp->plan.reorder},
-      {"plan_order", (uint64_t)cp->plan.order_algo}, {"plan_imbalance", cp->plan.imbalance}};
+      {"samples (dataset size)", cp->plan.samples, false}, {"batch_size", cp->plan.batch_size, false},
+      {"epochs", cp->plan.epochs, false},                  {"seed", cp->plan.seed, false},
+      {"plan", (uint64_t)cp->plan.kind, false},            {"cache (samples per learner)", cp->plan.cache, false},
+      {"drop_last", cp->drop_last, false},                 {"shuffle", cp->shuffle, false},
+      {"plan_balance", (uint64_t)cp->plan.balance_peer, false}, {"plan_reorder", (uint64_t)cp->plan.reorder, false},
+      {"plan_order", (uint64_t)cp->plan.order_algo, false}, {"plan_imbalance", cp->plan.imbalance, false},
+      {"the dataset's sample names (a digest)", fp_names, true},
+      {"the dataset's sample sizes as listed (a digest)", fp_sizes, true},
+      {"the dataset's bytes (a digest of 16 probe samples)", fp_probes, true}};
   lade__transport_params_t dp = {.rank = L->cfg.rank, .world = L->cfg.world_size, .timeout_ms = L->cfg.peer_timeout_ms,
-                                 .serve = serve_peer, .serve_ctx = L, .checks = checks,
+                                 .window = L->window, .serve = serve_peer, .serve_ctx = L, .checks = checks,
                                  .nchecks = (uint32_t)(sizeof checks / sizeof checks[0])};
   uint32_t rank = 0, world = 1;
-  int rc = lade__transport_mpi.open(&L->dist, &dp, &rank, &world);
+  rc = lade__transport_mpi.open(&L->dist, &dp, &rank, &world);
   if (rc) return rc;
   L->cfg.rank = r->rank = cp->rank = rank;
   L->cfg.world_size = r->world = cp->plan.learners = world;

@@ -58,6 +58,7 @@ static int fill_stats(lade_loader_t *L, lade_stats_t *out) {
     out->peer_messages_sent = fs.dist.sent;
     out->peer_bytes_sent = fs.dist.sent_bytes;
     out->peer_served_from_storage = fs.served_from_storage;
+    out->peer_bytes_held_peak = fs.dist.held_peak_bytes;
   }
   out->plan = L->cfg.plan;
   if (n) {

@@ -290,6 +290,14 @@ static int read_chain(lade__fetch_t *f, const lade__chain_t *c, uint64_t idx, ui
             atomic_load_explicit(&f->adm_pending[idx], memory_order_acquire);
     lade__clear_error();
     rc = peer ? f->p.dist->ops->recv(f->p.dist, q, idx, (uint32_t)route, out) : f->p.ops->read(f->p.src, idx, out);
+    if (!rc && peer && f->p.src->sizes && out->len != f->p.src->sizes[idx]) {
+      /* the listing knows the size (object stores, tar shards): the peer's copy differs from this one */
+      char name[LADE__PATH_MAX + 64];
+      f->p.ops->describe(f->p.src, idx, name, sizeof name);
+      rc = lade__fail(LADE_EIO, "sample %llu (%s) of step %llu came from rank %d with %zu bytes; this learner's "
+                      "listing says %llu: the learners' copies of the dataset differ", (unsigned long long)idx, name,
+                      (unsigned long long)q, route, out->len, (unsigned long long)f->p.src->sizes[idx]);
+    }
     if (!rc) {
       *tier = peer ? LADE__TIER_PEER : LADE__TIER_STORAGE;
       count(f, *tier, out->len);

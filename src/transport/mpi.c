@@ -22,6 +22,18 @@
  * makes the others fail with an error naming it and the step. Closing
  * flushes the queued sends, then exchanges a DONE message with every peer
  * (draining what still arrives) so no send is left unmatched, also bounded.
+ * A learner that saw a peer time out and then misses that peer's DONE at
+ * close aborts the job (MPI_Abort): MPI_Finalize would wait for the stopped
+ * peer without bound.
+ *
+ * Backpressure: every learner tells its peers (TAG_GRANT) the step below
+ * which they may send to it, its consumer's step + 2 * window + 2, again
+ * whenever its consumer moved by window / 2 steps; a sender posts the head
+ * of its queue only below that grant, so what arrives early is bounded by
+ * the receiver's own window, whatever the lead of the senders.
+ *
+ * Integrity: each message carries the checksum of its payload (the sender's
+ * bytes), checked by the receiver before the bytes are handed out.
  *
  * Locks: each channel's `mu` guards its queue, arrived messages, counters
  * and flags; `g.mu` guards the channel list and is held by the thread while
@@ -43,6 +55,7 @@
 
 #define TAG_DATA 7101
 #define TAG_DONE 7102
+#define TAG_GRANT 7103
 #define MSG_MAGIC 0x4c41444550454552ull /* "LADEPEER" */
 #define ADMIT_WAIT_S 1.0
 #define NBUCKETS 1024
@@ -50,6 +63,7 @@
 typedef struct msg_hdr {
   uint64_t magic, q, idx, len;
   int64_t error; /* nonzero: the sender could not produce the bytes; the payload is its message */
+  uint64_t sum;  /* payload_sum() of the payload as the sender made it */
 } msg_hdr_t;
 
 typedef struct msg {
@@ -57,6 +71,7 @@ typedef struct msg {
   uint64_t q, idx;
   uint32_t src;
   int64_t error;
+  uint64_t sum;
   size_t len;
   uint8_t *data; /* len bytes */
 } msg_t;
@@ -87,6 +102,12 @@ typedef struct chan {
   sendreq_t *sq; /* FIFO ring of queued sends, in step order */
   size_t sq_head, sq_len, sq_cap;
   size_t nmsgs; /* messages arrived and not read */
+  size_t held;  /* their payload bytes */
+  uint64_t *grant;     /* per peer: this learner may send it steps below grant[peer] */
+  uint64_t consumed_q; /* this learner's consumer step (forget_below) */
+  int lost;            /* a receive or a send waited for a peer past the timeout */
+  uint32_t lost_rank;  /* that peer (the first) */
+  char lost_msg[1024];
   uint64_t max_queued_q; /* +1; 0: nothing queued yet */
   msg_t *bucket[NBUCKETS];
   lade__transport_stats_t st;
@@ -95,6 +116,8 @@ typedef struct chan {
   size_t nfl, flcap;
   uint8_t *done_from; /* close: DONE seen per rank */
   lade__buf_t sbuf;
+  bool granted;        /* a grant was sent, at consumer step grant_at */
+  uint64_t grant_at;
 } chan_t;
 
 enum { OPENING = 0, OPEN, CLOSING, CLOSED };
@@ -109,7 +132,15 @@ static struct {
   pthread_t thread;
   chan_t *chans;
   int world_rank, world_size;
+  char lost_at_exit[1400]; /* set: abort instead of MPI_Finalize */
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .once = PTHREAD_ONCE_INIT};
+
+/* Steps a receiver lets its peers send ahead of its consumer. */
+static uint64_t grant_ahead(const chan_t *c) { return 2 * (uint64_t)c->p.window + 2; }
+
+static uint64_t payload_sum(uint64_t q, uint64_t idx, const void *data, size_t len) {
+  return lade_checksum(data, len, lade__mix64(q) ^ idx);
+}
 
 static inline size_t bucket_of(uint64_t q, uint64_t idx) {
   return (size_t)(lade__mix64(q * 0x9e3779b97f4a7c15ull ^ idx) % NBUCKETS);
@@ -153,6 +184,26 @@ static int wait_request(int rc, MPI_Request *req, double t0, double limit, int *
     }
   }
   return rc;
+}
+
+/* Fails the open naming check i: this rank's value and every rank whose value
+ * differs from it (all: w rows of n + 1 values, the count first). */
+static void checks_differ_locked(chan_t *c, const uint64_t *all, int w, uint32_t i, uint64_t mine) {
+  const lade__transport_check_t *k = &c->p.checks[i];
+  uint32_t n = c->p.nchecks;
+  char who[768] = "";
+  size_t len = 0;
+  for (int r = 0; r < w && len < sizeof who - 64; r++) {
+    const uint64_t *row = &all[(size_t)r * (n + 1)];
+    if (row[0] == n && row[i + 1] == mine) continue;
+    len += (size_t)snprintf(who + len, sizeof who - len, k->hash ? "%srank %d has %016llx" : "%srank %d has %llu",
+                            len ? ", " : "", r, row[0] == n ? (unsigned long long)row[i + 1] : 0ull);
+  }
+  chan_fail_locked(c, k->hash ? "learners disagree on %s: rank %u has %016llx, %s (every rank must open the same "
+                                "dataset with the same settings)"
+                              : "learners disagree on setting '%s': rank %u has %llu, %s (every rank must run the "
+                                "loader with the same settings)",
+                   k->name, c->rank, (unsigned long long)mine, who);
 }
 
 /* Opening: communicator and the settings check, non-blocking so it is bounded. */
@@ -204,14 +255,13 @@ static void chan_open_step(chan_t *c) {
       for (uint32_t i = 0; i < n && !c->fatal; i++) {
         uint64_t v = all[(size_t)k * (n + 1) + i + 1];
         if (all[(size_t)k * (n + 1)] != n || v != mine[i + 1])
-          chan_fail_locked(c, "learners disagree on setting '%s': rank %u has %llu, rank %d has %llu (every rank must "
-                           "run the loader with the same settings)", c->p.checks[i].name, c->rank,
-                           (unsigned long long)mine[i + 1], k, (unsigned long long)v);
+          checks_differ_locked(c, all, w, i, mine[i + 1]);
       }
   }
   if (!c->fatal) {
     c->done_from = calloc(c->world, 1);
-    if (!c->done_from) chan_fail_locked(c, "transport mpi: out of memory");
+    c->grant = calloc(c->world, sizeof *c->grant);
+    if (!c->done_from || !c->grant) chan_fail_locked(c, "transport mpi: out of memory");
   }
   bool failed = c->fatal != 0;
   c->state = failed ? CLOSED : OPEN;
@@ -219,6 +269,49 @@ static void chan_open_step(chan_t *c) {
   pthread_mutex_unlock(&c->mu);
   if (failed && done && rc == MPI_SUCCESS) MPI_Comm_free(&c->comm);
   free(all);
+}
+
+/* Room for one more send in flight; false (the channel failed) when out of memory. */
+static bool fl_room(chan_t *c) {
+  if (c->nfl < c->flcap) return true;
+  size_t nc = c->flcap ? c->flcap * 2 : 64;
+  inflight_t *f = realloc(c->fl, nc * sizeof *f);
+  if (!f) {
+    pthread_mutex_lock(&c->mu);
+    chan_fail_locked(c, "transport mpi: out of memory");
+    pthread_mutex_unlock(&c->mu);
+    return false;
+  }
+  c->fl = f;
+  c->flcap = nc;
+  return true;
+}
+
+/* Tells every peer the step below which it may send here (backpressure):
+ * at open, then whenever the consumer moved by window / 2 steps. Returns
+ * how many messages were posted. */
+static int chan_grants(chan_t *c) {
+  pthread_mutex_lock(&c->mu);
+  uint64_t q = c->consumed_q;
+  pthread_mutex_unlock(&c->mu);
+  uint64_t every = c->p.window / 2 ? c->p.window / 2 : 1;
+  if (c->granted && q < c->grant_at + every) return 0;
+  int posted = 0;
+  for (uint32_t r = 0; r < c->world; r++) {
+    if (r == c->rank || !fl_room(c)) continue;
+    uint64_t *v = malloc(sizeof *v);
+    if (!v) break;
+    *v = q + grant_ahead(c);
+    if (MPI_Isend(v, (int)sizeof *v, MPI_BYTE, (int)r, TAG_GRANT, c->comm, &c->fl[c->nfl].req) != MPI_SUCCESS) {
+      free(v);
+      continue; /* that peer is gone: its receives report it */
+    }
+    c->fl[c->nfl++].buf = (uint8_t *)v;
+    posted++;
+  }
+  c->granted = true;
+  c->grant_at = q;
+  return posted;
 }
 
 /* Serves and posts queued sends; returns how many were posted. */
@@ -231,7 +324,11 @@ static int chan_sends(chan_t *c) {
       break;
     }
     sendreq_t sr = c->sq[c->sq_head];
+    /* backpressure: the receiver has not let this step come yet (closing, the
+     * last sends go out regardless: the peer drains them) */
+    bool held_back = c->state == OPEN && sr.q >= c->grant[sr.dst];
     pthread_mutex_unlock(&c->mu);
+    if (held_back) break;
     double now = lade__now();
     if (sr.first_try == 0) sr.first_try = now;
     c->sbuf.len = 0;
@@ -255,21 +352,13 @@ static int chan_sends(chan_t *c) {
       pthread_mutex_unlock(&c->mu);
       break;
     }
-    msg_hdr_t h = {MSG_MAGIC, sr.q, sr.idx, len, rc};
+    const void *payload = rc ? (const void *)err : (const void *)c->sbuf.data;
+    msg_hdr_t h = {MSG_MAGIC, sr.q, sr.idx, len, rc, payload_sum(sr.q, sr.idx, payload, len)};
     memcpy(buf, &h, sizeof h);
-    memcpy(buf + sizeof h, rc ? (const void *)err : (const void *)c->sbuf.data, len);
-    if (c->nfl == c->flcap) {
-      size_t nc = c->flcap ? c->flcap * 2 : 64;
-      inflight_t *f = realloc(c->fl, nc * sizeof *f);
-      if (!f) {
-        free(buf);
-        pthread_mutex_lock(&c->mu);
-        chan_fail_locked(c, "transport mpi: out of memory");
-        pthread_mutex_unlock(&c->mu);
-        break;
-      }
-      c->fl = f;
-      c->flcap = nc;
+    memcpy(buf + sizeof h, payload, len);
+    if (!fl_room(c)) {
+      free(buf);
+      break;
     }
     char eb[MPI_MAX_ERROR_STRING];
     int mrc = MPI_Isend(buf, (int)(sizeof h + len), MPI_BYTE, (int)sr.dst, TAG_DATA, c->comm, &c->fl[c->nfl].req);
@@ -319,6 +408,18 @@ static int chan_recvs(chan_t *c) {
     }
     rc = MPI_Recv(buf, count, MPI_BYTE, st.MPI_SOURCE, st.MPI_TAG, c->comm, MPI_STATUS_IGNORE);
     got++;
+    if (rc == MPI_SUCCESS && st.MPI_TAG == TAG_GRANT && count == (int)sizeof(uint64_t)) {
+      uint64_t v;
+      memcpy(&v, buf, sizeof v);
+      free(buf);
+      pthread_mutex_lock(&c->mu);
+      /* only ever raised: after a seek back, sends of later steps queued before it stay postable, so
+       * they cannot hold up the replayed steps queued behind them */
+      if (c->grant && st.MPI_SOURCE >= 0 && (uint32_t)st.MPI_SOURCE < c->world && v > c->grant[st.MPI_SOURCE])
+        c->grant[st.MPI_SOURCE] = v;
+      pthread_mutex_unlock(&c->mu);
+      continue;
+    }
     if (rc == MPI_SUCCESS && st.MPI_TAG == TAG_DONE) {
       pthread_mutex_lock(&c->mu);
       if (c->done_from && st.MPI_SOURCE >= 0 && (uint32_t)st.MPI_SOURCE < c->world) c->done_from[st.MPI_SOURCE] = 1;
@@ -352,12 +453,15 @@ static int chan_recvs(chan_t *c) {
       return got;
     }
     memmove(buf, buf + sizeof h, h.len);
-    *m = (msg_t){.q = h.q, .idx = h.idx, .src = (uint32_t)st.MPI_SOURCE, .error = h.error, .len = h.len, .data = buf};
+    *m = (msg_t){.q = h.q, .idx = h.idx, .src = (uint32_t)st.MPI_SOURCE, .error = h.error, .sum = h.sum,
+                 .len = h.len, .data = buf};
     pthread_mutex_lock(&c->mu);
     size_t b = bucket_of(h.q, h.idx);
     m->next = c->bucket[b];
     c->bucket[b] = m;
     c->nmsgs++;
+    c->held += h.len;
+    if (c->held > c->st.held_peak_bytes) c->st.held_peak_bytes = c->held;
     c->st.received++;
     c->st.received_bytes += h.len;
     pthread_cond_broadcast(&c->cv);
@@ -390,12 +494,32 @@ static void msgs_free(chan_t *c, uint64_t below) {
       if (m->q < below) {
         *pp = m->next;
         c->nmsgs--;
+        c->held -= m->len;
         free(m->data);
         free(m);
       } else {
         pp = &m->next;
       }
     }
+}
+
+/* After a peer timeout (c->lost), a peer that did not close its side either
+ * is stopped or hung, not slow: MPI_Finalize (and any collective) would wait
+ * for it without bound. The job is aborted, after saying why: Open MPI then
+ * kills every process of it, a stopped one included. */
+static void abort_if_lost(chan_t *c) {
+  pthread_mutex_lock(&c->mu);
+  bool abort_now = c->lost && c->done_from && c->lost_rank < c->world && !c->done_from[c->lost_rank];
+  uint32_t who = c->lost_rank;
+  char why[1024];
+  snprintf(why, sizeof why, "%s", c->lost_msg);
+  pthread_mutex_unlock(&c->mu);
+  if (!abort_now) return;
+  fprintf(stderr, "lade: rank %u: %s; then rank %u did not close its side of the transport within %u ms either "
+                  "(stopped or hung): aborting the MPI job (MPI_Abort), since MPI_Finalize would wait for it without "
+                  "bound\n", c->rank, why, who, c->p.timeout_ms);
+  fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
 /* Closing: flush the queue, complete the sends, DONE to every peer, drain
@@ -433,6 +557,7 @@ static void chan_close_step(chan_t *c) {
     }
     /* what is still unmatched after the bound belongs to a dead or stuck peer: leave it to MPI */
     free(reqs);
+    abort_if_lost(c);
     if (c->nfl == 0) MPI_Comm_free(&c->comm);
   }
   /* sends still unmatched after the bound (a dead or stuck peer): MPI may
@@ -494,7 +619,7 @@ static void *comm_main(void *arg) {
         chan_open_step(c);
         work++;
       } else if (state == OPEN) {
-        work += chan_sends(c) + chan_recvs(c) + chan_complete(c);
+        work += chan_grants(c) + chan_sends(c) + chan_recvs(c) + chan_complete(c);
       } else if (state == CLOSING) {
         chan_close_step(c);
         work++;
@@ -512,6 +637,11 @@ static void *comm_main(void *arg) {
   if (g.we_init) {
     int fin = 0;
     MPI_Finalized(&fin);
+    if (!fin && g.lost_at_exit[0]) {
+      fputs(g.lost_at_exit, stderr);
+      fflush(stderr);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     if (!fin) MPI_Finalize();
   }
   return NULL;
@@ -520,6 +650,16 @@ static void *comm_main(void *arg) {
 static void at_exit(void) {
   pthread_mutex_lock(&g.mu);
   bool started = g.started;
+  /* a loader left open after a peer timeout: MPI_Finalize would wait for
+   * that peer without bound (as in abort_if_lost) */
+  for (chan_t *c = g.chans; c && g.we_init && !g.lost_at_exit[0]; c = c->next) {
+    pthread_mutex_lock(&c->mu);
+    if (c->lost && c->state == OPEN)
+      snprintf(g.lost_at_exit, sizeof g.lost_at_exit, "lade: rank %u: %s; the process exits with that loader open: "
+               "aborting the MPI job (MPI_Abort), since MPI_Finalize would wait for that peer without bound\n",
+               c->rank, c->lost_msg);
+    pthread_mutex_unlock(&c->mu);
+  }
   g.stop = true;
   g.chans = NULL; /* loaders still open at exit: their channels are abandoned */
   pthread_mutex_unlock(&g.mu);
@@ -607,6 +747,7 @@ static void mpi_close(lade__transport_t *d) {
   free(c->sq);
   free(c->fl);
   free(c->done_from);
+  free(c->grant);
   lade__buf_free(&c->sbuf);
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv);
@@ -644,9 +785,22 @@ static int mpi_wait_served(lade__transport_t *d, uint64_t q) {
   pthread_mutex_lock(&c->mu);
   int rc = 0;
   while (!c->fatal && c->sq_len && c->sq[c->sq_head].q <= q)
-    if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) == ETIMEDOUT) {
-      rc = lade__fail(LADE_ETIMEOUT, "transport mpi: rank %u: the sends of step %llu were not served within %u ms",
-                      c->rank, (unsigned long long)q, c->p.timeout_ms);
+    if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) == ETIMEDOUT && c->sq_len && c->sq[c->sq_head].q <= q) {
+      const sendreq_t *h = &c->sq[c->sq_head];
+      if (c->grant && h->q >= c->grant[h->dst])
+        rc = lade__fail(LADE_ETIMEOUT, "transport mpi: rank %u: sample %llu of step %llu waited %u ms (setting "
+                        "peer_timeout_ms) to be sent to rank %u, which lets its peers send only below step %llu "
+                        "(its consumer's step plus its window): rank %u stopped or is that far behind", c->rank,
+                        (unsigned long long)h->idx, (unsigned long long)h->q, c->p.timeout_ms, h->dst,
+                        (unsigned long long)c->grant[h->dst], h->dst);
+      else
+        rc = lade__fail(LADE_ETIMEOUT, "transport mpi: rank %u: the sends of step %llu were not served within %u ms",
+                        c->rank, (unsigned long long)q, c->p.timeout_ms);
+      if (!c->lost) {
+        c->lost = 1;
+        c->lost_rank = h->dst;
+        snprintf(c->lost_msg, sizeof c->lost_msg, "%s", lade_last_error());
+      }
       break;
     }
   if (!rc && c->fatal) rc = lade__fail(c->fatal, "%s", c->fatal_msg);
@@ -667,6 +821,7 @@ static int mpi_recv(lade__transport_t *d, uint64_t q, uint64_t idx, uint32_t src
         m = *pp;
         *pp = m->next;
         c->nmsgs--;
+        c->held -= m->len;
         break;
       }
     if (m) break;
@@ -678,6 +833,11 @@ static int mpi_recv(lade__transport_t *d, uint64_t q, uint64_t idx, uint32_t src
       rc = lade__fail(LADE_ETIMEOUT, "transport mpi: rank %u: sample %llu of step %llu did not arrive from rank %u "
                       "within %u ms (setting peer_timeout_ms): rank %u died, stopped early or is that far behind",
                       c->rank, (unsigned long long)idx, (unsigned long long)q, src, c->p.timeout_ms, src);
+      if (!c->lost) {
+        c->lost = 1;
+        c->lost_rank = src;
+        snprintf(c->lost_msg, sizeof c->lost_msg, "%s", lade_last_error());
+      }
       break;
     }
   }
@@ -687,6 +847,10 @@ static int mpi_recv(lade__transport_t *d, uint64_t q, uint64_t idx, uint32_t src
     rc = lade__fail(LADE_ESTATE, "transport mpi: rank %u: sample %llu of step %llu came from rank %u, the plan says "
                     "rank %u (the learners' plans differ)", c->rank, (unsigned long long)idx, (unsigned long long)q,
                     m->src, src);
+  else if (payload_sum(q, idx, m->data, m->len) != m->sum)
+    rc = lade__fail(LADE_EIO, "transport mpi: rank %u: sample %llu of step %llu from rank %u arrived corrupted: its "
+                    "%zu bytes do not match the checksum the sender computed", c->rank, (unsigned long long)idx,
+                    (unsigned long long)q, src, m->len);
   else if (m->error)
     rc = lade__fail(LADE_EIO, "from rank %u: %.*s", src, (int)m->len, (const char *)m->data);
   else if (lade__buf_reserve(out, m->len) != 0)
@@ -704,6 +868,7 @@ static void mpi_forget_below(lade__transport_t *d, uint64_t q) {
   chan_t *c = (chan_t *)d;
   pthread_mutex_lock(&c->mu);
   msgs_free(c, q);
+  c->consumed_q = q; /* the thread grants the peers the steps from here on */
   pthread_mutex_unlock(&c->mu);
 }
 

@@ -7,7 +7,11 @@
  * takes the message of (step, sample) when its fetch stage reads the
  * sample: no request round trip. Messages carry their (step, sample) in a
  * header, so they may arrive in any order; a receiver keeps what arrived
- * until it is read or the receiver moves past its step.
+ * until it is read or the receiver moves past its step, and lets its peers
+ * send only a bounded number of steps ahead of its consumer (backpressure),
+ * so what it keeps is bounded by its own window. Each message carries a
+ * checksum of the sender's bytes; the learners compare digests of their
+ * datasets at open.
  *
  * transport/ does not know the cache tiers: the engine hands it a serve()
  * callback that produces a sample's bytes for a send (the fetch stage reads
@@ -33,15 +37,19 @@
 #define LADE__DIST_AGAIN 1
 typedef int (*lade__transport_serve_fn)(void *ctx, uint64_t idx, uint64_t q, int nonblock, lade__buf_t *out);
 
-/* A setting all learners must agree on, checked when the transport opens. */
+/* A setting all learners must agree on, checked when the transport opens;
+ * `hash` marks a digest (shown in hexadecimal). */
 typedef struct lade__transport_check {
   const char *name;
   uint64_t value;
+  bool hash;
 } lade__transport_check_t;
 
 typedef struct lade__transport_params {
   uint32_t rank, world;    /* the settings' (mpi: 0/1 = take MPI's) */
   uint32_t timeout_ms;     /* a receive waits at most this long for its message */
+  uint32_t window;         /* steps this learner reads ahead of its consumer (prefetch + 1): it lets
+                            * peers send it the steps below its consumer's + 2 * window + 2 only */
   lade__transport_serve_fn serve;
   void *serve_ctx;
   const lade__transport_check_t *checks; /* compared across learners at open */
@@ -50,6 +58,7 @@ typedef struct lade__transport_params {
 
 typedef struct lade__transport_stats {
   uint64_t sent, sent_bytes, received, received_bytes, served_from_storage;
+  uint64_t held_peak_bytes; /* the most payload bytes arrived and not yet read, at once */
 } lade__transport_stats_t;
 
 typedef struct lade__transport lade__transport_t;
@@ -70,7 +79,9 @@ typedef struct lade__transport_ops {
   /* Waits (bounded) for the bytes of (q, idx) from learner src; errors name
    * the rank, the step and the sample. */
   int (*recv)(lade__transport_t *d, uint64_t q, uint64_t idx, uint32_t src, lade__buf_t *out);
-  /* Drops what arrived for steps below q (a seek, or steps never read). */
+  /* The consumer moved to step q: drops what arrived for steps below q (a
+   * seek, or steps never read), and lets the peers send up to q + the
+   * window (backpressure). */
   void (*forget_below)(lade__transport_t *d, uint64_t q);
   void (*stats)(lade__transport_t *d, lade__transport_stats_t *out);
 } lade__transport_ops_t;

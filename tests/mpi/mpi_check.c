@@ -9,7 +9,10 @@
  * sample once per epoch; a second run gives the same checksums; a resumed
  * run delivers the rest bit for bit. fault-stop: rank 1 stops mid-epoch 1
  * and closes its loader; the others must fail within the bound, naming
- * rank 1. Prints one line per check on rank 0; exits non-zero on failure. */
+ * rank 1. lag: rank 1 reads slowly with prefetch 1 while the others plan
+ * 40 steps ahead; what rank 1 holds of their early messages must stay
+ * within its own window (backpressure). Prints one line per check on rank
+ * 0; exits non-zero on failure. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +31,8 @@
 
 static int g_rank, g_world, g_fail;
 static const char *g_seed = "7";
+static const char *g_prefetch = NULL; /* NULL: the default */
+static unsigned g_step_us;            /* sleep after each batch */
 static char g_dir[4096];
 
 static uint8_t byte_of(uint64_t i, int k) { return (uint8_t)(i * 31 + (uint64_t)k * 7 + 1); }
@@ -89,6 +94,7 @@ static lade_loader_t *open_loader(const char *kind, uint64_t cache_bytes, uint32
   snprintf(v, sizeof v, "%d", EPOCHS);
   lade_config_set(c, "epochs", v);
   lade_config_set(c, "plan", kind);
+  if (g_prefetch) lade_config_set(c, "prefetch", g_prefetch);
   lade_config_set(c, "transport", "mpi");
   snprintf(v, sizeof v, "%u", timeout_ms);
   lade_config_set(c, "peer_timeout_ms", v);
@@ -130,6 +136,10 @@ static void run(const char *kind, uint64_t cache_bytes, uint64_t e0, uint64_t s0
     }
     batches++;
     lade_batch_release(b);
+    if (g_step_us) {
+      struct timespec ts = {(time_t)(g_step_us / 1000000), (long)(g_step_us % 1000000) * 1000};
+      nanosleep(&ts, NULL);
+    }
   }
   if (r->rc) snprintf(r->err, sizeof r->err, "%s", lade_last_error());
   r->sum = h;
@@ -267,6 +277,32 @@ static void check_fault_stop(void) {
   check(ok, "a rank that stops mid-epoch: the others fail within the bound, naming whom they waited for");
 }
 
+/* Rank 1 is far behind (prefetch 1, 30 ms a batch) while the others plan 40
+ * steps ahead and push their sends as they plan them: rank 1's early
+ * messages must stay within its own grant, 2 * (prefetch + 1) + 2 steps of
+ * at most B samples, however far ahead the others plan. */
+static void check_lag(void) {
+  if (g_rank == 1) {
+    g_prefetch = "1";
+    g_step_us = 30000;
+  } else {
+    g_prefetch = "40";
+  }
+  run("distcache", (uint64_t)(N / g_world) * CHARGE, 0, 0, 0, 20000, &g_run);
+  if (g_run.rc) fprintf(stderr, "rank %d: %s\n", g_rank, g_run.err);
+  check(g_run.rc == 0 && g_run.content_ok && g_run.n == (uint64_t)EPOCHS * N / (uint64_t)g_world,
+        "lag: every rank runs to the end with the source's bytes while rank 1 is far behind");
+  uint64_t bound = (2 * (1 + 1) + 2) * (uint64_t)B * SZ, peak = g_run.st.peer_bytes_held_peak;
+  fprintf(stderr, "rank %d: peer bytes held at most %llu (rank 1's bound %llu)\n", g_rank, (unsigned long long)peak,
+          (unsigned long long)bound);
+  uint64_t mine = g_rank == 1 ? g_run.st.samples_by_source[3] : 0, got = 0;
+  MPI_Allreduce(&mine, &got, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+  check(g_rank != 1 || (peak > 0 && peak <= bound),
+        "lag: the peer bytes rank 1 holds early stay within its window (backpressure), however far ahead the others "
+        "plan");
+  check(got > 0, "lag: rank 1 received samples from its peers");
+}
+
 int main(int argc, char **argv) {
   int prov = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &prov);
@@ -287,6 +323,8 @@ int main(int argc, char **argv) {
   const char *mode = argc > 2 ? argv[2] : "all";
   if (!strcmp(mode, "fault-stop")) {
     check_fault_stop();
+  } else if (!strcmp(mode, "lag")) {
+    check_lag();
   } else if (!strcmp(mode, "mismatch")) {
     if (g_rank == 2) g_seed = "8";
     lade_loader_t *L = open_loader("locality", (uint64_t)(N / 4) * CHARGE, 20000);

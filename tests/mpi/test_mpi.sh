@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The MPI tests (docs/transport.md): mpi_check under `mpirun -np 4` for every
-# plan, a rank that stops, a rank that is killed, and the Python module with
-# plan="locality" under `mpirun -np 2` beside mpi4py.
+# plan, a rank that stops, a rank far behind (backpressure), a rank given
+# other bytes, a rank that is killed, a rank SIGSTOPped, and the Python
+# module with plan="locality" under `mpirun -np 2` beside mpi4py.
 # usage: test_mpi.sh MPI_CHECK LADE_CLI TMPDIR
 set -uo pipefail
 check_bin=$1 lade=$2 tmp=$3
@@ -25,6 +26,30 @@ echo "== settings that differ between ranks are named at start"
 out=$(timeout 120 "${run[@]}" -np 4 "$check_bin" "$tmp/c" mismatch 2>&1); rc=$?
 echo "$out" | tail -3
 [ $rc -eq 0 ] || { echo "FAIL: mpi_check mismatch"; fail=1; }
+
+echo "== a rank far behind: the early messages it holds stay within its window (backpressure)"
+timeout 120 "${run[@]}" -np 4 "$check_bin" "$tmp/l" lag || { echo "FAIL: mpi_check lag"; fail=1; }
+
+echo "== one rank given other bytes under the same names and sizes: every rank fails at start, naming it"
+"$lade" gen npy "$tmp/same" --count 64 --shape 16 --seed 1 >/dev/null
+"$lade" gen npy "$tmp/other" --count 64 --shape 16 --seed 2 >/dev/null
+out=$(timeout 120 "${run[@]}" -np 4 sh -c 'd=$1; [ "$OMPI_COMM_WORLD_RANK" = 2 ] && d=$2;
+  exec "$0" bench "$d" --plan locality --set cache_mem_bytes=20000 --epochs 2 --batch-size 4' \
+  "$lade" "$tmp/same" "$tmp/other" 2>&1); rc=$?
+echo "$out" | grep -i "disagree" | head -4
+n=$(echo "$out" | grep -c "learners disagree on the dataset's bytes.*rank 2 has")
+if [ $rc -ne 0 ] && [ "$n" -eq 4 ]; then echo "ok   other bytes on rank 2: exit $rc, all 4 ranks name rank 2"
+else echo "FAIL: other bytes on rank 2: exit $rc, $n of 4 ranks named it"; fail=1; fi
+
+echo "== one rank given a copy with one file renamed: every rank fails at start, naming it"
+rm -rf "$tmp/renamed" && cp -r "$tmp/same" "$tmp/renamed"
+mv "$tmp/renamed/class_03/sample_00000003.npy" "$tmp/renamed/class_03/sample_renamed.npy"
+out=$(timeout 120 "${run[@]}" -np 4 sh -c 'd=$1; [ "$OMPI_COMM_WORLD_RANK" = 2 ] && d=$2;
+  exec "$0" bench "$d" --plan locality --set cache_mem_bytes=20000 --epochs 2 --batch-size 4' \
+  "$lade" "$tmp/same" "$tmp/renamed" 2>&1); rc=$?
+n=$(echo "$out" | grep -c "learners disagree on the dataset's sample names.*rank 2 has")
+if [ $rc -ne 0 ] && [ "$n" -eq 4 ]; then echo "ok   a renamed file on rank 2: exit $rc, all 4 ranks name rank 2"
+else echo "FAIL: a renamed file on rank 2: exit $rc, $n of 4 ranks named it"; echo "$out" | head -5; fail=1; fi
 
 echo "== mpirun lade bench --plan: per-rank and aggregate counts equal the plan's, for every kind"
 "$lade" gen npy "$tmp/g" --count 480 --shape 64 >/dev/null
@@ -63,6 +88,42 @@ if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -lt 60 ] && echo "$out" | grep -q
   echo "ok   killed rank: exit $rc after ${took}s"
 else
   echo "FAIL: killed rank: exit $rc after ${took}s"; fail=1
+fi
+
+echo "== a rank stopped (SIGSTOP) for 45 s: after the peer timeout the job ends within a bound, non-zero"
+start=$(date +%s)
+# rank 1 is stopped once its loader runs (its first epoch done), not while MPI starts (MPI_Init waits for
+# every process, without lade's bound); its output goes to a file the stopper watches
+rm -f "$tmp/stopped.out"
+out=$(timeout 120 "${run[@]}" -np 4 sh -c 'set -- "$0" bench "$1" --plan distcache --set cache_mem_bytes=700000 \
+  --set drop_last=true --epochs 1000 --batch-size 8 --set peer_timeout_ms=3000 --step-ms 5 --no-checksum
+  [ "$OMPI_COMM_WORLD_RANK" = 1 ] || exec "$@"
+  o=$(dirname "$3")/stopped.out
+  (until grep -q "epoch 0 done" "$o" 2>/dev/null; do kill -0 $$ 2>/dev/null || exit; sleep 0.1; done
+   kill -STOP $$; sleep 45; kill -CONT $$) >/dev/null 2>&1 &
+  exec stdbuf -oL "$@" >"$o"' "$lade" "$tmp/k" 2>&1); rc=$?
+took=$(( $(date +%s) - start ))
+echo "$out" | grep -iE "aborting|did not arrive" | head -3
+if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -lt 30 ] && echo "$out" | grep -q "aborting the MPI job" &&
+   echo "$out" | grep -q "from rank 1 "; then
+  echo "ok   stopped rank: exit $rc after ${took}s (the stop lasts 45 s)"
+else
+  echo "FAIL: stopped rank: exit $rc after ${took}s (the stop lasts 45 s)"; fail=1
+fi
+
+echo "== the same from Python, the error caught and the script exiting: the job still ends within a bound"
+if /usr/bin/python3 -c "import lade" 2>/dev/null; then
+  start=$(date +%s)
+  out=$(timeout 120 "${run[@]}" -np 4 /usr/bin/python3 "$here/stopped_rank.py" "$tmp/k" 1 2>&1); rc=$?
+  took=$(( $(date +%s) - start ))
+  echo "$out" | grep -E "caught|aborting" | head -2
+  if [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $took -lt 30 ] && echo "$out" | grep -q "aborting the MPI job"; then
+    echo "ok   stopped rank, Python: exit $rc after ${took}s (the stop lasts 45 s)"
+  else
+    echo "FAIL: stopped rank, Python: exit $rc after ${took}s (the stop lasts 45 s)"; fail=1
+  fi
+else
+  echo "skipped: the lade module is missing"
 fi
 
 echo "== the Python module under mpirun beside mpi4py, plan=locality"
