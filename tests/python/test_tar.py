@@ -459,3 +459,26 @@ def test_shard_overwritten_in_place_fails(tmp_path):
                     assert bytes(row) == bytes([k % 251]) * 600, "sample %d" % k  # never another's bytes
                     k += 1
         assert shard in str(ei.value) and "changed" in str(ei.value)
+
+
+def test_shard_opened_per_read_replaced_by_rename_fails(tmp_path):
+    """Shards past the 512th are opened per read: one replaced by rename (another file of the same
+    size and layout under its name) fails the read naming it, instead of the new file's bytes at
+    the old offsets."""
+    d = tmp_path / "d"
+    os.makedirs(d)
+    for i in range(520):
+        write_shard(d / ("s-%04d.tar" % i), [("k%04d.bin" % i, bytes([i % 251]) * 100)])
+    with lade.Loader(str(d), transform="raw", batch_size=4, epochs=1, shuffle=False, threads=1, prefetch=1,
+                     output="numpy", raw_size=100) as L:
+        it = iter(L)
+        next(it)
+        new = write_shard(tmp_path / "new.tar", [("k0515.bin", b"\xee" * 100)])
+        os.replace(new, d / "s-0515.tar")
+        k = 4
+        with pytest.raises(lade.Error) as ei:
+            for rows, _ in it:
+                for row in rows:
+                    assert bytes(row) == bytes([k % 251]) * 100, "sample %d" % k
+                    k += 1
+        assert str(d / "s-0515.tar") in str(ei.value) and "changed" in str(ei.value)
