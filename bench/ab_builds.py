@@ -5,7 +5,8 @@ see the same machine state. For a refactor that must not cost speed, or a
 tuning that must be measured against the code before it.
 
 Cases: JPEG imagenet-train (float32 crops), .npy 128 KiB arrays (raw bytes
-into the batch), and every plan kind across --np MPI ranks on local JPEGs
+into the batch; `tar` and `hdf5`: the same arrays packed by `lade pack`, not
+run unless named), and every plan kind across --np MPI ranks on local JPEGs
 (the plans' local overhead; mpirun is skipped when absent). Both builds load
 the same files; batch checksums are compared, so a faster build that
 delivers other bytes is caught.
@@ -70,6 +71,20 @@ def main():
         if "npy" in want:
             subprocess.run([a.b, "gen", "npy", npy, "--count", str(a.npy_count)], check=True, capture_output=True)
             cases.append(("npy 128 KiB b256", ["--batch-size", "256", "--epochs", "3"], npy, 0))
+        if "tar" in want or "hdf5" in want:  # the same .npy samples as local tar shards / one HDF5 file
+            if not os.path.isdir(npy):
+                subprocess.run([a.b, "gen", "npy", npy, "--count", str(a.npy_count)], check=True, capture_output=True)
+        if "tar" in want:
+            tar = os.path.join(tmp, "tar")
+            subprocess.run([a.b, "pack", npy, "--to", "tar", "--shard-size", "256MiB", tar], check=True,
+                           capture_output=True)
+            cases.append(("tar npy 128 KiB b256", ["--transform", "npy", "--batch-size", "256", "--epochs", "3"],
+                          tar, 0))
+        if "hdf5" in want:
+            h5 = os.path.join(tmp, "npy.h5")
+            r = subprocess.run([a.b, "pack", npy, "--to", "hdf5", h5], capture_output=True)
+            if r.returncode == 0:
+                cases.append(("hdf5 128 KiB b256", ["--batch-size", "256", "--epochs", "3"], h5, 0))
         if "plans" in want and a.np and shutil.which("mpirun"):
             n = min(a.jpeg_count, 1000)
             sub = os.path.join(tmp, "jpeg_plans")

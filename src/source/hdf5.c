@@ -324,14 +324,19 @@ static int read_slab(lade__h5_t *m, uint64_t first, uint64_t count, void *dst) {
   lade__h5_lock(&g);
   int rc = 0;
   hid_t ms = count == 1 ? m->mspace : H5Screate_simple(1, &nelem, NULL);
-  if (ms < 0 || H5Sselect_hyperslab(m->fspace, H5S_SELECT_SET, start, NULL, cnt, NULL) < 0 ||
-      H5Dread(m->dset, m->mtype, ms, m->fspace, H5P_DEFAULT, dst) < 0) {
+  /* gzip chunks: their inflated size checked (bounded) before libhdf5's
+   * filter, which checks nothing, inflates them */
+  int crc = lade__h5_chunk_check(m, first, count);
+  if (crc) rc = crc;
+  else if (ms < 0 || H5Sselect_hyperslab(m->fspace, H5S_SELECT_SET, start, NULL, cnt, NULL) < 0 ||
+           H5Dread(m->dset, m->mtype, ms, m->fspace, H5P_DEFAULT, dst) < 0) {
     h5_msg(msg);
     rc = -1;
   }
   if (ms >= 0 && ms != m->mspace) H5Sclose(ms);
   lade__h5_unlock(&g);
   atomic_fetch_add_explicit(&m->reads, 1, memory_order_relaxed);
+  if (crc) return crc;
   if (rc) {
     if (count == 1)
       return lade__fail(LADE_EIO, "%s: cannot read sample %llu of dataset '%s': %s", m->path,
@@ -345,7 +350,8 @@ static int read_slab(lade__h5_t *m, uint64_t first, uint64_t count, void *dst) {
 /* Sample idx into dst: from the stage when a planned run holds it (reading
  * the run first if nobody has), else on its own. */
 static int get_sample(lade__h5_t *m, uint64_t idx, void *dst) {
-  if (m->chunked && lade__h5_chunk_sample(m, idx, dst) == 0) return 0;
+  int crc = m->chunked ? lade__h5_chunk_sample(m, idx, dst) : 1;
+  if (crc <= 0) return crc;
   if (m->gap && maybe_staged(m, idx)) {
     pthread_mutex_lock(&m->mu);
     for (;;) {
@@ -395,7 +401,10 @@ static int h5_read_payload(lade__source_t *s, uint64_t idx, void *dst, size_t le
     return lade__fail(LADE_EINVAL, "hdf5: slot of %zu bytes for %zu-byte samples", len, m->sample_bytes);
   if (idx >= s->count) return lade__fail(LADE_ERANGE, "%s: sample %llu of %llu", m->path, (unsigned long long)idx,
                                          (unsigned long long)s->count);
-  return get_sample(m, idx, dst);
+  int rc = get_sample(m, idx, dst);
+  /* the file rewritten in place since open: dst may hold new bytes read
+   * through old structures (chunk addresses, the data's offset) */
+  return rc ? rc : lade__file_check(m->fd, &m->ver, m->path);
 }
 
 /* All bytes of a sample: a C-order, native .npy of the row, so the npy
@@ -408,6 +417,7 @@ static int h5_read(lade__source_t *s, uint64_t idx, lade__buf_t *out) {
   if (rc) return rc;
   memcpy(out->data, m->row_hdr, m->row_hdr_len);
   rc = get_sample(m, idx, out->data + m->row_hdr_len);
+  if (!rc) rc = lade__file_check(m->fd, &m->ver, m->path);
   out->len = rc ? 0 : m->row_hdr_len + m->sample_bytes;
   return rc;
 }
@@ -575,10 +585,25 @@ static int open_locked(lade__source_t *s, lade__h5_t *m) {
   m->rank = rank;
   H5Sget_simple_extent_dims(m->fspace, m->dims, NULL);
   if (m->dims[0] == 0) return lade__fail(LADE_EEMPTY, "%s: dataset '%s' has 0 samples", m->path, m->dname);
-  size_t nelem = 1;
-  for (int d = 1; d < rank; d++) nelem *= (size_t)m->dims[d];
-  if (nelem == 0) return lade__fail(LADE_ESHAPE, "%s: dataset '%s' has empty samples", m->path, m->dname);
-  m->sample_bytes = nelem * lade_dtype_size(dtype);
+  uint64_t nelem = 1, sbytes = 0;
+  bool over = false;
+  for (int d = 1; d < rank; d++) over |= __builtin_mul_overflow(nelem, (uint64_t)m->dims[d], &nelem);
+  if (!over && nelem == 0) return lade__fail(LADE_ESHAPE, "%s: dataset '%s' has empty samples", m->path, m->dname);
+  over |= __builtin_mul_overflow(nelem, (uint64_t)lade_dtype_size(dtype), &sbytes);
+  if (over || sbytes > m->max_sample || sbytes >= SIZE_MAX) {
+    /* refused before a batch buffer of batch_size such samples is sized */
+    char shape[32 * (LADE_MAX_DIMS + 1)];
+    size_t n = 0;
+    for (int d = 0; d < rank; d++)
+      n += (size_t)snprintf(shape + n, sizeof shape - n, "%s%llu", d ? ", " : "(", (unsigned long long)m->dims[d]);
+    snprintf(shape + n, sizeof shape - n, "%s", rank == 1 ? ",)" : ")");
+    char size[48];
+    if (over) snprintf(size, sizeof size, "more than 2^64 bytes");
+    else snprintf(size, sizeof size, "%llu bytes", (unsigned long long)sbytes);
+    return lade__fail(LADE_ERANGE, "%s: dataset '%s' of shape %s: a sample is %s, more than max_sample_bytes (%llu)",
+                      m->path, m->dname, shape, size, (unsigned long long)m->max_sample);
+  }
+  m->sample_bytes = (size_t)sbytes;
   m->sample_elems = nelem;
   hsize_t ne = nelem;
   m->mspace = H5Screate_simple(1, &ne, NULL);
@@ -602,7 +627,11 @@ static int open_locked(lade__source_t *s, lade__h5_t *m) {
     if (ft2 >= 0) H5Tclose(ft2);
     H5Eclear2(H5E_DEFAULT);
   }
-  if (!m->direct && m->chunk_cache && m->allow_fast) lade__h5_chunk_detect(m);
+  if (!m->direct) {
+    int rc = lade__h5_chunk_layout(m);
+    if (rc) return rc;
+    if (m->chunk_cache && m->allow_fast) lade__h5_chunk_detect(m);
+  }
 
   /* labels: the named dataset, or "labels" when present */
   bool given = m->lname[0] != '\0';
@@ -690,6 +719,7 @@ static int h5_open(lade__source_t *s, const struct lade_config *cfg) {
   m->gap = cfg->hdf5_gap;
   m->direct = m->allow_fast = cfg->hdf5_direct == LADE__TRISTATE_AUTO;
   m->chunk_cache = (size_t)cfg->hdf5_chunk_cache;
+  m->max_sample = cfg->max_sample_bytes;
   struct stat st;
   m->fd = lade__open_regular(AT_FDCWD, cfg->source, cfg->source, &st);
   if (m->fd < 0) {
@@ -698,6 +728,7 @@ static int h5_open(lade__source_t *s, const struct lade_config *cfg) {
     h5_free(m);
     return rc;
   }
+  lade__file_ver_of(&m->ver, &st);
   lade__h5_guard_t g;
   lade__h5_lock(&g);
   int rc = open_locked(s, m);

@@ -34,7 +34,9 @@ struct centry;
 typedef struct lade__h5 {
   char path[LADE__PATH_MAX];
   char dname[256], lname[256];
-  int fd; /* the file, for version() */
+  int fd; /* the file, for version() and the in-place check */
+  lade__file_ver_t ver; /* the file as open saw it: checked after every read */
+  uint64_t max_sample;  /* max_sample_bytes */
   hid_t file, dset, fspace, mspace, mtype;
   bool own_mtype;
   int rank;
@@ -49,7 +51,15 @@ typedef struct lade__h5 {
   bool chunked;    /* read raw chunks, inflate outside the lock (the chunk path) */
   uint64_t rows;   /* samples per chunk (chunked) */
   int nfilters;
-  int filter[2];   /* H5Z_FILTER_SHUFFLE / H5Z_FILTER_DEFLATE, in write order */
+  int filter[3];   /* the filter pipeline, in write order (deflate, shuffle, fletcher32) */
+  hsize_t cdims[LADE_MAX_DIMS + 1]; /* chunk dimensions (chunked datasets) */
+  size_t chunk_bytes;               /* bytes of an inflated chunk */
+  /* The H5Dread path of a gzip-chunked dataset: libhdf5's deflate filter
+   * neither bounds nor checks the inflated size, so each chunk is inflated
+   * here (bounded) once before libhdf5 reads it (hdf5_chunk.c). */
+  bool verify;
+  uint64_t nchunks;   /* chunks in the dataset */
+  uint64_t *checked;  /* a bit per chunk checked (NULL: check every time); under the libhdf5 lock */
   pthread_mutex_t cmu; /* the chunk cache (hdf5_chunk.c): everything below */
   pthread_cond_t ccv;
   struct centry **cbucket;
@@ -73,17 +83,29 @@ typedef struct lade__h5 {
   int nspare;
 } lade__h5_t;
 
-/* The chunk path (hdf5_chunk.c). With the lock held, at open: sets
- * m->chunked (and rows, filters) when the dataset's chunks hold whole
- * samples filtered by deflate, with or without shuffle, in the host's byte
- * order (needs zlib; without it m->chunked stays false). */
+/* The chunk path (hdf5_chunk.c). With the lock held, at open, after
+ * lade__h5_chunk_layout: sets m->chunked (and rows) when the dataset's
+ * chunks hold whole samples filtered by deflate, with or without shuffle,
+ * in the host's byte order (needs zlib; without it m->chunked stays
+ * false). */
 void lade__h5_chunk_detect(lade__h5_t *m);
+/* With the lock held, at open, for a dataset not read by pread: sets
+ * m->verify (and cdims, chunk_bytes, filters) when its chunks are
+ * deflate-filtered, alone or with shuffle and fletcher32. Both the chunk
+ * path and the H5Dread path then check every chunk's inflated size. */
+int lade__h5_chunk_layout(lade__h5_t *m);
+/* With the lock held, before an H5Dread of samples [first, first + count):
+ * inflates (bounded by the chunk's size) every chunk it touches that was
+ * not checked yet; 0, or a LADE_EFORMAT naming file, dataset and chunk when
+ * one inflates to another size than the chunk's. */
+int lade__h5_chunk_check(lade__h5_t *m, uint64_t first, uint64_t count);
 /* The chunk cache of m->chunk_cache bytes, for a chunked m: 0 or
  * LADE_ENOMEM. */
 int lade__h5_chunk_init(lade__h5_t *m);
-/* Sample idx into dst (sample_bytes) from its inflated chunk: 0, or 1 when
- * the chunk path cannot serve it (the caller reads it through H5Dread).
- * Thread-safe. */
+/* Sample idx into dst (sample_bytes) from its inflated chunk: 0, 1 when
+ * the chunk path cannot serve it (a chunk never written: the caller reads
+ * it through H5Dread), or a negative code naming the chunk when it is
+ * corrupt. Thread-safe. */
 int lade__h5_chunk_sample(lade__h5_t *m, uint64_t idx, void *dst);
 /* Frees the chunk cache (no reader may be in lade__h5_chunk_sample). */
 void lade__h5_chunk_free(lade__h5_t *m);

@@ -359,3 +359,28 @@ uint64_t lade__stat_version(int stat_rc, const struct stat *st) {
   uint64_t h = lade__hash64(v, sizeof v, 0x5645525349304eull);
   return h > LADE__VERSION_UNKNOWN ? h : h + 2;
 }
+
+void lade__file_ver_of(lade__file_ver_t *v, const struct stat *st) {
+  *v = (lade__file_ver_t){(uint64_t)st->st_dev, (uint64_t)st->st_ino, (uint64_t)st->st_size,
+                          (int64_t)st->st_mtim.tv_sec, (int64_t)st->st_mtim.tv_nsec,
+                          (int64_t)st->st_ctim.tv_sec, (int64_t)st->st_ctim.tv_nsec};
+}
+
+int lade__file_check(int fd, const lade__file_ver_t *v, const char *shown) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) return lade__fail(LADE_EIO, "cannot stat %s: %s", shown, strerror(errno));
+  lade__file_ver_t now;
+  lade__file_ver_of(&now, &st);
+  if (now.dev == v->dev && now.ino == v->ino && now.size == v->size && now.mtime_s == v->mtime_s &&
+      now.mtime_ns == v->mtime_ns && now.ctime_s == v->ctime_s && now.ctime_ns == v->ctime_ns)
+    return 0;
+  const char *what = now.dev != v->dev || now.ino != v->ino ? "another file"
+                     : now.size != v->size                   ? "its size"
+                     : now.mtime_s != v->mtime_s || now.mtime_ns != v->mtime_ns ? "its mtime"
+                                                                                : "its ctime";
+  return lade__fail(LADE_EIO,
+                    "%s changed while it was open (%s differs: %llu bytes, mtime %lld.%09lld, then %llu bytes, "
+                    "mtime %lld.%09lld); rewritten in place? Replace such a file by rename, then open it again",
+                    shown, what, (unsigned long long)v->size, (long long)v->mtime_s, (long long)v->mtime_ns,
+                    (unsigned long long)now.size, (long long)now.mtime_s, (long long)now.mtime_ns);
+}

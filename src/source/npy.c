@@ -41,6 +41,7 @@
 typedef struct npy_impl {
   bool stacked;
   int fd;                    /* stacked: the file */
+  lade__file_ver_t ver;      /* stacked: the file as open saw it, checked after every row */
   int rootfd;                /* folder: the root */
   lade__listing_t list;
   char root[LADE__PATH_MAX];
@@ -102,6 +103,7 @@ static int npy_open(lade__source_t *s, const struct lade_config *cfg) {
       m->fd = -1;
       goto fail;
     }
+    lade__file_ver_of(&m->ver, &fst);
     rc = read_header_fd(m->fd, cfg->source, m->hdr_bytes, &m->hdr);
     if (rc) goto fail;
     if (m->hdr.ndim < 1) {
@@ -301,11 +303,14 @@ static int read_file_payload(npy_impl_t *m, int fd, const char *rel, void *dst, 
 /* Row idx of a stacked file into dst (sample_bytes). */
 static int read_row(npy_impl_t *m, uint64_t idx, void *dst) {
   size_t len = m->sample_bytes;
+  /* then the file rewritten in place since open (new bytes at the old
+   * header's offsets) fails the row */
   if (m->map) {
     lade__npy_to_c(&m->hdr, (int64_t)idx, m->map + m->hdr.header_len, dst);
-    return 0;
+    return lade__file_check(m->fd, &m->ver, m->root);
   }
   int rc = pread_full(m->fd, dst, len, (off_t)(m->hdr.header_len + idx * len), m->root, idx);
+  if (!rc) rc = lade__file_check(m->fd, &m->ver, m->root);
   if (!rc && m->hdr.swap) lade__npy_swap(dst, len / lade_dtype_size(m->hdr.dtype), lade_dtype_size(m->hdr.dtype));
   return rc;
 }

@@ -205,6 +205,21 @@ int lade__open_regular(int dirfd, const char *rel, const char *shown, struct sta
 /* The version of a file's bytes: a hash of its size, mtime (ns) and inode,
  * always > 1; LADE__VERSION_UNKNOWN when stat_rc is not 0. */
 uint64_t lade__stat_version(int stat_rc, const struct stat *st);
+/* A file that open() reads many times (a tar shard, an HDF5 file, a stacked
+ * .npy) as open saw it. Rewriting it in place (the same inode) changes its
+ * mtime and ctime on every local file system; a read that saw any of the new
+ * bytes ends before an fstat() that sees the new times, because write()
+ * updates the times before it copies the bytes. docs/sources.md (tar,
+ * "Changed files") says what this cannot see. */
+typedef struct lade__file_ver {
+  uint64_t dev, ino, size;
+  int64_t mtime_s, mtime_ns, ctime_s, ctime_ns;
+} lade__file_ver_t;
+void lade__file_ver_of(lade__file_ver_t *v, const struct stat *st);
+/* After a read through fd: 0 when fd's file still is version v, else
+ * LADE_EIO naming `shown` and what changed (the bytes just read may be the
+ * new ones: the caller discards them). One fstat(); thread-safe. */
+int lade__file_check(int fd, const lade__file_ver_t *v, const char *shown);
 /* lade__read_file_max() with no limit. */
 int lade__read_file_at(int dirfd, const char *rel, const char *shown_root, lade__buf_t *out);
 

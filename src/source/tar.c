@@ -35,7 +35,7 @@
 #include "source/labels.h"
 #include "tar_impl.h"
 
-#define IDX_MAGIC "LADETAR1"
+#define IDX_MAGIC "LADETAR2" /* 2: with the shard binding (bind) */
 #define MAX_SHARDS 10000000u /* a brace pattern naming more is refused */
 #define CLS_MAX 64u /* bytes of a .cls member */
 
@@ -317,10 +317,29 @@ int lade__tar_index_walk(lade__tar_index_t *x, lade__tar_pread_fn fn, void *ctx,
   return rc < 0 ? rc : 0;
 }
 
+#define BIND_MEMBERS 8
+
+uint64_t lade__tar_index_bind(const lade__tar_index_t *x, lade__tar_pread_fn fn, void *ctx) {
+  uint64_t h = lade__hash64(&x->n, sizeof x->n, 0x62696e6474617200ull);
+  size_t k = LADE__MIN(x->n, (size_t)BIND_MEMBERS);
+  for (size_t j = 0; j < k; j++) {
+    size_t i = k == 1 ? 0 : j * (x->n - 1) / (k - 1);
+    /* the block before a member's data is its own ustar header (name,
+     * size, mtime, checksum): pax and long-name records come before it */
+    uint8_t b[512 + CLS_MAX];
+    size_t want = 512 + (x->m[i].cls != LADE__TAR_NO_CLS ? (size_t)LADE__MIN(x->m[i].size, (uint64_t)CLS_MAX) : 0);
+    long n = x->m[i].data_off >= 512 ? fn(ctx, b, want, x->m[i].data_off - 512) : -1;
+    h = lade__hash64(&n, sizeof n, h);
+    if (n > 0) h = lade__hash64(b, (size_t)n, h);
+  }
+  return h ? h : 1;
+}
+
 typedef struct idx_hdr {
   char magic[8];
   uint64_t shard_size, mtime_sec, mtime_nsec;
   uint64_t count, names_len;
+  uint64_t bind;
 } idx_hdr_t;
 
 /* Loads a stored index when it is whole (checksum) and made from this
@@ -353,6 +372,7 @@ int lade__tar_index_load(lade__tar_index_t *x, const char *path, lade__tar_ver_t
     np = z + 1;
   }
   ok = np == nend;
+  x->bind = h.bind;
 out:
   lade__buf_free(&b);
   lade__clear_error();
@@ -381,6 +401,7 @@ void lade__tar_index_store(const lade__tar_index_t *x, const char *path, lade__t
   h.mtime_nsec = v.b;
   h.count = x->n;
   h.names_len = x->names.len;
+  h.bind = x->bind;
   size_t total = sizeof h + x->n * sizeof(lade__tar_entry_t) + x->names.len + 8;
   uint8_t *b = malloc(total);
   if (!b) return;

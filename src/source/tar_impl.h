@@ -46,6 +46,7 @@ typedef struct lade__tar_index {
   lade__tar_entry_t *m;
   size_t n, cap;
   lade__tar_strs_t names;
+  uint64_t bind; /* lade__tar_index_bind() of its shard, stored with it (0: none) */
 } lade__tar_index_t;
 
 /* The version of a shard an index was made from: a local shard's size and
@@ -58,6 +59,12 @@ typedef struct lade__tar_ver {
 /* One pass over a shard's headers read through `fn` (buffered preads, or a
  * streamed GET); errors name `shard`. */
 int lade__tar_index_walk(lade__tar_index_t *x, lade__tar_pread_fn fn, void *ctx, uint64_t size, const char *shard);
+/* What binds an index to the shard it was made from: a hash of the header
+ * block of up to 8 members spread over the index (first and last included)
+ * and of the data of those that are .cls members, read through fn. A stored
+ * index whose bind differs from its shard's is another shard's (or the
+ * shard changed without a new size or mtime): it is not used. */
+uint64_t lade__tar_index_bind(const lade__tar_index_t *x, lade__tar_pread_fn fn, void *ctx);
 /* Loads a stored index when it is whole (checksum) and made from version v
  * of the shard; else -1 and x is empty (no error set). */
 int lade__tar_index_load(lade__tar_index_t *x, const char *path, lade__tar_ver_t v);

@@ -3,10 +3,14 @@
  * (tar_impl.h, docs/sources.md "tar shards"). A shard's index is built by
  * one sequential pass over its headers (1 MiB buffered preads) the first
  * time it is opened and stored beside it (`SHARD.tar.ladeidx`) or in
- * index_dir, else cache_dir (`tarindex-HASH.bin`), keyed by the shard's size and mtime: a
- * changed shard is indexed again. Reads are one pread() of the member's
- * data into the caller's buffer: thread-safe, no lock. The first KEEP_OPEN
- * shards stay open; later ones are opened per read.
+ * index_dir, else cache_dir (`tarindex-HASH.bin`), keyed by the shard's
+ * size and mtime and bound to it by a hash of sampled member headers: a
+ * changed shard, or an index of another shard, is indexed again. Reads are
+ * one pread() of the member's data into the caller's buffer, then one
+ * fstat() that fails the read when the shard changed since it was indexed
+ * (rewritten in place, or another file under its name): thread-safe, no
+ * lock. The first KEEP_OPEN shards stay open; later ones are opened per
+ * read.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -23,6 +27,7 @@
 
 typedef struct local_state {
   int *fd; /* per shard, or -1: opened per read */
+  lade__file_ver_t *ver; /* per shard: the version indexed, checked after every read */
   size_t n;
 } local_state_t;
 
@@ -74,6 +79,21 @@ static int index_build(lade__tar_index_t *x, int fd, uint64_t size, const char *
   return rc;
 }
 
+static long fd_pread(void *ctx, void *dst, size_t len, uint64_t off) {
+  size_t done = 0;
+  while (done < len) {
+    ssize_t n = pread(*(int *)ctx, (uint8_t *)dst + done, len - done, (off_t)(off + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return -errno;
+    if (n == 0) break;
+    done += (size_t)n;
+  }
+  return (long)done;
+}
+
+/* lade__tar_index_bind() of the shard open as fd. */
+static uint64_t index_bound(const lade__tar_index_t *x, int fd) { return lade__tar_index_bind(x, fd_pread, &fd); }
+
 static void index_path(char *out, size_t size, const struct lade_config *cfg, const char *shard) {
   const char *dir = lade__tar_index_dir(cfg);
   if (dir) {
@@ -97,7 +117,9 @@ static int local_open(lade__tar_t *t, const struct lade_config *cfg, lade__sourc
   if (!l) return lade__fail(LADE_ENOMEM, "tar source: out of memory");
   t->be_state = l;
   l->n = t->shards.n;
-  if (!(l->fd = malloc((l->n ? l->n : 1) * sizeof *l->fd))) return lade__fail(LADE_ENOMEM, "tar source: out of memory");
+  l->fd = malloc((l->n ? l->n : 1) * sizeof *l->fd);
+  l->ver = calloc(l->n ? l->n : 1, sizeof *l->ver);
+  if (!l->fd || !l->ver) return lade__fail(LADE_ENOMEM, "tar source: out of memory");
   for (size_t i = 0; i < l->n; i++) l->fd[i] = -1;
   return 0;
 }
@@ -110,8 +132,14 @@ static int local_index(lade__tar_t *t, const struct lade_config *cfg, size_t i, 
   char ipath[LADE__PATH_MAX + 64];
   index_path(ipath, sizeof ipath, cfg, shard);
   int rc = 0;
-  if (lade__tar_index_load(x, ipath, ver_of_stat(&st)) != 0) {
+  lade__file_ver_of(&L(t)->ver[i], &st);
+  /* a stored index counts when it was made from this shard: its size and
+   * mtime, then the headers it sampled (an index copied from another shard
+   * of the same size and mtime has other names there) */
+  if (lade__tar_index_load(x, ipath, ver_of_stat(&st)) != 0 || index_bound(x, fd) != x->bind) {
+    lade__tar_index_free(x);
     rc = index_build(x, fd, (uint64_t)st.st_size, shard);
+    if (!rc) x->bind = index_bound(x, fd);
     if (!rc) lade__tar_index_store(x, ipath, ver_of_stat(&st), cfg);
   }
   if (i < KEEP_OPEN)
@@ -148,6 +176,9 @@ static int local_read(lade__tar_t *t, uint64_t idx, lade__buf_t *out) {
     }
     got += (size_t)n;
   }
+  /* the shard rewritten in place since it was indexed: the bytes read may
+   * be new bytes at old offsets */
+  if (!rc) rc = lade__file_check(fd, &L(t)->ver[si], shard);
   if (fd != L(t)->fd[si]) close(fd);
   out->len = rc ? 0 : (size_t)size;
   return rc;
@@ -170,6 +201,7 @@ static void local_close(lade__tar_t *t) {
     for (size_t i = 0; i < l->n; i++)
       if (l->fd[i] >= 0) close(l->fd[i]);
   free(l->fd);
+  free(l->ver);
   free(l);
   t->be_state = NULL;
 }

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import tempfile
+import time
 
 import numpy as np
 import pytest
@@ -482,3 +483,129 @@ def test_pack_images_refused(tmp_path):
     r = subprocess.run([c, "pack", str(tmp_path / "img"), "--to", "hdf5", str(tmp_path / "o.h5")],
                        capture_output=True, text=True)
     assert r.returncode != 0 and "--transform imagenet-eval" in r.stderr
+
+
+# ------------------------------------------------------------- integrity
+
+def gzip_file(path, layout="gzip", n=16, shape=(3, 5)):
+    """A float32 dataset of n samples in gzip chunks: whole samples per chunk ("gzip", the chunk
+    path), or chunks cutting samples ("partial", H5Dread)."""
+    return write(path, "float32", shape=shape, layout=layout, labels=False, n=n)
+
+
+def patch_chunk(path, offset, stream):
+    """Replaces the stored chunk at `offset` by `stream` (a zlib stream), as a file could hold it."""
+    with h5py.File(path, "r+") as f:
+        f["data"].id.write_direct_chunk(offset, stream, filter_mask=0)
+
+
+@pytest.mark.parametrize("direct", ["auto", "off"])
+@pytest.mark.parametrize("layout", ["gzip", "partial"])
+def test_gzip_chunk_inflating_short_fails(tmp_path, direct, layout):
+    """A gzip chunk whose stream inflates to fewer bytes than the chunk holds: libhdf5 hands out the
+    rest of its buffer (undefined values); lade fails naming the file, the dataset and the chunk."""
+    import zlib
+    p = gzip_file(tmp_path / "d.h5", layout)
+    offset, full = ((4, 0, 0), 4 * 3 * 5 * 4) if layout == "gzip" else ((4, 0, 2), 4 * 1 * 2 * 4)
+    patch_chunk(p, offset, zlib.compress(b"\x01" * (full - 8)))
+    m = err(p, hdf5_direct=direct, shuffle=False)
+    assert str(p) in m and "'data'" in m and "chunk" in m and str(list(offset)) in m, m
+    assert "inflates to %d bytes" % (full - 8) in m, m
+
+
+def test_gzip_chunk_inflating_long_is_bounded(tmp_path):
+    """A 1 MB chunk that inflates to 1 GiB (a zip bomb): inflating stops at the chunk's declared size
+    and the read fails, within seconds and without the memory of the inflated bytes (VmHWM: the
+    peak of the child's own memory; ru_maxrss would count its parent's from before exec)."""
+    import subprocess
+    import sys
+    import zlib
+    p = gzip_file(tmp_path / "d.h5", shape=(64, 64))  # chunks of 64 KiB: a 1 MB stored chunk is encodable
+    c = zlib.compressobj(9)
+    zero = bytes(1 << 20)
+    stream = b"".join(c.compress(zero) for _ in range(1024)) + c.flush()
+    assert len(stream) < (2 << 20)
+    patch_chunk(p, (8, 0, 0), stream)
+    for direct in ("auto", "off"):
+        code = ("import lade, sys\n"
+                "try:\n"
+                "    with lade.Loader(sys.argv[1], batch_size=4, threads=1, output='numpy', epochs=1, shuffle=False,"
+                " hdf5_direct=sys.argv[2]) as L:\n"
+                "        for _ in L: pass\n"
+                "    print('NO ERROR')\n"
+                "except lade.Error as e:\n"
+                "    print('ERROR', e)\n"
+                "print('MAXRSS_KB', [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0])\n")
+        t0 = time.monotonic()
+        out = subprocess.run([sys.executable, "-c", code, p, direct], capture_output=True, text=True,
+                             timeout=120, env=os.environ).stdout
+        took = time.monotonic() - t0
+        assert "ERROR " + p in out and "'data'" in out and "[8, 0, 0]" in out and "more than" in out, out
+        rss = int(out.split("MAXRSS_KB")[1])
+        assert rss < 400 * 1024 and took < 10, (direct, rss, took)  # a loader's own peak: about 240 MB
+
+
+def test_huge_sample_refused_at_open(tmp_path):
+    """A dataset whose samples are larger than max_sample_bytes is refused at open, naming the file,
+    the dataset and its shape, before anything is allocated."""
+    p = str(tmp_path / "huge.h5")
+    with h5py.File(p, "w") as f:
+        f.create_dataset("data", shape=(4, 2**30, 2**20), dtype="u1", chunks=(1, 1, 1024))
+    with pytest.raises(lade.Error) as e:
+        lade.Loader(p, batch_size=64, threads=1, output="numpy")
+    m = str(e.value)
+    assert p in m and "'data'" in m and "(4, 1073741824, 1048576)" in m and "max_sample_bytes" in m, m
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "gzip", "partial"])
+def test_overwritten_in_place_fails(tmp_path, layout):
+    """The file rewritten in place while it is open (the same size and layout, other values): the
+    next read fails naming the file, instead of delivering the new bytes (or a mix)."""
+    def make(path, add):
+        x = np.repeat(np.arange(400, dtype=np.float32)[:, None] + add, 16, axis=1)
+        kw = {"contiguous": {}, "gzip": {"chunks": (4, 16), "compression": "gzip"},
+              "partial": {"chunks": (4, 2), "compression": "gzip"}}[layout]
+        with h5py.File(path, "w") as f:
+            ds = f.create_dataset("data", data=x if layout == "contiguous" else None, shape=x.shape, dtype=x.dtype, **kw)
+            if layout != "contiguous":  # zlib level 0: every chunk's stored size is the same in both files
+                import zlib
+                r, c = kw["chunks"]
+                for i in range(0, 400, r):
+                    for j in range(0, 16, c):
+                        ds.id.write_direct_chunk((i, j), zlib.compress(x[i:i + r, j:j + c].tobytes(), 0))
+        return str(path)
+    p, q = make(tmp_path / "d.h5", 0), make(tmp_path / "e.h5", 0.5)
+    ref, other = reference(p), open(q, "rb").read()
+    assert len(other) == os.path.getsize(p)
+    with lade.Loader(p, batch_size=4, epochs=1, shuffle=False, threads=1, prefetch=1, output="numpy") as L:
+        it = iter(L)
+        d, _ = next(it)
+        assert d[0].tobytes() == ref[0].tobytes()
+        time.sleep(0.05)  # past the file system's timestamp granularity
+        with open(p, "r+b") as f:  # in place: the same inode
+            f.write(other)
+        k = 4
+        with pytest.raises(lade.Error) as ei:
+            for d, _ in it:
+                for row in d:
+                    assert row.tobytes() == ref[k].tobytes(), "sample %d" % k
+                    k += 1
+        assert p in str(ei.value) and "changed" in str(ei.value)
+
+
+@pytest.mark.parametrize("direct", ["auto", "off"])
+def test_checked_pipelines_read_exactly(tmp_path, direct):
+    """The chunk checks on good files: gzip after shuffle, with fletcher32, one sample cut in
+    several chunks, unwritten chunks (fill values) and a short last chunk all read as h5py does."""
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 1000, size=(23, 6, 10)).astype(np.int32)
+    p = str(tmp_path / "d.h5")
+    with h5py.File(p, "w") as f:
+        f.create_dataset("a", data=x, chunks=(4, 6, 10), compression="gzip", shuffle=True, fletcher32=True)
+        f.create_dataset("b", data=x, chunks=(3, 4, 3), compression="gzip", compression_opts=1)
+        c = f.create_dataset("c", shape=x.shape, dtype=x.dtype, chunks=(4, 6, 10), compression="gzip",
+                             fillvalue=7)
+        c[4:9] = x[4:9]
+    for name in ("a", "b", "c"):
+        batches, _ = run(p, hdf5_data=name, hdf5_direct=direct)
+        assert check_values(p, batches, name) == set(range(23))

@@ -332,3 +332,30 @@ def test_python2_headers(tmp_path, cache):
     shipped = os.path.join(os.path.dirname(np.__file__), "lib", "tests", "data", "win64python2.npy")
     if os.path.exists(shipped):  # numpy's own file, shape (2L,): a stacked dataset of two float64
         expect_stacks(batches(shipped, "numpy", cache_mem_bytes=cache), list(np.load(shipped)))
+
+
+@pytest.mark.parametrize("fortran", [False, True])
+def test_stacked_file_overwritten_in_place_fails(tmp_path, fortran):
+    """A stacked .npy rewritten in place while open (the same header, other values): the next row
+    read (pread, or the mapping of a fortran-order file) fails naming the file, never new bytes
+    under the old header (docs/sources.md, tar "Changed files")."""
+    import time
+    x = np.arange(400 * 16, dtype=np.float32).reshape(400, 16)
+    p = str(tmp_path / "x.npy")
+    np.save(p, np.asfortranarray(x) if fortran else x)
+    q = str(tmp_path / "y.npy")
+    np.save(q, np.asfortranarray(x + 0.5) if fortran else x + 0.5)
+    with lade.Loader(p, batch_size=4, epochs=1, shuffle=False, threads=1, prefetch=1, output="numpy") as L:
+        it = iter(L)
+        d, _ = next(it)
+        assert d[0].tobytes() == x[0].tobytes()
+        time.sleep(0.05)  # past the file system's timestamp granularity
+        with open(p, "r+b") as f:
+            f.write(open(q, "rb").read())
+        k = 4
+        with pytest.raises(lade.Error) as ei:
+            for d, _ in it:
+                for row in d:
+                    assert row.tobytes() == x[k].tobytes(), "sample %d" % k
+                    k += 1
+        assert p in str(ei.value) and "changed" in str(ei.value)

@@ -5,6 +5,7 @@ rebuild; broken tars fail naming the shard and the member (docs/sources.md, tar)
 import io
 import os
 import random
+import time
 import tarfile
 
 import numpy as np
@@ -413,3 +414,71 @@ def test_disk_cache_sees_a_changed_shard(tmp_path, kind):
     write_shard(shard, [("x.bin", b"CCCC"), ("y.bin", b"DDDD")])
     got, by = run()
     assert got == [b"CCCC", b"DDDD"] and by[2] == 0 and by[0] == 2
+
+
+# ---------------------------------------------------------------- integrity
+
+def test_index_of_another_shard_is_not_trusted(tmp_path):
+    """A .ladeidx copied from another shard of the same size and mtime is bound to the shard it
+    describes (a hash of sampled member headers): it is rebuilt, never used for the wrong shard."""
+    sizes = samples_of(30, 11)
+    a = write_shard(tmp_path / "a.tar", [("a" + n[1:], d) for n, d in sizes])
+    b = write_shard(tmp_path / "b.tar", [("b" + n[1:], d[::-1]) for n, d in sizes])
+    sa, sb = os.stat(a), os.stat(b)
+    assert sa.st_size == sb.st_size
+    os.utime(b, ns=(sa.st_atime_ns, sa.st_mtime_ns))
+    check_raw(a, reference([a], "raw"), epochs=1)
+    os.replace(a + ".ladeidx", b + ".ladeidx")
+    ref = reference([b], "raw")
+    check_raw(b, ref, epochs=1)
+    assert all(p.startswith(b + "/b") for p, _, _ in ref)
+    # the index was rebuilt for b, and is trusted from then on
+    st = os.stat(b + ".ladeidx")
+    check_raw(b, ref, epochs=1)
+    assert os.stat(b + ".ladeidx").st_ino == st.st_ino
+
+
+def test_shard_overwritten_in_place_fails(tmp_path):
+    """A shard rewritten in place while it is open (same size: other bytes) fails the next read,
+    naming the shard, instead of delivering the new bytes at the old offsets."""
+    members = [("s%05d.bin" % i, bytes([i % 251]) * 600) for i in range(400)]
+    shard = write_shard(tmp_path / "a.tar", members)
+    raw = open(shard, "rb").read()
+    with lade.Loader(shard, transform="raw", batch_size=4, epochs=1, shuffle=False, threads=1, prefetch=1,
+                     output="numpy", raw_size=600) as L:
+        it = iter(L)
+        d, _ = next(it)
+        assert bytes(d[0]) == bytes([0]) * 600
+        time.sleep(0.05)  # past the file system's timestamp granularity
+        with open(shard, "r+b") as f:  # in place: the same inode, size and layout, other bytes
+            f.write(raw.replace(b"\x07" * 600, b"\x08" * 600))
+        k = 4
+        with pytest.raises(lade.Error) as ei:
+            for d, _ in it:
+                for row in d:
+                    assert bytes(row) == bytes([k % 251]) * 600, "sample %d" % k  # never another's bytes
+                    k += 1
+        assert shard in str(ei.value) and "changed" in str(ei.value)
+
+
+def test_shard_opened_per_read_replaced_by_rename_fails(tmp_path):
+    """Shards past the 512th are opened per read: one replaced by rename (another file of the same
+    size and layout under its name) fails the read naming it, instead of the new file's bytes at
+    the old offsets."""
+    d = tmp_path / "d"
+    os.makedirs(d)
+    for i in range(520):
+        write_shard(d / ("s-%04d.tar" % i), [("k%04d.bin" % i, bytes([i % 251]) * 100)])
+    with lade.Loader(str(d), transform="raw", batch_size=4, epochs=1, shuffle=False, threads=1, prefetch=1,
+                     output="numpy", raw_size=100) as L:
+        it = iter(L)
+        next(it)
+        new = write_shard(tmp_path / "new.tar", [("k0515.bin", b"\xee" * 100)])
+        os.replace(new, d / "s-0515.tar")
+        k = 4
+        with pytest.raises(lade.Error) as ei:
+            for rows, _ in it:
+                for row in rows:
+                    assert bytes(row) == bytes([k % 251]) * 100, "sample %d" % k
+                    k += 1
+        assert str(d / "s-0515.tar") in str(ei.value) and "changed" in str(ei.value)
