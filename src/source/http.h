@@ -69,7 +69,9 @@ typedef struct lade__http_opts {
    * known). Its requests then carry If-Match (a strong ETag) or
    * If-Unmodified-Since, and a reply from another version (HTTP 412, or
    * another ETag / Last-Modified) or whose Content-Range gives another
-   * total size fails at once, never retried (docs/http.md, "Integrity"). */
+   * total size fails at once, never retried (docs/http.md, "Integrity").
+   * Called on the loop thread as each request starts, without the lock:
+   * it reads what open() built. */
   const char *(*pin)(void *ctx, uint64_t obj, uint64_t *size);
   /* The source whose on_ready() is called when submitted samples arrive. */
   struct lade__source *src;

@@ -65,8 +65,8 @@ void lade__http_req_release(lade__http_t *h, lade__http_req_t *r) {
   h->free_reqs = r;
 }
 
-/* Starts one request (unlocked: only curl and the url/name hooks, which
- * read what open() built). Returns 0 or a code with msg filled. */
+/* Starts one request (unlocked: only curl and the url/name/pin hooks,
+ * which read what open() built). Returns 0 or a code with msg filled. */
 static int start(lade__http_t *h, lade__http_req_t *r, char *msg, size_t msg_size) {
   char name[2048];
   lade__http_name_of(h, r, name, sizeof name);

@@ -1,7 +1,10 @@
 /*
  * http_retry.c - the rules that decide what a finished transfer means
  * (http_impl.h): which curl codes and HTTP statuses are tried again, which
- * fail at once, which replies are of the wrong size, what is a request to
+ * fail at once, which replies are of the wrong size, which are not the
+ * bytes asked for (a Content-Range other than the Range, another version
+ * than the pinned one: docs/http.md, "Integrity"; never retried, as the
+ * server would answer the same), what is a request to
  * slow down; and the full-jitter exponential backoff between tries ("Exponential
  * Backoff And Jitter", the AWS Architecture Blog). No state of its own:
  * the counters it bumps are h's, under h->mu. Retry-After is not read:

@@ -11,7 +11,10 @@
  * ETag, else Last-Modified), else from one streamed GET parsed as it
  * arrives. Reads are Range requests; submit() coalesces the neighbours of
  * one shard into one request (the chunk loading of SOLAR, Sun et al.,
- * for tar members).
+ * for tar members). Every request of a shard, its index pass included, is
+ * pinned to that HEAD's size and validator (the http module's pin hook:
+ * If-Match, the reply's Content-Range and ETag checked), so offsets from
+ * one version are never read against the bytes of another.
  * The per-sample arrays of lade__tar_t are read-only after open; the http
  * module does its own locking.
  */
