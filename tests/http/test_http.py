@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """test_http.py - lade's tar source on http:// shards served by a real nginx (tests/http/httpenv.py),
-with tests/s3/faultproxy.js in front for latency and faults (docs/sources.md, remote tar shards).
+with tests/s3/faultproxy.js in front for latency and faults (docs/sources.md, remote tar shards), and by a
+misbehaving Python server (MisbehavingServer: Range replies that are not the bytes indexed, docs/http.md,
+Integrity).
 
 Run: S3_CHECK=build/tests/s3_check /usr/bin/python3 tests/http/test_http.py [-v] [TestHttpTar.test_name]
 Exit status 77 (skipped) when nginx is missing; the tests that need the fault proxy skip without node, the
