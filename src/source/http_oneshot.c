@@ -171,7 +171,8 @@ static int stream_start(lade__http_stream_t *s) {
   s->r.pin_size = s->size;
   uint64_t from = s->at + s->len;
   if (from) s->r.get.off = from, s->r.get.len = s->size - from;
-  if (lade__http_setup_easy(s->h, s->easy, s->url, &s->r)) return lade__fail(LADE_ENOMEM, "%s: out of memory", s->shown);
+  if (lade__http_setup_easy(s->h, s->easy, s->url, &s->r))
+    return lade__fail(LADE_ENOMEM, "%s: out of memory", s->shown);
   /* a whole shard may take longer than one request's timeout: only the
    * low-speed limit ends a transfer that stalls */
   curl_easy_setopt(s->easy, CURLOPT_TIMEOUT_MS, 0L);

@@ -319,7 +319,8 @@ static int http_open(lade__tar_t *t, const struct lade_config *cfg, lade__source
   int rc = remote_http(t, cfg, s, first);
   if (!rc && lade__tar_is_url(cfg->source)) rc = remote_shards(t, cfg->source);
   size_t ns = t->shards.n ? t->shards.n : 1;
-  if (!rc && (!(h->shard_ver = calloc(ns, sizeof *h->shard_ver)) || !(h->shard_size = calloc(ns, sizeof *h->shard_size)) ||
+  if (!rc && (!(h->shard_ver = calloc(ns, sizeof *h->shard_ver)) ||
+              !(h->shard_size = calloc(ns, sizeof *h->shard_size)) ||
               !(h->shard_val = calloc(ns, sizeof *h->shard_val))))
     rc = lade__fail(LADE_ENOMEM, "tar source: out of memory");
   return rc;

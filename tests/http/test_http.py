@@ -593,8 +593,9 @@ class TestShardRewrittenInPlace(unittest.TestCase):
         self.assertEqual(len(got), (SHARDS - 1) * PER_SHARD + 1)  # every other shard's, sample 0 twice
         self.assertEqual(len(errors), PER_SHARD)
         for e in errors:
-            self.assertRegex(e, r"^ERROR LADE_EREMOTE %s/train-000001\.tar: member 'c\d/s1_\d{3}\.bin': changed since "
-                                r"it was indexed \(HTTP 412 Precondition Failed to If-Match: \"[0-9a-f]+-[0-9a-f]+\"\); "
+            self.assertRegex(e, r"^ERROR LADE_EREMOTE %s/train-000001\.tar: member 'c\d/s1_\d{3}\.bin': "
+                                r"changed since it was indexed \(HTTP 412 Precondition Failed to If-Match: "
+                                r"\"[0-9a-f]+-[0-9a-f]+\"\); "
                                 r"reopen the source to index it again$" % re.escape(self.env.url))
         statuses = [e[2] for e in self.env.access_log() if e[0] == "GET" and e[4] != "-" and "000001" in e[1]]
         self.assertTrue(statuses and all(x == 412 for x in statuses), statuses)
