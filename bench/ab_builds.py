@@ -6,19 +6,25 @@ tuning that must be measured against the code before it.
 
 Cases: JPEG imagenet-train (float32 crops), .npy 128 KiB arrays (raw bytes
 into the batch; `tar` and `hdf5`: the same arrays packed by `lade pack`, not
-run unless named), and every plan kind across --np MPI ranks on local JPEGs
-(the plans' local overhead; mpirun is skipped when absent). Both builds load
-the same files; batch checksums are compared, so a faster build that
-delivers other bytes is caught.
+run unless named), every plan kind across --np MPI ranks on local JPEGs
+(the plans' local overhead; mpirun is skipped when absent), and the JPEGs
+packed into tar shards read over HTTP from nginx on loopback (raw bytes in
+plan order, raw bytes shuffled with one Range request per sample: the
+per-request cost; skipped without nginx). Both builds load the same files;
+batch checksums are compared, so a faster build that delivers other bytes
+is caught.
 
     /usr/bin/python3 bench/ab_builds.py --a /tmp/base/build/lade --b build/lade [--reps 5]
 
-Prints per case the median samples/s of each build, B/A, and the spread of
-each build across its reps (max/min - 1).
+Prints per case the median samples/s of each build, B/A, the spread of
+each build across its reps (max/min - 1), and the median CPU time per
+sample of each build (lade's user + system seconds, which the load of a
+shared machine moves less than the rate) with its B/A.
 """
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -27,7 +33,10 @@ import tempfile
 
 
 def bench(lade, args, mpi_np=0):
+    """samples/s, the batch checksums, and lade's CPU seconds per sample (its user + system time, open
+    included: a measure that other load on a shared machine moves less than the rate)."""
     cmd = [lade, "bench"] + args + ["--json"]
+    u0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if not mpi_np:
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     else:  # one output file per rank: the ranks' long JSON lines would interleave on one pipe
@@ -44,9 +53,11 @@ def bench(lade, args, mpi_np=0):
     if not runs:
         raise SystemExit("no JSON from: " + " ".join(cmd))
     # across ranks: the slowest rank's time over all the ranks' samples
+    u1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     secs = max(r["seconds"] for r in runs)
     samples = sum(r["samples"] for r in runs)
-    return samples / secs, sorted(r["checksum"] for r in runs)
+    cpu = (u1.ru_utime + u1.ru_stime - u0.ru_utime - u0.ru_stime) / samples
+    return samples / secs, sorted(r["checksum"] for r in runs), cpu
 
 
 def main():
@@ -57,9 +68,11 @@ def main():
     ap.add_argument("--jpeg-count", type=int, default=2000)
     ap.add_argument("--npy-count", type=int, default=10000)
     ap.add_argument("--np", type=int, default=4, help="MPI ranks for the plan cases (0: skip them)")
-    ap.add_argument("--cases", default="jpeg,npy,plans")
+    ap.add_argument("--cases", default="jpeg,npy,plans,tar-http")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="lade-ab-")
+    os.chmod(tmp, 0o755)  # nginx's worker runs as another user when started by root
+    nginx = None
     try:
         jpeg, npy = os.path.join(tmp, "jpeg"), os.path.join(tmp, "npy")
         subprocess.run([a.b, "gen", "jpeg", jpeg, "--count", str(a.jpeg_count)], check=True, capture_output=True)
@@ -94,23 +107,44 @@ def main():
                 cases.append(("%d ranks plan=%s" % (a.np, plan),
                               ["--plan", plan, "--batch-size", "16", "--epochs", "4", "--threads", "1",
                                "--set", "drop_last=true", "--set", "cache_mem_bytes=%d" % cache], sub, a.np))
+        if "tar-http" in want:
+            sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "http"))
+            import httpenv  # noqa: E402
+            if httpenv.missing():
+                print("tar-http skipped: " + httpenv.missing())
+            else:
+                shards = os.path.join(tmp, "shards")
+                subprocess.run([a.b, "pack", jpeg, "--to", "tar", "--shard-size", "20MB", shards], check=True,
+                               capture_output=True)
+                n = len([f for f in os.listdir(shards) if f.endswith(".tar")])
+                nginx = httpenv.NginxEnv(shards).__enter__()
+                url = nginx.url + "/shard-{000000..%06d}.tar" % (n - 1)
+                raw = ["--transform", "raw", "--batch-size", "32", "--epochs", "10", "--set", "raw_size=409600"]
+                cases.append(("http tar raw b32 in order", raw + ["--set", "shuffle=false"], url, 0))
+                cases.append(("http tar raw shuffled, gap 0", raw + ["--set", "coalesce_gap_bytes=0"], url, 0))
         print("A = %s\nB = %s\nCPU: %s" % (a.a, a.b, cpu_model()))
         for name, args, data, np_ in cases:
             rates = {"A": [], "B": []}
+            cpus = {"A": [], "B": []}
             sums = {}
             for rep in range(a.reps):
                 order = ("A", "B") if rep % 2 == 0 else ("B", "A")
                 for which in order:
-                    r, cs = bench(a.a if which == "A" else a.b, [data] + args, np_)
+                    r, cs, cpu = bench(a.a if which == "A" else a.b, [data] + args, np_)
                     rates[which].append(r)
+                    cpus[which].append(cpu)
                     sums.setdefault(which, cs)
             ma, mb = statistics.median(rates["A"]), statistics.median(rates["B"])
+            ca, cb = statistics.median(cpus["A"]), statistics.median(cpus["B"])
             spread = lambda v: max(v) / min(v) - 1
             same = "same batches" if sums["A"] == sums["B"] else "BATCHES DIFFER"
-            print("%-28s A %9.1f/s  B %9.1f/s  B/A %.3f  spread A %4.1f%% B %4.1f%%  %s" %
-                  (name, ma, mb, mb / ma, 100 * spread(rates["A"]), 100 * spread(rates["B"]), same))
+            print("%-28s A %9.1f/s  B %9.1f/s  B/A %.3f  spread A %4.1f%% B %4.1f%%  CPU us/sample A %.1f B %.1f "
+                  "B/A %.3f  %s" % (name, ma, mb, mb / ma, 100 * spread(rates["A"]), 100 * spread(rates["B"]),
+                                    ca * 1e6, cb * 1e6, cb / ca, same))
             sys.stdout.flush()
     finally:
+        if nginx:
+            nginx.__exit__(None, None, None)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

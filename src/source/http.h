@@ -62,6 +62,17 @@ typedef struct lade__http_opts {
   void (*stale)(void *ctx);
   /* Optional: appended to errors about a listed size or a vanished object. */
   void (*note)(void *ctx, char *buf, size_t size);
+  /* Optional: the version of object `obj` that the caller's offsets into
+   * it were read from (an index): its validator as lade__http_head gives
+   * it ("etag X", "modified DATE"; NULL or "": none; borrowed, valid until
+   * the handle is destroyed) and *size its size then (UINT64_MAX: not
+   * known). Its requests then carry If-Match (a strong ETag) or
+   * If-Unmodified-Since, and a reply from another version (HTTP 412, or
+   * another ETag / Last-Modified) or whose Content-Range gives another
+   * total size fails at once, never retried (docs/http.md, "Integrity").
+   * Called on the loop thread as each request starts, without the lock:
+   * it reads what open() built. */
+  const char *(*pin)(void *ctx, uint64_t obj, uint64_t *size);
   /* The source whose on_ready() is called when submitted samples arrive. */
   struct lade__source *src;
 } lade__http_opts_t;
@@ -75,7 +86,8 @@ typedef struct lade__http_part {
 /* One GET. */
 typedef struct lade__http_get {
   uint64_t obj;      /* which object (the hooks' number) */
-  uint64_t off, len; /* len > 0: only bytes [off, off+len) (a Range request; 206 expected) */
+  uint64_t off, len; /* len > 0: only bytes [off, off+len) (a Range request; a 206 whose
+                        Content-Range names exactly these bytes expected) */
   uint64_t expect;   /* the size the body must have (the listed size, len); UINT64_MAX: any, up to max_body */
   int refresh;       /* a body of another size than `expect` is followed by one HEAD (listings) */
   /* the samples the body holds: parts[0..nparts); nparts 0 means one part,
@@ -143,7 +155,9 @@ int lade__http_head(lade__http_t *h, const char *url, const char *shown, uint64_
  * read's offset is kept, so an index pass over a shard costs one request
  * (plus one per resume) and little memory. A transfer that fails is
  * resumed with a Range request where it stopped (retries and backoff as
- * any request), provided the object's validator has not changed. */
+ * any request). Every request of the stream is pinned to `validator` and
+ * `size` as the pin hook pins an object: a reply from another version
+ * fails before its first byte is read. */
 typedef struct lade__http_stream lade__http_stream_t;
 int lade__http_stream_open(lade__http_t *h, const char *url, const char *shown, uint64_t size, const char *validator,
                            lade__http_stream_t **out);

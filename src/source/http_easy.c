@@ -1,11 +1,15 @@
 /*
  * http_easy.c - one request's curl easy handle (http_impl.h): its options
  * (timeouts, a low-speed limit, TLS always verified, SigV4 signing, a
- * Range) and the callbacks that read its reply. A body is never held past
- * the size it may have: on_header refuses a larger Content-Length before
- * the first body byte, on_body stops an endless or oversized body, and an
- * error reply keeps only its first 64 KiB. Runs on whichever thread
- * performs the transfer; touches only the request it is given.
+ * Range, the precondition of a pinned object) and the callbacks that read
+ * its reply. A body is never held past the size it may have: on_header
+ * refuses a larger Content-Length before the first body byte, on_body
+ * stops an endless or oversized body, and an error reply keeps only its
+ * first 64 KiB. Nor is a body read that is not the one asked for: at the
+ * end of the headers, a reply whose Content-Range or version differs from
+ * the request is refused before its first byte (lade__http_check_reply).
+ * Runs on whichever thread performs the transfer; touches only the
+ * request it is given.
  */
 #ifdef LADE_HAVE_CURL
 
@@ -25,11 +29,61 @@ static uint64_t body_cap(const lade__http_req_t *r) {
   return status >= 200 && status < 300 ? r->cap : LADE__MAX(r->cap, LADE__HTTP_ERROR_CAP);
 }
 
-/* Reads Content-Length as it arrives: a reply announcing more than the cap
- * is stopped before its first body byte. */
-static size_t on_header(char *ptr, size_t size, size_t nmemb, void *ud) {
+/* A decimal number at *p (digits only), advancing *p; -1 when none or too
+ * large. */
+static int read_num(const char **p, const char *end, uint64_t *v) {
+  const char *q = *p;
+  uint64_t x = 0;
+  if (q >= end || *q < '0' || *q > '9') return -1;
+  for (; q < end && *q >= '0' && *q <= '9'; q++) {
+    if (x > (UINT64_MAX - 9) / 10) return -1;
+    x = x * 10 + (uint64_t)(*q - '0');
+  }
+  *p = q;
+  *v = x;
+  return 0;
+}
+
+/* Content-Range: "bytes FIRST-LAST/TOTAL" (TOTAL may be '*'), as RFC 9110
+ * writes it for a 206; anything else is unreadable (crange -1). */
+static void read_content_range(lade__http_req_t *r, const char *v, const char *end) {
+  while (v < end && (*v == ' ' || *v == '\t')) v++;
+  while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' ' || end[-1] == '\t')) end--;
+  snprintf(r->cr_text, sizeof r->cr_text, "%.*s", (int)(end - v), v);
+  r->crange = -1;
+  if (end - v < 6 || strncasecmp(v, "bytes ", 6)) return;
+  const char *p = v + 6;
+  while (p < end && *p == ' ') p++;
+  uint64_t a, b, t = UINT64_MAX;
+  if (read_num(&p, end, &a) || p >= end || *p++ != '-' || read_num(&p, end, &b) || p >= end || *p++ != '/') return;
+  if (p < end && *p == '*') p++;
+  else if (read_num(&p, end, &t)) return;
+  if (p != end || b < a) return;
+  r->cr_first = a, r->cr_last = b, r->cr_total = t;
+  r->crange = 1;
+}
+
+size_t lade__http_on_header(char *ptr, size_t size, size_t nmemb, void *ud) {
   lade__http_req_t *r = ud;
   size_t n = size * nmemb;
+  if (n >= 5 && !strncmp(ptr, "HTTP/", 5)) { /* a status line: a reply's headers begin (again after a 1xx) */
+    char line[64];
+    snprintf(line, sizeof line, "%.*s", (int)LADE__MIN(n, sizeof line - 1), ptr);
+    const char *sp = strchr(line, ' ');
+    r->hstatus = sp ? strtol(sp + 1, NULL, 10) : 0;
+    r->crange = 0;
+    r->validator[0] = '\0';
+    r->has_etag = 0;
+    return n;
+  }
+  if (n <= 2 && (ptr[0] == '\r' || ptr[0] == '\n')) { /* the end of the headers: is this the reply asked for? */
+    if (!r->head && r->hstatus >= 200 && r->hstatus < 300 &&
+        lade__http_check_reply(r, r->hstatus, r->refused_what, sizeof r->refused_what)) {
+      r->refused = 1;
+      return 0; /* curl ends the transfer (CURLE_WRITE_ERROR) before a body byte */
+    }
+    return n;
+  }
   if (n > 15 && !strncasecmp(ptr, "content-length:", 15)) {
     char num[32];
     size_t k = LADE__MIN(n - 15, sizeof num - 1);
@@ -44,6 +98,7 @@ static size_t on_header(char *ptr, size_t size, size_t nmemb, void *ud) {
       return 0; /* curl ends the transfer (CURLE_WRITE_ERROR) */
     }
   }
+  if (n > 14 && !strncasecmp(ptr, "content-range:", 14)) read_content_range(r, ptr + 14, ptr + n);
   int etag = n > 5 && !strncasecmp(ptr, "etag:", 5);
   if (etag || (!r->has_etag && n > 14 && !strncasecmp(ptr, "last-modified:", 14))) {
     size_t k = etag ? 5 : 14, e = n;
@@ -106,7 +161,47 @@ size_t lade__http_on_body(char *ptr, size_t size, size_t nmemb, void *ud) {
   return n;
 }
 
-void lade__http_setup_easy(const lade__http_t *h, CURL *e, const char *url, lade__http_req_t *r) {
+void lade__http_req_headers_free(lade__http_req_t *r) {
+  curl_slist_free_all(r->hdrs);
+  r->hdrs = NULL;
+}
+
+/* r->hdrs: the handle's headers and the precondition r's pin asks for:
+ * If-Match with a strong ETag (a weak one never matches If-Match, RFC 9110
+ * 13.1.1: its reply's ETag is compared instead), If-Unmodified-Since with
+ * a Last-Modified. 0, or -1 out of memory. */
+static int pin_headers(const lade__http_t *h, lade__http_req_t *r) {
+  char pre[300] = "";
+  if (!r->pin || r->head) return 0;
+  if (!strncmp(r->pin, "etag ", 5) && strncmp(r->pin + 5, "W/", 2))
+    snprintf(pre, sizeof pre, "If-Match: %s", r->pin + 5);
+  else if (!strncmp(r->pin, "modified ", 9))
+    snprintf(pre, sizeof pre, "If-Unmodified-Since: %s", r->pin + 9);
+  if (!pre[0]) return 0;
+  struct curl_slist *l = NULL;
+  for (const struct curl_slist *x = h->o.headers; x; x = x->next) {
+    struct curl_slist *m = curl_slist_append(l, x->data);
+    if (!m) {
+      curl_slist_free_all(l);
+      return -1;
+    }
+    l = m;
+  }
+  struct curl_slist *m = curl_slist_append(l, pre);
+  if (!m) {
+    curl_slist_free_all(l);
+    return -1;
+  }
+  r->hdrs = m;
+  return 0;
+}
+
+int lade__http_setup_easy(const lade__http_t *h, CURL *e, const char *url, lade__http_req_t *r) {
+  lade__http_req_headers_free(r);
+  r->hstatus = 0;
+  r->crange = 0;
+  r->refused = 0;
+  if (pin_headers(h, r)) return -1;
   curl_easy_setopt(e, CURLOPT_URL, url);
   /* keys are paths of their own: curl must not squash "a/../b" into "b"
    * (RFC 3986 dot-segment removal); SigV4 then signs the path as sent */
@@ -118,10 +213,10 @@ void lade__http_setup_easy(const lade__http_t *h, CURL *e, const char *url, lade
   long low_time = (long)(h->o.timeout_ms / 1000);
   curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
   curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, low_time < 1 ? 1L : (low_time > 30 ? 30L : low_time));
-  curl_easy_setopt(e, CURLOPT_HTTPHEADER, h->o.headers);
+  curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->hdrs ? r->hdrs : h->o.headers);
   curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, lade__http_on_body);
   curl_easy_setopt(e, CURLOPT_WRITEDATA, r);
-  curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+  curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, lade__http_on_header);
   curl_easy_setopt(e, CURLOPT_HEADERDATA, r);
   curl_easy_setopt(e, CURLOPT_PRIVATE, r);
   curl_easy_setopt(e, CURLOPT_ERRORBUFFER, r->errbuf);
@@ -140,6 +235,7 @@ void lade__http_setup_easy(const lade__http_t *h, CURL *e, const char *url, lade
              (unsigned long long)(r->get.off + r->get.len - 1));
     curl_easy_setopt(e, CURLOPT_RANGE, range); /* copied by curl */
   }
+  return 0;
 }
 
 #endif /* LADE_HAVE_CURL */

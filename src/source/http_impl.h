@@ -60,6 +60,19 @@ typedef struct lade__http_req {
   uint32_t part_next;              /* the first part not complete */
   char validator[256];             /* the reply's ETag, else its Last-Modified */
   int has_etag;
+  /* the version the object's offsets were read from (the pin hook): its
+   * validator (borrowed; NULL: none) and size (UINT64_MAX: not known) */
+  const char *pin;
+  uint64_t pin_size;
+  struct curl_slist *hdrs;         /* the handle's headers and the precondition the pin asks for */
+  /* the reply as on_header reads it: its status line, its Content-Range
+   * (crange: 0 none, 1 read, -1 unreadable; total UINT64_MAX for '*') */
+  long hstatus;
+  int crange;
+  uint64_t cr_first, cr_last, cr_total;
+  char cr_text[96];
+  int refused;                     /* the headers showed a reply that must not be read: FINAL */
+  char refused_what[LADE__HTTP_WHAT];
   uint32_t retries;
   double not_before;               /* retry timer (monotonic s) */
   int bg;                          /* a background submit */
@@ -163,6 +176,13 @@ int lade__http_curl_retryable(CURLcode c);
  * reply's body. */
 void lade__http_judge(const lade__http_t *h, CURLcode cc, long status, int64_t clen, const lade__http_req_t *r,
                       lade__http_verdict_t *v);
+/* Checks a 2xx reply's headers, as read into r, against r's request:
+ * a Range request's 206 must carry a Content-Range naming exactly the
+ * bytes asked, and its total must be r->pin_size when both are known; a
+ * pinned request's reply must carry r->pin's ETag (compared weakly) or
+ * Last-Modified when it carries one of that kind. 0, or 1 with `what`
+ * saying what differs (r->refused_what's words). */
+int lade__http_check_reply(const lade__http_req_t *r, long status, char *what, size_t size);
 /* The same, the status and Content-Length read from e. */
 void lade__http_judge_easy(const lade__http_t *h, CURL *e, CURLcode cc, const lade__http_req_t *r,
                            lade__http_verdict_t *v);
@@ -181,13 +201,23 @@ int lade__http_blocking_again(lade__http_t *h, const lade__http_verdict_t *v, ui
 /* ------------------------------------------------ http_easy.c: one handle */
 
 /* Sets e's options for r's request of url: timeouts, the low-speed limit,
- * TLS, signing, r's Range, and the header and body callbacks writing into
- * r (bodies capped as lade__http_on_body says). */
-void lade__http_setup_easy(const lade__http_t *h, CURL *e, const char *url, lade__http_req_t *r);
+ * TLS, signing, r's Range and the precondition of its pin (r->hdrs, freed
+ * by lade__http_req_headers_free), and the header and body callbacks
+ * writing into r (bodies capped as lade__http_on_body says). 0, or -1 out
+ * of memory. */
+int lade__http_setup_easy(const lade__http_t *h, CURL *e, const char *url, lade__http_req_t *r);
 /* curl's write callback for r (ud): appends to r->body, or scatters a
  * reply of several parts into r->parts; 0 (ending the transfer) past the
  * cap r may hold or out of memory. */
 size_t lade__http_on_body(char *ptr, size_t size, size_t nmemb, void *ud);
+/* curl's header callback for r (ud), one line at a time: the status line,
+ * Content-Length (a larger one than the cap is refused), ETag /
+ * Last-Modified, Content-Range. At the end of a 2xx reply's headers it
+ * checks the reply against the request (lade__http_check_reply): a refused
+ * reply returns 0, ending the transfer before its first body byte. */
+size_t lade__http_on_header(char *ptr, size_t size, size_t nmemb, void *ud);
+/* Frees r->hdrs (NULL after). */
+void lade__http_req_headers_free(lade__http_req_t *r);
 
 /* ---------------------------------------------- http_table.c: the results */
 

@@ -57,6 +57,7 @@ static void parts_free(lade__http_req_t *r) {
 
 void lade__http_req_release(lade__http_t *h, lade__http_req_t *r) {
   lade__http_buf_recycle(h, &r->body);
+  lade__http_req_headers_free(r);
   parts_free(r);
   if (r->get.parts != &r->one) free((void *)r->get.parts);
   r->get.parts = NULL;
@@ -64,8 +65,8 @@ void lade__http_req_release(lade__http_t *h, lade__http_req_t *r) {
   h->free_reqs = r;
 }
 
-/* Starts one request (unlocked: only curl and the url/name hooks, which
- * read what open() built). Returns 0 or a code with msg filled. */
+/* Starts one request (unlocked: only curl and the url/name/pin hooks,
+ * which read what open() built). Returns 0 or a code with msg filled. */
 static int start(lade__http_t *h, lade__http_req_t *r, char *msg, size_t msg_size) {
   char name[2048];
   lade__http_name_of(h, r, name, sizeof name);
@@ -103,7 +104,12 @@ static int start(lade__http_t *h, lade__http_req_t *r, char *msg, size_t msg_siz
    * any body byte) */
   r->cap = r->head ? 0 : r->get.expect == UINT64_MAX ? h->o.max_body : r->get.expect;
   r->clen = -1;
-  lade__http_setup_easy(h, e, url, r);
+  r->pin_size = UINT64_MAX;
+  r->pin = h->o.pin ? h->o.pin(h->o.ctx, r->get.obj, &r->pin_size) : NULL;
+  if (lade__http_setup_easy(h, e, url, r)) {
+    curl_easy_cleanup(e);
+    return LADE_ENOMEM;
+  }
   if (r->head) curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
   if (curl_multi_add_handle(h->multi, e) != CURLM_OK) {
     curl_easy_cleanup(e);

@@ -159,14 +159,20 @@ static int stream_start(lade__http_stream_t *s) {
     return lade__fail(LADE_ENOMEM, "%s: out of memory", s->shown);
   }
   free(s->r.body.data);
+  lade__http_req_headers_free(&s->r);
   memset(&s->r, 0, sizeof s->r);
   s->r.easy = s->easy;
   s->r.clen = -1;
   s->r.get.expect = UINT64_MAX;
   s->r.cap = s->size; /* on_header refuses a longer Content-Length */
+  /* every request of the pass is for the version the HEAD saw: a reply from
+   * another is refused before its first byte reaches the index */
+  s->r.pin = s->validator;
+  s->r.pin_size = s->size;
   uint64_t from = s->at + s->len;
   if (from) s->r.get.off = from, s->r.get.len = s->size - from;
-  lade__http_setup_easy(s->h, s->easy, s->url, &s->r);
+  if (lade__http_setup_easy(s->h, s->easy, s->url, &s->r))
+    return lade__fail(LADE_ENOMEM, "%s: out of memory", s->shown);
   /* a whole shard may take longer than one request's timeout: only the
    * low-speed limit ends a transfer that stalls */
   curl_easy_setopt(s->easy, CURLOPT_TIMEOUT_MS, 0L);
@@ -188,16 +194,13 @@ static void stream_ended(lade__http_stream_t *s, CURLcode cc) {
   uint64_t have = s->at + s->len;
   lade__http_verdict_t v;
   memset(&v, 0, sizeof v);
-  if (status == 200 && s->r.get.len) {
+  if (s->r.refused || status == 412) {
+    lade__http_judge_easy(s->h, s->easy, cc, &s->r, &v);
+  } else if (status == 200 && s->r.get.len) {
     v.kind = LADE__HTTP_FINAL;
     v.code = LADE_EREMOTE;
     snprintf(v.what, sizeof v.what, "HTTP 200 to a Range request resuming at byte %llu: the server does not serve "
              "byte ranges", (unsigned long long)have);
-  } else if ((status == 200 || status == 206) && s->validator[0] && s->r.validator[0] &&
-      strcmp(s->validator, s->r.validator) != 0) {
-    v.kind = LADE__HTTP_FINAL;
-    v.code = LADE_EREMOTE;
-    snprintf(v.what, sizeof v.what, "changed while it was read (%s, was %s)", s->r.validator, s->validator);
   } else if (cc == CURLE_OK && (status == 200 || status == 206) && have == s->size) {
     s->done = 1;
     return;
@@ -291,6 +294,7 @@ void lade__http_stream_close(lade__http_stream_t *s) {
     curl_easy_cleanup(s->easy);
   }
   if (s->multi) curl_multi_cleanup(s->multi);
+  lade__http_req_headers_free(&s->r);
   free(s->r.body.data);
   free(s->buf);
   free(s);

@@ -1,7 +1,10 @@
 /*
  * http_retry.c - the rules that decide what a finished transfer means
  * (http_impl.h): which curl codes and HTTP statuses are tried again, which
- * fail at once, which replies are of the wrong size, what is a request to
+ * fail at once, which replies are of the wrong size, which are not the
+ * bytes asked for (a Content-Range other than the Range, another version
+ * than the pinned one: docs/http.md, "Integrity"; never retried, as the
+ * server would answer the same), what is a request to
  * slow down; and the full-jitter exponential backoff between tries ("Exponential
  * Backoff And Jitter", the AWS Architecture Blog). No state of its own:
  * the counters it bumps are h's, under h->mu. Retry-After is not read:
@@ -34,6 +37,54 @@ int lade__http_curl_retryable(CURLcode c) {
   }
 }
 
+/* An ETag or Last-Modified compared as RFC 9110's weak comparison does
+ * (a "W/" prefix ignored): the same bytes may be served with either. */
+static int same_version(const char *a, const char *b) {
+  if (!strncmp(a, "etag ", 5) && !strncmp(b, "etag ", 5)) {
+    a += 5, b += 5;
+    if (!strncmp(a, "W/", 2)) a += 2;
+    if (!strncmp(b, "W/", 2)) b += 2;
+  }
+  return !strcmp(a, b);
+}
+
+#define LADE__HTTP_REINDEX "reopen the source to index it again"
+
+int lade__http_check_reply(const lade__http_req_t *r, long status, char *what, size_t size) {
+  if (r->get.len && status == 206) {
+    unsigned long long a = r->get.off, b = r->get.off + r->get.len - 1;
+    if (r->crange == 0) {
+      snprintf(what, size, "HTTP 206 without a Content-Range to a Range request for bytes %llu-%llu", a, b);
+      return 1;
+    }
+    if (r->crange < 0) {
+      snprintf(what, size, "HTTP 206 with an unreadable Content-Range '%s' to a Range request for bytes %llu-%llu",
+               r->cr_text, a, b);
+      return 1;
+    }
+    if (r->cr_first != a || r->cr_last != b) {
+      snprintf(what, size, "HTTP 206 for other bytes than asked: Content-Range '%s', the request was for bytes "
+               "%llu-%llu (the server is not serving the range asked; not retried)", r->cr_text, a, b);
+      return 1;
+    }
+    if (r->pin_size != UINT64_MAX && r->cr_total != UINT64_MAX && r->cr_total != r->pin_size) {
+      snprintf(what, size, "now %llu bytes (Content-Range '%s' to a request for bytes %llu-%llu), %llu bytes when it "
+               "was indexed: changed since it was indexed; " LADE__HTTP_REINDEX, (unsigned long long)r->cr_total,
+               r->cr_text, a, b, (unsigned long long)r->pin_size);
+      return 1;
+    }
+  }
+  /* a reply that names its version names the pinned one (of the same kind:
+   * a server may send an ETag to a GET and not to a HEAD) */
+  if (r->pin && r->pin[0] && r->validator[0] && !strncmp(r->pin, r->validator, 5) &&
+      !same_version(r->pin, r->validator)) {
+    snprintf(what, size, "changed since it was indexed (%.120s now, %.120s then); " LADE__HTTP_REINDEX,
+             r->validator, r->pin);
+    return 1;
+  }
+  return 0;
+}
+
 void lade__http_judge(const lade__http_t *h, CURLcode cc, long status, int64_t cl, const lade__http_req_t *r,
                       lade__http_verdict_t *v) {
   memset(v, 0, sizeof *v);
@@ -47,6 +98,30 @@ void lade__http_judge(const lade__http_t *h, CURLcode cc, long status, int64_t c
     v->code = LADE_EREMOTE;
     snprintf(v->what, sizeof v->what, "HTTP 200 to a Range request (bytes %llu-%llu): the server does not serve "
              "byte ranges", (unsigned long long)r->get.off, (unsigned long long)(r->get.off + r->get.len - 1));
+    return;
+  }
+  if (r->refused) { /* the headers showed another range or version than asked: retrying gets the same */
+    v->kind = LADE__HTTP_FINAL;
+    v->code = LADE_EREMOTE;
+    snprintf(v->what, sizeof v->what, "%s", r->refused_what);
+    return;
+  }
+  if (status == 412 && r->pin && r->pin[0] && !r->head) {
+    v->kind = LADE__HTTP_FINAL;
+    v->code = LADE_EREMOTE;
+    snprintf(v->what, sizeof v->what, "changed since it was indexed (HTTP 412 Precondition Failed to %s %.200s); "
+             LADE__HTTP_REINDEX, strncmp(r->pin, "etag ", 5) ? "If-Unmodified-Since:" : "If-Match:",
+             r->pin + (strncmp(r->pin, "etag ", 5) ? 9 : 5));
+    return;
+  }
+  if (status == 416 && r->get.len && r->pin_size != UINT64_MAX && !r->head) {
+    char cr[128] = "";
+    if (r->crange) snprintf(cr, sizeof cr, " (Content-Range '%.96s')", r->cr_text);
+    v->kind = LADE__HTTP_FINAL;
+    v->code = LADE_EREMOTE;
+    snprintf(v->what, sizeof v->what, "HTTP 416 to a request for bytes %llu-%llu%s, %llu bytes when it was indexed: "
+             "changed since it was indexed; " LADE__HTTP_REINDEX, (unsigned long long)r->get.off,
+             (unsigned long long)(r->get.off + r->get.len - 1), cr, (unsigned long long)r->pin_size);
     return;
   }
   int too_big = r->over;

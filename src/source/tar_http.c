@@ -11,7 +11,10 @@
  * ETag, else Last-Modified), else from one streamed GET parsed as it
  * arrives. Reads are Range requests; submit() coalesces the neighbours of
  * one shard into one request (the chunk loading of SOLAR, Sun et al.,
- * for tar members).
+ * for tar members). Every request of a shard, its index pass included, is
+ * pinned to that HEAD's size and validator (the http module's pin hook:
+ * If-Match, the reply's Content-Range and ETag checked), so offsets from
+ * one version are never read against the bytes of another.
  * The per-sample arrays of lade__tar_t are read-only after open; the http
  * module does its own locking.
  */
@@ -33,6 +36,11 @@ typedef struct http_state {
   lade__s3_where_t w;
   uint64_t gap, max_req; /* coalescing: the largest gap inside one request, its most bytes */
   uint64_t *shard_ver;   /* per shard: a hash of its size and ETag/Last-Modified (version op) */
+  /* per shard: its size and validator ("etag X", "modified DATE", "") as
+   * the HEAD at open found them, the version its index describes: every
+   * Range request is pinned to it (the pin hook, docs/http.md) */
+  uint64_t *shard_size;
+  char **shard_val;
 } http_state_t;
 
 static http_state_t *H(const lade__tar_t *t) { return t->be_state; }
@@ -65,6 +73,15 @@ static void shard_name(void *ctx, uint64_t obj, char *buf, size_t size) {
   snprintf(buf, size, "%s", lade__tar_strs_at(&t->shards, obj));
 }
 
+/* The version a shard's offsets come from: its Range requests carry
+ * If-Match, and a reply of another version or total size fails. Read-only
+ * once open() has indexed every shard. */
+static const char *shard_pin(void *ctx, uint64_t obj, uint64_t *size) {
+  const lade__tar_t *t = ctx;
+  *size = H(t)->shard_size[obj];
+  return H(t)->shard_val[obj];
+}
+
 /* The http module for the shards `first` is one of; s3:// shards get the
  * s3 source's endpoint, addressing and credentials (s3auth.c). */
 static int remote_http(lade__tar_t *t, const struct lade_config *cfg, lade__source_t *s, const char *first) {
@@ -81,6 +98,7 @@ static int remote_http(lade__tar_t *t, const struct lade_config *cfg, lade__sour
   o.ctx = t;
   o.url = shard_url;
   o.name = shard_name;
+  o.pin = shard_pin;
   o.src = s;
   H(t)->gap = cfg->coalesce_gap_bytes;
   H(t)->max_req = LADE__MIN(cfg->max_sample_bytes, (uint64_t)16 << 20);
@@ -150,6 +168,8 @@ static int http_index(lade__tar_t *t, const struct lade_config *cfg, size_t i, l
   /* b = 2: never equal to a local shard's nanoseconds field by accident of a hash */
   lade__tar_ver_t v = {size, lade__hash64(val, strlen(val), 0x7661), (uint64_t)2 << 32};
   H(t)->shard_ver[i] = lade__hash64(&v, sizeof v, 0x76657273);
+  H(t)->shard_size[i] = size;
+  if (!(H(t)->shard_val[i] = strdup(val))) return lade__fail(LADE_ENOMEM, "%s: out of memory", shown);
   char ipath[LADE__PATH_MAX + 64] = "";
   const char *dir = lade__tar_index_dir(cfg);
   if (dir) {
@@ -298,7 +318,10 @@ static int http_open(lade__tar_t *t, const struct lade_config *cfg, lade__source
   const char *first = lade__tar_is_url(cfg->source) ? cfg->source : lade__tar_strs_at(&t->shards, 0);
   int rc = remote_http(t, cfg, s, first);
   if (!rc && lade__tar_is_url(cfg->source)) rc = remote_shards(t, cfg->source);
-  if (!rc && !(h->shard_ver = calloc(t->shards.n ? t->shards.n : 1, sizeof *h->shard_ver)))
+  size_t ns = t->shards.n ? t->shards.n : 1;
+  if (!rc && (!(h->shard_ver = calloc(ns, sizeof *h->shard_ver)) ||
+              !(h->shard_size = calloc(ns, sizeof *h->shard_size)) ||
+              !(h->shard_val = calloc(ns, sizeof *h->shard_val))))
     rc = lade__fail(LADE_ENOMEM, "tar source: out of memory");
   return rc;
 }
@@ -315,6 +338,9 @@ static void http_close(lade__tar_t *t) {
   lade__http_destroy(h->http); /* first: its thread reads the shard list */
   lade__s3_where_free(&h->w);
   free(h->shard_ver);
+  free(h->shard_size);
+  for (size_t i = 0; h->shard_val && i < t->shards.n; i++) free(h->shard_val[i]);
+  free(h->shard_val);
   free(h);
   t->be_state = NULL;
 }

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """test_http.py - lade's tar source on http:// shards served by a real nginx (tests/http/httpenv.py),
-with tests/s3/faultproxy.js in front for latency and faults (docs/sources.md, remote tar shards).
+with tests/s3/faultproxy.js in front for latency and faults (docs/sources.md, remote tar shards), and by a
+misbehaving Python server (MisbehavingServer: Range replies that are not the bytes indexed, docs/http.md,
+Integrity).
 
 Run: S3_CHECK=build/tests/s3_check /usr/bin/python3 tests/http/test_http.py [-v] [TestHttpTar.test_name]
 Exit status 77 (skipped) when nginx is missing; the tests that need the fault proxy skip without node, the
@@ -9,14 +11,17 @@ https:// ones (TestHttpsTar: nginx also serves HTTPS with a throwaway CA) withou
 import io
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 import unittest
 import zlib
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -321,6 +326,279 @@ class TestHttpTar(unittest.TestCase):
         self.assertIn(self.remote("cut.tar"), err)
         self.assertIn("member 'c", err)
         self.assertIn("past the end", err)
+
+
+class MisbehavingServer(ThreadingHTTPServer):
+    """A real HTTP/1.1 server on 127.0.0.1 (a free port, a thread of this process) serving shards held in memory,
+    misbehaving as `mode` says:
+
+        shift       answers a Range request with the bytes 512 further on (512 before, near the end) and says
+                    so in its Content-Range
+        total       the bytes asked, with a Content-Range total 512 more than the shard's size
+        grown       no ETag nor Last-Modified; once a shard's whole GET (its index pass) has begun, 512 bytes
+                    are put in front of it (honest Content-Range, with the new total)
+        changed     once a shard's whole GET has begun, other bytes of the same size and a new ETag
+        changed_lm  the same with Last-Modified alone (no ETag)
+        no_range    a 200 with the whole shard to a Range request
+
+    honour=False ignores If-Match and If-Unmodified-Since (412 otherwise when they differ). self.ranges lists
+    (name, range header, status) of every Range request served."""
+    daemon_threads = True
+
+    def __init__(self, files, mode, honour=True):
+        self.files = dict(files)
+        self.mode, self.honour = mode, honour
+        self.etag = {k: '"v1-%d"' % i for i, k in enumerate(sorted(files))}
+        self.modified = {k: "Tue, 14 Nov 2023 22:13:20 GMT" for k in files}
+        self.lock = threading.Lock()
+        self.ranges = []
+        super().__init__(("127.0.0.1", 0), MisbehavingHandler)
+        self.url = "http://127.0.0.1:%d" % self.server_address[1]
+        self.thread = threading.Thread(target=self.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.shutdown()
+        self.server_close()
+        self.thread.join(10)
+
+    def change(self, name):
+        """The shard's next version, after its index pass began (locked)."""
+        data = self.files[name]
+        if self.mode == "grown":
+            self.files[name] = b"\0" * 512 + data
+        elif self.mode in ("changed", "changed_lm"):
+            self.files[name] = random.Random(len(data)).randbytes(len(data))
+            self.etag[name] = self.etag[name].replace("v1", "v2")
+            self.modified[name] = "Wed, 15 Nov 2023 22:13:20 GMT"
+
+
+    def handle_error(self, request, client_address):
+        pass  # lade hangs up on a refused reply: a broken pipe here is expected
+
+
+class MisbehavingHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as curl's requests expect
+
+    def log_message(self, *args):
+        pass
+
+    def send(self, status, headers, body=b""):
+        self.send_response(status)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def do_HEAD(self):
+        self.do_GET()
+
+    def do_GET(self):
+        srv, name = self.server, self.path.lstrip("/")
+        rng = self.headers.get("Range")
+        with srv.lock:
+            if name not in srv.files:
+                return self.send(404, [])
+            data, etag, modified = srv.files[name], srv.etag[name], srv.modified[name]
+            if self.command == "GET" and rng is None:
+                srv.change(name)  # this reply is the old version, every later one the new
+        val = [] if srv.mode == "grown" else [("Last-Modified", modified)] if srv.mode == "changed_lm" else \
+            [("ETag", etag), ("Last-Modified", modified)]
+        im, ius = self.headers.get("If-Match"), self.headers.get("If-Unmodified-Since")
+        if srv.honour and srv.mode != "changed_lm" and im is not None and im != etag:
+            status = 412
+        elif srv.honour and srv.mode == "changed_lm" and ius is not None and ius != modified:
+            status = 412
+        elif self.command == "HEAD" or rng is None or srv.mode == "no_range":
+            status = 200
+        else:
+            status = 206
+        if rng is not None:
+            with srv.lock:
+                srv.ranges.append((name, rng, status))
+        if status != 206:
+            return self.send(status, val, data if status == 200 else b"")
+        a, b = (int(x) for x in rng.split("=", 1)[1].split("-"))
+        b = min(b, len(data) - 1)
+        total = len(data)
+        if srv.mode == "shift":
+            d = 512 if b + 512 < len(data) else -512
+            a, b = a + d, b + d
+        elif srv.mode == "total":
+            total += 512
+        self.send(206, val + [("Content-Range", "bytes %d-%d/%d" % (a, b, total))], data[a:b + 1])
+
+
+class TestMisbehavingServer(unittest.TestCase):
+    """Range replies that are not the bytes lade's index points at: another range than asked, another total
+    size, a shard rewritten after it was indexed (HTTP 412 to If-Match, or a new ETag / Last-Modified where the
+    server ignores the precondition), a server that ignores Range. Each fails at once, not retried, naming the
+    shard's URL, the member and what differs; no sample delivered before the error is wrong."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="lade-http-lying-")
+        cls.www = os.path.join(cls.tmp, "www")
+        os.mkdir(cls.www)
+        cls.files = {}
+        for s in range(SHARDS):
+            name = "train-%06d.tar" % s
+            write_shard(os.path.join(cls.www, name), s)
+            with open(os.path.join(cls.www, name), "rb") as f:
+                cls.files[name] = f.read()
+        r = subprocess.run(loader_args(cls.www, False, dict(batch_size=8)), stdout=subprocess.PIPE, text=True,
+                           timeout=120)
+        cls.want = set(samples(r.stdout.splitlines()))
+        assert r.returncode == 0 and len(cls.want) == SHARDS * PER_SHARD, r.stdout[-1000:]
+        cls.pattern = "/train-{000000..%06d}.tar" % (SHARDS - 1)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def run_against(self, mode, honour=True, **settings):
+        """The loader against a MisbehavingServer: its ERROR line, the server's Range requests."""
+        srv = MisbehavingServer(self.files, mode, honour)
+        try:
+            t0 = time.time()
+            r = subprocess.run(loader_args(srv.url + self.pattern, False, dict(batch_size=8, **settings)),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+            self.assertLess(time.time() - t0, 60)
+        finally:
+            srv.close()
+        lines = r.stdout.splitlines()
+        got = samples(lines)
+        wrong = [ln for ln in got if ln not in self.want]
+        self.assertEqual(wrong, [], "%d of %d samples delivered were wrong" % (len(wrong), len(got)))
+        self.assertNotIn("Sanitizer", r.stdout + r.stderr)
+        self.assertNotEqual(r.returncode, 0, "no error: " + (r.stdout + r.stderr)[-1000:])
+        # a reply that is not the bytes asked for is never asked again
+        asked = [(n, r) for n, r, _ in srv.ranges]
+        self.assertEqual(len(asked), len(set(asked)), "retried: %s" % asked[:5])
+        err = lines[-1]
+        self.assertRegex(err, r"^ERROR LADE_EREMOTE %s/train-\d{6}\.tar: member 'c\d/s\d_\d{3}\.bin': " %
+                         re.escape(srv.url))
+        return err, srv.ranges
+
+    def test_shifted_content_range(self):
+        err, ranges = self.run_against("shift", coalesce_gap_bytes=0)
+        m = re.search(r"Content-Range 'bytes (\d+)-(\d+)/(\d+)', the request was for bytes (\d+)-(\d+)", err)
+        self.assertIsNotNone(m, err)
+        a, b, total, ra, rb = (int(x) for x in m.groups())
+        self.assertEqual((abs(a - ra), abs(b - rb)), (512, 512), err)
+        self.assertIn("HTTP 206 for other bytes than asked", err)
+        self.assertIn("not retried", err)
+        self.assertIn("bytes=%d-%d" % (ra, rb), [r for _, r, _ in ranges])
+
+    def test_wrong_total_in_content_range(self):
+        err, _ = self.run_against("total")
+        m = re.search(r"train-(\d{6})\.tar: .*: now (\d+) bytes \(Content-Range 'bytes \d+-\d+/(\d+)' to a request for "
+                      r"bytes \d+-\d+\), (\d+) bytes when it was indexed: changed since it was indexed; reopen the "
+                      r"source to index it again$", err)
+        self.assertIsNotNone(m, err)
+        size = len(self.files["train-%s.tar" % m.group(1)])
+        self.assertEqual([int(m.group(k)) for k in (2, 3, 4)], [size + 512, size + 512, size])
+
+    def test_shard_grown_after_indexing_without_validators(self):
+        """No ETag, no Last-Modified: the shard's new size in Content-Range is all that shows the change."""
+        err, _ = self.run_against("grown")
+        self.assertRegex(err, r": now (\d+) bytes \(Content-Range .*\), \d+ bytes when it was indexed: changed since "
+                              r"it was indexed; reopen the source to index it again$")
+
+    def test_shard_rewritten_after_indexing_if_match(self):
+        """Same size, other bytes, a new ETag: the server refuses the Range request's If-Match (412)."""
+        err, ranges = self.run_against("changed")
+        self.assertRegex(err, r": changed since it was indexed \(HTTP 412 Precondition Failed to If-Match: "
+                              r"\"v1-\d\"\); reopen the source to index it again$")
+        self.assertTrue(ranges and all(st == 412 for _, _, st in ranges), ranges[:5])
+
+    def test_shard_rewritten_after_indexing_etag_compared(self):
+        """A server that ignores If-Match: the reply's new ETag is refused before its body is read."""
+        err, ranges = self.run_against("changed", honour=False)
+        self.assertRegex(err, r": changed since it was indexed \(etag \"v2-\d\" now, etag \"v1-\d\" then\); "
+                              r"reopen the source to index it again$")
+        self.assertTrue(ranges and all(st == 206 for _, _, st in ranges), ranges[:5])
+
+    def test_shard_rewritten_after_indexing_last_modified(self):
+        for honour in (True, False):
+            err, _ = self.run_against("changed_lm", honour=honour)
+            if honour:
+                self.assertIn("changed since it was indexed (HTTP 412 Precondition Failed to If-Unmodified-Since: "
+                              "Tue, 14 Nov 2023 22:13:20 GMT)", err)
+            else:
+                self.assertIn("changed since it was indexed (modified Wed, 15 Nov 2023 22:13:20 GMT now, modified "
+                              "Tue, 14 Nov 2023 22:13:20 GMT then)", err)
+
+    def test_range_ignored(self):
+        """A 200 with the whole shard to a Range request: refused (its Content-Length is past what was asked),
+        not read whole for each sample."""
+        err, _ = self.run_against("no_range")
+        self.assertRegex(err, r": HTTP 200 to a Range request \(bytes \d+-\d+\): the server does not serve byte "
+                              r"ranges$")
+
+
+class TestShardRewrittenInPlace(unittest.TestCase):
+    """nginx (a real server) serving a shard rewritten in place after lade indexed it: the same size, other bytes,
+    another mtime, so nginx's ETag changes and it answers If-Match with 412."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="lade-http-rewrite-")
+        os.chmod(self.tmp, 0o755)
+        self.www = os.path.join(self.tmp, "www")
+        os.mkdir(self.www)
+        for s in range(SHARDS):
+            write_shard(os.path.join(self.www, "train-%06d.tar" % s), s)
+        self.env = httpenv.NginxEnv(self.www).__enter__()
+
+    def tearDown(self):
+        self.env.__exit__(None, None, None)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def test_rewritten_after_open(self):
+        src = self.env.url + "/train-{000000..%06d}.tar" % (SHARDS - 1)
+        p = subprocess.Popen([S3_CHECK, "source", "source=" + src, "transform=raw", "http_retry_base_ms=5"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=dict(os.environ, S3_CHECK_PAUSE="1"))
+        try:
+            lines = []
+            while not lines or lines[-1] != "OPENED":  # indexed: every shard's offsets are known
+                ln = p.stdout.readline()
+                if not ln:
+                    self.fail("s3_check ended before OPENED: %s" % p.stderr.read()[-2000:])
+                lines.append(ln.rstrip("\n"))
+            path = os.path.join(self.www, "train-000001.tar")
+            size = os.path.getsize(path)
+            st = os.stat(path)
+            with open(path, "r+b") as f:  # in place: the same inode, the same size, other bytes
+                f.write(random.Random(5).randbytes(size))
+            os.utime(path, (st.st_atime + 100, st.st_mtime + 100))  # nginx's ETag is mtime-size
+            out, err = p.communicate("go\n", timeout=120)
+        finally:
+            if p.poll() is None:
+                p.kill()
+        lines += out.splitlines()
+        self.assertNotIn("Sanitizer", out + err)
+        got = [(int(ln.split()[1]), ln.split()[2:]) for ln in lines if ln.startswith("G ")]
+        errors = [ln for ln in lines if ln.startswith("ERROR ")]
+        wrong = []
+        for i, v in got:  # every sample delivered is the one indexed
+            data = member_bytes(i // PER_SHARD, i % PER_SHARD)
+            if v != [str(len(data)), "%08x" % zlib.crc32(data)]:
+                wrong.append(i)
+        self.assertEqual(wrong, [], "%d of %d samples delivered were wrong" % (len(wrong), len(got)))
+        self.assertNotEqual(p.returncode, 0, (out + err)[-2000:])
+        self.assertFalse(any(PER_SHARD <= i < 2 * PER_SHARD for i, _ in got), sorted(got))  # none of shard 1
+        self.assertEqual(len(got), (SHARDS - 1) * PER_SHARD + 1)  # every other shard's, sample 0 twice
+        self.assertEqual(len(errors), PER_SHARD)
+        for e in errors:
+            self.assertRegex(e, r"^ERROR LADE_EREMOTE %s/train-000001\.tar: member 'c\d/s1_\d{3}\.bin': "
+                                r"changed since it was indexed \(HTTP 412 Precondition Failed to If-Match: "
+                                r"\"[0-9a-f]+-[0-9a-f]+\"\); "
+                                r"reopen the source to index it again$" % re.escape(self.env.url))
+        statuses = [e[2] for e in self.env.access_log() if e[0] == "GET" and e[4] != "-" and "000001" in e[1]]
+        self.assertTrue(statuses and all(x == 412 for x in statuses), statuses)
 
 
 class TestHttpReadAhead(unittest.TestCase):

@@ -9,6 +9,8 @@
  *       submits ahead would), a read() without a want, and stats()
  *       O index label size s3://bucket/key
  *       G index size crc32
+ *       S3_CHECK_IDX=a,b,...: submit these instead; S3_CHECK_PAUSE=1: print
+ *       OPENED after open() and wait for a line on stdin
  *   both end with "OK" or "ERROR NAME message" (exit status 1).
  */
 #include <inttypes.h>
@@ -125,6 +127,18 @@ static int run_source(lade_config_t *cfg) {
   for (uint64_t i = 0; i < s.count; i++) {
     ops->describe(&s, i, name, sizeof name);
     printf("O %" PRIu64 " %d %" PRIu64 " %s\n", i, s.labels ? s.labels[i] : -1, s.sizes ? s.sizes[i] : 0, name);
+  }
+  /* S3_CHECK_PAUSE=1: "OPENED" once the source is open (indexed), then
+   * wait for a line on stdin before the first read (the test changes the
+   * data in between) */
+  if (getenv("S3_CHECK_PAUSE")) {
+    printf("OPENED\n");
+    fflush(stdout);
+    char line[16];
+    if (!fgets(line, sizeof line, stdin)) {
+      printf("ERROR LADE_EINTR no line on stdin after OPENED\n");
+      return 1;
+    }
   }
   /* an index with no want is ready (read() would start it on purpose) */
   int bad = !ops->ready(&s, 0);

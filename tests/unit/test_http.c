@@ -1,6 +1,8 @@
 /* test_http.c - the http module's rules without a server (src/source/
  * http_retry.c, http_table.c): which curl codes and HTTP statuses are tried
- * again, which fail at once and with what code, the full-jitter backoff's
+ * again, which fail at once and with what code, which replies are not the
+ * bytes asked (Content-Range, the pinned version) and the precondition a
+ * pinned request carries, the full-jitter backoff's
  * growth and bounds, the retry count of blocking requests, the tuning of
  * the limit on requests in flight; the result
  * table's put/take, repeated samples, parts of one reply, errors, and the
@@ -222,6 +224,147 @@ static void test_statuses(void) {
   CHECK_EQ_INT(v.kind, LADE__HTTP_FINAL);
   CHECK_EQ_INT(v.code, LADE_ENOENT);
   CHECK(strcmp(v.what, "HTTP 404 (HEAD)") == 0);
+  lade__http_destroy(h);
+}
+
+/* Feeds one header line to r as curl does; the callback's return. */
+static size_t header(lade__http_req_t *r, const char *line) {
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", line);
+  return lade__http_on_header(buf, 1, strlen(buf), r);
+}
+
+/* A reply's headers, status line to the blank line: 1 when all were taken,
+ * 0 when the blank line refused the reply (r->refused_what says why). */
+static int reply(lade__http_req_t *r, const char *status, const char *crange, const char *etag) {
+  char line[200];
+  header(r, status);
+  header(r, "Content-Length: 5\r\n");
+  if (crange) {
+    snprintf(line, sizeof line, "Content-Range: %s\r\n", crange);
+    header(r, line);
+  }
+  if (etag) {
+    snprintf(line, sizeof line, "ETag: %s\r\n", etag);
+    header(r, line);
+  }
+  return header(r, "\r\n") == 2;
+}
+
+/* A Range request's 206 must name exactly the bytes asked (Content-Range),
+ * with the total size its object was indexed at; a pinned object's reply
+ * must carry its ETag (weakly compared) or Last-Modified. A reply that
+ * differs is refused at its blank line, before any body byte, and judged
+ * final; a 412 to the pin's precondition and a 416 name the change. */
+static void test_reply_matches_request(void) {
+  lade__http_t *h = handle(3, 1, 0);
+  lade__http_req_t r;
+  req_init(&r, 5, NULL);
+  r.get.off = 100;
+  r.get.len = 5;
+  r.pin_size = UINT64_MAX;
+  CHECK(reply(&r, "HTTP/1.1 206 Partial Content\r\n", "bytes 100-104/1000", NULL));
+  CHECK(reply(&r, "HTTP/2 206 \r\n", "bytes 100-104/*", NULL));
+  CHECK(reply(&r, "HTTP/1.1 200 OK\r\n", NULL, NULL)); /* judged as a 200 to a Range request, below */
+  CHECK(reply(&r, "HTTP/1.1 503 Slow Down\r\n", NULL, NULL)); /* an error reply: its words are read */
+  /* another range than asked, said so: refused, final */
+  CHECK(!reply(&r, "HTTP/1.1 206 Partial Content\r\n", "bytes 612-616/1000", NULL));
+  CHECK(r.refused);
+  CHECK(strstr(r.refused_what, "Content-Range 'bytes 612-616/1000', the request was for bytes 100-104") != NULL);
+  lade__http_verdict_t v = judge(h, CURLE_WRITE_ERROR, 206, 5, &r);
+  CHECK_EQ_INT(v.kind, LADE__HTTP_FINAL);
+  CHECK_EQ_INT(v.code, LADE_EREMOTE);
+  CHECK(strcmp(v.what, r.refused_what) == 0);
+  const char *bad[] = {"bytes 100-103/1000", "bytes 101-105/1000", "bytes 100-104", "bytes 100-104/", "100-104/1000",
+                       "bytes 104-100/1000", "bytes -100-104/1000", "bytes 100-104/1000x",
+                       "bytes 100-99999999999999999999999/1000"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    CHECK(!reply(&r, "HTTP/1.1 206 Partial Content\r\n", bad[i], NULL));
+    CHECK(strstr(r.refused_what, "100-104") != NULL);
+  }
+  CHECK(!reply(&r, "HTTP/1.1 206 Partial Content\r\n", NULL, NULL));
+  CHECK(strstr(r.refused_what, "HTTP 206 without a Content-Range") != NULL);
+  /* a status line starts a reply afresh: a 1xx's headers are forgotten */
+  header(&r, "HTTP/1.1 100 Continue\r\n");
+  header(&r, "Content-Range: bytes 0-4/1000\r\n");
+  header(&r, "\r\n");
+  CHECK(reply(&r, "HTTP/1.1 206 Partial Content\r\n", "bytes 100-104/1000", NULL));
+
+  /* pinned at 1000 bytes, ETag "a" */
+  r.refused = 0;
+  r.pin = "etag \"a\"";
+  r.pin_size = 1000;
+  CHECK(reply(&r, "HTTP/1.1 206 Partial Content\r\n", "bytes 100-104/1000", "\"a\""));
+  CHECK(reply(&r, "HTTP/1.1 206 Partial Content\r\n", "bytes 100-104/1000", "W/\"a\""));
+  CHECK(reply(&r, "HTTP/1.1 206 Partial Content\r\n", "bytes 100-104/1000", NULL)); /* no ETag: If-Match's job */
+  CHECK(reply(&r, "HTTP/1.1 206 Partial Content\r\n", "bytes 100-104/*", "\"a\""));
+  CHECK(!reply(&r, "HTTP/1.1 206 Partial Content\r\n", "bytes 100-104/1512", "\"a\""));
+  CHECK(strstr(r.refused_what, "now 1512 bytes (Content-Range 'bytes 100-104/1512' to a request for bytes 100-104), "
+                               "1000 bytes when it was indexed: changed since it was indexed") != NULL);
+  CHECK(!reply(&r, "HTTP/1.1 206 Partial Content\r\n", "bytes 100-104/1000", "\"b\""));
+  CHECK(strcmp(r.refused_what, "changed since it was indexed (etag \"b\" now, etag \"a\" then); reopen the source "
+                               "to index it again") == 0);
+  /* a whole object (an index pass) is checked by its version alone */
+  r.get.off = r.get.len = 0;
+  CHECK(reply(&r, "HTTP/1.1 200 OK\r\n", NULL, "\"a\""));
+  CHECK(!reply(&r, "HTTP/1.1 200 OK\r\n", NULL, "\"b\""));
+  /* a Last-Modified pin: compared with a Last-Modified, not with an ETag */
+  r.pin = "modified Tue, 14 Nov 2023 22:13:20 GMT";
+  header(&r, "HTTP/1.1 200 OK\r\n");
+  header(&r, "Last-Modified: Wed, 15 Nov 2023 22:13:20 GMT\r\n");
+  CHECK_EQ_INT((int)header(&r, "\r\n"), 0);
+  CHECK(strstr(r.refused_what, "modified Wed, 15 Nov 2023 22:13:20 GMT now") != NULL);
+  CHECK(reply(&r, "HTTP/1.1 200 OK\r\n", NULL, "\"b\""));
+
+  /* 412 to the precondition, 416 past the indexed size: final, the change named */
+  r.refused = 0;
+  r.pin = "etag \"a\"";
+  r.get.off = 100;
+  r.get.len = 5;
+  v = judge(h, CURLE_OK, 412, 0, &r);
+  CHECK_EQ_INT(v.kind, LADE__HTTP_FINAL);
+  CHECK(strcmp(v.what, "changed since it was indexed (HTTP 412 Precondition Failed to If-Match: \"a\"); reopen the "
+                       "source to index it again") == 0);
+  r.pin = "modified Tue, 14 Nov 2023 22:13:20 GMT";
+  v = judge(h, CURLE_OK, 412, 0, &r);
+  CHECK(strstr(v.what, "to If-Unmodified-Since: Tue, 14 Nov 2023 22:13:20 GMT)") != NULL);
+  r.crange = 1;
+  snprintf(r.cr_text, sizeof r.cr_text, "bytes */50");
+  v = judge(h, CURLE_OK, 416, 0, &r);
+  CHECK_EQ_INT(v.kind, LADE__HTTP_FINAL);
+  CHECK(strstr(v.what, "HTTP 416 to a request for bytes 100-104 (Content-Range 'bytes */50'), 1000 bytes when it was "
+                       "indexed: changed since it was indexed") != NULL);
+  lade__http_destroy(h);
+}
+
+/* The precondition a pin asks for, after the handle's own headers. */
+static void test_pin_headers(void) {
+  lade__http_t *h = handle(3, 1, 0);
+  struct curl_slist *common = curl_slist_append(NULL, "X-Common: 1");
+  h->o.headers = common;
+  CURL *e = curl_easy_init();
+  lade__http_req_t r;
+  const char *pins[] = {"etag \"a\"", "etag W/\"a\"", "modified Tue, 14 Nov 2023 22:13:20 GMT", "", NULL};
+  const char *want[] = {"If-Match: \"a\"", NULL, "If-Unmodified-Since: Tue, 14 Nov 2023 22:13:20 GMT", NULL, NULL};
+  for (size_t i = 0; i < 5; i++) {
+    req_init(&r, 5, NULL);
+    r.get.off = 100;
+    r.get.len = 5;
+    r.pin = pins[i];
+    CHECK_OK(lade__http_setup_easy(h, e, "http://127.0.0.1:9/x", &r));
+    if (!want[i]) {
+      CHECK(r.hdrs == NULL); /* a weak ETag never matches If-Match (RFC 9110): its reply's ETag is compared */
+      continue;
+    }
+    CHECK(r.hdrs && !strcmp(r.hdrs->data, "X-Common: 1") && r.hdrs->next && !strcmp(r.hdrs->next->data, want[i]) &&
+          !r.hdrs->next->next);
+    CHECK_OK(lade__http_setup_easy(h, e, "http://127.0.0.1:9/x", &r)); /* a retry: the old list freed */
+    lade__http_req_headers_free(&r);
+    CHECK(r.hdrs == NULL);
+  }
+  curl_easy_cleanup(e);
+  h->o.headers = NULL;
+  curl_slist_free_all(common);
   lade__http_destroy(h);
 }
 
@@ -614,6 +757,8 @@ int main(int argc, char **argv) {
   lade_test_args(argc, argv);
   RUN(test_curl_codes);
   RUN(test_statuses);
+  RUN(test_reply_matches_request);
+  RUN(test_pin_headers);
   RUN(test_backoff);
   RUN(test_blocking_retries);
   RUN(test_tuning);
