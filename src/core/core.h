@@ -49,6 +49,15 @@ void lade__struct_out(void *theirs, size_t size, const void *ours, size_t have);
 void *lade__aligned_alloc(size_t size, size_t align);
 void lade__aligned_free(void *p);
 char *lade__strdup(const char *s);
+/* Resizes the array *p to n entries (realloc); on failure *p is unchanged
+ * and LADE_ENOMEM names `what`. For arrays grown side by side: a failure
+ * leaves the ones resized before it larger, harmless while the count is
+ * kept apart. */
+int lade__resize_u64(uint64_t **p, size_t n, const char *what);
+/* Room for `need` bytes in the byte array *a of *cap bytes: its capacity
+ * doubled (from `first` when empty) until it holds them. LADE_ENOMEM names
+ * `what`; *a and *cap are then unchanged. */
+int lade__reserve_bytes(char **a, size_t *cap, size_t need, size_t first, const char *what);
 
 /* ---- files: mkdir -p creating folders with mode 0700; the last component
  * must end up a directory of mode 0700 (chmod'ed when wider). LADE_EIO

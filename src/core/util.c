@@ -65,6 +65,24 @@ void *lade__aligned_alloc(size_t size, size_t align) {
 
 void lade__aligned_free(void *p) { free(p); }
 
+int lade__resize_u64(uint64_t **p, size_t n, const char *what) {
+  uint64_t *q = n && n <= SIZE_MAX / sizeof *q ? realloc(*p, n * sizeof *q) : NULL;
+  if (!q) return lade__fail(LADE_ENOMEM, "%s: out of memory for %zu entries", what, n);
+  *p = q;
+  return 0;
+}
+
+int lade__reserve_bytes(char **a, size_t *cap, size_t need, size_t first, const char *what) {
+  if (need <= *cap) return 0;
+  size_t c = *cap ? *cap : first;
+  while (c < need && c <= SIZE_MAX / 2) c *= 2;
+  char *q = c >= need ? realloc(*a, c) : NULL;
+  if (!q) return lade__fail(LADE_ENOMEM, "%s: out of memory for %zu bytes", what, need);
+  *a = q;
+  *cap = c;
+  return 0;
+}
+
 char *lade__strdup(const char *s) {
   if (!s) return NULL;
   size_t n = strlen(s) + 1;

@@ -134,12 +134,9 @@ static void sift_down(lade__kheap_t *h, uint64_t i) {
 int lade__kheap_push(lade__kheap_t *h, uint64_t key, uint64_t val) {
   if (h->n == h->cap) {
     uint64_t nc = h->cap ? h->cap * 2 : 16;
-    uint64_t *nk = realloc(h->key, nc * sizeof *nk);
-    if (!nk) return lade__fail(LADE_ENOMEM, "plan: out of memory for an eviction heap");
-    h->key = nk;
-    uint64_t *nv = realloc(h->val, nc * sizeof *nv);
-    if (!nv) return lade__fail(LADE_ENOMEM, "plan: out of memory for an eviction heap");
-    h->val = nv;
+    int rc = lade__resize_u64(&h->key, nc, "plan: an eviction heap");
+    if (!rc) rc = lade__resize_u64(&h->val, nc, "plan: an eviction heap");
+    if (rc) return rc;
     h->cap = nc;
   }
   h->key[h->n] = key;

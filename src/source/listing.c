@@ -24,14 +24,8 @@
 static int arena_add(lade__listing_t *l, const char *prefix, const char *name, uint64_t *off) {
   size_t plen = prefix ? strlen(prefix) : 0, nlen = strlen(name);
   size_t need = l->arena_len + plen + 1 + nlen + 1;
-  if (need > l->arena_cap) {
-    size_t cap = l->arena_cap ? l->arena_cap : 65536;
-    while (cap < need) cap *= 2;
-    char *a = realloc(l->arena, cap);
-    if (!a) return lade__fail(LADE_ENOMEM, "listing: out of memory");
-    l->arena = a;
-    l->arena_cap = cap;
-  }
+  int rc = lade__reserve_bytes(&l->arena, &l->arena_cap, need, 65536, "listing");
+  if (rc) return rc;
   *off = l->arena_len;
   char *p = l->arena + l->arena_len;
   if (plen) {
@@ -47,9 +41,8 @@ static int arena_add(lade__listing_t *l, const char *prefix, const char *name, u
 static int push_file(lade__listing_t *l, uint64_t off) {
   if (l->count == l->cap) {
     uint64_t cap = l->cap ? l->cap * 2 : 1024;
-    uint64_t *o = realloc(l->offset, cap * sizeof *o);
-    if (!o) return lade__fail(LADE_ENOMEM, "listing: out of memory");
-    l->offset = o;
+    int rc = lade__resize_u64(&l->offset, cap, "listing");
+    if (rc) return rc;
     l->cap = cap;
   }
   l->offset[l->count++] = off;
@@ -148,12 +141,8 @@ static int list_dir(lade__listing_t *l, int rootfd, const char *rel, const char 
     names_t *v = is_dir ? dirs : files;
     if (v->n == v->cap) {
       size_t cap = v->cap ? v->cap * 2 : 256;
-      uint64_t *o = realloc(v->off, cap * sizeof *o);
-      if (!o) {
-        rc = lade__fail(LADE_ENOMEM, "listing: out of memory");
-        break;
-      }
-      v->off = o;
+      rc = lade__resize_u64(&v->off, cap, "listing");
+      if (rc) break;
       v->cap = cap;
     }
     rc = arena_add(l, rel, e->d_name, &v->off[v->n]);

@@ -65,22 +65,13 @@ static const char *key_of(const s3_impl_t *d, uint64_t i) { return d->arena + d-
 static int list_push(s3_impl_t *d, const char *key, size_t klen, uint64_t size) {
   if (d->count == d->cap) {
     uint64_t cap = d->cap ? d->cap * 2 : 1024;
-    uint64_t *o = realloc(d->off, cap * sizeof *o);
-    if (!o) return lade__fail(LADE_ENOMEM, "s3 listing: out of memory");
-    d->off = o;
-    uint64_t *s = realloc(d->size, cap * sizeof *s);
-    if (!s) return lade__fail(LADE_ENOMEM, "s3 listing: out of memory");
-    d->size = s;
+    int rc = lade__resize_u64(&d->off, cap, "s3 listing");
+    if (!rc) rc = lade__resize_u64(&d->size, cap, "s3 listing");
+    if (rc) return rc;
     d->cap = cap;
   }
-  if (d->arena_len + klen + 1 > d->arena_cap) {
-    size_t cap = d->arena_cap ? d->arena_cap : 65536;
-    while (cap < d->arena_len + klen + 1) cap *= 2;
-    char *a = realloc(d->arena, cap);
-    if (!a) return lade__fail(LADE_ENOMEM, "s3 listing: out of memory");
-    d->arena = a;
-    d->arena_cap = cap;
-  }
+  int rc = lade__reserve_bytes(&d->arena, &d->arena_cap, d->arena_len + klen + 1, 65536, "s3 listing");
+  if (rc) return rc;
   memcpy(d->arena + d->arena_len, key, klen);
   d->arena[d->arena_len + klen] = '\0';
   d->off[d->count] = d->arena_len;

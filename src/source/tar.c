@@ -40,21 +40,13 @@
 #define CLS_MAX 64u /* bytes of a .cls member */
 
 int lade__tar_strs_push(lade__tar_strs_t *s, const char *p, size_t n) {
-  if (s->len + n + 1 > s->cap) {
-    size_t cap = s->cap ? s->cap : 4096;
-    while (cap < s->len + n + 1) cap *= 2;
-    char *a = realloc(s->a, cap);
-    if (!a) return lade__fail(LADE_ENOMEM, "tar source: out of memory");
-    s->a = a;
-    s->cap = cap;
-  }
-  if (s->n == s->ncap) {
+  int rc = lade__reserve_bytes(&s->a, &s->cap, s->len + n + 1, 4096, "tar source");
+  if (!rc && s->n == s->ncap) {
     size_t cap = s->ncap ? s->ncap * 2 : 64;
-    uint64_t *o = realloc(s->off, cap * sizeof *o);
-    if (!o) return lade__fail(LADE_ENOMEM, "tar source: out of memory");
-    s->off = o;
-    s->ncap = cap;
+    rc = lade__resize_u64(&s->off, cap, "tar source");
+    if (!rc) s->ncap = cap;
   }
+  if (rc) return rc;
   s->off[s->n++] = s->len;
   memcpy(s->a + s->len, p, n);
   s->a[s->len + n] = '\0';
