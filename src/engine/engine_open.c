@@ -278,7 +278,7 @@ static int open_pipeline(lade_loader_t *L, lade__buf_t *buf) {
       first = buf->data;
       first_len = buf->len;
     }
-    rc = L->xf->init(&L->xf_state, &L->cfg, first, first_len, &L->shape);
+    rc = L->xf->init(&L->xf_state, &L->res.xform, first, first_len, &L->shape);
     if (rc) return rc;
   }
   if (L->shape.ndim + 1 > LADE_MAX_DIMS)

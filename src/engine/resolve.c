@@ -184,6 +184,20 @@ static int resolve_transform(const struct lade_config *cfg, const lade__source_k
   }
 }
 
+void lade__resolve_xform(const struct lade_config *cfg, lade__xform_conf_t *o) {
+  *o = (lade__xform_conf_t){.raw_size = cfg->raw_size,
+                            .npy_dtype = cfg->npy_dtype,
+                            .crop_size = cfg->crop_size,
+                            .resize_size = cfg->resize_size,
+                            .image_dtype = cfg->image_dtype,
+                            .decode_scale = cfg->decode_scale == LADE__DECODE_SCALE_AUTO,
+                            .scale_min = cfg->scale_min,
+                            .scale_max = cfg->scale_max,
+                            .ratio_min = cfg->ratio_min,
+                            .ratio_max = cfg->ratio_max,
+                            .hflip = cfg->hflip};
+}
+
 int lade__resolve(const struct lade_config *cfg, const lade__source_facts_t *fa, lade__resolved_t *r) {
   memset(r, 0, sizeof *r);
   uint64_t plan_cache = 0;
@@ -191,6 +205,7 @@ int lade__resolve(const struct lade_config *cfg, const lade__source_facts_t *fa,
   if (!rc) rc = resolve_transport(cfg, fa, r);
   if (rc) return rc;
   r->transform = resolve_transform(cfg, &fa->kind);
+  lade__resolve_xform(cfg, &r->xform);
   r->threads = cfg->threads ? cfg->threads : LADE__MAX(fa->online_cores, 1);
   lade__cursor_params_t *cp = &r->cursor;
   *cp = (lade__cursor_params_t){.rank = r->rank,

@@ -23,6 +23,7 @@
 
 #include "core/config.h"
 #include "engine/fetch.h"
+#include "transform/transform.h"
 #include "plan/cursor.h"
 
 /* The transform the engine runs (the `transform` setting, auto resolved). */
@@ -53,6 +54,7 @@ typedef struct lade__resolved {
   lade__cursor_params_t cursor; /* the order (the plan's cache resolved to samples) */
   lade__fetch_conf_t fetch;
   int transform;                /* LADE__RXF_* */
+  lade__xform_conf_t xform;     /* its settings */
   int transport;                /* LADE__TRANSPORT_LOCAL or LADE__TRANSPORT_MPI */
   bool note_no_mpi;             /* under an MPI launcher, a routed plan, no MPI in this build: say so */
   uint32_t rank, world;         /* before an MPI transport reports its own */
@@ -79,5 +81,9 @@ bool lade__resolve_wants_disk_free(const struct lade_config *cfg);
  * the settings that do not go together, named with the setting to change.
  * Pure: out is filled from cfg and facts alone. */
 int lade__resolve(const struct lade_config *cfg, const lade__source_facts_t *facts, lade__resolved_t *out);
+
+/* The transform's part of the settings alone (lade__resolve fills
+ * out->xform with it; tools that run a transform without a loader call it). */
+void lade__resolve_xform(const struct lade_config *cfg, lade__xform_conf_t *out);
 
 #endif

@@ -11,7 +11,7 @@ typedef struct raw_state {
   size_t slot;
 } raw_state_t;
 
-static int raw_init(void **state, const struct lade_config *cfg, const uint8_t *first, size_t first_len,
+static int raw_init(void **state, const lade__xform_conf_t *cfg, const uint8_t *first, size_t first_len,
                     lade__sample_shape_t *shape) {
   raw_state_t *st = calloc(1, sizeof *st);
   if (!st) return lade__fail(LADE_ENOMEM, "raw transform: out of memory");
@@ -60,7 +60,7 @@ typedef struct npy_state {
   lade__npy_header_t hdr;
 } npy_state_t;
 
-static int npy_init(void **state, const struct lade_config *cfg, const uint8_t *first, size_t first_len,
+static int npy_init(void **state, const lade__xform_conf_t *cfg, const uint8_t *first, size_t first_len,
                     lade__sample_shape_t *shape) {
   npy_state_t *st = calloc(1, sizeof *st);
   if (!st) return lade__fail(LADE_ENOMEM, "npy transform: out of memory");
@@ -74,7 +74,7 @@ static int npy_init(void **state, const struct lade_config *cfg, const uint8_t *
     free(st);
     return rc;
   }
-  if (cfg->npy_dtype[0] && strcmp(cfg->npy_dtype, lade_dtype_name(st->hdr.dtype)) != 0) {
+  if (cfg->npy_dtype && cfg->npy_dtype[0] && strcmp(cfg->npy_dtype, lade_dtype_name(st->hdr.dtype)) != 0) {
     int dt = st->hdr.dtype;
     free(st);
     return lade__fail(LADE_ESHAPE, "npy transform, sample 0: dtype %s, expected %s", lade_dtype_name(dt),

@@ -17,8 +17,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/config.h"
 #include "core/core.h"
+
+/* The settings a transform acts on (engine/resolve.c fills them). */
+typedef struct lade__xform_conf {
+  uint64_t raw_size;        /* raw: slot bytes (0: sample 0's size) */
+  const char *npy_dtype;    /* npy: "" or the dtype every sample must have (borrowed) */
+  uint32_t crop_size, resize_size;
+  int image_dtype;          /* LADE_DTYPE_FLOAT32 (CHW, normalised) or LADE_DTYPE_UINT8 (HWC) */
+  bool decode_scale;        /* libjpeg's scaled decode for large images (decode_scale=auto) */
+  double scale_min, scale_max, ratio_min, ratio_max, hflip;
+} lade__xform_conf_t;
 
 /* The shape of one output sample (without the batch dimension). */
 typedef struct lade__sample_shape {
@@ -39,7 +48,7 @@ typedef struct lade__transform_ops {
   /* Creates the shared state; fills *shape. `first` / `first_len` are the
    * bytes of sample 0 (some transforms take their shape from it, e.g. raw and
    * npy); may be NULL when the source can say the shape itself. */
-  int (*init)(void **state, const struct lade_config *cfg, const uint8_t *first, size_t first_len,
+  int (*init)(void **state, const lade__xform_conf_t *cfg, const uint8_t *first, size_t first_len,
               lade__sample_shape_t *shape);
   void (*destroy)(void *state);
   /* Per worker thread scratch state; may be NULL for stateless transforms. */

@@ -23,7 +23,7 @@ typedef struct xf_state {
   double scale_min, scale_max, ratio_min, ratio_max, hflip;
 } xf_state_t;
 
-static int xf_init(void **state, const struct lade_config *cfg, const uint8_t *first, size_t first_len,
+static int xf_init(void **state, const lade__xform_conf_t *cfg, const uint8_t *first, size_t first_len,
                    lade__sample_shape_t *shape) {
   LADE__UNUSED(first);
   LADE__UNUSED(first_len);
@@ -43,7 +43,7 @@ static int xf_init(void **state, const struct lade_config *cfg, const uint8_t *f
   s->crop = (int)cfg->crop_size;
   s->resize = (int)cfg->resize_size;
   s->dtype = cfg->image_dtype;
-  s->decode_scale = cfg->decode_scale == LADE__DECODE_SCALE_AUTO;
+  s->decode_scale = cfg->decode_scale;
   s->scale_min = cfg->scale_min;
   s->scale_max = cfg->scale_max;
   s->ratio_min = cfg->ratio_min;

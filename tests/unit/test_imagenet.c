@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/config.h"
+#include "engine/resolve.h"
 #include "harness.h"
 #include "transform/imagenet.h"
 #include "transform/transform.h"
@@ -373,7 +375,9 @@ static void test_vtables(void) {
     cfg.image_dtype = dt ? LADE_DTYPE_UINT8 : LADE_DTYPE_FLOAT32;
     void *st = NULL, *ws = NULL;
     lade__sample_shape_t shape;
-    CHECK_OK(lade__xform_imagenet_train.init(&st, &cfg, NULL, 0, &shape));
+    lade__xform_conf_t xc;
+    lade__resolve_xform(&cfg, &xc);
+    CHECK_OK(lade__xform_imagenet_train.init(&st, &xc, NULL, 0, &shape));
     CHECK_OK(lade__xform_imagenet_train.worker_init(st, &ws));
     CHECK_EQ_INT(shape.ndim, 3);
     CHECK_EQ_INT(shape.bytes, 64 * 64 * 3 * (dt ? 1 : 4));
@@ -404,7 +408,7 @@ static void test_vtables(void) {
     lade__xform_imagenet_train.worker_free(st, ws);
     lade__xform_imagenet_train.destroy(st);
 
-    CHECK_OK(lade__xform_imagenet_eval.init(&st, &cfg, NULL, 0, &shape));
+    CHECK_OK(lade__xform_imagenet_eval.init(&st, &xc, NULL, 0, &shape));
     CHECK_OK(lade__xform_imagenet_eval.worker_init(st, &ws));
     CHECK_OK(lade__xform_imagenet_eval.apply(st, ws, j, len, &c1, a, &payload));
     CHECK_OK(lade__xform_imagenet_eval.apply(st, ws, j, len, &c2, b, &payload));
