@@ -413,6 +413,11 @@ typedef struct lade_stats {
   uint64_t peer_served_from_storage; /* of those, read from storage: the cache did not hold them */
   uint64_t peer_bytes_held_peak; /* the most peer bytes held at once, arrived before their step was read
                                   * (bounded by backpressure: docs/transport.md) */
+  /* the ranks that share this learner's machine (docs/transport.md, Nodes; setting ranks_per_node) */
+  uint32_t node;                 /* this learner's node, 0 .. nodes - 1, nodes numbered by their lowest rank */
+  uint32_t nodes;
+  uint32_t local_rank;           /* its place among its node's ranks, in rank order */
+  uint32_t ranks_per_node;       /* ranks on its node */
 } lade_stats_t;
 
 /*

@@ -1002,7 +1002,7 @@ static PyObject *stats_dict(const lade_stats_t *s) {
       "threads", (unsigned int)s->threads);
   if (!d) return NULL;
   PyObject *more = Py_BuildValue(
-      "{sIsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsK}", "concurrency", (unsigned int)s->concurrency, "get_requests",
+      "{sIsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsIsIsIsI}", "concurrency", (unsigned int)s->concurrency, "get_requests",
       (unsigned long long)s->get_requests, "list_requests", (unsigned long long)s->list_requests, "retries",
       (unsigned long long)s->retries, "remote_bytes", (unsigned long long)s->remote_bytes, "cache_misses",
       (unsigned long long)s->cache_misses, "prefetched", (unsigned long long)s->prefetched, "cache_corrupt",
@@ -1012,7 +1012,8 @@ static PyObject *stats_dict(const lade_stats_t *s) {
       (unsigned long long)s->plan_peer_storage, "peer_messages_sent", (unsigned long long)s->peer_messages_sent,
       "peer_bytes_sent", (unsigned long long)s->peer_bytes_sent, "peer_served_from_storage",
       (unsigned long long)s->peer_served_from_storage, "peer_bytes_held_peak",
-      (unsigned long long)s->peer_bytes_held_peak);
+      (unsigned long long)s->peer_bytes_held_peak, "node", (unsigned int)s->node, "nodes", (unsigned int)s->nodes,
+      "local_rank", (unsigned int)s->local_rank, "ranks_per_node", (unsigned int)s->ranks_per_node);
   if (!more || PyDict_Update(d, more) != 0) {
     Py_XDECREF(more);
     Py_DECREF(d);

@@ -85,6 +85,7 @@ struct lade_config {
   uint32_t plan_imbalance;         /* plan=solar */
   uint64_t shuffle_buffer;         /* plan=shards */
   uint32_t model_parallel, devices_per_node;
+  uint32_t ranks_per_node; /* 0: detect (transport/topology.h) */
   int transport;                   /* LADE__TRANSPORT_* */
   uint32_t peer_timeout_ms;
   int plan_order;                  /* lade_plan_order_algo_t */

@@ -199,7 +199,9 @@ static int open_transport(lade_loader_t *L) {
   if (r->note_no_mpi)
     fprintf(stderr, "lade: note: started by an MPI launcher, but this build has no MPI (LADE_WITH_MPI): samples the "
                     "plan routes to peers are read from storage\n");
-  if (r->transport != LADE__TRANSPORT_MPI) return 0;
+  uint32_t env_rank = 0, env_size = 0;
+  bool env_ok = lade__topology_env(&env_rank, &env_size);
+  if (r->transport != LADE__TRANSPORT_MPI) return lade__resolve_topology(&L->cfg, NULL, env_ok, env_rank, env_size, r);
 #ifdef LADE_HAVE_MPI
   lade__cursor_params_t *cp = &r->cursor;
   uint64_t fp_names = 0, fp_sizes = 0, fp_probes = 0;
@@ -212,6 +214,7 @@ static int open_transport(lade_loader_t *L) {
       {"drop_last", cp->drop_last, false},                 {"shuffle", cp->shuffle, false},
       {"plan_balance", (uint64_t)cp->plan.balance_peer, false}, {"plan_reorder", (uint64_t)cp->plan.reorder, false},
       {"plan_order", (uint64_t)cp->plan.order_algo, false}, {"plan_imbalance", cp->plan.imbalance, false},
+      {"ranks_per_node", L->cfg.ranks_per_node, false},
       {"the dataset's sample names (a digest)", fp_names, true},
       {"the dataset's sample sizes as listed (a digest)", fp_sizes, true},
       {"the dataset's bytes (a digest of 16 probe samples)", fp_probes, true}};
@@ -223,8 +226,10 @@ static int open_transport(lade_loader_t *L) {
   if (rc) return rc;
   L->cfg.rank = r->rank = cp->rank = rank;
   L->cfg.world_size = r->world = cp->plan.learners = world;
-#endif
+  return lade__resolve_topology(&L->cfg, L->dist->ops->node_leads(L->dist), env_ok, env_rank, env_size, r);
+#else
   return 0;
+#endif
 }
 
 /* Lists the source, resolves the settings against it, opens the transport,

@@ -61,6 +61,10 @@ static int fill_stats(lade_loader_t *L, lade_stats_t *out) {
     out->peer_bytes_held_peak = fs.dist.held_peak_bytes;
   }
   out->plan = L->cfg.plan;
+  out->node = L->res.topo.node;
+  out->nodes = L->res.topo.nodes;
+  out->local_rank = L->res.topo.local_rank;
+  out->ranks_per_node = L->res.topo.ranks_per_node;
   if (n) {
     qsort(lat, n, sizeof *lat, cmp_double);
     out->batch_latency_p50 = lat[(n - 1) * 50 / 100];

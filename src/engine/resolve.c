@@ -174,6 +174,18 @@ static int resolve_transport(const struct lade_config *cfg, const lade__source_f
   return 0;
 }
 
+int lade__resolve_topology(const struct lade_config *cfg, const uint32_t *node_lead, bool env_ok, uint32_t env_rank,
+                           uint32_t env_size, lade__resolved_t *r) {
+  lade__topology_in_t in = {.rank = r->rank,
+                            .world = r->world,
+                            .ranks_per_node = cfg->ranks_per_node,
+                            .node_lead = node_lead,
+                            .have_env = env_ok,
+                            .env_local_rank = env_rank,
+                            .env_local_size = env_size};
+  return lade__topology(&in, &r->topo);
+}
+
 static int resolve_transform(const struct lade_config *cfg, const lade__source_kind_t *k) {
   switch (cfg->transform) {
     case LADE__XF_RAW: return LADE__RXF_RAW;

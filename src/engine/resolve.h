@@ -25,6 +25,7 @@
 #include "engine/fetch.h"
 #include "transform/transform.h"
 #include "plan/cursor.h"
+#include "transport/topology.h"
 
 /* The transform the engine runs (the `transform` setting, auto resolved). */
 enum { LADE__RXF_RAW = 1, LADE__RXF_NPY, LADE__RXF_IMAGENET_TRAIN, LADE__RXF_IMAGENET_EVAL };
@@ -58,6 +59,7 @@ typedef struct lade__resolved {
   int transport;                /* LADE__TRANSPORT_LOCAL or LADE__TRANSPORT_MPI */
   bool note_no_mpi;             /* under an MPI launcher, a routed plan, no MPI in this build: say so */
   uint32_t rank, world;         /* before an MPI transport reports its own */
+  lade__topology_t topo;        /* this rank's node (set once the transport is open: lade__resolve_topology) */
   uint32_t threads;             /* worker threads */
 } lade__resolved_t;
 
@@ -81,6 +83,14 @@ bool lade__resolve_wants_disk_free(const struct lade_config *cfg);
  * the settings that do not go together, named with the setting to change.
  * Pure: out is filled from cfg and facts alone. */
 int lade__resolve(const struct lade_config *cfg, const lade__source_facts_t *facts, lade__resolved_t *out);
+
+/* The nodes (transport/topology.h), once the transport is open and rank and
+ * world are final: from the setting ranks_per_node, else MPI's answer
+ * (node_lead, per rank the lowest rank on its node; NULL without MPI), else
+ * the launcher's local rank and size (env_ok, env_rank, env_size). Fills
+ * out->topo. Pure; LADE_EINVAL when ranks_per_node does not divide the world. */
+int lade__resolve_topology(const struct lade_config *cfg, const uint32_t *node_lead, bool env_ok, uint32_t env_rank,
+                           uint32_t env_size, lade__resolved_t *out);
 
 /* The transform's part of the settings alone (lade__resolve fills
  * out->xform with it; tools that run a transform without a loader call it). */

@@ -45,5 +45,11 @@ static void local_stats(lade__transport_t *d, lade__transport_stats_t *out) {
   *out = (lade__transport_stats_t){0};
 }
 
-const lade__transport_ops_t lade__transport_local = {"local", local_open, local_close, local_send,
-                                           local_wait_served, local_recv, local_forget_below, local_stats};
+static const uint32_t *local_node_leads(lade__transport_t *d) {
+  (void)d;
+  return NULL;
+}
+
+const lade__transport_ops_t lade__transport_local = {"local",          local_open,         local_close,
+                                                     local_send,       local_wait_served,  local_recv,
+                                                     local_forget_below, local_stats,      local_node_leads};

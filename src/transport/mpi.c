@@ -115,6 +115,7 @@ typedef struct chan {
   inflight_t *fl;
   size_t nfl, flcap;
   uint8_t *done_from; /* close: DONE seen per rank */
+  uint32_t *node_lead; /* per rank, the lowest rank on its node (node_leads); set at open */
   lade__buf_t sbuf;
   bool granted;        /* a grant was sent, at consumer step grant_at */
   uint64_t grant_at;
@@ -187,14 +188,15 @@ static int wait_request(int rc, MPI_Request *req, double t0, double limit, int *
 }
 
 /* Fails the open naming check i: this rank's value and every rank whose value
- * differs from it (all: w rows of n + 1 values, the count first). */
+ * differs from it (all: w rows of n + 2 values, the count first, the node's
+ * lowest rank last). */
 static void checks_differ_locked(chan_t *c, const uint64_t *all, int w, uint32_t i, uint64_t mine) {
   const lade__transport_check_t *k = &c->p.checks[i];
   uint32_t n = c->p.nchecks;
   char who[768] = "";
   size_t len = 0;
   for (int r = 0; r < w && len < sizeof who - 64; r++) {
-    const uint64_t *row = &all[(size_t)r * (n + 1)];
+    const uint64_t *row = &all[(size_t)r * (n + 2)];
     if (row[0] == n && row[i + 1] == mine) continue;
     len += (size_t)snprintf(who + len, sizeof who - len, k->hash ? "%srank %d has %016llx" : "%srank %d has %llu",
                             len ? ", " : "", r, row[0] == n ? (unsigned long long)row[i + 1] : 0ull);
@@ -206,7 +208,33 @@ static void checks_differ_locked(chan_t *c, const uint64_t *all, int w, uint32_t
                    k->name, c->rank, (unsigned long long)mine, who);
 }
 
-/* Opening: communicator and the settings check, non-blocking so it is bounded. */
+/* The lowest rank (of comm) on this process's node: MPI's shared-memory
+ * split, ranked by comm's rank so that its rank 0 is that lowest one. The
+ * split blocks (MPI has no non-blocking form); it runs right after the idup
+ * completed, which needs every rank to have joined it, so all of them reach
+ * the split too. ~0u when MPI cannot tell. */
+static uint32_t node_lead_of(MPI_Comm comm, int rank) {
+  MPI_Comm shm = MPI_COMM_NULL;
+  uint32_t lead = ~0u;
+  if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &shm) != MPI_SUCCESS) return lead;
+  MPI_Group gs, gc;
+  int first = 0, in_comm = MPI_UNDEFINED;
+  if (MPI_Comm_group(shm, &gs) == MPI_SUCCESS) {
+    if (MPI_Comm_group(comm, &gc) == MPI_SUCCESS) {
+      if (MPI_Group_translate_ranks(gs, 1, &first, gc, &in_comm) == MPI_SUCCESS && in_comm != MPI_UNDEFINED &&
+          in_comm >= 0)
+        lead = (uint32_t)in_comm;
+      MPI_Group_free(&gc);
+    }
+    MPI_Group_free(&gs);
+  }
+  MPI_Comm_free(&shm);
+  return lead;
+}
+
+/* Opening: communicator and the settings check, non-blocking so it is bounded
+ * (but for the node split, node_lead_of). The same allgather carries each
+ * rank's node (topology.h). */
 static void chan_open_step(chan_t *c) {
   char eb[MPI_MAX_ERROR_STRING];
   MPI_Request req;
@@ -230,10 +258,11 @@ static void chan_open_step(chan_t *c) {
   MPI_Comm_size(c->comm, &w);
   c->rank = (uint32_t)r;
   c->world = (uint32_t)w;
+  uint32_t lead = node_lead_of(c->comm, r);
   /* every learner's settings, compared here: the first difference is named */
   uint32_t n = c->p.nchecks;
-  uint64_t *all = calloc((size_t)w * (n + 1), sizeof *all), mine[64] = {0};
-  if (!all || n > 63) {
+  uint64_t *all = calloc((size_t)w * (n + 2), sizeof *all), mine[64] = {0};
+  if (!all || n > 62) {
     MPI_Comm_free(&c->comm);
     pthread_mutex_lock(&c->mu);
     chan_fail_locked(c, "transport mpi: out of memory for the settings check");
@@ -244,7 +273,8 @@ static void chan_open_step(chan_t *c) {
   }
   mine[0] = n;
   for (uint32_t i = 0; i < n; i++) mine[i + 1] = c->p.checks[i].value;
-  rc = wait_request(MPI_Iallgather(mine, (int)(n + 1), MPI_UINT64_T, all, (int)(n + 1), MPI_UINT64_T, c->comm, &req),
+  mine[n + 1] = lead;
+  rc = wait_request(MPI_Iallgather(mine, (int)(n + 2), MPI_UINT64_T, all, (int)(n + 2), MPI_UINT64_T, c->comm, &req),
                     &req, t0, limit, &done);
   pthread_mutex_lock(&c->mu);
   if (rc != MPI_SUCCESS || !done) {
@@ -253,8 +283,8 @@ static void chan_open_step(chan_t *c) {
   } else {
     for (int k = 0; k < w && !c->fatal; k++)
       for (uint32_t i = 0; i < n && !c->fatal; i++) {
-        uint64_t v = all[(size_t)k * (n + 1) + i + 1];
-        if (all[(size_t)k * (n + 1)] != n || v != mine[i + 1])
+        uint64_t v = all[(size_t)k * (n + 2) + i + 1];
+        if (all[(size_t)k * (n + 2)] != n || v != mine[i + 1])
           checks_differ_locked(c, all, w, i, mine[i + 1]);
       }
   }
@@ -263,6 +293,12 @@ static void chan_open_step(chan_t *c) {
     c->grant = calloc(c->world, sizeof *c->grant);
     if (!c->done_from || !c->grant) chan_fail_locked(c, "transport mpi: out of memory");
   }
+  /* the node split: kept only when every rank got an answer (else the
+   * topology falls back to the environment) */
+  bool leads = !c->fatal;
+  for (int k = 0; k < w && leads; k++) leads = all[(size_t)k * (n + 2) + n + 1] < (uint64_t)w;
+  if (leads && (c->node_lead = malloc((size_t)w * sizeof *c->node_lead)))
+    for (int k = 0; k < w; k++) c->node_lead[k] = (uint32_t)all[(size_t)k * (n + 2) + n + 1];
   bool failed = c->fatal != 0;
   c->state = failed ? CLOSED : OPEN;
   pthread_cond_broadcast(&c->cv);
@@ -748,6 +784,7 @@ static void mpi_close(lade__transport_t *d) {
   free(c->fl);
   free(c->done_from);
   free(c->grant);
+  free(c->node_lead);
   lade__buf_free(&c->sbuf);
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv);
@@ -879,8 +916,10 @@ static void mpi_stats(lade__transport_t *d, lade__transport_stats_t *out) {
   pthread_mutex_unlock(&c->mu);
 }
 
-const lade__transport_ops_t lade__transport_mpi = {"mpi", mpi_open, mpi_close, mpi_send,
-                                         mpi_wait_served, mpi_recv, mpi_forget_below, mpi_stats};
+static const uint32_t *mpi_node_leads(lade__transport_t *d) { return ((chan_t *)d)->node_lead; }
+
+const lade__transport_ops_t lade__transport_mpi = {"mpi", mpi_open, mpi_close, mpi_send, mpi_wait_served,
+                                         mpi_recv, mpi_forget_below, mpi_stats, mpi_node_leads};
 #else
 /* built without MPI (LADE_WITH_MPI): the transport is local only */
 typedef int lade__transport_mpi_unused;

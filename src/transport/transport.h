@@ -84,6 +84,10 @@ typedef struct lade__transport_ops {
    * window (backpressure). */
   void (*forget_below)(lade__transport_t *d, uint64_t q);
   void (*stats)(lade__transport_t *d, lade__transport_stats_t *out);
+  /* Per rank (world entries), the lowest rank on the same node as MPI's
+   * shared-memory split sees it (topology.h), or NULL when the transport
+   * does not know. Owned by the transport, valid while it is open. */
+  const uint32_t *(*node_leads)(lade__transport_t *d);
 } lade__transport_ops_t;
 
 struct lade__transport {

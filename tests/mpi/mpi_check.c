@@ -11,7 +11,8 @@
  * and closes its loader; the others must fail within the bound, naming
  * rank 1. lag: rank 1 reads slowly with prefetch 1 while the others plan
  * 40 steps ahead; what rank 1 holds of their early messages must stay
- * within its own window (backpressure). Prints one line per check on rank
+ * within its own window (backpressure). topology: the node, local rank and
+ * ranks per node each rank's stats report (check_topology). Prints one line per check on rank
  * 0; exits non-zero on failure. */
 #include <mpi.h>
 #include <stdio.h>
@@ -33,6 +34,8 @@ static int g_rank, g_world, g_fail;
 static const char *g_seed = "7";
 static const char *g_prefetch = NULL; /* NULL: the default */
 static unsigned g_step_us;            /* sleep after each batch */
+static const char *g_rpn = NULL;      /* ranks_per_node; NULL: the default (detect) */
+static const char *g_transport = "mpi";
 static char g_dir[4096];
 
 static uint8_t byte_of(uint64_t i, int k) { return (uint8_t)(i * 31 + (uint64_t)k * 7 + 1); }
@@ -95,7 +98,8 @@ static lade_loader_t *open_loader(const char *kind, uint64_t cache_bytes, uint32
   lade_config_set(c, "epochs", v);
   lade_config_set(c, "plan", kind);
   if (g_prefetch) lade_config_set(c, "prefetch", g_prefetch);
-  lade_config_set(c, "transport", "mpi");
+  lade_config_set(c, "transport", g_transport);
+  if (g_rpn && lade_config_set(c, "ranks_per_node", g_rpn) != 0) abort();
   snprintf(v, sizeof v, "%u", timeout_ms);
   lade_config_set(c, "peer_timeout_ms", v);
   snprintf(v, sizeof v, "%llu", (unsigned long long)cache_bytes);
@@ -303,13 +307,75 @@ static void check_lag(void) {
   check(got > 0, "lag: rank 1 received samples from its peers");
 }
 
+/* Opens a loader of `kind` and checks the node its stats report against
+ * node = rank / rpn, local rank = rank % rpn; rank 0 prints every rank's. */
+static void check_node(const char *kind, uint32_t rpn, const char *what) {
+  lade_loader_t *L = open_loader(kind, (uint64_t)(N / 4) * CHARGE, 20000);
+  lade_stats_t st;
+  memset(&st, 0xff, sizeof st);
+  int ok = L && lade_loader_stats(L, &st, sizeof st) == 0;
+  if (L) lade_loader_destroy(L);
+  unsigned mine[4] = {st.node, st.nodes, st.local_rank, st.ranks_per_node}, all[4 * 64] = {0};
+  if (g_world <= 64) MPI_Gather(mine, 4, MPI_UNSIGNED, all, 4, MPI_UNSIGNED, 0, MPI_COMM_WORLD);
+  if (g_rank == 0) {
+    printf("     %s: (node, local rank) by rank:", what);
+    for (int r = 0; r < g_world && r < 64; r++) printf(" (%u, %u)", all[4 * r], all[4 * r + 2]);
+    printf("\n");
+  }
+  ok = ok && st.node == (uint32_t)g_rank / rpn && st.nodes == (uint32_t)g_world / rpn &&
+       st.local_rank == (uint32_t)g_rank % rpn && st.ranks_per_node == rpn;
+  if (!ok) fprintf(stderr, "rank %d: %s: node %u of %u, local rank %u of %u\n", g_rank, what, st.node, st.nodes,
+                   st.local_rank, st.ranks_per_node);
+  check(ok, what);
+}
+
+/* Nodes (docs/transport.md, Nodes): the setting makes blocks of consecutive
+ * ranks; detection finds this one machine (MPI's shared-memory split under
+ * the mpi transport, the launcher's local rank and size without one); a
+ * setting that does not divide the world, or that differs between ranks,
+ * fails the creation on every rank, naming it. */
+static void check_topology(void) {
+  char what[160];
+  g_rpn = "2";
+  snprintf(what, sizeof what, "ranks_per_node=2: %d ranks in nodes of 2 consecutive ranks", g_world);
+  check_node("locality", 2, what);
+  g_rpn = NULL;
+  /* without the launcher's local rank and size, only MPI's answer can tell */
+  char lr[32] = "", ls[32] = "";
+  const char *v = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  if (v) snprintf(lr, sizeof lr, "%s", v);
+  if ((v = getenv("OMPI_COMM_WORLD_LOCAL_SIZE"))) snprintf(ls, sizeof ls, "%s", v);
+  unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  unsetenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  snprintf(what, sizeof what, "detected under transport=mpi (MPI's shared split): one node of %d", g_world);
+  check_node("locality", (uint32_t)g_world, what);
+  if (lr[0]) setenv("OMPI_COMM_WORLD_LOCAL_RANK", lr, 1);
+  if (ls[0]) setenv("OMPI_COMM_WORLD_LOCAL_SIZE", ls, 1);
+  g_transport = "local";
+  snprintf(what, sizeof what, "detected under transport=local (the launcher's local rank and size): one node of %d",
+           g_world);
+  check_node("regular", (uint32_t)g_world, what);
+  g_transport = "mpi";
+  g_rpn = "3";
+  lade_loader_t *L = open_loader("locality", (uint64_t)(N / 4) * CHARGE, 20000);
+  int ok = L == NULL && strstr(lade_last_error(), "'ranks_per_node' (3) must divide the world size");
+  if (L) lade_loader_destroy(L);
+  check(ok, "ranks_per_node=3 with 4 ranks fails the loader's creation on every rank, naming the setting");
+  g_rpn = g_rank == 2 ? "1" : "2";
+  L = open_loader("locality", (uint64_t)(N / 4) * CHARGE, 20000);
+  ok = L == NULL && strstr(lade_last_error(), "setting 'ranks_per_node'") && strstr(lade_last_error(), "rank 2");
+  if (L) lade_loader_destroy(L);
+  check(ok, "a ranks_per_node that differs on rank 2 fails the loader's creation on every rank, naming it");
+  g_rpn = NULL;
+}
+
 int main(int argc, char **argv) {
   int prov = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &prov);
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &g_world);
   if (argc < 2) {
-    if (g_rank == 0) fprintf(stderr, "usage: mpirun -np P mpi_check DIR [all|fault-stop]\n");
+    if (g_rank == 0) fprintf(stderr, "usage: mpirun -np P mpi_check DIR [all|fault-stop|lag|mismatch|topology]\n");
     MPI_Finalize();
     return 2;
   }
@@ -325,6 +391,8 @@ int main(int argc, char **argv) {
     check_fault_stop();
   } else if (!strcmp(mode, "lag")) {
     check_lag();
+  } else if (!strcmp(mode, "topology")) {
+    check_topology();
   } else if (!strcmp(mode, "mismatch")) {
     if (g_rank == 2) g_seed = "8";
     lade_loader_t *L = open_loader("locality", (uint64_t)(N / 4) * CHARGE, 20000);

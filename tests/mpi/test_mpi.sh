@@ -2,7 +2,8 @@
 # The MPI tests (docs/transport.md): mpi_check under `mpirun -np 4` for every
 # plan, a rank that stops, a rank far behind (backpressure), a rank given
 # other bytes, a rank that is killed, a rank SIGSTOPped, and the Python
-# module with plan="locality" under `mpirun -np 2` beside mpi4py.
+# module with plan="locality" under `mpirun -np 2` beside mpi4py, and the
+# nodes ranks report (ranks_per_node, and detected).
 # usage: test_mpi.sh MPI_CHECK LADE_CLI TMPDIR
 set -uo pipefail
 check_bin=$1 lade=$2 tmp=$3
@@ -26,6 +27,9 @@ echo "== settings that differ between ranks are named at start"
 out=$(timeout 120 "${run[@]}" -np 4 "$check_bin" "$tmp/c" mismatch 2>&1); rc=$?
 echo "$out" | tail -3
 [ $rc -eq 0 ] || { echo "FAIL: mpi_check mismatch"; fail=1; }
+
+echo "== nodes: ranks_per_node=2 makes 2 nodes of 2 ranks; detection finds one node of 4"
+timeout 120 "${run[@]}" -np 4 "$check_bin" "$tmp/t" topology || { echo "FAIL: mpi_check topology"; fail=1; }
 
 echo "== a rank far behind: the early messages it holds stay within its window (backpressure)"
 timeout 120 "${run[@]}" -np 4 "$check_bin" "$tmp/l" lag || { echo "FAIL: mpi_check lag"; fail=1; }

@@ -377,6 +377,34 @@ def test_cache_stats_and_epoch_stats(npy_dir):
     assert e0["wait_seconds"] >= 0 and e1["get_requests"] == 0
 
 
+_LOCAL_VARS = ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
+               "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
+               "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE")
+
+
+def _topology(L):
+    st = L.stats()
+    return st["node"], st["nodes"], st["local_rank"], st["ranks_per_node"]
+
+
+def test_topology_in_stats(monkeypatch, npy_dir):
+    """stats() says this rank's node (docs/transport.md, Nodes)."""
+    for k in _LOCAL_VARS:
+        monkeypatch.delenv(k, raising=False)
+    with lade.Loader(npy_dir, batch_size=10, output="numpy") as L:
+        assert _topology(L) == (0, 1, 0, 1)  # one process: node 0 of 1, alone on it
+    # the setting: nodes of 2 consecutive ranks, so rank 3 of 4 is the second rank of node 1
+    with lade.Loader(npy_dir, batch_size=10, output="numpy", rank=3, world_size=4, ranks_per_node=2) as L:
+        assert _topology(L) == (1, 2, 1, 2)
+    # a launcher's local rank and size (torchrun's names)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    with lade.Loader(npy_dir, batch_size=10, output="numpy", rank=1, world_size=4) as L:
+        assert _topology(L) == (0, 2, 1, 2)
+    with pytest.raises(lade.Error, match=r"'ranks_per_node' \(3\) must divide the world size \(4\)"):
+        lade.Loader(npy_dir, batch_size=10, output="numpy", rank=1, world_size=4, ranks_per_node=3)
+
+
 def test_secrets_masked_in_settings_and_repr(npy_dir):
     """Loader.settings and repr never show S3 credentials."""
     with lade.Loader(npy_dir, batch_size=8, output="numpy", s3_secret_access_key="TOPSECRET",
