@@ -220,6 +220,34 @@ static void test_transport_transform_threads(void) {
   CHECK_EQ_INT(r.threads, 8);
 }
 
+/* The node, once rank and world are final: the setting first, then MPI's
+ * answer, then the launcher's local rank and size (transport/topology.h). */
+static void test_topology(void) {
+  lade__resolved_t r;
+  const char *rpn2[] = {"ranks_per_node=2", NULL}, *rpn3[] = {"ranks_per_node=3", NULL};
+  static const uint32_t one_node[4] = {0, 0, 0, 0};
+  lade_config_t *c = settings(rpn2);
+  memset(&r, 0, sizeof r);
+  r.rank = 3, r.world = 4;
+  CHECK_OK(lade__resolve_topology(c, one_node, true, 3, 4, &r));
+  CHECK(r.topo.node == 1 && r.topo.nodes == 2 && r.topo.local_rank == 1 && r.topo.ranks_per_node == 2);
+  lade_config_destroy(c);
+  c = settings(NULL);
+  CHECK_OK(lade__resolve_topology(c, one_node, true, 1, 2, &r));
+  CHECK(r.topo.node == 0 && r.topo.nodes == 1 && r.topo.local_rank == 3 && r.topo.ranks_per_node == 4);
+  CHECK_OK(lade__resolve_topology(c, NULL, true, 1, 2, &r));
+  CHECK(r.topo.node == 1 && r.topo.nodes == 2 && r.topo.local_rank == 1 && r.topo.ranks_per_node == 2);
+  r.rank = 0, r.world = 1;
+  CHECK_OK(lade__resolve_topology(c, NULL, false, 0, 0, &r));
+  CHECK(r.topo.node == 0 && r.topo.nodes == 1 && r.topo.local_rank == 0 && r.topo.ranks_per_node == 1);
+  lade_config_destroy(c);
+  c = settings(rpn3);
+  r.rank = 0, r.world = 4;
+  CHECK_EQ_INT(lade__resolve_topology(c, NULL, false, 0, 0, &r), LADE_EINVAL);
+  CHECK(strstr(lade_last_error(), "ranks_per_node") != NULL);
+  lade_config_destroy(c);
+}
+
 int main(int argc, char **argv) {
   lade_test_args(argc, argv);
   RUN(test_cache_mem_bytes_walk);
@@ -227,5 +255,6 @@ int main(int argc, char **argv) {
   RUN(test_cross_setting_errors);
   RUN(test_prefetcher_window_and_readahead);
   RUN(test_transport_transform_threads);
+  RUN(test_topology);
   return lade_test_finish();
 }
