@@ -66,6 +66,7 @@ for kind in regular+lru regular+belady distcache locality solar; do
 import json, sys
 ranks = [json.load(open("%s/bench.%d" % (sys.argv[1], r))) for r in range(4)]
 ok = sorted(r["rank"] for r in ranks) == [0, 1, 2, 3]
+ok &= all((r["node"], r["nodes"], r["local_rank"], r["ranks_per_node"]) == (0, 1, r["rank"], 4) for r in ranks)
 for r in ranks:
     for e in r["epochs"]:
         ok &= (e["cache"], e["peer"], e["storage"], e["fallbacks"]) == \
