@@ -16,13 +16,6 @@
 #include "gen_jpeg.h"
 #include "transform/transform.h"
 
-/* The transform's settings of cfg (engine/resolve.c); valid until the next call. */
-static const lade__xform_conf_t *xform_conf(const struct lade_config *cfg) {
-  static lade__xform_conf_t xc;
-  lade__resolve_xform(cfg, &xc);
-  return &xc;
-}
-
 static double bare_decode(uint8_t **img, size_t *len, int n, int rounds, uint64_t *sink) {
   struct jpeg_decompress_struct ci;
   struct jpeg_error_mgr jerr;
@@ -56,7 +49,8 @@ static double run_xform(const lade__transform_ops_t *ops, int dtype, uint8_t **i
   cfg.image_dtype = dtype;
   void *st, *ws;
   lade__sample_shape_t shape;
-  if (ops->init(&st, xform_conf(&cfg), NULL, 0, &shape) || ops->worker_init(st, &ws)) {
+  lade__xform_conf_t xc = lade__resolve_xform(&cfg);
+  if (ops->init(&st, &xc, NULL, 0, &shape) || ops->worker_init(st, &ws)) {
     fprintf(stderr, "init: %s\n", lade_last_error());
     exit(1);
   }

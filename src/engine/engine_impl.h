@@ -105,6 +105,7 @@ typedef struct worker {
 struct lade_loader {
   struct lade_config cfg;
   lade__resolved_t res; /* the settings resolved against the source (engine/resolve.h) */
+  uint64_t names_digest; /* of the samples' names (engine_open.c), where the disk tier or MPI needs it */
   pthread_mutex_t mu;
   pthread_cond_t cv_work;  /* workers wait here for claimable work */
   pthread_cond_t cv_ready; /* the consumer waits here */

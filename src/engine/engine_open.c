@@ -156,9 +156,11 @@ static int serve_peer(void *ctx, uint64_t idx, uint64_t q, int nonblock, lade__b
  * batch. mtimes and inodes are left out: they differ between two nodes'
  * copies of the same bytes. A remote source's objects are the same objects
  * from every node: reading probes there would only cost requests. */
-#ifdef LADE_HAVE_MPI
-#define PROBES 16
-static int dataset_fingerprint(lade_loader_t *L, uint64_t *names, uint64_t *sizes, uint64_t *probes) {
+/* A digest of every sample's name relative to the source, in index order:
+ * the learners compare it, and the disk tier's dataset identity holds it
+ * (engine/fetch.c), so a listing that changed never reuses entries. One
+ * describe() per sample: made once per open, only where one of them needs it. */
+static uint64_t names_digest(lade_loader_t *L) {
   lade__source_t *s = &L->src;
   const char *root = L->cfg.source;
   size_t rlen = strlen(root);
@@ -170,7 +172,13 @@ static int dataset_fingerprint(lade_loader_t *L, uint64_t *names, uint64_t *size
     while (*rel == '/') rel++;
     h = lade__hash64(rel, strlen(rel) + 1, h);
   }
-  *names = h;
+  return h;
+}
+
+#ifdef LADE_HAVE_MPI
+#define PROBES 16
+static int dataset_fingerprint(lade_loader_t *L, uint64_t *sizes, uint64_t *probes) {
+  lade__source_t *s = &L->src;
   *sizes = s->sizes ? lade_checksum(s->sizes, s->count * sizeof *s->sizes, s->count) : 0;
   *probes = 0;
   if (L->src_ops->submit || !s->count) return 0;
@@ -204,8 +212,8 @@ static int open_transport(lade_loader_t *L) {
   if (r->transport != LADE__TRANSPORT_MPI) return lade__resolve_topology(&L->cfg, NULL, env_ok, env_rank, env_size, r);
 #ifdef LADE_HAVE_MPI
   lade__cursor_params_t *cp = &r->cursor;
-  uint64_t fp_names = 0, fp_sizes = 0, fp_probes = 0;
-  int rc = dataset_fingerprint(L, &fp_names, &fp_sizes, &fp_probes);
+  uint64_t fp_names = L->names_digest, fp_sizes = 0, fp_probes = 0;
+  int rc = dataset_fingerprint(L, &fp_sizes, &fp_probes);
   if (rc) return lade__fail_prefix(rc, "reading the dataset's probe samples for the learners' check: ");
   const lade__transport_check_t checks[] = {
       {"samples (dataset size)", cp->plan.samples, false}, {"batch_size", cp->plan.batch_size, false},
@@ -249,6 +257,7 @@ static int open_pipeline(lade_loader_t *L, lade__buf_t *buf) {
   if (lade__resolve_wants_mean(&L->cfg, fa.remote)) fa.mean_bytes = mean_sample_bytes(&L->src, L->src_ops);
   if (lade__resolve_wants_disk_free(&L->cfg)) rc = disk_free(L->cfg.cache_dir, &fa.disk_free_bytes);
   if (!rc) rc = lade__resolve(&L->cfg, &fa, &L->res);
+  if (!rc && (L->cfg.cache_dir[0] || L->res.transport == LADE__TRANSPORT_MPI)) L->names_digest = names_digest(L);
   if (!rc) rc = open_transport(L);
   if (rc) return rc;
   rc = lade__cursor_open(&L->cursor, &L->res.cursor);
@@ -257,7 +266,7 @@ static int open_pipeline(lade_loader_t *L, lade__buf_t *buf) {
   L->routed = lade__cursor_routed(L->cursor);
   L->total = L->steps * L->cfg.epochs;
   lade__fetch_params_t fp = {.conf = &L->res.fetch, .src = &L->src, .ops = L->src_ops, .steps = L->steps,
-                             .batch = L->cfg.batch_size, .cursor = L->cursor, .dist = L->dist};
+                             .batch = L->cfg.batch_size, .cursor = L->cursor, .names_digest = L->names_digest, .dist = L->dist};
   rc = lade__fetch_open(&L->fetch, &fp);
   if (rc) return rc;
   L->async = lade__fetch_async(L->fetch);

@@ -62,12 +62,7 @@
  * shifts indices) never reuses entries. Sizes are not in it: a sample
  * whose bytes changed is caught by its own version (lade__fetch_version). */
 static void dataset_ns(lade__fetch_t *f, char *ns, size_t size) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  char name[LADE__PATH_MAX + 64];
-  for (uint64_t i = 0; i < f->p.src->count; i++) {
-    f->p.ops->describe(f->p.src, i, name, sizeof name);
-    h = lade__hash64(name, strlen(name) + 1, h);
-  }
+  uint64_t h = f->p.names_digest;
   const char *where = f->conf.source;
   char abs[PATH_MAX];
   if (!strstr(where, "://") && realpath(where, abs)) where = abs;

@@ -49,6 +49,7 @@ typedef struct lade__fetch_params {
   uint32_t batch;      /* local batch size B: sample position = (epoch*steps+step)*B + i */
   lade__cursor_t *cursor; /* the order (borrowed): the prefetcher's walk and the next-use maps */
   lade__transport_t *dist; /* the transport between learners (borrowed; NULL: peer routes read storage) */
+  uint64_t names_digest;   /* of the samples' names relative to the source, in index order (with cache_dir) */
 } lade__fetch_params_t;
 
 /* The serving side of the transport (lade__transport_serve_fn; ctx is the fetch

@@ -196,8 +196,8 @@ static int resolve_transform(const struct lade_config *cfg, const lade__source_k
   }
 }
 
-void lade__resolve_xform(const struct lade_config *cfg, lade__xform_conf_t *o) {
-  *o = (lade__xform_conf_t){.raw_size = cfg->raw_size,
+lade__xform_conf_t lade__resolve_xform(const struct lade_config *cfg) {
+  return (lade__xform_conf_t){.raw_size = cfg->raw_size,
                             .npy_dtype = cfg->npy_dtype,
                             .crop_size = cfg->crop_size,
                             .resize_size = cfg->resize_size,
@@ -217,7 +217,7 @@ int lade__resolve(const struct lade_config *cfg, const lade__source_facts_t *fa,
   if (!rc) rc = resolve_transport(cfg, fa, r);
   if (rc) return rc;
   r->transform = resolve_transform(cfg, &fa->kind);
-  lade__resolve_xform(cfg, &r->xform);
+  r->xform = lade__resolve_xform(cfg);
   r->threads = cfg->threads ? cfg->threads : LADE__MAX(fa->online_cores, 1);
   lade__cursor_params_t *cp = &r->cursor;
   *cp = (lade__cursor_params_t){.rank = r->rank,

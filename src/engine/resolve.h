@@ -93,7 +93,8 @@ int lade__resolve_topology(const struct lade_config *cfg, const uint32_t *node_l
                            uint32_t env_size, lade__resolved_t *out);
 
 /* The transform's part of the settings alone (lade__resolve fills
- * out->xform with it; tools that run a transform without a loader call it). */
-void lade__resolve_xform(const struct lade_config *cfg, lade__xform_conf_t *out);
+ * out->xform with it; tools that run a transform without a loader call it).
+ * Borrows cfg->npy_dtype. */
+lade__xform_conf_t lade__resolve_xform(const struct lade_config *cfg);
 
 #endif

@@ -12,13 +12,6 @@
 #include "engine/resolve.h"
 #include "transform/transform.h"
 
-/* The transform's settings of cfg (engine/resolve.c); valid until the next call. */
-static const lade__xform_conf_t *xform_conf(const struct lade_config *cfg) {
-  static lade__xform_conf_t xc;
-  lade__resolve_xform(cfg, &xc);
-  return &xc;
-}
-
 static uint8_t *slurp(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
   if (!f) return NULL;
@@ -42,7 +35,8 @@ static double pass(const lade__transform_ops_t *ops, int scale, uint8_t **img, s
   cfg.decode_scale = scale;
   void *st = NULL, *ws = NULL;
   lade__sample_shape_t shape;
-  if (ops->init(&st, xform_conf(&cfg), NULL, 0, &shape) || ops->worker_init(st, &ws)) return -1;
+  lade__xform_conf_t xc = lade__resolve_xform(&cfg);
+  if (ops->init(&st, &xc, NULL, 0, &shape) || ops->worker_init(st, &ws)) return -1;
   void *out = malloc(shape.bytes);
   double t0 = lade__now();
   int bad = 0;

@@ -19,13 +19,6 @@
 #include "transform/imagenet.h"
 #include "transform/transform.h"
 
-/* The transform's settings of cfg (engine/resolve.c); valid until the next call. */
-static const lade__xform_conf_t *xform_conf(const struct lade_config *cfg) {
-  static lade__xform_conf_t xc;
-  lade__resolve_xform(cfg, &xc);
-  return &xc;
-}
-
 static uint8_t *slurp(const char *path, size_t *len) {
   FILE *f = fopen(path, "rb");
   if (!f) return NULL;
@@ -71,7 +64,8 @@ static int run_xform(const lade__transform_ops_t *ops, struct lade_config *cfg, 
                      uint64_t index, const char *out, int nseeds) {
   void *st = NULL, *ws = NULL;
   lade__sample_shape_t shape;
-  int rc = ops->init(&st, xform_conf(cfg), NULL, 0, &shape);
+  lade__xform_conf_t xc = lade__resolve_xform(cfg);
+  int rc = ops->init(&st, &xc, NULL, 0, &shape);
   if (rc) return fail(rc);
   if ((rc = ops->worker_init(st, &ws)) != 0) {
     ops->destroy(st);

@@ -375,8 +375,7 @@ static void test_vtables(void) {
     cfg.image_dtype = dt ? LADE_DTYPE_UINT8 : LADE_DTYPE_FLOAT32;
     void *st = NULL, *ws = NULL;
     lade__sample_shape_t shape;
-    lade__xform_conf_t xc;
-    lade__resolve_xform(&cfg, &xc);
+    lade__xform_conf_t xc = lade__resolve_xform(&cfg);
     CHECK_OK(lade__xform_imagenet_train.init(&st, &xc, NULL, 0, &shape));
     CHECK_OK(lade__xform_imagenet_train.worker_init(st, &ws));
     CHECK_EQ_INT(shape.ndim, 3);

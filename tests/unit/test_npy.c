@@ -181,18 +181,24 @@ typedef struct got {
   int ok;
 } got_t;
 
-static got_t load(const char *source, const char *extra) {
-  got_t g = {0};
-  g.ok = 1;
+/* A loader over source in batches of 4 on 2 threads, plus `extra` settings. */
+static int create(const char *source, const char *extra, lade_loader_t **L) {
   lade_config_t *c = NULL;
   lade_config_create(&c);
   lade_config_set(c, "source", source);
   lade_config_parse(c, "batch_size=4");
   lade_config_parse(c, "threads=2");
   if (extra && lade_config_parse(c, extra)) fprintf(stderr, "bad setting %s: %s\n", extra, lade_last_error());
-  lade_loader_t *L = NULL;
-  g.rc = lade_loader_create(&L, c);
+  int rc = lade_loader_create(L, c);
   lade_config_destroy(c);
+  return rc;
+}
+
+static got_t load(const char *source, const char *extra) {
+  got_t g = {0};
+  g.ok = 1;
+  lade_loader_t *L = NULL;
+  g.rc = create(source, extra, &L);
   while (!g.rc) {
     lade_batch_t *b = NULL;
     g.rc = lade_loader_next(L, &b);
@@ -375,15 +381,8 @@ typedef struct shaped {
  * the same sample shape with nbytes to match. */
 static shaped_t load_shaped(const char *source, const char *extra) {
   shaped_t g = {.ok = 1};
-  lade_config_t *c = NULL;
-  lade_config_create(&c);
-  lade_config_set(c, "source", source);
-  lade_config_parse(c, "batch_size=4");
-  lade_config_parse(c, "threads=2");
-  if (extra && lade_config_parse(c, extra)) fprintf(stderr, "bad setting %s: %s\n", extra, lade_last_error());
   lade_loader_t *L = NULL;
-  g.rc = lade_loader_create(&L, c);
-  lade_config_destroy(c);
+  g.rc = create(source, extra, &L);
   while (!g.rc) {
     lade_batch_t *b = NULL;
     g.rc = lade_loader_next(L, &b);
