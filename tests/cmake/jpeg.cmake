@@ -47,10 +47,19 @@ if(LADE_HAVE_JPEG)
   set_tests_properties(gen_jpeg PROPERTIES LABELS jpeg TIMEOUT 120)
 
   add_executable(bench_jpeg_transform ${PROJECT_SOURCE_DIR}/bench/jpeg_transform.c
-                 ${PROJECT_SOURCE_DIR}/tools/gen_jpeg.c)
+                 ${PROJECT_SOURCE_DIR}/tools/gen_jpeg.c ${PROJECT_SOURCE_DIR}/tools/ceiling.c)
   target_include_directories(bench_jpeg_transform PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tools)
   target_compile_definitions(bench_jpeg_transform PRIVATE _GNU_SOURCE)
   target_link_libraries(bench_jpeg_transform PRIVATE lade_static)
+  # TurboJPEG's whole-image decode as one of the ceilings (optional: Debian
+  # libturbojpeg0-dev; without it the scanline API's block reads stand alone)
+  find_path(LADE_TURBOJPEG_INCLUDE turbojpeg.h)
+  find_library(LADE_TURBOJPEG_LIB turbojpeg)
+  if(LADE_TURBOJPEG_INCLUDE AND LADE_TURBOJPEG_LIB)
+    target_compile_definitions(bench_jpeg_transform PRIVATE LADE_BENCH_TURBOJPEG)
+    target_include_directories(bench_jpeg_transform PRIVATE ${LADE_TURBOJPEG_INCLUDE})
+    target_link_libraries(bench_jpeg_transform PRIVATE ${LADE_TURBOJPEG_LIB})
+  endif()
 endif()
 
 # decode_scale=off vs auto throughput (docs/transform.md has the command).
