@@ -34,6 +34,15 @@ if(LADE_HAVE_JPEG)
                      ${PROJECT_SOURCE_DIR}/tests/python/jpeg_reference.py --helper $<TARGET_FILE:jpeg_crop>
                      --transcode $<TARGET_FILE:jpeg_transcode> --tmp ${CMAKE_CURRENT_BINARY_DIR}/tmp/jpeg_reference_nosimd)
     set_tests_properties(jpeg_reference_torchvision_nosimd PROPERTIES LABELS jpeg TIMEOUT 600 SKIP_RETURN_CODE 77)
+    # Each of the rows-per-call choices the decoder tunes between at run time
+    # (src/transform/imgjpeg.c), fixed: both must give torchvision's values.
+    foreach(rows 1 16)
+      add_test(NAME jpeg_reference_torchvision_rows${rows}
+               COMMAND ${CMAKE_COMMAND} -E env LADE_JPEG_ROWS=${rows} ${LADE_PYTHON3}
+                       ${PROJECT_SOURCE_DIR}/tests/python/jpeg_reference.py --helper $<TARGET_FILE:jpeg_crop>
+                       --transcode $<TARGET_FILE:jpeg_transcode> --tmp ${CMAKE_CURRENT_BINARY_DIR}/tmp/jpeg_reference_rows${rows})
+      set_tests_properties(jpeg_reference_torchvision_rows${rows} PROPERTIES LABELS jpeg TIMEOUT 600 SKIP_RETURN_CODE 77)
+    endforeach()
   endif()
 
   # The synthetic dataset generator (tools/gen_jpeg.c).
