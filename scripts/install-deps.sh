@@ -6,6 +6,7 @@ set -euo pipefail
 pkgs=(
   build-essential cmake pkg-config
   libjpeg62-turbo-dev            # JPEG decode (libjpeg-turbo)
+  libturbojpeg0-dev              # TurboJPEG's whole-image decode, one of bench_jpeg_transform's ceilings
   libspng-dev                    # PNG decode (libspng)
   libcurl4-openssl-dev           # the s3 source (curl multi + AWS SigV4)
   libhdf5-dev                    # the hdf5 source (Debian's serial libhdf5)

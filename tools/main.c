@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "ceiling.h"
 #include "gen_jpeg.h"
 #include "gen_npy.h"
 #include "lade/lade.h"
@@ -146,6 +147,10 @@ static int usage_bench(FILE *f) {
           "  --no-checksum     do not read the delivered bytes (pure loader rate)\n"
           "  --step-ms MS      sleep MS per batch after taking it (a stand-in for the training step,\n"
           "                    so the loader can work ahead; the consumer wait is what it could not hide)\n"
+          "  --no-ceiling      skip the ceiling: after the run, the machine's bare read rate of\n"
+          "                    (up to 256 of) the same files and, for the imagenet transforms, its bare\n"
+          "                    whole-image JPEG decode rate, with the same threads, and lade's fraction\n"
+          "                    of each (local folders only; about a second)\n"
           "  --json            one JSON object on stdout instead of text\n",
           lade_tool_plan_names("|"));
   return f == stderr ? 2 : 0;
@@ -216,9 +221,43 @@ static void cli_mpi_done(void) {}
 typedef struct bench_opts {
   const char *dir;
   uint64_t max_batches;
-  int json, checksum;
+  int json, checksum, ceiling;
   double step_ms;
 } bench_opts_t;
+
+enum { CEILING_FILES = 256 };
+
+/* The loader's world size (1 when it has no plan settings). */
+static uint32_t planned_world(lade_loader_t *L) {
+  lade_plan_settings_t ps;
+  uint32_t rank = 0;
+  return lade_loader_plan_settings(L, &ps, sizeof ps, &rank) == 0 && ps.learners ? ps.learners : 1;
+}
+
+/* The paths of up to CEILING_FILES samples spread evenly over the dataset,
+ * for the ceiling (NULL with *why set when the source has no local files). */
+static char **ceiling_paths(lade_loader_t *L, const char *dir, uint64_t nsamples, uint64_t *n, char *why, size_t wsize) {
+  *n = 0;
+  if (strstr(dir, "://")) {
+    snprintf(why, wsize, "a remote source");
+    return NULL;
+  }
+  uint64_t k = nsamples < CEILING_FILES ? nsamples : CEILING_FILES;
+  char **paths = calloc(k ? k : 1, sizeof *paths);
+  for (uint64_t i = 0; paths && i < k; i++) {
+    char path[2 * 4096];
+    struct stat st;
+    if (lade_loader_sample(L, i * nsamples / k, path, sizeof path, NULL) || stat(path, &st) || !S_ISREG(st.st_mode)) {
+      snprintf(why, wsize, "samples that are not files of their own (tar, HDF5, stacked .npy)");
+      for (uint64_t j = 0; j < i; j++) free(paths[j]);
+      free(paths);
+      return NULL;
+    }
+    paths[i] = strdup(path);
+  }
+  *n = k;
+  return paths;
+}
 
 static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
   lade_loader_t *L = NULL;
@@ -296,7 +335,26 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
   lade_plan_settings_t ps;
   uint32_t prank = 0;
   int planned = !lade_loader_plan_settings(L, &ps, sizeof ps, &prank) && ps.kind != LADE_PLAN_REGULAR && ps.kind < LADE_PLAN_KIND_COUNT;
+  char transform[64] = "";
+  lade_config_get(cfg, "transform", transform, sizeof transform);
+  lade_tool_ceiling_t cl = {.threads = (int)st.threads};
+  char cpu[256];
+  lade_tool_cpu_model(cpu, sizeof cpu);
+  uint64_t nceil = 0;
+  int ceiling = o->ceiling;
+  if (ceiling && planned_world(L) > 1) {
+    snprintf(cl.why, sizeof cl.why, "%u ranks share the machine", planned_world(L));
+    ceiling = 0;
+  }
+  char **cpaths = !rc && ceiling ? ceiling_paths(L, o->dir, nsamples, &nceil, cl.why, sizeof cl.why) : NULL;
   lade_loader_destroy(L);
+  if (cpaths) { /* after the loader is gone: nothing else runs beside it */
+    lade_tool_ceiling((const char *const *)cpaths, nceil, (int)st.threads, !strncmp(transform, "imagenet", 8), &cl);
+    for (uint64_t i = 0; i < nceil; i++) free(cpaths[i]);
+    free(cpaths);
+  }
+  for (char *c = cl.why; *c; c++) /* it goes into JSON as it is */
+    if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20) *c = '?';
   if (rc) return 1;
   static uint64_t pred[MAX_EPOCH_LINES][3];
   memset(pred, 0, sizeof pred);
@@ -339,8 +397,6 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
   double rate = elapsed > 0 ? (double)samples / elapsed : 0;
   double mbs_in = elapsed > 0 ? (double)st.bytes_read / elapsed / 1e6 : 0;
   double mbs_out = elapsed > 0 ? (double)out_bytes / elapsed / 1e6 : 0;
-  char transform[64] = "";
-  lade_config_get(cfg, "transform", transform, sizeof transform);
   char sumtxt[32] = "null";
   if (o->checksum) snprintf(sumtxt, sizeof sumtxt, "\"%016llx\"", (unsigned long long)sum);
   if (o->json) {
@@ -397,6 +453,14 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
                (unsigned long long)agg[e][2], (unsigned long long)agg[e][3], (unsigned long long)agg[e][4],
                (unsigned long long)agg[e][5], (unsigned long long)agg[e][6]);
       printf("]");
+    }
+    printf(",\"cpu\":\"%s\"", cpu);
+    if (o->ceiling) {
+      printf(",\"ceiling\":{\"files\":%llu,\"threads\":%d,\"read_per_s\":%.1f,\"decode_per_s\":%.1f,"
+             "\"fraction_of_read\":%.4f,\"fraction_of_decode\":%.4f,\"why\":\"%s\"}",
+             (unsigned long long)cl.files, cl.threads, cl.read_per_s, cl.decode_per_s,
+             cl.read_per_s > 0 ? rate / cl.read_per_s : 0.0, cl.decode_per_s > 0 ? rate / cl.decode_per_s : 0.0,
+             cl.why);
     }
     printf("}\n");
   } else {
@@ -467,6 +531,17 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
                (unsigned long long)agg[e][6], agg_t[e], agg_w[e]);
     }
     if (o->checksum) printf("checksum     %016llx\n", (unsigned long long)sum);
+    printf("cpu          %s\n", cpu);
+    if (o->ceiling && cl.read_per_s > 0) {
+      printf("ceiling      bare read %.0f files/s", cl.read_per_s);
+      if (cl.decode_per_s > 0) printf(", bare whole-image JPEG decode %.0f images/s", cl.decode_per_s);
+      printf(" (%llu files, %d threads); lade is at %.2fx of the read", (unsigned long long)cl.files,
+             cl.threads, rate / cl.read_per_s);
+      if (cl.decode_per_s > 0) printf(", %.2fx of the decode", rate / cl.decode_per_s);
+      printf("%s%s\n", cl.why[0] ? "; decode not measured: " : "", cl.why);
+    } else if (o->ceiling) {
+      printf("ceiling      not measured: %s\n", cl.why);
+    }
   }
   return 0;
 }
@@ -487,13 +562,14 @@ static int cmd_bench(int argc, char **argv) {
       {"set", required_argument, 0, 'S'},       {"json", no_argument, 0, 'J'},
       {"max-batches", required_argument, 0, 'm'}, {"no-checksum", no_argument, 0, 'C'},
       {"step-ms", required_argument, 0, 'T'},   {"plan", required_argument, 0, 'P'},
+      {"no-ceiling", no_argument, 0, 'N'},
       {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
   lade_config_t *cfg = NULL;
   lade_config_create(&cfg);
-  bench_opts_t o = {.checksum = 1};
+  bench_opts_t o = {.checksum = 1, .ceiling = 1};
   int c, bad = 0;
   optind = 1;
-  while (!bad && (c = getopt_long(argc, argv, "t:b:e:j:p:s:S:Jm:CT:P:h", opts, NULL)) != -1) {
+  while (!bad && (c = getopt_long(argc, argv, "t:b:e:j:p:s:S:Jm:CT:P:Nh", opts, NULL)) != -1) {
     switch (c) {
       case 't': bad = set_or_fail(cfg, "transform", optarg); break;
       case 'b': bad = set_or_fail(cfg, "batch_size", optarg); break;
@@ -519,6 +595,7 @@ static int cmd_bench(int argc, char **argv) {
         break;
       }
       case 'C': o.checksum = 0; break;
+      case 'N': o.ceiling = 0; break;
       case 'm':
         if (parse_u64(optarg, &o.max_batches, "--max-batches")) bad = 1;
         break;

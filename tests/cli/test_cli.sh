@@ -44,6 +44,31 @@ check "bench text output has the stage breakdown" test -n "$(echo "$out" | grep 
 # a broken image in an ImageFolder tree: named in the error, or substituted with on_error=skip
 # (a stray notes.txt is not listed at all: only image extensions are)
 "$lade" gen jpeg "$tmp/j" --count 40 >/dev/null
+# the ceiling: the bare read and whole-image decode rates of the same files, with the same threads
+cat > "$tmp/ceil.py" <<'PY'
+import json, sys
+d = json.load(sys.stdin); c = d.get("ceiling"); mode = sys.argv[1]
+if mode == "none": sys.exit(0 if c is None and d["cpu"] else 1)
+ok = c["threads"] == 2 and d["cpu"] not in ("", "unknown CPU")
+if mode == "notfiles": sys.exit(0 if ok and c["files"] == 0 and c["read_per_s"] == 0 and c["why"] else 1)
+ok = ok and c["files"] == int(sys.argv[2]) and c["read_per_s"] > 0
+ok = ok and abs(c["fraction_of_read"] - d["samples_per_s"] / c["read_per_s"]) <= 1e-3 * max(1, c["fraction_of_read"])
+if mode == "decode": ok = ok and c["decode_per_s"] > 0 and c["fraction_of_decode"] > 0 and c["why"] == ""
+else: ok = ok and c["decode_per_s"] == 0
+sys.exit(0 if ok else 1)
+PY
+js=$("$lade" bench "$tmp/j" --transform imagenet-train --threads 2 --batch-size 8 --json)
+check "bench --json: the ceiling of a JPEG folder (read and decode, 40 files, 2 threads)" \
+  /usr/bin/python3 "$tmp/ceil.py" decode 40 <<<"$js"
+js=$("$lade" bench "$tmp/a" --threads 2 --batch-size 16 --json)
+check "bench --json: the ceiling of a .npy folder (read only, 256 of 300 files)" /usr/bin/python3 "$tmp/ceil.py" read 256 <<<"$js"
+tar cf "$tmp/j.tar" -C "$tmp/j" . && js=$("$lade" bench "$tmp/j.tar" --transform imagenet-train --threads 2 --batch-size 8 --json)
+check "bench --json: no ceiling for tar members, saying why" /usr/bin/python3 "$tmp/ceil.py" notfiles <<<"$js"
+js=$("$lade" bench "$tmp/j" --transform imagenet-train --threads 2 --batch-size 8 --json --no-ceiling)
+check "bench --no-ceiling measures none" /usr/bin/python3 "$tmp/ceil.py" none <<<"$js"
+out=$("$lade" bench "$tmp/j" --transform imagenet-eval --threads 2 --batch-size 8)
+check "bench text output names the CPU and the ceiling" test -n "$(echo "$out" | grep '^cpu ')" -a \
+  -n "$(echo "$out" | grep '^ceiling ' | grep 'of the decode')"
 echo "not a picture" > "$tmp/j/class_03/notes.txt"
 echo "not a picture" > "$tmp/j/class_03/notes.jpg"
 out=$("$lade" bench "$tmp/j" --batch-size 8 --threads 2 2>&1); rc=$?

@@ -34,6 +34,15 @@ if(LADE_HAVE_JPEG)
                      ${PROJECT_SOURCE_DIR}/tests/python/jpeg_reference.py --helper $<TARGET_FILE:jpeg_crop>
                      --transcode $<TARGET_FILE:jpeg_transcode> --tmp ${CMAKE_CURRENT_BINARY_DIR}/tmp/jpeg_reference_nosimd)
     set_tests_properties(jpeg_reference_torchvision_nosimd PROPERTIES LABELS jpeg TIMEOUT 600 SKIP_RETURN_CODE 77)
+    # Each of the rows-per-call choices the decoder tunes between at run time
+    # (src/transform/imgjpeg.c), fixed: both must give torchvision's values.
+    foreach(rows 1 16)
+      add_test(NAME jpeg_reference_torchvision_rows${rows}
+               COMMAND ${CMAKE_COMMAND} -E env LADE_JPEG_ROWS=${rows} ${LADE_PYTHON3}
+                       ${PROJECT_SOURCE_DIR}/tests/python/jpeg_reference.py --helper $<TARGET_FILE:jpeg_crop>
+                       --transcode $<TARGET_FILE:jpeg_transcode> --tmp ${CMAKE_CURRENT_BINARY_DIR}/tmp/jpeg_reference_rows${rows})
+      set_tests_properties(jpeg_reference_torchvision_rows${rows} PROPERTIES LABELS jpeg TIMEOUT 600 SKIP_RETURN_CODE 77)
+    endforeach()
   endif()
 
   # The synthetic dataset generator (tools/gen_jpeg.c).
@@ -47,10 +56,19 @@ if(LADE_HAVE_JPEG)
   set_tests_properties(gen_jpeg PROPERTIES LABELS jpeg TIMEOUT 120)
 
   add_executable(bench_jpeg_transform ${PROJECT_SOURCE_DIR}/bench/jpeg_transform.c
-                 ${PROJECT_SOURCE_DIR}/tools/gen_jpeg.c)
+                 ${PROJECT_SOURCE_DIR}/tools/gen_jpeg.c ${PROJECT_SOURCE_DIR}/tools/ceiling.c)
   target_include_directories(bench_jpeg_transform PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tools)
   target_compile_definitions(bench_jpeg_transform PRIVATE _GNU_SOURCE)
   target_link_libraries(bench_jpeg_transform PRIVATE lade_static)
+  # TurboJPEG's whole-image decode as one of the ceilings (optional: Debian
+  # libturbojpeg0-dev; without it the scanline API's block reads stand alone)
+  find_path(LADE_TURBOJPEG_INCLUDE turbojpeg.h)
+  find_library(LADE_TURBOJPEG_LIB turbojpeg)
+  if(LADE_TURBOJPEG_INCLUDE AND LADE_TURBOJPEG_LIB)
+    target_compile_definitions(bench_jpeg_transform PRIVATE LADE_BENCH_TURBOJPEG)
+    target_include_directories(bench_jpeg_transform PRIVATE ${LADE_TURBOJPEG_INCLUDE})
+    target_link_libraries(bench_jpeg_transform PRIVATE ${LADE_TURBOJPEG_LIB})
+  endif()
 endif()
 
 # decode_scale=off vs auto throughput (docs/transform.md has the command).

@@ -1,0 +1,35 @@
+/* ceiling.h - what the machine can do without lade, measured beside it:
+ * the bare read rate of a dataset's files and the best whole-image JPEG
+ * decode rate libjpeg-turbo offers, with a given number of threads. Used by
+ * `lade bench` (its "ceiling" line) and bench/jpeg_transform.c. */
+#ifndef LADE_TOOL_CEILING_H
+#define LADE_TOOL_CEILING_H
+#include <stddef.h>
+#include <stdint.h>
+
+/* The CPU's model name and family/model numbers from /proc/cpuinfo, e.g.
+ * "AMD EPYC 9R45 (family 26 model 2)"; "unknown CPU" when unreadable. */
+void lade_tool_cpu_model(char *out, size_t size);
+
+/* Whole-image decodes of one JPEG with libjpeg-turbo's scanline API: the
+ * full image into one buffer, RGB, as many rows per call as the decoder
+ * gives (what TurboJPEG's tjDecompress2 does); rows=1 reads one row per
+ * call (the old, understated baseline). buf and cap grow as needed.
+ * Returns 0, or -1 (not a JPEG this build can decode; no libjpeg). */
+int lade_tool_decode_whole(const uint8_t *jpeg, size_t len, int rows, uint8_t **buf, size_t *cap);
+
+typedef struct lade_tool_ceiling {
+  uint64_t files, bytes;   /* the sample measured */
+  double read_per_s;       /* files read per second (pread of the whole file), 0 if not measured */
+  double decode_per_s;     /* whole-image decodes per second, 0 if not measured (not JPEG, no libjpeg) */
+  int threads;
+  char why[160];           /* why a rate was not measured, or "" */
+} lade_tool_ceiling_t;
+
+/* Reads the n files of paths with `threads` threads (each whole, once),
+ * then decodes the bytes read with the same threads (when they are JPEGs
+ * and `decode` is set). Files that are not regular files end it with why
+ * set. The rates are per file. */
+void lade_tool_ceiling(const char *const *paths, uint64_t n, int threads, int decode, lade_tool_ceiling_t *out);
+
+#endif
