@@ -118,6 +118,11 @@ struct lade_plan {
 
   uint64_t *ucount;              /* cache occupancy per learner (every kind) */
 
+  /* nodes (ranks_per_node > 1): blocks of rpn consecutive learners share one
+   * cache of s.cache samples; ncount is its occupancy (= ucount with rpn 1) */
+  uint32_t rpn, n_nodes;
+  uint64_t *ncount;              /* nodes entries */
+
   /* disjoint caches (distcache, locality, solar): owner[sample] or -1 */
   int32_t *owner;
   uint64_t *adm_serial, *pend;   /* optional: cancel an admit in the step that made it */
@@ -145,13 +150,28 @@ void lade__plan_regular_slices(lade_plan_t *pl, lade__plan_out_t *out);
 
 /* ---- disjoint caches */
 
+/* The node of learner r (blocks of ranks_per_node consecutive learners). */
+static inline uint32_t lade__plan_node_of(const lade_plan_t *pl, uint32_t r) { return r / pl->rpn; }
+/* Whether learner r's cache (its node's, with ranks_per_node > 1) has room for one more sample. */
+static inline int lade__plan_room(const lade_plan_t *pl, uint32_t r) {
+  return pl->ncount[r / pl->rpn] < pl->s.cache;
+}
+/* The route of sample s for learner r against the disjoint caches: storage
+ * when no learner holds it, LADE_FROM_CACHE when r admitted it, else the
+ * rank that did (a rank of r's own node: an intra-node handoff). */
+static inline int32_t lade__plan_route(const lade_plan_t *pl, uint32_t r, uint64_t s) {
+  int32_t o = pl->owner[s];
+  return o < 0 ? LADE_FROM_STORAGE : (uint32_t)o == r ? LADE_FROM_CACHE : o;
+}
+
 /* Allocates owner[] (and adm_serial/pend with `cancel`: a sample admitted and
  * evicted in the same step then leaves no event). */
 int lade__plan_owners_init(lade_plan_t *pl, int cancel);
 void lade__plan_own(lade_plan_t *pl, uint32_t r, uint64_t s);
 void lade__plan_disown(lade_plan_t *pl, uint64_t s);
-/* Cached samples of gb per learner (holder[i] = owner or -1, cnt[r]) and the
- * deficit sum over learners of max(0, B - cnt[r]). */
+/* Cached samples of gb per node (holder[i] = owner rank or -1, cnt[node])
+ * and the deficit sum over nodes of max(0, ranks_per_node * B - cnt[node])
+ * (with ranks_per_node 1: per learner, its share B). */
 uint64_t lade__plan_count_holders(lade_plan_t *pl);
 
 /* ---- overlapping caches */
