@@ -953,6 +953,7 @@ static double sim_beta(const opts_t *o, double p) {
   lade_plan_settings_t s = o->s;
   s.kind = LADE_PLAN_LOCALITY;
   s.learners = (uint32_t)p;
+  s.ranks_per_node = 1; /* paper 000: every learner its own node */
   uint64_t G = (uint64_t)s.batch_size * s.learners;
   s.samples = (uint64_t)o->m.D;
   if (s.samples > 200 * G) s.samples = 200 * G;
@@ -962,6 +963,52 @@ static double sim_beta(const opts_t *o, double p) {
   lade_sim_epoch_t ep[2];
   if (lade_simulate(&s, sizeof s, NULL, ep, sizeof *ep, NULL)) return -1;
   return (double)ep[1].from_peer / (double)(ep[1].steps * G);
+}
+
+/* The node model's beta (inter-node balancing / samples) and gamma
+ * (intra-node handoffs / samples), measured with the node-aware locality
+ * plan, whole dataset cached, as sim_beta. */
+static int sim_nodes(const opts_t *o, double p, double r, double *beta, double *gamma) {
+  lade_plan_settings_t s = o->s;
+  s.kind = LADE_PLAN_LOCALITY;
+  s.learners = (uint32_t)p;
+  s.ranks_per_node = (uint32_t)r;
+  uint64_t G = (uint64_t)s.batch_size * s.learners, n = s.learners / s.ranks_per_node;
+  s.samples = (uint64_t)o->m.D;
+  if (s.samples > 200 * G) s.samples = 200 * G;
+  if (s.samples < G) s.samples = G;
+  s.cache = (s.samples + n - 1) / n;
+  s.epochs = 2;
+  lade_sim_epoch_t ep[2];
+  if (lade_simulate(&s, sizeof s, NULL, ep, sizeof *ep, NULL)) return -1;
+  *beta = (double)ep[1].from_peer / (double)(ep[1].steps * G);
+  *gamma = (double)ep[1].from_node / (double)(ep[1].steps * G);
+  return 0;
+}
+
+/* lade model --ranks-per-node r: the node model beside paper 000's. */
+static int model_nodes(opts_t *o, const lade_model_params_t *m) {
+  lade_model_nodes_t nd = o->mn;
+  int measured = 0;
+  if (!o->have_beta || !o->have_gamma) {
+    double b = 0, g = 0;
+    if (o->s.batch_size && m->p >= nd.r && fmod(m->p, nd.r) == 0 && sim_nodes(o, m->p, nd.r, &b, &g) == 0) {
+      if (!o->have_beta) nd.beta = b;
+      if (!o->have_gamma) nd.gamma = g;
+      measured = 1;
+    }
+  }
+  if (o->have_beta) nd.beta = m->beta;
+  lade_model_nodes_result_t x;
+  if (lade_model_nodes_eval(m, &nd, sizeof nd, &x, sizeof x)) return die("model", "%s", lade_last_error());
+  printf("nodes: r=%g ranks per node, n=%g nodes, R_intra=%g R_inter=%g samples/s per node, beta=%.4f gamma=%.4f%s\n",
+         nd.r, x.nodes, nd.R_intra, nd.R_inter, nd.beta, nd.gamma, measured ? " (simulated)" : "");
+  printf("  I/O, distributed cache  %12.2f s  (intra-node %.2f s, inter-node %.2f s)\n", x.io_distcache,
+         x.intra_distcache, x.inter_distcache);
+  printf("  I/O, locality-aware     %12.2f s\n", x.io_locality);
+  printf("  epoch time max(train, I/O+prep): distcache %.2f s, locality %.2f s\n", x.epoch_distcache,
+         x.epoch_locality);
+  return 0;
 }
 
 int lade_tool_model(int argc, char **argv) {
@@ -980,7 +1027,11 @@ int lade_tool_model(int argc, char **argv) {
            "alpha the cached fraction, beta the balancing traffic / dataset (default: measured with the\n"
            "locality simulator at --batch-size, default 32). Prints the crossover p = R/V.\n"
            "Defaults: D=1281167 p=64 V=400 R=20000 Rc=Rb=100000 U=600 alpha=1 (see docs/model.md).\n"
-           "--cost: paper 004's cloud cost (defaults: GCP prices, docs/model.md).\n");
+           "--cost: paper 004's cloud cost (defaults: GCP prices, docs/model.md).\n"
+           "--ranks-per-node r [--R-intra X] [--R-inter Y] [--gamma G]: the same with nodes of r learners\n"
+           "sharing one cache: intra-node handoffs at X and transfers between nodes at Y samples/s per node\n"
+           "(defaults 200000 and 12500); beta (between nodes) and gamma (handoffs) / dataset measured with\n"
+           "the node-aware locality simulator unless given (docs/model.md, Nodes).\n");
     return 0;
   }
   if (rc) return rc;
@@ -1027,6 +1078,7 @@ int lade_tool_model(int argc, char **argv) {
     printf("  (8) I/O, locality-aware           %12.2f s\n", r.io_locality);
     printf("  epoch time max(train, I/O+prep): regular %.2f s, distcache %.2f s, locality %.2f s\n", r.epoch_regular,
            r.epoch_distcache, r.epoch_locality);
+    if (o.have_rpn) return model_nodes(&o, &m);
     return 0;
   }
   sbuf_t data = {0};

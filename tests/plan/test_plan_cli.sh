@@ -101,5 +101,46 @@ expect_fail "shards buffer list" "buffer takes" "$LADE" simulate --plan shards -
 "$LADE" model --D 1000000 --p 64 --V 100 --R 3200 --beta 0.05 >"$T/m.txt" || bad "model exit"
 grep -Eq "crossover +p = R/V +32.00" "$T/m.txt" && ok "model crossover" || bad "model: $(cat "$T/m.txt")"
 "$LADE" model --cost >"$T/c.txt" && grep -q "total \\$" "$T/c.txt" && ok "cost model" || bad "cost model"
+
+# nodes (--ranks-per-node): --counts per rank and node agree with --dump's routes and with simulate's
+# table; handoffs only inside a node, peers only between nodes; the model splits the two
+for kind in distcache locality solar; do
+  args="--plan $kind --samples 480 --learners 4 --ranks-per-node 2 --batch-size 16 --epochs 3 --cache 120 --sample-bytes 1000"
+  "$LADE" plan $args --dump >"$T/n.jsonl" && "$LADE" plan $args --counts >"$T/n.counts" &&
+    "$LADE" simulate $args >"$T/n.sim" || bad "nodes $kind: exit"
+  python3 - "$T/n.jsonl" "$T/n.counts" "$T/n.sim" $kind <<'PY' && ok "nodes $kind: --counts = --dump = simulate" || bad "nodes $kind"
+import json, sys, collections
+dump = [json.loads(l) for l in open(sys.argv[1])]
+counts = [json.loads(l) for l in open(sys.argv[2])]
+sim = [l.split() for l in open(sys.argv[3]) if l.split() and l.split()[0].isdigit() and len(l.split()) == 11]
+want = collections.Counter()
+for r in dump:
+    for f in r["from"]:
+        kind = f.split(":")[0]
+        if kind in ("node", "peer"):
+            k = int(f.split(":")[1])
+            assert (k // 2 == r["learner"] // 2) == (kind == "node") and k != r["learner"], (r, f)
+        want[(r["epoch"], r["learner"], {"cache": "own", "node": "handoff", "peer": "inter", "storage": "storage"}[kind])] += 1
+ranks = [c for c in counts if "rank" in c]
+nodes = [c for c in counts if "rank" not in c]
+assert len(ranks) == 12 and len(nodes) == 6
+for c in ranks:
+    for k in ("own", "handoff", "inter", "storage"):
+        assert c[k] == want[(c["epoch"], c["rank"], k)], (c, k)
+for n in nodes:
+    mine = [c for c in ranks if c["epoch"] == n["epoch"] and c["node"] == n["node"]]
+    assert n["cache"] == sum(c["own"] + c["handoff"] for c in mine) and n["in"] == sum(c["inter"] for c in mine)
+    assert n["inter_bytes"] == 1000 * n["in"]
+assert len(sim) == 3
+for e, row in enumerate(sim):
+    tot = lambda k: sum(c[k] for c in ranks if c["epoch"] == e)
+    assert [int(x) for x in row[1:5]] == [tot("storage"), tot("inter"), tot("own"), tot("handoff")], (row, e)
+    assert tot("inter") == sum(n["out"] for n in nodes if n["epoch"] == e)
+assert sys.argv[4] != "distcache" or sum(c["handoff"] for c in ranks) > 0  # regular slices: handoffs happen
+PY
+done
+expect_fail "ranks per node must divide" "ranks_per_node \\(3\\) must divide the learners \\(4\\)" "$LADE" simulate --plan locality --samples 100 --learners 4 --batch-size 2 --ranks-per-node 3
+"$LADE" model --ranks-per-node 8 --R-intra 100000 --R-inter 10000 --beta 0.05 --gamma 0.1 >"$T/mn.txt" || bad "node model exit"
+grep -Eq "I/O, locality-aware +0.96 s" "$T/mn.txt" && ok "node model" || bad "node model: $(cat "$T/mn.txt")"
 for c in plan simulate model; do "$LADE" $c --help >/dev/null && ok "$c --help" || bad "$c --help"; done
 exit $fail
