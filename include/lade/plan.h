@@ -196,8 +196,10 @@ LADE_API const uint64_t *lade_plan_epoch_order(const lade_plan_t *plan);
  * samples (cache_mem_bytes over the charge of a mean-sized entry). For
  * kinds other than regular drop_last is 1: with the loader's drop_last off
  * its short last step is the regular slice, read through the tiers and not
- * planned. *rank (may be NULL): this learner's rank in the plan (from MPI
- * under transport=mpi). out_size: sizeof(lade_plan_settings_t) (see there). */
+ * planned. ranks_per_node is the loader's node size when its nodes are
+ * blocks of consecutive ranks, else 1 (docs/plan.md, Nodes). *rank (may be
+ * NULL): this learner's rank in the plan (from MPI under transport=mpi).
+ * out_size: sizeof(lade_plan_settings_t) (see there). */
 LADE_API int lade_loader_plan_settings(lade_loader_t *loader, lade_plan_settings_t *out, size_t out_size,
                                        uint32_t *rank);
 
