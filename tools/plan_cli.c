@@ -167,6 +167,7 @@ static int parse(const char *cmd, int argc, char **argv, opts_t *o) {
     U64("--epochs", o->s.epochs)
     U64("--cache", o->s.cache)
     U64("--cache-bytes", o->s.cache_bytes)
+    U64("--cache-disk", o->s.cache_disk)
     U64("--sample-bytes", o->s.sample_bytes)
     U64("--seed", o->s.seed)
     U64("--imbalance", o->s.imbalance)
@@ -257,6 +258,7 @@ static const char *common_help =
     "  --batch-size B     local batch per learner (default 32); global batch B*P\n"
     "  --epochs E         epochs (default 5)\n"
     "  --cache C          cache per learner (per node with --ranks-per-node > 1), in samples (default 0)\n"
+    "  --cache-disk D     solar: a disk tier of D samples per learner (node) under the memory cache (default 0)\n"
     "  --ranks-per-node r distcache, locality, solar: nodes of r consecutive learners share one cache\n"
     "                     (default 1); peers are other nodes, a sample another rank of the node holds\n"
     "                     is an intra-node handoff (docs/plan.md, Nodes)\n"
@@ -514,6 +516,12 @@ static void dump_step(const lade_plan_step_t *v, FILE *out) {
             (unsigned long long)v->step, r);
     for (uint64_t i = v->offset[r]; i < v->offset[r + 1]; i++)
       fprintf(out, "%s%llu", i > v->offset[r] ? "," : "", (unsigned long long)v->samples[i]);
+    if (v->tier) { /* two tiers: where each cached sample is read from */
+      fputs("],\"tier\":[", out);
+      for (uint64_t i = v->offset[r]; i < v->offset[r + 1]; i++)
+        fprintf(out, "%s\"%s\"", i > v->offset[r] ? "," : "",
+                v->tier[i] == LADE_TIER_MEM ? "mem" : v->tier[i] == LADE_TIER_DISK ? "disk" : "-");
+    }
     fputs("],\"from\":[", out);
     for (uint64_t i = v->offset[r]; i < v->offset[r + 1]; i++)
       fprintf(out, "%s\"%s\"", i > v->offset[r] ? "," : "",
@@ -676,6 +684,7 @@ static void print_epochs(const char *name, const lade_plan_settings_t *s, const 
   printf("plan %s: N=%llu p=%u B=%u cache=%llu/%s epochs=%llu", name, (unsigned long long)s->samples, s->learners,
          s->batch_size, (unsigned long long)s->cache, nodes ? "node" : "learner", (unsigned long long)s->epochs);
   if (nodes) printf(" ranks_per_node=%u (peer: between nodes)", s->ranks_per_node);
+  if (s->cache_disk) printf(" cache_disk=%llu", (unsigned long long)s->cache_disk);
   printf("\n  %5s %12s %12s %12s", "epoch", "storage", "peer", "cache");
   if (nodes) printf(" %12s", "handoff");
   printf(" %10s %9s %10s %9s %9s %11s\n", "requests", "numPFS", "numPFSmax", "imbal%", "batch", "time_s");
@@ -689,6 +698,18 @@ static void print_epochs(const char *name, const lade_plan_settings_t *s, const 
     printf(" %10llu %9.1f %10llu %9.2f %9s %11.1f\n", (unsigned long long)x->storage_requests,
            x->steps ? (double)x->max_storage_sum / (double)x->steps : 0, (unsigned long long)x->max_storage_peak,
            x->imbalance_pct, b, x->time_s);
+  }
+  if (s->cache_disk) { /* two tiers: reads from each, admits to each, moves between them */
+    printf("  %5s %12s %12s %12s %12s %12s %12s\n", "epoch", "mem_reads", "disk_reads", "admit_mem", "admit_disk",
+           "to_mem", "to_disk");
+    for (uint64_t e = 0; e < s->epochs; e++) {
+      const lade_sim_epoch_t *x = &ep[e];
+      uint64_t cached = x->from_cache + x->from_node + x->from_peer;
+      printf("  %5llu %12llu %12llu %12llu %12llu %12llu %12llu\n", (unsigned long long)e,
+             (unsigned long long)(cached - x->from_disk), (unsigned long long)x->from_disk,
+             (unsigned long long)x->admits_mem, (unsigned long long)x->admits_disk, (unsigned long long)x->moves_up,
+             (unsigned long long)x->moves_down);
+    }
   }
 }
 

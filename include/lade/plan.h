@@ -48,6 +48,11 @@ extern "C" {
 #define LADE_FROM_CACHE (-1)
 #define LADE_FROM_STORAGE (-2)
 
+/* Tiers of a cached sample with cache_disk > 0 (lade_plan_step_t.tier). */
+#define LADE_TIER_NONE 0 /* not from a cache (storage) */
+#define LADE_TIER_MEM 1
+#define LADE_TIER_DISK 2
+
 /* What a route means for learner `rank` with ranks_per_node r (1: every
  * rank its own node): its own cache, its node's cache through another rank of
  * the node (an intra-node handoff), another node (a transfer), or storage. */
@@ -121,6 +126,9 @@ typedef struct lade_plan_settings {
   int coalesce;            /* solar: sort each learner's storage reads and coalesce adjacent indices */
   uint32_t ranks_per_node; /* r: distcache, locality, solar plan per node of r consecutive learners (see the top
                             * of this header); it divides learners. 1 (and 0): every learner its own node */
+  uint64_t cache_disk;     /* solar: a second tier of this many samples per holder (learner or node) on its local
+                            * disk under the `cache` samples in memory: one hierarchy (docs/plan.md, Two tiers);
+                            * 0: one tier */
 } lade_plan_settings_t;
 
 /* Fills the size bytes of *s (size: sizeof(lade_plan_settings_t)) with the
@@ -168,6 +176,13 @@ typedef struct lade_plan_step {
   uint64_t deficit;            /* locality/solar: sum over learners (nodes) of max(0, share - cached samples of the batch) */
   const uint64_t *read_start, *read_count, *read_offset; /* NULL unless coalesce */
   uint32_t ranks_per_node;     /* the plan's (1 for kinds that ignore it); classify from[] with lade_plan_route_class */
+  /* two tiers (cache_disk > 0; else NULL): tier[i] is the tier samples[i] is read from (LADE_TIER_*: the
+   * holder's, at the start of the step); admit_tier[j] the tier admit[j] goes to; learner r moves
+   * move[move_offset[r] .. move_offset[r+1]) it holds to tier move_to[..] at the end of the step, after
+   * the evicts and admits */
+  const uint8_t *tier, *admit_tier;
+  const uint64_t *move, *move_offset;
+  const uint8_t *move_to;
 } lade_plan_step_t;
 
 typedef struct lade_plan lade_plan_t;
@@ -340,6 +355,11 @@ typedef struct lade_sim_epoch {
   double time_s;               /* modelled epoch time */
   uint64_t from_node;          /* intra-node handoffs: from the node's cache through another rank of the node
                                 * (0 with ranks_per_node 1); modelled at cache_rate */
+  /* two tiers (cache_disk > 0): of from_cache + from_node + from_peer, the samples read from a disk tier
+   * (the rest from memory); admits to each tier; moves between them */
+  uint64_t from_disk;
+  uint64_t admits_mem, admits_disk;
+  uint64_t moves_up, moves_down;
 } lade_sim_epoch_t;
 
 /* Runs the plan of s (size: sizeof(lade_plan_settings_t)); out has `epochs`

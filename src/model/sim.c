@@ -6,7 +6,10 @@
  * max over learners of its load time, or of its training time if longer.
  * With ranks_per_node > 1, peers are other nodes; a sample held by another
  * rank of the learner's node is an intra-node handoff (from_node), a read of
- * the node's cache modelled at the cache rate.
+ * the node's cache modelled at the cache rate. With two tiers (cache_disk)
+ * it counts the reads from each tier, the admits to each and the moves
+ * between them (the time model reads both tiers at the cache rate; `lade
+ * model --tiers` gives the disk its own rate).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +58,17 @@ int lade_simulate(const lade_plan_settings_t *s, size_t size, const lade_sim_cos
         x->from_peer += pe;
         x->from_cache += ca;
         x->from_node += nd;
+        if (v->tier) {
+          for (uint64_t i = v->offset[r]; i < v->offset[r + 1]; i++) x->from_disk += v->tier[i] == LADE_TIER_DISK;
+          for (uint64_t i = v->admit_offset[r]; i < v->admit_offset[r + 1]; i++) {
+            x->admits_disk += v->admit_tier[i] == LADE_TIER_DISK;
+            x->admits_mem += v->admit_tier[i] == LADE_TIER_MEM;
+          }
+          for (uint64_t i = v->move_offset[r]; i < v->move_offset[r + 1]; i++) {
+            x->moves_up += v->move_to[i] == LADE_TIER_MEM;
+            x->moves_down += v->move_to[i] == LADE_TIER_DISK;
+          }
+        }
         maxst = LADE__MAX(maxst, st);
         x->batch_min = LADE__MIN(x->batch_min, n);
         x->batch_max = LADE__MAX(x->batch_max, n);

@@ -12,7 +12,11 @@
  * samples per node): a cached sample goes to its node, there to the rank that
  * admitted it while that rank has room, else to another rank of the node (an
  * intra-node handoff); the load balance sees each node's cached samples
- * spread evenly over its ranks. */
+ * spread evenly over its ranks.
+ *
+ * With cache_disk > 0 the cache is a hierarchy of `cache` samples in memory
+ * and `cache_disk` on disk per holder: farthest-next-use runs over both
+ * together, and tiers.c keeps the nearest next uses in memory. */
 #include <assert.h>
 #include <string.h>
 
@@ -52,7 +56,7 @@ static int solar_create(lade_plan_t *pl) {
   if (s->reorder && s->epochs > 1) {
     uint64_t *cost;
     LADE__PLAN_ALLOC(cost, s->epochs * s->epochs);
-    uint64_t buf = LADE__MIN(N, s->cache * pl->n_nodes);
+    uint64_t buf = LADE__MIN(N, (s->cache + s->cache_disk) * pl->n_nodes);
     rc = lade_plan_order_costs(s, sizeof *s, buf, cost);
     if (!rc) rc = lade_plan_order_solve(cost, s->epochs, s->order_algo, s->seed, pl->order, NULL);
     free(cost);
@@ -223,8 +227,11 @@ static int solar_step(lade_plan_t *pl, lade__plan_out_t *out) {
     out->from[at] = LADE_FROM_STORAGE;
   }
   if (pl->s.coalesce) coalesce(pl, k, out);
+  if (out->tier) /* where each cached sample is read from, before phase 2 changes it */
+    for (uint64_t i = 0; i < G; i++)
+      out->tier[i] = out->from[i] == LADE_FROM_STORAGE ? LADE_TIER_NONE : pl->tiers.tier[out->samples[i]];
   /* phase 2: farthest-next-use caching over the aggregate of disjoint caches */
-  uint64_t C = pl->s.cache;
+  uint64_t C = pl->s.cache + pl->s.cache_disk;
   int last = pl->epoch + 1 >= pl->s.epochs;
   for (uint32_t q = 0; q < p; q++) {
     uint32_t m = q / rpn;
@@ -234,25 +241,32 @@ static int solar_step(lade_plan_t *pl, lade__plan_out_t *out) {
       uint64_t nk = last ? LADE__PLAN_INF_KEY : (pl->epoch + 1) * pl->used + k->inv_next[s];
       if (on_node(pl, s, m)) { /* hit (on this node), or a duplicate just admitted */
         if (nk == LADE__PLAN_INF_KEY) {
+          lade__tiers_remove(pl, m, s);
           lade__plan_disown(pl, s);
         } else if (k->key[s] != nk) {
           k->key[s] = nk;
           int rc = lade__kheap_push(h, nk, s);
+          if (!rc) rc = lade__tiers_rekey(pl, m, s, nk);
           if (rc) return rc;
         }
         continue;
       }
-      if (pl->owner[s] >= 0) lade__plan_disown(pl, s); /* moved: its holder's node had no room in its batches */
+      if (pl->owner[s] >= 0) { /* moved: its holder's node had no room in its batches */
+        lade__tiers_remove(pl, lade__plan_node_of(pl, (uint32_t)pl->owner[s]), s);
+        lade__plan_disown(pl, s);
+      }
       if (nk == LADE__PLAN_INF_KEY || !C) continue;
       if (pl->ncount[m] >= C) {
         if (!solar_valid_top(pl, k, m) || h->key[0] <= nk) continue;
         uint64_t victim = h->val[0];
         lade__kheap_pop(h);
+        lade__tiers_remove(pl, m, victim);
         lade__plan_disown(pl, victim);
       }
       lade__plan_own(pl, q, s);
       k->key[s] = nk;
       int rc = lade__kheap_push(h, nk, s);
+      if (!rc) rc = lade__tiers_place(pl, m, s, nk);
       if (rc) return rc;
       if (h->n > 2 * pl->ncount[m] + 64) { /* compact: drop the stale entries */
         uint64_t w = 0;
@@ -268,7 +282,7 @@ static int solar_step(lade_plan_t *pl, lade__plan_out_t *out) {
       }
     }
   }
-  return 0;
+  return lade__tiers_rebalance(pl, k->key);
 }
 
 static void solar_destroy(lade_plan_t *pl) {

@@ -105,6 +105,13 @@ static int check_settings(lade_plan_settings_t *s) {
   if (s->learners % s->ranks_per_node)
     return lade__fail(LADE_EINVAL, "plan: ranks_per_node (%u) must divide the learners (%u)", s->ranks_per_node,
                       s->learners);
+  if (s->cache_disk && s->kind != LADE_PLAN_SOLAR)
+    return lade__fail(LADE_EINVAL, "plan %s: cache_disk (a disk tier under the memory cache) is planned by solar only, "
+                      "whose next-use order places the samples in the two tiers", names[s->kind]);
+  if (s->cache_disk > s->samples - LADE__MIN(s->cache, s->samples))
+    return lade__fail(LADE_EINVAL, "plan: the cache (%llu samples) and cache_disk (%llu samples) together are larger "
+                      "than the dataset (%llu samples)", (unsigned long long)s->cache,
+                      (unsigned long long)s->cache_disk, (unsigned long long)s->samples);
   if (s->cache > s->samples)
     return lade__fail(LADE_EINVAL, "plan: the cache (%llu samples per %s) is larger than the dataset (%llu samples)",
                       (unsigned long long)s->cache, s->ranks_per_node > 1 ? "node" : "learner",
@@ -127,6 +134,7 @@ static void reset_state(lade_plan_t *pl) {
   lade__hmap_clear(&pl->map);
   pl->nnodes = 0;
   pl->freelist = LADE__PLAN_NONE;
+  lade__tiers_reset(pl);
   if (pl->ops->reset) pl->ops->reset(pl);
 }
 
@@ -149,7 +157,7 @@ static int alloc_shared(lade_plan_t *pl) {
   LADE__PLAN_ALLOC(pl->kept, p);
   LADE__PLAN_ALLOC(pl->quota, p);
   LADE__PLAN_ALLOC(pl->room, p);
-  pl->evcap = 3 * G + 16;
+  pl->evcap = 3 * G + 16 + (pl->s.cache_disk ? 6 * G : 0); /* two tiers: moves too */
   LADE__PLAN_ALLOC(pl->ev_l, pl->evcap);
   LADE__PLAN_ALLOC(pl->ev_s, pl->evcap);
   LADE__PLAN_ALLOC(pl->ev_t, pl->evcap);
@@ -160,6 +168,15 @@ static int alloc_shared(lade_plan_t *pl) {
   LADE__PLAN_ALLOC(o->tr, p);
   LADE__PLAN_ALLOC(pl->ucount, p);
   LADE__PLAN_ALLOC(pl->ncount, pl->n_nodes);
+  if (pl->s.cache_disk) {
+    LADE__PLAN_ALLOC(o->tier, G);
+    LADE__PLAN_ALLOC(o->admit_tier, pl->evcap);
+    LADE__PLAN_ALLOC(o->move, pl->evcap);
+    LADE__PLAN_ALLOC(o->move_to, pl->evcap);
+    LADE__PLAN_ALLOC(o->move_off, p + 1);
+    int rc = lade__tiers_init(pl);
+    if (rc) return rc;
+  }
   if ((pl->ops->flags & LADE__KIND_READS) && pl->s.coalesce) {
     LADE__PLAN_ALLOC(o->rd_start, G);
     LADE__PLAN_ALLOC(o->rd_count, G);
@@ -214,6 +231,9 @@ void lade_plan_destroy(lade_plan_t *pl) {
                   o->admit,     o->admit_off,  o->evict,    o->evict_off, o->tr,         o->rd_start,
                   o->rd_count,  o->rd_off,     pl->ncount};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+  void *tiers[] = {o->tier, o->admit_tier, o->move, o->move_to, o->move_off};
+  for (size_t i = 0; i < sizeof tiers / sizeof tiers[0]; i++) free(tiers[i]);
+  lade__tiers_free(pl);
   lade__hmap_free(&pl->map);
   free(pl);
 }
@@ -232,14 +252,32 @@ uint64_t lade__plan_event(lade_plan_t *pl, uint32_t r, uint64_t s, int t) {
   return pl->nev++;
 }
 
-/* Groups the surviving events by learner (stable counting sort). */
+/* Groups the surviving events by learner (stable counting sort). Codes:
+ * +1 admit (to memory with two tiers), +2 admit to disk, -1 evict, and with
+ * two tiers +3 / -3 a move to memory / to disk (tiers.c). */
+static void finish_moves(lade_plan_t *pl, lade__plan_out_t *o) {
+  uint32_t p = pl->p;
+  memset(o->move_off, 0, (p + 1) * sizeof *o->move_off);
+  for (uint64_t i = 0; i < pl->nev; i++)
+    if (pl->ev_t[i] == 3 || pl->ev_t[i] == -3) o->move_off[pl->ev_l[i] + 1]++;
+  for (uint32_t r = 0; r < p; r++) o->move_off[r + 1] += o->move_off[r];
+  for (uint32_t r = 0; r < p; r++) pl->quota[r] = o->move_off[r];
+  for (uint64_t i = 0; i < pl->nev; i++)
+    if (pl->ev_t[i] == 3 || pl->ev_t[i] == -3) {
+      uint64_t at = pl->quota[pl->ev_l[i]]++;
+      o->move[at] = pl->ev_s[i];
+      o->move_to[at] = pl->ev_t[i] > 0 ? LADE_TIER_MEM : LADE_TIER_DISK;
+    }
+}
+
 static void finish_events(lade_plan_t *pl, lade__plan_out_t *o) {
   uint32_t p = pl->p;
+  if (o->move_off) finish_moves(pl, o);
   memset(o->admit_off, 0, (p + 1) * sizeof *o->admit_off);
   memset(o->evict_off, 0, (p + 1) * sizeof *o->evict_off);
   for (uint64_t i = 0; i < pl->nev; i++) {
-    if (pl->ev_t[i] > 0) o->admit_off[pl->ev_l[i] + 1]++;
-    if (pl->ev_t[i] < 0) o->evict_off[pl->ev_l[i] + 1]++;
+    if (pl->ev_t[i] == 1 || pl->ev_t[i] == 2) o->admit_off[pl->ev_l[i] + 1]++;
+    if (pl->ev_t[i] == -1) o->evict_off[pl->ev_l[i] + 1]++;
   }
   for (uint32_t r = 0; r < p; r++) {
     o->admit_off[r + 1] += o->admit_off[r];
@@ -251,8 +289,12 @@ static void finish_events(lade_plan_t *pl, lade__plan_out_t *o) {
     pl->room[r] = o->evict_off[r];
   }
   for (uint64_t i = 0; i < pl->nev; i++) {
-    if (pl->ev_t[i] > 0) o->admit[pl->quota[pl->ev_l[i]]++] = pl->ev_s[i];
-    if (pl->ev_t[i] < 0) o->evict[pl->room[pl->ev_l[i]]++] = pl->ev_s[i];
+    if (pl->ev_t[i] == 1 || pl->ev_t[i] == 2) {
+      uint64_t at = pl->quota[pl->ev_l[i]]++;
+      o->admit[at] = pl->ev_s[i];
+      if (o->admit_tier) o->admit_tier[at] = pl->ev_t[i] == 2 ? LADE_TIER_DISK : LADE_TIER_MEM;
+    }
+    if (pl->ev_t[i] == -1) o->evict[pl->room[pl->ev_l[i]]++] = pl->ev_s[i];
   }
 }
 
@@ -393,6 +435,13 @@ int lade_plan_next(lade_plan_t *pl, const lade_plan_step_t **out) {
   v->evict = o->evict;
   v->evict_offset = o->evict_off;
   v->transfer = o->tr;
+  if (o->tier) {
+    v->tier = o->tier;
+    v->admit_tier = o->admit_tier;
+    v->move = o->move;
+    v->move_offset = o->move_off;
+    v->move_to = o->move_to;
+  }
   if (o->rd_start) {
     v->read_start = o->rd_start;
     v->read_count = o->rd_count;
