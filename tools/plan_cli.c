@@ -24,12 +24,14 @@ int lade_tool_model_calibrate(const char *dir, double *U, double *R); /* model_c
 
 typedef struct opts {
   lade_plan_settings_t s;
+  int tiers;
   int all, dump, timeit, fig6, ablation, orders, box, sweep, cost, have_beta;
   const char *out, *in, *plot, *calibrate;
   lade_sim_costs_t c;
   lade_model_params_t m;
   lade_model_nodes_t mn;
   int counts, have_gamma, have_rpn;
+  double mem_frac, disk_frac; /* lade model --tiers: the memory and disk tiers' share of the dataset */
   lade_cost_params_t k;
   double pmax;
   /* --plan shards (not a lade_plan_kind_t, see shards_*) */
@@ -87,6 +89,8 @@ static void defaults(opts_t *o) {
   lade_model_nodes_default(&o->mn, sizeof o->mn);
   lade_cost_defaults(&o->k);
   o->pmax = 1024;
+  o->mem_frac = 0.1;
+  o->disk_frac = 0.4;
   o->model_parallel = 1;
   o->buffers[0] = 0;
   o->buffers[1] = 1000;
@@ -159,6 +163,9 @@ static int parse(const char *cmd, int argc, char **argv, opts_t *o) {
       o->have_rpn = 1;
     }
     F64("--R-intra", o->mn.R_intra)
+    F64("--R-disk", o->mn.R_disk)
+    F64("--mem-frac", o->mem_frac)
+    F64("--disk-frac", o->disk_frac)
     F64("--R-inter", o->mn.R_inter)
     else if (!strcmp(a, "--gamma")) {
       if ((rc = num_f(cmd, a, v, &o->mn.gamma))) return rc;
@@ -232,6 +239,7 @@ static int parse(const char *cmd, int argc, char **argv, opts_t *o) {
       else if (!strcmp(a, "--sweep")) o->sweep = 1;
       else if (!strcmp(a, "--cost")) o->cost = 1;
       else if (!strcmp(a, "--counts")) o->counts = 1;
+      else if (!strcmp(a, "--tiers")) o->tiers = 1;
       else return die(cmd, "unknown option '%s' (see --help)", a);
     }
     i += used;
@@ -1007,6 +1015,53 @@ static int sim_nodes(const opts_t *o, double p, double r, double *beta, double *
   return 0;
 }
 
+/* lade model --tiers: the solar plan with the memory tier alone and with a
+ * disk tier under it, its reads and writes per tier measured with the
+ * simulator (steady epochs 1-2 of 4), evaluated with the node model. */
+static int model_tiers(opts_t *o, const lade_model_params_t *m) {
+  lade_model_nodes_t nd = o->mn;
+  if (!(nd.r >= 1) || !(m->p >= nd.r) || fmod(m->p, nd.r) != 0)
+    return die("model", "--ranks-per-node must divide --p%s", "");
+  if (o->mem_frac < 0 || o->disk_frac < 0 || o->mem_frac + o->disk_frac > 1)
+    return die("model", "--mem-frac and --disk-frac are shares of the dataset, together at most 1%s", "");
+  lade_plan_settings_t s = o->s;
+  s.kind = LADE_PLAN_SOLAR;
+  s.learners = (uint32_t)m->p;
+  s.ranks_per_node = (uint32_t)nd.r;
+  uint64_t G = (uint64_t)s.batch_size * s.learners, n = s.learners / s.ranks_per_node;
+  s.samples = (uint64_t)m->D;
+  if (s.samples > 100 * G) s.samples = 100 * G;
+  if (s.samples < G) s.samples = G;
+  s.epochs = 4;
+  printf("two tiers (solar, %llu samples, p=%u, r=%u): memory %.3f and disk %.3f of the dataset, R_intra=%g "
+         "R_disk=%g R=%g samples/s\n", (unsigned long long)s.samples, s.learners, s.ranks_per_node, o->mem_frac,
+         o->disk_frac, nd.R_intra, nd.R_disk, m->R);
+  printf("  %-14s %9s %9s %9s %9s %12s %12s\n", "tiers", "h_mem", "h_disk", "w_disk", "storage", "I/O s", "epoch s");
+  for (int two = 0; two < 2; two++) {
+    s.cache = (uint64_t)(o->mem_frac * (double)s.samples / (double)n);
+    s.cache_disk = two ? (uint64_t)(o->disk_frac * (double)s.samples / (double)n) : 0;
+    if (two && !s.cache_disk) break;
+    lade_sim_epoch_t ep[4];
+    if (lade_simulate(&s, sizeof s, NULL, ep, sizeof ep[0], NULL)) return die("model", "%s", lade_last_error());
+    double tot = 0, hm = 0, hd = 0, wd = 0;
+    for (int e = 1; e <= 2; e++) {
+      uint64_t cached = ep[e].from_cache + ep[e].from_node + ep[e].from_peer;
+      tot += (double)(ep[e].steps * G);
+      hm += (double)(cached - ep[e].from_disk);
+      hd += (double)ep[e].from_disk;
+      wd += (double)(ep[e].admits_disk + ep[e].moves_down);
+    }
+    nd.h_mem = hm / tot;
+    nd.h_disk = hd / tot;
+    nd.w_disk = wd / tot;
+    lade_model_nodes_result_t x;
+    if (lade_model_nodes_eval(m, &nd, sizeof nd, &x, sizeof x)) return die("model", "%s", lade_last_error());
+    printf("  %-14s %9.4f %9.4f %9.4f %9.4f %12.2f %12.2f\n", two ? "memory + disk" : "memory", nd.h_mem, nd.h_disk,
+           nd.w_disk, 1 - nd.h_mem - nd.h_disk, x.io_tiers, x.epoch_tiers);
+  }
+  return 0;
+}
+
 /* lade model --ranks-per-node r: the node model beside paper 000's. */
 static int model_nodes(opts_t *o, const lade_model_params_t *m) {
   lade_model_nodes_t nd = o->mn;
@@ -1052,7 +1107,10 @@ int lade_tool_model(int argc, char **argv) {
            "--ranks-per-node r [--R-intra X] [--R-inter Y] [--gamma G]: the same with nodes of r learners\n"
            "sharing one cache: intra-node handoffs at X and transfers between nodes at Y samples/s per node\n"
            "(defaults 200000 and 12500); beta (between nodes) and gamma (handoffs) / dataset measured with\n"
-           "the node-aware locality simulator unless given (docs/model.md, Nodes).\n");
+           "the node-aware locality simulator unless given (docs/model.md, Nodes).\n"
+           "--tiers --mem-frac A --disk-frac B [--R-disk X] [--ranks-per-node r]: solar with a memory tier of A\n"
+           "and a disk tier of B of the dataset (over all nodes), reads and writes per tier simulated, disk at\n"
+           "X samples/s per node (default 20000): the epoch time with memory alone and with both.\n");
     return 0;
   }
   if (rc) return rc;
@@ -1099,6 +1157,7 @@ int lade_tool_model(int argc, char **argv) {
     printf("  (8) I/O, locality-aware           %12.2f s\n", r.io_locality);
     printf("  epoch time max(train, I/O+prep): regular %.2f s, distcache %.2f s, locality %.2f s\n", r.epoch_regular,
            r.epoch_distcache, r.epoch_locality);
+    if (o.tiers) return model_tiers(&o, &m);
     if (o.have_rpn) return model_nodes(&o, &m);
     return 0;
   }

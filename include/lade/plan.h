@@ -415,6 +415,11 @@ typedef struct lade_model_nodes {
   double R_inter;  /* transfers between nodes per node, samples/s (one node's network link) */
   double beta;     /* locality: samples moved between nodes / dataset (<0: 0) */
   double gamma;    /* locality: intra-node handoffs / dataset (<0: 0) */
+  /* two tiers (docs/model.md, Two tiers): the node's memory read at R_intra, its local disk at R_disk */
+  double R_disk;   /* disk-tier reads and writes per node, samples/s */
+  double h_mem;    /* samples read from a memory tier / dataset (<0: 0) */
+  double h_disk;   /* samples read from a disk tier / dataset (<0: 0) */
+  double w_disk;   /* samples written to a disk tier (admits and moves down) / dataset (<0: 0) */
 } lade_model_nodes_t;
 
 typedef struct lade_model_nodes_result {
@@ -423,10 +428,13 @@ typedef struct lade_model_nodes_result {
   double io_locality;             /* (1-a)D/R + gamma*D / (n R_intra) + beta*D / (n R_inter) */
   double intra_distcache, inter_distcache; /* the two peer terms of io_distcache, seconds */
   double epoch_distcache, epoch_locality;  /* max(train, I/O + preprocessing) */
+  double io_tiers;         /* (1-h_mem-h_disk)D/R + h_mem*D/(n R_intra) + (h_disk+w_disk)*D/(n R_disk) */
+  double epoch_tiers;
 } lade_model_nodes_result_t;
 
-/* Defaults (docs/model.md): r 8, R_intra 200,000 and R_inter 12,500
- * samples/s per node, beta and gamma -1 (unset). */
+/* Defaults (docs/model.md): r 8, R_intra 200,000, R_inter 12,500 and
+ * R_disk 20,000 samples/s per node; beta, gamma, h_mem, h_disk, w_disk -1
+ * (unset). */
 LADE_API void lade_model_nodes_default(lade_model_nodes_t *n, size_t size);
 /* Evaluates the node model (train and preprocessing as lade_model_eval);
  * LADE_EINVAL for sizes below 8, r < 1 or not dividing p, or rates <= 0. */

@@ -37,7 +37,8 @@ void lade_model_eval(const lade_model_params_t *m, lade_model_result_t *r) {
 }
 
 void lade_model_nodes_default(lade_model_nodes_t *n, size_t size) {
-  lade_model_nodes_t d = {.r = 8, .R_intra = 200000, .R_inter = 12500, .beta = -1, .gamma = -1};
+  lade_model_nodes_t d = {.r = 8, .R_intra = 200000, .R_inter = 12500, .beta = -1, .gamma = -1,
+                          .R_disk = 20000, .h_mem = -1, .h_disk = -1, .w_disk = -1};
   lade__struct_out(n, size, &d, sizeof d);
 }
 
@@ -52,8 +53,8 @@ int lade_model_nodes_eval(const lade_model_params_t *m, const lade_model_nodes_t
   double p = m->p, r = nd.r;
   if (!(r >= 1) || !(p >= r) || fmod(p, r) != 0)
     return lade__fail(LADE_EINVAL, "lade_model_nodes_eval: ranks per node r = %g must be >= 1 and divide p = %g", r, p);
-  if (!(nd.R_intra > 0) || !(nd.R_inter > 0) || !(m->R > 0))
-    return lade__fail(LADE_EINVAL, "lade_model_nodes_eval: the rates R, R_intra and R_inter must be positive");
+  if (!(nd.R_intra > 0) || !(nd.R_inter > 0) || !(nd.R_disk > 0) || !(m->R > 0))
+    return lade__fail(LADE_EINVAL, "lade_model_nodes_eval: the rates R, R_intra, R_inter and R_disk must be positive");
   lade_model_result_t base;
   lade_model_eval(m, &base);
   lade_model_nodes_result_t x;
@@ -68,6 +69,9 @@ int lade_model_nodes_eval(const lade_model_params_t *m, const lade_model_nodes_t
   x.io_locality = storage + gamma * D / (n * nd.R_intra) + beta * D / (n * nd.R_inter);
   x.epoch_distcache = dmax(base.train, x.io_distcache + base.preprocess);
   x.epoch_locality = dmax(base.train, x.io_locality + base.preprocess);
+  double hm = nd.h_mem < 0 ? 0 : nd.h_mem, hd = nd.h_disk < 0 ? 0 : nd.h_disk, wd = nd.w_disk < 0 ? 0 : nd.w_disk;
+  x.io_tiers = dmax(0, 1 - hm - hd) * D / m->R + hm * D / (n * nd.R_intra) + (hd + wd) * D / (n * nd.R_disk);
+  x.epoch_tiers = dmax(base.train, x.io_tiers + base.preprocess);
   lade__struct_out(out, out_size, &x, sizeof x);
   return 0;
 }

@@ -142,5 +142,33 @@ done
 expect_fail "ranks per node must divide" "ranks_per_node \\(3\\) must divide the learners \\(4\\)" "$LADE" simulate --plan locality --samples 100 --learners 4 --batch-size 2 --ranks-per-node 3
 "$LADE" model --ranks-per-node 8 --R-intra 100000 --R-inter 10000 --beta 0.05 --gamma 0.1 >"$T/mn.txt" || bad "node model exit"
 grep -Eq "I/O, locality-aware +0.96 s" "$T/mn.txt" && ok "node model" || bad "node model: $(cat "$T/mn.txt")"
+
+# two tiers (--cache-disk): --dump names each cached read's tier; simulate's per-tier table adds up to its
+# cache reads; the tiered model beats memory alone; --cache-disk outside solar, or in a plan file, is refused
+args="--plan solar --samples 600 --learners 4 --batch-size 8 --epochs 3 --cache 20 --cache-disk 60"
+"$LADE" plan $args --dump >"$T/t.jsonl" && "$LADE" simulate $args >"$T/t.sim" || bad "tiers: exit"
+python3 - "$T/t.jsonl" "$T/t.sim" <<'PY' && ok "tiers: --dump = simulate per tier" || bad "tiers: $(cat "$T/t.sim")"
+import json, sys, collections
+dump = [json.loads(l) for l in open(sys.argv[1])]
+rows = [l.split() for l in open(sys.argv[2]) if l.split() and l.split()[0].isdigit()]
+main, tiers = rows[:3], rows[3:]
+assert len(tiers) == 3
+for e in range(3):
+    c = collections.Counter(t for r in dump if r["epoch"] == e for t in r["tier"])
+    st = sum(1 for r in dump if r["epoch"] == e for f in r["from"] if f == "storage")
+    assert c["-"] == st == int(main[e][1]), (e, c, st)
+    assert [c["mem"], c["disk"]] == [int(x) for x in tiers[e][1:3]], (e, c, tiers[e])
+    assert c["mem"] + c["disk"] == int(main[e][2]) + int(main[e][3])
+assert int(tiers[1][2]) > 0 and int(tiers[1][1]) > 0
+PY
+expect_fail "tiers: solar only" "solar only" "$LADE" simulate --plan locality --samples 600 --learners 4 --batch-size 8 --cache 20 --cache-disk 60
+expect_fail "tiers: no plan file" "two tiers" "$LADE" plan $args --out "$T/t.plan"
+"$LADE" model --tiers --p 16 --ranks-per-node 4 --D 100000 --mem-frac 0.2 --disk-frac 0.6 >"$T/mt.txt" || bad "tiers model exit"
+python3 - "$T/mt.txt" <<'PY' && ok "tiers model: memory + disk faster than memory alone" || bad "tiers model: $(cat "$T/mt.txt")"
+import sys
+rows = {l.split("  ")[1].strip(): l.split() for l in open(sys.argv[1]) if l.startswith("  memory")}
+mem, both = rows["memory"], rows["memory + disk"]
+assert float(both[-2]) < float(mem[-2]) and float(both[-5]) > 0 and float(mem[-5]) == 0  # I/O s; h_disk
+PY
 for c in plan simulate model; do "$LADE" $c --help >/dev/null && ok "$c --help" || bad "$c --help"; done
 exit $fail

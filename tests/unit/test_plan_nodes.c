@@ -360,6 +360,18 @@ static void test_node_model(void) {
   CHECK(lade_model_nodes_eval(&m, &nd, sizeof nd, &x, sizeof x) == LADE_EINVAL);
   nd.r = 8;
   CHECK(lade_model_nodes_eval(&m, &nd, sizeof nd, &x, 4) == LADE_EINVAL);
+  /* two tiers: storage for the rest, memory at R_intra, disk reads and writes at R_disk per node */
+  CHECK(nd.R_disk == 20000 && nd.h_mem < 0 && nd.h_disk < 0 && nd.w_disk < 0);
+  nd.h_mem = 0.1;
+  nd.h_disk = 0.5;
+  nd.w_disk = 0.3;
+  CHECK_OK(lade_model_nodes_eval(&m, &nd, sizeof nd, &x, sizeof x));
+  double tiers = 0.4 * 1281167.0 / 20000 + 0.1 * 1281167.0 / (8 * nd.R_intra) + 0.8 * 1281167.0 / (8 * nd.R_disk);
+  CHECK(fabs(x.io_tiers - tiers) < 1e-9 * tiers);
+  CHECK(x.epoch_tiers >= x.io_tiers);
+  nd.R_disk = 0;
+  CHECK(lade_model_nodes_eval(&m, &nd, sizeof nd, &x, sizeof x) == LADE_EINVAL);
+  nd.R_disk = 20000;
   /* an older caller's shorter struct: the rest are defaults */
   CHECK_OK(lade_model_nodes_eval(&m, &nd, sizeof(double), &x, sizeof x));
 }
