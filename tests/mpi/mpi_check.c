@@ -11,8 +11,9 @@
  * and closes its loader; the others must fail within the bound, naming
  * rank 1. Every kind runs with ranks_per_node 1, 2 (2 nodes of 2 ranks) and
  * 4 (1 node of 4): node-aware plans (docs/plan.md, Nodes), their intra-node
- * handoffs counted apart (peer_samples_node) and per node. lag: rank 1 reads slowly with prefetch 1 while the others plan
- * 40 steps ahead; what rank 1 holds of their early messages must stay
+ * handoffs counted apart (peer_samples_node) and per node. lag: rank 1
+ * reads slowly with prefetch 1 while the others plan 40 steps ahead; what
+ * rank 1 holds of their early messages must stay
  * within its own window (backpressure). topology: the node, local rank and
  * ranks per node each rank's stats report (check_topology). Prints one line per check on rank
  * 0; exits non-zero on failure. */
