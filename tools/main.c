@@ -184,15 +184,18 @@ static void progress(double frac, double rate, int done) {
 
 /* The plan's prediction for one rank: per epoch, samples from its own cache,
  * from peers and from storage (lade_plan_step_t.from), by the same planner
- * the loader runs. */
-enum { PRED_CACHE = 0, PRED_PEER, PRED_STORAGE };
-static int predict_rank(const lade_plan_settings_t *s, uint32_t rank, uint64_t epochs, uint64_t (*pred)[3]) {
+ * the loader runs; PRED_HANDOFF: of the peer samples, those from a rank of
+ * its own node (a node-aware plan's intra-node handoffs). */
+enum { PRED_CACHE = 0, PRED_PEER, PRED_STORAGE, PRED_HANDOFF };
+static int predict_rank(const lade_plan_settings_t *s, uint32_t rank, uint64_t epochs, uint64_t (*pred)[4]) {
   lade_plan_t *pl = NULL;
   int rc = lade_plan_create(&pl, s, sizeof *s);
   const lade_plan_step_t *v = NULL;
   while (!rc && (rc = lade_plan_next(pl, &v)) == 0 && v->epoch < epochs)
-    for (uint64_t i = v->offset[rank]; i < v->offset[rank + 1]; i++)
+    for (uint64_t i = v->offset[rank]; i < v->offset[rank + 1]; i++) {
       pred[v->epoch][v->from[i] == LADE_FROM_CACHE ? PRED_CACHE : v->from[i] >= 0 ? PRED_PEER : PRED_STORAGE]++;
+      pred[v->epoch][PRED_HANDOFF] += lade_plan_route_class(v->from[i], rank, v->ranks_per_node) == LADE_ROUTE_NODE;
+    }
   lade_plan_destroy(pl);
   return rc == LADE_ERANGE || (v && v->epoch >= epochs) ? 0 : rc;
 }
@@ -356,7 +359,7 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
   for (char *c = cl.why; *c; c++) /* it goes into JSON as it is */
     if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20) *c = '?';
   if (rc) return 1;
-  static uint64_t pred[MAX_EPOCH_LINES][3];
+  static uint64_t pred[MAX_EPOCH_LINES][4];
   memset(pred, 0, sizeof pred);
   if (planned && predict_rank(&ps, prank, (uint64_t)neps, pred)) {
     fprintf(stderr, "lade bench: the plan's prediction: %s\n", lade_last_error());
@@ -426,12 +429,14 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
     for (int e = 0; e < neps; e++) {
       if (planned)
         printf("%s{\"plan\":\"%s\",\"cache\":%llu,\"peer\":%llu,\"storage\":%llu,\"fallbacks\":%llu,"
-               "\"predicted_cache\":%llu,\"predicted_peer\":%llu,\"predicted_storage\":%llu,",
+               "\"predicted_cache\":%llu,\"predicted_peer\":%llu,\"predicted_storage\":%llu,\"handoff\":%llu,"
+               "\"predicted_handoff\":%llu,",
                e ? "," : "", lade_plan_kind_name(ps.kind), (unsigned long long)CACHED(e),
                (unsigned long long)(eps[e].samples_by_source[3] + eps[e].plan_peer_storage),
                (unsigned long long)(eps[e].samples_by_source[0] - eps[e].plan_peer_storage),
                (unsigned long long)eps[e].plan_fallbacks, (unsigned long long)pred[e][PRED_CACHE],
-               (unsigned long long)pred[e][PRED_PEER], (unsigned long long)pred[e][PRED_STORAGE]);
+               (unsigned long long)pred[e][PRED_PEER], (unsigned long long)pred[e][PRED_STORAGE],
+               (unsigned long long)eps[e].peer_samples_node, (unsigned long long)pred[e][PRED_HANDOFF]);
       double es = ep_secs[e];
       printf("%s\"epoch\":%d,\"seconds\":%.4f,\"peer_bytes\":%llu,\"miss_rate\":%.4f,\"wait_s\":%.4f,\"get_requests\":%llu,\"list_requests\":%llu,"
              "\"remote_bytes\":%llu,\"samples_by_source\":[%llu,%llu,%llu],\"bytes_by_source\":[%llu,%llu,%llu]}",

@@ -24,10 +24,14 @@ int lade_tool_model_calibrate(const char *dir, double *U, double *R); /* model_c
 
 typedef struct opts {
   lade_plan_settings_t s;
+  int tiers;
   int all, dump, timeit, fig6, ablation, orders, box, sweep, cost, have_beta;
   const char *out, *in, *plot, *calibrate;
   lade_sim_costs_t c;
   lade_model_params_t m;
+  lade_model_nodes_t mn;
+  int counts, have_gamma, have_rpn;
+  double mem_frac, disk_frac; /* lade model --tiers: the memory and disk tiers' share of the dataset */
   lade_cost_params_t k;
   double pmax;
   /* --plan shards (not a lade_plan_kind_t, see shards_*) */
@@ -82,8 +86,11 @@ static void defaults(opts_t *o) {
   o->c.cache_rate = 50000;
   o->c.train_rate = 400;
   o->m = (lade_model_params_t){1281167, 64, 400, 20000, 100000, 100000, 600, 1, -1};
+  lade_model_nodes_default(&o->mn, sizeof o->mn);
   lade_cost_defaults(&o->k);
   o->pmax = 1024;
+  o->mem_frac = 0.1;
+  o->disk_frac = 0.4;
   o->model_parallel = 1;
   o->buffers[0] = 0;
   o->buffers[1] = 1000;
@@ -148,9 +155,26 @@ static int parse(const char *cmd, int argc, char **argv, opts_t *o) {
       if (u > 1u << 24) return die(cmd, "--batch-size %s is too large", v);
       o->s.batch_size = (uint32_t)u;
     }
+    else if (!strcmp(a, "--ranks-per-node")) {
+      if ((rc = num_u64(cmd, a, v, &u))) return rc;
+      if (u == 0 || u > 0xffffff) return die(cmd, "--ranks-per-node needs a positive integer, got '%s'", v);
+      o->s.ranks_per_node = (uint32_t)u;
+      o->mn.r = (double)u;
+      o->have_rpn = 1;
+    }
+    F64("--R-intra", o->mn.R_intra)
+    F64("--R-disk", o->mn.R_disk)
+    F64("--mem-frac", o->mem_frac)
+    F64("--disk-frac", o->disk_frac)
+    F64("--R-inter", o->mn.R_inter)
+    else if (!strcmp(a, "--gamma")) {
+      if ((rc = num_f(cmd, a, v, &o->mn.gamma))) return rc;
+      o->have_gamma = 1;
+    }
     U64("--epochs", o->s.epochs)
     U64("--cache", o->s.cache)
     U64("--cache-bytes", o->s.cache_bytes)
+    U64("--cache-disk", o->s.cache_disk)
     U64("--sample-bytes", o->s.sample_bytes)
     U64("--seed", o->s.seed)
     U64("--imbalance", o->s.imbalance)
@@ -214,6 +238,8 @@ static int parse(const char *cmd, int argc, char **argv, opts_t *o) {
       else if (!strcmp(a, "--box")) o->box = 1;
       else if (!strcmp(a, "--sweep")) o->sweep = 1;
       else if (!strcmp(a, "--cost")) o->cost = 1;
+      else if (!strcmp(a, "--counts")) o->counts = 1;
+      else if (!strcmp(a, "--tiers")) o->tiers = 1;
       else return die(cmd, "unknown option '%s' (see --help)", a);
     }
     i += used;
@@ -239,7 +265,11 @@ static const char *common_help =
     "  --learners P       learners (default 16)\n"
     "  --batch-size B     local batch per learner (default 32); global batch B*P\n"
     "  --epochs E         epochs (default 5)\n"
-    "  --cache C          cache per learner, in samples (default 0)\n"
+    "  --cache C          cache per learner (per node with --ranks-per-node > 1), in samples (default 0)\n"
+    "  --cache-disk D     solar: a disk tier of D samples per learner (node) under the memory cache (default 0)\n"
+    "  --ranks-per-node r distcache, locality, solar: nodes of r consecutive learners share one cache\n"
+    "                     (default 1); peers are other nodes, a sample another rank of the node holds\n"
+    "                     is an intra-node handoff (docs/plan.md, Nodes)\n"
     "  --cache-bytes X --sample-bytes S   cache given in bytes (uniform sample size)\n"
     "  --seed S           shuffle seed (default 0)\n"
     "  --no-drop-last     pad the last global batch cyclically instead of dropping it\n"
@@ -402,11 +432,89 @@ static int sim_shards(const opts_t *o) {
 
 /* ---------------------------------------------------------------- plan */
 
-static const char *from_name(int32_t f, char *buf, size_t n) {
+static const char *from_name(int32_t f, uint32_t r, uint32_t rpn, char *buf, size_t n) {
   if (f == LADE_FROM_CACHE) return "cache";
   if (f == LADE_FROM_STORAGE) return "storage";
-  snprintf(buf, n, "peer:%d", f);
+  snprintf(buf, n, "%s:%d", lade_plan_route_class(f, r, rpn) == LADE_ROUTE_NODE ? "node" : "peer", f);
   return buf;
+}
+
+/* Per epoch, one JSON line per learner and per node of where its samples
+ * come from (lade_plan_route_class), its admits, evicts and the samples it
+ * serves to other nodes; inter-node bytes with --sample-bytes. */
+static int print_counts(const lade_plan_settings_t *s, int json, FILE *out) {
+  lade_plan_t *pl;
+  if (lade_plan_create(&pl, s, sizeof *s)) return die("plan", "%s", lade_last_error());
+  const lade_plan_settings_t *u = lade_plan_settings(pl);
+  uint32_t p = u->learners, rpn = u->ranks_per_node, n = p / rpn;
+  uint64_t steps = lade_plan_steps_per_epoch(pl), sb = u->sample_bytes;
+  enum { OWN, NODE, PEER, STORAGE, ADMIT, EVICT, SERVED, NCOL };
+  uint64_t *c = calloc((size_t)p * NCOL, sizeof *c);
+  if (!c) {
+    lade_plan_destroy(pl);
+    return die("plan", "out of memory%s", "");
+  }
+  if (!json)
+    printf("  nodes: %u x %u ranks, cache %llu samples per %s\n  %5s %6s %5s %10s %10s %10s %10s %9s %9s %10s\n", n,
+           rpn, (unsigned long long)u->cache, rpn > 1 ? "node" : "learner", "epoch", "rank", "node", "own",
+           "handoff", "inter", "storage", "admits", "evicts", "served");
+  for (uint64_t e = 0; e < u->epochs; e++) {
+    memset(c, 0, (size_t)p * NCOL * sizeof *c);
+    const lade_plan_step_t *v;
+    for (uint64_t t = 0; t < steps; t++) {
+      if (lade_plan_next(pl, &v)) {
+        free(c);
+        lade_plan_destroy(pl);
+        return die("plan", "%s", lade_last_error());
+      }
+      for (uint32_t r = 0; r < p; r++) {
+        for (uint64_t i = v->offset[r]; i < v->offset[r + 1]; i++) {
+          lade_plan_route_class_t k = lade_plan_route_class(v->from[i], r, rpn);
+          c[r * NCOL + (k == LADE_ROUTE_OWN ? OWN : k == LADE_ROUTE_NODE ? NODE : k == LADE_ROUTE_PEER ? PEER : STORAGE)]++;
+          if (k == LADE_ROUTE_PEER) c[(uint32_t)v->from[i] * NCOL + SERVED]++;
+        }
+        c[r * NCOL + ADMIT] += v->admit_offset[r + 1] - v->admit_offset[r];
+        c[r * NCOL + EVICT] += v->evict_offset[r + 1] - v->evict_offset[r];
+      }
+    }
+    for (uint32_t r = 0; r < p; r++) {
+      const uint64_t *x = c + (size_t)r * NCOL;
+      if (json)
+        fprintf(out, "{\"epoch\":%llu,\"rank\":%u,\"node\":%u,\"own\":%llu,\"handoff\":%llu,\"inter\":%llu,"
+                "\"storage\":%llu,\"admits\":%llu,\"evicts\":%llu,\"served\":%llu}\n", (unsigned long long)e, r,
+                r / rpn, (unsigned long long)x[OWN], (unsigned long long)x[NODE], (unsigned long long)x[PEER],
+                (unsigned long long)x[STORAGE], (unsigned long long)x[ADMIT], (unsigned long long)x[EVICT],
+                (unsigned long long)x[SERVED]);
+      else
+        printf("  %5llu %6u %5u %10llu %10llu %10llu %10llu %9llu %9llu %10llu\n", (unsigned long long)e, r, r / rpn,
+               (unsigned long long)x[OWN], (unsigned long long)x[NODE], (unsigned long long)x[PEER],
+               (unsigned long long)x[STORAGE], (unsigned long long)x[ADMIT], (unsigned long long)x[EVICT],
+               (unsigned long long)x[SERVED]);
+    }
+    if (!json)
+      printf("  %5s %6s %5s %10s %10s %10s %10s %9s %9s %10s %14s\n", "epoch", "", "node", "cache", "handoff", "in",
+             "storage", "admits", "evicts", "out", "inter_bytes");
+    for (uint32_t m = 0; m < n; m++) {
+      uint64_t y[NCOL] = {0};
+      for (uint32_t r = m * rpn; r < (m + 1) * rpn; r++)
+        for (int j = 0; j < NCOL; j++) y[j] += c[(size_t)r * NCOL + j];
+      /* a node's cache hits: its ranks' own and handed-off samples; in/out: samples between nodes */
+      if (json)
+        fprintf(out, "{\"epoch\":%llu,\"node\":%u,\"cache\":%llu,\"handoff\":%llu,\"in\":%llu,\"storage\":%llu,"
+                "\"admits\":%llu,\"evicts\":%llu,\"out\":%llu,\"inter_bytes\":%llu}\n", (unsigned long long)e, m,
+                (unsigned long long)(y[OWN] + y[NODE]), (unsigned long long)y[NODE], (unsigned long long)y[PEER],
+                (unsigned long long)y[STORAGE], (unsigned long long)y[ADMIT], (unsigned long long)y[EVICT],
+                (unsigned long long)y[SERVED], (unsigned long long)(y[PEER] * sb));
+      else
+        printf("  %5llu %6s %5u %10llu %10llu %10llu %10llu %9llu %9llu %10llu %14llu\n", (unsigned long long)e, "",
+               m, (unsigned long long)(y[OWN] + y[NODE]), (unsigned long long)y[NODE], (unsigned long long)y[PEER],
+               (unsigned long long)y[STORAGE], (unsigned long long)y[ADMIT], (unsigned long long)y[EVICT],
+               (unsigned long long)y[SERVED], (unsigned long long)(y[PEER] * sb));
+    }
+  }
+  free(c);
+  lade_plan_destroy(pl);
+  return 0;
 }
 
 static void dump_step(const lade_plan_step_t *v, FILE *out) {
@@ -416,9 +524,16 @@ static void dump_step(const lade_plan_step_t *v, FILE *out) {
             (unsigned long long)v->step, r);
     for (uint64_t i = v->offset[r]; i < v->offset[r + 1]; i++)
       fprintf(out, "%s%llu", i > v->offset[r] ? "," : "", (unsigned long long)v->samples[i]);
+    if (v->tier) { /* two tiers: where each cached sample is read from */
+      fputs("],\"tier\":[", out);
+      for (uint64_t i = v->offset[r]; i < v->offset[r + 1]; i++)
+        fprintf(out, "%s\"%s\"", i > v->offset[r] ? "," : "",
+                v->tier[i] == LADE_TIER_MEM ? "mem" : v->tier[i] == LADE_TIER_DISK ? "disk" : "-");
+    }
     fputs("],\"from\":[", out);
     for (uint64_t i = v->offset[r]; i < v->offset[r + 1]; i++)
-      fprintf(out, "%s\"%s\"", i > v->offset[r] ? "," : "", from_name(v->from[i], buf, sizeof buf));
+      fprintf(out, "%s\"%s\"", i > v->offset[r] ? "," : "",
+              from_name(v->from[i], r, v->ranks_per_node, buf, sizeof buf));
     fputs("]}\n", out);
   }
 }
@@ -435,7 +550,11 @@ int lade_tool_plan(int argc, char **argv) {
            "Computes which learner trains on which sample at every (epoch, step) and where each\n"
            "sample comes from. --out writes a versioned, checksummed binary file the engine can\n"
            "memory-map (docs/plan.md); --dump prints JSON lines, one per (epoch, step, learner):\n"
-           "{\"epoch\",\"step\",\"learner\",\"samples\":[...],\"from\":[\"cache\"|\"peer:K\"|\"storage\"]}\n"
+           "{\"epoch\",\"step\",\"learner\",\"samples\":[...],\"from\":[\"cache\"|\"node:K\"|\"peer:K\"|\"storage\"]}\n"
+           "(node:K: rank K of the learner's node holds it, an intra-node handoff; peer:K: another node's).\n"
+           "--counts prints, per epoch, one JSON line per learner {\"epoch\",\"rank\",\"node\",\"own\",\"handoff\",\n"
+           "\"inter\",\"storage\",\"admits\",\"evicts\",\"served\"} and per node {\"epoch\",\"node\",\"cache\",\"handoff\",\n"
+           "\"in\",\"storage\",\"admits\",\"evicts\",\"out\",\"inter_bytes\"} (bytes with --sample-bytes).\n"
            "With --plan shards (--dump only), one line per (epoch, step, data-parallel group):\n"
            "{\"epoch\",\"step\",\"group\",\"ranks\":[...],\"samples\":[...],\"padding\":K}, the last K samples\n"
            "repeating the group's first ones.\n\n");
@@ -476,7 +595,7 @@ int lade_tool_plan(int argc, char **argv) {
            (unsigned long long)n, s, (double)n / s / 1e6);
     return 0;
   }
-  if (!o.out && !o.dump) return die("plan", "give --out FILE, --dump or --time%s", "");
+  if (!o.out && !o.dump && !o.counts) return die("plan", "give --out FILE, --dump, --counts or --time%s", "");
   if (o.out) {
     if (lade_plan_write(&o.s, sizeof o.s, o.out)) return die("plan", "%s", lade_last_error());
     fprintf(stderr, "lade plan: wrote %s\n", o.out);
@@ -488,6 +607,7 @@ int lade_tool_plan(int argc, char **argv) {
     while (lade_plan_next(pl, &v) == 0) dump_step(v, stdout);
     lade_plan_destroy(pl);
   }
+  if (o.counts) return print_counts(&o.s, 1, stdout);
   return 0;
 }
 
@@ -567,18 +687,37 @@ static double quant(const double *v, size_t n, double q) {
 }
 
 static void print_epochs(const char *name, const lade_plan_settings_t *s, const lade_sim_epoch_t *ep) {
-  printf("plan %s: N=%llu p=%u B=%u cache=%llu/learner epochs=%llu\n", name, (unsigned long long)s->samples,
-         s->learners, s->batch_size, (unsigned long long)s->cache, (unsigned long long)s->epochs);
-  printf("  %5s %12s %12s %12s %10s %9s %10s %9s %9s %11s\n", "epoch", "storage", "peer", "cache", "requests",
-         "numPFS", "numPFSmax", "imbal%", "batch", "time_s");
+  int nodes = s->ranks_per_node > 1 && (s->kind == LADE_PLAN_DISTCACHE || s->kind == LADE_PLAN_LOCALITY ||
+                                         s->kind == LADE_PLAN_SOLAR); /* planned per node: the handoff column */
+  printf("plan %s: N=%llu p=%u B=%u cache=%llu/%s epochs=%llu", name, (unsigned long long)s->samples, s->learners,
+         s->batch_size, (unsigned long long)s->cache, nodes ? "node" : "learner", (unsigned long long)s->epochs);
+  if (nodes) printf(" ranks_per_node=%u (peer: between nodes)", s->ranks_per_node);
+  if (s->cache_disk) printf(" cache_disk=%llu", (unsigned long long)s->cache_disk);
+  printf("\n  %5s %12s %12s %12s", "epoch", "storage", "peer", "cache");
+  if (nodes) printf(" %12s", "handoff");
+  printf(" %10s %9s %10s %9s %9s %11s\n", "requests", "numPFS", "numPFSmax", "imbal%", "batch", "time_s");
   for (uint64_t e = 0; e < s->epochs; e++) {
     const lade_sim_epoch_t *x = &ep[e];
     char b[32];
     snprintf(b, sizeof b, "%llu-%llu", (unsigned long long)x->batch_min, (unsigned long long)x->batch_max);
-    printf("  %5llu %12llu %12llu %12llu %10llu %9.1f %10llu %9.2f %9s %11.1f\n", (unsigned long long)e,
-           (unsigned long long)x->from_storage, (unsigned long long)x->from_peer, (unsigned long long)x->from_cache,
-           (unsigned long long)x->storage_requests, x->steps ? (double)x->max_storage_sum / (double)x->steps : 0,
-           (unsigned long long)x->max_storage_peak, x->imbalance_pct, b, x->time_s);
+    printf("  %5llu %12llu %12llu %12llu", (unsigned long long)e, (unsigned long long)x->from_storage,
+           (unsigned long long)x->from_peer, (unsigned long long)x->from_cache);
+    if (nodes) printf(" %12llu", (unsigned long long)x->from_node);
+    printf(" %10llu %9.1f %10llu %9.2f %9s %11.1f\n", (unsigned long long)x->storage_requests,
+           x->steps ? (double)x->max_storage_sum / (double)x->steps : 0, (unsigned long long)x->max_storage_peak,
+           x->imbalance_pct, b, x->time_s);
+  }
+  if (s->cache_disk) { /* two tiers: reads from each, admits to each, moves between them */
+    printf("  %5s %12s %12s %12s %12s %12s %12s\n", "epoch", "mem_reads", "disk_reads", "admit_mem", "admit_disk",
+           "to_mem", "to_disk");
+    for (uint64_t e = 0; e < s->epochs; e++) {
+      const lade_sim_epoch_t *x = &ep[e];
+      uint64_t cached = x->from_cache + x->from_node + x->from_peer;
+      printf("  %5llu %12llu %12llu %12llu %12llu %12llu %12llu\n", (unsigned long long)e,
+             (unsigned long long)(cached - x->from_disk), (unsigned long long)x->from_disk,
+             (unsigned long long)x->admits_mem, (unsigned long long)x->admits_disk, (unsigned long long)x->moves_up,
+             (unsigned long long)x->moves_down);
+    }
   }
 }
 
@@ -762,6 +901,9 @@ int lade_tool_simulate(int argc, char **argv) {
            "  --ablation     paper 002 ablation: regular, +lru, +belady, solar optimisations one at a time\n"
            "  --orders       epoch-order cost of the DP, the local search and PSO on one cost matrix\n"
            "  --box          imbalance box statistics of the plan's steps (epochs >= 1)\n"
+           "  --counts       per-learner and per-node counts of each epoch (always with --ranks-per-node > 1):\n"
+           "                 own cache, intra-node handoffs, inter-node peers, storage, admits, evicts, samples\n"
+           "                 served to other nodes, inter-node bytes (with --sample-bytes)\n"
            "  --plot F.svg   draw storage reads per epoch by plan (or the --fig6/--ablation picture), gnuplot\n"
            "  --storage-rate R --peer-rate Rc --cache-rate X --train-rate V   samples/s for the time model\n"
            "                 (defaults 20000 aggregate, 5000, 50000, 400 per learner)\n\n");
@@ -792,6 +934,10 @@ int lade_tool_simulate(int argc, char **argv) {
       goto out;
     }
     print_epochs(lade_plan_kind_name(k), &s, all[k]);
+    if ((s.ranks_per_node > 1 || o.counts) && (rc = print_counts(&s, 0, stdout))) {
+      free(imb);
+      goto out;
+    }
     if (o.box && s.epochs > 1) {
       uint64_t steps = all[k][0].steps;
       size_t n = (size_t)((s.epochs - 1) * steps);
@@ -836,6 +982,7 @@ static double sim_beta(const opts_t *o, double p) {
   lade_plan_settings_t s = o->s;
   s.kind = LADE_PLAN_LOCALITY;
   s.learners = (uint32_t)p;
+  s.ranks_per_node = 1; /* paper 000: every learner its own node */
   uint64_t G = (uint64_t)s.batch_size * s.learners;
   s.samples = (uint64_t)o->m.D;
   if (s.samples > 200 * G) s.samples = 200 * G;
@@ -845,6 +992,99 @@ static double sim_beta(const opts_t *o, double p) {
   lade_sim_epoch_t ep[2];
   if (lade_simulate(&s, sizeof s, NULL, ep, sizeof *ep, NULL)) return -1;
   return (double)ep[1].from_peer / (double)(ep[1].steps * G);
+}
+
+/* The node model's beta (inter-node balancing / samples) and gamma
+ * (intra-node handoffs / samples), measured with the node-aware locality
+ * plan, whole dataset cached, as sim_beta. */
+static int sim_nodes(const opts_t *o, double p, double r, double *beta, double *gamma) {
+  lade_plan_settings_t s = o->s;
+  s.kind = LADE_PLAN_LOCALITY;
+  s.learners = (uint32_t)p;
+  s.ranks_per_node = (uint32_t)r;
+  uint64_t G = (uint64_t)s.batch_size * s.learners, n = s.learners / s.ranks_per_node;
+  s.samples = (uint64_t)o->m.D;
+  if (s.samples > 200 * G) s.samples = 200 * G;
+  if (s.samples < G) s.samples = G;
+  s.cache = (s.samples + n - 1) / n;
+  s.epochs = 2;
+  lade_sim_epoch_t ep[2];
+  if (lade_simulate(&s, sizeof s, NULL, ep, sizeof *ep, NULL)) return -1;
+  *beta = (double)ep[1].from_peer / (double)(ep[1].steps * G);
+  *gamma = (double)ep[1].from_node / (double)(ep[1].steps * G);
+  return 0;
+}
+
+/* lade model --tiers: the solar plan with the memory tier alone and with a
+ * disk tier under it, its reads and writes per tier measured with the
+ * simulator (steady epochs 1-2 of 4), evaluated with the node model. */
+static int model_tiers(opts_t *o, const lade_model_params_t *m) {
+  lade_model_nodes_t nd = o->mn;
+  if (!(nd.r >= 1) || !(m->p >= nd.r) || fmod(m->p, nd.r) != 0)
+    return die("model", "--ranks-per-node must divide --p%s", "");
+  if (o->mem_frac < 0 || o->disk_frac < 0 || o->mem_frac + o->disk_frac > 1)
+    return die("model", "--mem-frac and --disk-frac are shares of the dataset, together at most 1%s", "");
+  lade_plan_settings_t s = o->s;
+  s.kind = LADE_PLAN_SOLAR;
+  s.learners = (uint32_t)m->p;
+  s.ranks_per_node = (uint32_t)nd.r;
+  uint64_t G = (uint64_t)s.batch_size * s.learners, n = s.learners / s.ranks_per_node;
+  s.samples = (uint64_t)m->D;
+  if (s.samples > 100 * G) s.samples = 100 * G;
+  if (s.samples < G) s.samples = G;
+  s.epochs = 4;
+  printf("two tiers (solar, %llu samples, p=%u, r=%u): memory %.3f and disk %.3f of the dataset, R_intra=%g "
+         "R_disk=%g R=%g samples/s\n", (unsigned long long)s.samples, s.learners, s.ranks_per_node, o->mem_frac,
+         o->disk_frac, nd.R_intra, nd.R_disk, m->R);
+  printf("  %-14s %9s %9s %9s %9s %12s %12s\n", "tiers", "h_mem", "h_disk", "w_disk", "storage", "I/O s", "epoch s");
+  for (int two = 0; two < 2; two++) {
+    s.cache = (uint64_t)(o->mem_frac * (double)s.samples / (double)n);
+    s.cache_disk = two ? (uint64_t)(o->disk_frac * (double)s.samples / (double)n) : 0;
+    if (two && !s.cache_disk) break;
+    lade_sim_epoch_t ep[4];
+    if (lade_simulate(&s, sizeof s, NULL, ep, sizeof ep[0], NULL)) return die("model", "%s", lade_last_error());
+    double tot = 0, hm = 0, hd = 0, wd = 0;
+    for (int e = 1; e <= 2; e++) {
+      uint64_t cached = ep[e].from_cache + ep[e].from_node + ep[e].from_peer;
+      tot += (double)(ep[e].steps * G);
+      hm += (double)(cached - ep[e].from_disk);
+      hd += (double)ep[e].from_disk;
+      wd += (double)(ep[e].admits_disk + ep[e].moves_down);
+    }
+    nd.h_mem = hm / tot;
+    nd.h_disk = hd / tot;
+    nd.w_disk = wd / tot;
+    lade_model_nodes_result_t x;
+    if (lade_model_nodes_eval(m, &nd, sizeof nd, &x, sizeof x)) return die("model", "%s", lade_last_error());
+    printf("  %-14s %9.4f %9.4f %9.4f %9.4f %12.2f %12.2f\n", two ? "memory + disk" : "memory", nd.h_mem, nd.h_disk,
+           nd.w_disk, 1 - nd.h_mem - nd.h_disk, x.io_tiers, x.epoch_tiers);
+  }
+  return 0;
+}
+
+/* lade model --ranks-per-node r: the node model beside paper 000's. */
+static int model_nodes(opts_t *o, const lade_model_params_t *m) {
+  lade_model_nodes_t nd = o->mn;
+  int measured = 0;
+  if (!o->have_beta || !o->have_gamma) {
+    double b = 0, g = 0;
+    if (o->s.batch_size && m->p >= nd.r && fmod(m->p, nd.r) == 0 && sim_nodes(o, m->p, nd.r, &b, &g) == 0) {
+      if (!o->have_beta) nd.beta = b;
+      if (!o->have_gamma) nd.gamma = g;
+      measured = 1;
+    }
+  }
+  if (o->have_beta) nd.beta = m->beta;
+  lade_model_nodes_result_t x;
+  if (lade_model_nodes_eval(m, &nd, sizeof nd, &x, sizeof x)) return die("model", "%s", lade_last_error());
+  printf("nodes: r=%g ranks per node, n=%g nodes, R_intra=%g R_inter=%g samples/s per node, beta=%.4f gamma=%.4f%s\n",
+         nd.r, x.nodes, nd.R_intra, nd.R_inter, nd.beta, nd.gamma, measured ? " (simulated)" : "");
+  printf("  I/O, distributed cache  %12.2f s  (intra-node %.2f s, inter-node %.2f s)\n", x.io_distcache,
+         x.intra_distcache, x.inter_distcache);
+  printf("  I/O, locality-aware     %12.2f s\n", x.io_locality);
+  printf("  epoch time max(train, I/O+prep): distcache %.2f s, locality %.2f s\n", x.epoch_distcache,
+         x.epoch_locality);
+  return 0;
 }
 
 int lade_tool_model(int argc, char **argv) {
@@ -863,7 +1103,14 @@ int lade_tool_model(int argc, char **argv) {
            "alpha the cached fraction, beta the balancing traffic / dataset (default: measured with the\n"
            "locality simulator at --batch-size, default 32). Prints the crossover p = R/V.\n"
            "Defaults: D=1281167 p=64 V=400 R=20000 Rc=Rb=100000 U=600 alpha=1 (see docs/model.md).\n"
-           "--cost: paper 004's cloud cost (defaults: GCP prices, docs/model.md).\n");
+           "--cost: paper 004's cloud cost (defaults: GCP prices, docs/model.md).\n"
+           "--ranks-per-node r [--R-intra X] [--R-inter Y] [--gamma G]: the same with nodes of r learners\n"
+           "sharing one cache: intra-node handoffs at X and transfers between nodes at Y samples/s per node\n"
+           "(defaults 200000 and 12500); beta (between nodes) and gamma (handoffs) / dataset measured with\n"
+           "the node-aware locality simulator unless given (docs/model.md, Nodes).\n"
+           "--tiers --mem-frac A --disk-frac B [--R-disk X] [--ranks-per-node r]: solar with a memory tier of A\n"
+           "and a disk tier of B of the dataset (over all nodes), reads and writes per tier simulated, disk at\n"
+           "X samples/s per node (default 20000): the epoch time with memory alone and with both.\n");
     return 0;
   }
   if (rc) return rc;
@@ -910,6 +1157,8 @@ int lade_tool_model(int argc, char **argv) {
     printf("  (8) I/O, locality-aware           %12.2f s\n", r.io_locality);
     printf("  epoch time max(train, I/O+prep): regular %.2f s, distcache %.2f s, locality %.2f s\n", r.epoch_regular,
            r.epoch_distcache, r.epoch_locality);
+    if (o.tiers) return model_tiers(&o, &m);
+    if (o.have_rpn) return model_nodes(&o, &m);
     return 0;
   }
   sbuf_t data = {0};

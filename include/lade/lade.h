@@ -418,6 +418,10 @@ typedef struct lade_stats {
   uint32_t nodes;
   uint32_t local_rank;           /* its place among its node's ranks, in rank order */
   uint32_t ranks_per_node;       /* ranks on its node */
+  /* a node-aware plan (docs/plan.md, Nodes): of samples_by_source[3], those a rank of this learner's own node
+   * sent (intra-node handoffs; the rest came from other nodes) */
+  uint64_t peer_samples_node;
+  uint64_t peer_bytes_node;
 } lade_stats_t;
 
 /*
@@ -450,6 +454,8 @@ typedef struct lade_epoch_stats {
   uint64_t get_requests, list_requests, remote_bytes;
   uint64_t plan_fallbacks;       /* as in lade_stats_t, for this epoch's batches */
   uint64_t plan_peer_storage;
+  uint64_t peer_samples_node;    /* as in lade_stats_t, for this epoch's batches */
+  uint64_t peer_bytes_node;
 } lade_epoch_stats_t;
 
 /* Fills *out for `epoch` (LADE_ERANGE for an epoch not started yet);

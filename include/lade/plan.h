@@ -14,6 +14,19 @@
  * its END (so a peer never loses a sample it must send in the same step).
  * After the step no learner holds more than `cache` samples.
  *
+ * Nodes (ranks_per_node r > 1; docs/plan.md, "Nodes"): distcache, locality
+ * and solar plan with nodes as the cache holders. Learners are grouped in
+ * blocks of r consecutive ranks, each node keeps one cache of `cache`
+ * samples (the capacity is then per node), and a sample in the node's cache
+ * is local to every rank of the node. A cached sample is still admitted,
+ * evicted and served to other nodes by one rank, the rank of its node that
+ * admitted it (at most one admit per node), so routes stay ranks: from[] is
+ * LADE_FROM_CACHE when the learner itself admitted the sample, the admitting
+ * rank otherwise, an intra-node handoff (no transfer) when that rank is on
+ * the learner's node and a transfer between nodes when not
+ * (lade_plan_route_class). regular, regular+lru and regular+belady ignore
+ * ranks_per_node (per-learner caches of `cache` samples).
+ *
  * Kept in its own header because the tools and benchmarks use it while the
  * loader itself (lade.h) drives plans internally. Same conventions as lade.h:
  * 0 or a negative LADE_E* code, detail in lade_last_error(), handles not
@@ -30,9 +43,32 @@
 extern "C" {
 #endif
 
-/* Source codes in lade_plan_step_t.from; a value >= 0 is the peer's rank. */
+/* Source codes in lade_plan_step_t.from; a value >= 0 is the rank that
+ * holds the sample (on the learner's own node: an intra-node handoff). */
 #define LADE_FROM_CACHE (-1)
 #define LADE_FROM_STORAGE (-2)
+
+/* Tiers of a cached sample with cache_disk > 0 (lade_plan_step_t.tier). */
+#define LADE_TIER_NONE 0 /* not from a cache (storage) */
+#define LADE_TIER_MEM 1
+#define LADE_TIER_DISK 2
+
+/* What a route means for learner `rank` with ranks_per_node r (1: every
+ * rank its own node): its own cache, its node's cache through another rank of
+ * the node (an intra-node handoff), another node (a transfer), or storage. */
+typedef enum lade_plan_route_class {
+  LADE_ROUTE_OWN = 0,
+  LADE_ROUTE_NODE,
+  LADE_ROUTE_PEER,
+  LADE_ROUTE_STORAGE
+} lade_plan_route_class_t;
+
+static inline lade_plan_route_class_t lade_plan_route_class(int32_t from, uint32_t rank, uint32_t ranks_per_node) {
+  if (from == LADE_FROM_CACHE) return LADE_ROUTE_OWN;
+  if (from < 0) return LADE_ROUTE_STORAGE;
+  uint32_t r = ranks_per_node ? ranks_per_node : 1;
+  return (uint32_t)from / r == rank / r ? LADE_ROUTE_NODE : LADE_ROUTE_PEER;
+}
 
 typedef enum lade_plan_kind {
   LADE_PLAN_REGULAR = 0,     /* global shuffle, contiguous slices, no reuse */
@@ -79,7 +115,7 @@ typedef struct lade_plan_settings {
   uint32_t batch_size;     /* B, each learner's local batch; global batch G = B * p */
   uint64_t epochs;
   uint64_t seed;
-  uint64_t cache;          /* per-learner cache capacity in samples (0: no cache) */
+  uint64_t cache;          /* cache capacity in samples per learner, per node with ranks_per_node > 1 (0: no cache) */
   uint64_t cache_bytes;    /* if nonzero, cache = cache_bytes / sample_bytes (overrides cache) */
   uint64_t sample_bytes;   /* sample size used with cache_bytes (uniform sizes assumed) */
   int drop_last;           /* 1: drop the incomplete last global batch; 0: pad cyclically */
@@ -88,12 +124,17 @@ typedef struct lade_plan_settings {
   int order_algo;          /* solar: lade_plan_order_algo_t */
   uint32_t imbalance;      /* solar: local batch sizes may differ by at most this (0: all equal B) */
   int coalesce;            /* solar: sort each learner's storage reads and coalesce adjacent indices */
+  uint32_t ranks_per_node; /* r: distcache, locality, solar plan per node of r consecutive learners (see the top
+                            * of this header); it divides learners. 1 (and 0): every learner its own node */
+  uint64_t cache_disk;     /* solar: a second tier of this many samples per holder (learner or node) on its local
+                            * disk under the `cache` samples in memory: one hierarchy (docs/plan.md, Two tiers);
+                            * 0: one tier */
 } lade_plan_settings_t;
 
 /* Fills the size bytes of *s (size: sizeof(lade_plan_settings_t)) with the
  * defaults: regular, epochs 1, drop_last 1, balance_peer 1, reorder 1, order
- * AUTO, imbalance 0, coalesce 1, seed 0, cache 0; zeros past the fields this
- * library knows. */
+ * AUTO, imbalance 0, coalesce 1, seed 0, cache 0, ranks_per_node 1; zeros
+ * past the fields this library knows. */
 LADE_API void lade_plan_settings_default(lade_plan_settings_t *s, size_t size);
 
 /* "regular", "regular+lru", "regular+belady", "distcache", "locality", "solar",
@@ -103,7 +144,8 @@ LADE_API const char *lade_plan_kind_name(int kind);
 /* The kind for a name (LADE_PLAN_SHARDS for "shards"), or LADE_EINVAL. */
 LADE_API int lade_plan_kind_parse(const char *name);
 
-/* One Algorithm 1 transfer: `count` samples go from learner src to dst. */
+/* One Algorithm 1 transfer: `count` samples go from learner src to dst
+ * (from node src to node dst in a plan with ranks_per_node > 1). */
 typedef struct lade_plan_transfer {
   uint32_t src, dst;
   uint64_t count;
@@ -131,8 +173,16 @@ typedef struct lade_plan_step {
   const uint64_t *evict, *evict_offset;
   uint64_t transfers;          /* locality: the Algorithm 1 schedule of this step */
   const lade_plan_transfer_t *transfer;
-  uint64_t deficit;            /* locality/solar: sum over learners of max(0, share - cached samples of the batch) */
+  uint64_t deficit;            /* locality/solar: sum over learners (nodes) of max(0, share - cached samples of the batch) */
   const uint64_t *read_start, *read_count, *read_offset; /* NULL unless coalesce */
+  uint32_t ranks_per_node;     /* the plan's (1 for kinds that ignore it); classify from[] with lade_plan_route_class */
+  /* two tiers (cache_disk > 0; else NULL): tier[i] is the tier samples[i] is read from (LADE_TIER_*: the
+   * holder's, at the start of the step); admit_tier[j] the tier admit[j] goes to; learner r moves
+   * move[move_offset[r] .. move_offset[r+1]) it holds to tier move_to[..] at the end of the step, after
+   * the evicts and admits */
+  const uint8_t *tier, *admit_tier;
+  const uint64_t *move, *move_offset;
+  const uint8_t *move_to;
 } lade_plan_step_t;
 
 typedef struct lade_plan lade_plan_t;
@@ -161,8 +211,10 @@ LADE_API const uint64_t *lade_plan_epoch_order(const lade_plan_t *plan);
  * samples (cache_mem_bytes over the charge of a mean-sized entry). For
  * kinds other than regular drop_last is 1: with the loader's drop_last off
  * its short last step is the regular slice, read through the tiers and not
- * planned. *rank (may be NULL): this learner's rank in the plan (from MPI
- * under transport=mpi). out_size: sizeof(lade_plan_settings_t) (see there). */
+ * planned. ranks_per_node is the loader's node size when its nodes are
+ * blocks of consecutive ranks, else 1 (docs/plan.md, Nodes). *rank (may be
+ * NULL): this learner's rank in the plan (from MPI under transport=mpi).
+ * out_size: sizeof(lade_plan_settings_t) (see there). */
 LADE_API int lade_loader_plan_settings(lade_loader_t *loader, lade_plan_settings_t *out, size_t out_size,
                                        uint32_t *rank);
 
@@ -293,7 +345,7 @@ typedef struct lade_sim_costs {
 typedef struct lade_sim_epoch {
   uint64_t epoch;
   uint64_t steps;
-  uint64_t from_storage, from_peer, from_cache;
+  uint64_t from_storage, from_peer, from_cache; /* peer: between nodes; cache: the learner's own admits */
   uint64_t storage_requests;   /* coalesced storage reads (ranges); = from_storage without coalescing */
   uint64_t max_storage_sum;    /* sum over steps of max over learners of storage reads (numPFS) */
   uint64_t max_storage_peak;   /* the largest per-step maximum */
@@ -301,6 +353,13 @@ typedef struct lade_sim_epoch {
   uint64_t batch_min, batch_max; /* local batch sizes seen */
   uint64_t transfers;          /* Algorithm 1 messages */
   double time_s;               /* modelled epoch time */
+  uint64_t from_node;          /* intra-node handoffs: from the node's cache through another rank of the node
+                                * (0 with ranks_per_node 1); modelled at cache_rate */
+  /* two tiers (cache_disk > 0): of from_cache + from_node + from_peer, the samples read from a disk tier
+   * (the rest from memory); admits to each tier; moves between them */
+  uint64_t from_disk;
+  uint64_t admits_mem, admits_disk;
+  uint64_t moves_up, moves_down;
 } lade_sim_epoch_t;
 
 /* Runs the plan of s (size: sizeof(lade_plan_settings_t)); out has `epochs`
@@ -341,6 +400,46 @@ typedef struct lade_model_result {
 } lade_model_result_t;
 
 LADE_API void lade_model_eval(const lade_model_params_t *m, lade_model_result_t *r);
+
+/* The same model with nodes of r learners (docs/model.md, "Nodes"): a node
+ * caches for all its ranks, so of the cached fraction alpha a learner finds
+ * 1/p in its own cache, (r-1)/p in another rank's of its node (an intra-node
+ * handoff) and (n-1)/n on the other n = p/r nodes (a transfer). Rates are
+ * per node and add up over the n nodes. Sizes as for lade_plan_settings_t:
+ * in_size = sizeof(lade_model_nodes_t), out_size = sizeof(lade_model_nodes_result_t)
+ * as the caller was compiled; the fields past in_size take the defaults of
+ * lade_model_nodes_default. */
+typedef struct lade_model_nodes {
+  double r;        /* ranks per node (divides p; 1: paper 000's model with Rc = Rb = p * R_inter) */
+  double R_intra;  /* intra-node handoffs per node, samples/s (shared memory or the node's loopback) */
+  double R_inter;  /* transfers between nodes per node, samples/s (one node's network link) */
+  double beta;     /* locality: samples moved between nodes / dataset (<0: 0) */
+  double gamma;    /* locality: intra-node handoffs / dataset (<0: 0) */
+  /* two tiers (docs/model.md, Two tiers): the node's memory read at R_intra, its local disk at R_disk */
+  double R_disk;   /* disk-tier reads and writes per node, samples/s */
+  double h_mem;    /* samples read from a memory tier / dataset (<0: 0) */
+  double h_disk;   /* samples read from a disk tier / dataset (<0: 0) */
+  double w_disk;   /* samples written to a disk tier (admits and moves down) / dataset (<0: 0) */
+} lade_model_nodes_t;
+
+typedef struct lade_model_nodes_result {
+  double nodes;                   /* n = p / r */
+  double io_distcache;            /* (1-a)D/R + a*D*(r-1)/p / (n R_intra) + a*D*(n-1)/n / (n R_inter) */
+  double io_locality;             /* (1-a)D/R + gamma*D / (n R_intra) + beta*D / (n R_inter) */
+  double intra_distcache, inter_distcache; /* the two peer terms of io_distcache, seconds */
+  double epoch_distcache, epoch_locality;  /* max(train, I/O + preprocessing) */
+  double io_tiers;         /* (1-h_mem-h_disk)D/R + h_mem*D/(n R_intra) + (h_disk+w_disk)*D/(n R_disk) */
+  double epoch_tiers;
+} lade_model_nodes_result_t;
+
+/* Defaults (docs/model.md): r 8, R_intra 200,000, R_inter 12,500 and
+ * R_disk 20,000 samples/s per node; beta, gamma, h_mem, h_disk, w_disk -1
+ * (unset). */
+LADE_API void lade_model_nodes_default(lade_model_nodes_t *n, size_t size);
+/* Evaluates the node model (train and preprocessing as lade_model_eval);
+ * LADE_EINVAL for sizes below 8, r < 1 or not dividing p, or rates <= 0. */
+LADE_API int lade_model_nodes_eval(const lade_model_params_t *m, const lade_model_nodes_t *nodes, size_t in_size,
+                                   lade_model_nodes_result_t *out, size_t out_size);
 
 /* Cloud cost of paper 004 (section III-C), in dollars. */
 typedef struct lade_cost_params {

@@ -1014,6 +1014,13 @@ static PyObject *stats_dict(const lade_stats_t *s) {
       (unsigned long long)s->peer_served_from_storage, "peer_bytes_held_peak",
       (unsigned long long)s->peer_bytes_held_peak, "node", (unsigned int)s->node, "nodes", (unsigned int)s->nodes,
       "local_rank", (unsigned int)s->local_rank, "ranks_per_node", (unsigned int)s->ranks_per_node);
+  if (more) { /* and a node-aware plan's intra-node handoffs (docs/plan.md, Nodes) */
+    int bad = PyDict_Update(d, more) != 0;
+    Py_DECREF(more);
+    more = bad ? NULL
+               : Py_BuildValue("{sKsK}", "peer_samples_node", (unsigned long long)s->peer_samples_node,
+                               "peer_bytes_node", (unsigned long long)s->peer_bytes_node);
+  }
   if (!more || PyDict_Update(d, more) != 0) {
     Py_XDECREF(more);
     Py_DECREF(d);
@@ -1034,7 +1041,7 @@ static PyObject *loader_epoch_stats(LoaderObject *L, PyObject *args) {
   lade_epoch_stats_t e;
   int rc = lade_loader_epoch_stats(L->loader, epoch, &e, sizeof(lade_epoch_stats_t));
   if (rc) return raise_last(rc);
-  return Py_BuildValue("{sKsKsKs(KKKK)s(KKKK)sdsdsKsKsKsKsK}", "epoch", (unsigned long long)e.epoch, "batches",
+  return Py_BuildValue("{sKsKsKs(KKKK)s(KKKK)sdsdsKsKsKsKsKsKsK}", "epoch", (unsigned long long)e.epoch, "batches",
                        (unsigned long long)e.batches, "samples", (unsigned long long)e.samples, "samples_by_source",
                        (unsigned long long)e.samples_by_source[0], (unsigned long long)e.samples_by_source[1],
                        (unsigned long long)e.samples_by_source[2], (unsigned long long)e.samples_by_source[3],
@@ -1044,7 +1051,8 @@ static PyObject *loader_epoch_stats(LoaderObject *L, PyObject *args) {
                        e.wait_seconds, "get_requests", (unsigned long long)e.get_requests, "list_requests",
                        (unsigned long long)e.list_requests, "remote_bytes", (unsigned long long)e.remote_bytes,
                        "plan_fallbacks", (unsigned long long)e.plan_fallbacks, "plan_peer_storage",
-                       (unsigned long long)e.plan_peer_storage);
+                       (unsigned long long)e.plan_peer_storage, "peer_samples_node",
+                       (unsigned long long)e.peer_samples_node, "peer_bytes_node", (unsigned long long)e.peer_bytes_node);
 }
 
 static PyObject *loader_stats(LoaderObject *L, PyObject *unused) {

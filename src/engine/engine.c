@@ -432,6 +432,7 @@ void *lade__engine_worker_main(void *arg) {
       memset(s->tier_samples, 0, sizeof s->tier_samples);
       memset(s->tier_bytes, 0, sizeof s->tier_bytes);
       s->plan_fallbacks = s->plan_peer = 0;
+      s->peer_node = s->peer_node_bytes = 0;
       s->err = 0;
       s->substituted = 0;
       s->stale = false;
@@ -469,6 +470,14 @@ void *lade__engine_worker_main(void *arg) {
     s->tier_bytes[tier] += nbytes;
     s->plan_fallbacks += note == LADE__ROUTE_FALLBACK;
     s->plan_peer += note == LADE__ROUTE_PEER_STORAGE;
+    if (tier == LADE__TIER_PEER && L->res.cursor.plan.ranks_per_node > 1 &&
+        lade_plan_route_class(s->cs.from[i], L->res.cursor.rank, L->res.cursor.plan.ranks_per_node) ==
+            LADE_ROUTE_NODE) { /* an intra-node handoff (docs/plan.md, Nodes) */
+      s->peer_node++;
+      s->peer_node_bytes += nbytes;
+      L->peer_node++;
+      L->peer_node_bytes += nbytes;
+    }
     if (++s->done == s->n) {
       if (L->routed && !s->stale) finish_steps_in_order(L);
       else finish_slot_locked(L, s);
@@ -528,6 +537,8 @@ static void account_batch(lade_loader_t *L, slot_t *s) {
   a->batches++;
   a->plan_fallbacks += s->plan_fallbacks;
   a->plan_peer += s->plan_peer;
+  a->peer_node += s->peer_node;
+  a->peer_node_bytes += s->peer_node_bytes;
   for (int t = 0; t < LADE__TIER_COUNT; t++) {
     a->samples[t] += s->tier_samples[t];
     a->bytes[t] += s->tier_bytes[t];

@@ -65,6 +65,10 @@ static int fill_stats(lade_loader_t *L, lade_stats_t *out) {
   out->nodes = L->res.topo.nodes;
   out->local_rank = L->res.topo.local_rank;
   out->ranks_per_node = L->res.topo.ranks_per_node;
+  pthread_mutex_lock(&L->mu);
+  out->peer_samples_node = L->peer_node;
+  out->peer_bytes_node = L->peer_node_bytes;
+  pthread_mutex_unlock(&L->mu);
   if (n) {
     qsort(lat, n, sizeof *lat, cmp_double);
     out->batch_latency_p50 = lat[(n - 1) * 50 / 100];
@@ -106,6 +110,8 @@ static int fill_epoch_stats(lade_loader_t *L, uint64_t epoch, lade_epoch_stats_t
   out->remote_bytes = end.bytes - a.at_start.bytes;
   out->plan_fallbacks = a.plan_fallbacks;
   out->plan_peer_storage = a.plan_peer;
+  out->peer_samples_node = a.peer_node;
+  out->peer_bytes_node = a.peer_node_bytes;
   return 0;
 }
 

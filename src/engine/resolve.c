@@ -183,7 +183,20 @@ int lade__resolve_topology(const struct lade_config *cfg, const uint32_t *node_l
                             .have_env = env_ok,
                             .env_local_rank = env_rank,
                             .env_local_size = env_size};
-  return lade__topology(&in, &r->topo);
+  int rc = lade__topology(&in, &r->topo);
+  if (!rc) r->cursor.plan.ranks_per_node = lade__resolve_plan_nodes(cfg, node_lead, &r->topo, r->world);
+  return rc;
+}
+
+uint32_t lade__resolve_plan_nodes(const struct lade_config *cfg, const uint32_t *node_lead, const lade__topology_t *t,
+                                  uint32_t world) {
+  uint32_t rpn = t->ranks_per_node;
+  if (rpn <= 1 || world % rpn) return 1;
+  if (cfg->ranks_per_node) return rpn; /* the setting: blocks by definition */
+  if (node_lead) /* MPI's answer: node-aware only when every node is a block of rpn consecutive ranks */
+    for (uint32_t q = 0; q < world; q++)
+      if (node_lead[q] != q - q % rpn) return 1;
+  return rpn; /* the launcher's local rank and size are taken only as such blocks */
 }
 
 static int resolve_transform(const struct lade_config *cfg, const lade__source_kind_t *k) {

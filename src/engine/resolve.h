@@ -91,6 +91,13 @@ int lade__resolve(const struct lade_config *cfg, const lade__source_facts_t *fac
  * out->topo. Pure; LADE_EINVAL when ranks_per_node does not divide the world. */
 int lade__resolve_topology(const struct lade_config *cfg, const uint32_t *node_lead, bool env_ok, uint32_t env_rank,
                            uint32_t env_size, lade__resolved_t *out);
+/* The plan's ranks_per_node (lade_plan_settings_t; docs/plan.md, Nodes), set
+ * in out->cursor by lade__resolve_topology: the node size when the nodes are
+ * blocks of that many consecutive ranks (the setting, the launcher's local
+ * size, or MPI's answer when it has that shape), else 1 (every rank plans as
+ * its own node). Every rank computes the same value. Pure. */
+uint32_t lade__resolve_plan_nodes(const struct lade_config *cfg, const uint32_t *node_lead, const lade__topology_t *t,
+                                  uint32_t world);
 
 /* The transform's part of the settings alone (lade__resolve fills
  * out->xform with it; tools that run a transform without a loader call it).

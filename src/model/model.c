@@ -7,7 +7,9 @@
  * compute + loading time, node disks (OS + cache) for the run's duration,
  * bucket storage, and Class A (list) + Class B (get) requests per epoch, the
  * list count multiplied by the number of prefetches when a prefetcher lists
- * the bucket on each fetch.
+ * the bucket on each fetch. The node model (lade_model_nodes_eval) splits
+ * paper 000's remote-cache term of eqs. (7)-(8) into handoffs inside a node
+ * and transfers between nodes, each at its own rate.
  */
 #include <math.h>
 #include <string.h>
@@ -32,6 +34,46 @@ void lade_model_eval(const lade_model_params_t *m, lade_model_result_t *r) {
   r->epoch_regular = dmax(r->train, r->loading_regular);
   r->epoch_distcache = dmax(r->train, r->io_distcache + r->preprocess);
   r->epoch_locality = dmax(r->train, r->io_locality + r->preprocess);
+}
+
+void lade_model_nodes_default(lade_model_nodes_t *n, size_t size) {
+  lade_model_nodes_t d = {.r = 8, .R_intra = 200000, .R_inter = 12500, .beta = -1, .gamma = -1,
+                          .R_disk = 20000, .h_mem = -1, .h_disk = -1, .w_disk = -1};
+  lade__struct_out(n, size, &d, sizeof d);
+}
+
+int lade_model_nodes_eval(const lade_model_params_t *m, const lade_model_nodes_t *in, size_t in_size,
+                          lade_model_nodes_result_t *out, size_t out_size) {
+  if (!m || !in || !out || out_size < sizeof(uint64_t))
+    return lade__fail(LADE_EINVAL, "lade_model_nodes_eval: NULL argument or out_size %zu below 8", out_size);
+  lade_model_nodes_t nd;
+  lade_model_nodes_default(&nd, sizeof nd);
+  int rc = lade__struct_in(&nd, sizeof nd, in, in_size, sizeof(uint64_t), "lade_model_nodes_eval");
+  if (rc) return rc;
+  double p = m->p, r = nd.r;
+  if (!(r >= 1) || !(p >= r) || fmod(p, r) != 0)
+    return lade__fail(LADE_EINVAL, "lade_model_nodes_eval: ranks per node r = %g must be >= 1 and divide p = %g", r, p);
+  if (!(nd.R_intra > 0) || !(nd.R_inter > 0) || !(nd.R_disk > 0) || !(m->R > 0))
+    return lade__fail(LADE_EINVAL, "lade_model_nodes_eval: the rates R, R_intra, R_inter and R_disk must be positive");
+  lade_model_result_t base;
+  lade_model_eval(m, &base);
+  lade_model_nodes_result_t x;
+  memset(&x, 0, sizeof x);
+  double D = m->D, a = m->alpha, n = p / r;
+  x.nodes = n;
+  double storage = (1 - a) * D / m->R;
+  x.intra_distcache = a * D * (r - 1) / p / (n * nd.R_intra);
+  x.inter_distcache = a * D * (n - 1) / n / (n * nd.R_inter);
+  x.io_distcache = storage + x.intra_distcache + x.inter_distcache;
+  double beta = nd.beta < 0 ? 0 : nd.beta, gamma = nd.gamma < 0 ? 0 : nd.gamma;
+  x.io_locality = storage + gamma * D / (n * nd.R_intra) + beta * D / (n * nd.R_inter);
+  x.epoch_distcache = dmax(base.train, x.io_distcache + base.preprocess);
+  x.epoch_locality = dmax(base.train, x.io_locality + base.preprocess);
+  double hm = nd.h_mem < 0 ? 0 : nd.h_mem, hd = nd.h_disk < 0 ? 0 : nd.h_disk, wd = nd.w_disk < 0 ? 0 : nd.w_disk;
+  x.io_tiers = dmax(0, 1 - hm - hd) * D / m->R + hm * D / (n * nd.R_intra) + (hd + wd) * D / (n * nd.R_disk);
+  x.epoch_tiers = dmax(base.train, x.io_tiers + base.preprocess);
+  lade__struct_out(out, out_size, &x, sizeof x);
+  return 0;
 }
 
 /* Defaults: Google Cloud list prices as quoted by DELI (Class A $0.05 and

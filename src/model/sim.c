@@ -4,6 +4,12 @@
  * it also checks the planner at scales the unit tests do not reach. The
  * modelled step time overlaps loading with training (prefetch): a step takes
  * max over learners of its load time, or of its training time if longer.
+ * With ranks_per_node > 1, peers are other nodes; a sample held by another
+ * rank of the learner's node is an intra-node handoff (from_node), a read of
+ * the node's cache modelled at the cache rate. With two tiers (cache_disk)
+ * it counts the reads from each tier, the admits to each and the moves
+ * between them (the time model reads both tiers at the cache rate; `lade
+ * model --tiers` gives the disk its own rate).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -39,22 +45,36 @@ int lade_simulate(const lade_plan_settings_t *s, size_t size, const lade_sim_cos
       uint64_t maxst = 0;
       double tstep = 0;
       for (uint64_t r = 0; r < p; r++) {
-        uint64_t st = 0, pe = 0, ca = 0, n = v->offset[r + 1] - v->offset[r];
+        uint64_t st = 0, pe = 0, ca = 0, nd = 0, n = v->offset[r + 1] - v->offset[r];
         for (uint64_t i = v->offset[r]; i < v->offset[r + 1]; i++) {
-          int32_t f = v->from[i];
-          if (f == LADE_FROM_STORAGE) st++;
-          else if (f == LADE_FROM_CACHE) ca++;
-          else pe++;
+          switch (lade_plan_route_class(v->from[i], (uint32_t)r, v->ranks_per_node)) {
+            case LADE_ROUTE_STORAGE: st++; break;
+            case LADE_ROUTE_OWN: ca++; break;
+            case LADE_ROUTE_NODE: nd++; break;
+            case LADE_ROUTE_PEER: pe++; break;
+          }
         }
         x->from_storage += st;
         x->from_peer += pe;
         x->from_cache += ca;
+        x->from_node += nd;
+        if (v->tier) {
+          for (uint64_t i = v->offset[r]; i < v->offset[r + 1]; i++) x->from_disk += v->tier[i] == LADE_TIER_DISK;
+          for (uint64_t i = v->admit_offset[r]; i < v->admit_offset[r + 1]; i++) {
+            x->admits_disk += v->admit_tier[i] == LADE_TIER_DISK;
+            x->admits_mem += v->admit_tier[i] == LADE_TIER_MEM;
+          }
+          for (uint64_t i = v->move_offset[r]; i < v->move_offset[r + 1]; i++) {
+            x->moves_up += v->move_to[i] == LADE_TIER_MEM;
+            x->moves_down += v->move_to[i] == LADE_TIER_DISK;
+          }
+        }
         maxst = LADE__MAX(maxst, st);
         x->batch_min = LADE__MIN(x->batch_min, n);
         x->batch_max = LADE__MAX(x->batch_max, n);
         /* storage is shared: each learner gets R/p of it while all read */
         double load = rate_time((double)st * (double)p, c.storage_rate) + rate_time((double)pe, c.peer_rate) +
-                      rate_time((double)ca, c.cache_rate);
+                      rate_time((double)(ca + nd), c.cache_rate);
         double train = rate_time((double)n, c.train_rate);
         tstep = LADE__MAX(tstep, LADE__MAX(load, train));
       }

@@ -6,7 +6,17 @@
  * next-use eviction over disjoint caches (the driver's owner[]), where the
  * next use of a sample is its position in the next training epoch (remapping
  * keeps it on the learner that caches it); each learner's storage reads
- * sorted and coalesced into ranges. */
+ * sorted and coalesced into ranges.
+ *
+ * With ranks_per_node r > 1 the caches are the nodes' (one heap and `cache`
+ * samples per node): a cached sample goes to its node, there to the rank that
+ * admitted it while that rank has room, else to another rank of the node (an
+ * intra-node handoff); the load balance sees each node's cached samples
+ * spread evenly over its ranks.
+ *
+ * With cache_disk > 0 the cache is a hierarchy of `cache` samples in memory
+ * and `cache_disk` on disk per holder: farthest-next-use runs over both
+ * together, and tiers.c keeps the nearest next uses in memory. */
 #include <assert.h>
 #include <string.h>
 
@@ -17,8 +27,10 @@ typedef struct solar {
   uint32_t *inv_next;      /* N: positions in the shuffle of the next training epoch */
   uint64_t inv_next_epoch; /* training epoch whose successor's inverse is in inv_next (NONE: none) */
   uint64_t *perm_tmp;      /* N */
-  lade__kheap_t *heaps;    /* p: (next use, sample), stale entries skipped */
+  lade__kheap_t *heaps;    /* one per node: (next use, sample), stale entries skipped */
   uint64_t *rd_tmp;        /* G: one learner's storage reads, sorted */
+  uint64_t *vcnt, *nquota, *nkept; /* p: per rank its node's cached samples spread evenly; per node */
+  uint8_t *mark;           /* G: 1 kept on its holder's node, 2 placed */
 } solar_t;
 
 static int solar_create(lade_plan_t *pl) {
@@ -36,11 +48,15 @@ static int solar_create(lade_plan_t *pl) {
   LADE__PLAN_ALLOC(k->inv_next, N);
   LADE__PLAN_ALLOC(k->perm_tmp, N);
   LADE__PLAN_ALLOC(k->heaps, pl->p);
+  LADE__PLAN_ALLOC(k->vcnt, pl->p);
+  LADE__PLAN_ALLOC(k->nquota, pl->p);
+  LADE__PLAN_ALLOC(k->nkept, pl->p);
+  LADE__PLAN_ALLOC(k->mark, pl->G);
   if (s->coalesce) LADE__PLAN_ALLOC(k->rd_tmp, pl->G);
   if (s->reorder && s->epochs > 1) {
     uint64_t *cost;
     LADE__PLAN_ALLOC(cost, s->epochs * s->epochs);
-    uint64_t buf = LADE__MIN(N, s->cache * pl->p);
+    uint64_t buf = LADE__MIN(N, (s->cache + s->cache_disk) * pl->n_nodes);
     rc = lade_plan_order_costs(s, sizeof *s, buf, cost);
     if (!rc) rc = lade_plan_order_solve(cost, s->epochs, s->order_algo, s->seed, pl->order, NULL);
     free(cost);
@@ -51,13 +67,13 @@ static int solar_create(lade_plan_t *pl) {
 
 static void solar_reset(lade_plan_t *pl) {
   solar_t *k = pl->ks;
-  for (uint32_t r = 0; r < pl->p; r++) k->heaps[r].n = 0;
+  for (uint32_t m = 0; m < pl->n_nodes; m++) k->heaps[m].n = 0;
   k->inv_next_epoch = LADE__PLAN_NONE;
 }
 
 /* SOLAR load balancing: local batch sizes b_r in [lo, hi] summing to G that
- * minimise the largest storage load max(0, b_r - cached_r) (water filling). */
-static void solar_quota(lade_plan_t *pl) {
+ * minimise the largest storage load max(0, b_r - cnt[r]) (water filling). */
+static void solar_quota(lade_plan_t *pl, const uint64_t *cnt) {
   uint32_t p = pl->p;
   uint64_t B = pl->B, K = pl->s.imbalance;
   if (!K) {
@@ -68,18 +84,18 @@ static void solar_quota(lade_plan_t *pl) {
   uint64_t a = 0, b = hi; /* smallest level L with sum clamp(cnt + L) >= G */
   while (a < b) {
     uint64_t L = (a + b) / 2, sum = 0;
-    for (uint32_t r = 0; r < p; r++) sum += LADE__MAX(lo, LADE__MIN(hi, pl->cnt[r] + L));
+    for (uint32_t r = 0; r < p; r++) sum += LADE__MAX(lo, LADE__MIN(hi, cnt[r] + L));
     if (sum >= pl->G) b = L; else a = L + 1;
   }
   uint64_t sum = 0;
   for (uint32_t r = 0; r < p; r++) {
-    pl->quota[r] = LADE__MAX(lo, LADE__MIN(hi, pl->cnt[r] + a));
+    pl->quota[r] = LADE__MAX(lo, LADE__MIN(hi, cnt[r] + a));
     sum += pl->quota[r];
   }
   /* trim the excess: first learners exactly at the level (their load drops),
    * then round robin over any learner above lo (only when level 0 overshoots) */
   for (uint32_t r = 0; r < p && sum > pl->G && a > 0; r++)
-    if (pl->quota[r] > lo && pl->quota[r] == pl->cnt[r] + a) {
+    if (pl->quota[r] > lo && pl->quota[r] == cnt[r] + a) {
       pl->quota[r]--;
       sum--;
     }
@@ -138,11 +154,16 @@ static void solar_prepare_epoch(lade_plan_t *pl, solar_t *k) {
   for (uint64_t i = 0; i < pl->N; i++) k->inv_next[k->perm_tmp[i]] = (uint32_t)i;
 }
 
-static int solar_valid_top(lade_plan_t *pl, solar_t *k, uint32_t r) {
-  lade__kheap_t *h = &k->heaps[r];
+/* Whether sample s is cached on node m. */
+static int on_node(const lade_plan_t *pl, uint64_t s, uint32_t m) {
+  return pl->owner[s] >= 0 && lade__plan_node_of(pl, (uint32_t)pl->owner[s]) == m;
+}
+
+static int solar_valid_top(lade_plan_t *pl, solar_t *k, uint32_t m) {
+  lade__kheap_t *h = &k->heaps[m];
   while (h->n) {
     uint64_t s = h->val[0];
-    if (pl->owner[s] == (int32_t)r && k->key[s] == h->key[0]) return 1;
+    if (on_node(pl, s, m) && k->key[s] == h->key[0]) return 1;
     lade__kheap_pop(h);
   }
   return 0;
@@ -154,22 +175,50 @@ static int solar_step(lade_plan_t *pl, lade__plan_out_t *out) {
   uint64_t G = pl->G;
   solar_prepare_epoch(pl, k);
   out->view.deficit = lade__plan_count_holders(pl);
-  solar_quota(pl);
+  uint32_t rpn = pl->rpn;
+  for (uint32_t r = 0; r < p; r++) { /* the node's cached samples, spread evenly over its ranks */
+    uint32_t m = r / rpn, l = r % rpn;
+    k->vcnt[r] = pl->cnt[m] / rpn + (l < pl->cnt[m] % rpn);
+  }
+  solar_quota(pl, k->vcnt);
   out->off[0] = 0;
   for (uint32_t r = 0; r < p; r++) out->off[r + 1] = out->off[r] + pl->quota[r];
   memset(pl->kept, 0, p * sizeof *pl->kept);
-  /* remapping: a cached sample goes to the learner that caches it */
+  memset(k->nquota, 0, pl->n_nodes * sizeof *k->nquota);
+  memset(k->nkept, 0, pl->n_nodes * sizeof *k->nkept);
+  for (uint32_t r = 0; r < p; r++) k->nquota[r / rpn] += pl->quota[r];
+  /* remapping: a cached sample goes to the node that caches it, while the
+   * node's local batches have room ... */
   uint64_t npool = 0;
   for (uint64_t i = 0; i < G; i++) {
     int32_t o = pl->holder[i];
-    if (o >= 0 && pl->kept[o] < pl->quota[o]) {
+    uint32_t m = o >= 0 ? lade__plan_node_of(pl, (uint32_t)o) : 0;
+    k->mark[i] = o >= 0 && k->nkept[m] < k->nquota[m];
+    if (k->mark[i]) k->nkept[m]++;
+  }
+  /* ... there to the rank that admitted it, while that rank has room ... */
+  for (uint64_t i = 0; i < G; i++) {
+    int32_t o = pl->holder[i];
+    if (k->mark[i] && pl->kept[o] < pl->quota[o]) {
       uint64_t at = out->off[o] + pl->kept[o]++;
       out->samples[at] = pl->gb[i];
       out->from[at] = LADE_FROM_CACHE;
-    } else {
-      pl->holder[npool++] = (int32_t)i; /* reuse holder[] as the pool of batch positions */
+      k->mark[i] = 2;
     }
   }
+  /* ... else to another rank of the node: an intra-node handoff */
+  for (uint64_t i = 0; i < G; i++) {
+    if (k->mark[i] != 1) continue;
+    int32_t o = pl->holder[i];
+    uint32_t q = lade__plan_node_of(pl, (uint32_t)o) * rpn;
+    while (pl->kept[q] >= pl->quota[q]) q++;
+    assert(q / rpn == (uint32_t)o / rpn);
+    uint64_t at = out->off[q] + pl->kept[q]++;
+    out->samples[at] = pl->gb[i];
+    out->from[at] = o;
+  }
+  for (uint64_t i = 0; i < G; i++)
+    if (!k->mark[i]) pl->holder[npool++] = (int32_t)i; /* reuse holder[] as the pool of batch positions */
   uint32_t r = 0;
   for (uint64_t j = 0; j < npool; j++) {
     while (pl->kept[r] >= pl->quota[r]) r++;
@@ -178,41 +227,52 @@ static int solar_step(lade_plan_t *pl, lade__plan_out_t *out) {
     out->from[at] = LADE_FROM_STORAGE;
   }
   if (pl->s.coalesce) coalesce(pl, k, out);
+  if (out->tier) /* where each cached sample is read from, before phase 2 changes it */
+    for (uint64_t i = 0; i < G; i++)
+      out->tier[i] = out->from[i] == LADE_FROM_STORAGE ? LADE_TIER_NONE : pl->tiers.tier[out->samples[i]];
   /* phase 2: farthest-next-use caching over the aggregate of disjoint caches */
-  uint64_t C = pl->s.cache;
+  uint64_t C = pl->s.cache + pl->s.cache_disk;
   int last = pl->epoch + 1 >= pl->s.epochs;
   for (uint32_t q = 0; q < p; q++) {
-    lade__kheap_t *h = &k->heaps[q];
+    uint32_t m = q / rpn;
+    lade__kheap_t *h = &k->heaps[m];
     for (uint64_t i = out->off[q]; i < out->off[q + 1]; i++) {
       uint64_t s = out->samples[i];
       uint64_t nk = last ? LADE__PLAN_INF_KEY : (pl->epoch + 1) * pl->used + k->inv_next[s];
-      if (pl->owner[s] == (int32_t)q) { /* hit, or a duplicate just admitted */
+      if (on_node(pl, s, m)) { /* hit (on this node), or a duplicate just admitted */
         if (nk == LADE__PLAN_INF_KEY) {
+          lade__tiers_remove(pl, m, s);
           lade__plan_disown(pl, s);
         } else if (k->key[s] != nk) {
           k->key[s] = nk;
           int rc = lade__kheap_push(h, nk, s);
+          if (!rc) rc = lade__tiers_rekey(pl, m, s, nk);
           if (rc) return rc;
         }
         continue;
       }
-      if (pl->owner[s] >= 0) lade__plan_disown(pl, s); /* moved: its holder had no room in its batch */
+      if (pl->owner[s] >= 0) { /* moved: its holder's node had no room in its batches */
+        lade__tiers_remove(pl, lade__plan_node_of(pl, (uint32_t)pl->owner[s]), s);
+        lade__plan_disown(pl, s);
+      }
       if (nk == LADE__PLAN_INF_KEY || !C) continue;
-      if (pl->ucount[q] >= C) {
-        if (!solar_valid_top(pl, k, q) || h->key[0] <= nk) continue;
+      if (pl->ncount[m] >= C) {
+        if (!solar_valid_top(pl, k, m) || h->key[0] <= nk) continue;
         uint64_t victim = h->val[0];
         lade__kheap_pop(h);
+        lade__tiers_remove(pl, m, victim);
         lade__plan_disown(pl, victim);
       }
       lade__plan_own(pl, q, s);
       k->key[s] = nk;
       int rc = lade__kheap_push(h, nk, s);
+      if (!rc) rc = lade__tiers_place(pl, m, s, nk);
       if (rc) return rc;
-      if (h->n > 2 * pl->ucount[q] + 64) { /* compact: drop the stale entries */
+      if (h->n > 2 * pl->ncount[m] + 64) { /* compact: drop the stale entries */
         uint64_t w = 0;
         for (uint64_t j = 0; j < h->n; j++) {
           uint64_t x = h->val[j];
-          if (pl->owner[x] == (int32_t)q && k->key[x] == h->key[j]) {
+          if (on_node(pl, x, m) && k->key[x] == h->key[j]) {
             h->key[w] = h->key[j];
             h->val[w++] = x;
           }
@@ -222,20 +282,24 @@ static int solar_step(lade_plan_t *pl, lade__plan_out_t *out) {
       }
     }
   }
-  return 0;
+  return lade__tiers_rebalance(pl, k->key);
 }
 
 static void solar_destroy(lade_plan_t *pl) {
   solar_t *k = pl->ks;
   if (!k) return;
   if (k->heaps) {
-    for (uint32_t r = 0; r < pl->p; r++) lade__kheap_free(&k->heaps[r]);
+    for (uint32_t m = 0; m < pl->p; m++) lade__kheap_free(&k->heaps[m]);
     free(k->heaps);
   }
   free(k->key);
   free(k->inv_next);
   free(k->perm_tmp);
   free(k->rd_tmp);
+  free(k->vcnt);
+  free(k->nquota);
+  free(k->nkept);
+  free(k->mark);
   free(k);
 }
 

@@ -4,7 +4,8 @@
  * aligned; docs/plan.md):
  *
  *   header   "LADEPLAN" u32 version u32 header_bytes, settings, steps/epoch,
- *            step count, index offset
+ *            step count, index offset, ranks_per_node (0: 1, as files
+ *            written before nodes)
  *   steps    per step: 8 u64 (epoch, step, shuffle_epoch, total, transfers,
  *            deficit, admits, evicts), offset[p+1], samples[total],
  *            from[total] (i32, padded to 8 bytes), admit_offset[p+1],
@@ -62,6 +63,7 @@ static void settings_to_header(const lade_plan_settings_t *s, uint64_t steps, ui
   h[15] = steps;
   h[16] = nsteps;
   /* h[17]: index offset, filled at the end */
+  h[18] = s->ranks_per_node > 1 ? s->ranks_per_node : 0; /* 0 (files before nodes): 1 */
 }
 
 int lade_plan_write(const lade_plan_settings_t *s, size_t size, const char *path) {
@@ -69,6 +71,11 @@ int lade_plan_write(const lade_plan_settings_t *s, size_t size, const char *path
   int rc = lade_plan_create(&pl, s, size);
   if (rc) return rc;
   const lade_plan_settings_t *u = lade_plan_settings(pl);
+  if (u->cache_disk) { /* version 1 has no room for the tiers of the reads, admits and moves */
+    lade_plan_destroy(pl);
+    return lade__fail(LADE_EUNSUPPORTED, "plan file %s: a plan with two tiers (cache_disk) cannot be written to a "
+                      "plan file of version %u; compute it with lade_plan_create", path, LADE_PLAN_FILE_VERSION);
+  }
   uint64_t steps = lade_plan_steps_per_epoch(pl), nsteps = steps * u->epochs, p = u->learners;
   uint64_t *index = malloc((nsteps ? nsteps : 1) * sizeof *index);
   writer_t w = {fopen(path, "wb"), 0, 1469598103934665603ull};
@@ -203,12 +210,14 @@ int lade_plan_file_open(lade_plan_file_t **out, const char *path) {
   s->order_algo = (int)h[12];
   s->imbalance = (uint32_t)h[13];
   s->coalesce = (int)h[14];
+  s->ranks_per_node = h[18] ? (uint32_t)h[18] : 1;
   f->steps = h[15];
   f->nsteps = h[16];
   /* no sum or product of file fields may wrap: each is bounded first */
   if (h[17] < HEADER_U64 * 8 || h[17] > f->size - 16 || h[17] % 8 || f->nsteps > (f->size - 16 - h[17]) / 8)
     return bad(f, path, "index out of bounds");
   if (h[4] == 0 || h[4] > UINT32_MAX) return bad(f, path, "learner count out of range");
+  if (h[18] > h[4] || (h[18] && h[4] % h[18])) return bad(f, path, "ranks_per_node does not divide the learners");
   f->index = (const uint64_t *)(f->map + h[17]);
   *out = f;
   return 0;
@@ -261,6 +270,7 @@ int lade_plan_file_step(lade_plan_file_t *f, uint64_t i, const lade_plan_step_t 
   v->transfers = nt;
   v->deficit = rec[5];
   v->learners = (uint32_t)p;
+  v->ranks_per_node = f->s.ranks_per_node;
   const uint8_t *q = (const uint8_t *)(rec + 8), *end = f->map + f->size - 16;
   const void *a[8];
   bool ok = take(&q, end, p + 1, 8, &a[0]) && take(&q, end, total, 8, &a[1]) && take(&q, end, total, 4, &a[2]) &&

@@ -15,6 +15,11 @@
  * lives in at most one learner's cache), so one owner[] array of N entries is
  * the whole directory. regular+lru and regular+belady let every learner cache
  * what it loads, so they key a hash map by (learner, sample) into a node pool.
+ *
+ * Nodes (ranks_per_node r > 1, docs/plan.md): the disjoint caches are the
+ * nodes' (blocks of r consecutive learners), each of `cache` samples. owner[]
+ * still names the learner that admitted a sample (it admits and evicts it,
+ * and serves it to the other nodes); ncount[] counts each node's occupancy.
  */
 #include <assert.h>
 #include <stdio.h>
@@ -51,6 +56,7 @@ static void settings_default(lade_plan_settings_t *s) {
   s->reorder = 1;
   s->order_algo = LADE_ORDER_AUTO;
   s->coalesce = 1;
+  s->ranks_per_node = 1;
 }
 
 void lade_plan_settings_default(lade_plan_settings_t *out, size_t size) {
@@ -95,12 +101,27 @@ static int check_settings(lade_plan_settings_t *s) {
     if (!s->sample_bytes) return lade__fail(LADE_EINVAL, "plan: cache_bytes is set but sample_bytes is 0");
     s->cache = s->cache_bytes / s->sample_bytes;
   }
+  if (s->ranks_per_node == 0) s->ranks_per_node = 1;
+  if (s->learners % s->ranks_per_node)
+    return lade__fail(LADE_EINVAL, "plan: ranks_per_node (%u) must divide the learners (%u)", s->ranks_per_node,
+                      s->learners);
+  if (s->cache_disk && s->kind != LADE_PLAN_SOLAR)
+    return lade__fail(LADE_EINVAL, "plan %s: cache_disk (a disk tier under the memory cache) is planned by solar only, "
+                      "whose next-use order places the samples in the two tiers", names[s->kind]);
+  if (s->cache_disk > s->samples - LADE__MIN(s->cache, s->samples))
+    return lade__fail(LADE_EINVAL, "plan: the cache (%llu samples) and cache_disk (%llu samples) together are larger "
+                      "than the dataset (%llu samples)", (unsigned long long)s->cache,
+                      (unsigned long long)s->cache_disk, (unsigned long long)s->samples);
   if (s->cache > s->samples)
-    return lade__fail(LADE_EINVAL, "plan: the cache (%llu samples per learner) is larger than the dataset (%llu samples)",
-                      (unsigned long long)s->cache, (unsigned long long)s->samples);
+    return lade__fail(LADE_EINVAL, "plan: the cache (%llu samples per %s) is larger than the dataset (%llu samples)",
+                      (unsigned long long)s->cache, s->ranks_per_node > 1 ? "node" : "learner",
+                      (unsigned long long)s->samples);
   if (s->samples >= (1ull << 32) || s->learners >= (1u << 24))
     return lade__fail(LADE_ERANGE, "plan: at most 2^32-1 samples and 2^24-1 learners are supported");
   if (s->kind != LADE_PLAN_SOLAR) s->reorder = 0;
+  /* only the kinds with disjoint caches plan per node */
+  if (s->kind != LADE_PLAN_DISTCACHE && s->kind != LADE_PLAN_LOCALITY && s->kind != LADE_PLAN_SOLAR)
+    s->ranks_per_node = 1;
   return 0;
 }
 
@@ -108,10 +129,12 @@ static void reset_state(lade_plan_t *pl) {
   pl->epoch = pl->step = pl->serial = 0;
   if (pl->owner) memset(pl->owner, 0xff, pl->N * sizeof *pl->owner);
   if (pl->ucount) memset(pl->ucount, 0, pl->p * sizeof *pl->ucount);
+  if (pl->ncount) memset(pl->ncount, 0, pl->n_nodes * sizeof *pl->ncount);
   if (pl->adm_serial) memset(pl->adm_serial, 0xff, pl->N * sizeof *pl->adm_serial);
   lade__hmap_clear(&pl->map);
   pl->nnodes = 0;
   pl->freelist = LADE__PLAN_NONE;
+  lade__tiers_reset(pl);
   if (pl->ops->reset) pl->ops->reset(pl);
 }
 
@@ -134,7 +157,7 @@ static int alloc_shared(lade_plan_t *pl) {
   LADE__PLAN_ALLOC(pl->kept, p);
   LADE__PLAN_ALLOC(pl->quota, p);
   LADE__PLAN_ALLOC(pl->room, p);
-  pl->evcap = 3 * G + 16;
+  pl->evcap = 3 * G + 16 + (pl->s.cache_disk ? 6 * G : 0); /* two tiers: moves too */
   LADE__PLAN_ALLOC(pl->ev_l, pl->evcap);
   LADE__PLAN_ALLOC(pl->ev_s, pl->evcap);
   LADE__PLAN_ALLOC(pl->ev_t, pl->evcap);
@@ -144,6 +167,16 @@ static int alloc_shared(lade_plan_t *pl) {
   LADE__PLAN_ALLOC(o->evict_off, p + 1);
   LADE__PLAN_ALLOC(o->tr, p);
   LADE__PLAN_ALLOC(pl->ucount, p);
+  LADE__PLAN_ALLOC(pl->ncount, pl->n_nodes);
+  if (pl->s.cache_disk) {
+    LADE__PLAN_ALLOC(o->tier, G);
+    LADE__PLAN_ALLOC(o->admit_tier, pl->evcap);
+    LADE__PLAN_ALLOC(o->move, pl->evcap);
+    LADE__PLAN_ALLOC(o->move_to, pl->evcap);
+    LADE__PLAN_ALLOC(o->move_off, p + 1);
+    int rc = lade__tiers_init(pl);
+    if (rc) return rc;
+  }
   if ((pl->ops->flags & LADE__KIND_READS) && pl->s.coalesce) {
     LADE__PLAN_ALLOC(o->rd_start, G);
     LADE__PLAN_ALLOC(o->rd_count, G);
@@ -172,6 +205,8 @@ int lade_plan_create(lade_plan_t **out, const lade_plan_settings_t *in, size_t s
   pl->p = s.learners;
   pl->B = s.batch_size;
   pl->G = (uint64_t)s.batch_size * s.learners;
+  pl->rpn = s.ranks_per_node;
+  pl->n_nodes = s.learners / s.ranks_per_node;
   pl->steps = lade__plan_steps(&pl->rp);
   pl->used = pl->steps * pl->G;
   rc = alloc_shared(pl);
@@ -194,8 +229,11 @@ void lade_plan_destroy(lade_plan_t *pl) {
                   pl->room,     pl->ev_l,      pl->ev_s,    pl->ev_t,     pl->ucount,    pl->owner,
                   pl->adm_serial, pl->pend,    pl->nodes,   o->samples,   o->off,        o->from,
                   o->admit,     o->admit_off,  o->evict,    o->evict_off, o->tr,         o->rd_start,
-                  o->rd_count,  o->rd_off};
+                  o->rd_count,  o->rd_off,     pl->ncount};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+  void *tiers[] = {o->tier, o->admit_tier, o->move, o->move_to, o->move_off};
+  for (size_t i = 0; i < sizeof tiers / sizeof tiers[0]; i++) free(tiers[i]);
+  lade__tiers_free(pl);
   lade__hmap_free(&pl->map);
   free(pl);
 }
@@ -214,14 +252,32 @@ uint64_t lade__plan_event(lade_plan_t *pl, uint32_t r, uint64_t s, int t) {
   return pl->nev++;
 }
 
-/* Groups the surviving events by learner (stable counting sort). */
+/* Groups the surviving events by learner (stable counting sort). Codes:
+ * +1 admit (to memory with two tiers), +2 admit to disk, -1 evict, and with
+ * two tiers +3 / -3 a move to memory / to disk (tiers.c). */
+static void finish_moves(lade_plan_t *pl, lade__plan_out_t *o) {
+  uint32_t p = pl->p;
+  memset(o->move_off, 0, (p + 1) * sizeof *o->move_off);
+  for (uint64_t i = 0; i < pl->nev; i++)
+    if (pl->ev_t[i] == 3 || pl->ev_t[i] == -3) o->move_off[pl->ev_l[i] + 1]++;
+  for (uint32_t r = 0; r < p; r++) o->move_off[r + 1] += o->move_off[r];
+  for (uint32_t r = 0; r < p; r++) pl->quota[r] = o->move_off[r];
+  for (uint64_t i = 0; i < pl->nev; i++)
+    if (pl->ev_t[i] == 3 || pl->ev_t[i] == -3) {
+      uint64_t at = pl->quota[pl->ev_l[i]]++;
+      o->move[at] = pl->ev_s[i];
+      o->move_to[at] = pl->ev_t[i] > 0 ? LADE_TIER_MEM : LADE_TIER_DISK;
+    }
+}
+
 static void finish_events(lade_plan_t *pl, lade__plan_out_t *o) {
   uint32_t p = pl->p;
+  if (o->move_off) finish_moves(pl, o);
   memset(o->admit_off, 0, (p + 1) * sizeof *o->admit_off);
   memset(o->evict_off, 0, (p + 1) * sizeof *o->evict_off);
   for (uint64_t i = 0; i < pl->nev; i++) {
-    if (pl->ev_t[i] > 0) o->admit_off[pl->ev_l[i] + 1]++;
-    if (pl->ev_t[i] < 0) o->evict_off[pl->ev_l[i] + 1]++;
+    if (pl->ev_t[i] == 1 || pl->ev_t[i] == 2) o->admit_off[pl->ev_l[i] + 1]++;
+    if (pl->ev_t[i] == -1) o->evict_off[pl->ev_l[i] + 1]++;
   }
   for (uint32_t r = 0; r < p; r++) {
     o->admit_off[r + 1] += o->admit_off[r];
@@ -233,8 +289,12 @@ static void finish_events(lade_plan_t *pl, lade__plan_out_t *o) {
     pl->room[r] = o->evict_off[r];
   }
   for (uint64_t i = 0; i < pl->nev; i++) {
-    if (pl->ev_t[i] > 0) o->admit[pl->quota[pl->ev_l[i]]++] = pl->ev_s[i];
-    if (pl->ev_t[i] < 0) o->evict[pl->room[pl->ev_l[i]]++] = pl->ev_s[i];
+    if (pl->ev_t[i] == 1 || pl->ev_t[i] == 2) {
+      uint64_t at = pl->quota[pl->ev_l[i]]++;
+      o->admit[at] = pl->ev_s[i];
+      if (o->admit_tier) o->admit_tier[at] = pl->ev_t[i] == 2 ? LADE_TIER_DISK : LADE_TIER_MEM;
+    }
+    if (pl->ev_t[i] == -1) o->evict[pl->room[pl->ev_l[i]]++] = pl->ev_s[i];
   }
 }
 
@@ -314,6 +374,7 @@ int lade__plan_owners_init(lade_plan_t *pl, int cancel) {
 void lade__plan_own(lade_plan_t *pl, uint32_t r, uint64_t s) {
   pl->owner[s] = (int32_t)r;
   pl->ucount[r]++;
+  pl->ncount[r / pl->rpn]++;
   uint64_t ev = lade__plan_event(pl, r, s, +1);
   if (pl->adm_serial) {
     pl->adm_serial[s] = pl->serial;
@@ -328,18 +389,19 @@ void lade__plan_disown(lade_plan_t *pl, uint64_t s) {
   else lade__plan_event(pl, r, s, -1);
   pl->owner[s] = -1;
   pl->ucount[r]--;
+  pl->ncount[r / pl->rpn]--;
 }
 
 uint64_t lade__plan_count_holders(lade_plan_t *pl) {
-  memset(pl->cnt, 0, pl->p * sizeof *pl->cnt);
+  memset(pl->cnt, 0, pl->n_nodes * sizeof *pl->cnt);
   for (uint64_t i = 0; i < pl->G; i++) {
     int32_t o = pl->owner[pl->gb[i]];
     pl->holder[i] = o;
-    if (o >= 0) pl->cnt[o]++;
+    if (o >= 0) pl->cnt[(uint32_t)o / pl->rpn]++;
   }
-  uint64_t d = 0;
-  for (uint32_t r = 0; r < pl->p; r++)
-    if (pl->cnt[r] < pl->B) d += pl->B - pl->cnt[r];
+  uint64_t d = 0, share = (uint64_t)pl->rpn * pl->B;
+  for (uint32_t m = 0; m < pl->n_nodes; m++)
+    if (pl->cnt[m] < share) d += share - pl->cnt[m];
   return d;
 }
 
@@ -360,6 +422,7 @@ int lade_plan_next(lade_plan_t *pl, const lade_plan_step_t **out) {
   v->shuffle_epoch = se;
   v->learners = pl->p;
   v->total = pl->G;
+  v->ranks_per_node = pl->rpn;
   pl->nev = 0;
   rc = pl->ops->step(pl, o);
   if (rc) return rc;
@@ -372,6 +435,13 @@ int lade_plan_next(lade_plan_t *pl, const lade_plan_step_t **out) {
   v->evict = o->evict;
   v->evict_offset = o->evict_off;
   v->transfer = o->tr;
+  if (o->tier) {
+    v->tier = o->tier;
+    v->admit_tier = o->admit_tier;
+    v->move = o->move;
+    v->move_offset = o->move_off;
+    v->move_to = o->move_to;
+  }
   if (o->rd_start) {
     v->read_start = o->rd_start;
     v->read_count = o->rd_count;

@@ -62,6 +62,8 @@ typedef struct lade__plan_out {
   int32_t *from;                             /* G sources */
   uint64_t *admit, *admit_off, *evict, *evict_off;
   lade_plan_transfer_t *tr;                  /* p entries: at most p-1 transfers */
+  uint8_t *tier, *admit_tier, *move_to;      /* two tiers (cache_disk > 0): G; admits; moves */
+  uint64_t *move, *move_off;                 /* two tiers: moves between them; offset[p+1] */
   uint64_t *rd_start, *rd_count, *rd_off;    /* NULL unless the kind coalesces reads */
 } lade__plan_out_t;
 
@@ -87,6 +89,14 @@ typedef struct lade__plan_ops {
 
 extern const lade__plan_ops_t lade__kind_regular, lade__kind_regular_lru, lade__kind_regular_belady,
     lade__kind_distcache, lade__kind_locality, lade__kind_solar;
+
+/* Two tiers under a plan (tiers.c): where each cached sample is. */
+typedef struct lade__tiers {
+  uint8_t *tier;                  /* N: LADE_TIER_MEM or LADE_TIER_DISK while cached; NULL: one tier */
+  uint64_t *mcount, *dcount;      /* per holder: samples in memory, on disk */
+  lade__kheap_t *mem;             /* per holder: memory's samples by farthest next use */
+  uint64_t *touched, ntouched;    /* the step's admitted and re-keyed samples (2G) */
+} lade__tiers_t;
 
 /* A (learner, sample) entry of the overlapping caches, in one pool. */
 typedef struct lade__plan_node {
@@ -118,6 +128,12 @@ struct lade_plan {
 
   uint64_t *ucount;              /* cache occupancy per learner (every kind) */
 
+  /* nodes (ranks_per_node > 1): blocks of rpn consecutive learners share one
+   * cache of s.cache samples; ncount is its occupancy (= ucount with rpn 1) */
+  uint32_t rpn, n_nodes;
+  uint64_t *ncount;              /* nodes entries */
+  lade__tiers_t tiers;           /* cache_disk > 0 (solar): memory and disk tiers per holder */
+
   /* disjoint caches (distcache, locality, solar): owner[sample] or -1 */
   int32_t *owner;
   uint64_t *adm_serial, *pend;   /* optional: cancel an admit in the step that made it */
@@ -145,13 +161,28 @@ void lade__plan_regular_slices(lade_plan_t *pl, lade__plan_out_t *out);
 
 /* ---- disjoint caches */
 
+/* The node of learner r (blocks of ranks_per_node consecutive learners). */
+static inline uint32_t lade__plan_node_of(const lade_plan_t *pl, uint32_t r) { return r / pl->rpn; }
+/* Whether learner r's cache (its node's, with ranks_per_node > 1) has room for one more sample. */
+static inline int lade__plan_room(const lade_plan_t *pl, uint32_t r) {
+  return pl->ncount[r / pl->rpn] < pl->s.cache;
+}
+/* The route of sample s for learner r against the disjoint caches: storage
+ * when no learner holds it, LADE_FROM_CACHE when r admitted it, else the
+ * rank that did (a rank of r's own node: an intra-node handoff). */
+static inline int32_t lade__plan_route(const lade_plan_t *pl, uint32_t r, uint64_t s) {
+  int32_t o = pl->owner[s];
+  return o < 0 ? LADE_FROM_STORAGE : (uint32_t)o == r ? LADE_FROM_CACHE : o;
+}
+
 /* Allocates owner[] (and adm_serial/pend with `cancel`: a sample admitted and
  * evicted in the same step then leaves no event). */
 int lade__plan_owners_init(lade_plan_t *pl, int cancel);
 void lade__plan_own(lade_plan_t *pl, uint32_t r, uint64_t s);
 void lade__plan_disown(lade_plan_t *pl, uint64_t s);
-/* Cached samples of gb per learner (holder[i] = owner or -1, cnt[r]) and the
- * deficit sum over learners of max(0, B - cnt[r]). */
+/* Cached samples of gb per node (holder[i] = owner rank or -1, cnt[node])
+ * and the deficit sum over nodes of max(0, ranks_per_node * B - cnt[node])
+ * (with ranks_per_node 1: per learner, its share B). */
 uint64_t lade__plan_count_holders(lade_plan_t *pl);
 
 /* ---- overlapping caches */
@@ -165,5 +196,18 @@ void lade__plan_nodes_sources(lade_plan_t *pl, lade__plan_out_t *out);
 int lade__plan_node_add(lade_plan_t *pl, uint32_t r, uint64_t s, uint64_t key, uint64_t *out);
 /* Removes node n of learner r: an evict event, or cancels its admit of this step. */
 void lade__plan_node_drop(lade_plan_t *pl, uint32_t r, uint64_t n);
+
+/* ---- two tiers (tiers.c): memory holds a holder's nearest next uses, disk
+ * the rest. Each is a no-op when cache_disk is 0. The kind calls place()
+ * after lade__plan_own() of a sample with its next-use key, remove() before
+ * lade__plan_disown(), rekey() when a cached sample's key changes, and
+ * rebalance() once at the end of its step's phase 2. */
+int lade__tiers_init(lade_plan_t *pl);
+void lade__tiers_reset(lade_plan_t *pl);
+void lade__tiers_free(lade_plan_t *pl);
+int lade__tiers_place(lade_plan_t *pl, uint32_t holder, uint64_t s, uint64_t key);
+void lade__tiers_remove(lade_plan_t *pl, uint32_t holder, uint64_t s);
+int lade__tiers_rekey(lade_plan_t *pl, uint32_t holder, uint64_t s, uint64_t key);
+int lade__tiers_rebalance(lade_plan_t *pl, const uint64_t *key);
 
 #endif

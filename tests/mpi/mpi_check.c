@@ -9,8 +9,11 @@
  * sample once per epoch; a second run gives the same checksums; a resumed
  * run delivers the rest bit for bit. fault-stop: rank 1 stops mid-epoch 1
  * and closes its loader; the others must fail within the bound, naming
- * rank 1. lag: rank 1 reads slowly with prefetch 1 while the others plan
- * 40 steps ahead; what rank 1 holds of their early messages must stay
+ * rank 1. Every kind runs with ranks_per_node 1, 2 (2 nodes of 2 ranks) and
+ * 4 (1 node of 4): node-aware plans (docs/plan.md, Nodes), their intra-node
+ * handoffs counted apart (peer_samples_node) and per node. lag: rank 1
+ * reads slowly with prefetch 1 while the others plan 40 steps ahead; what
+ * rank 1 holds of their early messages must stay
  * within its own window (backpressure). topology: the node, local rank and
  * ranks per node each rank's stats report (check_topology). Prints one line per check on rank
  * 0; exits non-zero on failure. */
@@ -153,6 +156,11 @@ static void run(const char *kind, uint64_t cache_bytes, uint64_t e0, uint64_t s0
   r->seconds = MPI_Wtime() - t0;
 }
 
+/* Whether the kind plans per node (docs/plan.md, Nodes). */
+static int node_aware(const char *kind) {
+  return !strcmp(kind, "distcache") || !strcmp(kind, "locality") || !strcmp(kind, "solar");
+}
+
 static lade_plan_settings_t settings(const char *kind, uint64_t cache_bytes) {
   lade_plan_settings_t s;
   lade_plan_settings_default(&s, sizeof s);
@@ -164,25 +172,30 @@ static lade_plan_settings_t settings(const char *kind, uint64_t cache_bytes) {
   s.seed = 7;
   s.cache = cache_bytes / CHARGE;
   s.coalesce = 0;
+  s.ranks_per_node = g_rpn ? (uint32_t)atoi(g_rpn) : 1;
   return s;
 }
 
 static run_t g_run, g_run2;
 
 static void check_kind(const char *kind, uint64_t cache_bytes) {
-  char what[256];
+  char what[320], tag[96];
+  uint32_t rpn = g_rpn ? (uint32_t)atoi(g_rpn) : 1, nodes = (uint32_t)g_world / rpn;
+  snprintf(tag, sizeof tag, "%s, ranks_per_node %u, cache %llu", kind, rpn, (unsigned long long)cache_bytes);
   run_t *r = &g_run;
   run(kind, cache_bytes, 0, 0, 0, 20000, r);
-  snprintf(what, sizeof what, "%s, cache %llu: every rank ran to the end", kind, (unsigned long long)cache_bytes);
+  snprintf(what, sizeof what, "%s: every rank ran to the end", tag);
   if (r->rc) fprintf(stderr, "rank %d: %s\n", g_rank, r->err);
   check(r->rc == 0, what);
-  snprintf(what, sizeof what, "%s: delivered bytes equal the source's (peer samples included)", kind);
+  snprintf(what, sizeof what, "%s: delivered bytes equal the source's (peer samples included)", tag);
   check(r->content_ok, what);
-  /* the plan, computed here with the same settings */
+  /* the plan, computed here with the same settings; cnt: this rank's
+   * own / node handoff / other node / storage; pnode: each node's */
   lade_plan_settings_t s = settings(kind, cache_bytes);
   lade_plan_t *pl = NULL;
   int ok = lade_plan_create(&pl, &s, sizeof s) == 0;
-  uint64_t pos = 0, cnt[EPOCHS][3] = {{0}};
+  uint64_t pos = 0, cnt[EPOCHS][4] = {{0}}, pnode[EPOCHS][64][4] = {{{0}}};
+  uint32_t prpn = ok ? lade_plan_settings(pl)->ranks_per_node : 1;
   int order_ok = 1, once_ok = 1;
   const lade_plan_step_t *v = NULL;
   for (uint64_t e = 0; ok && e < EPOCHS; e++) {
@@ -194,49 +207,70 @@ static void check_kind(const char *kind, uint64_t cache_bytes) {
       }
       for (uint64_t i = 0; i < v->total; i++)
         if (seen[v->samples[i]]++) once_ok = 0;
-      for (uint64_t i = v->offset[g_rank]; i < v->offset[g_rank + 1]; i++) {
-        if (pos >= r->n || r->idx[pos++] != (int64_t)v->samples[i]) order_ok = 0;
-        cnt[e][v->from[i] == LADE_FROM_CACHE ? 0 : v->from[i] >= 0 ? 1 : 2]++;
-      }
+      for (uint32_t q = 0; q < v->learners; q++)
+        for (uint64_t i = v->offset[q]; i < v->offset[q + 1]; i++) {
+          lade_plan_route_class_t k = lade_plan_route_class(v->from[i], q, prpn);
+          if (q / rpn < 64) pnode[e][q / rpn][k]++;
+          if (q != (uint32_t)g_rank) continue;
+          if (pos >= r->n || r->idx[pos++] != (int64_t)v->samples[i]) order_ok = 0;
+          cnt[e][k]++;
+        }
     }
   }
   lade_plan_destroy(pl);
-  snprintf(what, sizeof what, "%s: each rank trains on exactly the plan's samples, every sample once per epoch", kind);
+  snprintf(what, sizeof what, "%s: each rank trains on exactly the plan's samples, every sample once per epoch", tag);
   check(ok && order_ok && once_ok && pos == r->n, what);
   int counts_ok = 1;
   for (uint64_t e = 0; e < EPOCHS; e++) {
     const lade_epoch_stats_t *es = &r->ep[e];
-    if (es->samples_by_source[1] != cnt[e][0] || es->samples_by_source[3] != cnt[e][1] ||
-        es->samples_by_source[0] != cnt[e][2] || es->plan_fallbacks || es->plan_peer_storage) {
+    uint64_t peer = cnt[e][LADE_ROUTE_NODE] + cnt[e][LADE_ROUTE_PEER];
+    if (es->samples_by_source[1] != cnt[e][LADE_ROUTE_OWN] || es->samples_by_source[3] != peer ||
+        es->samples_by_source[0] != cnt[e][LADE_ROUTE_STORAGE] || es->peer_samples_node != cnt[e][LADE_ROUTE_NODE] ||
+        es->peer_bytes_node != cnt[e][LADE_ROUTE_NODE] * SZ || es->plan_fallbacks || es->plan_peer_storage) {
       counts_ok = 0;
-      fprintf(stderr, "rank %d %s epoch %llu: cache/peer/storage %llu/%llu/%llu, plan %llu/%llu/%llu, fallbacks %llu\n",
-              g_rank, kind, (unsigned long long)e, (unsigned long long)es->samples_by_source[1],
-              (unsigned long long)es->samples_by_source[3], (unsigned long long)es->samples_by_source[0],
-              (unsigned long long)cnt[e][0], (unsigned long long)cnt[e][1], (unsigned long long)cnt[e][2],
-              (unsigned long long)es->plan_fallbacks);
+      fprintf(stderr, "rank %d %s epoch %llu: cache/peer/node/storage %llu/%llu/%llu/%llu, plan %llu/%llu/%llu/%llu, "
+              "fallbacks %llu\n", g_rank, tag, (unsigned long long)e, (unsigned long long)es->samples_by_source[1],
+              (unsigned long long)es->samples_by_source[3], (unsigned long long)es->peer_samples_node,
+              (unsigned long long)es->samples_by_source[0], (unsigned long long)cnt[e][LADE_ROUTE_OWN],
+              (unsigned long long)peer, (unsigned long long)cnt[e][LADE_ROUTE_NODE],
+              (unsigned long long)cnt[e][LADE_ROUTE_STORAGE], (unsigned long long)es->plan_fallbacks);
     }
   }
-  snprintf(what, sizeof what, "%s: per-rank cache/peer/storage counts equal the plan's, no fallback", kind);
+  snprintf(what, sizeof what, "%s: per-rank cache/intra-node/inter-node/storage counts equal the plan's, no fallback",
+           tag);
   check(counts_ok, what);
-  /* the sums over ranks: the simulator's */
-  uint64_t mine[EPOCHS * 3], sum[EPOCHS * 3];
+  /* per node: each rank adds its counts at its node; the sums equal the plan's per node */
+  uint64_t mine[EPOCHS * 64 * 4] = {0}, sum[EPOCHS * 64 * 4];
   for (uint64_t e = 0; e < EPOCHS; e++) {
-    mine[e * 3] = r->ep[e].samples_by_source[1];
-    mine[e * 3 + 1] = r->ep[e].samples_by_source[3];
-    mine[e * 3 + 2] = r->ep[e].samples_by_source[0];
+    uint64_t *m = mine + (e * 64 + (uint64_t)g_rank / rpn) * 4;
+    m[LADE_ROUTE_OWN] = r->ep[e].samples_by_source[1];
+    m[LADE_ROUTE_NODE] = r->ep[e].peer_samples_node;
+    m[LADE_ROUTE_PEER] = r->ep[e].samples_by_source[3] - r->ep[e].peer_samples_node;
+    m[LADE_ROUTE_STORAGE] = r->ep[e].samples_by_source[0];
   }
-  MPI_Allreduce(mine, sum, EPOCHS * 3, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  MPI_Allreduce(mine, sum, EPOCHS * 64 * 4, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  int node_ok = prpn == (node_aware(kind) ? rpn : 1);
+  for (uint64_t e = 0; e < EPOCHS; e++)
+    for (uint32_t m = 0; m < nodes && m < 64; m++)
+      for (int k = 0; k < 4; k++) node_ok &= sum[(e * 64 + m) * 4 + k] == pnode[e][m][k];
+  snprintf(what, sizeof what, "%s: per-node counts (%u nodes) equal the plan's", tag, nodes);
+  check(node_ok, what);
+  /* the sums over ranks: the simulator's */
   lade_sim_costs_t costs = {0};
   lade_sim_epoch_t sim[EPOCHS];
   int sim_ok = lade_simulate(&s, sizeof s, &costs, sim, sizeof sim[0], NULL) == 0;
-  for (uint64_t e = 0; sim_ok && e < EPOCHS; e++)
-    sim_ok = sum[e * 3] == sim[e].from_cache && sum[e * 3 + 1] == sim[e].from_peer &&
-             sum[e * 3 + 2] == sim[e].from_storage;
-  snprintf(what, sizeof what, "%s: the ranks' counts summed equal the simulator's", kind);
+  for (uint64_t e = 0; sim_ok && e < EPOCHS; e++) {
+    uint64_t tot[4] = {0};
+    for (uint32_t m = 0; m < nodes && m < 64; m++)
+      for (int k = 0; k < 4; k++) tot[k] += sum[(e * 64 + m) * 4 + k];
+    sim_ok = tot[LADE_ROUTE_OWN] == sim[e].from_cache && tot[LADE_ROUTE_NODE] == sim[e].from_node &&
+             tot[LADE_ROUTE_PEER] == sim[e].from_peer && tot[LADE_ROUTE_STORAGE] == sim[e].from_storage;
+  }
+  snprintf(what, sizeof what, "%s: the ranks' counts summed equal the simulator's", tag);
   check(sim_ok, what);
   uint64_t sent = r->st.peer_messages_sent, recv = r->st.samples_by_source[3], tot[2], my[2] = {sent, recv};
   MPI_Allreduce(my, tot, 2, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
-  snprintf(what, sizeof what, "%s: samples sent = samples received (%llu)", kind, (unsigned long long)tot[0]);
+  snprintf(what, sizeof what, "%s: samples sent = samples received (%llu)", tag, (unsigned long long)tot[0]);
   check(tot[0] == tot[1], what);
 }
 
@@ -403,10 +437,20 @@ int main(int argc, char **argv) {
     check(ok, "a seed that differs on rank 2 fails the loader's creation on every rank, naming it");
   } else {
     static const char *const kinds[] = {"regular+lru", "regular+belady", "distcache", "locality", "solar"};
-    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
-      check_kind(kinds[k], (uint64_t)(N / g_world) * CHARGE);     /* the aggregate cache holds the dataset */
-      check_kind(kinds[k], (uint64_t)(N / g_world / 2) * CHARGE); /* half of it */
+    /* one node per rank, 2 nodes of 2, 1 node of 4: the node-aware kinds' cache is per node */
+    static const char *const rpns[] = {"1", "2", "4"};
+    for (size_t n = 0; n < 3; n++) {
+      g_rpn = rpns[n];
+      uint32_t rpn = (uint32_t)atoi(g_rpn), holders;
+      if (g_world % (int)rpn) continue;
+      for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        /* the node-aware kinds cache per node; regular+lru/belady per learner, whatever the nodes */
+        holders = node_aware(kinds[k]) ? (uint32_t)g_world / rpn : (uint32_t)g_world;
+        check_kind(kinds[k], (uint64_t)(N / holders) * CHARGE);     /* the aggregate cache holds the dataset */
+        check_kind(kinds[k], (uint64_t)(N / holders / 2) * CHARGE); /* half of it */
+      }
     }
+    g_rpn = NULL;
     check_repeat_and_resume();
   }
   MPI_Finalize();

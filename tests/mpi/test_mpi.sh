@@ -55,7 +55,7 @@ n=$(echo "$out" | grep -c "learners disagree on the dataset's sample names.*rank
 if [ $rc -ne 0 ] && [ "$n" -eq 4 ]; then echo "ok   a renamed file on rank 2: exit $rc, all 4 ranks name rank 2"
 else echo "FAIL: a renamed file on rank 2: exit $rc, $n of 4 ranks named it"; echo "$out" | head -5; fail=1; fi
 
-echo "== mpirun lade bench --plan: per-rank and aggregate counts equal the plan's, for every kind"
+echo "== mpirun lade bench --plan: per-rank and aggregate counts (intra-node handoffs too) equal the plan's, for every kind"
 "$lade" gen npy "$tmp/g" --count 480 --shape 64 >/dev/null
 for kind in regular+lru regular+belady distcache locality solar; do
   rm -f "$tmp"/bench.*
@@ -69,8 +69,13 @@ ok = sorted(r["rank"] for r in ranks) == [0, 1, 2, 3]
 ok &= all((r["node"], r["nodes"], r["local_rank"], r["ranks_per_node"]) == (0, 1, r["rank"], 4) for r in ranks)
 for r in ranks:
     for e in r["epochs"]:
-        ok &= (e["cache"], e["peer"], e["storage"], e["fallbacks"]) == \
-              (e["predicted_cache"], e["predicted_peer"], e["predicted_storage"], 0)
+        ok &= (e["cache"], e["peer"], e["storage"], e["fallbacks"], e["handoff"]) == \
+              (e["predicted_cache"], e["predicted_peer"], e["predicted_storage"], 0, e["predicted_handoff"])
+        # one node of 4 (detected): the node-aware kinds plan per node, their peers all intra-node handoffs
+        if e["plan"] in ("distcache", "locality", "solar"):
+            ok &= e["handoff"] == e["peer"]
+        else:
+            ok &= e["handoff"] == 0
     for e, a in enumerate(r["aggregate"]):
         ok &= a["cache"] == sum(x["epochs"][e]["cache"] for x in ranks) and \
               (a["cache"], a["peer"], a["storage"]) == (a["predicted_cache"], a["predicted_peer"], a["predicted_storage"])

@@ -63,3 +63,24 @@ def test_locality_across_ranks(data):
     received = COMM.allreduce(peer)
     assert sent == received and sent > 0
     assert stats["plan_fallbacks"] == 0 and stats["plan_peer_storage"] == 0
+
+
+@pytest.mark.parametrize("rpn", [1, 2])
+def test_distcache_node_handoffs(data, rpn):
+    """ranks_per_node=2 makes the two ranks one node: every peer sample of the
+    node-aware plan is an intra-node handoff (peer_samples_node); with 1, none."""
+    root, arrays = data
+    with lade.Loader(root, batch_size=B, epochs=E, seed=5, threads=2, drop_last=True, plan="distcache",
+                     cache_mem_bytes=200000, output="numpy", meta=True, ranks_per_node=rpn) as L:
+        got = _epochs(L)
+        stats = L.stats()
+        ep = [L.epoch_stats(e) for e in range(E)]
+    for _e, _s, idx, x in got:
+        for i, k in enumerate(idx):
+            np.testing.assert_array_equal(x[i], arrays[k])
+    peer = sum(e["samples_by_source"][3] for e in ep)
+    node = sum(e["peer_samples_node"] for e in ep)
+    assert COMM.allreduce(peer) > 0
+    assert stats["peer_samples_node"] == node and stats["peer_bytes_node"] == sum(e["peer_bytes_node"] for e in ep)
+    assert node == (peer if rpn == 2 else 0)
+    assert stats["plan_fallbacks"] == 0

@@ -101,5 +101,74 @@ expect_fail "shards buffer list" "buffer takes" "$LADE" simulate --plan shards -
 "$LADE" model --D 1000000 --p 64 --V 100 --R 3200 --beta 0.05 >"$T/m.txt" || bad "model exit"
 grep -Eq "crossover +p = R/V +32.00" "$T/m.txt" && ok "model crossover" || bad "model: $(cat "$T/m.txt")"
 "$LADE" model --cost >"$T/c.txt" && grep -q "total \\$" "$T/c.txt" && ok "cost model" || bad "cost model"
+
+# nodes (--ranks-per-node): --counts per rank and node agree with --dump's routes and with simulate's
+# table; handoffs only inside a node, peers only between nodes; the model splits the two
+for kind in distcache locality solar; do
+  args="--plan $kind --samples 480 --learners 4 --ranks-per-node 2 --batch-size 16 --epochs 3 --cache 120 --sample-bytes 1000"
+  "$LADE" plan $args --dump >"$T/n.jsonl" && "$LADE" plan $args --counts >"$T/n.counts" &&
+    "$LADE" simulate $args >"$T/n.sim" || bad "nodes $kind: exit"
+  python3 - "$T/n.jsonl" "$T/n.counts" "$T/n.sim" $kind <<'PY' && ok "nodes $kind: --counts = --dump = simulate" || bad "nodes $kind"
+import json, sys, collections
+dump = [json.loads(l) for l in open(sys.argv[1])]
+counts = [json.loads(l) for l in open(sys.argv[2])]
+sim = [l.split() for l in open(sys.argv[3]) if l.split() and l.split()[0].isdigit() and len(l.split()) == 11]
+want = collections.Counter()
+for r in dump:
+    for f in r["from"]:
+        kind = f.split(":")[0]
+        if kind in ("node", "peer"):
+            k = int(f.split(":")[1])
+            assert (k // 2 == r["learner"] // 2) == (kind == "node") and k != r["learner"], (r, f)
+        want[(r["epoch"], r["learner"], {"cache": "own", "node": "handoff", "peer": "inter", "storage": "storage"}[kind])] += 1
+ranks = [c for c in counts if "rank" in c]
+nodes = [c for c in counts if "rank" not in c]
+assert len(ranks) == 12 and len(nodes) == 6
+for c in ranks:
+    for k in ("own", "handoff", "inter", "storage"):
+        assert c[k] == want[(c["epoch"], c["rank"], k)], (c, k)
+for n in nodes:
+    mine = [c for c in ranks if c["epoch"] == n["epoch"] and c["node"] == n["node"]]
+    assert n["cache"] == sum(c["own"] + c["handoff"] for c in mine) and n["in"] == sum(c["inter"] for c in mine)
+    assert n["inter_bytes"] == 1000 * n["in"]
+assert len(sim) == 3
+for e, row in enumerate(sim):
+    tot = lambda k: sum(c[k] for c in ranks if c["epoch"] == e)
+    assert [int(x) for x in row[1:5]] == [tot("storage"), tot("inter"), tot("own"), tot("handoff")], (row, e)
+    assert tot("inter") == sum(n["out"] for n in nodes if n["epoch"] == e)
+assert sys.argv[4] != "distcache" or sum(c["handoff"] for c in ranks) > 0  # regular slices: handoffs happen
+PY
+done
+expect_fail "ranks per node must divide" "ranks_per_node \\(3\\) must divide the learners \\(4\\)" "$LADE" simulate --plan locality --samples 100 --learners 4 --batch-size 2 --ranks-per-node 3
+"$LADE" model --ranks-per-node 8 --R-intra 100000 --R-inter 10000 --beta 0.05 --gamma 0.1 >"$T/mn.txt" || bad "node model exit"
+grep -Eq "I/O, locality-aware +0.96 s" "$T/mn.txt" && ok "node model" || bad "node model: $(cat "$T/mn.txt")"
+
+# two tiers (--cache-disk): --dump names each cached read's tier; simulate's per-tier table adds up to its
+# cache reads; the tiered model beats memory alone; --cache-disk outside solar, or in a plan file, is refused
+args="--plan solar --samples 600 --learners 4 --batch-size 8 --epochs 3 --cache 20 --cache-disk 60"
+"$LADE" plan $args --dump >"$T/t.jsonl" && "$LADE" simulate $args >"$T/t.sim" || bad "tiers: exit"
+python3 - "$T/t.jsonl" "$T/t.sim" <<'PY' && ok "tiers: --dump = simulate per tier" || bad "tiers: $(cat "$T/t.sim")"
+import json, sys, collections
+dump = [json.loads(l) for l in open(sys.argv[1])]
+rows = [l.split() for l in open(sys.argv[2]) if l.split() and l.split()[0].isdigit()]
+main, tiers = rows[:3], rows[3:]
+assert len(tiers) == 3
+for e in range(3):
+    c = collections.Counter(t for r in dump if r["epoch"] == e for t in r["tier"])
+    st = sum(1 for r in dump if r["epoch"] == e for f in r["from"] if f == "storage")
+    assert c["-"] == st == int(main[e][1]), (e, c, st)
+    assert [c["mem"], c["disk"]] == [int(x) for x in tiers[e][1:3]], (e, c, tiers[e])
+    assert c["mem"] + c["disk"] == int(main[e][2]) + int(main[e][3])
+assert int(tiers[1][2]) > 0 and int(tiers[1][1]) > 0
+PY
+expect_fail "tiers: solar only" "solar only" "$LADE" simulate --plan locality --samples 600 --learners 4 --batch-size 8 --cache 20 --cache-disk 60
+expect_fail "tiers: no plan file" "two tiers" "$LADE" plan $args --out "$T/t.plan"
+"$LADE" model --tiers --p 16 --ranks-per-node 4 --D 100000 --mem-frac 0.2 --disk-frac 0.6 >"$T/mt.txt" || bad "tiers model exit"
+python3 - "$T/mt.txt" <<'PY' && ok "tiers model: memory + disk faster than memory alone" || bad "tiers model: $(cat "$T/mt.txt")"
+import sys
+rows = {l.split("  ")[1].strip(): l.split() for l in open(sys.argv[1]) if l.startswith("  memory")}
+mem, both = rows["memory"], rows["memory + disk"]
+assert float(both[-2]) < float(mem[-2]) and float(both[-5]) > 0 and float(mem[-5]) == 0  # I/O s; h_disk
+PY
 for c in plan simulate model; do "$LADE" $c --help >/dev/null && ok "$c --help" || bad "$c --help"; done
 exit $fail

@@ -248,6 +248,39 @@ static void test_topology(void) {
   lade_config_destroy(c);
 }
 
+/* The plan's ranks_per_node follows the nodes when they are blocks of
+ * consecutive ranks (the setting, the launcher's, MPI's answer of that
+ * shape), else 1: every rank must compute the same plan. */
+static void test_plan_nodes(void) {
+  lade__resolved_t r;
+  const char *rpn2[] = {"ranks_per_node=2", NULL};
+  static const uint32_t one_node[4] = {0, 0, 0, 0}, blocks[4] = {0, 0, 2, 2}, mixed[4] = {0, 1, 0, 1},
+                        uneven[4] = {0, 0, 0, 3};
+  lade_config_t *c = settings(rpn2);
+  memset(&r, 0, sizeof r);
+  r.rank = 3, r.world = 4;
+  CHECK_OK(lade__resolve_topology(c, mixed, false, 0, 0, &r)); /* the setting wins over MPI's answer */
+  CHECK_EQ_INT(r.cursor.plan.ranks_per_node, 2);
+  lade_config_destroy(c);
+  c = settings(NULL);
+  CHECK_OK(lade__resolve_topology(c, one_node, false, 0, 0, &r));
+  CHECK_EQ_INT(r.cursor.plan.ranks_per_node, 4);
+  CHECK_OK(lade__resolve_topology(c, blocks, false, 0, 0, &r));
+  CHECK_EQ_INT(r.cursor.plan.ranks_per_node, 2);
+  r.rank = 1;
+  CHECK_OK(lade__resolve_topology(c, mixed, false, 0, 0, &r)); /* round-robin placement: not blocks */
+  CHECK_EQ_INT(r.topo.ranks_per_node, 2);
+  CHECK_EQ_INT(r.cursor.plan.ranks_per_node, 1);
+  r.rank = 0;
+  CHECK_OK(lade__resolve_topology(c, uneven, false, 0, 0, &r)); /* nodes of 3 and 1 */
+  CHECK_EQ_INT(r.cursor.plan.ranks_per_node, 1);
+  CHECK_OK(lade__resolve_topology(c, NULL, true, 0, 2, &r)); /* the launcher's local size */
+  CHECK_EQ_INT(r.cursor.plan.ranks_per_node, 2);
+  CHECK_OK(lade__resolve_topology(c, NULL, false, 0, 0, &r));
+  CHECK_EQ_INT(r.cursor.plan.ranks_per_node, 1);
+  lade_config_destroy(c);
+}
+
 int main(int argc, char **argv) {
   lade_test_args(argc, argv);
   RUN(test_cache_mem_bytes_walk);
@@ -256,5 +289,6 @@ int main(int argc, char **argv) {
   RUN(test_prefetcher_window_and_readahead);
   RUN(test_transport_transform_threads);
   RUN(test_topology);
+  RUN(test_plan_nodes);
   return lade_test_finish();
 }
