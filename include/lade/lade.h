@@ -418,6 +418,15 @@ typedef struct lade_stats {
   uint32_t nodes;
   uint32_t local_rank;           /* its place among its node's ranks, in rank order */
   uint32_t ranks_per_node;       /* ranks on its node */
+  /* the node cache (setting node_cache; docs/cache.md): one memory cache shared by the node's ranks; zero when off.
+   * Counters are the node's: every local rank's reads and puts */
+  uint64_t node_cache_used_bytes;    /* bytes its entries are charged now (one copy of each cached sample) */
+  uint64_t node_cache_capacity;      /* its budget: cache_mem_bytes */
+  uint64_t node_cache_segment_bytes; /* the shared-memory segment's size (budget, index and header) */
+  uint64_t node_cache_entries;
+  uint64_t node_cache_hits, node_cache_misses;
+  uint64_t node_cache_recovered;     /* times a rank died holding its lock and the cache was emptied */
+  uint32_t node_cache_ranks;         /* live processes attached to it */
 } lade_stats_t;
 
 /*

@@ -54,6 +54,12 @@ typedef struct lade__cache_opts {
   lade__next_use_fn next_use; /* required for clairvoyant */
   void *next_use_ctx;
   int named_temporaries; /* disk tier: write named temporaries even where O_TMPFILE works (tests the fallback) */
+  /* the node tier (shmcache.c, docs/cache.md "Node cache"): with node_dir set and dir NULL, one memory tier
+   * shared by the processes of a node through a segment in node_dir (a tmpfs); evicts FIFO whatever `policy` */
+  const char *node_dir;     /* the tmpfs folder (shm_dir); NULL: not shared */
+  const char *node_job;     /* the job key: processes of one job agree on it without talking (engine/resolve.c) */
+  uint64_t node_slots;      /* index slots to make room for (rounded up to a power of two; entries <= 3/4 of them) */
+  uint32_t node_timeout_ms; /* how long a process waits for another to finish making the segment */
 } lade__cache_opts_t;
 
 typedef struct lade__cache lade__cache_t;
@@ -119,8 +125,25 @@ typedef struct lade__cache_stats {
   uint64_t entries;       /* resident now */
   uint64_t used;          /* bytes charged against capacity now */
   uint64_t capacity;
+  uint64_t stale_segments; /* node tier: segments of dead jobs this open removed */
 } lade__cache_stats_t;
 
 void lade__cache_stats(lade__cache_t *c, lade__cache_stats_t *out);
+
+/* The node tier's bytes per entry of len payload bytes. */
+uint64_t lade__shmcache_charge(uint64_t len);
+
+/* The node tier's own view: node-wide counters (every local rank's gets and
+ * puts), its segment and who is attached. */
+typedef struct lade__node_cache_stats {
+  uint64_t hits, misses, inserts, evictions, rejected, corrupt;
+  uint64_t recovered;     /* times a process died holding its lock and the cache was emptied */
+  uint64_t entries, used, capacity;
+  uint64_t segment_bytes; /* the segment file's size: capacity plus header and index */
+  uint32_t attached;      /* live processes attached */
+  char path[LADE__PATH_MAX];
+} lade__node_cache_stats_t;
+/* c must be a node tier (opened with node_dir). */
+void lade__shmcache_node_stats(lade__cache_t *c, lade__node_cache_stats_t *out);
 
 #endif

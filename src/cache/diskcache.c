@@ -634,7 +634,7 @@ static void save_index(diskcache_t *d) {
   free(r);
 }
 
-static const lade__cache_ops_t disk_ops = {disk_close, disk_get, disk_put, disk_drop};
+static const lade__cache_ops_t disk_ops = {.close = disk_close, .get = disk_get, .put = disk_put, .drop = disk_drop};
 
 int lade__diskcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
   const char *ns = o->ns ? o->ns : "";

@@ -147,6 +147,15 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
   if (!rc && c->mem_capacity) {
     lade__cache_opts_t o = {.dir = NULL, .ns = c->source, .capacity = c->mem_capacity, .policy = c->policy,
                             .next_use = lade__nextuse, .next_use_ctx = f};
+    char ns[LADE__PATH_MAX + 128];
+    if (c->node_cache) { /* one per node: its name says which job and which dataset it holds */
+      dataset_ns(f, ns, sizeof ns);
+      o.ns = ns;
+      o.node_dir = c->shm_dir;
+      o.node_job = c->job_key;
+      o.node_slots = c->node_slots;
+      o.node_timeout_ms = c->node_timeout_ms;
+    }
     rc = lade__cache_open(&f->mem, &o);
   }
   if (!rc && c->cache_dir[0]) {
@@ -461,4 +470,8 @@ void lade__fetch_stats(lade__fetch_t *f, lade__fetch_stats_t *out) {
   if (f->p.ops->stats) f->p.ops->stats(f->p.src, &out->src);
   out->fetch_size = f->conf.fetch_size;
   out->threshold = f->conf.threshold;
+  if (f->mem && f->conf.node_cache) {
+    out->node_cache = true;
+    lade__shmcache_node_stats(f->mem, &out->node);
+  }
 }

@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cache/cache.h"
 #include "transport/transport.h"
 #include "plan/cursor.h"
 #include "source/source.h"
@@ -39,6 +40,13 @@ typedef struct lade__fetch_conf {
   uint64_t mean_bytes;       /* the mean sample size the capacities were made from (0: not needed) */
   uint32_t window;           /* batches the engine prepares at once (prefetch + 1) */
   uint64_t epochs;
+  /* the node cache (engine/resolve.c lade__resolve_node_cache; docs/cache.md): the memory tier is shared by
+   * the node's ranks, mem_capacity bytes per node */
+  bool node_cache;
+  const char *shm_dir;       /* its segments' tmpfs folder (borrowed from the settings) */
+  const char *job_key;       /* borrowed from the resolved settings */
+  uint64_t node_slots;       /* index slots */
+  uint32_t node_timeout_ms;  /* peer_timeout_ms: the wait for another rank making the segment */
 } lade__fetch_conf_t;
 
 typedef struct lade__fetch_params {
@@ -116,6 +124,8 @@ typedef struct lade__fetch_stats {
   lade__transport_stats_t dist;
   lade__source_stats_t src;
   uint64_t fetch_size, threshold;
+  bool node_cache;
+  lade__node_cache_stats_t node; /* when node_cache */
 } lade__fetch_stats_t;
 
 void lade__fetch_stats(lade__fetch_t *f, lade__fetch_stats_t *out);

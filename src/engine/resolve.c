@@ -2,6 +2,7 @@
  * (settings, what the source reports) to each module's part. */
 #include "engine/resolve.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "cache/cache.h"
@@ -60,8 +61,14 @@ static bool plan_cache_sized(const struct lade_config *cfg) {
   return routed_kind(cfg) && (cfg->cache_mem_bytes || (cfg->cache_dir[0] && cfg->cache_disk_bytes));
 }
 
+/* The node cache may be on (the rest is decided once the nodes are known). */
+static bool node_cache_possible(const struct lade_config *cfg) {
+  return cfg->cache_mem_bytes && cfg->node_cache != LADE__TRISTATE_OFF && !routed_kind(cfg);
+}
+
 bool lade__resolve_wants_mean(const struct lade_config *cfg, bool remote) {
-  return plan_cache_sized(cfg) || prefetcher_on(cfg, remote) || (remote && cfg->readahead_bytes);
+  return plan_cache_sized(cfg) || prefetcher_on(cfg, remote) || (remote && cfg->readahead_bytes) ||
+         node_cache_possible(cfg);
 }
 
 bool lade__resolve_wants_disk_free(const struct lade_config *cfg) {
@@ -184,6 +191,40 @@ int lade__resolve_topology(const struct lade_config *cfg, const uint32_t *node_l
                             .env_local_rank = env_rank,
                             .env_local_size = env_size};
   return lade__topology(&in, &r->topo);
+}
+
+int lade__resolve_node_cache(const struct lade_config *cfg, const char *env_job, lade__resolved_t *r) {
+  lade__fetch_conf_t *o = &r->fetch;
+  o->node_cache = false;
+  r->note_no_job_key = false;
+  if (cfg->node_cache == LADE__TRISTATE_OFF) return 0;
+  bool on = cfg->node_cache == LADE__TRISTATE_ON;
+  const char *why = !cfg->cache_mem_bytes              ? "needs cache_mem_bytes (the node's memory budget)"
+                    : routed_kind(cfg)                  ? "applies to plan=regular and plan=shards: a routed plan "
+                                                          "plans each rank's own cache"
+                    : cfg->cache_policy == LADE__POLICY_CLAIRVOYANT ? "evicts in insertion order, not by one rank's "
+                                                                      "next uses: cache_policy=clairvoyant is per rank"
+                                                                    : NULL;
+  if (why) return on ? lade__fail(LADE_EINVAL, "setting 'node_cache=on' %s (node_cache=off: a cache per rank)", why) : 0;
+  if (!on && r->topo.ranks_per_node < 2) return 0;
+  const char *job = cfg->job_id[0] ? cfg->job_id : env_job ? env_job : "";
+  if (!job[0]) {
+    if (on)
+      return lade__fail(LADE_EINVAL, "setting 'node_cache=on': the ranks of a node need a job key they share and no "
+                        "other job uses: set job_id (none of TORCHELASTIC_RUN_ID, SLURM_JOB_ID, PMIX_NAMESPACE, "
+                        "MASTER_ADDR/MASTER_PORT is set)");
+    r->note_no_job_key = true; /* auto: a cache per rank, and say why */
+    return 0;
+  }
+  snprintf(r->job_key, sizeof r->job_key, "%s", job);
+  o->node_cache = true;
+  o->shm_dir = cfg->shm_dir;
+  o->job_key = r->job_key;
+  o->node_timeout_ms = cfg->peer_timeout_ms;
+  /* room in the index for samples down to a third of the mean size */
+  uint64_t mean = LADE__MAX(o->mean_bytes, 1), expected = o->mem_capacity / lade__shmcache_charge(mean) + 1;
+  o->node_slots = LADE__MAX(expected * 4, 1024);
+  return 0;
 }
 
 static int resolve_transform(const struct lade_config *cfg, const lade__source_kind_t *k) {
