@@ -216,7 +216,8 @@ int lade__resolve_node_cache(const struct lade_config *cfg, const char *env_job,
     r->note_no_job_key = true; /* auto: a cache per rank, and say why */
     return 0;
   }
-  snprintf(r->job_key, sizeof r->job_key, "%s", job);
+  /* the node's number too: nodes made by ranks_per_node on one machine keep their own caches */
+  snprintf(r->job_key, sizeof r->job_key, "%s#node%u", job, r->topo.node);
   o->node_cache = true;
   o->shm_dir = cfg->shm_dir;
   o->job_key = r->job_key;

@@ -139,5 +139,48 @@ else
   echo "skipped: mpi4py or the lade module is missing"
 fi
 
+echo "== the node cache under mpirun: one per node (2 nodes of 2 ranks, then 1 node of 4), every byte the files'"
+"$lade" gen npy "$tmp/nc" --count 480 --shape 64 >/dev/null
+nc_run() { # out-file, settings...
+  local o=$1 sets=(); shift
+  for kv in "$@"; do sets+=(--set "$kv"); done
+  timeout 120 "${run[@]}" -np 4 sh -c 'd=$1 s=$2 o=$3; shift 3; exec "$0" bench "$d" --json --epochs 2 \
+    --batch-size 10 --threads 2 --step-ms 5 --set cache_mem_bytes=4000000 --set shm_dir="$s" "$@" \
+    > "$o.$OMPI_COMM_WORLD_RANK"' "$lade" "$tmp/nc" "$tmp/ncshm" "$o" "${sets[@]}"
+}
+mkdir -p "$tmp/ncshm"
+if nc_run "$tmp/nc_off" node_cache=off && nc_run "$tmp/nc_2x2" ranks_per_node=2 && nc_run "$tmp/nc_1x4" ranks_per_node=4; then
+  verdict=$(/usr/bin/python3 - "$tmp" <<'PY'
+import json, sys
+t = sys.argv[1]
+load = lambda name: [json.load(open(f"{t}/{name}.{r}")) for r in range(4)]
+off, two, one = load("nc_off"), load("nc_2x2"), load("nc_1x4")
+n = 480
+bad = []
+misses = lambda runs: sum(r["cache_misses"] for r in runs)
+for name, runs, rpn in (("2x2", two, 2), ("1x4", one, 4)):
+    if [r["checksum"] for r in runs] != [r["checksum"] for r in off]:
+        bad.append(f"{name}: checksums differ from node_cache=off's")
+    for node in range(4 // rpn):
+        mine = [r for r in runs if r["node"] == node]
+        entries = max(r["node_cache_entries"] for r in mine)
+        # one copy per node: every storage read was put once (sample 0 at open may be read by each rank)
+        if not entries <= misses(mine) <= entries + rpn - 1:
+            bad.append(f"{name} node {node}: {misses(mine)} storage reads, {entries} entries")
+if any(r["epochs"][1]["miss_rate"] != 0 for r in one):
+    bad.append("1x4: the second epoch read storage")
+if misses(one) > n + 3 or misses(off) < n * 1.3:
+    bad.append(f"storage reads: {misses(one)} with the node cache, {misses(off)} with a cache per rank")
+print("; ".join(bad) if bad else f"ok   storage reads: 1x4 {misses(one)}, 2x2 {misses(two)}, a cache per rank "
+      f"{misses(off)} (dataset {n}, 2 epochs)")
+PY
+)
+  echo "$verdict"
+  case "$verdict" in ok*) ;; *) echo "FAIL: node cache under mpirun"; fail=1 ;; esac
+  [ -z "$(ls "$tmp/ncshm")" ] || { echo "FAIL: node cache segments left behind: $(ls "$tmp/ncshm")"; fail=1; }
+else
+  echo "FAIL: lade bench with the node cache under mpirun"; fail=1
+fi
+
 [ $fail -eq 0 ] && echo "== mpi tests passed"
 exit $fail
