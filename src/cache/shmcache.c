@@ -643,7 +643,8 @@ int lade__shmcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
   const char *ns = o->ns ? o->ns : "";
   uint64_t digest = lade_checksum(ns, strlen(ns), SUM_SEED) ^ lade__mix64(o->capacity);
   snprintf(s->dir, sizeof s->dir, "%s", o->node_dir);
-  uint64_t jk = lade_checksum(o->node_job, strlen(o->node_job), SUM_SEED);
+  /* the user too: two users' jobs never meet under one name */
+  uint64_t jk = lade_checksum(o->node_job, strlen(o->node_job), SUM_SEED) ^ lade__mix64((uint64_t)geteuid() + 1);
   if (snprintf(s->path, sizeof s->path, "%s/lade-%016" PRIx64 "-%016" PRIx64, o->node_dir, jk, digest) >=
       (int)sizeof s->path) {
     rc = lade__fail(LADE_EINVAL, "shm_dir '%s': path too long", o->node_dir);
