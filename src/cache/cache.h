@@ -57,7 +57,8 @@ typedef struct lade__cache_opts {
   /* the node tier (shmcache.c, docs/cache.md "Node cache"): with node_dir set and dir NULL, one memory tier
    * shared by the processes of a node through a segment in node_dir (a tmpfs); evicts FIFO whatever `policy` */
   const char *node_dir;     /* the tmpfs folder (shm_dir); NULL: not shared */
-  const char *node_job;     /* the job key: processes of one job agree on it without talking (engine/resolve.c) */
+  const char *node_job;     /* the job key: processes of one job agree on it without talking (engine/resolve.c);
+                             * with dir: the disk tier's folder is shared by the node's processes of this job */
   uint64_t node_slots;      /* index slots to make room for (rounded up to a power of two; entries <= 3/4 of them) */
   uint32_t node_timeout_ms; /* how long a process waits for another to finish making the segment */
 } lade__cache_opts_t;

@@ -163,6 +163,10 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
     dataset_ns(f, ns, sizeof ns);
     lade__cache_opts_t o = {.dir = c->cache_dir, .ns = ns, .capacity = c->disk_capacity, .policy = c->policy,
                             .next_use = lade__nextuse, .next_use_ctx = f};
+    if (c->node_disk) { /* one folder for the node's ranks of this job */
+      o.node_job = c->job_key;
+      o.node_timeout_ms = c->node_timeout_ms;
+    }
     rc = lade__cache_open(&f->disk, &o);
     /* the plan's model starts empty at (0, 0): entries of an earlier run would
      * hold room the plan does not know of, so they go */

@@ -43,6 +43,7 @@ typedef struct lade__fetch_conf {
   /* the node cache (engine/resolve.c lade__resolve_node_cache; docs/cache.md): the memory tier is shared by
    * the node's ranks, mem_capacity bytes per node */
   bool node_cache;
+  bool node_disk;            /* the disk tier's folder is shared by the node's ranks of the job (cache_disk_bytes per node) */
   const char *shm_dir;       /* its segments' tmpfs folder (borrowed from the settings) */
   const char *job_key;       /* borrowed from the resolved settings */
   uint64_t node_slots;       /* index slots */

@@ -195,16 +195,19 @@ int lade__resolve_topology(const struct lade_config *cfg, const uint32_t *node_l
 
 int lade__resolve_node_cache(const struct lade_config *cfg, const char *env_job, lade__resolved_t *r) {
   lade__fetch_conf_t *o = &r->fetch;
-  o->node_cache = false;
+  o->node_cache = o->node_disk = false;
   r->note_no_job_key = false;
   if (cfg->node_cache == LADE__TRISTATE_OFF) return 0;
   bool on = cfg->node_cache == LADE__TRISTATE_ON;
-  const char *why = !cfg->cache_mem_bytes              ? "needs cache_mem_bytes (the node's memory budget)"
-                    : routed_kind(cfg)                  ? "applies to plan=regular and plan=shards: a routed plan "
-                                                          "plans each rank's own cache"
-                    : cfg->cache_policy == LADE__POLICY_CLAIRVOYANT ? "evicts in insertion order, not by one rank's "
-                                                                      "next uses: cache_policy=clairvoyant is per rank"
-                                                                    : NULL;
+  /* the memory tier shared unless clairvoyant; the disk tier shared whatever its policy (each rank orders its own
+   * entries) */
+  bool mem = cfg->cache_mem_bytes && cfg->cache_policy != LADE__POLICY_CLAIRVOYANT, disk = cfg->cache_dir[0];
+  const char *why = !cfg->cache_mem_bytes && !disk ? "needs cache_mem_bytes or cache_dir (the node's budget)"
+                    : routed_kind(cfg)             ? "applies to plan=regular and plan=shards: a routed plan "
+                                                     "plans each rank's own cache"
+                    : cfg->cache_mem_bytes && !mem ? "evicts in insertion order, not by one rank's next uses: "
+                                                     "cache_policy=clairvoyant is per rank"
+                                                   : NULL;
   if (why) return on ? lade__fail(LADE_EINVAL, "setting 'node_cache=on' %s (node_cache=off: a cache per rank)", why) : 0;
   if (!on && r->topo.ranks_per_node < 2) return 0;
   const char *job = cfg->job_id[0] ? cfg->job_id : env_job ? env_job : "";
@@ -218,7 +221,8 @@ int lade__resolve_node_cache(const struct lade_config *cfg, const char *env_job,
   }
   /* the node's number too: nodes made by ranks_per_node on one machine keep their own caches */
   snprintf(r->job_key, sizeof r->job_key, "%s#node%u", job, r->topo.node);
-  o->node_cache = true;
+  o->node_cache = mem;
+  o->node_disk = disk;
   o->shm_dir = cfg->shm_dir;
   o->job_key = r->job_key;
   o->node_timeout_ms = cfg->peer_timeout_ms;

@@ -200,3 +200,52 @@ def test_node_cache_on_needs_a_job_key(lade_cli, npy_dir, shm_dir):
                             f"shm_dir={shm_dir}"), capture_output=True, text=True, env=ENV)
     assert p.returncode == 0 and "no job key" in p.stderr
     assert json.loads(p.stdout)["node_cache_entries"] == 0
+
+
+# ---- the disk tier of a node: one cache_dir for the node's ranks of a job
+
+def entry_files(cache_dir):
+    return [f for f in glob.glob(os.path.join(cache_dir, "*", "??", "*")) if os.path.isfile(f)]
+
+
+def disk_run(cli, ds, world, cache_dir, job, *extra, epochs=EPOCHS, step_ms=5):
+    ps = [start(args(cli, ds, r, world, f"ranks_per_node={world}", f"cache_dir={cache_dir}", f"job_id={job}",
+                     *extra, step_ms=step_ms, epochs=epochs)) for r in range(world)]
+    return [finish(p) for p in ps]
+
+
+def test_node_disk_cache_one_folder(lade_cli, npy_dir, tmp_path):
+    ref = reference(lade_cli, npy_dir, 2)
+    cdir = str(tmp_path / "cache")
+    res = disk_run(lade_cli, npy_dir, 2, cdir, "disk1", "cache_disk_bytes=100000000")
+    n = len(dataset_bytes(npy_dir))
+    assert [d["checksum"] for d in res] == ref
+    assert len(entry_files(cdir)) == n  # one file per sample for the node, not one per rank
+    assert all(d["epochs"][1]["miss_rate"] == 0 for d in res)  # each rank reads what the other put
+    assert n <= sum(d["cache_misses"] for d in res) <= n + 1
+    # a later job on the node starts warm from the same folder
+    res = disk_run(lade_cli, npy_dir, 2, cdir, "disk2", "cache_disk_bytes=100000000")
+    assert [d["checksum"] for d in res] == ref
+    assert sum(d["cache_misses"] for d in res) == 0
+
+
+def test_node_disk_cache_budget_is_the_nodes(lade_cli, npy_dir, tmp_path):
+    cdir = str(tmp_path / "cache")
+    budget = 40 * 4096  # each entry is charged 4 KiB on disk: 40 entries for the node
+    ref = reference(lade_cli, npy_dir, 2)
+    res = disk_run(lade_cli, npy_dir, 2, cdir, "budget", f"cache_disk_bytes={budget}")
+    assert [d["checksum"] for d in res] == ref
+    assert 0 < len(entry_files(cdir)) <= 40
+
+
+def test_node_disk_cache_other_job_refused(lade_cli, npy_dir, tmp_path):
+    cdir = str(tmp_path / "cache")
+    a = [start(args(lade_cli, npy_dir, r, 2, "ranks_per_node=2", f"cache_dir={cdir}", "job_id=A",
+                    "cache_disk_bytes=100000000", epochs=6, step_ms=20)) for r in range(2)]
+    while not glob.glob(os.path.join(cdir, "*", "LOCK")):
+        time.sleep(0.01)
+    time.sleep(0.3)
+    b = subprocess.run(args(lade_cli, npy_dir, 0, 2, "ranks_per_node=2", f"cache_dir={cdir}", "job_id=B",
+                            "cache_disk_bytes=100000000"), capture_output=True, text=True, env=ENV)
+    assert b.returncode != 0 and "in use by another job" in b.stderr and cdir in b.stderr, b.stderr
+    assert [finish(p)["checksum"] for p in a] == reference(lade_cli, npy_dir, 2, epochs=6)
