@@ -146,5 +146,8 @@ typedef struct lade__node_cache_stats {
 } lade__node_cache_stats_t;
 /* c must be a node tier (opened with node_dir). */
 void lade__shmcache_node_stats(lade__cache_t *c, lade__node_cache_stats_t *out);
+/* Tests only: takes the node tier's lock and returns holding it, so a test
+ * process can die holding it (the others then recover: shmcache.c). */
+void lade__shmcache_hold_lock_for_test(lade__cache_t *c);
 
 #endif

@@ -104,7 +104,8 @@ typedef struct slot {
 
 typedef struct rec {
   uint64_t key, len, bytes;
-  uint32_t kind;
+  uint16_t kind;
+  uint16_t busy; /* its writer is still copying the payload in (even when the entry was replaced meanwhile) */
   int32_t writer;
 } rec_t;
 _Static_assert(sizeof(rec_t) == REC_HDR, "record header");
@@ -236,6 +237,8 @@ static bool evict_tail(shmcache_t *s) {
     recover_locked(s);
     return true;
   }
+  /* a payload still being copied in, by a live writer: its bytes are not free yet */
+  if (r->busy && alive(r->writer, 0)) return false;
   if (r->kind == REC_LIVE) {
     slot_t *e = slot_find(s, r->key);
     if (e && e->pos == t) {
@@ -312,7 +315,7 @@ static int shm_put(lade__cache_t *c, uint64_t key, uint64_t ver, const void *dat
   atomic_thread_fence(memory_order_release);
   uint64_t pos = h->head;
   rec_t *r = rec_at(s, pos);
-  *r = (rec_t){.key = key, .len = len, .bytes = charge, .kind = REC_LIVE, .writer = (int32_t)getpid()};
+  *r = (rec_t){.key = key, .len = len, .bytes = charge, .kind = REC_LIVE, .busy = 1, .writer = (int32_t)getpid()};
   h->head += charge;
   slot_t *e = &s->slots[slot_home(s, key)];
   for (size_t mask = h->nslots - 1; e->state != SLOT_EMPTY; e = &s->slots[((size_t)(e - s->slots) + 1) & mask]) {
@@ -327,6 +330,7 @@ static int shm_put(lade__cache_t *c, uint64_t key, uint64_t ver, const void *dat
   uint64_t sum = lade_checksum(data, len, SUM_SEED);
 
   if ((rc = seg_lock(s)) != 0) return rc;
+  if (atomic_load_explicit(&h->tail, memory_order_relaxed) <= pos) r->busy = 0; /* else a recovery took it */
   e = slot_find(s, key);
   if (e && e->pos == pos && e->state == SLOT_WRITING) {
     e->sum = sum;
@@ -416,6 +420,8 @@ void lade__shmcache_node_stats(lade__cache_t *c, lade__node_cache_stats_t *out) 
   out->recovered = atomic_load(&h->recovered);
   snprintf(out->path, sizeof out->path, "%s", s->path);
 }
+
+void lade__shmcache_hold_lock_for_test(lade__cache_t *c) { seg_lock((shmcache_t *)c); }
 
 /* ---- segment files */
 
