@@ -29,6 +29,15 @@ int lade__cache_get_ver(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_
   return c->ops->get(c, key, ver, out);
 }
 
+int lade__cache_get_claim(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_t *out, bool *claimed) {
+  *claimed = false;
+  return c->ops->get_claim ? c->ops->get_claim(c, key, ver, out, claimed) : c->ops->get(c, key, ver, out);
+}
+
+void lade__cache_release(lade__cache_t *c, uint64_t key) {
+  if (c->ops->release) c->ops->release(c, key);
+}
+
 bool lade__cache_contains(lade__cache_t *c, uint64_t key) {
   if (c->ops->contains) return c->ops->contains(c, key);
   pthread_mutex_lock(&c->mu);

@@ -87,6 +87,16 @@ int lade__cache_get(lade__cache_t *c, uint64_t key, lade__buf_t *out);
  * bytes read after a change are never stored under the older version. */
 int lade__cache_get_ver(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_t *out);
 
+/* lade__cache_get_ver that, on a miss of the node tier, makes the node's
+ * other processes wait for this one's read of the sample (single flight:
+ * the ranks of a model-parallel group read each sample once). A process
+ * that misses a sample another one is reading waits for its put (bounded by
+ * node_timeout_ms; not when the reader died) and gets it. *claimed: this
+ * caller must read the sample and put it (the put ends the claim) or call
+ * lade__cache_release. Other tiers: lade__cache_get_ver, never claimed. */
+int lade__cache_get_claim(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_t *out, bool *claimed);
+void lade__cache_release(lade__cache_t *c, uint64_t key);
+
 /* True when key is resident (no I/O), whatever its version. */
 bool lade__cache_contains(lade__cache_t *c, uint64_t key);
 
@@ -139,6 +149,7 @@ uint64_t lade__shmcache_charge(uint64_t len);
 typedef struct lade__node_cache_stats {
   uint64_t hits, misses, inserts, evictions, rejected, corrupt;
   uint64_t recovered;     /* times a process died holding its lock and the cache was emptied */
+  uint64_t waited;        /* gets that waited for another process's read of the sample, then hit */
   uint64_t entries, used, capacity;
   uint64_t segment_bytes; /* the segment file's size: capacity plus header and index */
   uint32_t attached;      /* live processes attached */

@@ -62,6 +62,8 @@ typedef struct lade__cache_ops {
   bool (*evict)(lade__cache_t *c, uint64_t key);
   void (*clear)(lade__cache_t *c);
   void (*stats)(lade__cache_t *c, lade__cache_stats_t *out);
+  int (*get_claim)(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_t *out, bool *claimed);
+  void (*release)(lade__cache_t *c, uint64_t key);
 } lade__cache_ops_t;
 
 /* Every tier's handle starts with this: the vtable, and the lock, index and

@@ -64,7 +64,10 @@
 #define STALE_EMPTY_S 60 /* a segment file without a header this old was left by a creator killed at once */
 
 enum { SEG_CREATING = 0, SEG_READY = 1 };
-enum { SLOT_EMPTY = 0, SLOT_WRITING = 1, SLOT_READY = 2 };
+/* LOADING: a process read the sample's miss and is reading it from storage
+ * (no bytes yet); the node's other processes wait for its put instead of
+ * reading the same sample again (lade__cache_get_claim) */
+enum { SLOT_EMPTY = 0, SLOT_WRITING = 1, SLOT_READY = 2, SLOT_LOADING = 3 };
 enum { REC_PAD = 1, REC_LIVE = 2, REC_DEAD = 3 };
 
 typedef struct attach {
@@ -90,9 +93,11 @@ typedef struct seg_hdr {
   uint64_t head;
   _Atomic uint64_t tail;
   uint64_t used, entries, seq;
+  uint64_t loading; /* LOADING slots (they hold index slots, no bytes) */
   attach_t att[MAX_ATTACH];
   /* counters, node-wide (atomic) */
   _Atomic uint64_t hits, misses, inserts, evictions, rejected, corrupt, stale, recovered, bytes_written;
+  _Atomic uint64_t waited; /* gets that waited for another process's load of the sample, then hit */
 } seg_hdr_t;
 _Static_assert(sizeof(seg_hdr_t) <= HDR_PAGE, "the header fits its page");
 
@@ -119,6 +124,7 @@ typedef struct shmcache {
   size_t map_bytes;
   int att; /* this process's attach slot */
   uint64_t stale_removed; /* stale segments open removed */
+  uint32_t timeout_ms;    /* the longest wait for another process's load (peer_timeout_ms) */
   char path[LADE__PATH_MAX];
   char dir[LADE__PATH_MAX];
 } shmcache_t;
@@ -164,7 +170,7 @@ static void recover_locked(shmcache_t *s) {
   atomic_store(&h->tail, h->head); /* every record gone: copies in flight fail their check */
   atomic_thread_fence(memory_order_release);
   memset(s->slots, 0, h->nslots * sizeof *s->slots);
-  h->used = h->entries = 0;
+  h->used = h->entries = h->loading = 0;
   atomic_fetch_add(&h->recovered, 1);
 }
 
@@ -218,6 +224,11 @@ uint64_t lade__shmcache_charge(uint64_t len) { return charge_of(len); }
 /* Removes the entry of slot e: its record becomes dead (the tail skips it),
  * its bytes no longer count. */
 static void remove_entry(shmcache_t *s, slot_t *e) {
+  if (e->state == SLOT_LOADING) { /* no record, no bytes */
+    s->h->loading--;
+    slot_del(s, e);
+    return;
+  }
   rec_t *r = rec_at(s, e->pos);
   if (r->kind == REC_LIVE && r->key == e->key) r->kind = REC_DEAD;
   s->h->used -= charge_of(e->len);
@@ -253,10 +264,25 @@ static bool evict_tail(shmcache_t *s) {
 
 /* ---- the tier's calls */
 
-static int shm_get(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_t *out) {
-  shmcache_t *s = (shmcache_t *)c;
+/* A free index slot for key (not present). Locked. */
+static slot_t *slot_new(shmcache_t *s, uint64_t key) {
+  size_t mask = s->h->nslots - 1, i = slot_home(s, key);
+  while (s->slots[i].state != SLOT_EMPTY) i = (i + 1) & mask;
+  return &s->slots[i];
+}
+
+/* The get, and with `claim` the single-flight miss: key is LOADING by
+ * another live process -> wait (bounded by timeout_ms) and ask again;
+ * absent (or its loader dead) -> mark it LOADING by this process and return
+ * LADE_ENOENT with *claimed: the caller reads the sample and puts it (the
+ * put ends the claim) or calls lade__cache_release. */
+static int lookup(shmcache_t *s, uint64_t key, uint64_t ver, lade__buf_t *out, bool claim, bool *claimed) {
   seg_hdr_t *h = s->h;
-  for (int attempt = 0; attempt < 2; attempt++) {
+  int32_t me = (int32_t)getpid();
+  double t_end = 0;
+  bool waited = false;
+  *claimed = false;
+  for (int attempt = 0; attempt < 2;) {
     int rc = seg_lock(s);
     if (rc) return rc;
     slot_t *e = slot_find(s, key);
@@ -265,7 +291,27 @@ static int shm_get(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_t *ou
       atomic_fetch_add_explicit(&h->stale, 1, memory_order_relaxed);
       e = NULL;
     }
+    if (claim && e && e->state == SLOT_LOADING) {
+      if (t_end == 0) t_end = lade__now() + s->timeout_ms / 1000.0;
+      if (alive(e->writer, 0) && lade__now() < t_end) { /* another rank is reading it: its put comes soon */
+        seg_unlock(s);
+        struct timespec ts = {0, 200000};
+        nanosleep(&ts, NULL);
+        waited = true;
+        continue;
+      }
+      e->writer = me; /* its loader died or is too slow: this process loads it */
+      *claimed = true;
+      seg_unlock(s);
+      break;
+    }
     if (!e || e->state != SLOT_READY) {
+      if (claim && !e && (h->entries + h->loading + 1) * 4 <= h->nslots * 3) {
+        e = slot_new(s, key);
+        *e = (slot_t){.key = key, .pos = UINT64_MAX, .ver = ver, .state = SLOT_LOADING, .writer = me};
+        h->loading++;
+        *claimed = true;
+      }
       seg_unlock(s);
       break;
     }
@@ -274,7 +320,10 @@ static int shm_get(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_t *ou
     if ((rc = lade__buf_reserve(out, len ? len : 1)) != 0) return rc;
     memcpy(out->data, s->arena + pos % h->arena_bytes + REC_HDR, len);
     atomic_thread_fence(memory_order_acquire);
-    if (atomic_load_explicit(&h->tail, memory_order_relaxed) > pos) continue; /* evicted while copied */
+    if (atomic_load_explicit(&h->tail, memory_order_relaxed) > pos) { /* evicted while copied */
+      attempt++;
+      continue;
+    }
     if (lade_checksum(out->data, len, SUM_SEED) != sum) {
       atomic_fetch_add_explicit(&h->corrupt, 1, memory_order_relaxed);
       if (seg_lock(s) == 0) {
@@ -286,22 +335,39 @@ static int shm_get(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_t *ou
     }
     out->len = len;
     atomic_fetch_add_explicit(&h->hits, 1, memory_order_relaxed);
+    if (waited) atomic_fetch_add_explicit(&h->waited, 1, memory_order_relaxed);
     return 0;
   }
   atomic_fetch_add_explicit(&h->misses, 1, memory_order_relaxed);
   return LADE_ENOENT;
 }
 
+static int shm_get(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_t *out) {
+  bool claimed;
+  return lookup((shmcache_t *)c, key, ver, out, false, &claimed);
+}
+
+static int shm_get_claim(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_t *out, bool *claimed) {
+  return lookup((shmcache_t *)c, key, ver, out, true, claimed);
+}
+
+static void shm_release(lade__cache_t *c, uint64_t key) {
+  shmcache_t *s = (shmcache_t *)c;
+  if (seg_lock(s)) return;
+  slot_t *e = slot_find(s, key);
+  if (e && e->state == SLOT_LOADING && e->writer == (int32_t)getpid()) remove_entry(s, e);
+  seg_unlock(s);
+}
+
 static int shm_put(lade__cache_t *c, uint64_t key, uint64_t ver, const void *data, size_t len) {
   shmcache_t *s = (shmcache_t *)c;
   seg_hdr_t *h = s->h;
   uint64_t charge = charge_of(len), A = h->arena_bytes;
-  if (charge > A) goto rejected_unlocked;
   int rc = seg_lock(s);
   if (rc) return rc;
   slot_t *old = slot_find(s, key);
-  if (old) remove_entry(s, old); /* a writer of it finds its slot gone and leaves it */
-  if ((h->entries + 1) * 4 > h->nslots * 3) goto rejected;
+  if (old) remove_entry(s, old); /* a writer of it finds its slot gone and leaves it; a claim ends */
+  if (charge > A || (h->entries + h->loading + 1) * 4 > h->nslots * 3) goto rejected;
   uint64_t pad = (h->head % A) + charge > A ? A - h->head % A : 0;
   while (A - (h->head - atomic_load_explicit(&h->tail, memory_order_relaxed)) < pad + charge)
     if (!evict_tail(s)) goto rejected;
@@ -317,9 +383,7 @@ static int shm_put(lade__cache_t *c, uint64_t key, uint64_t ver, const void *dat
   rec_t *r = rec_at(s, pos);
   *r = (rec_t){.key = key, .len = len, .bytes = charge, .kind = REC_LIVE, .busy = 1, .writer = (int32_t)getpid()};
   h->head += charge;
-  slot_t *e = &s->slots[slot_home(s, key)];
-  for (size_t mask = h->nslots - 1; e->state != SLOT_EMPTY; e = &s->slots[((size_t)(e - s->slots) + 1) & mask]) {
-  }
+  slot_t *e = slot_new(s, key);
   *e = (slot_t){.key = key, .pos = pos, .len = len, .ver = ver, .state = SLOT_WRITING, .writer = (int32_t)getpid()};
   h->used += charge;
   h->entries++;
@@ -342,7 +406,6 @@ static int shm_put(lade__cache_t *c, uint64_t key, uint64_t ver, const void *dat
   return 0;
 rejected:
   seg_unlock(s);
-rejected_unlocked:
   atomic_fetch_add_explicit(&h->rejected, 1, memory_order_relaxed);
   return 0;
 }
@@ -418,6 +481,7 @@ void lade__shmcache_node_stats(lade__cache_t *c, lade__node_cache_stats_t *out) 
   out->rejected = atomic_load(&h->rejected);
   out->corrupt = atomic_load(&h->corrupt);
   out->recovered = atomic_load(&h->recovered);
+  out->waited = atomic_load(&h->waited);
   snprintf(out->path, sizeof out->path, "%s", s->path);
 }
 
@@ -634,13 +698,15 @@ static void shm_drop(lade__cache_t *c, lade__centry_t *e) { (void)c, (void)e; }
 
 static const lade__cache_ops_t shm_ops = {.close = shm_close, .get = shm_get, .put = shm_put, .drop = shm_drop,
                                           .contains = shm_contains, .touch = shm_contains, .evict = shm_evict,
-                                          .clear = shm_clear, .stats = shm_stats};
+                                          .clear = shm_clear, .stats = shm_stats, .get_claim = shm_get_claim,
+                                          .release = shm_release};
 
 int lade__shmcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
   shmcache_t *s = calloc(1, sizeof *s);
   if (!s) return lade__fail(LADE_ENOMEM, "node cache: out of memory");
   s->fd = -1;
   s->att = -1;
+  s->timeout_ms = o->node_timeout_ms;
   int rc = lade__cache_base_init(&s->base, &shm_ops, o, "node cache");
   if (rc) {
     free(s);

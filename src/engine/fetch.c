@@ -99,7 +99,7 @@ static void hop_add(lade__chain_t *c, int kind, lade__cache_t *cache, unsigned f
 static void make_chains(lade__fetch_t *f) {
   bool routed = f->routed, pf = f->pf_on;
   lade__chain_t *c = &f->chain[LADE__CHAIN_ANY];
-  hop_add(c, LADE__HOP_CACHE, f->mem, routed ? 0 : LADE__HOP_FILL);
+  hop_add(c, LADE__HOP_CACHE, f->mem, routed ? 0 : LADE__HOP_FILL | (f->conf.node_cache ? LADE__HOP_CLAIM : 0));
   hop_add(c, LADE__HOP_CACHE, f->disk,
           LADE__HOP_VERSIONED | LADE__HOP_TOUCH | (pf ? LADE__HOP_WAIT_PF : 0) | (pf || routed ? 0 : LADE__HOP_FILL));
   hop_add(c, LADE__HOP_SOURCE, NULL, 0);
@@ -247,8 +247,11 @@ static void put(lade__fetch_t *f, lade__cache_t *t, uint64_t idx, uint64_t ver, 
   if (planned) pthread_mutex_unlock(&f->plan_mu);
 }
 
-/* A cache hop: a hit, after the waits its flags ask for. */
-static bool hop_get(lade__fetch_t *f, const lade__hop_t *h, uint64_t idx, uint64_t ver, lade__buf_t *out) {
+/* A cache hop: a hit, after the waits its flags ask for. *claimed: the
+ * node cache's miss was claimed (CLAIM): the read must put it or release. */
+static bool hop_get(lade__fetch_t *f, const lade__hop_t *h, uint64_t idx, uint64_t ver, lade__buf_t *out,
+                    bool *claimed) {
+  if (h->flags & LADE__HOP_CLAIM) return lade__cache_get_claim(h->cache, idx, ver, out, claimed) == 0;
   for (int pass = 0;; pass++) {
     if (lade__cache_get_ver(h->cache, idx, ver, out) == 0) return true;
     /* the prefetcher may be fetching this very sample: wait for it rather
@@ -272,11 +275,15 @@ static int read_chain(lade__fetch_t *f, const lade__chain_t *c, uint64_t idx, ui
   *note = c->note;
   if (c->note == LADE__ROUTE_PEER_STORAGE) atomic_fetch_add_explicit(&f->plan_peer, 1, memory_order_relaxed);
   int i = 0;
+  lade__cache_t *claim = NULL;
   for (; i < c->n; i++) {
     const lade__hop_t *h = &c->hop[i];
     if (h->kind != LADE__HOP_CACHE) break;
     if ((h->flags & LADE__HOP_VERSIONED) && !known) continue;
-    if (!hop_get(f, h, idx, ver, out)) {
+    bool claimed = false;
+    bool hit = hop_get(f, h, idx, ver, out, &claimed);
+    if (claimed) claim = h->cache;
+    if (!hit) {
       if (h->flags & LADE__HOP_PLANNED) {
         atomic_fetch_add_explicit(&f->plan_fallbacks, 1, memory_order_relaxed);
         *note = LADE__ROUTE_FALLBACK;
@@ -323,6 +330,7 @@ static int read_chain(lade__fetch_t *f, const lade__chain_t *c, uint64_t idx, ui
     if (to_ptier) put(f, f->ptier, idx, ver, out); /* an admit of this step */
   }
   if (admit) end_admit(f, idx);
+  if (claim && rc) lade__cache_release(claim, idx); /* a put ended it otherwise */
   return rc;
 }
 

@@ -61,9 +61,25 @@ static bool plan_cache_sized(const struct lade_config *cfg) {
   return routed_kind(cfg) && (cfg->cache_mem_bytes || (cfg->cache_dir[0] && cfg->cache_disk_bytes));
 }
 
+/* Model-parallel groups (plan=shards, model_parallel > 1): their ranks
+ * train on identical batches, so the node cache loads each sample once for
+ * them, with a staging budget when cache_mem_bytes is 0 (stage_bytes). */
+static bool model_parallel_groups(const struct lade_config *cfg) {
+  return cfg->plan == LADE_PLAN_SHARDS && cfg->model_parallel > 1;
+}
+
 /* The node cache may be on (the rest is decided once the nodes are known). */
 static bool node_cache_possible(const struct lade_config *cfg) {
-  return cfg->cache_mem_bytes && cfg->node_cache != LADE__TRISTATE_OFF && !routed_kind(cfg);
+  return (cfg->cache_mem_bytes || model_parallel_groups(cfg)) && cfg->node_cache != LADE__TRISTATE_OFF &&
+         !routed_kind(cfg);
+}
+
+/* The node cache's budget for model-parallel groups without cache_mem_bytes:
+ * each group on the node may be up to four windows of batches (prefetch + 2)
+ * apart between its first and last rank, in mean-sized entries. */
+static uint64_t stage_bytes(const struct lade_config *cfg, uint32_t ranks_per_node, uint64_t mean) {
+  uint64_t groups = LADE__MAX(ranks_per_node / cfg->model_parallel, 1);
+  return 4 * (uint64_t)(cfg->prefetch + 2) * cfg->batch_size * lade__shmcache_charge(LADE__MAX(mean, 1)) * groups;
 }
 
 bool lade__resolve_wants_mean(const struct lade_config *cfg, bool remote) {
@@ -201,8 +217,9 @@ int lade__resolve_node_cache(const struct lade_config *cfg, const char *env_job,
   bool on = cfg->node_cache == LADE__TRISTATE_ON;
   /* the memory tier shared unless clairvoyant; the disk tier shared whatever its policy (each rank orders its own
    * entries) */
-  bool mem = cfg->cache_mem_bytes && cfg->cache_policy != LADE__POLICY_CLAIRVOYANT, disk = cfg->cache_dir[0];
-  const char *why = !cfg->cache_mem_bytes && !disk ? "needs cache_mem_bytes or cache_dir (the node's budget)"
+  bool mp = model_parallel_groups(cfg) && !cfg->cache_mem_bytes; /* a staging budget of its own */
+  bool mem = (cfg->cache_mem_bytes && cfg->cache_policy != LADE__POLICY_CLAIRVOYANT) || mp, disk = cfg->cache_dir[0];
+  const char *why = !cfg->cache_mem_bytes && !disk && !mp ? "needs cache_mem_bytes or cache_dir (the node's budget)"
                     : routed_kind(cfg)             ? "applies to plan=regular and plan=shards: a routed plan "
                                                      "plans each rank's own cache"
                     : cfg->cache_mem_bytes && !mem ? "evicts in insertion order, not by one rank's next uses: "
@@ -223,6 +240,7 @@ int lade__resolve_node_cache(const struct lade_config *cfg, const char *env_job,
   snprintf(r->job_key, sizeof r->job_key, "%s#node%u", job, r->topo.node);
   o->node_cache = mem;
   o->node_disk = disk;
+  if (mp) o->mem_capacity = stage_bytes(cfg, r->topo.ranks_per_node, o->mean_bytes);
   o->shm_dir = cfg->shm_dir;
   o->job_key = r->job_key;
   o->node_timeout_ms = cfg->peer_timeout_ms;

@@ -249,3 +249,54 @@ def test_node_disk_cache_other_job_refused(lade_cli, npy_dir, tmp_path):
                             "cache_disk_bytes=100000000"), capture_output=True, text=True, env=ENV)
     assert b.returncode != 0 and "in use by another job" in b.stderr and cdir in b.stderr, b.stderr
     assert [finish(p)["checksum"] for p in a] == reference(lade_cli, npy_dir, 2, epochs=6)
+
+
+# ---- model-parallel groups read once: the k ranks of a group train on identical batches (plan=shards,
+# model_parallel=k); the node cache loads each sample once for them (docs/cache.md, Node cache)
+
+@pytest.fixture(scope="module")
+def tar_shards(tmp_path_factory):
+    import io
+    import tarfile
+    d = tmp_path_factory.mktemp("mpshards")
+    idx = 0
+    for s in range(12):
+        with tarfile.open(d / ("train-%06d.tar" % s), "w", format=tarfile.USTAR_FORMAT) as t:
+            for j in range(25):
+                data = bytes([(idx * 7 + k) % 251 for k in range(300)])
+                ti = tarfile.TarInfo("s%06d_%03d.bin" % (s, j))
+                ti.size = len(data)
+                t.addfile(ti, io.BytesIO(data))
+                idx += 1
+    return str(d)
+
+
+def mp_run(cli, src, k, shm, job, *extra):
+    ps = []
+    for r in range(4):
+        a = [cli, "bench", src, "--plan", "shards", "--transform", "raw", "--epochs", "2", "--batch-size", "8",
+             "--threads", "2", "--json", "--step-ms", "2"]
+        for s in (f"rank={r}", "world_size=4", "ranks_per_node=4", f"model_parallel={k}", f"job_id={job}",
+                  f"shm_dir={shm}", "shuffle_buffer=50", *extra):
+            a += ["--set", s]
+        ps.append(start(a))
+    return [finish(p) for p in ps]
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_model_parallel_group_reads_once(lade_cli, tar_shards, shm_dir, k):
+    today = mp_run(lade_cli, tar_shards, k, shm_dir, f"mp{k}-off", "node_cache=off")
+    once = mp_run(lade_cli, tar_shards, k, shm_dir, f"mp{k}")
+    assert [d["checksum"] for d in once] == [d["checksum"] for d in today]  # the same batches, the files' bytes
+    for e in range(2):
+        before = sum(d["epochs"][e]["samples_by_source"][0] for d in today)
+        after = sum(d["epochs"][e]["samples_by_source"][0] for d in once)
+        print(f"model_parallel={k} epoch {e}: storage reads {before} today (each rank), {after} with the node cache")
+        assert before >= k * 300  # today every rank of a group reads its batches itself
+        # once per group: 1/k of today's, more only if a rank fell behind its group by more than the staging
+        # budget; less where the budget still holds samples of the epoch before (epoch 1) or the one read at open
+        assert after <= before // k * 1.05
+        if e == 0:
+            assert after >= before // k - 1
+    assert all(d["node_cache_segment_bytes"] > 0 for d in once)
+    assert glob.glob(os.path.join(shm_dir, "lade-*")) == []
