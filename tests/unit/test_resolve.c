@@ -303,6 +303,13 @@ static void test_node_cache(void) {
   const char *on_routed[] = {"cache_mem_bytes=4000000", "node_cache=on", "plan=locality", NULL};
   CHECK_EQ_INT(node_cache(on_routed, 4, 0, "pmix:77", &r), LADE_EINVAL);
   CHECK(strstr(lade_last_error(), "node_cache=off") != NULL);
+  /* model-parallel groups: on without cache_mem_bytes, with a staging budget for the node's groups */
+  const char *mp[] = {"plan=shards", "model_parallel=2", "batch_size=8", "prefetch=2", NULL};
+  CHECK_OK(node_cache(mp, 4, 0, "pmix:77", &r));
+  CHECK(r.fetch.node_cache && r.fetch.mem_capacity == 4ull * (2 + 2) * 8 * lade__shmcache_charge(4000) * 2);
+  const char *mp_off[] = {"plan=shards", "model_parallel=2", "node_cache=off", NULL};
+  CHECK_OK(node_cache(mp_off, 4, 0, "pmix:77", &r));
+  CHECK(!r.fetch.node_cache && r.fetch.mem_capacity == 0);
   const char *on_none[] = {"node_cache=on", NULL};
   CHECK_EQ_INT(node_cache(on_none, 4, 0, "pmix:77", &r), LADE_EINVAL);
   CHECK(strstr(lade_last_error(), "cache_mem_bytes") != NULL);

@@ -219,6 +219,60 @@ static void test_stale_and_live(void) {
   CHECK(segments() == 0);
 }
 
+/* Single flight: a miss claims the sample; another process's miss of it
+ * waits for the claimer's put and hits (no second storage read); a claimer
+ * that dies is taken over at once, not after the timeout. */
+static void test_claim_waits_for_the_load(void) {
+  lade__cache_t *c = open_node("job-claim", 1 << 20, NULL);
+  lade__buf_t b = {0};
+  bool claimed = false;
+  CHECK_EQ_INT(lade__cache_get_claim(c, 5, 0, &b, &claimed), LADE_ENOENT);
+  CHECK(claimed);
+  pid_t pid = fork();
+  if (pid == 0) {
+    lade__cache_t *d = open_node("job-claim", 1 << 20, NULL);
+    lade__buf_t bb = {0};
+    bool cl = true;
+    double t0 = lade__now();
+    int rc = d ? lade__cache_get_claim(d, 5, 0, &bb, &cl) : -1;
+    /* it waited for the parent's put (0.3 s) and got its bytes without claiming */
+    int bad = rc != 0 || cl || !pok(5, &bb) || lade__now() - t0 < 0.2;
+    lade__buf_free(&bb);
+    lade__cache_close(d);
+    _exit(bad);
+  }
+  usleep(300000);
+  CHECK_OK(put(c, 5)); /* ends the claim */
+  int st;
+  waitpid(pid, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  lade__node_cache_stats_t ns;
+  lade__shmcache_node_stats(c, &ns);
+  CHECK(ns.waited == 1);
+  /* a claimer that dies: the next one takes the claim over without waiting out the timeout */
+  pid = fork();
+  if (pid == 0) {
+    lade__cache_t *d = open_node("job-claim", 1 << 20, NULL);
+    lade__buf_t bb = {0};
+    bool cl = false;
+    int rc = d ? lade__cache_get_claim(d, 9, 0, &bb, &cl) : -1;
+    _exit(rc == LADE_ENOENT && cl ? 0 : 1); /* dies holding the claim */
+  }
+  waitpid(pid, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  double t0 = lade__now();
+  CHECK_EQ_INT(lade__cache_get_claim(c, 9, 0, &b, &claimed), LADE_ENOENT);
+  CHECK(claimed && lade__now() - t0 < 1.0);
+  /* released (the read failed): the next miss claims again */
+  lade__cache_release(c, 9);
+  CHECK_EQ_INT(lade__cache_get_claim(c, 9, 0, &b, &claimed), LADE_ENOENT);
+  CHECK(claimed);
+  CHECK_OK(put(c, 9));
+  CHECK(lade__cache_get_claim(c, 9, 0, &b, &claimed) == 0 && !claimed && pok(9, &b));
+  lade__buf_free(&b);
+  lade__cache_close(c);
+}
+
 /* More than the tmpfs has: an error naming the setting, at open. */
 static void test_too_big(void) {
   int rc;
@@ -237,6 +291,7 @@ int main(int argc, char **argv) {
   RUN(test_owner_dead);
   RUN(test_stale_and_live);
   RUN(test_too_big);
+  RUN(test_claim_waits_for_the_load);
   RUN(test_torture_with_kills);
   rmdir(g_dir);
   return lade_test_finish();
