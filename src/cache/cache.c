@@ -34,6 +34,12 @@ int lade__cache_get_claim(lade__cache_t *c, uint64_t key, uint64_t ver, lade__bu
   return c->ops->get_claim ? c->ops->get_claim(c, key, ver, out, claimed) : c->ops->get(c, key, ver, out);
 }
 
+int lade__cache_view(lade__cache_t *c, uint64_t key, uint64_t ver, const void **data, size_t *len, uint64_t *token) {
+  return c->ops->view ? c->ops->view(c, key, ver, data, len, token) : LADE_EUNSUPPORTED;
+}
+
+bool lade__cache_view_ok(lade__cache_t *c, uint64_t token) { return c->ops->view_ok && c->ops->view_ok(c, token); }
+
 void lade__cache_release(lade__cache_t *c, uint64_t key) {
   if (c->ops->release) c->ops->release(c, key);
 }

@@ -97,6 +97,16 @@ int lade__cache_get_ver(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_
 int lade__cache_get_claim(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_t *out, bool *claimed);
 void lade__cache_release(lade__cache_t *c, uint64_t key);
 
+/* The node tier's hit in place, with no copy: *data points at the entry's
+ * bytes (version ver, checksum verified) in the shared segment, valid until
+ * lade__cache_view_ok(token), which says whether they stayed the entry's
+ * while the caller used them (then it counts the hit); when false, whatever
+ * the caller made of them is to be thrown away (another process reused the
+ * bytes: read the sample again). LADE_ENOENT: not resident (no miss counted:
+ * the caller's get follows); LADE_EUNSUPPORTED: a tier without views. */
+int lade__cache_view(lade__cache_t *c, uint64_t key, uint64_t ver, const void **data, size_t *len, uint64_t *token);
+bool lade__cache_view_ok(lade__cache_t *c, uint64_t token);
+
 /* True when key is resident (no I/O), whatever its version. */
 bool lade__cache_contains(lade__cache_t *c, uint64_t key);
 

@@ -64,6 +64,8 @@ typedef struct lade__cache_ops {
   void (*stats)(lade__cache_t *c, lade__cache_stats_t *out);
   int (*get_claim)(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_t *out, bool *claimed);
   void (*release)(lade__cache_t *c, uint64_t key);
+  int (*view)(lade__cache_t *c, uint64_t key, uint64_t ver, const void **data, size_t *len, uint64_t *token);
+  bool (*view_ok)(lade__cache_t *c, uint64_t token);
 } lade__cache_ops_t;
 
 /* Every tier's handle starts with this: the vtable, and the lock, index and

@@ -351,6 +351,40 @@ static int shm_get_claim(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf
   return lookup((shmcache_t *)c, key, ver, out, true, claimed);
 }
 
+/* A hit seen in place: the entry's bytes in the mapping, checksummed (a
+ * read, no copy). The caller uses them (the engine transforms them straight
+ * into the batch slot), then asks shm_view_ok whether they stayed the
+ * entry's meanwhile (the seqlock's second half). */
+static int shm_view(lade__cache_t *c, uint64_t key, uint64_t ver, const void **data, size_t *len, uint64_t *token) {
+  shmcache_t *s = (shmcache_t *)c;
+  seg_hdr_t *h = s->h;
+  int rc = seg_lock(s);
+  if (rc) return rc;
+  slot_t *e = slot_find(s, key);
+  if (!e || e->state != SLOT_READY || e->ver != ver) {
+    seg_unlock(s);
+    return LADE_ENOENT; /* the get that follows counts the miss (and drops a stale entry) */
+  }
+  uint64_t pos = e->pos, n = e->len, sum = e->sum;
+  seg_unlock(s);
+  const uint8_t *p = s->arena + pos % h->arena_bytes + REC_HDR;
+  bool same = lade_checksum(p, n, SUM_SEED) == sum;
+  atomic_thread_fence(memory_order_acquire);
+  if (!same || atomic_load_explicit(&h->tail, memory_order_relaxed) > pos) return LADE_ENOENT;
+  *data = p;
+  *len = n;
+  *token = pos;
+  return 0;
+}
+
+static bool shm_view_ok(lade__cache_t *c, uint64_t token) {
+  shmcache_t *s = (shmcache_t *)c;
+  atomic_thread_fence(memory_order_acquire);
+  if (atomic_load_explicit(&s->h->tail, memory_order_relaxed) > token) return false;
+  atomic_fetch_add_explicit(&s->h->hits, 1, memory_order_relaxed);
+  return true;
+}
+
 static void shm_release(lade__cache_t *c, uint64_t key) {
   shmcache_t *s = (shmcache_t *)c;
   if (seg_lock(s)) return;
@@ -699,7 +733,7 @@ static void shm_drop(lade__cache_t *c, lade__centry_t *e) { (void)c, (void)e; }
 static const lade__cache_ops_t shm_ops = {.close = shm_close, .get = shm_get, .put = shm_put, .drop = shm_drop,
                                           .contains = shm_contains, .touch = shm_contains, .evict = shm_evict,
                                           .clear = shm_clear, .stats = shm_stats, .get_claim = shm_get_claim,
-                                          .release = shm_release};
+                                          .release = shm_release, .view = shm_view, .view_ok = shm_view_ok};
 
 int lade__shmcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
   shmcache_t *s = calloc(1, sizeof *s);

@@ -344,6 +344,24 @@ int lade__fetch_read(lade__fetch_t *f, uint64_t idx, uint64_t q, int32_t route, 
   return read_chain(f, &f->chain[ch], idx, q, route, out, tier, note);
 }
 
+int lade__fetch_view(lade__fetch_t *f, uint64_t idx, uint64_t q, int32_t route, lade__fetch_view_t *v) {
+  if (!f->conf.node_cache || !f->mem || (f->routed && route != LADE__ROUTE_ANY)) return LADE_ENOENT;
+  lade__nextuse_mark(f, idx, q);
+  const void *p = NULL;
+  int rc = lade__cache_view(f->mem, idx, lade__fetch_version(f, idx), &p, &v->len, &v->token);
+  v->data = p;
+  return rc ? LADE_ENOENT : 0;
+}
+
+bool lade__fetch_view_done(lade__fetch_t *f, uint64_t idx, const lade__fetch_view_t *v) {
+  if (!lade__cache_view_ok(f->mem, v->token)) return false;
+  count(f, LADE__TIER_MEM, v->len);
+  const lade__chain_t *c = &f->chain[LADE__CHAIN_ANY]; /* as read_chain does for a hit of its first hop */
+  for (int j = 1; j < c->n; j++)
+    if (c->hop[j].flags & LADE__HOP_TOUCH) lade__cache_touch(c->hop[j].cache, idx);
+  return true;
+}
+
 void lade__fetch_step_planned(lade__fetch_t *f, const lade__cursor_step_t *st) {
   const uint64_t *idx = st->idx;
   uint32_t n = st->n;

@@ -87,6 +87,26 @@ enum { LADE__ROUTE_MET = 0, LADE__ROUTE_FALLBACK = 1, LADE__ROUTE_PEER_STORAGE =
 int lade__fetch_read(lade__fetch_t *f, uint64_t idx, uint64_t q, int32_t route, lade__buf_t *out, int *tier,
                      int *note);
 
+/* A sample found in the node cache, seen in place (cache/cache.h
+ * lade__cache_view): the engine transforms it straight from the shared
+ * segment into the batch slot, one copy. */
+typedef struct lade__fetch_view {
+  const uint8_t *data;
+  size_t len;
+  uint64_t token;
+} lade__fetch_view_t;
+
+/* The view of sample idx when the route reads the "any tier" chain and the
+ * node cache holds it: 0, or LADE_ENOENT (read it with lade__fetch_read).
+ * Thread-safe. */
+int lade__fetch_view(lade__fetch_t *f, uint64_t idx, uint64_t q, int32_t route, lade__fetch_view_t *v);
+
+/* After using a view: true when its bytes stayed the sample's meanwhile
+ * (counted as a read from the memory tier); false: another rank's put
+ * reused them, so what was made of them is thrown away and the sample read
+ * with lade__fetch_read. */
+bool lade__fetch_view_done(lade__fetch_t *f, uint64_t idx, const lade__fetch_view_t *v);
+
 /* A step was planned: records its admits, starts remote requests for its
  * samples that no tier holds and the prefetcher is not already fetching,
  * and prepares the next-use maps of its epoch (off the consumer thread).

@@ -276,7 +276,7 @@ def mp_run(cli, src, k, shm, job, *extra):
     ps = []
     for r in range(4):
         a = [cli, "bench", src, "--plan", "shards", "--transform", "raw", "--epochs", "2", "--batch-size", "8",
-             "--threads", "2", "--json", "--step-ms", "2"]
+             "--threads", "2", "--json", "--step-ms", "15"]  # a training step: ranks start tens of ms apart
         for s in (f"rank={r}", "world_size=4", "ranks_per_node=4", f"model_parallel={k}", f"job_id={job}",
                   f"shm_dir={shm}", "shuffle_buffer=50", *extra):
             a += ["--set", s]

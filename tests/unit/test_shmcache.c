@@ -119,6 +119,15 @@ static void test_torture_with_kills(void) {
           uint64_t k = (x = lade__mix64(x)) % 64;
           if ((x >> 40) & 1) {
             if (put(d, k)) wrong = 2;
+          } else if ((x >> 41) & 1) { /* a view: bytes checked in place, kept only when still valid */
+            const void *p;
+            size_t n;
+            uint64_t tok;
+            if (lade__cache_view(d, k, 0, &p, &n, &tok) == 0) {
+              lade__buf_t v = {.data = (uint8_t *)p, .len = n};
+              bool same = pok(k, &v);
+              if (lade__cache_view_ok(d, tok) && !same) wrong = 5;
+            }
           } else if (lade__cache_get(d, k, &b) == 0 && !pok(k, &b)) {
             wrong = 1;
           }
@@ -273,6 +282,29 @@ static void test_claim_waits_for_the_load(void) {
   lade__cache_close(c);
 }
 
+/* A hit seen in place: the entry's bytes in the segment; view_ok says
+ * whether they stayed its bytes (false once puts reused them). */
+static void test_view_in_place(void) {
+  lade__cache_t *c = open_node("job-view", 8 * 1200, NULL);
+  CHECK_OK(put(c, 1));
+  const void *p = NULL;
+  size_t n = 0;
+  uint64_t tok = 0;
+  CHECK_OK(lade__cache_view(c, 1, 0, &p, &n, &tok));
+  lade__buf_t b = {.data = (uint8_t *)p, .len = n};
+  CHECK(pok(1, &b));
+  CHECK(lade__cache_view_ok(c, tok));
+  CHECK_EQ_INT(lade__cache_view(c, 1, 7, &p, &n, &tok), LADE_ENOENT); /* another version */
+  CHECK_OK(lade__cache_view(c, 1, 0, &p, &n, &tok));
+  for (uint64_t k = 100; k < 120; k++) CHECK_OK(put(c, k)); /* the ring turns: key 1's bytes are reused */
+  CHECK(!lade__cache_view_ok(c, tok));
+  CHECK_EQ_INT(lade__cache_view(c, 1, 0, &p, &n, &tok), LADE_ENOENT);
+  lade__node_cache_stats_t ns;
+  lade__shmcache_node_stats(c, &ns);
+  CHECK(ns.hits == 1); /* only the view that stayed valid */
+  lade__cache_close(c);
+}
+
 /* More than the tmpfs has: an error naming the setting, at open. */
 static void test_too_big(void) {
   int rc;
@@ -292,6 +324,7 @@ int main(int argc, char **argv) {
   RUN(test_stale_and_live);
   RUN(test_too_big);
   RUN(test_claim_waits_for_the_load);
+  RUN(test_view_in_place);
   RUN(test_torture_with_kills);
   rmdir(g_dir);
   return lade_test_finish();
