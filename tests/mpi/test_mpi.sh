@@ -167,8 +167,8 @@ for name, runs, rpn in (("2x2", two, 2), ("1x4", one, 4)):
         # one copy per node: every storage read was put once (sample 0 at open may be read by each rank)
         if not entries <= misses(mine) <= entries + rpn - 1:
             bad.append(f"{name} node {node}: {misses(mine)} storage reads, {entries} entries")
-if any(r["epochs"][1]["miss_rate"] != 0 for r in one):
-    bad.append("1x4: the second epoch read storage")
+# 1 x 4: the dataset read from storage once for the node over both epochs (a full cache: the second epoch
+# hits, up to the ranks' skew, a sample one rank reads in its second epoch before another's first is a hit there)
 if misses(one) > n + 3 or misses(off) < n * 1.3:
     bad.append(f"storage reads: {misses(one)} with the node cache, {misses(off)} with a cache per rank")
 print("; ".join(bad) if bad else f"ok   storage reads: 1x4 {misses(one)}, 2x2 {misses(two)}, a cache per rank "
