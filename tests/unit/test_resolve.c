@@ -260,6 +260,10 @@ static int node_cache(const char *kv[], uint32_t ranks_per_node, uint32_t node, 
   int rc = lade__resolve(c, &fa, r);
   r->topo = (lade__topology_t){.node = node, .nodes = 8 / ranks_per_node, .ranks_per_node = ranks_per_node};
   if (!rc) rc = lade__resolve_node_cache(c, env_job, r);
+  /* fetch.shm_dir borrows from the settings: kept for the checks */
+  static char shm_dir[256];
+  snprintf(shm_dir, sizeof shm_dir, "%s", r->fetch.shm_dir ? r->fetch.shm_dir : "");
+  r->fetch.shm_dir = shm_dir;
   lade_config_destroy(c);
   return rc;
 }
