@@ -300,3 +300,51 @@ def test_model_parallel_group_reads_once(lade_cli, tar_shards, shm_dir, k):
         assert after <= before // k * 1.1
     assert all(d["node_cache_segment_bytes"] > 0 for d in once)
     assert glob.glob(os.path.join(shm_dir, "lade-*")) == []
+
+
+# ---- torchrun: the node and the job key come from the launcher (LOCAL_WORLD_SIZE, TORCHELASTIC_RUN_ID with
+# MASTER_ADDR:MASTER_PORT), with no setting
+
+TORCHRUN_SCRIPT = r"""
+import hashlib, json, os, sys, time
+import lade
+ds, out, extra = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+h = hashlib.sha256()
+with lade.Loader(ds, batch_size=10, epochs=2, rank=rank, world_size=world, output="numpy", threads=2, **extra) as L:
+    for e in range(2):
+        for x, y in L:
+            h.update(x.tobytes())
+            time.sleep(0.005)
+    s = L.stats()
+keys = ("cache_misses", "node_cache_entries", "node_cache_used_bytes", "ranks_per_node", "local_rank")
+json.dump(dict(sha=h.hexdigest(), **{k: s[k] for k in keys}), open(os.path.join(out, "%d.json" % rank), "w"))
+"""
+
+
+def torchrun(tmp_path, ds, extra, shm):
+    import shutil
+    if not shutil.which("torchrun"):
+        pytest.skip("torchrun not found")
+    script = tmp_path / "train.py"
+    script.write_text(TORCHRUN_SCRIPT)
+    out = tmp_path / ("out-%d" % len(list(tmp_path.iterdir())))
+    out.mkdir()
+    env = {k: v for k, v in ENV.items() if not k.startswith("TORCHELASTIC")}
+    p = subprocess.run(["torchrun", "--standalone", "--nproc_per_node", "2", "--redirects", "2", "--tee", "2",
+                        str(script), ds, str(out), json.dumps(dict(extra, shm_dir=shm))],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return [json.load(open(out / ("%d.json" % r))) for r in range(2)]
+
+
+def test_torchrun_one_copy_per_node(lade_cli, npy_dir, shm_dir, tmp_path):
+    off = torchrun(tmp_path, npy_dir, dict(cache_mem_bytes=4000000, node_cache="off"), shm_dir)
+    on = torchrun(tmp_path, npy_dir, dict(cache_mem_bytes=4000000), shm_dir)
+    n = len(dataset_bytes(npy_dir))
+    assert [d["sha"] for d in on] == [d["sha"] for d in off]  # the same batches
+    assert [(d["local_rank"], d["ranks_per_node"]) for d in on] == [(0, 2), (1, 2)]
+    assert all(d["node_cache_entries"] == 0 for d in off) and all(d["node_cache_entries"] == n for d in on)
+    assert on[0]["node_cache_used_bytes"] == sum(charge(b) for b in dataset_bytes(npy_dir))
+    assert sum(d["cache_misses"] for d in on) <= n + 1 < sum(d["cache_misses"] for d in off)
+    assert glob.glob(os.path.join(shm_dir, "lade-*")) == []
