@@ -655,7 +655,7 @@ static int create_seg(shmcache_t *s, const lade__cache_opts_t *o, uint64_t diges
 /* Waits (bounded) until the creator has made the segment ready, then maps
  * it. LADE_ENOENT: it went away or its creator died (try again). */
 static int join_seg(shmcache_t *s, uint64_t digest, uint32_t timeout_ms) {
-  double t_end = lade__now() + timeout_ms / 1000.0;
+  double t0 = lade__now(), t_end = t0 + timeout_ms / 1000.0;
   for (;;) {
     struct stat st;
     if (fstat(s->fd, &st) != 0) return lade__fail(LADE_EIO, "node cache %s: %s", s->path, strerror(errno));
@@ -671,13 +671,17 @@ static int join_seg(shmcache_t *s, uint64_t digest, uint32_t timeout_ms) {
         return map_seg(s, h0.total_bytes);
       }
       if (!alive(h0.creator_pid, h0.creator_start)) return LADE_ENOENT;
+      /* reserving a large segment takes its time (tmpfs zeroes its pages: about 4 GB/s measured): a live
+       * creator gets a second per GB beyond the timeout */
+      double reserve = (double)h0.total_bytes / 1e9;
+      if (t0 + timeout_ms / 1000.0 + reserve > t_end) t_end = t0 + timeout_ms / 1000.0 + reserve;
     } else if (time(NULL) - st.st_mtime > STALE_EMPTY_S) {
       return LADE_ENOENT;
     }
     if (lade__now() > t_end)
       return lade__fail(LADE_ETIMEOUT,
-                        "node cache %s: not made ready by its creator within peer_timeout_ms (%u ms)", s->path,
-                        timeout_ms);
+                        "node cache %s: not made ready by its creator (a live process) within peer_timeout_ms (%u "
+                        "ms) plus a second per GB of the segment", s->path, timeout_ms);
     struct timespec ts = {0, 2000000};
     nanosleep(&ts, NULL);
   }
