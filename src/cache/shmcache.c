@@ -713,6 +713,7 @@ static int attach_self(shmcache_t *s) {
  * or finds the name gone when it checks after attaching (and starts over). */
 static void detach(shmcache_t *s) {
   if (!s->h || s->att < 0) return;
+  if (atomic_load(&s->h->att[s->att].pid) != (int32_t)getpid()) return; /* a forked child's copy: not its slot */
   if (seg_lock(s) == 0) {
     atomic_store(&s->h->att[s->att].pid, 0);
     bool last = true;
