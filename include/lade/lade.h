@@ -425,7 +425,8 @@ typedef struct lade_stats {
   uint64_t node_cache_segment_bytes; /* the shared-memory segment's size (budget, index and header) */
   uint64_t node_cache_entries;
   uint64_t node_cache_hits, node_cache_misses;
-  uint64_t node_cache_recovered;     /* times a rank died holding its lock and the cache was emptied */
+  uint64_t node_cache_recovered;     /* times the cache was emptied: a rank died holding its lock (or its ring was
+                                      * found damaged); no torn entry is served, the ranks go on */
   uint32_t node_cache_ranks;         /* live processes attached to it */
 } lade_stats_t;
 

@@ -158,7 +158,7 @@ uint64_t lade__shmcache_charge(uint64_t len);
  * puts), its segment and who is attached. */
 typedef struct lade__node_cache_stats {
   uint64_t hits, misses, inserts, evictions, rejected, corrupt;
-  uint64_t recovered;     /* times a process died holding its lock and the cache was emptied */
+  uint64_t recovered;     /* times the cache was emptied: a process died holding its lock, or the ring was damaged */
   uint64_t waited;        /* gets that waited for another process's read of the sample, then hit */
   uint64_t entries, used, capacity;
   uint64_t segment_bytes; /* the segment file's size: capacity plus header and index */
