@@ -411,7 +411,9 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
            "\"samples_by_source\":[%llu,%llu,%llu],\"bytes_by_source\":[%llu,%llu,%llu],\"cache_misses\":%llu,"
            "\"prefetched\":%llu,\"get_requests\":%llu,\"list_requests\":%llu,\"retries\":%llu,"
            "\"remote_bytes\":%llu,\"concurrency\":%u,\"fetch_size\":%llu,\"prefetch_threshold\":%llu,\"rank\":%u,\"world\":%u,"
-           "\"node\":%u,\"nodes\":%u,\"local_rank\":%u,\"ranks_per_node\":%u,\"peer_sent\":%llu,\"peer_sent_bytes\":%llu,\"peer_served_from_storage\":%llu,\"epochs\":[",
+           "\"node\":%u,\"nodes\":%u,\"local_rank\":%u,\"ranks_per_node\":%u,\"peer_sent\":%llu,\"peer_sent_bytes\":%llu,\"peer_served_from_storage\":%llu,"
+           "\"node_cache_used_bytes\":%llu,\"node_cache_segment_bytes\":%llu,\"node_cache_entries\":%llu,"
+           "\"node_cache_hits\":%llu,\"node_cache_ranks\":%u,\"epochs\":[",
            o->dir, transform, (unsigned long long)nsamples, (unsigned long long)batches, (unsigned long long)samples,
            shape, dtype, elapsed, rate, mbs_in, mbs_out, first * 1e3, peak_rss_mib(),
            (double)st.peak_pool_bytes / 1048576.0, st.threads, st.stage_seconds[LADE_STAGE_READ],
@@ -425,7 +427,9 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
            (unsigned long long)st.list_requests, (unsigned long long)st.retries, (unsigned long long)st.remote_bytes,
            st.concurrency, (unsigned long long)st.fetch_size, (unsigned long long)st.prefetch_threshold, prank,
            ps.learners, st.node, st.nodes, st.local_rank, st.ranks_per_node, (unsigned long long)st.peer_messages_sent,
-           (unsigned long long)st.peer_bytes_sent, (unsigned long long)st.peer_served_from_storage);
+           (unsigned long long)st.peer_bytes_sent, (unsigned long long)st.peer_served_from_storage,
+           (unsigned long long)st.node_cache_used_bytes, (unsigned long long)st.node_cache_segment_bytes,
+           (unsigned long long)st.node_cache_entries, (unsigned long long)st.node_cache_hits, st.node_cache_ranks);
     for (int e = 0; e < neps; e++) {
       if (planned)
         printf("%s{\"plan\":\"%s\",\"cache\":%llu,\"peer\":%llu,\"storage\":%llu,\"fallbacks\":%llu,"

@@ -422,6 +422,16 @@ typedef struct lade_stats {
    * sent (intra-node handoffs; the rest came from other nodes) */
   uint64_t peer_samples_node;
   uint64_t peer_bytes_node;
+  /* the node cache (setting node_cache; docs/cache.md): one memory cache shared by the node's ranks; zero when off.
+   * Counters are the node's: every local rank's reads and puts */
+  uint64_t node_cache_used_bytes;    /* bytes its entries are charged now (one copy of each cached sample) */
+  uint64_t node_cache_capacity;      /* its budget: cache_mem_bytes */
+  uint64_t node_cache_segment_bytes; /* the shared-memory segment's size (budget, index and header) */
+  uint64_t node_cache_entries;
+  uint64_t node_cache_hits, node_cache_misses;
+  uint64_t node_cache_recovered;     /* times the cache was emptied: a rank died holding its lock (or its ring was
+                                      * found damaged); no torn entry is served, the ranks go on */
+  uint32_t node_cache_ranks;         /* live processes attached to it */
 } lade_stats_t;
 
 /*

@@ -1027,6 +1027,19 @@ static PyObject *stats_dict(const lade_stats_t *s) {
     return NULL;
   }
   Py_DECREF(more);
+  PyObject *node = Py_BuildValue(
+      "{sKsKsKsKsKsKsKsI}", "node_cache_used_bytes", (unsigned long long)s->node_cache_used_bytes,
+      "node_cache_capacity", (unsigned long long)s->node_cache_capacity, "node_cache_segment_bytes",
+      (unsigned long long)s->node_cache_segment_bytes, "node_cache_entries", (unsigned long long)s->node_cache_entries,
+      "node_cache_hits", (unsigned long long)s->node_cache_hits, "node_cache_misses",
+      (unsigned long long)s->node_cache_misses, "node_cache_recovered", (unsigned long long)s->node_cache_recovered,
+      "node_cache_ranks", (unsigned int)s->node_cache_ranks);
+  if (!node || PyDict_Update(d, node) != 0) {
+    Py_XDECREF(node);
+    Py_DECREF(d);
+    return NULL;
+  }
+  Py_DECREF(node);
   return d;
 }
 

@@ -54,6 +54,13 @@ typedef struct lade__cache_opts {
   lade__next_use_fn next_use; /* required for clairvoyant */
   void *next_use_ctx;
   int named_temporaries; /* disk tier: write named temporaries even where O_TMPFILE works (tests the fallback) */
+  /* the node tier (shmcache.c, docs/cache.md "Node cache"): with node_dir set and dir NULL, one memory tier
+   * shared by the processes of a node through a segment in node_dir (a tmpfs); evicts FIFO whatever `policy` */
+  const char *node_dir;     /* the tmpfs folder (shm_dir); NULL: not shared */
+  const char *node_job;     /* the job key: processes of one job agree on it without talking (engine/resolve.c);
+                             * with dir: the disk tier's folder is shared by the node's processes of this job */
+  uint64_t node_slots;      /* index slots to make room for (rounded up to a power of two; entries <= 3/4 of them) */
+  uint32_t node_timeout_ms; /* how long a process waits for another to finish making the segment */
 } lade__cache_opts_t;
 
 typedef struct lade__cache lade__cache_t;
@@ -79,6 +86,26 @@ int lade__cache_get(lade__cache_t *c, uint64_t key, lade__buf_t *out);
  * listed size of an object) and must take it before reading the source, so
  * bytes read after a change are never stored under the older version. */
 int lade__cache_get_ver(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_t *out);
+
+/* lade__cache_get_ver that, on a miss of the node tier, makes the node's
+ * other processes wait for this one's read of the sample (single flight:
+ * the ranks of a model-parallel group read each sample once). A process
+ * that misses a sample another one is reading waits for its put (bounded by
+ * node_timeout_ms; not when the reader died) and gets it. *claimed: this
+ * caller must read the sample and put it (the put ends the claim) or call
+ * lade__cache_release. Other tiers: lade__cache_get_ver, never claimed. */
+int lade__cache_get_claim(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_t *out, bool *claimed);
+void lade__cache_release(lade__cache_t *c, uint64_t key);
+
+/* The node tier's hit in place, with no copy: *data points at the entry's
+ * bytes (version ver, checksum verified) in the shared segment, valid until
+ * lade__cache_view_ok(token), which says whether they stayed the entry's
+ * while the caller used them (then it counts the hit); when false, whatever
+ * the caller made of them is to be thrown away (another process reused the
+ * bytes: read the sample again). LADE_ENOENT: not resident (no miss counted:
+ * the caller's get follows); LADE_EUNSUPPORTED: a tier without views. */
+int lade__cache_view(lade__cache_t *c, uint64_t key, uint64_t ver, const void **data, size_t *len, uint64_t *token);
+bool lade__cache_view_ok(lade__cache_t *c, uint64_t token);
 
 /* True when key is resident (no I/O), whatever its version. */
 bool lade__cache_contains(lade__cache_t *c, uint64_t key);
@@ -119,8 +146,29 @@ typedef struct lade__cache_stats {
   uint64_t entries;       /* resident now */
   uint64_t used;          /* bytes charged against capacity now */
   uint64_t capacity;
+  uint64_t stale_segments; /* node tier: segments of dead jobs this open removed */
 } lade__cache_stats_t;
 
 void lade__cache_stats(lade__cache_t *c, lade__cache_stats_t *out);
+
+/* The node tier's bytes per entry of len payload bytes. */
+uint64_t lade__shmcache_charge(uint64_t len);
+
+/* The node tier's own view: node-wide counters (every local rank's gets and
+ * puts), its segment and who is attached. */
+typedef struct lade__node_cache_stats {
+  uint64_t hits, misses, inserts, evictions, rejected, corrupt;
+  uint64_t recovered;     /* times the cache was emptied: a process died holding its lock, or the ring was damaged */
+  uint64_t waited;        /* gets that waited for another process's read of the sample, then hit */
+  uint64_t entries, used, capacity;
+  uint64_t segment_bytes; /* the segment file's size: capacity plus header and index */
+  uint32_t attached;      /* live processes attached */
+  char path[LADE__PATH_MAX];
+} lade__node_cache_stats_t;
+/* c must be a node tier (opened with node_dir). */
+void lade__shmcache_node_stats(lade__cache_t *c, lade__node_cache_stats_t *out);
+/* Tests only: takes the node tier's lock and returns holding it, so a test
+ * process can die holding it (the others then recover: shmcache.c). */
+void lade__shmcache_hold_lock_for_test(lade__cache_t *c);
 
 #endif

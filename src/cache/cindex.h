@@ -18,6 +18,7 @@
 
 int lade__memcache_open(lade__cache_t **out, const lade__cache_opts_t *o);
 int lade__diskcache_open(lade__cache_t **out, const lade__cache_opts_t *o);
+int lade__shmcache_open(lade__cache_t **out, const lade__cache_opts_t *o);
 
 typedef struct lade__centry {
   uint64_t key;
@@ -54,6 +55,17 @@ typedef struct lade__cache_ops {
   /* Locked: takes e out of the index and removes its bytes (the disk tier
    * unlinks its file); frees e unless a reader holds it. */
   void (*drop)(lade__cache_t *c, lade__centry_t *e);
+  /* A tier with its own index (the node tier) sets these; NULL: cache.c's
+   * over `ix`. */
+  bool (*contains)(lade__cache_t *c, uint64_t key);
+  bool (*touch)(lade__cache_t *c, uint64_t key);
+  bool (*evict)(lade__cache_t *c, uint64_t key);
+  void (*clear)(lade__cache_t *c);
+  void (*stats)(lade__cache_t *c, lade__cache_stats_t *out);
+  int (*get_claim)(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_t *out, bool *claimed);
+  void (*release)(lade__cache_t *c, uint64_t key);
+  int (*view)(lade__cache_t *c, uint64_t key, uint64_t ver, const void **data, size_t *len, uint64_t *token);
+  bool (*view_ok)(lade__cache_t *c, uint64_t token);
 } lade__cache_ops_t;
 
 /* Every tier's handle starts with this: the vtable, and the lock, index and

@@ -41,7 +41,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -68,6 +70,15 @@ typedef struct diskcache {
   int dirfd, lockfd;
   _Atomic int no_tmpfile; /* the file system refused O_TMPFILE: named temporaries */
   bool opened;             /* open succeeded: close writes INDEX */
+  /* node mode (opts node_job): one folder for every rank of a node of one job (docs/cache.md, Node cache) */
+  bool node;
+  bool first;              /* node: this process listed the folder at open and owns what it found */
+  bool closing;            /* node: close forgets its entries but their files stay, and stay charged */
+  int usedfd;
+  struct node_shared {     /* node: the USED file, mapped by every process of the job */
+    _Atomic uint64_t used; /* bytes charged by every process's entries and puts in progress */
+    _Atomic uint64_t seq;  /* insertion sequence numbers, node-wide */
+  } *shared;
   char path[LADE__PATH_MAX]; /* the namespace folder */
 } diskcache_t;
 
@@ -284,11 +295,31 @@ done:
 
 /* ---- index upkeep (mu held) */
 
+/* Node mode: the bytes charged on the whole node, and their changes. */
+static uint64_t charged(const diskcache_t *d) {
+  return d->node ? atomic_load(&d->shared->used) : d->base.ix.used + d->reserved;
+}
+static void node_add(diskcache_t *d, uint64_t n) {
+  if (d->node) atomic_fetch_add(&d->shared->used, n);
+}
+static void node_sub(diskcache_t *d, uint64_t n) {
+  if (d->node) atomic_fetch_sub(&d->shared->used, n);
+}
+/* Node mode: takes n bytes of the node's capacity if they fit. */
+static bool node_reserve(diskcache_t *d, uint64_t n) {
+  uint64_t u = atomic_load(&d->shared->used);
+  do {
+    if (u + n > d->base.ix.capacity) return false;
+  } while (!atomic_compare_exchange_weak(&d->shared->used, &u, u + n));
+  return true;
+}
+
 static void drop(diskcache_t *d, lade__centry_t *e, bool unlink_file) {
   if (unlink_file) {
     name_t nm = entry_name(e->key);
     unlinkat(d->dirfd, nm.s, 0);
   }
+  if (!d->closing) node_sub(d, e->charge);
   lade__cindex_remove(&d->base.ix, e);
   if (e->refs == 0) free(e);
 }
@@ -301,7 +332,8 @@ static void drop(diskcache_t *d, lade__centry_t *e, bool unlink_file) {
  * deleted inodes). Returns whether it did. Locked. */
 static bool evict_to(diskcache_t *d, uint64_t room, const char *recycle) {
   bool recycled = false;
-  while (d->base.ix.used + d->reserved + room > d->base.ix.capacity) {
+  /* node mode: the node's bytes, and only this process's entries to evict */
+  while (charged(d) + room > d->base.ix.capacity) {
     lade__centry_t *v = lade__cindex_victim(&d->base.ix);
     if (!v) break;
     bool unlink_file = true;
@@ -441,7 +473,14 @@ static void save_index(diskcache_t *d);
 
 static void disk_close(lade__cache_t *c) {
   diskcache_t *d = (diskcache_t *)c;
-  if (d->opened) save_index(d);
+  /* node mode writes no INDEX: this process knows only its own entries (the
+   * next first open scans); its files stay, charged, for the others */
+  if (d->opened && !d->node) save_index(d);
+  d->closing = d->node && d->opened;
+  if (d->shared) munmap(d->shared, sizeof *d->shared);
+  d->shared = NULL;
+  d->node = false;
+  if (d->usedfd >= 0) close(d->usedfd);
   lade__centry_t *e;
   while ((e = d->base.ix.head)) drop(d, e, false);
   lade__cache_base_free(&d->base);
@@ -452,10 +491,23 @@ static void disk_close(lade__cache_t *c) {
 
 static void disk_drop(lade__cache_t *c, lade__centry_t *e) { drop((diskcache_t *)c, e, true); }
 
+/* Node mode: an entry another process of the node put, read by its name
+ * (verified as every read is: key, version, checksums). Left alone when it
+ * does not verify: its owner's own read removes it. */
+static int get_foreign(diskcache_t *d, uint64_t key, uint64_t ver, lade__buf_t *out) {
+  if (read_entry(d, key, ver, out) != READ_OK) return LADE_ENOENT;
+  pthread_mutex_lock(&d->base.mu);
+  d->base.st.misses--; /* the pin counted it */
+  d->base.st.hits++;
+  d->base.st.bytes_read += out->len;
+  pthread_mutex_unlock(&d->base.mu);
+  return 0;
+}
+
 static int disk_get(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_t *out) {
   diskcache_t *d = (diskcache_t *)c;
   lade__centry_t *e = lade__cache_pin(c, key, ver);
-  if (!e) return LADE_ENOENT;
+  if (!e) return d->node ? get_foreign(d, key, ver, out) : LADE_ENOENT;
 
   int res = read_entry(d, key, ver, out);
 
@@ -498,11 +550,17 @@ static int disk_put(lade__cache_t *c, uint64_t key, uint64_t ver, const void *da
     pthread_mutex_unlock(&d->base.mu);
     return 0;
   }
-  uint64_t seq = ++d->seq, n = ++d->tmpn;
+  uint64_t seq = d->node ? atomic_fetch_add(&d->shared->seq, 1) + 1 : ++d->seq, n = ++d->tmpn;
   char tmp[64];
   snprintf(tmp, sizeof tmp, ".tmp.%ld.%llu", (long)getpid(), (unsigned long long)n);
   /* make room now, taking a victim's file to write into */
   bool reuse = evict_to(d, charge, tmp);
+  if (d->node && !node_reserve(d, charge)) { /* the others' entries fill the node's capacity */
+    d->base.st.rejected++;
+    pthread_mutex_unlock(&d->base.mu);
+    if (reuse) unlinkat(d->dirfd, tmp, 0);
+    return 0;
+  }
   d->reserved += charge;
   pthread_mutex_unlock(&d->base.mu);
 
@@ -513,6 +571,7 @@ static int disk_put(lade__cache_t *c, uint64_t key, uint64_t ver, const void *da
   if (fd == -1) {
     pthread_mutex_lock(&d->base.mu);
     d->reserved -= charge;
+    node_sub(d, charge);
     pthread_mutex_unlock(&d->base.mu);
     free(e);
     return nomem ? lade__fail(LADE_ENOMEM, "disk cache: out of memory") : LADE_EIO;
@@ -529,20 +588,24 @@ static int disk_put(lade__cache_t *c, uint64_t key, uint64_t ver, const void *da
   d->reserved -= charge;
   lade__centry_t *old = lade__cindex_find(&d->base.ix, key);
   if (old) drop(d, old, false); /* its file is replaced by place(), or unlinked below */
+  /* node mode: the reservation becomes the entry's charge (no room to make) */
   if (!lade__cindex_admit(&d->base.ix, key, charge)) {
     d->base.st.rejected++;
     if (fd == -2) unlinkat(d->dirfd, tmp, 0);
     if (old) unlinkat(d->dirfd, nm.s, 0);
+    node_sub(d, charge);
     free(e);
   } else {
-    evict_to(d, charge, NULL);
+    if (!d->node) evict_to(d, charge, NULL);
     if (place(d, fd, tmp, nm.s, old != NULL) != 0) {
       rc = lade__fail(LADE_EIO, "cache file %s/%s: cannot move the new entry into place: %s", d->path, nm.s,
                       strerror(errno));
       if (old) unlinkat(d->dirfd, nm.s, 0);
+      node_sub(d, charge);
       free(e);
     } else if ((rc = lade__cindex_insert(&d->base.ix, e)) != 0) {
       unlinkat(d->dirfd, nm.s, 0);
+      node_sub(d, charge);
       free(e);
     } else {
       d->base.st.inserts++;
@@ -634,13 +697,95 @@ static void save_index(diskcache_t *d) {
   free(r);
 }
 
-static const lade__cache_ops_t disk_ops = {disk_close, disk_get, disk_put, disk_drop};
+/* Resident: in this process's index, or (node mode) put by another. */
+static bool disk_contains(lade__cache_t *c, uint64_t key) {
+  diskcache_t *d = (diskcache_t *)c;
+  pthread_mutex_lock(&d->base.mu);
+  bool r = lade__cindex_find(&d->base.ix, key) != NULL;
+  pthread_mutex_unlock(&d->base.mu);
+  if (!r && d->node) {
+    name_t nm = entry_name(key);
+    r = faccessat(d->dirfd, nm.s, F_OK, 0) == 0;
+  }
+  return r;
+}
+
+static const lade__cache_ops_t disk_ops = {.close = disk_close, .get = disk_get, .put = disk_put, .drop = disk_drop,
+                                           .contains = disk_contains};
+
+/* ---- node mode: the ranks of one job on one node share the folder
+
+   LOCK is flock()ed shared by every process of the job and holds the job's
+   key. The first process takes it exclusively, lists the folder (it owns
+   the entries found), resets USED and writes its key, then turns its lock
+   shared; the others wait (peer_timeout_ms) for a shared lock and join when
+   LOCK holds their key. Another job meeting a held LOCK finds another key
+   and fails, naming the folder; a job that takes the lock while the first
+   turns its lock shared makes the first (and its ranks) fail the same way:
+   two jobs never share the folder. Each process evicts only the entries it
+   put (the first also those it found), against the node's bytes in USED. */
+
+static int map_used(diskcache_t *d) {
+  d->usedfd = openat(d->dirfd, "USED", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+  struct stat st;
+  if (d->usedfd < 0 || fstat(d->usedfd, &st) != 0 ||
+      (st.st_size < (off_t)sizeof *d->shared && ftruncate(d->usedfd, sizeof *d->shared) != 0))
+    return lade__fail(LADE_EIO, "cache folder %s: cannot make USED: %s", d->path, strerror(errno));
+  void *m = mmap(NULL, sizeof *d->shared, PROT_READ | PROT_WRITE, MAP_SHARED, d->usedfd, 0);
+  if (m == MAP_FAILED) return lade__fail(LADE_EIO, "cache folder %s: cannot map USED: %s", d->path, strerror(errno));
+  d->shared = m;
+  return 0;
+}
+
+static int node_lock(diskcache_t *d, const lade__cache_opts_t *o) {
+  if (flock(d->lockfd, LOCK_EX | LOCK_NB) == 0) {
+    d->first = true;
+    d->node = true;
+    int rc = map_used(d);
+    if (!rc) atomic_store(&d->shared->used, 0); /* nobody else has it open: every entry is found again */
+    return rc;
+  }
+  if (errno != EWOULDBLOCK) return lade__fail(LADE_EIO, "cache folder %s: cannot lock LOCK: %s", d->path, strerror(errno));
+  double t_end = lade__now() + o->node_timeout_ms / 1000.0;
+  while (flock(d->lockfd, LOCK_SH | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK) return lade__fail(LADE_EIO, "cache folder %s: cannot lock LOCK: %s", d->path, strerror(errno));
+    if (lade__now() > t_end)
+      return lade__fail(LADE_ETIMEOUT, "cache folder %s: LOCK held exclusively for more than peer_timeout_ms (%u ms): "
+                        "another process is listing it", d->path, o->node_timeout_ms);
+    struct timespec ts = {0, 2000000};
+    nanosleep(&ts, NULL);
+  }
+  char key[512];
+  ssize_t n = pread(d->lockfd, key, sizeof key - 1, 0);
+  key[n > 0 ? n : 0] = 0;
+  if (strcmp(key, o->node_job) != 0)
+    return lade__fail(LADE_ESTATE, "cache folder %s: in use by another job (LOCK is held by a job whose key is not "
+                      "this one's: %.64s). Give each job its own cache_dir", d->path, key);
+  d->node = true;
+  return map_used(d);
+}
+
+/* The first process is done listing: its key into LOCK, its lock shared. */
+static int node_unlock_setup(diskcache_t *d, const lade__cache_opts_t *o) {
+  size_t n = strlen(o->node_job);
+  if (pwrite(d->lockfd, o->node_job, n, 0) != (ssize_t)n || ftruncate(d->lockfd, (off_t)n) != 0)
+    return lade__fail(LADE_EIO, "cache folder %s: cannot write LOCK: %s", d->path, strerror(errno));
+  if (flock(d->lockfd, LOCK_SH) != 0)
+    return lade__fail(LADE_EIO, "cache folder %s: cannot lock LOCK: %s", d->path, strerror(errno));
+  char key[512];
+  ssize_t got = pread(d->lockfd, key, sizeof key - 1, 0);
+  key[got > 0 ? got : 0] = 0;
+  if (strcmp(key, o->node_job) != 0) /* another job took it while the lock turned shared */
+    return lade__fail(LADE_ESTATE, "cache folder %s: taken by another job while this one opened it (its LOCK names "
+                      "%.64s). Give each job its own cache_dir", d->path, key);
+  return 0;
+}
 
 int lade__diskcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
   const char *ns = o->ns ? o->ns : "";
   diskcache_t *d = calloc(1, sizeof *d);
   if (!d) return lade__fail(LADE_ENOMEM, "disk cache: out of memory");
-  d->dirfd = d->lockfd = -1;
+  d->dirfd = d->lockfd = d->usedfd = -1;
   int rc = lade__cache_base_init(&d->base, &disk_ops, o, "disk cache");
   if (rc) {
     free(d);
@@ -669,16 +814,25 @@ int lade__diskcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
     rc = lade__fail(LADE_EIO, "cache folder %s: cannot create LOCK: %s", d->path, strerror(errno));
     goto fail;
   }
-  if (flock(d->lockfd, LOCK_EX | LOCK_NB) != 0) {
+  if (o->node_job) {
+    rc = node_lock(d, o);
+    if (rc) goto fail;
+  } else if (flock(d->lockfd, LOCK_EX | LOCK_NB) != 0) {
     if (errno == EWOULDBLOCK)
       rc = lade__fail(LADE_ESTATE,
                       "cache folder %s: in use by another process (LOCK is held). Two processes cannot share one "
-                      "cache_dir: give each rank its own folder (e.g. cache_dir=/scratch/lade-$RANK); a cache "
-                      "shared by the ranks of a node does not exist yet",
+                      "cache_dir unless they are ranks of one job on one node with the node cache on (node_cache, "
+                      "docs/cache.md); else give each rank its own folder (e.g. cache_dir=/scratch/lade-$RANK)",
                       d->path);
     else
       rc = lade__fail(LADE_EIO, "cache folder %s: cannot lock LOCK: %s", d->path, strerror(errno));
     goto fail;
+  }
+  if (d->node && !d->first) { /* the first process of the node listed the folder and owns what it found */
+    if ((rc = check_namespace(d, ns))) goto fail;
+    d->opened = true;
+    *out = &d->base;
+    return 0;
   }
   if ((rc = check_namespace(d, ns)) || (rc = remove_temporaries(d)) || (rc = make_subdirs(d))) goto fail;
   bool indexed = load_index(d, &f, &nf);
@@ -716,11 +870,16 @@ int lade__diskcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
       free(e);
       goto fail;
     }
+    node_add(d, e->charge);
     if (e->seq > d->seq) d->seq = e->seq;
   }
   free(f);
   f = NULL;
   evict_to(d, 0, NULL);
+  if (d->node) { /* ready: the others of the job may join */
+    atomic_store(&d->shared->seq, d->seq);
+    if ((rc = node_unlock_setup(d, o))) goto fail;
+  }
   d->opened = true;
   *out = &d->base;
   return 0;

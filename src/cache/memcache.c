@@ -113,7 +113,7 @@ static int mem_put(lade__cache_t *c, uint64_t key, uint64_t ver, const void *dat
   return rc;
 }
 
-static const lade__cache_ops_t mem_ops = {mem_close, mem_get, mem_put, mem_drop};
+static const lade__cache_ops_t mem_ops = {.close = mem_close, .get = mem_get, .put = mem_put, .drop = mem_drop};
 
 int lade__memcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
   memcache_t *m = calloc(1, sizeof *m);

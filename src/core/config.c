@@ -197,6 +197,18 @@ static const setting_t settings[] = {
      "samples per prefetcher fetch (0: half the disk cache, the 50/50 rule)"},
     {"prefetch_threshold", T_U64, OFF(prefetch_threshold), 0, 0, 1e15, NULL, "0",
      "fetch again when fetched-but-unused samples fall to this (0: fetch_size, the 50/50 rule)"},
+    {"node_cache", T_ENUM, OFF(node_cache), 0, 0, 0, "auto|on|off", "auto",
+     "one memory cache per node, shared by its ranks through shared memory (docs/cache.md, Node cache): "
+     "cache_mem_bytes is then the node's budget, each sample is held once per node and read by every local rank "
+     "(auto: on when several ranks share the node, cache_mem_bytes is set, the plan is regular or shards and a "
+     "job key is known; off: one memory cache per rank, each of cache_mem_bytes)"},
+    {"shm_dir", T_STR, OFF(shm_dir), SZ(shm_dir), 0, 0, NULL, "/dev/shm",
+     "node cache: the tmpfs folder of its shared-memory segments (needs cache_mem_bytes free; containers: "
+     "--shm-size)"},
+    {"job_id", T_STR, OFF(job_id), SZ(job_id), 0, 0, NULL, "",
+     "node cache: the key that the ranks of one job share and no other job on the node uses (\"\": from the "
+     "launcher: TORCHELASTIC_RUN_ID with MASTER_ADDR:MASTER_PORT, SLURM_JOB_ID.SLURM_STEP_ID, Open MPI's "
+     "PMIX_NAMESPACE, else MASTER_ADDR:MASTER_PORT)"},
 };
 
 #define NSETTINGS (sizeof settings / sizeof settings[0])

@@ -92,6 +92,9 @@ struct lade_config {
   int prefetcher;                  /* LADE__TRISTATE_* */
   uint64_t fetch_size;             /* samples per prefetch; 0: half the disk cache (50/50 rule) */
   uint64_t prefetch_threshold;     /* fetched-but-unused samples that trigger a fetch; 0: = fetch_size */
+  int node_cache;                  /* LADE__TRISTATE_*: one memory cache per node (docs/cache.md, Node cache) */
+  char shm_dir[LADE__PATH_MAX];    /* the tmpfs folder of the node cache's segments */
+  char job_id[256];                /* the job key the node's ranks share; "": from the launcher */
   lade_allocator_t allocator;
   bool has_allocator;
 };

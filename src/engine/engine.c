@@ -135,18 +135,33 @@ static int load_sample(lade_loader_t *L, worker_t *w, uint64_t idx, uint64_t q, 
     *payload = (uint32_t)L->shape.bytes;
     return 0;
   }
-  rc = lade__fetch_read(L->fetch, idx, q, route, &w->buf, tier, note);
+  /* in the node cache: transformed straight from the shared segment into the
+   * slot (one copy); if another rank reused those bytes meanwhile, read again */
+  lade__fetch_view_t v;
+  bool viewed = lade__fetch_view(L->fetch, idx, q, route, &v) == 0;
+  if (!viewed) rc = lade__fetch_read(L->fetch, idx, q, route, &w->buf, tier, note);
+  else rc = 0, *tier = LADE__TIER_MEM;
   double t1 = lade__now();
   WSTAT_ADD(w->t_read, t1 - t0);
   if (rc) return rc;
-  WSTAT_ADD(w->bytes, w->buf.len);
-  WSTAT_ADD(w->tier_samples[*tier], 1);
-  WSTAT_ADD(w->tier_bytes[*tier], w->buf.len);
+  const uint8_t *bytes = viewed ? v.data : w->buf.data;
+  size_t len = viewed ? v.len : w->buf.len;
   lade__rng_t rng;
   lade__rng_init(&rng, L->cfg.seed ^ lade__mix64(epoch + 1), idx, LADE__RNG_AUGMENT);
   lade__xform_ctx_t ctx = {.index = idx, .epoch = epoch, .rng = &rng};
-  rc = L->xf->apply(L->xf_state, w->wstate, w->buf.data, w->buf.len, &ctx, out, payload);
+  rc = L->xf->apply(L->xf_state, w->wstate, bytes, len, &ctx, out, payload);
+  if (viewed && !lade__fetch_view_done(L->fetch, idx, &v)) {
+    rc = lade__fetch_read(L->fetch, idx, q, route, &w->buf, tier, note);
+    if (rc) return rc;
+    bytes = w->buf.data;
+    len = w->buf.len;
+    lade__rng_init(&rng, L->cfg.seed ^ lade__mix64(epoch + 1), idx, LADE__RNG_AUGMENT);
+    rc = L->xf->apply(L->xf_state, w->wstate, bytes, len, &ctx, out, payload);
+  }
   WSTAT_ADD(w->t_xform, lade__now() - t1);
+  WSTAT_ADD(w->bytes, len);
+  WSTAT_ADD(w->tier_samples[*tier], 1);
+  WSTAT_ADD(w->tier_bytes[*tier], len);
   if (rc) {
     char name[LADE__PATH_MAX + 64];
     L->src_ops->describe(&L->src, idx, name, sizeof name);

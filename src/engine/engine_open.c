@@ -240,6 +240,22 @@ static int open_transport(lade_loader_t *L) {
 #endif
 }
 
+/* The node cache, once the nodes are known (engine/resolve.c,
+ * docs/cache.md): its job key from the settings or the launcher, and the
+ * dataset's names digest that its segment's name carries. */
+static int resolve_node_cache(lade_loader_t *L) {
+  char env_job[256];
+  lade__topology_job_key(env_job, sizeof env_job);
+  int rc = lade__resolve_node_cache(&L->cfg, env_job, &L->res);
+  if (rc) return rc;
+  if (L->res.note_no_job_key)
+    fprintf(stderr, "lade: note: %u ranks share this node but no job key is known (setting job_id, or a launcher's "
+                    "TORCHELASTIC_RUN_ID, SLURM_JOB_ID, PMIX_NAMESPACE, MASTER_ADDR/MASTER_PORT): each rank keeps "
+                    "its own memory cache of cache_mem_bytes\n", L->res.topo.ranks_per_node);
+  if (L->res.fetch.node_cache && !L->names_digest) L->names_digest = names_digest(L);
+  return 0;
+}
+
 /* Lists the source, resolves the settings against it, opens the transport,
  * the plan cursor, the fetch stage and the transform. */
 static int open_pipeline(lade_loader_t *L, lade__buf_t *buf) {
@@ -259,6 +275,7 @@ static int open_pipeline(lade_loader_t *L, lade__buf_t *buf) {
   if (!rc) rc = lade__resolve(&L->cfg, &fa, &L->res);
   if (!rc && (L->cfg.cache_dir[0] || L->res.transport == LADE__TRANSPORT_MPI)) L->names_digest = names_digest(L);
   if (!rc) rc = open_transport(L);
+  if (!rc) rc = resolve_node_cache(L);
   if (rc) return rc;
   rc = lade__cursor_open(&L->cursor, &L->res.cursor);
   if (rc) return lade__fail_prefix(rc, "dataset %s: ", L->cfg.source);

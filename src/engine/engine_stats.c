@@ -59,6 +59,16 @@ static int fill_stats(lade_loader_t *L, lade_stats_t *out) {
     out->peer_bytes_sent = fs.dist.sent_bytes;
     out->peer_served_from_storage = fs.served_from_storage;
     out->peer_bytes_held_peak = fs.dist.held_peak_bytes;
+    if (fs.node_cache) {
+      out->node_cache_used_bytes = fs.node.used;
+      out->node_cache_capacity = fs.node.capacity;
+      out->node_cache_segment_bytes = fs.node.segment_bytes;
+      out->node_cache_entries = fs.node.entries;
+      out->node_cache_hits = fs.node.hits;
+      out->node_cache_misses = fs.node.misses;
+      out->node_cache_recovered = fs.node.recovered;
+      out->node_cache_ranks = fs.node.attached;
+    }
   }
   out->plan = L->cfg.plan;
   out->node = L->res.topo.node;

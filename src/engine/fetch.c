@@ -99,7 +99,7 @@ static void hop_add(lade__chain_t *c, int kind, lade__cache_t *cache, unsigned f
 static void make_chains(lade__fetch_t *f) {
   bool routed = f->routed, pf = f->pf_on;
   lade__chain_t *c = &f->chain[LADE__CHAIN_ANY];
-  hop_add(c, LADE__HOP_CACHE, f->mem, routed ? 0 : LADE__HOP_FILL);
+  hop_add(c, LADE__HOP_CACHE, f->mem, routed ? 0 : LADE__HOP_FILL | (f->conf.node_cache ? LADE__HOP_CLAIM : 0));
   hop_add(c, LADE__HOP_CACHE, f->disk,
           LADE__HOP_VERSIONED | LADE__HOP_TOUCH | (pf ? LADE__HOP_WAIT_PF : 0) | (pf || routed ? 0 : LADE__HOP_FILL));
   hop_add(c, LADE__HOP_SOURCE, NULL, 0);
@@ -147,6 +147,15 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
   if (!rc && c->mem_capacity) {
     lade__cache_opts_t o = {.dir = NULL, .ns = c->source, .capacity = c->mem_capacity, .policy = c->policy,
                             .next_use = lade__nextuse, .next_use_ctx = f};
+    char ns[LADE__PATH_MAX + 128];
+    if (c->node_cache) { /* one per node: its name says which job and which dataset it holds */
+      dataset_ns(f, ns, sizeof ns);
+      o.ns = ns;
+      o.node_dir = c->shm_dir;
+      o.node_job = c->job_key;
+      o.node_slots = c->node_slots;
+      o.node_timeout_ms = c->node_timeout_ms;
+    }
     rc = lade__cache_open(&f->mem, &o);
   }
   if (!rc && c->cache_dir[0]) {
@@ -154,6 +163,10 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
     dataset_ns(f, ns, sizeof ns);
     lade__cache_opts_t o = {.dir = c->cache_dir, .ns = ns, .capacity = c->disk_capacity, .policy = c->policy,
                             .next_use = lade__nextuse, .next_use_ctx = f};
+    if (c->node_disk) { /* one folder for the node's ranks of this job */
+      o.node_job = c->job_key;
+      o.node_timeout_ms = c->node_timeout_ms;
+    }
     rc = lade__cache_open(&f->disk, &o);
     /* the plan's model starts empty at (0, 0): entries of an earlier run would
      * hold room the plan does not know of, so they go */
@@ -234,8 +247,11 @@ static void put(lade__fetch_t *f, lade__cache_t *t, uint64_t idx, uint64_t ver, 
   if (planned) pthread_mutex_unlock(&f->plan_mu);
 }
 
-/* A cache hop: a hit, after the waits its flags ask for. */
-static bool hop_get(lade__fetch_t *f, const lade__hop_t *h, uint64_t idx, uint64_t ver, lade__buf_t *out) {
+/* A cache hop: a hit, after the waits its flags ask for. *claimed: the
+ * node cache's miss was claimed (CLAIM): the read must put it or release. */
+static bool hop_get(lade__fetch_t *f, const lade__hop_t *h, uint64_t idx, uint64_t ver, lade__buf_t *out,
+                    bool *claimed) {
+  if (h->flags & LADE__HOP_CLAIM) return lade__cache_get_claim(h->cache, idx, ver, out, claimed) == 0;
   for (int pass = 0;; pass++) {
     if (lade__cache_get_ver(h->cache, idx, ver, out) == 0) return true;
     /* the prefetcher may be fetching this very sample: wait for it rather
@@ -259,11 +275,15 @@ static int read_chain(lade__fetch_t *f, const lade__chain_t *c, uint64_t idx, ui
   *note = c->note;
   if (c->note == LADE__ROUTE_PEER_STORAGE) atomic_fetch_add_explicit(&f->plan_peer, 1, memory_order_relaxed);
   int i = 0;
+  lade__cache_t *claim = NULL;
   for (; i < c->n; i++) {
     const lade__hop_t *h = &c->hop[i];
     if (h->kind != LADE__HOP_CACHE) break;
     if ((h->flags & LADE__HOP_VERSIONED) && !known) continue;
-    if (!hop_get(f, h, idx, ver, out)) {
+    bool claimed = false;
+    bool hit = hop_get(f, h, idx, ver, out, &claimed);
+    if (claimed) claim = h->cache;
+    if (!hit) {
       if (h->flags & LADE__HOP_PLANNED) {
         atomic_fetch_add_explicit(&f->plan_fallbacks, 1, memory_order_relaxed);
         *note = LADE__ROUTE_FALLBACK;
@@ -310,6 +330,7 @@ static int read_chain(lade__fetch_t *f, const lade__chain_t *c, uint64_t idx, ui
     if (to_ptier) put(f, f->ptier, idx, ver, out); /* an admit of this step */
   }
   if (admit) end_admit(f, idx);
+  if (claim && rc) lade__cache_release(claim, idx); /* a put ended it otherwise */
   return rc;
 }
 
@@ -321,6 +342,24 @@ int lade__fetch_read(lade__fetch_t *f, uint64_t idx, uint64_t q, int32_t route, 
   else
     lade__nextuse_mark(f, idx, q);
   return read_chain(f, &f->chain[ch], idx, q, route, out, tier, note);
+}
+
+int lade__fetch_view(lade__fetch_t *f, uint64_t idx, uint64_t q, int32_t route, lade__fetch_view_t *v) {
+  if (!f->conf.node_cache || !f->mem || (f->routed && route != LADE__ROUTE_ANY)) return LADE_ENOENT;
+  lade__nextuse_mark(f, idx, q);
+  const void *p = NULL;
+  int rc = lade__cache_view(f->mem, idx, lade__fetch_version(f, idx), &p, &v->len, &v->token);
+  v->data = p;
+  return rc ? LADE_ENOENT : 0;
+}
+
+bool lade__fetch_view_done(lade__fetch_t *f, uint64_t idx, const lade__fetch_view_t *v) {
+  if (!lade__cache_view_ok(f->mem, v->token)) return false;
+  count(f, LADE__TIER_MEM, v->len);
+  const lade__chain_t *c = &f->chain[LADE__CHAIN_ANY]; /* as read_chain does for a hit of its first hop */
+  for (int j = 1; j < c->n; j++)
+    if (c->hop[j].flags & LADE__HOP_TOUCH) lade__cache_touch(c->hop[j].cache, idx);
+  return true;
 }
 
 void lade__fetch_step_planned(lade__fetch_t *f, const lade__cursor_step_t *st) {
@@ -461,4 +500,8 @@ void lade__fetch_stats(lade__fetch_t *f, lade__fetch_stats_t *out) {
   if (f->p.ops->stats) f->p.ops->stats(f->p.src, &out->src);
   out->fetch_size = f->conf.fetch_size;
   out->threshold = f->conf.threshold;
+  if (f->mem && f->conf.node_cache) {
+    out->node_cache = true;
+    lade__shmcache_node_stats(f->mem, &out->node);
+  }
 }

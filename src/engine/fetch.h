@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "cache/cache.h"
 #include "transport/transport.h"
 #include "plan/cursor.h"
 #include "source/source.h"
@@ -39,6 +40,14 @@ typedef struct lade__fetch_conf {
   uint64_t mean_bytes;       /* the mean sample size the capacities were made from (0: not needed) */
   uint32_t window;           /* batches the engine prepares at once (prefetch + 1) */
   uint64_t epochs;
+  /* the node cache (engine/resolve.c lade__resolve_node_cache; docs/cache.md): the memory tier is shared by
+   * the node's ranks, mem_capacity bytes per node */
+  bool node_cache;
+  bool node_disk;            /* the disk tier's folder is shared by the node's ranks of the job (cache_disk_bytes per node) */
+  const char *shm_dir;       /* its segments' tmpfs folder (borrowed from the settings) */
+  const char *job_key;       /* borrowed from the resolved settings */
+  uint64_t node_slots;       /* index slots */
+  uint32_t node_timeout_ms;  /* peer_timeout_ms: the wait for another rank making the segment */
 } lade__fetch_conf_t;
 
 typedef struct lade__fetch_params {
@@ -78,6 +87,26 @@ enum { LADE__ROUTE_MET = 0, LADE__ROUTE_FALLBACK = 1, LADE__ROUTE_PEER_STORAGE =
 int lade__fetch_read(lade__fetch_t *f, uint64_t idx, uint64_t q, int32_t route, lade__buf_t *out, int *tier,
                      int *note);
 
+/* A sample found in the node cache, seen in place (cache/cache.h
+ * lade__cache_view): the engine transforms it straight from the shared
+ * segment into the batch slot, one copy. */
+typedef struct lade__fetch_view {
+  const uint8_t *data;
+  size_t len;
+  uint64_t token;
+} lade__fetch_view_t;
+
+/* The view of sample idx when the route reads the "any tier" chain and the
+ * node cache holds it: 0, or LADE_ENOENT (read it with lade__fetch_read).
+ * Thread-safe. */
+int lade__fetch_view(lade__fetch_t *f, uint64_t idx, uint64_t q, int32_t route, lade__fetch_view_t *v);
+
+/* After using a view: true when its bytes stayed the sample's meanwhile
+ * (counted as a read from the memory tier); false: another rank's put
+ * reused them, so what was made of them is thrown away and the sample read
+ * with lade__fetch_read. */
+bool lade__fetch_view_done(lade__fetch_t *f, uint64_t idx, const lade__fetch_view_t *v);
+
 /* A step was planned: records its admits, starts remote requests for its
  * samples that no tier holds and the prefetcher is not already fetching,
  * and prepares the next-use maps of its epoch (off the consumer thread).
@@ -116,6 +145,8 @@ typedef struct lade__fetch_stats {
   lade__transport_stats_t dist;
   lade__source_stats_t src;
   uint64_t fetch_size, threshold;
+  bool node_cache;
+  lade__node_cache_stats_t node; /* when node_cache */
 } lade__fetch_stats_t;
 
 void lade__fetch_stats(lade__fetch_t *f, lade__fetch_stats_t *out);

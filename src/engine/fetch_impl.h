@@ -34,6 +34,8 @@ enum {
   LADE__HOP_WAIT_PF = 1u << 3,    /* on a miss, wait for the prefetcher's request of the sample, ask again */
   LADE__HOP_WAIT_ADMIT = 1u << 4, /* on a miss, wait for the plan's pending admit of the sample, ask again */
   LADE__HOP_PLANNED = 1u << 5,    /* the plan's own cache: hits and fallbacks are counted against the plan */
+  LADE__HOP_CLAIM = 1u << 6,      /* the node cache: a miss claims the sample, so the node's other ranks wait for
+                                   * this read instead of reading it too (lade__cache_get_claim) */
 };
 typedef struct lade__hop {
   int kind;

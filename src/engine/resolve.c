@@ -2,6 +2,7 @@
  * (settings, what the source reports) to each module's part. */
 #include "engine/resolve.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "cache/cache.h"
@@ -60,8 +61,30 @@ static bool plan_cache_sized(const struct lade_config *cfg) {
   return routed_kind(cfg) && (cfg->cache_mem_bytes || (cfg->cache_dir[0] && cfg->cache_disk_bytes));
 }
 
+/* Model-parallel groups (plan=shards, model_parallel > 1): their ranks
+ * train on identical batches, so the node cache loads each sample once for
+ * them, with a staging budget when cache_mem_bytes is 0 (stage_bytes). */
+static bool model_parallel_groups(const struct lade_config *cfg) {
+  return cfg->plan == LADE_PLAN_SHARDS && cfg->model_parallel > 1;
+}
+
+/* The node cache may be on (the rest is decided once the nodes are known). */
+static bool node_cache_possible(const struct lade_config *cfg) {
+  return (cfg->cache_mem_bytes || model_parallel_groups(cfg)) && cfg->node_cache != LADE__TRISTATE_OFF &&
+         !routed_kind(cfg);
+}
+
+/* The node cache's budget for model-parallel groups without cache_mem_bytes:
+ * each group on the node may be up to four windows of batches (prefetch + 2)
+ * apart between its first and last rank, in mean-sized entries. */
+static uint64_t stage_bytes(const struct lade_config *cfg, uint32_t ranks_per_node, uint64_t mean) {
+  uint64_t groups = LADE__MAX(ranks_per_node / cfg->model_parallel, 1);
+  return 4 * (uint64_t)(cfg->prefetch + 2) * cfg->batch_size * lade__shmcache_charge(LADE__MAX(mean, 1)) * groups;
+}
+
 bool lade__resolve_wants_mean(const struct lade_config *cfg, bool remote) {
-  return plan_cache_sized(cfg) || prefetcher_on(cfg, remote) || (remote && cfg->readahead_bytes);
+  return plan_cache_sized(cfg) || prefetcher_on(cfg, remote) || (remote && cfg->readahead_bytes) ||
+         node_cache_possible(cfg);
 }
 
 bool lade__resolve_wants_disk_free(const struct lade_config *cfg) {
@@ -197,6 +220,47 @@ uint32_t lade__resolve_plan_nodes(const struct lade_config *cfg, const uint32_t 
     for (uint32_t q = 0; q < world; q++)
       if (node_lead[q] != q - q % rpn) return 1;
   return rpn; /* the launcher's local rank and size are taken only as such blocks */
+}
+
+int lade__resolve_node_cache(const struct lade_config *cfg, const char *env_job, lade__resolved_t *r) {
+  lade__fetch_conf_t *o = &r->fetch;
+  o->node_cache = o->node_disk = false;
+  r->note_no_job_key = false;
+  if (cfg->node_cache == LADE__TRISTATE_OFF) return 0;
+  bool on = cfg->node_cache == LADE__TRISTATE_ON;
+  /* the memory tier shared unless clairvoyant; the disk tier shared whatever its policy (each rank orders its own
+   * entries) */
+  bool mp = model_parallel_groups(cfg) && !cfg->cache_mem_bytes; /* a staging budget of its own */
+  bool mem = (cfg->cache_mem_bytes && cfg->cache_policy != LADE__POLICY_CLAIRVOYANT) || mp, disk = cfg->cache_dir[0];
+  const char *why = !cfg->cache_mem_bytes && !disk && !mp ? "needs cache_mem_bytes or cache_dir (the node's budget)"
+                    : routed_kind(cfg)             ? "applies to plan=regular and plan=shards: a routed plan "
+                                                     "plans each rank's own cache"
+                    : cfg->cache_mem_bytes && !mem ? "evicts in insertion order, not by one rank's next uses: "
+                                                     "cache_policy=clairvoyant is per rank"
+                                                   : NULL;
+  if (why) return on ? lade__fail(LADE_EINVAL, "setting 'node_cache=on' %s (node_cache=off: a cache per rank)", why) : 0;
+  if (!on && r->topo.ranks_per_node < 2) return 0;
+  const char *job = cfg->job_id[0] ? cfg->job_id : env_job ? env_job : "";
+  if (!job[0]) {
+    if (on)
+      return lade__fail(LADE_EINVAL, "setting 'node_cache=on': the ranks of a node need a job key they share and no "
+                        "other job uses: set job_id (none of TORCHELASTIC_RUN_ID, SLURM_JOB_ID, PMIX_NAMESPACE, "
+                        "MASTER_ADDR/MASTER_PORT is set)");
+    r->note_no_job_key = true; /* auto: a cache per rank, and say why */
+    return 0;
+  }
+  /* the node's number too: nodes made by ranks_per_node on one machine keep their own caches */
+  snprintf(r->job_key, sizeof r->job_key, "%s#node%u", job, r->topo.node);
+  o->node_cache = mem;
+  o->node_disk = disk;
+  if (mp) o->mem_capacity = stage_bytes(cfg, r->topo.ranks_per_node, o->mean_bytes);
+  o->shm_dir = cfg->shm_dir;
+  o->job_key = r->job_key;
+  o->node_timeout_ms = cfg->peer_timeout_ms;
+  /* room in the index for samples down to a third of the mean size */
+  uint64_t mean = LADE__MAX(o->mean_bytes, 1), expected = o->mem_capacity / lade__shmcache_charge(mean) + 1;
+  o->node_slots = LADE__MAX(expected * 4, 1024);
+  return 0;
 }
 
 static int resolve_transform(const struct lade_config *cfg, const lade__source_kind_t *k) {

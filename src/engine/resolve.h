@@ -60,6 +60,8 @@ typedef struct lade__resolved {
   bool note_no_mpi;             /* under an MPI launcher, a routed plan, no MPI in this build: say so */
   uint32_t rank, world;         /* before an MPI transport reports its own */
   lade__topology_t topo;        /* this rank's node (set once the transport is open: lade__resolve_topology) */
+  char job_key[320];            /* the node cache's job key (lade__resolve_node_cache); fetch.job_key points here */
+  bool note_no_job_key;         /* node_cache=auto would share the node's cache but no job key is known: say so */
   uint32_t threads;             /* worker threads */
 } lade__resolved_t;
 
@@ -98,6 +100,15 @@ int lade__resolve_topology(const struct lade_config *cfg, const uint32_t *node_l
  * its own node). Every rank computes the same value. Pure. */
 uint32_t lade__resolve_plan_nodes(const struct lade_config *cfg, const uint32_t *node_lead, const lade__topology_t *t,
                                   uint32_t world);
+
+/* The node cache (docs/cache.md, Node cache), once the nodes are known
+ * (after lade__resolve_topology): node_cache=on, or auto with more than one
+ * rank on the node, cache_mem_bytes, a plan that does not route, and a job
+ * key (the setting job_id, else env_job: lade__topology_job_key). Fills
+ * out->fetch's node fields and out->job_key; auto without a job key sets
+ * out->note_no_job_key and stays per rank. Pure; LADE_EINVAL naming the
+ * setting when node_cache=on cannot be. */
+int lade__resolve_node_cache(const struct lade_config *cfg, const char *env_job, lade__resolved_t *out);
 
 /* The transform's part of the settings alone (lade__resolve fills
  * out->xform with it; tools that run a transform without a loader call it).

@@ -1,6 +1,7 @@
 /* topology.c - which ranks share a node (topology.h, docs/transport.md). */
 #include "transport/topology.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "core/core.h"
@@ -71,4 +72,23 @@ bool lade__topology_env(uint32_t *local_rank, uint32_t *local_size) {
     if (env_u32(vars[i][0], local_rank) && env_u32(vars[i][1], local_size)) return true;
   *local_rank = *local_size = 0;
   return false;
+}
+
+bool lade__topology_job_key(char *out, size_t size) {
+  const char *run = getenv("TORCHELASTIC_RUN_ID"), *addr = getenv("MASTER_ADDR"), *port = getenv("MASTER_PORT");
+  const char *sj = getenv("SLURM_JOB_ID"), *ss = getenv("SLURM_STEP_ID"), *pmix = getenv("PMIX_NAMESPACE");
+  bool master = addr && *addr && port && *port;
+  int n = 0;
+  /* torchrun's run id is "none" unless --rdzv-id was given: its store's
+   * address tells two such runs apart */
+  if (run && *run) n = snprintf(out, size, "torchrun:%s@%s:%s", run, master ? addr : "", master ? port : "");
+  else if (sj && *sj) n = snprintf(out, size, "slurm:%s.%s", sj, ss ? ss : "");
+  else if (pmix && *pmix) n = snprintf(out, size, "pmix:%s", pmix);
+  else if (master) n = snprintf(out, size, "master:%s:%s", addr, port);
+  else if (size) out[0] = 0;
+  if (n < 0 || (size_t)n >= size) {
+    if (size) out[0] = 0;
+    return false;
+  }
+  return size && out[0];
 }

@@ -22,6 +22,7 @@
 #define LADE__TOPOLOGY_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct lade__topology {
@@ -47,5 +48,13 @@ int lade__topology(const lade__topology_in_t *in, lade__topology_t *out);
 /* The launcher's local rank and size from the environment (rule 3); false
  * when no launcher set them. */
 bool lade__topology_env(uint32_t *local_rank, uint32_t *local_size);
+
+/* The job key from the launcher's environment, the same in every process
+ * of one job and different between two jobs running at once on a node
+ * (docs/cache.md, Node cache): torchrun's TORCHELASTIC_RUN_ID with
+ * MASTER_ADDR:MASTER_PORT, Slurm's SLURM_JOB_ID.SLURM_STEP_ID, Open MPI's
+ * PMIX_NAMESPACE (its job id), else MASTER_ADDR:MASTER_PORT. Writes ""
+ * and returns false when no launcher set any of them. */
+bool lade__topology_job_key(char *out, size_t size);
 
 #endif

@@ -144,5 +144,95 @@ else
   echo "skipped: mpi4py or the lade module is missing"
 fi
 
+echo "== the node cache under mpirun: one per node (2 nodes of 2 ranks, then 1 node of 4), every byte the files'"
+"$lade" gen npy "$tmp/nc" --count 480 --shape 64 >/dev/null
+nc_run() { # out-file, settings...
+  local o=$1 sets=(); shift
+  for kv in "$@"; do sets+=(--set "$kv"); done
+  timeout 120 "${run[@]}" -np 4 sh -c 'd=$1 s=$2 o=$3; shift 3; exec "$0" bench "$d" --json --epochs 2 \
+    --batch-size 10 --threads 2 --step-ms 5 --set cache_mem_bytes=4000000 --set shm_dir="$s" "$@" \
+    > "$o.$OMPI_COMM_WORLD_RANK"' "$lade" "$tmp/nc" "$tmp/ncshm" "$o" "${sets[@]}"
+}
+mkdir -p "$tmp/ncshm"
+if nc_run "$tmp/nc_off" node_cache=off && nc_run "$tmp/nc_2x2" ranks_per_node=2 && nc_run "$tmp/nc_1x4" ranks_per_node=4; then
+  verdict=$(/usr/bin/python3 - "$tmp" <<'PY'
+import json, sys
+t = sys.argv[1]
+load = lambda name: [json.load(open(f"{t}/{name}.{r}")) for r in range(4)]
+off, two, one = load("nc_off"), load("nc_2x2"), load("nc_1x4")
+n = 480
+bad = []
+misses = lambda runs: sum(r["cache_misses"] for r in runs)
+for name, runs, rpn in (("2x2", two, 2), ("1x4", one, 4)):
+    if [r["checksum"] for r in runs] != [r["checksum"] for r in off]:
+        bad.append(f"{name}: checksums differ from node_cache=off's")
+    for node in range(4 // rpn):
+        mine = [r for r in runs if r["node"] == node]
+        entries = max(r["node_cache_entries"] for r in mine)
+        # one copy per node: every storage read was put once (sample 0 at open may be read by each rank)
+        if not entries <= misses(mine) <= entries + rpn - 1:
+            bad.append(f"{name} node {node}: {misses(mine)} storage reads, {entries} entries")
+# 1 x 4: the dataset read from storage once for the node over both epochs (a full cache: the second epoch
+# hits, up to the ranks' skew, a sample one rank reads in its second epoch before another's first is a hit there)
+if misses(one) > n + 3 or misses(off) < n * 1.3:
+    bad.append(f"storage reads: {misses(one)} with the node cache, {misses(off)} with a cache per rank")
+print("; ".join(bad) if bad else f"ok   storage reads: 1x4 {misses(one)}, 2x2 {misses(two)}, a cache per rank "
+      f"{misses(off)} (dataset {n}, 2 epochs)")
+PY
+)
+  echo "$verdict"
+  case "$verdict" in ok*) ;; *) echo "FAIL: node cache under mpirun"; fail=1 ;; esac
+  [ -z "$(ls "$tmp/ncshm")" ] || { echo "FAIL: node cache segments left behind: $(ls "$tmp/ncshm")"; fail=1; }
+else
+  echo "FAIL: lade bench with the node cache under mpirun"; fail=1
+fi
+
+echo "== model-parallel groups read once under mpirun: plan=shards, model_parallel=2 and 4, one node of 4"
+/usr/bin/python3 - "$tmp/mp" <<'PY'
+import io, os, sys, tarfile
+d = sys.argv[1]
+os.makedirs(d, exist_ok=True)
+for s in range(12):
+    with tarfile.open(os.path.join(d, "train-%06d.tar" % s), "w", format=tarfile.USTAR_FORMAT) as t:
+        for j in range(25):
+            i = s * 25 + j
+            data = bytes((i * 7 + k) % 251 for k in range(300))
+            ti = tarfile.TarInfo("s%06d_%03d.bin" % (s, j))
+            ti.size = len(data)
+            t.addfile(ti, io.BytesIO(data))
+PY
+mp_run() { # out-file, settings...
+  local o=$1 sets=(); shift
+  for kv in "$@"; do sets+=(--set "$kv"); done
+  timeout 120 "${run[@]}" -np 4 sh -c 'd=$1 s=$2 o=$3; shift 3; exec "$0" bench "$d" --json --plan shards \
+    --transform raw --epochs 2 --batch-size 8 --threads 2 --step-ms 15 --set shm_dir="$s" "$@" \
+    > "$o.$OMPI_COMM_WORLD_RANK"' "$lade" "$tmp/mp" "$tmp/ncshm" "$o" "${sets[@]}"
+}
+for k in 2 4; do
+  if mp_run "$tmp/mp_off$k" model_parallel=$k node_cache=off && mp_run "$tmp/mp_on$k" model_parallel=$k; then
+    verdict=$(/usr/bin/python3 - "$tmp" "$k" <<'PY'
+import json, sys
+t, k = sys.argv[1], int(sys.argv[2])
+load = lambda name: [json.load(open(f"{t}/{name}.{r}")) for r in range(4)]
+off, on = load(f"mp_off{k}"), load(f"mp_on{k}")
+bad = []
+if [r["checksum"] for r in on] != [r["checksum"] for r in off]:
+    bad.append("checksums differ")
+reads = lambda runs, e: sum(r["epochs"][e]["samples_by_source"][0] for r in runs)
+for e in range(2):
+    if reads(off, e) < k * 300 or reads(on, e) > reads(off, e) // k * 1.1:
+        bad.append(f"epoch {e}: {reads(on, e)} storage reads with the node cache, {reads(off, e)} without")
+print("; ".join(bad) if bad else f"ok   model_parallel={k}: storage reads per epoch {reads(off, 0)} -> "
+      f"{reads(on, 0)}, {reads(off, 1)} -> {reads(on, 1)}")
+PY
+)
+    echo "$verdict"
+    case "$verdict" in ok*) ;; *) echo "FAIL: model_parallel=$k under mpirun"; fail=1 ;; esac
+  else
+    echo "FAIL: lade bench --plan shards model_parallel=$k under mpirun"; fail=1
+  fi
+done
+[ -z "$(ls "$tmp/ncshm")" ] || { echo "FAIL: node cache segments left behind: $(ls "$tmp/ncshm")"; fail=1; }
+
 [ $fail -eq 0 ] && echo "== mpi tests passed"
 exit $fail

@@ -281,6 +281,77 @@ static void test_plan_nodes(void) {
   lade_config_destroy(c);
 }
 
+/* The node cache: on by auto with several ranks per node, a memory budget, a
+ * plan that does not route and a job key; per rank otherwise, and
+ * node_cache=on says why it cannot be. */
+static int node_cache(const char *kv[], uint32_t ranks_per_node, uint32_t node, const char *env_job,
+                      lade__resolved_t *r) {
+  lade__source_facts_t fa = facts(1000, 4000, false);
+  lade_config_t *c = settings(kv);
+  memset(r, 0, sizeof *r);
+  r->rank = 0, r->world = 8;
+  int rc = lade__resolve(c, &fa, r);
+  r->topo = (lade__topology_t){.node = node, .nodes = 8 / ranks_per_node, .ranks_per_node = ranks_per_node};
+  if (!rc) rc = lade__resolve_node_cache(c, env_job, r);
+  /* fetch.shm_dir borrows from the settings: kept for the checks */
+  static char shm_dir[256];
+  snprintf(shm_dir, sizeof shm_dir, "%s", r->fetch.shm_dir ? r->fetch.shm_dir : "");
+  r->fetch.shm_dir = shm_dir;
+  lade_config_destroy(c);
+  return rc;
+}
+
+static void test_node_cache(void) {
+  lade__resolved_t r;
+  const char *mem[] = {"cache_mem_bytes=4000000", NULL}, *none[] = {NULL};
+  CHECK_OK(node_cache(mem, 4, 1, "pmix:77", &r));
+  CHECK(r.fetch.node_cache && strcmp(r.fetch.job_key, "pmix:77#node1") == 0);
+  CHECK(strcmp(r.fetch.shm_dir, "/dev/shm") == 0 && r.fetch.mem_capacity == 4000000);
+  CHECK(r.fetch.node_slots >= 4 * (4000000 / lade__shmcache_charge(4000)));
+  CHECK(r.fetch.node_timeout_ms == 60000);
+  lade_config_t *c = settings(mem);
+  CHECK(lade__resolve_wants_mean(c, false)); /* the index is sized from the mean sample */
+  lade_config_destroy(c);
+  const char *job[] = {"cache_mem_bytes=4000000", "job_id=mine", NULL};
+  CHECK_OK(node_cache(job, 2, 0, "pmix:77", &r));
+  CHECK(r.fetch.node_cache && strcmp(r.fetch.job_key, "mine#node0") == 0);
+  /* auto stays per rank: one rank per node, no budget, a routed plan, clairvoyant, no job key */
+  CHECK_OK(node_cache(mem, 1, 0, "pmix:77", &r));
+  CHECK(!r.fetch.node_cache);
+  CHECK_OK(node_cache(none, 4, 0, "pmix:77", &r));
+  CHECK(!r.fetch.node_cache);
+  const char *routed[] = {"cache_mem_bytes=4000000", "plan=locality", NULL};
+  CHECK_OK(node_cache(routed, 4, 0, "pmix:77", &r));
+  CHECK(!r.fetch.node_cache);
+  const char *cv[] = {"cache_mem_bytes=4000000", "cache_policy=clairvoyant", NULL};
+  CHECK_OK(node_cache(cv, 4, 0, "pmix:77", &r));
+  CHECK(!r.fetch.node_cache);
+  CHECK_OK(node_cache(mem, 4, 0, "", &r));
+  CHECK(!r.fetch.node_cache && r.note_no_job_key);
+  /* node_cache=off: never; on: even alone on its node, else an error naming the way out */
+  const char *off[] = {"cache_mem_bytes=4000000", "node_cache=off", NULL};
+  CHECK_OK(node_cache(off, 4, 0, "pmix:77", &r));
+  CHECK(!r.fetch.node_cache);
+  const char *on[] = {"cache_mem_bytes=4000000", "node_cache=on", NULL};
+  CHECK_OK(node_cache(on, 1, 0, "pmix:77", &r));
+  CHECK(r.fetch.node_cache);
+  CHECK_EQ_INT(node_cache(on, 4, 0, "", &r), LADE_EINVAL);
+  CHECK(strstr(lade_last_error(), "job_id") != NULL);
+  const char *on_routed[] = {"cache_mem_bytes=4000000", "node_cache=on", "plan=locality", NULL};
+  CHECK_EQ_INT(node_cache(on_routed, 4, 0, "pmix:77", &r), LADE_EINVAL);
+  CHECK(strstr(lade_last_error(), "node_cache=off") != NULL);
+  /* model-parallel groups: on without cache_mem_bytes, with a staging budget for the node's groups */
+  const char *mp[] = {"plan=shards", "model_parallel=2", "batch_size=8", "prefetch=2", NULL};
+  CHECK_OK(node_cache(mp, 4, 0, "pmix:77", &r));
+  CHECK(r.fetch.node_cache && r.fetch.mem_capacity == 4ull * (2 + 2) * 8 * lade__shmcache_charge(4000) * 2);
+  const char *mp_off[] = {"plan=shards", "model_parallel=2", "node_cache=off", NULL};
+  CHECK_OK(node_cache(mp_off, 4, 0, "pmix:77", &r));
+  CHECK(!r.fetch.node_cache && r.fetch.mem_capacity == 0);
+  const char *on_none[] = {"node_cache=on", NULL};
+  CHECK_EQ_INT(node_cache(on_none, 4, 0, "pmix:77", &r), LADE_EINVAL);
+  CHECK(strstr(lade_last_error(), "cache_mem_bytes") != NULL);
+}
+
 int main(int argc, char **argv) {
   lade_test_args(argc, argv);
   RUN(test_cache_mem_bytes_walk);
@@ -290,5 +361,6 @@ int main(int argc, char **argv) {
   RUN(test_transport_transform_threads);
   RUN(test_topology);
   RUN(test_plan_nodes);
+  RUN(test_node_cache);
   return lade_test_finish();
 }

@@ -145,6 +145,29 @@ static void test_env_reading(void) {
   }
 }
 
+/* The node cache's job key from the launcher (docs/cache.md): the same in
+ * every process of one job, first match wins, "" without a launcher. */
+static void test_job_key(void) {
+  static const char *vars[] = {"TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT", "SLURM_JOB_ID", "SLURM_STEP_ID",
+                               "PMIX_NAMESPACE"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
+  char k[128];
+  CHECK(!lade__topology_job_key(k, sizeof k) && k[0] == 0);
+  setenv("MASTER_ADDR", "10.0.0.1", 1);
+  setenv("MASTER_PORT", "29500", 1);
+  CHECK(lade__topology_job_key(k, sizeof k) && strcmp(k, "master:10.0.0.1:29500") == 0);
+  setenv("PMIX_NAMESPACE", "2039611393", 1);
+  CHECK(lade__topology_job_key(k, sizeof k) && strcmp(k, "pmix:2039611393") == 0);
+  setenv("SLURM_JOB_ID", "4242", 1);
+  setenv("SLURM_STEP_ID", "3", 1);
+  CHECK(lade__topology_job_key(k, sizeof k) && strcmp(k, "slurm:4242.3") == 0);
+  /* torchrun's default run id is "none": the store's address tells two runs apart */
+  setenv("TORCHELASTIC_RUN_ID", "none", 1);
+  CHECK(lade__topology_job_key(k, sizeof k) && strcmp(k, "torchrun:none@10.0.0.1:29500") == 0);
+  CHECK(!lade__topology_job_key(k, 8) && k[0] == 0); /* does not fit: no key rather than a cut one */
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) unsetenv(vars[i]);
+}
+
 int main(int argc, char **argv) {
   lade_test_args(argc, argv);
   RUN(test_setting_blocks);
@@ -152,5 +175,6 @@ int main(int argc, char **argv) {
   RUN(test_mpi_answer);
   RUN(test_launcher_env);
   RUN(test_env_reading);
+  RUN(test_job_key);
   return lade_test_finish();
 }

@@ -1,0 +1,331 @@
+/* test_shmcache.c - the node tier (cache/shmcache.c, docs/cache.md "Node
+ * cache"): processes of one job share one copy; bytes always the put's under
+ * concurrent puts, evictions and SIGKILLed processes; a process dying with
+ * the lock held empties the cache and the others go on; a killed job's
+ * segment is removed by the next open, a live one never; too small a tmpfs
+ * is an error at open. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <dirent.h>
+
+#include "cache/cache.h"
+#include "harness.h"
+
+static char g_dir[4096];
+
+static size_t plen(uint64_t key) { return 40 + (size_t)(lade__mix64(key * 7 + 3) % 2000); }
+
+static void pfill(uint64_t key, uint8_t *p, size_t len) {
+  for (size_t i = 0; i < len; i += 8) {
+    uint64_t w = lade__mix64(key * 0x9e3779b97f4a7c15ull + i);
+    memcpy(p + i, &w, LADE__MIN(8, len - i));
+  }
+}
+
+static bool pok(uint64_t key, const lade__buf_t *b) {
+  uint8_t want[4096];
+  size_t len = plen(key);
+  pfill(key, want, len);
+  return b->len == len && memcmp(b->data, want, len) == 0;
+}
+
+static int put(lade__cache_t *c, uint64_t key) {
+  uint8_t p[4096];
+  size_t len = plen(key);
+  pfill(key, p, len);
+  return lade__cache_put(c, key, p, len);
+}
+
+static lade__cache_t *open_node(const char *job, uint64_t capacity, int *rc_out) {
+  lade__cache_opts_t o = {.ns = "test://node", .capacity = capacity, .policy = LADE__CACHE_FIFO,
+                          .node_dir = g_dir, .node_job = job, .node_slots = 4096, .node_timeout_ms = 5000};
+  lade__cache_t *c = NULL;
+  int rc = lade__cache_open(&c, &o);
+  if (rc_out) *rc_out = rc;
+  return c;
+}
+
+static int segments(void) {
+  int n = 0;
+  DIR *d = opendir(g_dir);
+  struct dirent *de;
+  while (d && (de = readdir(d)))
+    n += strncmp(de->d_name, "lade-", 5) == 0;
+  if (d) closedir(d);
+  return n;
+}
+
+/* Two processes of one job: one copy; a put by one is a hit for the other. */
+static void test_one_copy_two_processes(void) {
+  lade__cache_t *c = open_node("job-one", 1 << 20, NULL);
+  CHECK(c != NULL);
+  for (uint64_t k = 0; k < 50; k++) CHECK_OK(put(c, k));
+  pid_t pid = fork();
+  if (pid == 0) {
+    lade__cache_t *d = open_node("job-one", 1 << 20, NULL);
+    int bad = !d;
+    lade__buf_t b = {0};
+    for (uint64_t k = 0; d && k < 50; k++) bad |= lade__cache_get(d, k, &b) != 0 || !pok(k, &b);
+    for (uint64_t k = 50; d && k < 60; k++) bad |= put(d, k) != 0;
+    lade__buf_free(&b);
+    lade__cache_close(d);
+    _exit(bad);
+  }
+  int st;
+  waitpid(pid, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  lade__buf_t b = {0};
+  for (uint64_t k = 0; k < 60; k++) CHECK(lade__cache_get(c, k, &b) == 0 && pok(k, &b));
+  lade__node_cache_stats_t ns;
+  lade__shmcache_node_stats(c, &ns);
+  uint64_t want = 0;
+  for (uint64_t k = 0; k < 60; k++) want += lade__shmcache_charge(plen(k));
+  CHECK(ns.entries == 60 && ns.used == want && ns.attached == 1);
+  CHECK(segments() == 1);
+  lade__buf_free(&b);
+  lade__cache_close(c);
+  CHECK(segments() == 0); /* the last one out removed it */
+}
+
+/* Four processes put and get random keys in a cache of ~30 entries (constant
+ * eviction and wrapping); each verifies every hit. The parent SIGKILLs one
+ * at random moments and starts another; at the end every hit of every
+ * survivor was the put's bytes and used never exceeded the capacity. */
+static void test_torture_with_kills(void) {
+  uint64_t cap = 30 * 1200;
+  lade__cache_t *c = open_node("job-torture", cap, NULL);
+  CHECK(c != NULL);
+  enum { N = 4, ROUNDS = 12 };
+  pid_t run[N + ROUNDS];
+  int nrun = 0, bad = 0, killed = 0;
+  for (int round = 0; round <= ROUNDS; round++) {
+    for (int i = 0; i < (round ? 1 : N); i++) { /* N to start with, then one more each round */
+      pid_t pid = fork();
+      if (pid == 0) {
+        lade__cache_t *d = open_node("job-torture", cap, NULL);
+        if (!d) _exit(3);
+        lade__buf_t b = {0};
+        uint64_t x = (uint64_t)getpid() * 0x9e37ull;
+        int wrong = 0;
+        double t_end = lade__now() + 0.3;
+        while (lade__now() < t_end) {
+          uint64_t k = (x = lade__mix64(x)) % 64;
+          if ((x >> 40) & 1) {
+            if (put(d, k)) wrong = 2;
+          } else if ((x >> 41) & 1) { /* a view: bytes checked in place, kept only when still valid */
+            const void *p;
+            size_t n;
+            uint64_t tok;
+            if (lade__cache_view(d, k, 0, &p, &n, &tok) == 0) {
+              lade__buf_t v = {.data = (uint8_t *)p, .len = n};
+              bool same = pok(k, &v);
+              if (lade__cache_view_ok(d, tok) && !same) wrong = 5;
+            }
+          } else if (lade__cache_get(d, k, &b) == 0 && !pok(k, &b)) {
+            wrong = 1;
+          }
+          lade__node_cache_stats_t s;
+          if (((x >> 20) & 255) == 0) {
+            lade__shmcache_node_stats(d, &s);
+            if (s.used > s.capacity) wrong = 4;
+          }
+        }
+        lade__buf_free(&b);
+        lade__cache_close(d);
+        _exit(wrong);
+      }
+      run[nrun++] = pid;
+    }
+    if (round == ROUNDS) break;
+    struct timespec ts = {0, (long)(lade__mix64((uint64_t)round) % 150) * 1000000L};
+    nanosleep(&ts, NULL);
+    pid_t victim = run[nrun - 1 - round % 2]; /* the newest or the one before: both still run */
+    kill(victim, SIGKILL);
+  }
+  for (int i = 0; i < nrun; i++) {
+    int st;
+    waitpid(run[i], &st, 0);
+    if (WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL) killed++;
+    else if (!WIFEXITED(st) || WEXITSTATUS(st)) bad = WIFEXITED(st) ? WEXITSTATUS(st) : 100 + WTERMSIG(st);
+  }
+  CHECK_EQ_INT(bad, 0);
+  CHECK(killed >= 6);
+  lade__buf_t b = {0};
+  for (uint64_t k = 0; k < 64; k++) CHECK(lade__cache_get(c, k, &b) != 0 || pok(k, &b));
+  lade__node_cache_stats_t ns;
+  lade__shmcache_node_stats(c, &ns);
+  CHECK(ns.used <= ns.capacity && ns.corrupt == 0);
+  printf("  %d processes killed, %llu lock recoveries, %llu hits, %llu misses, %llu inserts, %llu rejected, "
+         "%llu evictions\n", killed, (unsigned long long)ns.recovered, (unsigned long long)ns.hits,
+         (unsigned long long)ns.misses, (unsigned long long)ns.inserts, (unsigned long long)ns.rejected,
+         (unsigned long long)ns.evictions);
+  lade__buf_free(&b);
+  lade__cache_close(c);
+  CHECK(segments() == 0);
+}
+
+/* A process that dies holding the lock: the next locker empties the cache
+ * (EOWNERDEAD) and everyone goes on. */
+static void test_owner_dead(void) {
+  lade__cache_t *c = open_node("job-dead", 1 << 20, NULL);
+  for (uint64_t k = 0; k < 20; k++) CHECK_OK(put(c, k));
+  pid_t pid = fork();
+  if (pid == 0) {
+    lade__cache_t *d = open_node("job-dead", 1 << 20, NULL);
+    if (d) lade__shmcache_hold_lock_for_test(d);
+    _exit(d ? 0 : 1); /* dies holding it */
+  }
+  int st;
+  waitpid(pid, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  lade__buf_t b = {0};
+  CHECK_EQ_INT(lade__cache_get(c, 3, &b), LADE_ENOENT); /* emptied, not torn */
+  lade__node_cache_stats_t ns;
+  lade__shmcache_node_stats(c, &ns);
+  CHECK(ns.recovered == 1 && ns.entries == 0 && ns.used == 0);
+  CHECK_OK(put(c, 3));
+  CHECK(lade__cache_get(c, 3, &b) == 0 && pok(3, &b));
+  lade__buf_free(&b);
+  lade__cache_close(c);
+}
+
+/* A killed job's segment is removed by the next open of any job; a live
+ * one is never. */
+static void test_stale_and_live(void) {
+  lade__cache_t *live = open_node("job-live", 1 << 16, NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    lade__cache_t *d = open_node("job-killed", 1 << 16, NULL);
+    if (d) put(d, 1);
+    pause();
+    _exit(0);
+  }
+  while (segments() < 2) usleep(1000);
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  CHECK(segments() == 2); /* its segment outlives it */
+  int rc;
+  lade__cache_t *next = open_node("job-next", 1 << 16, &rc);
+  CHECK_OK(rc);
+  lade__cache_stats_t s;
+  lade__cache_stats(next, &s);
+  CHECK(s.stale_segments == 1);
+  CHECK(segments() == 2); /* job-live's and job-next's */
+  lade__buf_t b = {0};
+  CHECK_OK(put(live, 7));
+  CHECK(lade__cache_get(live, 7, &b) == 0 && pok(7, &b));
+  CHECK_EQ_INT(lade__cache_get(next, 7, &b), LADE_ENOENT); /* two jobs share nothing */
+  lade__buf_free(&b);
+  lade__cache_close(next);
+  lade__cache_close(live);
+  CHECK(segments() == 0);
+}
+
+/* Single flight: a miss claims the sample; another process's miss of it
+ * waits for the claimer's put and hits (no second storage read); a claimer
+ * that dies is taken over at once, not after the timeout. */
+static void test_claim_waits_for_the_load(void) {
+  lade__cache_t *c = open_node("job-claim", 1 << 20, NULL);
+  lade__buf_t b = {0};
+  bool claimed = false;
+  CHECK_EQ_INT(lade__cache_get_claim(c, 5, 0, &b, &claimed), LADE_ENOENT);
+  CHECK(claimed);
+  pid_t pid = fork();
+  if (pid == 0) {
+    lade__cache_t *d = open_node("job-claim", 1 << 20, NULL);
+    lade__buf_t bb = {0};
+    bool cl = true;
+    double t0 = lade__now();
+    int rc = d ? lade__cache_get_claim(d, 5, 0, &bb, &cl) : -1;
+    /* it waited for the parent's put (0.3 s) and got its bytes without claiming */
+    int bad = rc != 0 || cl || !pok(5, &bb) || lade__now() - t0 < 0.2;
+    lade__buf_free(&bb);
+    lade__cache_close(d);
+    _exit(bad);
+  }
+  usleep(300000);
+  CHECK_OK(put(c, 5)); /* ends the claim */
+  int st;
+  waitpid(pid, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  lade__node_cache_stats_t ns;
+  lade__shmcache_node_stats(c, &ns);
+  CHECK(ns.waited == 1);
+  /* a claimer that dies: the next one takes the claim over without waiting out the timeout */
+  pid = fork();
+  if (pid == 0) {
+    lade__cache_t *d = open_node("job-claim", 1 << 20, NULL);
+    lade__buf_t bb = {0};
+    bool cl = false;
+    int rc = d ? lade__cache_get_claim(d, 9, 0, &bb, &cl) : -1;
+    _exit(rc == LADE_ENOENT && cl ? 0 : 1); /* dies holding the claim */
+  }
+  waitpid(pid, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  double t0 = lade__now();
+  CHECK_EQ_INT(lade__cache_get_claim(c, 9, 0, &b, &claimed), LADE_ENOENT);
+  CHECK(claimed && lade__now() - t0 < 1.0);
+  /* released (the read failed): the next miss claims again */
+  lade__cache_release(c, 9);
+  CHECK_EQ_INT(lade__cache_get_claim(c, 9, 0, &b, &claimed), LADE_ENOENT);
+  CHECK(claimed);
+  CHECK_OK(put(c, 9));
+  CHECK(lade__cache_get_claim(c, 9, 0, &b, &claimed) == 0 && !claimed && pok(9, &b));
+  lade__buf_free(&b);
+  lade__cache_close(c);
+}
+
+/* A hit seen in place: the entry's bytes in the segment; view_ok says
+ * whether they stayed its bytes (false once puts reused them). */
+static void test_view_in_place(void) {
+  lade__cache_t *c = open_node("job-view", 8 * 1200, NULL);
+  CHECK_OK(put(c, 1));
+  const void *p = NULL;
+  size_t n = 0;
+  uint64_t tok = 0;
+  CHECK_OK(lade__cache_view(c, 1, 0, &p, &n, &tok));
+  lade__buf_t b = {.data = (uint8_t *)p, .len = n};
+  CHECK(pok(1, &b));
+  CHECK(lade__cache_view_ok(c, tok));
+  CHECK_EQ_INT(lade__cache_view(c, 1, 7, &p, &n, &tok), LADE_ENOENT); /* another version */
+  CHECK_OK(lade__cache_view(c, 1, 0, &p, &n, &tok));
+  for (uint64_t k = 100; k < 120; k++) CHECK_OK(put(c, k)); /* the ring turns: key 1's bytes are reused */
+  CHECK(!lade__cache_view_ok(c, tok));
+  CHECK_EQ_INT(lade__cache_view(c, 1, 0, &p, &n, &tok), LADE_ENOENT);
+  lade__node_cache_stats_t ns;
+  lade__shmcache_node_stats(c, &ns);
+  CHECK(ns.hits == 1); /* only the view that stayed valid */
+  lade__cache_close(c);
+}
+
+/* More than the tmpfs has: an error naming the setting, at open. */
+static void test_too_big(void) {
+  int rc;
+  lade__cache_t *c = open_node("job-big", (uint64_t)1 << 50, &rc);
+  CHECK(c == NULL && rc == LADE_ERANGE);
+  CHECK(strstr(lade_last_error(), "cache_mem_bytes") && strstr(lade_last_error(), "node_cache=off"));
+  CHECK(segments() == 0);
+}
+
+int main(int argc, char **argv) {
+  lade_test_args(argc, argv);
+  const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : NULL;
+  snprintf(g_dir, sizeof g_dir, "%s/lade-unit-%d", base ? base : lade_test_tmpdir("shm"), (int)getpid());
+  mkdir(g_dir, 0700);
+  RUN(test_one_copy_two_processes);
+  RUN(test_owner_dead);
+  RUN(test_stale_and_live);
+  RUN(test_too_big);
+  RUN(test_claim_waits_for_the_load);
+  RUN(test_view_in_place);
+  RUN(test_torture_with_kills);
+  rmdir(g_dir);
+  return lade_test_finish();
+}
