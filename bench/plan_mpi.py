@@ -39,11 +39,11 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "s3"))
 from s3env import S3Env, missing  # noqa: E402
 
 
-def mpirun(np_, lade, source, plan, cache_bytes, epochs, batch, extra, env, tmp):
+def mpirun(np_, lade, source, plan, cache_bytes, epochs, batch, extra, env, tmp, checksum=False):
     for f in glob.glob(os.path.join(tmp, "out.*")):
         os.remove(f)
     args = [lade, "bench", source, "--plan", plan, "--epochs", str(epochs), "--batch-size", str(batch),
-            "--transform", "imagenet-train", "--threads", "1", "--no-checksum", "--json",
+            "--transform", "imagenet-train", "--threads", "1"] + ([] if checksum else ["--no-checksum"]) + ["--json",
             "--set", "drop_last=true", "--set", "cache_mem_bytes=%d" % cache_bytes]
     for k, v in extra:
         args += ["--set", "%s=%s" % (k, v)]
