@@ -80,13 +80,15 @@ def _ucx_bootstrap(settings, rank, world_size):
     plan = str(settings.get("plan", "regular"))
     env = _os.environ
     mpi = "OMPI_COMM_WORLD_SIZE" in env or "PMI_SIZE" in env
-    if transport not in ("auto", "ucx") or plan in ("regular", "shards") or (transport == "auto" and mpi):
+    if transport != "ucx" and (transport != "auto" or plan in ("regular", "shards") or mpi):
         return
     dist = _import_optional("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized():
         return  # the C library's rendezvous_dir, or its error saying what to do
     if dist.get_world_size() != world_size or dist.get_rank() != int(rank):
-        raise Error("rank %s of %d given, but torch.distributed runs rank %d of %d"
+        raise Error("rank %s of %d given, but torch.distributed runs rank %d of %d: the UCX transport's "
+                    "addresses are exchanged over the default process group, so its ranks must be the loader's "
+                    "(or set transport='local', or rendezvous_dir and job_id)"
                     % (rank, world_size, dist.get_rank(), dist.get_world_size()))
     addresses = [None] * world_size
     dist.all_gather_object(addresses, _lade.ucx_address())

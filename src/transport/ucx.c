@@ -877,13 +877,11 @@ static int ucx_open(lade__transport_t **out, const lade__transport_params_t *p, 
   const char *mine = g.addr;
   pthread_mutex_unlock(&g.mu);
   if (rc) return rc;
-  if (!have) {
-    char **addr = calloc(p->world ? p->world : 1, sizeof *addr);
+  bool alone = p->world <= 1; /* one learner: nothing to exchange, no peers set up */
+  if (!have && !alone) {
+    char **addr = calloc(p->world, sizeof *addr);
     if (!addr) return lade__fail(LADE_ENOMEM, "transport ucx: out of memory");
-    if (p->world <= 1) {
-      addr[0] = strdup(mine);
-      rc = addr[0] ? 0 : lade__fail(LADE_ENOMEM, "transport ucx: out of memory");
-    } else if (p->rendezvous_dir && p->rendezvous_dir[0]) {
+    if (p->rendezvous_dir && p->rendezvous_dir[0]) {
       rc = rendezvous(p->rendezvous_dir, p->job_id, p->rank, p->world, p->timeout_ms, mine, addr);
     } else {
       rc = lade__fail(LADE_EINVAL, "transport ucx: rank %u of %u does not know its peers' addresses: initialise "
@@ -893,20 +891,20 @@ static int ucx_open(lade__transport_t **out, const lade__transport_params_t *p, 
     }
     if (!rc) {
       pthread_mutex_lock(&g.mu);
-      rc = peers_set_locked(p->rank, p->world ? p->world : 1, (const char *const *)addr);
+      rc = peers_set_locked(p->rank, p->world, (const char *const *)addr);
       pthread_mutex_unlock(&g.mu);
     }
-    for (uint32_t r = 0; r < (p->world ? p->world : 1); r++) free(addr[r]);
+    for (uint32_t r = 0; r < p->world; r++) free(addr[r]);
     free(addr);
     if (rc) return rc;
   }
   pthread_mutex_lock(&g.mu);
-  if (p->world > 1 && (p->world != g.world || p->rank != g.rank)) {
+  if (!alone && (p->world != g.world || p->rank != g.rank)) {
     rc = lade__fail(LADE_EINVAL, "transport ucx: settings 'rank' and 'world_size' say rank %u of %u, but this "
                     "process's peers were set up as rank %u of %u", p->rank, p->world, g.rank, g.world);
   } else if (g.stop) {
     rc = lade__fail(LADE_ESTATE, "transport ucx: the process is exiting");
-  } else if (!g.started) {
+  } else if (!alone && !g.started) {
     if (pthread_create(&g.thread, NULL, comm_main, NULL) != 0)
       rc = lade__fail(LADE_ETHREAD, "transport ucx: cannot start the communication thread: %s", strerror(errno));
     else {
@@ -923,8 +921,8 @@ static int ucx_open(lade__transport_t **out, const lade__transport_params_t *p, 
   c->base.ops = &lade__transport_ucx;
   c->p = *p;
   c->id = ++g.next_chan;
-  c->rank = g.rank;
-  c->world = g.world;
+  c->rank = alone ? 0 : g.rank;
+  c->world = alone ? 1 : g.world;
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->cv, NULL);
   c->grant = calloc(c->world, sizeof *c->grant);
@@ -939,11 +937,13 @@ static int ucx_open(lade__transport_t **out, const lade__transport_params_t *p, 
   }
   for (uint32_t r = 0; r < c->world; r++) {
     c->checks_in[(size_t)r * (MAX_CHECKS + 1)] = ~0ull;
-    c->peer_lost[r] = g.ep_status[r] != UCS_OK;
+    c->peer_lost[r] = !alone && g.ep_status[r] != UCS_OK;
   }
-  c->state = c->world > 1 ? OPENING : OPEN;
-  c->next = g.chans;
-  g.chans = c;
+  c->state = alone ? OPEN : OPENING;
+  if (!alone) {
+    c->next = g.chans;
+    g.chans = c;
+  }
   pthread_mutex_unlock(&g.mu);
   pthread_mutex_lock(&c->mu);
   while (c->state == OPENING) pthread_cond_wait(&c->cv, &c->mu);
@@ -1114,10 +1114,7 @@ static void ucx_stats(lade__transport_t *d, lade__transport_stats_t *out) {
 }
 
 /* The host names in the addresses give the nodes; set once with the peers. */
-static const uint32_t *ucx_node_leads(lade__transport_t *d) {
-  (void)d;
-  return g.node_lead;
-}
+static const uint32_t *ucx_node_leads(lade__transport_t *d) { return ((chan_t *)d)->world > 1 ? g.node_lead : NULL; }
 
 const lade__transport_ops_t lade__transport_ucx = {"ucx",    ucx_open,         ucx_close, ucx_send,      ucx_wait_served,
                                                    ucx_recv, ucx_forget_below, ucx_stats, ucx_node_leads};
