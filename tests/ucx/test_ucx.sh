@@ -5,8 +5,9 @@
 # sums the simulator's, bytes the files'); the same under torchrun (C, the
 # folder named by torchrun's run id); the failure cases: a rank that never
 # starts, a rank killed mid-epoch, a rank that stops early, a seed that
-# differs on one rank; then the Python module under torchrun with a gloo
-# process group (test_ucx_python.py, every plan against `lade plan`).
+# differs on one rank, a rank far behind (backpressure); then the Python
+# module under torchrun with a gloo process group (test_ucx_python.py, every
+# plan against `lade plan`).
 # usage: test_ucx.sh UCX_CHECK LADE_CLI TMPDIR
 set -uo pipefail
 check_bin=$1 lade=$2 tmp=$3
@@ -80,6 +81,11 @@ grep -h "as expected" "$tmp"/s/log.fault-stop.* | head -3
 names1=$(cat "$tmp"/s/out/fault-stop.* 2>/dev/null | grep -c "names1 1")
 if [ "${rcs[*]}" = "0 0 0 0" ] && [ "$names1" -ge 1 ]; then echo "ok   fault-stop"
 else echo "FAIL: fault-stop: exits ${rcs[*]}, $names1 name rank 1"; fail=1; fi
+
+echo "== a rank far behind: the early messages it holds stay within its window (backpressure)"
+run4 lag job-lag "$tmp/l"
+grep -h "held at most\|FAIL" "$tmp"/l/log.lag.* | head -4
+if [ "${rcs[*]}" = "0 0 0 0" ]; then echo "ok   lag"; else echo "FAIL: lag: exits ${rcs[*]}"; fail=1; fi
 
 echo "== a rank killed (SIGKILL) mid-epoch: the others fail within the bound, naming it"
 mkdir -p "$tmp/k"

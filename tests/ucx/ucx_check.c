@@ -14,7 +14,8 @@
  * the dataset and half of it); mismatch (rank 2's seed differs: every rank's
  * create must fail naming the setting and rank 2); fault-stop (rank 1 stops
  * early in epoch 1 and closes its loader: the others fail within the bound
- * naming rank 1); run (distcache for many epochs until killed: the script
+ * naming rank 1); lag (rank 1 far behind: what it holds stays within its
+ * window); run (distcache for many epochs until killed: the script
  * kills a rank). Prints one line per check; exits non-zero on failure. */
 #include <errno.h>
 #include <stdio.h>
@@ -36,6 +37,8 @@
 static int g_rank, g_world, g_fail;
 static const char *g_seed = "7";
 static const char *g_rdv, *g_job;
+static const char *g_prefetch = NULL; /* NULL: the default */
+static unsigned g_step_us;            /* sleep after each batch */
 static char g_dir[2048];
 static FILE *g_out;
 
@@ -112,6 +115,7 @@ static lade_loader_t *open_loader(const char *kind, uint64_t cache_bytes, uint32
   lade_config_set(c, "drop_last", "true");
   lade_config_set(c, "epochs", epochs);
   lade_config_set(c, "plan", kind);
+  if (g_prefetch) lade_config_set(c, "prefetch", g_prefetch);
   lade_config_set(c, "transport", "ucx");
   lade_config_set(c, "rendezvous_dir", g_rdv);
   if (g_job) lade_config_set(c, "job_id", g_job);
@@ -157,6 +161,7 @@ static void run(const char *kind, uint64_t cache_bytes, uint64_t stop_after, uin
     }
     batches++;
     lade_batch_release(b);
+    if (g_step_us) usleep(g_step_us);
   }
   if (r->rc) snprintf(r->err, sizeof r->err, "%s", lade_last_error());
   lade_loader_stats(L, &r->st, sizeof(lade_stats_t));
@@ -256,9 +261,29 @@ static void check_fault_stop(void) {
   fflush(g_out);
 }
 
+/* Rank 1 is far behind (prefetch 1, 30 ms a batch) while the others plan 40
+ * steps ahead and push as they plan: what rank 1 holds of their early
+ * messages must stay within its own grant, 2 * (prefetch + 1) + 2 steps of
+ * at most B samples (backpressure, as mpi_check's lag). */
+static void check_lag(void) {
+  g_prefetch = g_rank == 1 ? "1" : "40";
+  g_step_us = g_rank == 1 ? 30000 : 0;
+  run("distcache", (uint64_t)(N / g_world) * CHARGE, 0, 20000, &g_run);
+  if (g_run.rc) fprintf(stderr, "rank %d: %s\n", g_rank, g_run.err);
+  check(g_run.rc == 0 && g_run.content_ok && g_run.n == (uint64_t)EPOCHS * N / (uint64_t)g_world,
+        "lag: every rank runs to the end with the source's bytes while rank 1 is far behind");
+  uint64_t bound = (2 * (1 + 1) + 2) * (uint64_t)B * SZ, peak = g_run.st.peer_bytes_held_peak;
+  fprintf(stderr, "rank %d: peer bytes held at most %llu (rank 1's bound %llu)\n", g_rank, (unsigned long long)peak,
+          (unsigned long long)bound);
+  if (g_rank == 1) {
+    check(peak > 0 && peak <= bound, "lag: the peer bytes rank 1 holds early stay within its window (backpressure)");
+    check(g_run.st.samples_by_source[3] > 0, "lag: rank 1 received samples from its peers");
+  }
+}
+
 int main(int argc, char **argv) {
   if (argc < 7) {
-    fprintf(stderr, "usage: ucx_check DIR RANK|- WORLD|- all|mismatch|fault-stop|run RENDEZVOUS_DIR JOB_ID|-\n");
+    fprintf(stderr, "usage: ucx_check DIR RANK|- WORLD|- all|mismatch|fault-stop|lag|run RENDEZVOUS_DIR JOB_ID|-\n");
     return 2;
   }
   g_rank = atoi(strcmp(argv[2], "-") ? argv[2] : getenv("RANK") ? getenv("RANK") : "0");
@@ -283,6 +308,8 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(mode, "fault-stop")) {
     check_fault_stop();
+  } else if (!strcmp(mode, "lag")) {
+    check_lag();
   } else if (!strcmp(mode, "mismatch")) {
     if (g_rank == 2) g_seed = "8";
     lade_loader_t *L = open_loader("locality", (uint64_t)(N / 4) * CHARGE, 20000, "3");
