@@ -182,13 +182,15 @@ static const setting_t settings[] = {
      "plan=solar: the epoch-order solver (auto: exact up to 16 epochs, local search beyond)"},
     {"transport", T_ENUM, OFF(transport), 0, 0, 0, "auto|local|mpi|ucx", "auto",
      "how learners send each other cached samples under a plan that routes to peers (auto: mpi when started by "
-     "mpirun/srun with more than one process and built with MPI, rank and world_size then from MPI; else ucx under "
-     "torchrun, with torch.distributed initialised (the Python module) or with rendezvous_dir, built with UCX; "
+     "mpirun/srun with more than one process and built with MPI, rank and world_size then from MPI; else ucx when "
+     "built with UCX and torch.distributed was initialised (the Python module exchanges the addresses) or "
+     "rendezvous_dir is set; "
      "local: none, a sample routed to a peer is read from storage)"},
     {"ranks_per_node", T_U32, OFF(ranks_per_node), 0, 0, 1 << 20, NULL, "0",
      "ranks per node, the ranks that share a machine (docs/transport.md, Nodes): 0 detects them (MPI's shared-memory "
-     "split under transport=mpi, else the launcher's LOCAL_RANK/LOCAL_WORLD_SIZE); n > 0 makes nodes of n "
-     "consecutive ranks (node = rank / n), so one machine can run several; must divide the world size"},
+     "split under transport=mpi, the host names under transport=ucx, else the launcher's "
+     "LOCAL_RANK/LOCAL_WORLD_SIZE); n > 0 makes nodes of n consecutive ranks (node = rank / n), so one machine can "
+     "run several; must divide the world size"},
     {"peer_timeout_ms", T_U32, OFF(peer_timeout_ms), 0, 100, 86400000, NULL, "60000",
      "transport: a learner waits at most this long for a peer's sample (or for the others to start), then fails "
      "naming the peer and the step"},

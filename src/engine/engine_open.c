@@ -210,6 +210,11 @@ static int open_transport(lade_loader_t *L) {
   if (r->note_no_ucx)
     fprintf(stderr, "lade: note: started by torchrun, but this build has no UCX (LADE_WITH_UCX): samples the plan "
                     "routes to peers are read from storage\n");
+  if (r->note_no_peers)
+    fprintf(stderr, "lade: note: started by torchrun, but the ranks' UCX addresses are unknown: initialise "
+                    "torch.distributed before creating the loader (the Python module exchanges them through it) or "
+                    "set rendezvous_dir and job_id; until then samples the plan routes to peers are read from "
+                    "storage\n");
   uint32_t env_rank = 0, env_size = 0;
   bool env_ok = lade__topology_env(&env_rank, &env_size);
   if (r->transport != LADE__TRANSPORT_MPI && r->transport != LADE__TRANSPORT_UCX)

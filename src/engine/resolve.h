@@ -62,6 +62,7 @@ typedef struct lade__resolved {
   int transport;                /* LADE__TRANSPORT_LOCAL, _MPI or _UCX */
   bool note_no_mpi;             /* under an MPI launcher, a routed plan, no MPI in this build: say so */
   bool note_no_ucx;             /* under torchrun, a routed plan, no UCX in this build: say so */
+  bool note_no_peers;           /* under torchrun, a routed plan, no way to reach the peers (auto): say how */
   uint32_t rank, world;         /* before an MPI transport reports its own */
   lade__topology_t topo;        /* this rank's node (set once the transport is open: lade__resolve_topology) */
   uint32_t threads;             /* worker threads */

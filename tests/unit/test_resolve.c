@@ -220,10 +220,10 @@ static void test_transport_transform_threads(void) {
   CHECK_EQ_INT(r.threads, 8);
 }
 
-/* UCX (docs/transport.md, UCX): auto picks it under torchrun, with peers set
- * up by lade_ucx_set_peers() or with a rendezvous_dir, for a routed plan
- * only, and MPI first under an MPI launcher; torchrun's rank and world
- * stand in for unset settings. */
+/* UCX (docs/transport.md, UCX): auto picks it with peers set up by
+ * lade_ucx_set_peers() or with a rendezvous_dir, for a routed plan only, and
+ * MPI first under an MPI launcher; under torchrun without either, none and a
+ * note; torchrun's rank and world stand in for unset settings. */
 static void test_transport_ucx(void) {
   lade__source_facts_t fa = facts(100, 10, false);
   fa.torchrun = true;
@@ -231,15 +231,29 @@ static void test_transport_ucx(void) {
   fa.torchrun_world = 4;
   lade__resolved_t r;
   const char *routed[] = {"plan=locality", NULL};
-  CHECK_OK(resolve(routed, &fa, &r));
-#ifdef LADE_HAVE_UCX
-  CHECK_EQ_INT(r.transport, LADE__TRANSPORT_UCX);
-#else
+  CHECK_OK(resolve(routed, &fa, &r)); /* no way to reach the peers: none, and a note saying how */
   CHECK_EQ_INT(r.transport, LADE__TRANSPORT_LOCAL);
+#ifdef LADE_HAVE_UCX
+  CHECK(r.note_no_peers && !r.note_no_ucx);
+#else
   CHECK(r.note_no_ucx);
 #endif
   CHECK_EQ_INT(r.rank, 3);
   CHECK_EQ_INT(r.world, 4);
+  fa.ucx_peers = 4; /* torch.distributed, through the Python module */
+  CHECK_OK(resolve(routed, &fa, &r));
+#ifdef LADE_HAVE_UCX
+  CHECK_EQ_INT(r.transport, LADE__TRANSPORT_UCX);
+  CHECK(!r.note_no_peers);
+#endif
+  CHECK_EQ_INT(r.rank, 3);
+  CHECK_EQ_INT(r.world, 4);
+  fa.ucx_peers = 0;
+  const char *folder_tr[] = {"plan=locality", "rendezvous_dir=/tmp/x", NULL}; /* torchrun's world and a folder */
+  CHECK_OK(resolve(folder_tr, &fa, &r));
+#ifdef LADE_HAVE_UCX
+  CHECK_EQ_INT(r.transport, LADE__TRANSPORT_UCX);
+#endif
   CHECK_OK(resolve(NULL, &fa, &r)); /* regular: no transport, torchrun's rank and world */
   CHECK_EQ_INT(r.transport, LADE__TRANSPORT_LOCAL);
   CHECK_EQ_INT(r.rank, 3);
