@@ -364,6 +364,19 @@ static int job_name(const char *job_id, char *out, size_t cap) {
   return 0;
 }
 
+/* mkdir -p */
+static int make_dirs(const char *dir) {
+  char p[4096];
+  snprintf(p, sizeof p, "%s", dir);
+  for (char *s = p + 1; *s; s++)
+    if (*s == '/') {
+      *s = 0;
+      if (mkdir(p, 0777) != 0 && errno != EEXIST) return -1;
+      *s = '/';
+    }
+  return mkdir(p, 0777) != 0 && errno != EEXIST ? -1 : 0;
+}
+
 /* Exchanges the addresses through a folder every rank can reach: writes
  * this rank's (temporary file, renamed), reads the others', bounded. Fills
  * addr[r] (malloc'd). Called without g.mu. */
@@ -372,7 +385,7 @@ static int rendezvous(const char *dir, const char *job_id, uint32_t rank, uint32
   char job[256], path[4096], tmp[4200];
   int rc = job_name(job_id, job, sizeof job);
   if (rc) return rc;
-  if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+  if (make_dirs(dir) != 0)
     return lade__fail(LADE_EIO, "transport ucx: rendezvous_dir %s: %s", dir, strerror(errno));
   snprintf(path, sizeof path, "%s/lade-%s.%u", dir, job, rank);
   snprintf(tmp, sizeof tmp, "%s/.lade-%s.%u.tmp%ld", dir, job, rank, (long)getpid());
