@@ -178,6 +178,8 @@ static void chan_fail_locked(chan_t *c, const char *fmt, ...) {
 
 /* ------------------------------------------------------------ the process's worker and peers */
 
+static void at_exit(void);
+
 static int init_locked(void) {
   if (g.inited) return g.init_rc ? lade__fail(g.init_rc, "%s", g.init_msg) : 0;
   g.inited = true;
@@ -195,6 +197,7 @@ static int init_locked(void) {
   }
   ucp_address_t *a = NULL;
   size_t alen = 0;
+  if (s == UCS_OK) atexit(at_exit);
   if (s == UCS_OK) s = ucp_worker_get_address(g.worker, &a, &alen);
   if (s != UCS_OK) {
     g.init_rc = LADE_EIO;
@@ -281,7 +284,8 @@ static int peers_set_locked(uint32_t rank, uint32_t world, const char *const *ad
       int hi = hexval(addr[r][2 * i]), lo = hexval(addr[r][2 * i + 1]);
       if (hi < 0 || lo < 0)
         rc = lade__fail(LADE_EINVAL, "transport ucx: the address of rank %u is malformed (not hexadecimal)", r);
-      bin[i] = (uint8_t)(hi << 4 | lo);
+      else
+        bin[i] = (uint8_t)(hi << 4 | lo);
     }
     if (rc) break;
     ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
@@ -868,13 +872,29 @@ static void *comm_main(void *arg) {
   return NULL;
 }
 
+/* At exit: the thread stops; the endpoints, the worker and the context are
+ * released when no loader was left open (an open one's requests may still
+ * be in flight: then the process's exit releases them). */
 static void at_exit(void) {
   pthread_mutex_lock(&g.mu);
-  bool started = g.started;
+  bool started = g.started, abandoned = g.chans != NULL;
   g.stop = true;
   g.chans = NULL; /* loaders still open at exit: their channels are abandoned */
   pthread_mutex_unlock(&g.mu);
   if (started) pthread_join(g.thread, NULL);
+  if (abandoned || !g.worker) return;
+  for (uint32_t r = 0; g.ep && r < g.world; r++) {
+    if (!g.ep[r]) continue;
+    ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS, .flags = UCP_EP_CLOSE_FLAG_FORCE};
+    void *req = ucp_ep_close_nbx(g.ep[r], &prm);
+    for (int k = 0; UCS_PTR_IS_PTR(req) && k < 10000 && ucp_request_check_status(req) == UCS_INPROGRESS; k++)
+      ucp_worker_progress(g.worker);
+    if (UCS_PTR_IS_PTR(req)) ucp_request_free(req);
+  }
+  ucp_worker_destroy(g.worker);
+  ucp_cleanup(g.ctx);
+  g.worker = NULL;
+  g.ctx = NULL;
 }
 
 /* ------------------------------------------------------------ the vtable */
@@ -920,10 +940,8 @@ static int ucx_open(lade__transport_t **out, const lade__transport_params_t *p, 
   } else if (!alone && !g.started) {
     if (pthread_create(&g.thread, NULL, comm_main, NULL) != 0)
       rc = lade__fail(LADE_ETHREAD, "transport ucx: cannot start the communication thread: %s", strerror(errno));
-    else {
+    else
       g.started = true;
-      atexit(at_exit);
-    }
   }
   chan_t *c = rc ? NULL : calloc(1, sizeof *c);
   if (!rc && !c) rc = lade__fail(LADE_ENOMEM, "transport ucx: out of memory");
