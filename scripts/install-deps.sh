@@ -19,6 +19,7 @@ pkgs=(
   gnuplot-nox                    # lade simulate/model --plot
   libopenmpi-dev openmpi-bin     # the MPI transport between learners (src/transport/mpi.c) and the mpirun tests
   python3-mpi4py                 # the Python module under mpirun beside mpi4py
+  libucx-dev                     # the UCX transport between learners under torchrun (src/transport/ucx.c) and its tests
   nginx                          # http(s):// tar shard tests: a real HTTP server with Range support
 )
 

@@ -16,7 +16,7 @@ cmake --build build -j"$jobs"
 (cd build && ctest --output-on-failure -j"$jobs")
 
 echo "== the pip route: pip install . into a fresh venv (offline), the installed module checked from outside the tree"
-bash tests/pip/test_pip.sh --require "curl mpi" --cli build/lade
+bash tests/pip/test_pip.sh --require "curl mpi ucx" --cli build/lade
 
 echo "== unit tests and the Python lifetime tests under AddressSanitizer + UndefinedBehaviorSanitizer"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DLADE_SANITIZE=ON >/dev/null

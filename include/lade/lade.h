@@ -46,11 +46,27 @@ LADE_API const char *lade_version(void);
 
 /*
  * The optional dependencies built into this library, as a static string of
- * space-separated names in this order: "jpeg png curl mpi hdf5 zlib", each
- * present only when built in ("" when none). curl means the s3 source and
- * http(s):// shards, mpi the MPI transport between learners. Thread-safe.
+ * space-separated names in this order: "jpeg png curl mpi ucx hdf5 zlib",
+ * each present only when built in ("" when none). curl means the s3 source
+ * and http(s):// shards, mpi and ucx the transports between learners.
+ * Thread-safe.
  */
 LADE_API const char *lade_features(void);
+
+/*
+ * The UCX transport's bootstrap (transport=ucx, docs/transport.md), for a
+ * program that has its own way of reaching every rank (torch.distributed,
+ * a job scheduler's key-value store): each rank gets its address with
+ * lade_ucx_address() (*out: text owned by the library, valid until the
+ * process exits), gathers every rank's, and passes them in rank order to
+ * lade_ucx_set_peers() before it creates a loader with the UCX transport.
+ * Once per process (a second call with the same rank and world does
+ * nothing; another fails). Without them, the transport exchanges the
+ * addresses through the setting rendezvous_dir. LADE_EUNSUPPORTED without
+ * UCX in the build. Thread-safe.
+ */
+LADE_API int lade_ucx_address(const char **out);
+LADE_API int lade_ucx_set_peers(uint32_t rank, uint32_t world, const char *const *addresses);
 
 /* ------------------------------------------------------------------- errors */
 

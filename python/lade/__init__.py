@@ -66,6 +66,39 @@ def detect_rank():
     return 0, 1
 
 
+def _ucx_bootstrap(settings, rank, world_size):
+    """Under torch.distributed, before a loader that the UCX transport may
+    carry (transport auto or ucx, a plan that routes samples, no MPI
+    launcher): every rank's UCX address goes to every rank through
+    all_gather_object, once per process (docs/transport.md, UCX). Collective:
+    every rank creates its loaders in the same order, as the transport
+    needs anyway."""
+    world_size = int(world_size)
+    if world_size <= 1 or "ucx" not in features() or ("ucx", rank, world_size) in _UCX_DONE:
+        return
+    transport = str(settings.get("transport", "auto"))
+    plan = str(settings.get("plan", "regular"))
+    env = _os.environ
+    mpi = "OMPI_COMM_WORLD_SIZE" in env or "PMI_SIZE" in env
+    if transport != "ucx" and (transport != "auto" or plan in ("regular", "shards") or mpi):
+        return
+    dist = _import_optional("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return  # the C library's rendezvous_dir, or its error saying what to do
+    if dist.get_world_size() != world_size or dist.get_rank() != int(rank):
+        raise Error("rank %s of %d given, but torch.distributed runs rank %d of %d: the UCX transport's "
+                    "addresses are exchanged over the default process group, so its ranks must be the loader's "
+                    "(or set transport='local', or rendezvous_dir and job_id)"
+                    % (rank, world_size, dist.get_rank(), dist.get_world_size()))
+    addresses = [None] * world_size
+    dist.all_gather_object(addresses, _lade.ucx_address())
+    _lade.ucx_set_peers(int(rank), [str(a) for a in addresses])
+    _UCX_DONE.add(("ucx", rank, world_size))
+
+
+_UCX_DONE = set()
+
+
 def _import_optional(name):
     """The module, or None when it is not installed. A Ctrl-C while torch's C
     extension initialises comes out of its import as RuntimeError("KeyboardInterrupt:
@@ -175,6 +208,7 @@ class Loader:
         self.settings = {k: ("***" if v and _lade.is_secret(k) else v) for k, v in pairs}
         self._convert = self._converter(output)
         _no_workers()
+        _ucx_bootstrap(settings, rank, world_size)
         self._h = _lade.Loader(pairs)
 
     def __reduce_ex__(self, protocol):

@@ -1405,6 +1405,41 @@ static PyObject *mod_version(PyObject *m, PyObject *unused) { return PyUnicode_F
 
 static PyObject *mod_features(PyObject *m, PyObject *unused) { return PyUnicode_FromString(lade_features()); }
 
+/* The UCX transport's bootstrap (lade_ucx_address, lade_ucx_set_peers): the
+ * Python module gathers the addresses over torch.distributed. */
+static PyObject *mod_ucx_address(PyObject *m, PyObject *unused) {
+  const char *a = NULL;
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = lade_ucx_address(&a);
+  Py_END_ALLOW_THREADS
+  if (rc) return raise_last(rc);
+  return PyUnicode_FromString(a);
+}
+
+static PyObject *mod_ucx_set_peers(PyObject *m, PyObject *args) {
+  unsigned rank = 0;
+  PyObject *list = NULL;
+  if (!PyArg_ParseTuple(args, "IO!", &rank, &PyList_Type, &list)) return NULL;
+  Py_ssize_t n = PyList_GET_SIZE(list);
+  const char **addr = calloc(n ? (size_t)n : 1, sizeof *addr);
+  if (!addr) return PyErr_NoMemory();
+  for (Py_ssize_t i = 0; i < n; i++) {
+    addr[i] = PyUnicode_AsUTF8(PyList_GET_ITEM(list, i));
+    if (!addr[i]) {
+      free(addr);
+      return NULL;
+    }
+  }
+  int rc;
+  Py_BEGIN_ALLOW_THREADS
+  rc = lade_ucx_set_peers(rank, (uint32_t)n, addr);
+  Py_END_ALLOW_THREADS
+  free(addr);
+  if (rc) return raise_last(rc);
+  Py_RETURN_NONE;
+}
+
 static PyObject *mod_is_secret(PyObject *m, PyObject *args) {
   const char *key;
   if (!PyArg_ParseTuple(args, "s", &key)) return NULL;
@@ -1420,6 +1455,9 @@ static PyMethodDef mod_methods[] = {
     {"config_keys", mod_config_keys, METH_NOARGS, "{key: (default, help)} of every setting"},
     {"version", mod_version, METH_NOARGS, "the library version"},
     {"features", mod_features, METH_NOARGS, "lade_features(): the optional dependencies built in"},
+    {"ucx_address", mod_ucx_address, METH_NOARGS, "this process's UCX address (lade_ucx_address)"},
+    {"ucx_set_peers", mod_ucx_set_peers, METH_VARARGS,
+     "ucx_set_peers(rank, [address by rank]): the peers of the UCX transport (lade_ucx_set_peers)"},
     {"is_secret", mod_is_secret, METH_VARARGS, "is_secret(key) -> True for a setting whose value is never shown"},
     {"_released", mod_released, METH_NOARGS, "test hook"},
     {NULL, NULL, 0, NULL}};

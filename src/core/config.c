@@ -180,17 +180,23 @@ static const setting_t settings[] = {
      "batch stays batch_size * world_size), so more of each step trains from the caches"},
     {"plan_order", T_ENUM, OFF(plan_order), 0, 0, 0, "auto|dp|local|pso", "auto",
      "plan=solar: the epoch-order solver (auto: exact up to 16 epochs, local search beyond)"},
-    {"transport", T_ENUM, OFF(transport), 0, 0, 0, "auto|local|mpi", "auto",
+    {"transport", T_ENUM, OFF(transport), 0, 0, 0, "auto|local|mpi|ucx", "auto",
      "how learners send each other cached samples under a plan that routes to peers (auto: mpi when started by "
-     "mpirun/srun with more than one process and built with MPI, rank and world_size then from MPI; local: none, "
-     "a sample routed to a peer is read from storage)"},
+     "mpirun/srun with more than one process and built with MPI, rank and world_size then from MPI; else ucx when "
+     "built with UCX and torch.distributed was initialised (the Python module exchanges the addresses) or "
+     "rendezvous_dir is set; "
+     "local: none, a sample routed to a peer is read from storage)"},
     {"ranks_per_node", T_U32, OFF(ranks_per_node), 0, 0, 1 << 20, NULL, "0",
      "ranks per node, the ranks that share a machine (docs/transport.md, Nodes): 0 detects them (MPI's shared-memory "
-     "split under transport=mpi, else the launcher's LOCAL_RANK/LOCAL_WORLD_SIZE); n > 0 makes nodes of n "
-     "consecutive ranks (node = rank / n), so one machine can run several; must divide the world size"},
+     "split under transport=mpi, the host names under transport=ucx, else the launcher's "
+     "LOCAL_RANK/LOCAL_WORLD_SIZE); n > 0 makes nodes of n consecutive ranks (node = rank / n), so one machine can "
+     "run several; must divide the world size"},
     {"peer_timeout_ms", T_U32, OFF(peer_timeout_ms), 0, 100, 86400000, NULL, "60000",
      "transport: a learner waits at most this long for a peer's sample (or for the others to start), then fails "
      "naming the peer and the step"},
+    {"rendezvous_dir", T_STR, OFF(rendezvous_dir), SZ(rendezvous_dir), 0, 0, NULL, "",
+     "transport=ucx without torch.distributed: a folder every rank can reach, where each writes its UCX address "
+     "(lade-<job_id>.<rank>) and reads the others' at the first loader's open (docs/transport.md, UCX)"},
     {"prefetcher", T_ENUM, OFF(prefetcher), 0, 0, 0, "auto|on|off", "auto",
      "DELI prefetcher into the disk cache (auto: on for remote sources with a disk cache)"},
     {"fetch_size", T_U64, OFF(fetch_size), 0, 0, 1e15, NULL, "0",
@@ -206,9 +212,10 @@ static const setting_t settings[] = {
      "node cache: the tmpfs folder of its shared-memory segments (needs cache_mem_bytes free; containers: "
      "--shm-size)"},
     {"job_id", T_STR, OFF(job_id), SZ(job_id), 0, 0, NULL, "",
-     "node cache: the key that the ranks of one job share and no other job on the node uses (\"\": from the "
-     "launcher: TORCHELASTIC_RUN_ID with MASTER_ADDR:MASTER_PORT, SLURM_JOB_ID.SLURM_STEP_ID, Open MPI's "
-     "PMIX_NAMESPACE, else MASTER_ADDR:MASTER_PORT)"},
+     "the key that the ranks of one job share and no other job on the node uses: the node cache's segment names "
+     "and transport=ucx's rendezvous files (\"\": from the launcher: TORCHELASTIC_RUN_ID with "
+     "MASTER_ADDR:MASTER_PORT, SLURM_JOB_ID.SLURM_STEP_ID, Open MPI's PMIX_NAMESPACE, else MASTER_ADDR:MASTER_PORT; "
+     "the rendezvous adds torchrun's restart count)"},
 };
 
 #define NSETTINGS (sizeof settings / sizeof settings[0])

@@ -16,7 +16,7 @@ enum { LADE__POLICY_AUTO = 0, LADE__POLICY_FIFO, LADE__POLICY_LRU, LADE__POLICY_
 enum { LADE__TRISTATE_AUTO = 0, LADE__TRISTATE_ON, LADE__TRISTATE_OFF };
 enum { LADE__XF_AUTO = 0, LADE__XF_RAW, LADE__XF_NPY, LADE__XF_IMAGENET_TRAIN, LADE__XF_IMAGENET_EVAL };
 enum { LADE__ONERR_FAIL = 0, LADE__ONERR_SKIP };
-enum { LADE__TRANSPORT_AUTO = 0, LADE__TRANSPORT_LOCAL, LADE__TRANSPORT_MPI };
+enum { LADE__TRANSPORT_AUTO = 0, LADE__TRANSPORT_LOCAL, LADE__TRANSPORT_MPI, LADE__TRANSPORT_UCX };
 enum { LADE__DECODE_SCALE_OFF = 0, LADE__DECODE_SCALE_AUTO };
 
 struct lade_config {
@@ -88,13 +88,14 @@ struct lade_config {
   uint32_t ranks_per_node; /* 0: detect (transport/topology.h) */
   int transport;                   /* LADE__TRANSPORT_* */
   uint32_t peer_timeout_ms;
+  char rendezvous_dir[LADE__PATH_MAX]; /* transport=ucx: the folder the ranks exchange their addresses in */
   int plan_order;                  /* lade_plan_order_algo_t */
   int prefetcher;                  /* LADE__TRISTATE_* */
   uint64_t fetch_size;             /* samples per prefetch; 0: half the disk cache (50/50 rule) */
   uint64_t prefetch_threshold;     /* fetched-but-unused samples that trigger a fetch; 0: = fetch_size */
   int node_cache;                  /* LADE__TRISTATE_*: one memory cache per node (docs/cache.md, Node cache) */
   char shm_dir[LADE__PATH_MAX];    /* the tmpfs folder of the node cache's segments */
-  char job_id[256];                /* the job key the node's ranks share; "": from the launcher */
+  char job_id[256];                /* the job key the ranks share (node cache, UCX rendezvous); "": the launcher's */
   lade_allocator_t allocator;
   bool has_allocator;
 };

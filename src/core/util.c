@@ -33,6 +33,9 @@ const char *lade_features(void) {
 #ifdef LADE_HAVE_MPI
                                " mpi"
 #endif
+#ifdef LADE_HAVE_UCX
+                               " ucx"
+#endif
 #ifdef LADE_HAVE_HDF5
                                " hdf5"
 #endif

@@ -137,7 +137,7 @@ static void wake_workers(void *ctx) {
   pthread_mutex_unlock(&L->mu);
 }
 
-#ifdef LADE_HAVE_MPI
+#ifdef LADE__HAVE_PEERS
 /* The transport's serving side: the fetch stage (open before any send is queued). */
 static int serve_peer(void *ctx, uint64_t idx, uint64_t q, int nonblock, lade__buf_t *out) {
   lade_loader_t *L = ctx;
@@ -175,7 +175,7 @@ static uint64_t names_digest(lade_loader_t *L) {
   return h;
 }
 
-#ifdef LADE_HAVE_MPI
+#ifdef LADE__HAVE_PEERS
 #define PROBES 16
 static int dataset_fingerprint(lade_loader_t *L, uint64_t *sizes, uint64_t *probes) {
   lade__source_t *s = &L->src;
@@ -197,8 +197,8 @@ static int dataset_fingerprint(lade_loader_t *L, uint64_t *sizes, uint64_t *prob
 #endif
 
 /* The transport resolve.c chose (docs/transport.md). Under MPI, rank and
- * world come from MPI (the settings must agree when set), and the
- * learners' settings are compared. Without a transport, peer routes read
+ * world come from MPI (the settings must agree when set), under UCX from
+ * the settings (or torchrun's); the learners' settings are compared. Without a transport, peer routes read
  * storage. The fetch stage serves the sends; it is wired in once open. */
 static int open_transport(lade_loader_t *L) {
   lade__resolved_t *r = &L->res;
@@ -207,10 +207,19 @@ static int open_transport(lade_loader_t *L) {
   if (r->note_no_mpi)
     fprintf(stderr, "lade: note: started by an MPI launcher, but this build has no MPI (LADE_WITH_MPI): samples the "
                     "plan routes to peers are read from storage\n");
+  if (r->note_no_ucx)
+    fprintf(stderr, "lade: note: started by torchrun, but this build has no UCX (LADE_WITH_UCX): samples the plan "
+                    "routes to peers are read from storage\n");
+  if (r->note_no_peers)
+    fprintf(stderr, "lade: note: started by torchrun, but the ranks' UCX addresses are unknown: initialise "
+                    "torch.distributed before creating the loader (the Python module exchanges them through it) or "
+                    "set rendezvous_dir and job_id; until then samples the plan routes to peers are read from "
+                    "storage\n");
   uint32_t env_rank = 0, env_size = 0;
   bool env_ok = lade__topology_env(&env_rank, &env_size);
-  if (r->transport != LADE__TRANSPORT_MPI) return lade__resolve_topology(&L->cfg, NULL, env_ok, env_rank, env_size, r);
-#ifdef LADE_HAVE_MPI
+  if (r->transport != LADE__TRANSPORT_MPI && r->transport != LADE__TRANSPORT_UCX)
+    return lade__resolve_topology(&L->cfg, NULL, env_ok, env_rank, env_size, r);
+#ifdef LADE__HAVE_PEERS
   lade__cursor_params_t *cp = &r->cursor;
   uint64_t fp_names = L->names_digest, fp_sizes = 0, fp_probes = 0;
   int rc = dataset_fingerprint(L, &fp_sizes, &fp_probes);
@@ -228,9 +237,18 @@ static int open_transport(lade_loader_t *L) {
       {"the dataset's bytes (a digest of 16 probe samples)", fp_probes, true}};
   lade__transport_params_t dp = {.rank = L->cfg.rank, .world = L->cfg.world_size, .timeout_ms = L->cfg.peer_timeout_ms,
                                  .window = L->window, .serve = serve_peer, .serve_ctx = L, .checks = checks,
-                                 .nchecks = (uint32_t)(sizeof checks / sizeof checks[0])};
+                                 .nchecks = (uint32_t)(sizeof checks / sizeof checks[0]),
+                                 .rendezvous_dir = L->cfg.rendezvous_dir, .job_id = L->cfg.job_id};
+  const lade__transport_ops_t *ops = NULL;
+#ifdef LADE_HAVE_MPI
+  if (r->transport == LADE__TRANSPORT_MPI) ops = &lade__transport_mpi;
+#endif
+#ifdef LADE_HAVE_UCX
+  if (r->transport == LADE__TRANSPORT_UCX) ops = &lade__transport_ucx;
+#endif
+  if (!ops) return lade__fail(LADE_EUNSUPPORTED, "this build has no transport %d", r->transport);
   uint32_t rank = 0, world = 1;
-  rc = lade__transport_mpi.open(&L->dist, &dp, &rank, &world);
+  rc = ops->open(&L->dist, &dp, &rank, &world);
   if (rc) return rc;
   L->cfg.rank = r->rank = cp->rank = rank;
   L->cfg.world_size = r->world = cp->plan.learners = world;
@@ -270,10 +288,13 @@ static int open_pipeline(lade_loader_t *L, lade__buf_t *buf) {
                              .shards = L->src.shards,
                              .online_cores = online_cores()};
   fa.launched = lade__transport_launched(&fa.launched_rank, &fa.launched_world) && fa.launched_world > 1;
+  fa.torchrun = lade__transport_torchrun(&fa.torchrun_rank, &fa.torchrun_world) && fa.torchrun_world > 1;
+  fa.ucx_peers = lade__ucx_peers_world();
   if (lade__resolve_wants_mean(&L->cfg, fa.remote)) fa.mean_bytes = mean_sample_bytes(&L->src, L->src_ops);
   if (lade__resolve_wants_disk_free(&L->cfg)) rc = disk_free(L->cfg.cache_dir, &fa.disk_free_bytes);
   if (!rc) rc = lade__resolve(&L->cfg, &fa, &L->res);
-  if (!rc && (L->cfg.cache_dir[0] || L->res.transport == LADE__TRANSPORT_MPI)) L->names_digest = names_digest(L);
+  if (!rc && (L->cfg.cache_dir[0] || L->res.transport == LADE__TRANSPORT_MPI || L->res.transport == LADE__TRANSPORT_UCX))
+    L->names_digest = names_digest(L);
   if (!rc) rc = open_transport(L);
   if (!rc) rc = resolve_node_cache(L);
   if (rc) return rc;

@@ -171,19 +171,45 @@ static int resolve_fetch(const struct lade_config *cfg, const lade__source_facts
 }
 
 /* The transport a routed plan needs (docs/transport.md): MPI when asked, or
- * (auto) when started by an MPI launcher with more than one process. With
- * the local transport under a launcher, the launcher's rank and world,
- * unless the settings name them: the same command runs from a laptop to
- * mpirun. Under MPI, rank and world come from MPI once it is open. */
+ * (auto) when started by an MPI launcher with more than one process; UCX
+ * when asked, or (auto) when the peers were set up by lade_ucx_set_peers()
+ * (the Python module over torch.distributed), or with a rendezvous_dir and
+ * a world size (the settings' or torchrun's); under torchrun without
+ * either, none, with a note saying how. Without MPI, under a launcher or
+ * torchrun, the launcher's rank and world, unless the settings name them:
+ * the same command runs from a laptop to mpirun or torchrun. Under MPI,
+ * rank and world come from MPI once it is open. */
 static int resolve_transport(const struct lade_config *cfg, const lade__source_facts_t *fa, lade__resolved_t *r) {
   int mode = cfg->transport;
   r->rank = cfg->rank;
   r->world = cfg->world_size;
-  if (mode == LADE__TRANSPORT_AUTO) mode = routed_kind(cfg) && fa->launched ? LADE__TRANSPORT_MPI : LADE__TRANSPORT_LOCAL;
-  if (mode == LADE__TRANSPORT_LOCAL && fa->launched && cfg->world_size == 1 && cfg->rank == 0) {
+  bool routed = routed_kind(cfg);
+  if (mode == LADE__TRANSPORT_AUTO) {
+    if (routed && fa->launched) mode = LADE__TRANSPORT_MPI;
+    else if (routed && (fa->ucx_peers > 1 || (cfg->rendezvous_dir[0] && (cfg->world_size > 1 || fa->torchrun))))
+      mode = LADE__TRANSPORT_UCX;
+    else mode = LADE__TRANSPORT_LOCAL;
+    r->note_no_peers = mode == LADE__TRANSPORT_LOCAL && routed && fa->torchrun && !fa->launched;
+  }
+  bool unset = cfg->world_size == 1 && cfg->rank == 0;
+  if (mode == LADE__TRANSPORT_LOCAL && fa->launched && unset) {
     r->rank = fa->launched_rank;
     r->world = fa->launched_world;
+  } else if (mode != LADE__TRANSPORT_MPI && !fa->launched && fa->torchrun && unset) {
+    r->rank = fa->torchrun_rank;
+    r->world = fa->torchrun_world;
   }
+#ifndef LADE_HAVE_UCX
+  if (mode == LADE__TRANSPORT_UCX) {
+    if (cfg->transport == LADE__TRANSPORT_UCX)
+      return lade__fail(LADE_EUNSUPPORTED, "transport=ucx: this build has no UCX (LADE_WITH_UCX; apt-get install "
+                        "libucx-dev)");
+    r->note_no_ucx = true;
+    mode = LADE__TRANSPORT_LOCAL;
+  }
+  r->note_no_ucx |= r->note_no_peers;
+  r->note_no_peers = false;
+#endif
 #ifndef LADE_HAVE_MPI
   if (mode == LADE__TRANSPORT_MPI) {
     if (cfg->transport == LADE__TRANSPORT_MPI)

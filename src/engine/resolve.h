@@ -49,6 +49,9 @@ typedef struct lade__source_facts {
   bool launched;             /* started by an MPI-style launcher with more than one process */
   uint32_t launched_rank, launched_world;
   uint32_t online_cores;
+  bool torchrun;             /* started by torchrun with more than one process */
+  uint32_t torchrun_rank, torchrun_world;
+  uint32_t ucx_peers;        /* the world size lade_ucx_set_peers() set up in this process (0: none) */
 } lade__source_facts_t;
 
 typedef struct lade__resolved {
@@ -56,8 +59,10 @@ typedef struct lade__resolved {
   lade__fetch_conf_t fetch;
   int transform;                /* LADE__RXF_* */
   lade__xform_conf_t xform;     /* its settings */
-  int transport;                /* LADE__TRANSPORT_LOCAL or LADE__TRANSPORT_MPI */
+  int transport;                /* LADE__TRANSPORT_LOCAL, _MPI or _UCX */
   bool note_no_mpi;             /* under an MPI launcher, a routed plan, no MPI in this build: say so */
+  bool note_no_ucx;             /* under torchrun, a routed plan, no UCX in this build: say so */
+  bool note_no_peers;           /* under torchrun, a routed plan, no way to reach the peers (auto): say how */
   uint32_t rank, world;         /* before an MPI transport reports its own */
   lade__topology_t topo;        /* this rank's node (set once the transport is open: lade__resolve_topology) */
   char job_key[320];            /* the node cache's job key (lade__resolve_node_cache); fetch.job_key points here */

@@ -1,6 +1,6 @@
-/* launcher.c - whether an MPI launcher started this process, and its rank
- * and world, from the environment alone (no MPI call): what every transport
- * and the engine's rank detection share. */
+/* launcher.c - whether an MPI launcher (or torchrun) started this process,
+ * and its rank and world, from the environment alone (no MPI call): what
+ * every transport and the engine's rank detection share. */
 #include <stdlib.h>
 
 #include "transport/transport.h"
@@ -18,4 +18,14 @@ bool lade__transport_launched(uint32_t *rank, uint32_t *world) {
     }
   }
   return false;
+}
+
+bool lade__transport_torchrun(uint32_t *rank, uint32_t *world) {
+  const char *run = getenv("TORCHELASTIC_RUN_ID"), *lr = getenv("LOCAL_RANK"), *r = getenv("RANK"),
+             *w = getenv("WORLD_SIZE");
+  *rank = *world = 0;
+  if (!(r && *r && w && *w)) return false;
+  *rank = (uint32_t)strtoul(r, NULL, 10);
+  *world = (uint32_t)strtoul(w, NULL, 10);
+  return ((run && *run) || (lr && *lr)) && *rank < *world;
 }

@@ -17,9 +17,11 @@
  * callback that produces a sample's bytes for a send (the fetch stage reads
  * its own cache, and storage if the cache lost it).
  *
- * Backends, one file each: local (world size 1: nothing to send) and mpi
+ * Backends, one file each: local (world size 1: nothing to send), mpi
  * (one communication thread per process drives MPI; every loader has its
- * own communicator). Thread-safe.
+ * own communicator) and ucx (the same without an MPI launcher: one UCX
+ * worker and thread per process, the peers' addresses exchanged at start).
+ * Thread-safe.
  */
 #ifndef LADE__TRANSPORT_H
 #define LADE__TRANSPORT_H
@@ -54,6 +56,8 @@ typedef struct lade__transport_params {
   void *serve_ctx;
   const lade__transport_check_t *checks; /* compared across learners at open */
   uint32_t nchecks;
+  const char *rendezvous_dir; /* ucx: the folder the ranks exchange their addresses in ("" or NULL: none) */
+  const char *job_id;         /* ucx: the job's name in that folder ("": torchrun's run id) */
 } lade__transport_params_t;
 
 typedef struct lade__transport_stats {
@@ -98,10 +102,25 @@ extern const lade__transport_ops_t lade__transport_local;
 #ifdef LADE_HAVE_MPI
 extern const lade__transport_ops_t lade__transport_mpi;
 #endif
+#ifdef LADE_HAVE_UCX
+extern const lade__transport_ops_t lade__transport_ucx;
+#endif
+#if defined(LADE_HAVE_MPI) || defined(LADE_HAVE_UCX)
+#define LADE__HAVE_PEERS 1 /* a transport between learners is built in */
+#endif
+
+/* The world size lade_ucx_set_peers() (or an earlier rendezvous) set up in
+ * this process; 0 when none (or no UCX). */
+uint32_t lade__ucx_peers_world(void);
 
 /* Whether this process was started by an MPI launcher (mpirun/mpiexec,
  * srun with PMI): the environment tells, without initialising MPI. Fills
  * *rank and *world with the launcher's (world 0 when unknown). */
 bool lade__transport_launched(uint32_t *rank, uint32_t *world);
+
+/* Whether torchrun (TorchElastic) started this process: TORCHELASTIC_RUN_ID,
+ * or LOCAL_RANK with RANK and WORLD_SIZE. Fills *rank and *world with
+ * RANK and WORLD_SIZE (world 0 when unknown). */
+bool lade__transport_torchrun(uint32_t *rank, uint32_t *world);
 
 #endif

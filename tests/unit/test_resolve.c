@@ -220,6 +220,78 @@ static void test_transport_transform_threads(void) {
   CHECK_EQ_INT(r.threads, 8);
 }
 
+/* UCX (docs/transport.md, UCX): auto picks it with peers set up by
+ * lade_ucx_set_peers() or with a rendezvous_dir, for a routed plan only, and
+ * MPI first under an MPI launcher; under torchrun without either, none and a
+ * note; torchrun's rank and world stand in for unset settings. */
+static void test_transport_ucx(void) {
+  lade__source_facts_t fa = facts(100, 10, false);
+  fa.torchrun = true;
+  fa.torchrun_rank = 3;
+  fa.torchrun_world = 4;
+  lade__resolved_t r;
+  const char *routed[] = {"plan=locality", NULL};
+  CHECK_OK(resolve(routed, &fa, &r)); /* no way to reach the peers: none, and a note saying how */
+  CHECK_EQ_INT(r.transport, LADE__TRANSPORT_LOCAL);
+#ifdef LADE_HAVE_UCX
+  CHECK(r.note_no_peers && !r.note_no_ucx);
+#else
+  CHECK(r.note_no_ucx);
+#endif
+  CHECK_EQ_INT(r.rank, 3);
+  CHECK_EQ_INT(r.world, 4);
+  fa.ucx_peers = 4; /* torch.distributed, through the Python module */
+  CHECK_OK(resolve(routed, &fa, &r));
+#ifdef LADE_HAVE_UCX
+  CHECK_EQ_INT(r.transport, LADE__TRANSPORT_UCX);
+  CHECK(!r.note_no_peers);
+#endif
+  CHECK_EQ_INT(r.rank, 3);
+  CHECK_EQ_INT(r.world, 4);
+  fa.ucx_peers = 0;
+  const char *folder_tr[] = {"plan=locality", "rendezvous_dir=/tmp/x", NULL}; /* torchrun's world and a folder */
+  CHECK_OK(resolve(folder_tr, &fa, &r));
+#ifdef LADE_HAVE_UCX
+  CHECK_EQ_INT(r.transport, LADE__TRANSPORT_UCX);
+#endif
+  CHECK_OK(resolve(NULL, &fa, &r)); /* regular: no transport, torchrun's rank and world */
+  CHECK_EQ_INT(r.transport, LADE__TRANSPORT_LOCAL);
+  CHECK_EQ_INT(r.rank, 3);
+  CHECK_EQ_INT(r.world, 4);
+  const char *named[] = {"plan=distcache", "rank=1", "world_size=2", NULL};
+  CHECK_OK(resolve(named, &fa, &r));
+  CHECK_EQ_INT(r.rank, 1); /* settings win */
+  CHECK_EQ_INT(r.world, 2);
+  fa.launched = true; /* under an MPI launcher, MPI */
+  fa.launched_rank = 0;
+  fa.launched_world = 4;
+  CHECK_OK(resolve(routed, &fa, &r));
+#ifdef LADE_HAVE_MPI
+  CHECK_EQ_INT(r.transport, LADE__TRANSPORT_MPI);
+#endif
+  lade__source_facts_t plain = facts(100, 10, false);
+  CHECK_OK(resolve(routed, &plain, &r)); /* neither launcher nor peers: none */
+  CHECK_EQ_INT(r.transport, LADE__TRANSPORT_LOCAL);
+  plain.ucx_peers = 4; /* torch.distributed, through the Python module */
+  const char *given[] = {"plan=solar", "rank=2", "world_size=4", NULL};
+  CHECK_OK(resolve(given, &plain, &r));
+#ifdef LADE_HAVE_UCX
+  CHECK_EQ_INT(r.transport, LADE__TRANSPORT_UCX);
+#endif
+  plain.ucx_peers = 0;
+  const char *folder[] = {"plan=solar", "rank=2", "world_size=4", "rendezvous_dir=/tmp/x", NULL};
+  CHECK_OK(resolve(folder, &plain, &r));
+#ifdef LADE_HAVE_UCX
+  CHECK_EQ_INT(r.transport, LADE__TRANSPORT_UCX);
+  const char *local[] = {"plan=solar", "rank=2", "world_size=4", "rendezvous_dir=/tmp/x", "transport=local", NULL};
+  CHECK_OK(resolve(local, &plain, &r));
+  CHECK_EQ_INT(r.transport, LADE__TRANSPORT_LOCAL);
+#else
+  const char *ucx[] = {"plan=solar", "transport=ucx", NULL};
+  expect_error(ucx, &plain, "this build has no UCX");
+#endif
+}
+
 /* The node, once rank and world are final: the setting first, then MPI's
  * answer, then the launcher's local rank and size (transport/topology.h). */
 static void test_topology(void) {
@@ -359,6 +431,7 @@ int main(int argc, char **argv) {
   RUN(test_cross_setting_errors);
   RUN(test_prefetcher_window_and_readahead);
   RUN(test_transport_transform_threads);
+  RUN(test_transport_ucx);
   RUN(test_topology);
   RUN(test_plan_nodes);
   RUN(test_node_cache);

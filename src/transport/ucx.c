@@ -1,0 +1,1173 @@
+/*
+ * ucx.c - the UCX transport (docs/transport.md, UCX): the push protocol of
+ * mpi.c without an MPI launcher, for torchrun and any other way of starting
+ * the ranks.
+ *
+ * One UCP context and worker per process, and one communication thread that
+ * makes every UCX call once the peers are known (the worker is created
+ * UCS_THREAD_MODE_SERIALIZED; every call is made under g.mu). UCX picks the
+ * transports (shared memory on one machine, TCP or RDMA between machines;
+ * UCX_TLS is left to the user).
+ *
+ * Bootstrap: each rank's worker address (hex, then '@' and the host name)
+ * reaches every rank once per process, either through lade_ucx_set_peers()
+ * (the Python module gathers them over torch.distributed) or, at the first
+ * loader's open, through a rendezvous folder: each rank writes
+ * lade-<job>.<rank> atomically (a temporary file renamed) and reads the
+ * others', bounded by timeout_ms. An endpoint to every peer is created then,
+ * with peer error handling, so a peer that dies fails its endpoint. The host
+ * names give the nodes (node_leads).
+ *
+ * Each loader is a channel: the nth loader with this transport in a process
+ * is channel n on every rank (loaders are opened in the same order on every
+ * rank, as MPI's collective communicator duplication requires too). Messages
+ * are tagged [channel 24 bits | type 8 | sender rank 32], so a channel probes
+ * only its own; a message for a channel this rank has not opened yet waits
+ * in UCX's unexpected queue. Opening sends the settings check to every peer
+ * and waits (bounded) for every peer's (the allgather mpi.c makes). DATA,
+ * GRANT (backpressure) and DONE (close) are mpi.c's messages, with the same
+ * header, checksum, window and bounds.
+ *
+ * Locks: each channel's `mu` guards its queue, arrived messages, counters and
+ * flags; `g.mu` guards the peers, the channel list and every UCX call, and is
+ * held by the thread while it works on the channels. Order: g.mu, then a
+ * channel's mu. serve() is called with g.mu held and no channel lock.
+ */
+#ifdef LADE_HAVE_UCX
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <ucp/api/ucp.h>
+#include <unistd.h>
+
+#include "lade/lade.h"
+#include "transport/topology.h"
+#include "transport/transport.h"
+
+#define MSG_MAGIC 0x4c41444550454552ull /* "LADEPEER", as mpi.c */
+#define ADMIT_WAIT_S 1.0
+#define NBUCKETS 1024
+#define CHAN_SHIFT 40
+#define TYPE_SHIFT 32
+#define CHAN_MASK (0xffffffull << CHAN_SHIFT)
+#define MAX_CHECKS 62
+enum { T_DATA = 1, T_DONE, T_GRANT, T_CHECK };
+enum { OPENING = 0, OPEN, CLOSING, CLOSED };
+
+typedef struct msg_hdr {
+  uint64_t magic, q, idx, len;
+  int64_t error; /* nonzero: the sender could not produce the bytes; the payload is its message */
+  uint64_t sum;  /* payload_sum() of the payload as the sender made it */
+} msg_hdr_t;
+
+typedef struct msg {
+  struct msg *next;
+  uint64_t q, idx;
+  uint32_t src;
+  int64_t error;
+  uint64_t sum;
+  size_t len;
+  uint8_t *data;
+} msg_t;
+
+typedef struct sendreq {
+  uint64_t q, idx;
+  uint32_t dst;
+  double first_try;
+} sendreq_t;
+
+typedef struct pending {
+  void *req;
+  uint8_t *buf;
+  size_t len;
+  ucp_tag_t tag; /* sends: 0; receives: the sender's tag */
+} pending_t;
+
+typedef struct chan {
+  lade__transport_t base;
+  lade__transport_params_t p;
+  struct chan *next;
+  uint32_t id, rank, world;
+
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int state;
+  int fatal;
+  char fatal_msg[1024];
+  sendreq_t *sq;
+  size_t sq_head, sq_len, sq_cap;
+  size_t nmsgs, held;
+  uint64_t *grant;
+  uint64_t consumed_q;
+  uint8_t *peer_lost; /* per rank: its endpoint failed (it died) */
+  uint8_t *done_from;
+  uint64_t *checks_in; /* per rank: [count, values...] of its settings check; count ~0 until it came */
+  msg_t *bucket[NBUCKETS];
+  lade__transport_stats_t st;
+  /* owned by the thread */
+  pending_t *sends, *recvs;
+  size_t nsends, sends_cap, nrecvs, recvs_cap;
+  double opened_at;
+  bool checks_sent;
+  lade__buf_t sbuf;
+  bool granted;
+  uint64_t grant_at;
+} chan_t;
+
+static struct {
+  pthread_mutex_t mu;
+  bool inited;
+  int init_rc;
+  char init_msg[512];
+  ucp_context_h ctx;
+  ucp_worker_h worker;
+  char *addr; /* this process's address text */
+  bool peers_set;
+  uint32_t rank, world;
+  ucp_ep_h *ep;
+  ucs_status_t *ep_status;
+  uint32_t *node_lead;
+  bool started, stop;
+  pthread_t thread;
+  chan_t *chans;
+  uint32_t next_chan;
+  char rdv_file[4096]; /* this rank's rendezvous file, removed at exit */
+} g = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static uint64_t grant_ahead(const chan_t *c) { return 2 * (uint64_t)c->p.window + 2; }
+
+static uint64_t payload_sum(uint64_t q, uint64_t idx, const void *data, size_t len) {
+  return lade_checksum(data, len, lade__mix64(q) ^ idx);
+}
+
+static inline size_t bucket_of(uint64_t q, uint64_t idx) {
+  return (size_t)(lade__mix64(q * 0x9e3779b97f4a7c15ull ^ idx) % NBUCKETS);
+}
+
+static inline ucp_tag_t tag_of(uint32_t chan, int type, uint32_t src) {
+  return ((ucp_tag_t)(chan & 0xffffff) << CHAN_SHIFT) | ((ucp_tag_t)type << TYPE_SHIFT) | src;
+}
+
+static void timespec_after(struct timespec *ts, double s) {
+  clock_gettime(CLOCK_REALTIME, ts);
+  long long ns = ts->tv_nsec + (long long)(s * 1e9);
+  ts->tv_sec += (time_t)(ns / 1000000000LL);
+  ts->tv_nsec = (long)(ns % 1000000000LL);
+}
+
+static void nap(long ns) {
+  struct timespec ts = {0, ns};
+  nanosleep(&ts, NULL);
+}
+
+static void chan_fail_locked(chan_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void chan_fail_locked(chan_t *c, const char *fmt, ...) {
+  if (c->fatal) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->fatal_msg, sizeof c->fatal_msg, fmt, ap);
+  va_end(ap);
+  c->fatal = LADE_EIO;
+  pthread_cond_broadcast(&c->cv);
+}
+
+/* ------------------------------------------------------------ the process's worker and peers */
+
+static void at_exit(void);
+
+static int init_locked(void) {
+  if (g.inited) return g.init_rc ? lade__fail(g.init_rc, "%s", g.init_msg) : 0;
+  g.inited = true;
+  ucp_config_t *cfg = NULL;
+  ucs_status_t s = ucp_config_read(NULL, NULL, &cfg);
+  if (s == UCS_OK) {
+    ucp_params_t p = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_TAG};
+    s = ucp_init(&p, cfg, &g.ctx);
+    ucp_config_release(cfg);
+  }
+  if (s == UCS_OK) {
+    ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
+                              .thread_mode = UCS_THREAD_MODE_SERIALIZED};
+    s = ucp_worker_create(g.ctx, &wp, &g.worker);
+  }
+  ucp_address_t *a = NULL;
+  size_t alen = 0;
+  if (s == UCS_OK) atexit(at_exit);
+  if (s == UCS_OK) s = ucp_worker_get_address(g.worker, &a, &alen);
+  if (s != UCS_OK) {
+    g.init_rc = LADE_EIO;
+    snprintf(g.init_msg, sizeof g.init_msg, "transport ucx: starting UCX failed: %s", ucs_status_string(s));
+    return lade__fail(g.init_rc, "%s", g.init_msg);
+  }
+  char host[256] = "";
+  gethostname(host, sizeof host - 1);
+  g.addr = malloc(2 * alen + strlen(host) + 2);
+  if (!g.addr) {
+    ucp_worker_release_address(g.worker, a);
+    g.init_rc = LADE_ENOMEM;
+    snprintf(g.init_msg, sizeof g.init_msg, "transport ucx: out of memory");
+    return lade__fail(g.init_rc, "%s", g.init_msg);
+  }
+  for (size_t i = 0; i < alen; i++) sprintf(g.addr + 2 * i, "%02x", ((const uint8_t *)a)[i]);
+  sprintf(g.addr + 2 * alen, "@%s", host);
+  ucp_worker_release_address(g.worker, a);
+  return 0;
+}
+
+/* A peer's endpoint failed (it died, or its connection broke): its channels
+ * fail the waits on it at once instead of at the timeout. Called by
+ * ucp_worker_progress, under g.mu. */
+static void ep_failed(void *arg, ucp_ep_h ep, ucs_status_t status) {
+  (void)ep;
+  uint32_t r = (uint32_t)(uintptr_t)arg;
+  if (r >= g.world) return;
+  g.ep_status[r] = status;
+  for (chan_t *c = g.chans; c; c = c->next) {
+    pthread_mutex_lock(&c->mu);
+    if (c->peer_lost) c->peer_lost[r] = 1;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+  }
+}
+
+static int hexval(int ch) {
+  return ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+}
+
+/* Connects to every peer from their address texts (rank r's is addr[r]). */
+static int peers_set_locked(uint32_t rank, uint32_t world, const char *const *addr) {
+  if (g.peers_set) {
+    if (rank == g.rank && world == g.world) return 0;
+    return lade__fail(LADE_EINVAL, "transport ucx: this process's peers were set up as rank %u of %u; a loader now "
+                      "says rank %u of %u (settings 'rank' and 'world_size')", g.rank, g.world, rank, world);
+  }
+  if (world == 0 || rank >= world)
+    return lade__fail(LADE_EINVAL, "transport ucx: rank %u of %u is no rank", rank, world);
+  if (strcmp(addr[rank], g.addr))
+    return lade__fail(LADE_EINVAL, "transport ucx: the address given for rank %u is not this process's (the ranks' "
+                      "addresses must be in rank order)", rank);
+  g.ep = calloc(world, sizeof *g.ep);
+  g.ep_status = calloc(world, sizeof *g.ep_status);
+  g.node_lead = calloc(world, sizeof *g.node_lead);
+  if (!g.ep || !g.ep_status || !g.node_lead) return lade__fail(LADE_ENOMEM, "transport ucx: out of memory");
+  int rc = 0;
+  uint8_t *bin = NULL;
+  for (uint32_t r = 0; r < world && !rc; r++) {
+    const char *at = strrchr(addr[r], '@');
+    size_t hl = at ? (size_t)(at - addr[r]) : 0;
+    g.node_lead[r] = r;
+    for (uint32_t k = 0; k < r; k++) {
+      const char *ak = strrchr(addr[k], '@');
+      if (at && ak && !strcmp(at, ak)) {
+        g.node_lead[r] = g.node_lead[k];
+        break;
+      }
+    }
+    if (r == rank) continue;
+    if (!at || !hl || hl % 2) {
+      rc = lade__fail(LADE_EINVAL, "transport ucx: the address of rank %u is malformed ('%.40s'): not what "
+                      "lade_ucx_address() gives", r, addr[r]);
+      break;
+    }
+    free(bin);
+    bin = malloc(hl / 2);
+    if (!bin) {
+      rc = lade__fail(LADE_ENOMEM, "transport ucx: out of memory");
+      break;
+    }
+    for (size_t i = 0; i < hl / 2 && !rc; i++) {
+      int hi = hexval(addr[r][2 * i]), lo = hexval(addr[r][2 * i + 1]);
+      if (hi < 0 || lo < 0)
+        rc = lade__fail(LADE_EINVAL, "transport ucx: the address of rank %u is malformed (not hexadecimal)", r);
+      else
+        bin[i] = (uint8_t)(hi << 4 | lo);
+    }
+    if (rc) break;
+    ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                                        UCP_EP_PARAM_FIELD_ERR_HANDLER,
+                          .address = (const ucp_address_t *)bin,
+                          .err_mode = UCP_ERR_HANDLING_MODE_PEER,
+                          .err_handler = {.cb = ep_failed, .arg = (void *)(uintptr_t)r}};
+    g.world = world; /* ep_failed may run from here on */
+    ucs_status_t s = ucp_ep_create(g.worker, &ep, &g.ep[r]);
+    if (s != UCS_OK)
+      rc = lade__fail(LADE_EIO, "transport ucx: rank %u: connecting to rank %u failed: %s", rank, r,
+                      ucs_status_string(s));
+  }
+  free(bin);
+  if (rc) {
+    for (uint32_t r = 0; r < world; r++)
+      if (g.ep[r]) {
+        ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS, .flags = UCP_EP_CLOSE_FLAG_FORCE};
+        void *req = ucp_ep_close_nbx(g.ep[r], &prm);
+        if (UCS_PTR_IS_PTR(req)) ucp_request_free(req);
+      }
+    free(g.ep);
+    free(g.ep_status);
+    free(g.node_lead);
+    g.ep = NULL, g.ep_status = NULL, g.node_lead = NULL, g.world = 0;
+    return rc;
+  }
+  g.rank = rank;
+  g.world = world;
+  g.peers_set = true;
+  return 0;
+}
+
+int lade_ucx_address(const char **out) {
+  *out = NULL;
+  pthread_mutex_lock(&g.mu);
+  int rc = init_locked();
+  if (!rc) *out = g.addr;
+  pthread_mutex_unlock(&g.mu);
+  return rc;
+}
+
+int lade_ucx_set_peers(uint32_t rank, uint32_t world, const char *const *addresses) {
+  lade__clear_error();
+  if (!addresses) return lade__fail(LADE_EINVAL, "lade_ucx_set_peers: addresses is NULL");
+  for (uint32_t r = 0; r < world; r++)
+    if (!addresses[r]) return lade__fail(LADE_EINVAL, "lade_ucx_set_peers: the address of rank %u is NULL", r);
+  pthread_mutex_lock(&g.mu);
+  int rc = init_locked();
+  if (!rc) rc = peers_set_locked(rank, world, addresses);
+  pthread_mutex_unlock(&g.mu);
+  return rc;
+}
+
+uint32_t lade__ucx_peers_world(void) {
+  pthread_mutex_lock(&g.mu);
+  uint32_t w = g.peers_set ? g.world : 0;
+  pthread_mutex_unlock(&g.mu);
+  return w;
+}
+
+static void remove_rdv_file(void) {
+  if (g.rdv_file[0]) unlink(g.rdv_file);
+}
+
+/* The job's name in the rendezvous files: the setting job_id, else the
+ * launcher's job key (the one the node cache uses: topology.h) with
+ * torchrun's restart count, so a restarted group never reads the addresses
+ * of the group before it. */
+static int job_name(const char *job_id, char *out, size_t cap) {
+  const char *restart = getenv("TORCHELASTIC_RESTART_COUNT");
+  char key[200];
+  if (job_id && *job_id) snprintf(out, cap, "%s", job_id);
+  else if (lade__topology_job_key(key, sizeof key))
+    snprintf(out, cap, "%.200s-%.20s", key, restart && *restart ? restart : "0");
+  else
+    return lade__fail(LADE_EINVAL, "transport ucx: the rendezvous in rendezvous_dir needs a job id that no other job "
+                      "shares: set job_id (taken from the launcher when empty: torchrun's TORCHELASTIC_RUN_ID, "
+                      "SLURM_JOB_ID, PMIX_NAMESPACE or MASTER_ADDR:MASTER_PORT)");
+  for (char *p = out; *p; p++)
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' || *p == '_' ||
+          *p == '.'))
+      *p = '_';
+  return 0;
+}
+
+/* mkdir -p */
+static int make_dirs(const char *dir) {
+  char p[4096];
+  snprintf(p, sizeof p, "%s", dir);
+  for (char *s = p + 1; *s; s++)
+    if (*s == '/') {
+      *s = 0;
+      if (mkdir(p, 0777) != 0 && errno != EEXIST) return -1;
+      *s = '/';
+    }
+  return mkdir(p, 0777) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* Exchanges the addresses through a folder every rank can reach: writes
+ * this rank's (temporary file, renamed), reads the others', bounded. Fills
+ * addr[r] (malloc'd). Called without g.mu. */
+static int rendezvous(const char *dir, const char *job_id, uint32_t rank, uint32_t world, uint32_t timeout_ms,
+                      const char *mine, char **addr) {
+  char job[256], path[4096], tmp[4200];
+  int rc = job_name(job_id, job, sizeof job);
+  if (rc) return rc;
+  if (make_dirs(dir) != 0)
+    return lade__fail(LADE_EIO, "transport ucx: rendezvous_dir %s: %s", dir, strerror(errno));
+  snprintf(path, sizeof path, "%s/lade-%s.%u", dir, job, rank);
+  snprintf(tmp, sizeof tmp, "%s/.lade-%s.%u.tmp%ld", dir, job, rank, (long)getpid());
+  FILE *f = fopen(tmp, "w");
+  if (!f) return lade__fail(LADE_EIO, "transport ucx: rendezvous: cannot write %s: %s", tmp, strerror(errno));
+  int bad = fprintf(f, "lade-ucx 1 %u %s\n", world, mine) < 0;
+  bad |= fclose(f) != 0;
+  if (bad || rename(tmp, path) != 0) {
+    unlink(tmp);
+    return lade__fail(LADE_EIO, "transport ucx: rendezvous: cannot write %s: %s", path, strerror(errno));
+  }
+  snprintf(g.rdv_file, sizeof g.rdv_file, "%s", path);
+  static bool registered;
+  if (!registered) atexit(remove_rdv_file);
+  registered = true;
+  double t0 = lade__now();
+  uint32_t have = 0;
+  char *line = NULL;
+  size_t cap = 0;
+  long wait_ns = 1000000;
+  while (have < world) {
+    for (uint32_t r = 0; r < world && !rc; r++) {
+      if (addr[r]) continue;
+      snprintf(path, sizeof path, "%s/lade-%s.%u", dir, job, r);
+      FILE *in = fopen(path, "r");
+      if (!in) continue;
+      ssize_t n = getline(&line, &cap, in);
+      fclose(in);
+      unsigned ver = 0, w = 0;
+      int off = 0;
+      if (n <= 0 || sscanf(line, "lade-ucx %u %u %n", &ver, &w, &off) != 2 || ver != 1 || !off) {
+        rc = lade__fail(LADE_EINVAL, "transport ucx: rendezvous: %s is not a lade address file", path);
+        break;
+      }
+      if (w != world) {
+        rc = lade__fail(LADE_EINVAL, "transport ucx: rendezvous: rank %u runs a world of %u ranks (%s), this rank "
+                        "(%u) one of %u (setting 'world_size')", r, w, path, rank, world);
+        break;
+      }
+      line[strcspn(line, "\n")] = 0;
+      addr[r] = strdup(line + off);
+      if (!addr[r]) rc = lade__fail(LADE_ENOMEM, "transport ucx: out of memory");
+      have++;
+    }
+    if (rc || have == world) break;
+    if (lade__now() - t0 > timeout_ms / 1000.0) {
+      char who[512] = "";
+      size_t len = 0;
+      uint32_t missing = 0;
+      for (uint32_t r = 0; r < world; r++)
+        if (!addr[r] && missing++ < 8)
+          len += (size_t)snprintf(who + len, sizeof who - len, "%s%u", len ? ", " : "", r);
+      rc = lade__fail(LADE_ETIMEOUT, "transport ucx: rank %u: rank%s %s%s did not write %s address to %s/lade-%s.<rank> "
+                      "within %u ms (setting peer_timeout_ms): not started, or its loader failed before opening the "
+                      "transport", rank, missing > 1 ? "s" : "", who, missing > 8 ? ", ..." : "",
+                      missing > 1 ? "their" : "its", dir, job, timeout_ms);
+      break;
+    }
+    nap(wait_ns);
+    if (wait_ns < 50000000) wait_ns *= 2;
+  }
+  free(line);
+  return rc;
+}
+
+/* ------------------------------------------------------------ the thread (under g.mu) */
+
+static bool room(pending_t **v, size_t n, size_t *cap) {
+  if (n < *cap) return true;
+  size_t nc = *cap ? *cap * 2 : 64;
+  pending_t *p = realloc(*v, nc * sizeof *p);
+  if (!p) return false;
+  *v = p;
+  *cap = nc;
+  return true;
+}
+
+/* Posts one message; buf is owned by the send from here on. Returns 0 or a
+ * UCX status (the message was not sent; buf freed). */
+static ucs_status_t post(chan_t *c, uint32_t dst, int type, uint8_t *buf, size_t len) {
+  if (g.ep_status[dst] != UCS_OK) {
+    free(buf);
+    return g.ep_status[dst];
+  }
+  if (!room(&c->sends, c->nsends, &c->sends_cap)) {
+    free(buf);
+    return UCS_ERR_NO_MEMORY;
+  }
+  ucp_request_param_t prm = {.op_attr_mask = 0};
+  void *req = ucp_tag_send_nbx(g.ep[dst], buf, len, tag_of(c->id, type, c->rank), &prm);
+  if (req == NULL) {
+    free(buf);
+    return UCS_OK;
+  }
+  if (UCS_PTR_IS_ERR(req)) {
+    free(buf);
+    return UCS_PTR_STATUS(req);
+  }
+  c->sends[c->nsends++] = (pending_t){.req = req, .buf = buf, .len = len};
+  return UCS_OK;
+}
+
+static int chan_grants(chan_t *c) {
+  pthread_mutex_lock(&c->mu);
+  uint64_t q = c->consumed_q;
+  pthread_mutex_unlock(&c->mu);
+  uint64_t every = c->p.window / 2 ? c->p.window / 2 : 1;
+  if (c->granted && q < c->grant_at + every) return 0;
+  int posted = 0;
+  for (uint32_t r = 0; r < c->world; r++) {
+    if (r == c->rank) continue;
+    uint64_t *v = malloc(sizeof *v);
+    if (!v) break;
+    *v = q + grant_ahead(c);
+    if (post(c, r, T_GRANT, (uint8_t *)v, sizeof *v) == UCS_OK) posted++; /* a failed peer: its receives say so */
+  }
+  c->granted = true;
+  c->grant_at = q;
+  return posted;
+}
+
+static int chan_sends(chan_t *c) {
+  int posted = 0;
+  for (int k = 0; k < 64; k++) {
+    pthread_mutex_lock(&c->mu);
+    if (!c->sq_len || c->fatal) {
+      pthread_mutex_unlock(&c->mu);
+      break;
+    }
+    sendreq_t sr = c->sq[c->sq_head];
+    bool held_back = c->state == OPEN && sr.q >= c->grant[sr.dst];
+    pthread_mutex_unlock(&c->mu);
+    if (held_back) break;
+    double now = lade__now();
+    if (sr.first_try == 0) sr.first_try = now;
+    c->sbuf.len = 0;
+    int nonblock = now - sr.first_try < ADMIT_WAIT_S && c->state != CLOSING;
+    lade__clear_error();
+    int rc = c->p.serve(c->p.serve_ctx, sr.idx, sr.q, nonblock, &c->sbuf);
+    if (rc == LADE__DIST_AGAIN) {
+      pthread_mutex_lock(&c->mu);
+      c->sq[c->sq_head].first_try = sr.first_try;
+      pthread_mutex_unlock(&c->mu);
+      break;
+    }
+    char err[1024] = "";
+    if (rc) snprintf(err, sizeof err, "rank %u could not read sample %llu for step %llu: %s", c->rank,
+                     (unsigned long long)sr.idx, (unsigned long long)sr.q, lade_last_error());
+    size_t len = rc ? strlen(err) : c->sbuf.len;
+    uint8_t *buf = malloc(sizeof(msg_hdr_t) + len);
+    if (!buf) {
+      pthread_mutex_lock(&c->mu);
+      chan_fail_locked(c, "transport ucx: out of memory for a %zu-byte message", len);
+      pthread_mutex_unlock(&c->mu);
+      break;
+    }
+    const void *payload = rc ? (const void *)err : (const void *)c->sbuf.data;
+    msg_hdr_t h = {MSG_MAGIC, sr.q, sr.idx, len, rc, payload_sum(sr.q, sr.idx, payload, len)};
+    memcpy(buf, &h, sizeof h);
+    memcpy(buf + sizeof h, payload, len);
+    ucs_status_t s = post(c, sr.dst, T_DATA, buf, sizeof h + len);
+    pthread_mutex_lock(&c->mu);
+    if (s != UCS_OK) {
+      chan_fail_locked(c, "transport ucx: rank %u: sending sample %llu of step %llu to rank %u failed: %s%s", c->rank,
+                       (unsigned long long)sr.idx, (unsigned long long)sr.q, sr.dst, ucs_status_string(s),
+                       g.ep_status[sr.dst] != UCS_OK ? " (the connection to that rank broke: it died)" : "");
+    } else {
+      c->st.sent++;
+      c->st.sent_bytes += len;
+    }
+    c->sq_head = (c->sq_head + 1) % c->sq_cap;
+    c->sq_len--;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    posted++;
+    if (s != UCS_OK) break;
+  }
+  return posted;
+}
+
+/* Takes one received message (buf malloc'd, owned from here). */
+static void deliver(chan_t *c, ucp_tag_t tag, uint8_t *buf, size_t len) {
+  int type = (int)((tag >> TYPE_SHIFT) & 0xff);
+  uint32_t src = (uint32_t)(tag & 0xffffffffu);
+  pthread_mutex_lock(&c->mu);
+  if (src >= c->world) {
+    free(buf);
+    chan_fail_locked(c, "transport ucx: rank %u: a message from rank %u, outside the world of %u", c->rank, src,
+                     c->world);
+  } else if (type == T_GRANT && len == sizeof(uint64_t)) {
+    uint64_t v;
+    memcpy(&v, buf, sizeof v);
+    free(buf);
+    if (v > c->grant[src]) c->grant[src] = v; /* only ever raised, as in mpi.c */
+  } else if (type == T_DONE) {
+    free(buf);
+    c->done_from[src] = 1;
+  } else if (type == T_CHECK) {
+    /* [count, values...]; a malformed one counts as a check of another
+     * length, so it is named as a difference */
+    uint64_t *row = &c->checks_in[(size_t)src * (MAX_CHECKS + 1)], cnt = 0;
+    if (len >= sizeof cnt) memcpy(&cnt, buf, sizeof cnt);
+    if (cnt <= MAX_CHECKS && len == (cnt + 1) * sizeof cnt) {
+      row[0] = cnt;
+      memcpy(row + 1, buf + sizeof cnt, cnt * sizeof cnt);
+    } else {
+      row[0] = MAX_CHECKS + 1;
+    }
+    free(buf);
+  } else {
+    msg_hdr_t h;
+    if (type != T_DATA || len < sizeof h) {
+      free(buf);
+      chan_fail_locked(c, "transport ucx: rank %u: a malformed message from rank %u", c->rank, src);
+      pthread_mutex_unlock(&c->mu);
+      return;
+    }
+    memcpy(&h, buf, sizeof h);
+    msg_t *m = h.magic == MSG_MAGIC && h.len == len - sizeof h ? malloc(sizeof *m) : NULL;
+    if (!m) {
+      free(buf);
+      chan_fail_locked(c, "transport ucx: rank %u: a malformed message from rank %u", c->rank, src);
+      pthread_mutex_unlock(&c->mu);
+      return;
+    }
+    memmove(buf, buf + sizeof h, h.len);
+    *m = (msg_t){.q = h.q, .idx = h.idx, .src = src, .error = h.error, .sum = h.sum, .len = h.len, .data = buf};
+    size_t b = bucket_of(h.q, h.idx);
+    m->next = c->bucket[b];
+    c->bucket[b] = m;
+    c->nmsgs++;
+    c->held += h.len;
+    if (c->held > c->st.held_peak_bytes) c->st.held_peak_bytes = c->held;
+    c->st.received++;
+    c->st.received_bytes += h.len;
+  }
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+}
+
+/* Receives what arrived for this channel; completes receives in flight.
+ * Returns how many messages. */
+static int chan_recvs(chan_t *c) {
+  int got = 0;
+  for (int k = 0; k < 256; k++) {
+    ucp_tag_recv_info_t info;
+    ucp_tag_message_h msg = ucp_tag_probe_nb(g.worker, tag_of(c->id, 0, 0), CHAN_MASK, 1, &info);
+    if (!msg) break;
+    uint8_t *buf = malloc(info.length ? info.length : 1);
+    if (!buf || !room(&c->recvs, c->nrecvs, &c->recvs_cap)) {
+      free(buf);
+      pthread_mutex_lock(&c->mu);
+      chan_fail_locked(c, "transport ucx: out of memory for a %zu-byte message", info.length);
+      pthread_mutex_unlock(&c->mu);
+      return got;
+    }
+    ucp_request_param_t prm = {.op_attr_mask = 0};
+    void *req = ucp_tag_msg_recv_nbx(g.worker, buf, info.length, msg, &prm);
+    if (UCS_PTR_IS_ERR(req)) {
+      free(buf);
+      pthread_mutex_lock(&c->mu);
+      chan_fail_locked(c, "transport ucx: rank %u: receiving a message from rank %u failed: %s", c->rank,
+                       (uint32_t)(info.sender_tag & 0xffffffffu), ucs_status_string(UCS_PTR_STATUS(req)));
+      pthread_mutex_unlock(&c->mu);
+      return got;
+    }
+    c->recvs[c->nrecvs++] = (pending_t){.req = req, .buf = buf, .len = info.length, .tag = info.sender_tag};
+    got++;
+  }
+  for (size_t i = 0; i < c->nrecvs;) {
+    pending_t *p = &c->recvs[i];
+    ucs_status_t s = p->req ? ucp_request_check_status(p->req) : UCS_OK;
+    if (s == UCS_INPROGRESS) {
+      i++;
+      continue;
+    }
+    if (p->req) ucp_request_free(p->req);
+    pending_t done = *p;
+    *p = c->recvs[--c->nrecvs];
+    if (s != UCS_OK) {
+      free(done.buf);
+      pthread_mutex_lock(&c->mu);
+      chan_fail_locked(c, "transport ucx: rank %u: receiving a message from rank %u failed: %s", c->rank,
+                       (uint32_t)(done.tag & 0xffffffffu), ucs_status_string(s));
+      pthread_mutex_unlock(&c->mu);
+      continue;
+    }
+    deliver(c, done.tag, done.buf, done.len);
+  }
+  return got;
+}
+
+/* Completes finished sends; returns how many. */
+static int chan_complete(chan_t *c) {
+  int n = 0;
+  for (size_t i = 0; i < c->nsends;) {
+    ucs_status_t s = ucp_request_check_status(c->sends[i].req);
+    if (s == UCS_INPROGRESS) {
+      i++;
+      continue;
+    }
+    ucp_request_free(c->sends[i].req);
+    free(c->sends[i].buf);
+    c->sends[i] = c->sends[--c->nsends];
+    n++;
+  }
+  return n;
+}
+
+static void msgs_free(chan_t *c, uint64_t below) {
+  for (size_t b = 0; b < NBUCKETS && c->nmsgs; b++)
+    for (msg_t **pp = &c->bucket[b]; *pp;) {
+      msg_t *m = *pp;
+      if (m->q < below) {
+        *pp = m->next;
+        c->nmsgs--;
+        c->held -= m->len;
+        free(m->data);
+        free(m);
+      } else {
+        pp = &m->next;
+      }
+    }
+}
+
+/* Requests still in flight (a dead or stuck peer, a failed open) are
+ * cancelled and released when they complete; their buffers are left to
+ * UCX, which may still hold them. */
+static void cancel_pending(chan_t *c) {
+  for (size_t i = 0; i < c->nsends; i++) {
+    ucp_request_cancel(g.worker, c->sends[i].req);
+    ucp_request_free(c->sends[i].req);
+  }
+  for (size_t i = 0; i < c->nrecvs; i++)
+    if (c->recvs[i].req) {
+      ucp_request_cancel(g.worker, c->recvs[i].req);
+      ucp_request_free(c->recvs[i].req);
+    }
+  c->nsends = c->nrecvs = 0;
+}
+
+/* Opening, one pass: the settings check goes to every peer once; the open
+ * completes when every peer's has come (compared: the first difference is
+ * named, as mpi.c names it), or fails past the timeout naming the ranks
+ * that did not open. */
+static void chan_open_step(chan_t *c) {
+  uint32_t n = c->p.nchecks;
+  if (!c->checks_sent) {
+    c->checks_sent = true;
+    c->opened_at = lade__now();
+    for (uint32_t r = 0; r < c->world; r++) {
+      if (r == c->rank) continue;
+      uint64_t *v = malloc((n + 1) * sizeof *v);
+      if (!v) break;
+      v[0] = n;
+      for (uint32_t i = 0; i < n; i++) v[i + 1] = c->p.checks[i].value;
+      post(c, r, T_CHECK, (uint8_t *)v, (n + 1) * sizeof *v); /* a failed peer: named below */
+    }
+  }
+  chan_recvs(c);
+  chan_complete(c);
+  pthread_mutex_lock(&c->mu);
+  uint32_t missing = 0, lost = 0;
+  char who[512] = "";
+  size_t len = 0;
+  for (uint32_t r = 0; r < c->world; r++)
+    if (r != c->rank && c->checks_in[(size_t)r * (MAX_CHECKS + 1)] == ~0ull) {
+      if (missing++ < 8) len += (size_t)snprintf(who + len, sizeof who - len, "%s%u", len ? ", " : "", r);
+      lost += c->peer_lost[r];
+    }
+  if (missing && (lost || lade__now() - c->opened_at > c->p.timeout_ms / 1000.0))
+    chan_fail_locked(c, "transport ucx: rank %u: rank%s %s%s did not open %s loader within %u ms (setting "
+                     "peer_timeout_ms)%s: every rank must create its loader, with the same settings, in the same "
+                     "order", c->rank, missing > 1 ? "s" : "", who, missing > 8 ? ", ..." : "",
+                     missing > 1 ? "their" : "its", c->p.timeout_ms, lost ? " (a connection broke: it died)" : "");
+  for (uint32_t r = 0; r < c->world && !missing && !c->fatal; r++) {
+    const uint64_t *row = &c->checks_in[(size_t)r * (MAX_CHECKS + 1)];
+    for (uint32_t i = 0; i < n && r != c->rank && !c->fatal; i++) {
+      uint64_t mine = c->p.checks[i].value;
+      if (row[0] == n && row[i + 1] == mine) continue;
+      /* name every rank whose value differs from this one's */
+      const lade__transport_check_t *k = &c->p.checks[i];
+      char list[768] = "";
+      size_t ll = 0;
+      for (uint32_t s = 0; s < c->world && ll < sizeof list - 64; s++) {
+        const uint64_t *rs = &c->checks_in[(size_t)s * (MAX_CHECKS + 1)];
+        if (s == c->rank || (rs[0] == n && rs[i + 1] == mine)) continue;
+        ll += (size_t)snprintf(list + ll, sizeof list - ll, k->hash ? "%srank %u has %016llx" : "%srank %u has %llu",
+                               ll ? ", " : "", s, rs[0] == n ? (unsigned long long)rs[i + 1] : 0ull);
+      }
+      chan_fail_locked(c, k->hash ? "learners disagree on %s: rank %u has %016llx, %s (every rank must open the same "
+                                    "dataset with the same settings)"
+                                  : "learners disagree on setting '%s': rank %u has %llu, %s (every rank must run the "
+                                    "loader with the same settings)",
+                       k->name, c->rank, (unsigned long long)mine, list);
+    }
+  }
+  if (c->fatal) c->state = CLOSED;
+  else if (!missing) c->state = OPEN;
+  if (c->fatal) {
+    pthread_mutex_unlock(&c->mu);
+    cancel_pending(c);
+    pthread_mutex_lock(&c->mu);
+  }
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+}
+
+/* Closing: flush the queue, DONE to every peer, drain until every live
+ * peer's DONE and the sends completed (all bounded). */
+static void chan_close_step(chan_t *c) {
+  double t0 = lade__now(), limit = c->p.timeout_ms / 1000.0;
+  while (lade__now() - t0 < limit) {
+    pthread_mutex_lock(&c->mu);
+    bool empty = !c->sq_len || c->fatal;
+    pthread_mutex_unlock(&c->mu);
+    if (empty) break;
+    ucp_worker_progress(g.worker);
+    chan_sends(c);
+    chan_recvs(c);
+    chan_complete(c);
+  }
+  for (uint32_t r = 0; r < c->world; r++)
+    if (r != c->rank) {
+      uint8_t *one = malloc(1);
+      if (one) *one = 1, post(c, r, T_DONE, one, 1);
+    }
+  for (;;) {
+    while (ucp_worker_progress(g.worker)) {
+    }
+    chan_recvs(c);
+    chan_complete(c);
+    uint32_t seen = 0;
+    pthread_mutex_lock(&c->mu);
+    for (uint32_t r = 0; r < c->world; r++) seen += r == c->rank || c->done_from[r] || g.ep_status[r] != UCS_OK;
+    pthread_mutex_unlock(&c->mu);
+    if ((seen == c->world && c->nsends == 0 && c->nrecvs == 0) || lade__now() - t0 > limit) break;
+    nap(200000);
+  }
+  cancel_pending(c);
+  pthread_mutex_lock(&c->mu);
+  msgs_free(c, UINT64_MAX);
+  c->state = CLOSED;
+  pthread_cond_broadcast(&c->cv);
+  pthread_mutex_unlock(&c->mu);
+}
+
+static void *comm_main(void *arg) {
+  (void)arg;
+  long idle_ns = 20000;
+  for (;;) {
+    pthread_mutex_lock(&g.mu);
+    if (g.stop && !g.chans) {
+      pthread_mutex_unlock(&g.mu);
+      break;
+    }
+    int work = 0;
+    for (int k = 0; k < 64 && ucp_worker_progress(g.worker); k++) work++;
+    for (chan_t *c = g.chans; c; c = c->next) {
+      pthread_mutex_lock(&c->mu);
+      int state = c->state;
+      pthread_mutex_unlock(&c->mu);
+      if (state == OPENING) {
+        chan_open_step(c);
+      } else if (state == OPEN) {
+        work += chan_grants(c) + chan_sends(c) + chan_recvs(c) + chan_complete(c);
+      } else if (state == CLOSING) {
+        chan_close_step(c);
+        work++;
+      }
+    }
+    pthread_mutex_unlock(&g.mu);
+    if (work) {
+      idle_ns = 20000;
+    } else {
+      nap(idle_ns);
+      if (idle_ns < 1000000) idle_ns *= 2;
+    }
+  }
+  return NULL;
+}
+
+/* At exit: the thread stops; the endpoints, the worker and the context are
+ * released when no loader was left open (an open one's requests may still
+ * be in flight: then the process's exit releases them). */
+static void at_exit(void) {
+  pthread_mutex_lock(&g.mu);
+  bool started = g.started, abandoned = g.chans != NULL;
+  g.stop = true;
+  g.chans = NULL; /* loaders still open at exit: their channels are abandoned */
+  pthread_mutex_unlock(&g.mu);
+  if (started) pthread_join(g.thread, NULL);
+  if (abandoned || !g.worker) return;
+  for (uint32_t r = 0; g.ep && r < g.world; r++) {
+    if (!g.ep[r]) continue;
+    ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS, .flags = UCP_EP_CLOSE_FLAG_FORCE};
+    void *req = ucp_ep_close_nbx(g.ep[r], &prm);
+    for (int k = 0; UCS_PTR_IS_PTR(req) && k < 10000 && ucp_request_check_status(req) == UCS_INPROGRESS; k++)
+      ucp_worker_progress(g.worker);
+    if (UCS_PTR_IS_PTR(req)) ucp_request_free(req);
+  }
+  ucp_worker_destroy(g.worker);
+  ucp_cleanup(g.ctx);
+  g.worker = NULL;
+  g.ctx = NULL;
+}
+
+/* ------------------------------------------------------------ the vtable */
+
+static void ucx_close(lade__transport_t *d);
+
+static int ucx_open(lade__transport_t **out, const lade__transport_params_t *p, uint32_t *rank, uint32_t *world) {
+  *out = NULL;
+  if (p->nchecks > MAX_CHECKS) return lade__fail(LADE_EINVAL, "transport ucx: too many settings to check");
+  pthread_mutex_lock(&g.mu);
+  int rc = init_locked();
+  bool have = g.peers_set;
+  const char *mine = g.addr;
+  pthread_mutex_unlock(&g.mu);
+  if (rc) return rc;
+  bool alone = p->world <= 1; /* one learner: nothing to exchange, no peers set up */
+  if (!have && !alone) {
+    char **addr = calloc(p->world, sizeof *addr);
+    if (!addr) return lade__fail(LADE_ENOMEM, "transport ucx: out of memory");
+    if (p->rendezvous_dir && p->rendezvous_dir[0]) {
+      rc = rendezvous(p->rendezvous_dir, p->job_id, p->rank, p->world, p->timeout_ms, mine, addr);
+    } else {
+      rc = lade__fail(LADE_EINVAL, "transport ucx: rank %u of %u does not know its peers' addresses: initialise "
+                      "torch.distributed before creating the loader (the Python module exchanges them through it), "
+                      "call lade_ucx_set_peers(), or set rendezvous_dir (a folder every rank can reach) and job_id",
+                      p->rank, p->world);
+    }
+    if (!rc) {
+      pthread_mutex_lock(&g.mu);
+      rc = peers_set_locked(p->rank, p->world, (const char *const *)addr);
+      pthread_mutex_unlock(&g.mu);
+    }
+    for (uint32_t r = 0; r < p->world; r++) free(addr[r]);
+    free(addr);
+    if (rc) return rc;
+  }
+  pthread_mutex_lock(&g.mu);
+  if (!alone && (p->world != g.world || p->rank != g.rank)) {
+    rc = lade__fail(LADE_EINVAL, "transport ucx: settings 'rank' and 'world_size' say rank %u of %u, but this "
+                    "process's peers were set up as rank %u of %u", p->rank, p->world, g.rank, g.world);
+  } else if (g.stop) {
+    rc = lade__fail(LADE_ESTATE, "transport ucx: the process is exiting");
+  } else if (!alone && !g.started) {
+    if (pthread_create(&g.thread, NULL, comm_main, NULL) != 0)
+      rc = lade__fail(LADE_ETHREAD, "transport ucx: cannot start the communication thread: %s", strerror(errno));
+    else
+      g.started = true;
+  }
+  chan_t *c = rc ? NULL : calloc(1, sizeof *c);
+  if (!rc && !c) rc = lade__fail(LADE_ENOMEM, "transport ucx: out of memory");
+  if (rc) {
+    pthread_mutex_unlock(&g.mu);
+    return rc;
+  }
+  c->base.ops = &lade__transport_ucx;
+  c->p = *p;
+  c->id = ++g.next_chan;
+  c->rank = alone ? 0 : g.rank;
+  c->world = alone ? 1 : g.world;
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_cond_init(&c->cv, NULL);
+  c->grant = calloc(c->world, sizeof *c->grant);
+  c->peer_lost = calloc(c->world, 1);
+  c->done_from = calloc(c->world, 1);
+  c->checks_in = malloc((size_t)c->world * (MAX_CHECKS + 1) * sizeof *c->checks_in);
+  if (!c->grant || !c->peer_lost || !c->done_from || !c->checks_in) {
+    pthread_mutex_unlock(&g.mu);
+    c->state = CLOSED;
+    ucx_close(&c->base);
+    return lade__fail(LADE_ENOMEM, "transport ucx: out of memory");
+  }
+  for (uint32_t r = 0; r < c->world; r++) {
+    c->checks_in[(size_t)r * (MAX_CHECKS + 1)] = ~0ull;
+    c->peer_lost[r] = !alone && g.ep_status[r] != UCS_OK;
+  }
+  c->state = alone ? OPEN : OPENING;
+  if (!alone) {
+    c->next = g.chans;
+    g.chans = c;
+  }
+  pthread_mutex_unlock(&g.mu);
+  pthread_mutex_lock(&c->mu);
+  while (c->state == OPENING) pthread_cond_wait(&c->cv, &c->mu);
+  rc = c->fatal ? lade__fail(c->fatal, "%s", c->fatal_msg) : 0;
+  pthread_mutex_unlock(&c->mu);
+  if (rc) {
+    ucx_close(&c->base);
+    return rc;
+  }
+  *rank = c->rank;
+  *world = c->world;
+  *out = &c->base;
+  return 0;
+}
+
+static void ucx_close(lade__transport_t *d) {
+  if (!d) return;
+  chan_t *c = (chan_t *)d;
+  pthread_mutex_lock(&c->mu);
+  if (c->state == OPEN && c->world > 1) c->state = CLOSING;
+  else c->state = CLOSED;
+  struct timespec ts;
+  timespec_after(&ts, 3.0 * c->p.timeout_ms / 1000.0 + 1);
+  while (c->state != CLOSED)
+    if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) == ETIMEDOUT) break;
+  pthread_mutex_unlock(&c->mu);
+  /* unlinked under g.mu: the thread holds g.mu while it works on channels */
+  pthread_mutex_lock(&g.mu);
+  for (chan_t **pp = &g.chans; *pp; pp = &(*pp)->next)
+    if (*pp == c) {
+      *pp = c->next;
+      break;
+    }
+  cancel_pending(c);
+  pthread_mutex_unlock(&g.mu);
+  msgs_free(c, UINT64_MAX);
+  free(c->sq);
+  free(c->sends);
+  free(c->recvs);
+  free(c->grant);
+  free(c->peer_lost);
+  free(c->done_from);
+  free(c->checks_in);
+  lade__buf_free(&c->sbuf);
+  pthread_mutex_destroy(&c->mu);
+  pthread_cond_destroy(&c->cv);
+  free(c);
+}
+
+static int ucx_send(lade__transport_t *d, uint64_t q, const uint32_t *dst, const uint64_t *idx, uint32_t n) {
+  chan_t *c = (chan_t *)d;
+  pthread_mutex_lock(&c->mu);
+  if (c->sq_len + n > c->sq_cap) {
+    size_t nc = c->sq_cap ? c->sq_cap : 256;
+    while (nc < c->sq_len + n) nc *= 2;
+    sendreq_t *s = malloc(nc * sizeof *s);
+    if (!s) {
+      pthread_mutex_unlock(&c->mu);
+      return lade__fail(LADE_ENOMEM, "transport ucx: out of memory for %u sends", n);
+    }
+    for (size_t i = 0; i < c->sq_len; i++) s[i] = c->sq[(c->sq_head + i) % c->sq_cap];
+    free(c->sq);
+    c->sq = s;
+    c->sq_cap = nc;
+    c->sq_head = 0;
+  }
+  for (uint32_t i = 0; i < n; i++)
+    c->sq[(c->sq_head + c->sq_len++) % c->sq_cap] = (sendreq_t){.q = q, .idx = idx[i], .dst = dst[i]};
+  pthread_mutex_unlock(&c->mu);
+  return 0;
+}
+
+static int ucx_wait_served(lade__transport_t *d, uint64_t q) {
+  chan_t *c = (chan_t *)d;
+  struct timespec ts;
+  timespec_after(&ts, c->p.timeout_ms / 1000.0);
+  pthread_mutex_lock(&c->mu);
+  int rc = 0;
+  while (!c->fatal && c->sq_len && c->sq[c->sq_head].q <= q)
+    if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) == ETIMEDOUT && c->sq_len && c->sq[c->sq_head].q <= q) {
+      const sendreq_t *h = &c->sq[c->sq_head];
+      if (h->q >= c->grant[h->dst])
+        rc = lade__fail(LADE_ETIMEOUT, "transport ucx: rank %u: sample %llu of step %llu waited %u ms (setting "
+                        "peer_timeout_ms) to be sent to rank %u, which lets its peers send only below step %llu "
+                        "(its consumer's step plus its window): rank %u stopped or is that far behind", c->rank,
+                        (unsigned long long)h->idx, (unsigned long long)h->q, c->p.timeout_ms, h->dst,
+                        (unsigned long long)c->grant[h->dst], h->dst);
+      else
+        rc = lade__fail(LADE_ETIMEOUT, "transport ucx: rank %u: the sends of step %llu were not served within %u ms",
+                        c->rank, (unsigned long long)q, c->p.timeout_ms);
+      break;
+    }
+  if (!rc && c->fatal) rc = lade__fail(c->fatal, "%s", c->fatal_msg);
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+static int ucx_recv(lade__transport_t *d, uint64_t q, uint64_t idx, uint32_t src, lade__buf_t *out) {
+  chan_t *c = (chan_t *)d;
+  struct timespec ts;
+  timespec_after(&ts, c->p.timeout_ms / 1000.0);
+  pthread_mutex_lock(&c->mu);
+  msg_t *m = NULL;
+  int rc = 0;
+  for (;;) {
+    for (msg_t **pp = &c->bucket[bucket_of(q, idx)]; *pp; pp = &(*pp)->next)
+      if ((*pp)->q == q && (*pp)->idx == idx) {
+        m = *pp;
+        *pp = m->next;
+        c->nmsgs--;
+        c->held -= m->len;
+        break;
+      }
+    if (m) break;
+    if (c->fatal) {
+      rc = lade__fail(c->fatal, "%s", c->fatal_msg);
+      break;
+    }
+    if (src < c->world && c->peer_lost[src]) {
+      rc = lade__fail(LADE_EIO, "transport ucx: rank %u: sample %llu of step %llu did not arrive from rank %u: the "
+                      "connection to rank %u broke: rank %u died", c->rank, (unsigned long long)idx,
+                      (unsigned long long)q, src, src, src);
+      break;
+    }
+    if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) == ETIMEDOUT) {
+      rc = lade__fail(LADE_ETIMEOUT, "transport ucx: rank %u: sample %llu of step %llu did not arrive from rank %u "
+                      "within %u ms (setting peer_timeout_ms): rank %u died, stopped early or is that far behind",
+                      c->rank, (unsigned long long)idx, (unsigned long long)q, src, c->p.timeout_ms, src);
+      break;
+    }
+  }
+  pthread_mutex_unlock(&c->mu);
+  if (!m) return rc;
+  if (m->src != src)
+    rc = lade__fail(LADE_ESTATE, "transport ucx: rank %u: sample %llu of step %llu came from rank %u, the plan says "
+                    "rank %u (the learners' plans differ)", c->rank, (unsigned long long)idx, (unsigned long long)q,
+                    m->src, src);
+  else if (payload_sum(q, idx, m->data, m->len) != m->sum)
+    rc = lade__fail(LADE_EIO, "transport ucx: rank %u: sample %llu of step %llu from rank %u arrived corrupted: its "
+                    "%zu bytes do not match the checksum the sender computed", c->rank, (unsigned long long)idx,
+                    (unsigned long long)q, src, m->len);
+  else if (m->error)
+    rc = lade__fail(LADE_EIO, "from rank %u: %.*s", src, (int)m->len, (const char *)m->data);
+  else if (lade__buf_reserve(out, m->len) != 0)
+    rc = lade__fail(LADE_ENOMEM, "transport ucx: out of memory for %zu bytes", m->len);
+  else {
+    memcpy(out->data, m->data, m->len);
+    out->len = m->len;
+  }
+  free(m->data);
+  free(m);
+  return rc;
+}
+
+static void ucx_forget_below(lade__transport_t *d, uint64_t q) {
+  chan_t *c = (chan_t *)d;
+  pthread_mutex_lock(&c->mu);
+  msgs_free(c, q);
+  c->consumed_q = q;
+  pthread_mutex_unlock(&c->mu);
+}
+
+static void ucx_stats(lade__transport_t *d, lade__transport_stats_t *out) {
+  chan_t *c = (chan_t *)d;
+  pthread_mutex_lock(&c->mu);
+  *out = c->st;
+  pthread_mutex_unlock(&c->mu);
+}
+
+/* The host names in the addresses give the nodes; set once with the peers. */
+static const uint32_t *ucx_node_leads(lade__transport_t *d) { return ((chan_t *)d)->world > 1 ? g.node_lead : NULL; }
+
+const lade__transport_ops_t lade__transport_ucx = {"ucx",    ucx_open,         ucx_close, ucx_send,      ucx_wait_served,
+                                                   ucx_recv, ucx_forget_below, ucx_stats, ucx_node_leads};
+#else
+/* built without UCX (LADE_WITH_UCX): the bootstrap calls say so */
+#include "lade/lade.h"
+#include "transport/transport.h"
+
+int lade_ucx_address(const char **out) {
+  *out = NULL;
+  return lade__fail(LADE_EUNSUPPORTED, "this build has no UCX (LADE_WITH_UCX; apt-get install libucx-dev)");
+}
+
+int lade_ucx_set_peers(uint32_t rank, uint32_t world, const char *const *addresses) {
+  (void)rank, (void)world, (void)addresses;
+  return lade__fail(LADE_EUNSUPPORTED, "this build has no UCX (LADE_WITH_UCX; apt-get install libucx-dev)");
+}
+
+uint32_t lade__ucx_peers_world(void) { return 0; }
+#endif
