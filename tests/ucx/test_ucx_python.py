@@ -49,23 +49,29 @@ def data(world):
     return root, [open(f, "rb").read() for f in files]
 
 
-def _plan(kind, learners, cache):
+def _plan(kind, learners, cache, rpn):
     out = subprocess.run([os.environ["LADE_CLI"], "plan", "--plan", kind, "--samples", str(N), "--learners",
                           str(learners), "--batch-size", str(B), "--epochs", str(E), "--cache", str(cache),
-                          "--seed", str(SEED), "--dump"], check=True, capture_output=True, text=True).stdout
+                          "--seed", str(SEED), "--ranks-per-node", str(rpn), "--dump"],
+                         check=True, capture_output=True, text=True).stdout
     import json
     return [json.loads(line) for line in out.splitlines() if line.strip()]
 
 
-def _simulate(kind, learners, cache):
+def _simulate(kind, learners, cache, rpn):
     out = subprocess.run([os.environ["LADE_CLI"], "simulate", "--plan", kind, "--samples", str(N), "--learners",
                           str(learners), "--batch-size", str(B), "--epochs", str(E), "--cache", str(cache),
-                          "--seed", str(SEED)], check=True, capture_output=True, text=True).stdout
-    rows = {}
+                          "--seed", str(SEED), "--ranks-per-node", str(rpn)],
+                         check=True, capture_output=True, text=True).stdout
+    rows, head = {}, None
     for line in out.splitlines():
         w = line.split()
-        if len(w) > 4 and w[0].isdigit():
-            rows[int(w[0])] = (int(w[3]), int(w[2]), int(w[1]))  # cache, peer, storage
+        if w and w[0] == "epoch" and head is None:
+            head = w
+        elif head and len(w) == len(head) and w[0].isdigit() and int(w[0]) not in rows:
+            c = dict(zip(head, w))
+            # a rank's peer samples are the other nodes' and its own node's ranks' (handoffs)
+            rows[int(w[0])] = (int(c["cache"]), int(c["peer"]) + int(c.get("handoff", 0)), int(c["storage"]))
     return [rows[e] for e in range(E)]
 
 
@@ -74,7 +80,10 @@ def _simulate(kind, learners, cache):
 def test_kind_as_planned(world, data, kind, half):
     rank, p = world
     root, files = data
-    cache = N // p // (2 if half else 1)
+    # the ranks of one machine are one node: the node-aware kinds plan with one
+    # cache per node, of cache_mem_bytes (docs/plan.md, Nodes)
+    rpn = int(os.environ["LOCAL_WORLD_SIZE"])
+    cache = N // p // (2 if half else 1) * rpn
     with lade.Loader(root, transform="raw", raw_size=SZ, batch_size=B, epochs=E, seed=SEED, threads=2,
                      drop_last=True, plan=kind, cache_mem_bytes=cache * CHARGE, peer_timeout_ms=20000,
                      output="numpy", meta=True) as L:
@@ -89,30 +98,33 @@ def test_kind_as_planned(world, data, kind, half):
         stats = L.stats()
         by_epoch = [L.epoch_stats(e)["samples_by_source"] for e in range(E)]
     assert stats["plan_fallbacks"] == 0 and stats["plan_peer_storage"] == 0
-    plan = [s for s in _plan(kind, p, cache) if s["learner"] == rank]
+    assert stats["ranks_per_node"] == rpn
+    plan = [s for s in _plan(kind, p, cache, rpn) if s["learner"] == rank]
     assert [k for _e, idx in got for k in idx] == [k for s in plan for k in s["samples"]]
     want = [[0, 0, 0] for _ in range(E)]
     for s in plan:
         for f in s["from"]:
-            want[s["epoch"]][0 if f == "cache" else 1 if f.startswith("peer") else 2] += 1
+            want[s["epoch"]][0 if f == "cache" else 1 if f.startswith(("peer", "node")) else 2] += 1
     mine = [(b[1], b[3], b[0]) for b in by_epoch]  # cache, peer, storage
     assert mine == [tuple(w) for w in want], "rank %d: counts %s, the plan's %s" % (rank, mine, want)
     everyone = [None] * p
     dist.all_gather_object(everyone, (mine, stats["peer_messages_sent"]))
     sums = [tuple(sum(r[0][e][k] for r in everyone) for k in range(3)) for e in range(E)]
-    assert sums == _simulate(kind, p, cache)
+    assert sums == _simulate(kind, p, cache, rpn)
     assert sum(r[1] for r in everyone) == sum(s[1] for s in sums)  # samples sent = samples received
 
 
 def test_transport_is_ucx(world, data):
     """The error of a peer routed sample without a transport would not show; the
     peer counter does: under torchrun, transport=auto moved samples between the
-    processes, and transport=local with the same plan moves none."""
+    processes, and transport=local with the same plan moves none. The four
+    ranks are one node: with a node cache that holds the dataset, a rank
+    takes the samples of its share that another rank admitted (handoffs)."""
     root, _ = data
     peer = {}
     for t in ("auto", "local"):
         with lade.Loader(root, transform="raw", raw_size=SZ, batch_size=B, epochs=2, seed=SEED, threads=2,
-                         drop_last=True, plan="locality", cache_mem_bytes=(N // 8) * CHARGE, transport=t,
+                         drop_last=True, plan="locality", cache_mem_bytes=N * CHARGE, transport=t,
                          output="numpy") as L:
             for e in range(2):
                 for _ in L:

@@ -170,7 +170,9 @@ static void run(const char *kind, uint64_t cache_bytes, uint64_t stop_after, uin
   r->seconds = now() - t0;
 }
 
-static lade_plan_settings_t settings(const char *kind, uint64_t cache_bytes) {
+/* rpn: the node size the loader planned with (its stats: the ranks on one
+ * host share a node, and node-aware kinds plan with nodes as cache holders) */
+static lade_plan_settings_t settings(const char *kind, uint64_t cache_bytes, uint32_t rpn) {
   lade_plan_settings_t s;
   lade_plan_settings_default(&s, sizeof s);
   s.kind = lade_plan_kind_parse(kind);
@@ -181,6 +183,7 @@ static lade_plan_settings_t settings(const char *kind, uint64_t cache_bytes) {
   s.seed = 7;
   s.cache = cache_bytes / CHARGE;
   s.coalesce = 0;
+  s.ranks_per_node = rpn;
   return s;
 }
 
@@ -195,7 +198,7 @@ static void check_kind(const char *kind, uint64_t cache_bytes) {
   check(r->rc == 0, what);
   snprintf(what, sizeof what, "%s: delivered bytes equal the source's (peer samples included)", kind);
   check(r->content_ok, what);
-  lade_plan_settings_t s = settings(kind, cache_bytes);
+  lade_plan_settings_t s = settings(kind, cache_bytes, r->st.ranks_per_node);
   lade_plan_t *pl = NULL;
   int ok = lade_plan_create(&pl, &s, sizeof s) == 0;
   uint64_t pos = 0, cnt[EPOCHS][3] = {{0}};
@@ -238,8 +241,8 @@ static void check_kind(const char *kind, uint64_t cache_bytes) {
   int sim_ok = lade_simulate(&s, sizeof s, &costs, sim, sizeof sim[0], NULL) == 0;
   for (uint64_t e = 0; sim_ok && e < EPOCHS; e++)
     fprintf(g_out, "sim %s %llu %llu %llu %llu %llu\n", kind, (unsigned long long)cache_bytes, (unsigned long long)e,
-            (unsigned long long)sim[e].from_cache, (unsigned long long)sim[e].from_peer,
-            (unsigned long long)sim[e].from_storage);
+            (unsigned long long)sim[e].from_cache, (unsigned long long)(sim[e].from_peer + sim[e].from_node),
+            (unsigned long long)sim[e].from_storage); /* peers: other nodes' and the node's own ranks' (handoffs) */
   fprintf(g_out, "sent %s %llu %llu\n", kind, (unsigned long long)cache_bytes,
           (unsigned long long)r->st.peer_messages_sent);
   fflush(g_out);
