@@ -94,6 +94,8 @@ struct lade_config {
   uint64_t prefetch_threshold;     /* fetched-but-unused samples that trigger a fetch; 0: = fetch_size */
   lade_allocator_t allocator;
   bool has_allocator;
+  lade_position_t position; /* lade_config_set_position: where the loader starts (docs/plan.md "Resume") */
+  bool has_position;
 };
 
 void lade__config_defaults(struct lade_config *c);

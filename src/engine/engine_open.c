@@ -223,6 +223,8 @@ static int open_transport(lade_loader_t *L) {
       {"plan_balance", (uint64_t)cp->plan.balance_peer, false}, {"plan_reorder", (uint64_t)cp->plan.reorder, false},
       {"plan_order", (uint64_t)cp->plan.order_algo, false}, {"plan_imbalance", cp->plan.imbalance, false},
       {"ranks_per_node", L->cfg.ranks_per_node, false},
+      {"the resume position's epoch", cp->resumed ? cp->resume.epoch + 1 : 0, false},
+      {"the resume position's consumed samples", cp->resumed ? cp->resume.consumed : 0, false},
       {"the dataset's sample names (a digest)", fp_names, true},
       {"the dataset's sample sizes as listed (a digest)", fp_sizes, true},
       {"the dataset's bytes (a digest of 16 probe samples)", fp_probes, true}};
@@ -265,10 +267,14 @@ static int open_pipeline(lade_loader_t *L, lade__buf_t *buf) {
   L->steps = lade__cursor_steps(L->cursor);
   L->routed = lade__cursor_routed(L->cursor);
   L->total = L->steps * L->cfg.epochs;
+  /* a resumed run starts where its position stands (docs/plan.md "Resume") */
+  L->first = lade__cursor_first(L->cursor);
+  L->next_sched = L->next_deliver = L->evict_q = L->first;
   lade__fetch_params_t fp = {.conf = &L->res.fetch, .src = &L->src, .ops = L->src_ops, .steps = L->steps,
                              .batch = L->cfg.batch_size, .cursor = L->cursor, .names_digest = L->names_digest, .dist = L->dist};
   rc = lade__fetch_open(&L->fetch, &fp);
   if (rc) return rc;
+  if (L->first) lade__fetch_seek(L->fetch, L->first * L->cfg.batch_size);
   L->async = lade__fetch_async(L->fetch);
 
   L->xf = transform_of(L->res.transform);

@@ -102,6 +102,10 @@ struct lade_plan {
   uint64_t N, G, B, steps, used; /* used: positions of an epoch trained (steps * G) */
   uint32_t p;
   uint64_t epoch, step, serial;  /* the next step to compute; serial counts steps from (0, 0) */
+  /* where the plan starts ((0, 0), or the resume point of the settings'
+   * resume) and, with resume, the planner step where the rest of the resume
+   * epoch begins (its global batches are the rest's: lade__regular_rest) */
+  uint64_t start_epoch, start_step, rest_first;
   uint64_t *order;               /* shuffle epoch of each training epoch */
   lade__plan_out_t out;          /* the step lade_plan_next() hands out */
 
