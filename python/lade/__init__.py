@@ -388,6 +388,10 @@ class Loader:
             consumed = step * batch if shards else step * batch * world
             pos = (epoch, consumed, epoch, world, batch, groups) + tuple(here[6:9]) + (0, 0, 0)
         p = dict(zip(self._POSITION, pos))
+        for k, name in (("kind", "plan"), ("samples", "dataset size (samples)"), ("seed", "seed")):
+            if p[k] != mine[k]:  # refused before this loader is closed (the C library checks it too)
+                raise Error("load_state_dict: the state was saved with another %s (%r; this loader: %r): only "
+                            "world_size, rank and batch_size may change on resume" % (name, p[k], mine[k]))
         same = (p["world_size"], p["batch_size"], p["groups"]) == (mine["world_size"], mine["batch_size"],
                                                                    mine["groups"])
         aligned = p["consumed"] == step * p["batch_size"] * (1 if self.settings.get("plan") == "shards"
