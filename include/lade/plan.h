@@ -156,6 +156,16 @@ LADE_API void lade_plan_destroy(lade_plan_t *plan);
 /* The settings as used (cache resolved from cache_bytes). Borrowed. */
 LADE_API const lade_plan_settings_t *lade_plan_settings(const lade_plan_t *plan);
 LADE_API uint64_t lade_plan_steps_per_epoch(const lade_plan_t *plan);
+/* Warm start: learner `learner`'s cache holds samples[0..n) when the plan
+ * starts (lade_plan_start()), e.g. a disk cache that survived a restart
+ * (docs/plan.md "Warm restarts"); n entries are copied. A kind takes them as
+ * it would have admitted them, up to its `cache` per learner, in the order
+ * given (disjoint kinds: a sample one learner already holds is not taken
+ * again); regular ignores them. Call before the first lade_plan_next():
+ * the plan goes back to its start, and replays (seeking back) start from
+ * these caches again. The caches of the first step's sources are these.
+ * LADE_EINVAL for a learner or a sample out of range. */
+LADE_API int lade_plan_warm(lade_plan_t *plan, uint32_t learner, const uint64_t *samples, uint64_t n);
 /* The first step the plan computes: (0, 0), or with the settings' resume
  * the resume point ((epochs, 0) when nothing is left to plan). */
 LADE_API void lade_plan_start(const lade_plan_t *plan, uint64_t *epoch, uint64_t *step);

@@ -396,7 +396,9 @@ class Loader:
                                                                    mine["groups"])
         aligned = p["consumed"] == step * p["batch_size"] * (1 if self.settings.get("plan") == "shards"
                                                              else p["world_size"])
-        if same and not p["base_groups"] and aligned and p["epoch"] == epoch:
+        # a planned kind with a disk cache restarts warm: from the position, with what survived on disk
+        warm = self.settings.get("cache_dir") and self.settings.get("plan", "regular") not in ("regular", "shards")
+        if same and not p["base_groups"] and aligned and p["epoch"] == epoch and not warm:
             return None  # the same layout: a seek, bit for bit (a planned kind replays its plan)
         return pos
 

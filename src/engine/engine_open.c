@@ -275,6 +275,18 @@ static int open_pipeline(lade_loader_t *L, lade__buf_t *buf) {
   rc = lade__fetch_open(&L->fetch, &fp);
   if (rc) return rc;
   if (L->first) lade__fetch_seek(L->fetch, L->first * L->cfg.batch_size);
+  if (L->res.fetch.warm) { /* a restart: the surviving disk cache is the plan's start (docs/plan.md "Warm restarts") */
+    lade_plan_settings_t ps;
+    lade__cursor_settings(L->cursor, &ps);
+    /* every learner computes the plan, so it needs every learner's caches:
+     * one learner knows its own; more are not exchanged yet, they start cold */
+    bool keep = L->cfg.world_size == 1;
+    uint64_t *keys = NULL, n = 0;
+    rc = lade__fetch_survivors(L->fetch, keep, ps.cache, &keys, &n);
+    if (!rc && n) rc = lade__cursor_warm(L->cursor, L->cfg.rank, keys, n);
+    free(keys);
+    if (rc) return rc;
+  }
   L->async = lade__fetch_async(L->fetch);
 
   L->xf = transform_of(L->res.transform);

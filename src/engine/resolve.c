@@ -243,6 +243,12 @@ static int resolve_position(const struct lade_config *cfg, const lade__source_fa
   return 0;
 }
 
+/* A planned kind's disk cache is the plan's start: what survived an earlier
+ * run (a restart) is not read again (docs/plan.md "Warm restarts"). */
+static void resolve_warm(const struct lade_config *cfg, lade__fetch_conf_t *f) {
+  f->warm = f->routed && cfg->cache_dir[0];
+}
+
 int lade__resolve(const struct lade_config *cfg, const lade__source_facts_t *fa, lade__resolved_t *r) {
   memset(r, 0, sizeof *r);
   uint64_t plan_cache = 0;
@@ -274,5 +280,6 @@ int lade__resolve(const struct lade_config *cfg, const lade__source_facts_t *fa,
   cp->plan.imbalance = cfg->plan_imbalance;
   cp->plan.coalesce = 0;
   cp->plan.cache = plan_cache;
+  resolve_warm(cfg, &r->fetch);
   return resolve_position(cfg, fa, cp);
 }

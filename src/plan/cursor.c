@@ -46,6 +46,14 @@ void lade__cursor_close(lade__cursor_t *c) {
 uint64_t lade__cursor_steps(const lade__cursor_t *c) { return c->o->steps; }
 uint64_t lade__cursor_first(const lade__cursor_t *c) { return c->o->first; }
 
+int lade__cursor_warm(lade__cursor_t *c, uint32_t learner, const uint64_t *samples, uint64_t n) {
+  if (!c->o->ops->warm) return 0;
+  pthread_mutex_lock(&c->mu);
+  int rc = c->o->ops->warm(c->o, learner, samples, n);
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
 int lade__cursor_position(lade__cursor_t *c, uint64_t q, lade_position_t *out) {
   const lade_plan_settings_t *s = &c->p.plan;
   uint32_t mp = c->p.model_parallel ? c->p.model_parallel : 1;

@@ -43,6 +43,8 @@ typedef struct lade__order_ops {
   /* The global position of step q (lade__cursor_position): consumed and
    * shuffle epoch (the cursor fills the rest). */
   int (*position)(lade__order_t *o, uint64_t q, lade_position_t *out);
+  /* lade__cursor_warm; NULL: an order without caches ignores it */
+  int (*warm)(lade__order_t *o, uint32_t learner, const uint64_t *samples, uint64_t n);
   void (*close)(lade__order_t *o);
 } lade__order_ops_t;
 

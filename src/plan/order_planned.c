@@ -92,6 +92,10 @@ static int planned_position(lade__order_t *o, uint64_t q, lade_position_t *out) 
   return 0;
 }
 
+static int planned_warm(lade__order_t *o, uint32_t learner, const uint64_t *samples, uint64_t n) {
+  return lade_plan_warm(((planned_order_t *)o)->pl, learner, samples, n);
+}
+
 static void planned_settings(const lade__order_t *o, lade_plan_settings_t *out) {
   *out = *lade_plan_settings(((const planned_order_t *)o)->pl);
 }
@@ -107,6 +111,7 @@ static const lade__order_ops_t planned_ops = {
     .get = planned_get,
     .settings = planned_settings,
     .position = planned_position,
+    .warm = planned_warm,
     .close = planned_close,
 };
 

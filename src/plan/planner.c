@@ -124,7 +124,7 @@ static void resume_start(lade_plan_t *pl) {
   pl->start_step = rest_steps ? pl->rest_first : 0;
 }
 
-static void reset_state(lade_plan_t *pl) {
+static int reset_state(lade_plan_t *pl) {
   pl->epoch = pl->start_epoch;
   pl->step = pl->start_step;
   pl->serial = pl->start_epoch * pl->steps + pl->start_step;
@@ -135,6 +135,39 @@ static void reset_state(lade_plan_t *pl) {
   pl->nnodes = 0;
   pl->freelist = LADE__PLAN_NONE;
   if (pl->ops->reset) pl->ops->reset(pl);
+  /* a warm start: the caches hold what survived; the seeding's events are
+   * not a step's, and nothing seeded counts as admitted by the first step */
+  int rc = 0;
+  for (uint64_t i = 0; !rc && pl->ops->seed && i < pl->nwarm; i++) {
+    rc = pl->ops->seed(pl, pl->warm_l[i], pl->warm_s[i]);
+    pl->nev = 0;
+  }
+  if (pl->adm_serial) memset(pl->adm_serial, 0xff, pl->N * sizeof *pl->adm_serial);
+  for (uint64_t n = 0; n < pl->nnodes; n++) pl->nodes[n].adm_serial = LADE__PLAN_NONE;
+  return rc;
+}
+
+int lade_plan_warm(lade_plan_t *pl, uint32_t learner, const uint64_t *samples, uint64_t n) {
+  if (learner >= pl->p)
+    return lade__fail(LADE_EINVAL, "lade_plan_warm: learner %u is not below %u learners", learner, pl->p);
+  for (uint64_t i = 0; i < n; i++)
+    if (samples[i] >= pl->N)
+      return lade__fail(LADE_EINVAL, "lade_plan_warm: sample %llu is not below the dataset's %llu",
+                        (unsigned long long)samples[i], (unsigned long long)pl->N);
+  if (pl->nwarm + n > pl->warm_cap) {
+    uint64_t cap = LADE__MAX(pl->warm_cap * 2, pl->nwarm + n);
+    uint32_t *l = realloc(pl->warm_l, cap * sizeof *l);
+    if (l) pl->warm_l = l;
+    uint64_t *s = l ? realloc(pl->warm_s, cap * sizeof *s) : NULL;
+    if (!s) return lade__fail(LADE_ENOMEM, "lade_plan_warm: out of memory for %llu samples", (unsigned long long)cap);
+    pl->warm_s = s;
+    pl->warm_cap = cap;
+  }
+  for (uint64_t i = 0; i < n; i++) {
+    pl->warm_l[pl->nwarm] = learner;
+    pl->warm_s[pl->nwarm++] = samples[i];
+  }
+  return reset_state(pl);
 }
 
 /* The driver's buffers: the step's output and the scratch every kind shares. */
@@ -210,7 +243,7 @@ int lade_plan_create(lade_plan_t **out, const lade_plan_settings_t *in, size_t s
     lade_plan_destroy(pl);
     return rc;
   }
-  reset_state(pl);
+  reset_state(pl); /* nothing to seed yet: cannot fail */
   *out = pl;
   return 0;
 }
@@ -220,6 +253,8 @@ void lade_plan_destroy(lade_plan_t *pl) {
   if (pl->ops->destroy) pl->ops->destroy(pl);
   lade__regular_destroy(pl->reg);
   lade__plan_out_t *o = &pl->out;
+  free(pl->warm_l);
+  free(pl->warm_s);
   void *bufs[] = {pl->order,    pl->gb,        pl->holder,  pl->cnt,      pl->kept,      pl->quota,
                   pl->room,     pl->ev_l,      pl->ev_s,    pl->ev_t,     pl->ucount,    pl->owner,
                   pl->adm_serial, pl->pend,    pl->nodes,   o->samples,   o->off,        o->from,
@@ -440,7 +475,10 @@ int lade_plan_seek(lade_plan_t *pl, uint64_t epoch, uint64_t step) {
     pl->serial = target;
     return 0;
   }
-  if (target < pl->serial) reset_state(pl);
+  if (target < pl->serial) {
+    int rc = reset_state(pl);
+    if (rc) return rc;
+  }
   const lade_plan_step_t *v;
   while (pl->serial < target) {
     int rc = lade_plan_next(pl, &v);

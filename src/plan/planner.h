@@ -83,6 +83,11 @@ typedef struct lade__plan_ops {
   void (*reset)(lade_plan_t *pl);
   int (*step)(lade_plan_t *pl, lade__plan_out_t *out);
   void (*destroy)(lade_plan_t *pl);
+  /* Warm start (lade_plan_warm): learner r's cache holds s at the plan's
+   * start, if the kind would keep it (room, not held elsewhere). Called by
+   * the driver after reset(); the events it records are dropped. NULL: the
+   * kind has no cache. */
+  int (*seed)(lade_plan_t *pl, uint32_t r, uint64_t s);
 } lade__plan_ops_t;
 
 extern const lade__plan_ops_t lade__kind_regular, lade__kind_regular_lru, lade__kind_regular_belady,
@@ -106,6 +111,9 @@ struct lade_plan {
    * resume) and, with resume, the planner step where the rest of the resume
    * epoch begins (its global batches are the rest's: lade__regular_rest) */
   uint64_t start_epoch, start_step, rest_first;
+  /* warm start (lade_plan_warm): the caches' contents at the start */
+  uint32_t *warm_l;
+  uint64_t *warm_s, nwarm, warm_cap;
   uint64_t *order;               /* shuffle epoch of each training epoch */
   lade__plan_out_t out;          /* the step lade_plan_next() hands out */
 

@@ -245,3 +245,39 @@ def test_what_may_not_change(data):
         assert s > 0
         with pytest.raises(lade.Error, match="where this loader resumed"):
             L.seek(e, s - 1)
+
+
+def test_warm_restart_reads_less(data, tmp_path):
+    """A planned kind with a disk cache (world size 1), stopped early in epoch 1 and restarted from its
+    state, starts from what survived on disk (docs/plan.md "Warm restarts"): no fallback, and fewer
+    storage reads than the same restart with the disk emptied; still every sample once per epoch.
+    (tests/unit/test_plan_exec.c checks the counts equal the planner's from the surviving caches.)"""
+    kw = dict(cache_dir=str(tmp_path / "c"), cache_disk_bytes=(N // 2) * 4096, cache_mem_bytes=0)
+
+    def restart(state):
+        seen, reads = collections.Counter(), 0
+        with _loader(data, "locality", 0, 1, **kw) as L:
+            L.load_state_dict(state)
+            for e in range(state["epoch"], E):
+                for x, y, m in L:
+                    idx = [int(i) for i in np.asarray(m.indices)]
+                    _check_bytes(data, "locality", x, idx)
+                    if e == state["epoch"]:
+                        seen.update(idx[:m.valid])
+                reads += L.epoch_stats(e)["samples_by_source"][0]
+            assert L.stats()["plan_fallbacks"] == 0
+        return seen, reads
+
+    with _loader(data, "locality", 0, 1, **kw) as L:
+        for _ in L:
+            pass
+        it = iter(L)
+        consumed = collections.Counter(int(i) for _ in range(2) for i in np.asarray(next(it)[2].indices))
+        state = L.state_dict()
+        del it
+    seen, warm = restart(state)
+    assert not set(seen) & set(consumed) and len(seen) + len(consumed) == N // (B * 1) * B
+    import shutil
+    shutil.rmtree(kw["cache_dir"])
+    _, cold = restart(state)
+    assert warm < cold, (warm, cold)
