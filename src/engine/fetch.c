@@ -181,7 +181,8 @@ int lade__fetch_survivors(lade__fetch_t *f, bool keep, uint64_t most, uint64_t *
     return 0;
   }
   uint64_t *k = malloc((f->samples_n ? f->samples_n : 1) * sizeof *k), m = 0;
-  if (!k) return lade__fail(LADE_ENOMEM, "out of memory for the disk cache's %llu keys", (unsigned long long)f->samples_n);
+  if (!k)
+    return lade__fail(LADE_ENOMEM, "out of memory for the disk cache's %llu keys", (unsigned long long)f->samples_n);
   lade__buf_t b = {0};
   for (uint64_t i = 0; i < f->samples_n; i++) {
     if (!lade__cache_contains(f->disk, i)) continue;

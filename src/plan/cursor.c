@@ -124,8 +124,9 @@ int lade__cursor_get(lade__cursor_t *c, uint64_t q, lade__cursor_step_t *out) {
     return lade__fail(LADE_ERANGE, "plan: step %llu is past the run (%llu epochs of %llu steps)", (unsigned long long)q,
                       (unsigned long long)c->p.plan.epochs, (unsigned long long)steps);
   if (q < c->o->first)
-    return lade__fail(LADE_ERANGE, "plan: (epoch %llu, step %llu) is before the run's start at (epoch %llu, step %llu), "
-                      "where it resumed", (unsigned long long)(q / steps), (unsigned long long)(q % steps),
+    return lade__fail(LADE_ERANGE,
+                      "plan: (epoch %llu, step %llu) is before the run's start at (epoch %llu, step %llu), where it "
+                      "resumed", (unsigned long long)(q / steps), (unsigned long long)(q % steps),
                       (unsigned long long)(c->o->first / steps), (unsigned long long)(c->o->first % steps));
   pthread_mutex_lock(&c->mu);
   int rc = c->o->ops->get(c->o, q, out);

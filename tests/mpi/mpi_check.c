@@ -495,7 +495,8 @@ static void check_resize_load(const char *file) {
               (unsigned long long)es.samples_by_source[3], (unsigned long long)es.samples_by_source[0],
               (unsigned long long)cnt[e][0], (unsigned long long)cnt[e][1], (unsigned long long)cnt[e][2]);
   }
-  check(plan_ok && ok, "resize: per-rank cache/peer/storage counts equal the plan's from the resume point, no fallback");
+  check(plan_ok && ok,
+        "resize: per-rank cache/peer/storage counts equal the plan's from the resume point, no fallback");
   uint64_t all_peer = 0;
   MPI_Allreduce(&peer, &all_peer, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
   check(all_peer > 0, "resize: the resumed ranks send each other samples over MPI");
@@ -516,7 +517,8 @@ static void check_resize_load(const char *file) {
     for (uint64_t i = 0; i < total; i++) seen[cons[i]]++;
     for (uint64_t i = 0; i < got && got <= N; i++) seen[rest[i]]++;
     for (uint64_t x = 0; x < N; x++) once &= seen[x] == 1;
-    printf("     resize: %llu consumed by 4 ranks, %llu delivered after the resume by 2, from (epoch %llu, step %llu)\n",
+    printf("     resize: %llu consumed by 4 ranks, %llu delivered after the resume by 2, from (epoch %llu, "
+           "step %llu)\n",
            (unsigned long long)total, (unsigned long long)got, (unsigned long long)first_e,
            (unsigned long long)first_s);
   }

@@ -280,7 +280,8 @@ static void test_position(void) {
       continue;
     }
     CHECK(rc == LADE_EINVAL);
-    if (!strstr(lade_last_error(), bad[i].text)) fprintf(stderr, "  wanted \"%s\" in: %s\n", bad[i].text, lade_last_error());
+    if (!strstr(lade_last_error(), bad[i].text))
+      fprintf(stderr, "  wanted \"%s\" in: %s\n", bad[i].text, lade_last_error());
     CHECK(strstr(lade_last_error(), bad[i].text) != NULL);
   }
   /* without one, nothing is resumed; a short struct is refused */
