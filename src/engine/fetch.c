@@ -197,6 +197,10 @@ int lade__fetch_survivors(lade__fetch_t *f, bool keep, uint64_t most, uint64_t *
   return 0;
 }
 
+void lade__fetch_drop(lade__fetch_t *f, uint64_t key) {
+  if (f->disk) lade__cache_evict(f->disk, key);
+}
+
 void lade__fetch_close(lade__fetch_t *f) {
   if (!f) return;
   pthread_mutex_lock(&f->mu);

@@ -70,6 +70,8 @@ bool lade__fetch_cached(const lade__fetch_t *f);
  * rest, and with keep false all, are dropped: the plan's model holds nothing
  * else). *keys is the caller's to free. Reads every entry (checksums). */
 int lade__fetch_survivors(lade__fetch_t *f, bool keep, uint64_t most, uint64_t **keys, uint64_t *n);
+/* Drops key from the disk tier (a survivor the plan did not keep). */
+void lade__fetch_drop(lade__fetch_t *f, uint64_t key);
 
 /* Reads the bytes of sample idx for the batch of global step q into out,
  * by `route` (LADE__ROUTE_ANY, LADE_FROM_CACHE, LADE_FROM_STORAGE or a

@@ -46,10 +46,16 @@ void lade__cursor_close(lade__cursor_t *c) {
 uint64_t lade__cursor_steps(const lade__cursor_t *c) { return c->o->steps; }
 uint64_t lade__cursor_first(const lade__cursor_t *c) { return c->o->first; }
 
-int lade__cursor_warm(lade__cursor_t *c, uint32_t learner, const uint64_t *samples, uint64_t n) {
-  if (!c->o->ops->warm) return 0;
+int lade__cursor_warm(lade__cursor_t *c, uint32_t learners, const uint64_t *const *lists, const uint64_t *counts,
+                      uint8_t *kept) {
+  if (learners != c->p.plan.learners)
+    return lade__fail(LADE_EINVAL, "plan: caches of %u learners for a plan of %u", learners, c->p.plan.learners);
+  if (!c->o->ops->warm) {
+    if (kept) memset(kept, 0, counts[c->p.rank]);
+    return 0;
+  }
   pthread_mutex_lock(&c->mu);
-  int rc = c->o->ops->warm(c->o, learner, samples, n);
+  int rc = c->o->ops->warm(c->o, learners, lists, counts, kept);
   pthread_mutex_unlock(&c->mu);
   return rc;
 }

@@ -125,9 +125,14 @@ bool lade__cursor_routed(const lade__cursor_t *c);
 /* The most samples one step gives this rank: batch_size, or more under
  * solar's plan_imbalance (local batches of unequal size). */
 uint32_t lade__cursor_max_batch(const lade__cursor_t *c);
-/* Warm start (docs/plan.md "Warm restarts"): learner's cache holds
- * samples[0..n) at the run's start (lade_plan_warm); before the first get(). */
-int lade__cursor_warm(lade__cursor_t *c, uint32_t learner, const uint64_t *samples, uint64_t n);
+/* Warm start (docs/plan.md "Warm restarts"): learner r's cache holds
+ * lists[r][0..counts[r]) at the run's start (lade_plan_warm), for each of
+ * the plan's learners; before the first get(). kept[i] (for this rank's
+ * list; may be NULL) says whether the plan keeps its i-th sample (room, not
+ * held by an earlier learner of a disjoint kind): the caller drops the
+ * others. An order without caches keeps none. */
+int lade__cursor_warm(lade__cursor_t *c, uint32_t learners, const uint64_t *const *lists, const uint64_t *counts,
+                      uint8_t *kept);
 /* The plan kind (lade_plan_kind_t). */
 int lade__cursor_kind(const lade__cursor_t *c);
 

@@ -44,7 +44,8 @@ typedef struct lade__order_ops {
    * shuffle epoch (the cursor fills the rest). */
   int (*position)(lade__order_t *o, uint64_t q, lade_position_t *out);
   /* lade__cursor_warm; NULL: an order without caches ignores it */
-  int (*warm)(lade__order_t *o, uint32_t learner, const uint64_t *samples, uint64_t n);
+  int (*warm)(lade__order_t *o, uint32_t learners, const uint64_t *const *lists, const uint64_t *counts,
+              uint8_t *kept);
   void (*close)(lade__order_t *o);
 } lade__order_ops_t;
 

@@ -92,8 +92,15 @@ static int planned_position(lade__order_t *o, uint64_t q, lade_position_t *out) 
   return 0;
 }
 
-static int planned_warm(lade__order_t *o, uint32_t learner, const uint64_t *samples, uint64_t n) {
-  return lade_plan_warm(((planned_order_t *)o)->pl, learner, samples, n);
+static int planned_warm(lade__order_t *o, uint32_t learners, const uint64_t *const *lists, const uint64_t *counts,
+                        uint8_t *kept) {
+  lade_plan_t *pl = ((planned_order_t *)o)->pl;
+  int rc = 0;
+  for (uint32_t r = 0; r < learners && !rc; r++)
+    if (counts[r]) rc = lade_plan_warm(pl, r, lists[r], counts[r]);
+  uint32_t me = o->p->rank;
+  for (uint64_t i = 0; !rc && kept && i < counts[me]; i++) kept[i] = lade__plan_holds(pl, me, lists[me][i]);
+  return rc;
 }
 
 static void planned_settings(const lade__order_t *o, lade_plan_settings_t *out) {

@@ -147,6 +147,13 @@ static int reset_state(lade_plan_t *pl) {
   return rc;
 }
 
+bool lade__plan_holds(lade_plan_t *pl, uint32_t r, uint64_t s) {
+  if (r >= pl->p || s >= pl->N) return false;
+  if (pl->owner) return pl->owner[s] == (int32_t)r;
+  uint64_t v = 0;
+  return pl->ops->seed && lade__hmap_get(&pl->map, lade__plan_mkey(r, s), &v);
+}
+
 int lade_plan_warm(lade_plan_t *pl, uint32_t learner, const uint64_t *samples, uint64_t n) {
   if (learner >= pl->p)
     return lade__fail(LADE_EINVAL, "lade_plan_warm: learner %u is not below %u learners", learner, pl->p);

@@ -149,6 +149,10 @@ static inline uint64_t lade__plan_shuffle_epoch(const lade_plan_t *pl, uint64_t 
   return pl->order ? pl->order[e] : e;
 }
 
+/* Whether learner r's cache holds s now in the plan's model (after
+ * lade_plan_warm: which of the survivors the plan kept). */
+bool lade__plan_holds(lade_plan_t *pl, uint32_t r, uint64_t s);
+
 /* Records an admit (+1) or evict (-1) of sample s by learner r; returns its index. */
 uint64_t lade__plan_event(lade_plan_t *pl, uint32_t r, uint64_t s, int t);
 

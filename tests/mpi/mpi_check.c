@@ -17,7 +17,11 @@
  * what all ranks consumed; resize-load FILE (under -np 2) resumes it: the two
  * ranks deliver the rest of the epoch, each remaining sample once and none of
  * the consumed, with per-rank counts equal to the plan's from the resume
- * point (peer sends included), no fallback (docs/plan.md "Resume").
+ * point (peer sends included), no fallback (docs/plan.md "Resume"). warm:
+ * every rank runs locality with a disk cache into epoch 1, then restarts
+ * from its position: the plan starts from every rank's surviving entries
+ * (exchanged at open), per-rank counts equal the plan's from them, and it
+ * reads less from storage than a cold restart (docs/plan.md "Warm restarts").
  * Prints one line per check on rank 0; exits non-zero on failure. */
 #include <mpi.h>
 #include <stdio.h>
@@ -526,6 +530,125 @@ static void check_resize_load(const char *file) {
   check(once, "resize: the 4 ranks' part of epoch 1 and the 2 ranks' rest hold every sample exactly once");
 }
 
+/* ---- warm restarts over MPI: every rank's surviving disk cache seeds the plan */
+
+static lade_loader_t *open_warm(const lade_position_t *pos) {
+  lade_config_t *c = NULL;
+  lade_config_create(&c);
+  char v[4200], dir[4200], bytes[64];
+  snprintf(v, sizeof v, "%s/data", g_dir);
+  snprintf(dir, sizeof dir, "%s/warm%d", g_dir, g_rank);
+  snprintf(bytes, sizeof bytes, "%llu", (unsigned long long)(N / (uint64_t)g_world / 2) * 4096); /* 4 KiB an entry */
+  const char *kv[][2] = {{"source", v}, {"transform", "raw"}, {"raw_size", "256"}, {"batch_size", "4"},
+                         {"threads", "2"}, {"seed", "7"}, {"drop_last", "true"}, {"epochs", "3"},
+                         {"plan", "locality"}, {"transport", "mpi"}, {"peer_timeout_ms", "5000"},
+                         {"cache_dir", dir}, {"cache_disk_bytes", bytes}};
+  for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) lade_config_set(c, kv[i][0], kv[i][1]);
+  if (pos) lade_config_set_position(c, pos, sizeof *pos);
+  lade_loader_t *L = NULL;
+  if (lade_loader_create(&L, c)) fprintf(stderr, "rank %d: create: %s\n", g_rank, lade_last_error());
+  lade_config_destroy(c);
+  return L;
+}
+
+/* Runs a loader from pos to the end: bytes checked, per-epoch (cache, peer, storage, fallbacks). */
+static int run_warm(const lade_position_t *pos, uint64_t (*got)[4]) {
+  lade_loader_t *L = open_warm(pos);
+  if (!L) return 0;
+  int ok = 1, rc;
+  lade_batch_t *b = NULL;
+  while ((rc = lade_loader_next(L, &b)) == 0 && b) {
+    for (int64_t i = 0; i < b->shape[0]; i++)
+      for (int k = 0; k < SZ; k++)
+        if (((const uint8_t *)b->data)[(size_t)i * SZ + k] != byte_of((uint64_t)b->indices[i], k)) ok = 0;
+    lade_batch_release(b);
+  }
+  if (rc) fprintf(stderr, "rank %d: %s\n", g_rank, lade_last_error());
+  for (uint64_t e = pos->epoch; e < EPOCHS; e++) {
+    lade_epoch_stats_t es;
+    if (lade_loader_epoch_stats(L, e, &es, sizeof es)) ok = 0;
+    got[e][0] = es.samples_by_source[2];
+    got[e][1] = es.samples_by_source[3];
+    got[e][2] = es.samples_by_source[0];
+    got[e][3] = es.plan_fallbacks + es.plan_peer_storage;
+  }
+  lade_loader_destroy(L);
+  return ok && rc == 0;
+}
+
+static void check_warm(void) {
+  lade_loader_t *L = open_warm(NULL);
+  uint64_t steps = 0;
+  int ok = L != NULL;
+  if (L) lade_loader_info(L, NULL, &steps, NULL);
+  lade_batch_t *b = NULL;
+  for (uint64_t k = 0; ok && k < steps + 2; k++) {
+    ok = lade_loader_next(L, &b) == 0 && b;
+    if (ok) lade_batch_release(b);
+  }
+  lade_position_t pos;
+  ok = ok && lade_loader_position(L, 1, 2, &pos, sizeof pos) == 0;
+  if (L) lade_loader_destroy(L);
+  check(ok, "warm: every rank runs locality with a disk cache into epoch 1 and stops");
+  MPI_Barrier(MPI_COMM_WORLD);
+  /* what survived on every rank's disk: its entry files, in index order, at most the plan's cache */
+  lade_plan_settings_t s = settings("locality", (uint64_t)(N / (uint64_t)g_world / 2) * CHARGE);
+  s.resume = 1;
+  s.resume_epoch = pos.epoch;
+  s.resume_shuffle_epoch = pos.shuffle_epoch;
+  s.resume_consumed = pos.consumed;
+  lade_plan_t *pl = NULL;
+  int plan_ok = lade_plan_create(&pl, &s, sizeof s) == 0;
+  uint64_t total = 0;
+  for (int r = 0; plan_ok && r < g_world; r++) {
+    char cmd[4500];
+    snprintf(cmd, sizeof cmd, "find '%s/warm%d' -type f | grep -E '/[0-9a-f]{16}$' | sed 's#.*/##' | sort", g_dir, r);
+    FILE *f = popen(cmd, "r");
+    uint64_t keys[N], n = 0;
+    unsigned long long key;
+    while (f && fscanf(f, "%llx", &key) == 1)
+      if (key < N && n < s.cache) keys[n++] = key;
+    if (f) pclose(f);
+    total += n;
+    plan_ok = lade_plan_warm(pl, (uint32_t)r, keys, n) == 0;
+  }
+  uint64_t want[EPOCHS][3] = {{0}};
+  const lade_plan_step_t *v = NULL;
+  while (plan_ok && lade_plan_next(pl, &v) == 0)
+    for (uint64_t i = v->offset[g_rank]; i < v->offset[g_rank + 1]; i++)
+      want[v->epoch][v->from[i] == LADE_FROM_CACHE ? 0 : v->from[i] >= 0 ? 1 : 2]++;
+  lade_plan_destroy(pl);
+  MPI_Barrier(MPI_COMM_WORLD); /* every rank listed the files before any restart changes them */
+  uint64_t got[EPOCHS][4] = {{0}}, cold[EPOCHS][4] = {{0}};
+  ok = run_warm(&pos, got);
+  check(ok, "warm: every rank restarts from the position with its surviving disk cache, the source's bytes");
+  int same = plan_ok && total > 0;
+  for (uint64_t e = pos.epoch; e < EPOCHS; e++) {
+    same &= got[e][0] == want[e][0] && got[e][1] == want[e][1] && got[e][2] == want[e][2] && !got[e][3];
+    if (got[e][0] != want[e][0] || got[e][1] != want[e][1] || got[e][2] != want[e][2] || got[e][3])
+      fprintf(stderr, "rank %d epoch %llu: cache/peer/storage %llu/%llu/%llu, plan %llu/%llu/%llu, fallbacks %llu\n",
+              g_rank, (unsigned long long)e, (unsigned long long)got[e][0], (unsigned long long)got[e][1],
+              (unsigned long long)got[e][2], (unsigned long long)want[e][0], (unsigned long long)want[e][1],
+              (unsigned long long)want[e][2], (unsigned long long)got[e][3]);
+  }
+  check(same, "warm: per-rank cache/peer/storage counts equal the plan's from every rank's surviving caches");
+  char cmd[4500];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s/warm%d'", g_dir, g_rank);
+  if (system(cmd) != 0) ok = 0;
+  MPI_Barrier(MPI_COMM_WORLD);
+  ok = run_warm(&pos, cold) && ok;
+  uint64_t mine[2] = {0, 0}, sum[2];
+  for (uint64_t e = pos.epoch; e < EPOCHS; e++) {
+    mine[0] += got[e][2];
+    mine[1] += cold[e][2];
+  }
+  MPI_Allreduce(mine, sum, 2, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  if (g_rank == 0)
+    printf("     warm: %llu entries survived on %d ranks; storage reads after the restart %llu, cold %llu\n",
+           (unsigned long long)total, g_world, (unsigned long long)sum[0], (unsigned long long)sum[1]);
+  check(ok && sum[0] < sum[1], "warm: the warm restart reads less from storage than a cold one");
+}
+
 int main(int argc, char **argv) {
   int prov = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &prov);
@@ -546,6 +669,8 @@ int main(int argc, char **argv) {
   const char *mode = argc > 2 ? argv[2] : "all";
   if (!strcmp(mode, "fault-stop")) {
     check_fault_stop();
+  } else if (!strcmp(mode, "warm")) {
+    check_warm();
   } else if (!strcmp(mode, "resize-save") && argc > 3) {
     check_resize_save(argv[3]);
   } else if (!strcmp(mode, "resize-load") && argc > 3) {

@@ -25,6 +25,9 @@ timeout 120 "${run[@]}" -np 4 "$check_bin" "$tmp/r" resize-save "$tmp/r.pos" &&
   timeout 120 "${run[@]}" -np 2 "$check_bin" "$tmp/r" resize-load "$tmp/r.pos" ||
   { echo "FAIL: mpi_check resize"; fail=1; }
 
+echo "== warm restart: every rank's surviving disk cache seeds the plan (exchanged over MPI)"
+timeout 200 "${run[@]}" -np 4 "$check_bin" "$tmp/w" warm || { echo "FAIL: mpi_check warm"; fail=1; }
+
 echo "== a rank that stops mid-epoch"
 timeout 120 "${run[@]}" -np 4 "$check_bin" "$tmp/b" fault-stop || { echo "FAIL: mpi_check fault-stop"; fail=1; }
 
