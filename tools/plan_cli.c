@@ -209,6 +209,17 @@ static int parse(const char *cmd, int argc, char **argv, opts_t *o) {
       if ((rc = num_f(cmd, a, v, &o->m.beta))) return rc;
       o->have_beta = 1;
     }
+    else if (!strcmp(a, "--resume")) { /* EPOCH:CONSUMED[:SHUFFLE_EPOCH] */
+      unsigned long long e = 0, c = 0, se = 0;
+      int nf = 0, len = 0;
+      if (v) nf = sscanf(v, "%llu:%llu%n:%llu%n", &e, &c, &len, &se, &len);
+      if (!v || nf < 2 || v[len] || strchr(v, '-'))
+        return die(cmd, "--resume takes EPOCH:CONSUMED[:SHUFFLE_EPOCH] (non-negative integers), got '%s'", v ? v : "");
+      o->s.resume = 1;
+      o->s.resume_epoch = e;
+      o->s.resume_consumed = c;
+      o->s.resume_shuffle_epoch = nf == 3 ? se : e;
+    }
     else if (!strcmp(a, "--balance")) {
       if (!v || (strcmp(v, "peer") && strcmp(v, "storage"))) return die(cmd, "--balance takes peer or storage", "");
       o->s.balance_peer = !strcmp(v, "peer");
@@ -278,6 +289,8 @@ static const char *common_help =
     "  --order auto|dp|local|pso   solar: epoch-order solver (default auto: DP up to 16 epochs)\n"
     "  --imbalance K      solar: local batch sizes may differ by up to K (default 0)\n"
     "  --no-coalesce      solar: do not coalesce adjacent storage reads\n"
+    "  --resume E:C[:S]   start inside epoch E with empty caches, its first C positions trained on before\n"
+    "                     (shuffle epoch S, default E), e.g. at another world size (docs/plan.md \"Resume\")\n"
     "  --plan shards      paper 001 shard streaming (docs/plan.md), with:\n"
     "    --shard-size K | --shards S   shards of K samples (default 1000) or S shards of equal size\n"
     "    --buffer b[,b..]  shuffle buffer sizes (plan: the first; simulate: each, default 0,1000,10000)\n"

@@ -303,6 +303,54 @@ LADE_API int lade_loader_seek(lade_loader_t *loader, uint64_t epoch, uint64_t st
 /* The (epoch, step) the next lade_loader_next() will return. */
 LADE_API int lade_loader_tell(const lade_loader_t *loader, uint64_t *epoch, uint64_t *step);
 
+/*
+ * A global position of a run: what every rank together has consumed, so
+ * that a loader at another world size (or batch size) resumes it
+ * (docs/plan.md "Resume"). Any rank's position is the same: rank 0's
+ * resumes every rank. The struct only grows at its end; the functions below
+ * take its size as the caller was compiled (as lade_loader_stats).
+ */
+typedef struct lade_position {
+  uint64_t epoch;         /* the epoch in progress (the run's epochs: the run is over) */
+  uint64_t consumed;      /* regular and planned kinds: positions of that epoch's order the whole world has
+                           * trained on (a prefix of its permutation); shards: samples each data-parallel
+                           * group has delivered */
+  uint64_t shuffle_epoch; /* the permutation that epoch uses (solar's epoch order depends on the world) */
+  uint32_t world_size, batch_size; /* the saver's layout */
+  uint32_t groups;        /* its data-parallel groups (shards: world_size / model_parallel; else world_size) */
+  int32_t kind;           /* its plan (lade_plan_kind_t): a loader with another plan refuses the position */
+  uint64_t samples, seed; /* its dataset size and seed: checked the same way */
+  /* shards, when that epoch was itself resumed from another layout: that
+   * layout's groups, batch size and consumed samples per group (0 groups: none) */
+  uint64_t base_consumed;
+  uint32_t base_groups, base_batch;
+} lade_position_t;
+
+/* The global position of this loader's (epoch, step) (lade_loader_tell()
+ * gives the next batch's) into *out, size bytes written
+ * (sizeof(lade_position_t)). LADE_ERANGE for a step outside the run (before
+ * a resumed run's start); (epochs, 0) is the end. LADE_EUNSUPPORTED in the
+ * one case a position cannot be written: plan=shards inside an epoch
+ * resumed from a position that was itself saved in an epoch resumed at a
+ * third layout (the message says so; the epoch's end can be saved). */
+LADE_API int lade_loader_position(lade_loader_t *loader, uint64_t epoch, uint64_t step, lade_position_t *out,
+                                  size_t size);
+
+/* A loader created from cfg starts at `position` (copied; NULL clears it):
+ * the rest of its epoch is re-striped over this loader's world size and
+ * batch size, every remaining sample exactly once and none of the consumed
+ * ones again, and later epochs are those of an uninterrupted run with this
+ * loader's settings (docs/plan.md "Resume"). A planned kind plans from there
+ * with empty caches. lade_loader_create() refuses a position of another
+ * plan kind, dataset size or seed, naming the setting. Positions before it
+ * are then out of the loader's range (lade_loader_seek). */
+LADE_API int lade_config_set_position(lade_config_t *cfg, const lade_position_t *position, size_t size);
+
+/* The (epoch, step) of the run's first batch: (0, 0), or where a loader
+ * created with a position resumed (its epoch's earlier steps belong to the
+ * run that saved it). */
+LADE_API int lade_loader_start(const lade_loader_t *loader, uint64_t *epoch, uint64_t *step);
+
 /* Number of samples in the dataset (waits for the listing), steps per epoch
  * for this learner, and number of epochs. */
 LADE_API int lade_loader_info(lade_loader_t *loader, uint64_t *samples, uint64_t *steps_per_epoch,

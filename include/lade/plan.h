@@ -129,6 +129,17 @@ typedef struct lade_plan_settings {
   uint64_t cache_disk;     /* solar: a second tier of this many samples per holder (learner or node) on its local
                             * disk under the `cache` samples in memory: one hierarchy (docs/plan.md, Two tiers);
                             * 0: one tier */
+  /* Resume at another world size (docs/plan.md "Resume"): with resume set,
+   * the plan starts inside training epoch resume_epoch with empty caches.
+   * The first resume_consumed positions of that epoch's order (the regular
+   * order of shuffle epoch resume_shuffle_epoch, which the stopped run saved:
+   * solar's epoch order depends on the world size) were trained on before;
+   * the rest, positions [resume_consumed, N), is cut into this plan's global
+   * batches, which are the epoch's last floor((N - resume_consumed) / G)
+   * steps (lade_plan_start() gives the first). Later epochs are this plan's
+   * own. Steps before the start are not part of the plan. */
+  uint64_t resume;               /* 0: the plan starts at (0, 0) with empty caches; 1: as above */
+  uint64_t resume_epoch, resume_shuffle_epoch, resume_consumed;
 } lade_plan_settings_t;
 
 /* Fills the size bytes of *s (size: sizeof(lade_plan_settings_t)) with the
@@ -195,11 +206,25 @@ LADE_API void lade_plan_destroy(lade_plan_t *plan);
 /* The settings as used (cache resolved from cache_bytes). Borrowed. */
 LADE_API const lade_plan_settings_t *lade_plan_settings(const lade_plan_t *plan);
 LADE_API uint64_t lade_plan_steps_per_epoch(const lade_plan_t *plan);
+/* Warm start: learner `learner`'s cache holds samples[0..n) when the plan
+ * starts (lade_plan_start()), e.g. a disk cache that survived a restart
+ * (docs/plan.md "Warm restarts"); n entries are copied. A kind takes them as
+ * it would have admitted them, up to its `cache` per learner, in the order
+ * given (disjoint kinds: a sample one learner already holds is not taken
+ * again); regular ignores them. Call before the first lade_plan_next():
+ * the plan goes back to its start, and replays (seeking back) start from
+ * these caches again. The caches of the first step's sources are these.
+ * LADE_EINVAL for a learner or a sample out of range. */
+LADE_API int lade_plan_warm(lade_plan_t *plan, uint32_t learner, const uint64_t *samples, uint64_t n);
+/* The first step the plan computes: (0, 0), or with the settings' resume
+ * the resume point ((epochs, 0) when nothing is left to plan). */
+LADE_API void lade_plan_start(const lade_plan_t *plan, uint64_t *epoch, uint64_t *step);
 /* Computes the next step; LADE_ERANGE after the last one. *out is borrowed. */
 LADE_API int lade_plan_next(lade_plan_t *plan, const lade_plan_step_t **out);
 /* Positions the plan so the next lade_plan_next() gives (epoch, step). Plans
  * with cache state replay from the start (or from the current position when
- * seeking forward): the result is identical to reaching it sequentially. */
+ * seeking forward): the result is identical to reaching it sequentially.
+ * A position before lade_plan_start() is LADE_ERANGE. */
 LADE_API int lade_plan_seek(lade_plan_t *plan, uint64_t epoch, uint64_t step);
 /* The epoch order (shuffle epoch of each training epoch); borrowed, `epochs` long; NULL for runs of more
  * than 2^20 epochs (the order is then the identity). */

@@ -209,6 +209,7 @@ class Loader:
         self._convert = self._converter(output)
         _no_workers()
         _ucx_bootstrap(settings, rank, world_size)
+        self._pairs = pairs
         self._h = _lade.Loader(pairs)
 
     def __reduce_ex__(self, protocol):
@@ -272,9 +273,10 @@ class Loader:
         it did not hand out."""
         _no_workers()
         epoch, step = self._h.tell()
-        if step and not self._resume and not self._h.interrupted:
-            self._h.seek(epoch, 0)
-            step = 0
+        first = self._first_step(epoch)
+        if step != first and not self._resume and not self._h.interrupted:
+            self._h.seek(epoch, first)
+            step = first
         self._resume = False
         steps = self.steps_per_epoch
         return self._yield(steps - step if steps else 0)
@@ -294,10 +296,16 @@ class Loader:
         lade.Error naming it and the range; one that is no integer TypeError."""
         epoch = _operator.index(epoch)
         e, s = self._h.tell()
-        if e == epoch and (s == 0 or self._resume):
+        first = self._first_step(epoch)
+        if e == epoch and (s == first or self._resume):
             return
-        self._h.seek(epoch, 0, "set_epoch")
+        self._h.seek(epoch, first, "set_epoch")
         self._resume = False
+
+    def _first_step(self, epoch):
+        # a loader resumed at another layout starts its first epoch at a later step
+        e, s = self._h.start()
+        return s if epoch == e else 0
 
     def __len__(self):
         """Batches of one epoch on this learner, as len(DataLoader)."""
@@ -347,34 +355,99 @@ class Loader:
         self._h.seek(epoch, step)
         self._resume = True
 
-    _CHECKED = ("source", "batch_size", "seed", "rank", "world_size", "transform", "plan", "drop_last")
+    # settings a state must share with the loader that loads it; world_size, rank and
+    # batch_size may differ (the rest of the epoch is re-striped, docs/plan.md "Resume")
+    _CHECKED = ("source", "seed", "transform", "plan", "drop_last")
+    _SAVED = ("source", "batch_size", "seed", "rank", "world_size", "transform", "plan", "drop_last",
+              "model_parallel")
+    _POSITION = ("epoch", "consumed", "shuffle_epoch", "world_size", "batch_size", "groups", "kind", "samples",
+                 "seed", "base_consumed", "base_groups", "base_batch")
 
     def state_dict(self):
-        """The position as a dict; load_state_dict() of a loader with the same settings
-        continues with exactly the batches this one would have produced next."""
+        """The position as a dict. It is global, as Mosaic Streaming's is: what
+        all ranks together have consumed, so rank 0's state resumes every rank,
+        also at another world size or batch size (load_state_dict)."""
         epoch, step = self._h.tell()
-        state = {"version": 1, "epoch": int(epoch), "step": int(step)}
-        state["settings"] = {k: self.settings.get(k, "") for k in self._CHECKED}
+        state = {"version": 2, "epoch": int(epoch), "step": int(step),
+                 "position": dict(zip(self._POSITION, (int(v) for v in self._h.position())))}
+        state["settings"] = {k: self.settings.get(k, "") for k in self._SAVED}
         return state
 
     _STATE_HELP = ("a lade state dict is what Loader.state_dict() returns: a dict with 'epoch' and 'step' "
-                   "(integers >= 0), and optionally 'version' (1) and 'settings' (a dict)")
+                   "(integers >= 0), and optionally 'version' (1 or 2), 'position' (a dict, version 2) and "
+                   "'settings' (a dict)")
 
     @classmethod
-    def _state_int(cls, state, key):
+    def _state_int(cls, state, key, what="load_state_dict"):
         v = state[key]
         if isinstance(v, bool):
-            raise Error("load_state_dict: '%s' is %r, not an integer; %s" % (key, v, cls._STATE_HELP))
+            raise Error("%s: '%s' is %r, not an integer; %s" % (what, key, v, cls._STATE_HELP))
         try:
             return _operator.index(v)
         except TypeError:
-            raise Error("load_state_dict: '%s' is %r (%s), not an integer; %s"
-                        % (key, v, type(v).__name__, cls._STATE_HELP)) from None
+            raise Error("%s: '%s' is %r (%s), not an integer; %s"
+                        % (what, key, v, type(v).__name__, cls._STATE_HELP)) from None
+
+    def _position_of(self, state, version, epoch, step):
+        """The saved global position as a tuple for _lade.Loader, or None when
+        a seek of this loader to (epoch, step) is the same thing."""
+        here = self._h.position()
+        mine = dict(zip(self._POSITION, here))
+        if version >= 2:
+            saved = state["position"]
+            if not isinstance(saved, _abc.Mapping):
+                raise Error("load_state_dict: 'position' is %s, not a dict; %s"
+                            % (type(saved).__name__, self._STATE_HELP))
+            miss = [k for k in self._POSITION if k not in saved]
+            if miss:
+                raise Error("load_state_dict: the state's position has no %s; %s" % (", ".join(miss), self._STATE_HELP))
+            pos = tuple(self._state_int(saved, k, "load_state_dict: position") for k in self._POSITION)
+        else:
+            # version 1: (epoch, step) at the saver's world size and batch size
+            s = state.get("settings", {})
+            try:
+                world = int(s.get("world_size") or mine["world_size"])
+                batch = int(s.get("batch_size") or mine["batch_size"])
+            except ValueError:
+                raise Error("load_state_dict: the state's world_size/batch_size are not integers: %r, %r"
+                            % (s.get("world_size"), s.get("batch_size"))) from None
+            if (world, batch) == (mine["world_size"], mine["batch_size"]):
+                return None
+            if self.settings.get("plan") == "solar":
+                raise Error("load_state_dict: a version 1 state of plan solar holds no shuffle epoch (solar's "
+                            "epoch order depends on the world size): resume it at world_size %d and batch_size %d"
+                            % (world, batch))
+            shards = self.settings.get("plan") == "shards"
+            groups = world // max(1, int(self.settings.get("model_parallel") or 1)) if shards else world
+            consumed = step * batch if shards else step * batch * world
+            pos = (epoch, consumed, epoch, world, batch, groups) + tuple(here[6:9]) + (0, 0, 0)
+        p = dict(zip(self._POSITION, pos))
+        for k, name in (("kind", "plan"), ("samples", "dataset size (samples)"), ("seed", "seed")):
+            if p[k] != mine[k]:  # refused before this loader is closed (the C library checks it too)
+                raise Error("load_state_dict: the state was saved with another %s (%r; this loader: %r): only "
+                            "world_size, rank and batch_size may change on resume" % (name, p[k], mine[k]))
+        same = (p["world_size"], p["batch_size"], p["groups"]) == (mine["world_size"], mine["batch_size"],
+                                                                   mine["groups"])
+        aligned = p["consumed"] == step * p["batch_size"] * (1 if self.settings.get("plan") == "shards"
+                                                             else p["world_size"])
+        # a planned kind with a disk cache restarts warm: from the position, with what survived on disk
+        warm = self.settings.get("cache_dir") and self.settings.get("plan", "regular") not in ("regular", "shards")
+        if same and not p["base_groups"] and aligned and p["epoch"] == epoch and not warm:
+            return None  # the same layout: a seek, bit for bit (a planned kind replays its plan)
+        return pos
 
     def load_state_dict(self, state):
-        """Continues where the loader that made `state` (state_dict()) stood.
-        Anything that is not such a state (not a dict, a key missing, a value
-        that is no integer or out of this loader's range, a setting that
+        """Continues where the loader(s) that made `state` (state_dict()) stood.
+        The state is global: any rank's (rank 0's) resumes every rank. At
+        another world size or batch size the rest of the interrupted epoch is
+        re-striped over this loader's ranks (every remaining sample exactly
+        once, none of the consumed ones again) and later epochs are those of
+        an uninterrupted run with this loader's settings (docs/plan.md
+        "Resume"); a planned kind plans from there with empty caches. Then the
+        loader is opened again at that position (what it prepared is
+        dropped; under MPI every rank must call this together). Anything that
+        is not such a state (not a dict, a key missing, a value that is no
+        integer or out of this loader's range, a setting of _CHECKED that
         differs) raises lade.Error saying what, and changes nothing."""
         if not isinstance(state, _abc.Mapping):
             raise Error("load_state_dict: got %s, not a dict; %s" % (type(state).__name__, self._STATE_HELP))
@@ -382,18 +455,27 @@ class Loader:
         if missing:
             raise Error("load_state_dict: the state has no %s (its keys: %s); %s"
                         % (" and no ".join(repr(k) for k in missing), sorted(map(str, state)), self._STATE_HELP))
-        if "version" in state and self._state_int(state, "version") != 1:
-            raise Error("unsupported lade state_dict version %r (this lade reads version 1)" % (state["version"],))
+        version = self._state_int(state, "version") if "version" in state else 1
+        if version not in (1, 2) or (version == 2 and "position" not in state):
+            raise Error("unsupported lade state_dict version %r (this lade reads versions 1 and 2, and version 2 "
+                        "has a 'position')" % (state["version"],))
         saved = state.get("settings", {})
         if not isinstance(saved, _abc.Mapping):
             raise Error("load_state_dict: 'settings' is %s, not a dict; %s" % (type(saved).__name__,
                                                                                 self._STATE_HELP))
         for k in self._CHECKED:
             if k in saved and saved[k] != self.settings.get(k, ""):
-                raise Error("load_state_dict: setting '%s' differs (saved %r, this loader %r)"
-                            % (k, saved[k], self.settings.get(k, "")))
+                raise Error("load_state_dict: setting '%s' differs (saved %r, this loader %r); only world_size, "
+                            "rank and batch_size may change on resume" % (k, saved[k], self.settings.get(k, "")))
         epoch, step = self._state_int(state, "epoch"), self._state_int(state, "step")
-        self._h.seek(epoch, step, "load_state_dict")
+        pos = self._position_of(state, version, epoch, step)
+        if pos is None:
+            self._h.seek(epoch, step, "load_state_dict")
+        else:
+            # opened again at the position: the cursor re-stripes, a planned kind plans from there
+            old = self._h
+            old.close()
+            self._h = _lade.Loader(self._pairs, pos)
         self._resume = True
 
     # ---- misc

@@ -606,6 +606,8 @@ typedef struct {
   int intr;        /* Loader.interrupt() asked that next() to stop (guarded by mu) */
   int interrupted; /* the last next() was interrupted: the next iter() continues there */
   pid_t pid;       /* the process that created this object (its fetcher thread and loader) */
+  lade_position_t position; /* Loader(settings, position): where a resumed loader starts */
+  int has_position;
 } LoaderObject;
 
 /* The loader was inherited through fork(): its threads are the parent's. */
@@ -662,6 +664,10 @@ static int loader_open(LoaderObject *L, PyObject *settings) {
     }
   }
   Py_DECREF(seq);
+  if (L->has_position && (rc = lade_config_set_position(cfg, &L->position, sizeof L->position)) != 0) {
+    raise_last(rc);
+    goto fail;
+  }
   Py_BEGIN_ALLOW_THREADS rc = lade_loader_create(&L->loader, cfg);
   if (rc) snprintf(L->err, sizeof L->err, "%s", lade_last_error());
   Py_END_ALLOW_THREADS if (rc) {
@@ -677,12 +683,25 @@ fail:
 }
 
 static int loader_init(LoaderObject *L, PyObject *args, PyObject *kwargs) {
-  PyObject *settings;
-  static char *kw[] = {"settings", NULL};
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O", kw, &settings)) return -1;
+  PyObject *settings, *position = Py_None;
+  static char *kw[] = {"settings", "position", NULL};
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O", kw, &settings, &position)) return -1;
   if (L->loader) {
     PyErr_SetString(LadeError, "loader already initialised");
     return -1;
+  }
+  L->has_position = 0;
+  if (position != Py_None) { /* the tuple position() returns */
+    unsigned long long v[12];
+    if (!PyArg_ParseTuple(position, "KKKKKKKKKKKK", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7], &v[8],
+                          &v[9], &v[10], &v[11]))
+      return -1;
+    L->position = (lade_position_t){.epoch = v[0], .consumed = v[1], .shuffle_epoch = v[2],
+                                    .world_size = (uint32_t)v[3], .batch_size = (uint32_t)v[4],
+                                    .groups = (uint32_t)v[5], .kind = (int32_t)v[6], .samples = v[7], .seed = v[8],
+                                    .base_consumed = v[9], .base_groups = (uint32_t)v[10],
+                                    .base_batch = (uint32_t)v[11]};
+    L->has_position = 1;
   }
   return loader_open(L, settings);
 }
@@ -957,6 +976,39 @@ static PyObject *loader_tell(LoaderObject *L, PyObject *unused) {
   return Py_BuildValue("(KK)", (unsigned long long)e, (unsigned long long)s);
 }
 
+/* position(): the global position of the next batch as the tuple
+ * Loader(settings, position) takes (lade_position_t's fields in order). */
+static PyObject *loader_position(LoaderObject *L, PyObject *unused) {
+  if (loader_ready(L)) return NULL;
+  uint64_t e = 0, s = 0;
+  int rc = 0;
+  if (L->pending) {
+    e = (uint64_t)L->pending->batch->epoch;
+    s = (uint64_t)L->pending->batch->step;
+  } else if ((rc = lade_loader_tell(L->loader, &e, &s)) != 0) {
+    return raise_last(rc);
+  }
+  lade_position_t p;
+  char err[1024] = "";
+  Py_BEGIN_ALLOW_THREADS rc = lade_loader_position(L->loader, e, s, &p, sizeof p);
+  if (rc) snprintf(err, sizeof err, "%s", lade_last_error());
+  Py_END_ALLOW_THREADS if (rc) return raise_lade(rc, err);
+  return Py_BuildValue("(KKKKKKLKKKKK)", (unsigned long long)p.epoch, (unsigned long long)p.consumed,
+                       (unsigned long long)p.shuffle_epoch, (unsigned long long)p.world_size,
+                       (unsigned long long)p.batch_size, (unsigned long long)p.groups, (long long)p.kind,
+                       (unsigned long long)p.samples, (unsigned long long)p.seed,
+                       (unsigned long long)p.base_consumed, (unsigned long long)p.base_groups,
+                       (unsigned long long)p.base_batch);
+}
+
+static PyObject *loader_start(LoaderObject *L, PyObject *unused) {
+  if (loader_ready(L)) return NULL;
+  uint64_t e = 0, s = 0;
+  int rc = lade_loader_start(L->loader, &e, &s);
+  if (rc) return raise_last(rc);
+  return Py_BuildValue("(KK)", (unsigned long long)e, (unsigned long long)s);
+}
+
 static PyObject *loader_info(LoaderObject *L, PyObject *unused) {
   if (loader_ready(L)) return NULL;
   uint64_t n = 0, spe = 0, ep = 0;
@@ -1165,6 +1217,9 @@ static PyMethodDef loader_methods[] = {
     {"seek", (PyCFunction)loader_seek, METH_VARARGS,
      "seek(epoch, step, who='seek'): a value out of range raises lade.Error naming `who`, the value and the range"},
     {"tell", (PyCFunction)loader_tell, METH_NOARGS, "(epoch, step) of the next batch"},
+    {"position", (PyCFunction)loader_position, METH_NOARGS,
+     "the global position of the next batch (lade_position_t's fields), for Loader(settings, position)"},
+    {"start", (PyCFunction)loader_start, METH_NOARGS, "(epoch, step) of the run's first batch (a resumed run's start)"},
     {"info", (PyCFunction)loader_info, METH_NOARGS, "(samples, steps_per_epoch, epochs)"},
     {"stats", (PyCFunction)loader_stats, METH_NOARGS, "counters as a dict"},
     {"epoch_stats", (PyCFunction)loader_epoch_stats, METH_VARARGS,

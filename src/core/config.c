@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -504,5 +505,18 @@ int lade_config_set_allocator(lade_config_t *cfg, const lade_allocator_t *alloca
     memset(&cfg->allocator, 0, sizeof cfg->allocator);
     cfg->has_allocator = false;
   }
+  return 0;
+}
+
+int lade_config_set_position(lade_config_t *cfg, const lade_position_t *position, size_t size) {
+  if (!cfg) return lade__fail(LADE_EINVAL, "lade_config_set_position: cfg is NULL");
+  lade_position_t pos = {0};
+  if (position) {
+    int rc = lade__struct_in(&pos, sizeof pos, position, size, offsetof(lade_position_t, base_consumed),
+                             "lade_config_set_position");
+    if (rc) return rc;
+  }
+  cfg->position = pos;
+  cfg->has_position = position != NULL;
   return 0;
 }

@@ -98,6 +98,8 @@ struct lade_config {
   char job_id[256];                /* the job key the ranks share (node cache, UCX rendezvous); "": the launcher's */
   lade_allocator_t allocator;
   bool has_allocator;
+  lade_position_t position; /* lade_config_set_position: where the loader starts (docs/plan.md "Resume") */
+  bool has_position;
 };
 
 void lade__config_defaults(struct lade_config *c);

@@ -50,6 +50,7 @@
  */
 #include <assert.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -751,6 +752,12 @@ int lade_loader_seek(lade_loader_t *L, uint64_t epoch, uint64_t step) {
                     (unsigned long long)(L->cfg.epochs ? L->cfg.epochs - 1 : 0),
                     (unsigned long long)(L->steps ? L->steps - 1 : 0), (unsigned long long)L->cfg.epochs,
                     (unsigned long long)L->steps, (unsigned long long)L->cfg.epochs);
+  } else if (epoch * L->steps + step < L->first) {
+    rc = lade__fail(LADE_ERANGE,
+                    "seek to (epoch %llu, step %llu) is before (epoch %llu, step %llu), where this loader resumed a "
+                    "saved position (the steps before it were another run's)",
+                    (unsigned long long)epoch, (unsigned long long)step, (unsigned long long)(L->first / L->steps),
+                    (unsigned long long)(L->first % L->steps));
   } else if (!rc) {
     uint64_t q = epoch * L->steps + step;
     for (uint32_t i = 0; i < L->nslots; i++) {
@@ -795,6 +802,33 @@ int lade_loader_tell(const lade_loader_t *cL, uint64_t *epoch, uint64_t *step) {
   if (step) *step = L->steps ? L->next_deliver % L->steps : 0;
   pthread_mutex_unlock(&L->mu);
   return 0;
+}
+
+int lade_loader_start(const lade_loader_t *L, uint64_t *epoch, uint64_t *step) {
+  if (!L) return lade__fail(LADE_EINVAL, "lade_loader_start: NULL loader");
+  if (forked(L)) return lade__engine_fail_forked(L, "lade_loader_start");
+  if (epoch) *epoch = L->steps ? L->first / L->steps : L->cfg.epochs;
+  if (step) *step = L->steps ? L->first % L->steps : 0;
+  return 0;
+}
+
+int lade_loader_position(lade_loader_t *L, uint64_t epoch, uint64_t step, lade_position_t *out, size_t size) {
+  if (!L || !out) return lade__fail(LADE_EINVAL, "lade_loader_position: NULL argument");
+  if (size < offsetof(lade_position_t, base_consumed))
+    return lade__fail(LADE_EINVAL, "lade_loader_position: size is %zu; pass sizeof(lade_position_t)", size);
+  if (forked(L)) return lade__engine_fail_forked(L, "lade_loader_position");
+  bool at_end = step == 0 && epoch == L->cfg.epochs;
+  uint64_t q = epoch * L->steps + step;
+  if (!at_end && (epoch >= L->cfg.epochs || step >= L->steps || q < L->first))
+    return lade__fail(LADE_ERANGE, "lade_loader_position: (epoch %llu, step %llu) is not in this loader's run (%llu "
+                      "epochs of %llu steps from (epoch %llu, step %llu))", (unsigned long long)epoch,
+                      (unsigned long long)step, (unsigned long long)L->cfg.epochs, (unsigned long long)L->steps,
+                      (unsigned long long)(L->steps ? L->first / L->steps : 0),
+                      (unsigned long long)(L->steps ? L->first % L->steps : 0));
+  lade_position_t pos;
+  int rc = lade__cursor_position(L->cursor, q, &pos);
+  if (!rc) lade__struct_out(out, size, &pos, sizeof pos);
+  return rc;
 }
 
 int lade_loader_info(lade_loader_t *L, uint64_t *samples, uint64_t *steps, uint64_t *epochs) {

@@ -140,6 +140,7 @@ struct lade_loader {
   uint32_t window; /* prefetch + 1 batches prepared ahead */
   slot_t **sched;  /* window entries: the slot of scheduled, undelivered q at q % window */
   uint64_t next_sched, next_deliver;
+  uint64_t first;         /* the run's first step: 0, or a resumed run's (lade_config_set_position) */
   uint32_t held;
   handle_t **handles; /* every handle made (freed with the loader) */
   uint32_t nhandles, handles_cap;

@@ -232,6 +232,8 @@ static int open_transport(lade_loader_t *L) {
       {"plan_balance", (uint64_t)cp->plan.balance_peer, false}, {"plan_reorder", (uint64_t)cp->plan.reorder, false},
       {"plan_order", (uint64_t)cp->plan.order_algo, false}, {"plan_imbalance", cp->plan.imbalance, false},
       {"ranks_per_node", L->cfg.ranks_per_node, false},
+      {"the resume position's epoch", cp->resumed ? cp->resume.epoch + 1 : 0, false},
+      {"the resume position's consumed samples", cp->resumed ? cp->resume.consumed : 0, false},
       {"the dataset's sample names (a digest)", fp_names, true},
       {"the dataset's sample sizes as listed (a digest)", fp_sizes, true},
       {"the dataset's bytes (a digest of 16 probe samples)", fp_probes, true}};
@@ -274,6 +276,52 @@ static int resolve_node_cache(lade_loader_t *L) {
   return 0;
 }
 
+/* A warm start: this learner's surviving entries (keys, ascending) and,
+ * with share, every other learner's (a bitmap of the dataset each, over the
+ * transport) seed the plan; the survivors it does not keep leave the disk. */
+static int warm_plan(lade_loader_t *L, const uint64_t *keys, uint64_t n, bool share) {
+  uint32_t W = L->cfg.world_size, me = L->cfg.rank;
+  uint64_t N = L->src.count, bytes = (N + 7) / 8;
+  uint64_t **lists = calloc(W, sizeof *lists), *counts = calloc(W, sizeof *counts);
+  uint8_t *bits = share ? calloc(bytes ? bytes : 1, 1) : NULL, *all = share ? malloc((size_t)(W * bytes) + 1) : NULL;
+  uint8_t *kept = malloc(n ? n : 1);
+  int rc = !lists || !counts || !kept || (share && (!bits || !all))
+               ? lade__fail(LADE_ENOMEM, "out of memory for the learners' surviving caches")
+               : 0;
+  if (!rc && share) {
+    for (uint64_t i = 0; i < n; i++) bits[keys[i] / 8] |= (uint8_t)(1u << (keys[i] % 8));
+    rc = L->dist->ops->allgather(L->dist, bits, bytes, all);
+    for (uint32_t r = 0; !rc && r < W; r++) {
+      const uint8_t *b = all + (size_t)r * bytes;
+      uint64_t c = 0;
+      for (uint64_t s = 0; s < N; s++) c += (b[s / 8] >> (s % 8)) & 1;
+      if (r == me) continue;
+      lists[r] = malloc((c ? c : 1) * sizeof **lists);
+      if (!lists[r]) {
+        rc = lade__fail(LADE_ENOMEM, "out of memory for the learners' surviving caches");
+        break;
+      }
+      for (uint64_t s = 0; s < N; s++)
+        if ((b[s / 8] >> (s % 8)) & 1) lists[r][counts[r]++] = s;
+    }
+  }
+  if (!rc) {
+    lists[me] = (uint64_t *)keys;
+    counts[me] = n;
+    rc = lade__cursor_warm(L->cursor, W, (const uint64_t *const *)lists, counts, kept);
+    lists[me] = NULL;
+  }
+  for (uint64_t i = 0; !rc && i < n; i++)
+    if (!kept[i]) lade__fetch_drop(L->fetch, keys[i]);
+  for (uint32_t r = 0; lists && r < W; r++) free(lists[r]);
+  free(lists);
+  free(counts);
+  free(bits);
+  free(all);
+  free(kept);
+  return rc;
+}
+
 /* Lists the source, resolves the settings against it, opens the transport,
  * the plan cursor, the fetch stage and the transform. */
 static int open_pipeline(lade_loader_t *L, lade__buf_t *buf) {
@@ -303,10 +351,28 @@ static int open_pipeline(lade_loader_t *L, lade__buf_t *buf) {
   L->steps = lade__cursor_steps(L->cursor);
   L->routed = lade__cursor_routed(L->cursor);
   L->total = L->steps * L->cfg.epochs;
+  /* a resumed run starts where its position stands (docs/plan.md "Resume") */
+  L->first = lade__cursor_first(L->cursor);
+  L->next_sched = L->next_deliver = L->evict_q = L->first;
   lade__fetch_params_t fp = {.conf = &L->res.fetch, .src = &L->src, .ops = L->src_ops, .steps = L->steps,
                              .batch = L->cfg.batch_size, .cursor = L->cursor, .names_digest = L->names_digest, .dist = L->dist};
   rc = lade__fetch_open(&L->fetch, &fp);
   if (rc) return rc;
+  if (L->first) lade__fetch_seek(L->fetch, L->first * L->cfg.batch_size);
+  if (L->res.fetch.warm) { /* the surviving disk cache is the plan's start (docs/plan.md "Warm restarts") */
+    lade_plan_settings_t ps;
+    lade__cursor_settings(L->cursor, &ps);
+    /* every learner computes the plan, so it needs every learner's caches:
+     * exchanged over the transport; without one that can, more than one
+     * learner starts cold */
+    bool share = L->cfg.world_size > 1 && L->dist && L->dist->ops->allgather;
+    bool keep = L->cfg.world_size == 1 || share;
+    uint64_t *keys = NULL, n = 0;
+    rc = lade__fetch_survivors(L->fetch, keep, ps.cache, &keys, &n);
+    if (!rc && keep) rc = warm_plan(L, keys, n, share);
+    free(keys);
+    if (rc) return rc;
+  }
   L->async = lade__fetch_async(L->fetch);
 
   L->xf = transform_of(L->res.transform);

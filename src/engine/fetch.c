@@ -170,7 +170,7 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
     rc = lade__cache_open(&f->disk, &o);
     /* the plan's model starts empty at (0, 0): entries of an earlier run would
      * hold room the plan does not know of, so they go */
-    if (!rc && f->routed) lade__cache_clear(f->disk);
+    if (!rc && f->routed && !c->warm) lade__cache_clear(f->disk);
   }
   f->pf_on = !rc && c->prefetcher && f->disk;
   f->ptier = f->routed ? (f->mem ? f->mem : f->disk) : NULL;
@@ -183,6 +183,35 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
   }
   *out = f;
   return 0;
+}
+
+int lade__fetch_survivors(lade__fetch_t *f, bool keep, uint64_t most, uint64_t **keys, uint64_t *n) {
+  *keys = NULL;
+  *n = 0;
+  if (!f->disk) return 0;
+  if (!keep) {
+    lade__cache_clear(f->disk);
+    return 0;
+  }
+  uint64_t *k = malloc((f->samples_n ? f->samples_n : 1) * sizeof *k), m = 0;
+  if (!k)
+    return lade__fail(LADE_ENOMEM, "out of memory for the disk cache's %llu keys", (unsigned long long)f->samples_n);
+  lade__buf_t b = {0};
+  for (uint64_t i = 0; i < f->samples_n; i++) {
+    if (!lade__cache_contains(f->disk, i)) continue;
+    /* a stale or corrupt entry is removed and counted by the get */
+    if (m < most && lade__cache_get_ver(f->disk, i, lade__fetch_version(f, i), &b) == 0) k[m++] = i;
+    else lade__cache_evict(f->disk, i);
+    lade__clear_error();
+  }
+  lade__buf_free(&b);
+  *keys = k;
+  *n = m;
+  return 0;
+}
+
+void lade__fetch_drop(lade__fetch_t *f, uint64_t key) {
+  if (f->disk) lade__cache_evict(f->disk, key);
 }
 
 void lade__fetch_close(lade__fetch_t *f) {

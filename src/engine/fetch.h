@@ -33,6 +33,7 @@ typedef struct lade__fetch_conf {
   int policy;                /* LADE__CACHE_FIFO | LRU | CLAIRVOYANT | PLAN (cache/cache.h) */
   bool next_use;             /* clairvoyant: next-use maps are kept */
   bool routed;               /* the plan routes samples and drives the one tier */
+  bool warm;                 /* routed with a disk tier: its entries may seed the plan (lade__fetch_survivors) */
   bool prefetcher;           /* the DELI prefetcher fills the disk tier */
   uint64_t fetch_size, threshold; /* its window and trigger, in samples */
   uint64_t ra_samples;       /* remote read-ahead in samples (0: off) */
@@ -73,6 +74,13 @@ void lade__fetch_close(lade__fetch_t *f);
 
 /* True when any cache tier is on. */
 bool lade__fetch_cached(const lade__fetch_t *f);
+/* A warm restart (docs/plan.md "Warm restarts"): the disk tier's entries whose
+ * stored version is the sample's now, in index order, at most `most` (the
+ * rest, and with keep false all, are dropped: the plan's model holds nothing
+ * else). *keys is the caller's to free. Reads every entry (checksums). */
+int lade__fetch_survivors(lade__fetch_t *f, bool keep, uint64_t most, uint64_t **keys, uint64_t *n);
+/* Drops key from the disk tier (a survivor the plan did not keep). */
+void lade__fetch_drop(lade__fetch_t *f, uint64_t key);
 
 /* Reads the bytes of sample idx for the batch of global step q into out,
  * by `route` (LADE__ROUTE_ANY, LADE_FROM_CACHE, LADE_FROM_STORAGE or a

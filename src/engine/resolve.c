@@ -313,6 +313,44 @@ lade__xform_conf_t lade__resolve_xform(const struct lade_config *cfg) {
                             .hflip = cfg->hflip};
 }
 
+/* A saved position (lade_config_set_position) resumes a run of the same
+ * plan, dataset and seed; world size and batch size may differ (the cursor
+ * re-stripes, docs/plan.md "Resume"). */
+static int resolve_position(const struct lade_config *cfg, const lade__source_facts_t *fa, lade__cursor_params_t *cp) {
+  if (!cfg->has_position) return 0;
+  const lade_position_t *pos = &cfg->position;
+  const char *why = NULL;
+  char saved[64], here[64];
+  if (pos->kind != cfg->plan) {
+    why = "plan";
+    snprintf(saved, sizeof saved, "%s", lade_plan_kind_name(pos->kind));
+    snprintf(here, sizeof here, "%s", lade_plan_kind_name(cfg->plan));
+  } else if (pos->samples != fa->count) {
+    why = "dataset size (samples)";
+    snprintf(saved, sizeof saved, "%llu", (unsigned long long)pos->samples);
+    snprintf(here, sizeof here, "%llu", (unsigned long long)fa->count);
+  } else if (pos->seed != cfg->seed) {
+    why = "seed";
+    snprintf(saved, sizeof saved, "%llu", (unsigned long long)pos->seed);
+    snprintf(here, sizeof here, "%llu", (unsigned long long)cfg->seed);
+  } else if (!pos->world_size || !pos->batch_size || !pos->groups) {
+    return lade__fail(LADE_EINVAL, "the resume position names world_size %u, batch_size %u, %u groups: not a saved "
+                      "position (lade_loader_position)", pos->world_size, pos->batch_size, pos->groups);
+  }
+  if (why)
+    return lade__fail(LADE_EINVAL, "the resume position was saved with another %s (%s; this loader: %s): only "
+                      "world_size and batch_size may change on resume", why, saved, here);
+  cp->resumed = true;
+  cp->resume = *pos;
+  return 0;
+}
+
+/* A planned kind's disk cache is the plan's start: what survived an earlier
+ * run (a restart) is not read again (docs/plan.md "Warm restarts"). */
+static void resolve_warm(const struct lade_config *cfg, lade__fetch_conf_t *f) {
+  f->warm = f->routed && cfg->cache_dir[0];
+}
+
 int lade__resolve(const struct lade_config *cfg, const lade__source_facts_t *fa, lade__resolved_t *r) {
   memset(r, 0, sizeof *r);
   uint64_t plan_cache = 0;
@@ -344,5 +382,6 @@ int lade__resolve(const struct lade_config *cfg, const lade__source_facts_t *fa,
   cp->plan.imbalance = cfg->plan_imbalance;
   cp->plan.coalesce = 0;
   cp->plan.cache = plan_cache;
-  return 0;
+  resolve_warm(cfg, &r->fetch);
+  return resolve_position(cfg, fa, cp);
 }

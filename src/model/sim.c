@@ -28,17 +28,19 @@ int lade_simulate(const lade_plan_settings_t *s, size_t size, const lade_sim_cos
   int rc = lade_plan_create(&pl, s, size);
   if (rc) return rc;
   const lade_plan_settings_t *u = lade_plan_settings(pl);
-  uint64_t steps = lade_plan_steps_per_epoch(pl), p = u->learners;
+  uint64_t steps = lade_plan_steps_per_epoch(pl), p = u->learners, e0 = 0, t0 = 0;
+  lade_plan_start(pl, &e0, &t0); /* a resumed plan: the epochs before its start have no steps */
   lade_sim_costs_t c = {0, 0, 0, 0};
   if (costs) c = *costs;
   for (uint64_t e = 0; e < u->epochs; e++) {
     lade_sim_epoch_t ours, *x = &ours; /* copied to the caller's entry of out_size bytes */
     memset(x, 0, sizeof *x);
     x->epoch = e;
-    x->steps = steps;
+    uint64_t first = e < e0 ? steps : e == e0 ? t0 : 0;
+    x->steps = steps - first;
     x->batch_min = UINT64_MAX;
     double imb = 0;
-    for (uint64_t t = 0; t < steps; t++) {
+    for (uint64_t t = first; t < steps; t++) {
       const lade_plan_step_t *v;
       rc = lade_plan_next(pl, &v);
       if (rc) goto out;
@@ -88,7 +90,7 @@ int lade_simulate(const lade_plan_settings_t *s, size_t size, const lade_sim_cos
       x->time_s += tstep;
     }
     if (!u->coalesce || u->kind != LADE_PLAN_SOLAR) x->storage_requests = x->from_storage;
-    x->imbalance_pct = steps ? imb / (double)steps : 0;
+    x->imbalance_pct = x->steps ? imb / (double)x->steps : 0;
     if (x->batch_min == UINT64_MAX) x->batch_min = 0;
     lade__struct_out((char *)out + e * out_size, out_size, x, sizeof *x);
   }

@@ -44,6 +44,42 @@ void lade__cursor_close(lade__cursor_t *c) {
 }
 
 uint64_t lade__cursor_steps(const lade__cursor_t *c) { return c->o->steps; }
+uint64_t lade__cursor_first(const lade__cursor_t *c) { return c->o->first; }
+
+int lade__cursor_warm(lade__cursor_t *c, uint32_t learners, const uint64_t *const *lists, const uint64_t *counts,
+                      uint8_t *kept) {
+  if (learners != c->p.plan.learners)
+    return lade__fail(LADE_EINVAL, "plan: caches of %u learners for a plan of %u", learners, c->p.plan.learners);
+  if (!c->o->ops->warm) {
+    if (kept) memset(kept, 0, counts[c->p.rank]);
+    return 0;
+  }
+  pthread_mutex_lock(&c->mu);
+  int rc = c->o->ops->warm(c->o, learners, lists, counts, kept);
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+int lade__cursor_position(lade__cursor_t *c, uint64_t q, lade_position_t *out) {
+  const lade_plan_settings_t *s = &c->p.plan;
+  uint32_t mp = c->p.model_parallel ? c->p.model_parallel : 1;
+  *out = (lade_position_t){.world_size = s->learners,
+                           .batch_size = s->batch_size,
+                           .groups = s->kind == LADE_PLAN_SHARDS ? s->learners / mp : s->learners,
+                           .kind = s->kind,
+                           .samples = s->samples,
+                           .seed = s->seed};
+  uint64_t steps = c->o->steps;
+  if (!steps || q >= steps * s->epochs) { /* the end */
+    out->epoch = out->shuffle_epoch = s->epochs;
+    return 0;
+  }
+  out->epoch = q / steps;
+  pthread_mutex_lock(&c->mu);
+  int rc = c->o->ops->position(c->o, q, out);
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
 bool lade__cursor_routed(const lade__cursor_t *c) { return c->o->routed; }
 uint32_t lade__cursor_max_batch(const lade__cursor_t *c) { return c->o->max_batch; }
 int lade__cursor_kind(const lade__cursor_t *c) { return c->p.plan.kind; }
@@ -93,6 +129,11 @@ int lade__cursor_get(lade__cursor_t *c, uint64_t q, lade__cursor_step_t *out) {
   if (q / steps >= c->p.plan.epochs)
     return lade__fail(LADE_ERANGE, "plan: step %llu is past the run (%llu epochs of %llu steps)", (unsigned long long)q,
                       (unsigned long long)c->p.plan.epochs, (unsigned long long)steps);
+  if (q < c->o->first)
+    return lade__fail(LADE_ERANGE,
+                      "plan: (epoch %llu, step %llu) is before the run's start at (epoch %llu, step %llu), where it "
+                      "resumed", (unsigned long long)(q / steps), (unsigned long long)(q % steps),
+                      (unsigned long long)(c->o->first / steps), (unsigned long long)(c->o->first % steps));
   pthread_mutex_lock(&c->mu);
   int rc = c->o->ops->get(c->o, q, out);
   pthread_mutex_unlock(&c->mu);

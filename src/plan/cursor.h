@@ -32,6 +32,18 @@
  * data-parallel group) too: the cursor keeps this group's sequence of two
  * epochs (O(samples / groups) each); its routes are "any tier".
  *
+ * Resume (docs/plan.md "Resume"): a run that starts from a saved position
+ * (lade_position_t, any world size and batch size) delivers the rest of the
+ * position's epoch re-striped over this layout and then the epochs of an
+ * uninterrupted run. Regular and planned kinds: the consumed part is a
+ * prefix of the epoch's order, and its rest is cut into this layout's global
+ * batches (lade__plan_rest_params); shards: the rest of every saver group's
+ * sequence, concatenated in group order, is split over this layout's groups
+ * as the stream is (contiguous parts), each part delivered as it stands.
+ * The rest's steps are the last of the epoch: the run's first step is
+ * lade__cursor_first(), and steps before it are not part of the run.
+ * Planned kinds plan from there with empty caches.
+ *
  * The three orders (regular, shards, planned) sit behind one interface,
  * order_ops.h, one file each; this file holds the lock and the checks.
  *
@@ -69,6 +81,10 @@ typedef struct lade__cursor_params {
   uint64_t shards;
   uint64_t shuffle_buffer;
   uint32_t model_parallel, devices_per_node; /* devices_per_node 0: all ranks on one node */
+  /* resumed: the run starts at `resume` (lade_position_t, saved at any world
+   * size): the rest of its epoch re-striped over this layout (see Resume above) */
+  bool resumed;
+  lade_position_t resume;
 } lade__cursor_params_t;
 
 /* One step of this rank; the arrays are the caller's, grown by get(). */
@@ -97,11 +113,26 @@ void lade__cursor_close(lade__cursor_t *c);
 
 /* Steps per epoch of the loader (drop_last as given). */
 uint64_t lade__cursor_steps(const lade__cursor_t *c);
+/* The first step q of the run: 0, or where a resumed run starts (the
+ * run's steps * epochs when nothing is left). */
+uint64_t lade__cursor_first(const lade__cursor_t *c);
+/* The global position of step q (lade_position_t), so that another layout
+ * resumes from it. LADE_EUNSUPPORTED for shards inside an epoch resumed
+ * twice at different layouts (the message says why). */
+int lade__cursor_position(lade__cursor_t *c, uint64_t q, lade_position_t *out);
 /* True when the plan routes samples (lade__plan_kind_routed). */
 bool lade__cursor_routed(const lade__cursor_t *c);
 /* The most samples one step gives this rank: batch_size, or more under
  * solar's plan_imbalance (local batches of unequal size). */
 uint32_t lade__cursor_max_batch(const lade__cursor_t *c);
+/* Warm start (docs/plan.md "Warm restarts"): learner r's cache holds
+ * lists[r][0..counts[r]) at the run's start (lade_plan_warm), for each of
+ * the plan's learners; before the first get(). kept[i] (for this rank's
+ * list; may be NULL) says whether the plan keeps its i-th sample (room, not
+ * held by an earlier learner of a disjoint kind): the caller drops the
+ * others. An order without caches keeps none. */
+int lade__cursor_warm(lade__cursor_t *c, uint32_t learners, const uint64_t *const *lists, const uint64_t *counts,
+                      uint8_t *kept);
 /* The plan kind (lade_plan_kind_t). */
 int lade__cursor_kind(const lade__cursor_t *c);
 

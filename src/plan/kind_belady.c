@@ -114,9 +114,22 @@ static void belady_destroy(lade_plan_t *pl) {
   free(k);
 }
 
+/* Warm start: a survivor keyed by its next use from the start's epoch on
+ * (a use earlier in that epoch than the start only makes it look sooner);
+ * one never used again is not kept. */
+static int belady_seed(lade_plan_t *pl, uint32_t r, uint64_t s) {
+  belady_t *k = pl->ks;
+  uint64_t n = 0, nk = belady_next(pl, k, r, s, pl->epoch - 1); /* epochs from pl->epoch (wraps for 0) */
+  if (pl->ucount[r] >= pl->s.cache || nk == LADE__PLAN_INF_KEY || lade__hmap_get(&pl->map, lade__plan_mkey(r, s), &n))
+    return 0;
+  int rc = lade__plan_node_add(pl, r, s, nk, &n);
+  return rc ? rc : lade__kheap_push(&k->heaps[r], nk, n);
+}
+
 const lade__plan_ops_t lade__kind_regular_belady = {
     .create = belady_create,
     .reset = belady_reset,
     .step = belady_step,
     .destroy = belady_destroy,
+    .seed = belady_seed,
 };

@@ -75,9 +75,19 @@ static void lru_destroy(lade_plan_t *pl) {
   free(k);
 }
 
+/* Warm start: the survivors, the first given the least recently used. */
+static int lru_seed(lade_plan_t *pl, uint32_t r, uint64_t s) {
+  uint64_t n = 0;
+  if (pl->ucount[r] >= pl->s.cache || lade__hmap_get(&pl->map, lade__plan_mkey(r, s), &n)) return 0;
+  int rc = lade__plan_node_add(pl, r, s, 0, &n);
+  if (!rc) lru_push_front(pl, pl->ks, r, n);
+  return rc;
+}
+
 const lade__plan_ops_t lade__kind_regular_lru = {
     .create = lru_create,
     .reset = lru_reset,
     .step = lru_step,
     .destroy = lru_destroy,
+    .seed = lru_seed,
 };

@@ -31,6 +31,7 @@ typedef struct solar {
   uint64_t *rd_tmp;        /* G: one learner's storage reads, sorted */
   uint64_t *vcnt, *nquota, *nkept; /* p: per rank its node's cached samples spread evenly; per node */
   uint8_t *mark;           /* G: 1 kept on its holder's node, 2 placed */
+  uint32_t *seed_inv;      /* N, warm starts only: positions in the shuffle of the epoch after the start's */
 } solar_t;
 
 static int solar_create(lade_plan_t *pl) {
@@ -300,7 +301,38 @@ static void solar_destroy(lade_plan_t *pl) {
   free(k->nquota);
   free(k->nkept);
   free(k->mark);
+  free(k->seed_inv);
   free(k);
+}
+
+/* Warm start: a survivor keyed by its next use, its position in the start's
+ * epoch if that is still ahead, else in the next epoch (never again after
+ * the last: not kept), while there is room; disjoint, so the first holder
+ * keeps it. */
+static int solar_seed(lade_plan_t *pl, uint32_t r, uint64_t s) {
+  solar_t *k = pl->ks;
+  if (pl->owner[s] >= 0 || pl->ucount[r] >= pl->s.cache) return 0;
+  uint64_t e = pl->epoch, E = pl->s.epochs;
+  if (k->inv_next_epoch != LADE__PLAN_NONE - 1) { /* the inverses of the start's epoch and the next, once per reset */
+    if (!k->seed_inv) LADE__PLAN_ALLOC(k->seed_inv, pl->N);
+    lade__shuffle_epoch(&pl->rp, lade__plan_shuffle_epoch(pl, e), k->perm_tmp);
+    for (uint64_t i = 0; i < pl->N; i++) k->inv_next[k->perm_tmp[i]] = (uint32_t)i;
+    if (e + 1 < E) {
+      lade__shuffle_epoch(&pl->rp, lade__plan_shuffle_epoch(pl, e + 1), k->perm_tmp);
+      for (uint64_t i = 0; i < pl->N; i++) k->seed_inv[k->perm_tmp[i]] = (uint32_t)i;
+    }
+    k->inv_next_epoch = LADE__PLAN_NONE - 1;
+  }
+  /* the first position of the start's epoch still to train */
+  uint64_t ahead = pl->s.resume && e == pl->s.resume_epoch
+                       ? pl->s.resume_consumed + (pl->step - pl->rest_first) * pl->G : pl->step * pl->G;
+  uint64_t key;
+  if (k->inv_next[s] >= ahead) key = e * pl->used + k->inv_next[s];
+  else if (e + 1 < E) key = (e + 1) * pl->used + k->seed_inv[s];
+  else return 0;
+  lade__plan_own(pl, r, s);
+  k->key[s] = key;
+  return lade__kheap_push(&k->heaps[r], key, s);
 }
 
 const lade__plan_ops_t lade__kind_solar = {
@@ -309,4 +341,5 @@ const lade__plan_ops_t lade__kind_solar = {
     .reset = solar_reset,
     .step = solar_step,
     .destroy = solar_destroy,
+    .seed = solar_seed,
 };

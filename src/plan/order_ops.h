@@ -40,6 +40,12 @@ typedef struct lade__order_ops {
   /* The settings as run (lade__cursor_settings); NULL: the cursor's
    * parameters with the loader's drop_last. */
   void (*settings)(const lade__order_t *o, lade_plan_settings_t *out);
+  /* The global position of step q (lade__cursor_position): consumed and
+   * shuffle epoch (the cursor fills the rest). */
+  int (*position)(lade__order_t *o, uint64_t q, lade_position_t *out);
+  /* lade__cursor_warm; NULL: an order without caches ignores it */
+  int (*warm)(lade__order_t *o, uint32_t learners, const uint64_t *const *lists, const uint64_t *counts,
+              uint8_t *kept);
   void (*close)(lade__order_t *o);
 } lade__order_ops_t;
 
@@ -49,6 +55,7 @@ struct lade__order {
   const lade__cursor_params_t *p;
   uint64_t steps;     /* the loader's steps per epoch */
   uint32_t max_batch; /* the most samples of one step for this rank */
+  uint64_t first;     /* the run's first step (cursor.h, Resume) */
   bool routed;        /* routes samples (lade__plan_kind_routed) */
 };
 
@@ -64,15 +71,29 @@ typedef struct lade__order_slices {
   lade__plan_params_t rp;  /* the loader's regular order (drop_last as given) */
   lade__regular_t *reg[2]; /* two cached epoch permutations (get()'s epoch and the prefetcher's) */
   uint64_t tick[2], clock;
+  /* a resumed run (p->resumed, regular and planned kinds): training epoch
+   * rest_epoch is the rest of its shuffle epoch after rest_consumed
+   * positions, cut as rest_rp (lade__plan_rest_params), its steps from
+   * rest_first to the epoch's end */
+  bool rest;
+  uint64_t rest_epoch, rest_consumed, rest_first;
+  lade__plan_params_t rest_rp;
+  uint64_t first; /* the run's first step */
 } lade__order_slices_t;
 
+/* Also sets the resume fields from p (rest, first). */
 int lade__order_slices_init(lade__order_slices_t *r, const lade__cursor_params_t *p);
 void lade__order_slices_fini(lade__order_slices_t *r);
-/* This rank's regular slice of step st of shuffle epoch e, routes "any tier". */
-int lade__order_slices_get(lade__order_slices_t *r, uint32_t rank, uint64_t e, uint64_t st, lade__cursor_step_t *out);
-/* Its samples alone. */
-int lade__order_slices_samples(lade__order_slices_t *r, uint32_t rank, uint64_t e, uint64_t st, uint64_t *idx,
-                               uint32_t *n, uint32_t *valid);
+/* This rank's regular slice of step st of training epoch e, which uses
+ * shuffle epoch se (the rest of it in a resumed run's first epoch), routes
+ * "any tier". */
+int lade__order_slices_get(lade__order_slices_t *r, uint32_t rank, uint64_t e, uint64_t se, uint64_t st,
+                           lade__cursor_step_t *out);
+/* Its samples alone (none for a step before the run's first). */
+int lade__order_slices_samples(lade__order_slices_t *r, uint32_t rank, uint64_t e, uint64_t se, uint64_t st,
+                               uint64_t *idx, uint32_t *n, uint32_t *valid);
+/* Positions of training epoch e's order consumed before its step st. */
+uint64_t lade__order_slices_consumed(const lade__order_slices_t *r, uint64_t e, uint64_t st);
 
 /* ---- helpers of cursor.c for the orders */
 

@@ -18,6 +18,7 @@ typedef struct planned_order {
   lade__order_t o;
   lade_plan_t *pl;      /* drop_last: whole global batches only */
   uint64_t plan_steps;  /* its steps per epoch */
+  uint64_t plan_first, plan_rest; /* a resumed run: the planner's first step in the resume epoch, and how many */
   lade__order_slices_t sl; /* the short last step */
 } planned_order_t;
 
@@ -73,9 +74,33 @@ static int planned_step(planned_order_t *po, uint64_t e, uint64_t st, lade__curs
 
 static int planned_get(lade__order_t *o, uint64_t q, lade__cursor_step_t *out) {
   planned_order_t *po = (planned_order_t *)o;
-  uint64_t e = q / o->steps, st = q % o->steps;
+  uint64_t e = q / o->steps, st = q % o->steps, se = lade__plan_shuffle_epoch(po->pl, e);
+  if (po->sl.rest && e == po->sl.rest_epoch) { /* the rest of a resumed epoch: its full global batches planned */
+    uint64_t j = st - po->sl.rest_first;
+    if (j < po->plan_rest) return planned_step(po, e, po->plan_first + j, out);
+    return lade__order_slices_get(&po->sl, o->p->rank, e, se, st, out);
+  }
   if (st < po->plan_steps) return planned_step(po, e, st, out);
-  return lade__order_slices_get(&po->sl, o->p->rank, lade__plan_shuffle_epoch(po->pl, e), st, out);
+  return lade__order_slices_get(&po->sl, o->p->rank, e, se, st, out);
+}
+
+static int planned_position(lade__order_t *o, uint64_t q, lade_position_t *out) {
+  planned_order_t *po = (planned_order_t *)o;
+  uint64_t e = q / o->steps;
+  out->shuffle_epoch = lade__plan_shuffle_epoch(po->pl, e);
+  out->consumed = lade__order_slices_consumed(&po->sl, e, q % o->steps);
+  return 0;
+}
+
+static int planned_warm(lade__order_t *o, uint32_t learners, const uint64_t *const *lists, const uint64_t *counts,
+                        uint8_t *kept) {
+  lade_plan_t *pl = ((planned_order_t *)o)->pl;
+  int rc = 0;
+  for (uint32_t r = 0; r < learners && !rc; r++)
+    if (counts[r]) rc = lade_plan_warm(pl, r, lists[r], counts[r]);
+  uint32_t me = o->p->rank;
+  for (uint64_t i = 0; !rc && kept && i < counts[me]; i++) kept[i] = lade__plan_holds(pl, me, lists[me][i]);
+  return rc;
 }
 
 static void planned_settings(const lade__order_t *o, lade_plan_settings_t *out) {
@@ -92,6 +117,8 @@ static void planned_close(lade__order_t *o) {
 static const lade__order_ops_t planned_ops = {
     .get = planned_get,
     .settings = planned_settings,
+    .position = planned_position,
+    .warm = planned_warm,
     .close = planned_close,
 };
 
@@ -114,6 +141,12 @@ int lade__order_planned_open(lade__order_t **out, const lade__cursor_params_t *p
     lade_plan_settings_t ps = *s;
     ps.drop_last = 1;
     ps.cache_bytes = 0;
+    if (po->sl.rest) { /* plan from the resume point, caches empty */
+      ps.resume = 1;
+      ps.resume_epoch = p->resume.epoch;
+      ps.resume_shuffle_epoch = p->resume.shuffle_epoch;
+      ps.resume_consumed = p->resume.consumed;
+    }
     /* a batch larger than the dataset's whole global batches: nothing to plan */
     rc = lade_plan_create(&po->pl, &ps, sizeof ps);
   }
@@ -122,6 +155,13 @@ int lade__order_planned_open(lade__order_t **out, const lade__cursor_params_t *p
     return rc;
   }
   po->plan_steps = lade_plan_steps_per_epoch(po->pl);
+  po->o.first = po->sl.first;
+  if (po->sl.rest) {
+    uint64_t e0 = 0, t0 = 0;
+    lade_plan_start(po->pl, &e0, &t0);
+    po->plan_first = t0;
+    po->plan_rest = e0 == p->resume.epoch ? po->plan_steps - t0 : 0;
+  }
   *out = &po->o;
   return 0;
 }

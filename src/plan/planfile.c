@@ -76,6 +76,11 @@ int lade_plan_write(const lade_plan_settings_t *s, size_t size, const char *path
     return lade__fail(LADE_EUNSUPPORTED, "plan file %s: a plan with two tiers (cache_disk) cannot be written to a "
                       "plan file of version %u; compute it with lade_plan_create", path, LADE_PLAN_FILE_VERSION);
   }
+  if (u->resume) {
+    lade_plan_destroy(pl);
+    return lade__fail(LADE_EINVAL, "plan file: a file holds a whole run from (0, 0); a resumed plan (settings.resume) "
+                      "is computed, not written");
+  }
   uint64_t steps = lade_plan_steps_per_epoch(pl), nsteps = steps * u->epochs, p = u->learners;
   uint64_t *index = malloc((nsteps ? nsteps : 1) * sizeof *index);
   writer_t w = {fopen(path, "wb"), 0, 1469598103934665603ull};

@@ -122,11 +122,33 @@ static int check_settings(lade_plan_settings_t *s) {
   /* only the kinds with disjoint caches plan per node */
   if (s->kind != LADE_PLAN_DISTCACHE && s->kind != LADE_PLAN_LOCALITY && s->kind != LADE_PLAN_SOLAR)
     s->ranks_per_node = 1;
+  if (s->resume > 1) return lade__fail(LADE_EINVAL, "plan: resume is %llu, not 0 or 1", (unsigned long long)s->resume);
+  if (s->resume && (s->resume_epoch >= s->epochs || s->resume_shuffle_epoch >= s->epochs ||
+                    s->resume_consumed > s->samples))
+    return lade__fail(LADE_EINVAL, "plan: the resume point (epoch %llu, shuffle epoch %llu, %llu positions consumed) "
+                      "is outside a run of %llu epochs of %llu samples", (unsigned long long)s->resume_epoch,
+                      (unsigned long long)s->resume_shuffle_epoch, (unsigned long long)s->resume_consumed,
+                      (unsigned long long)s->epochs, (unsigned long long)s->samples);
   return 0;
 }
 
-static void reset_state(lade_plan_t *pl) {
-  pl->epoch = pl->step = pl->serial = 0;
+/* The start of a resumed plan: the rest of the resume epoch is cut into
+ * global batches of this plan (lade__plan_rest_params), which end where the
+ * epoch's steps end; none left: the next epoch's start. */
+static void resume_start(lade_plan_t *pl) {
+  pl->start_epoch = pl->start_step = pl->rest_first = 0;
+  if (!pl->s.resume) return;
+  lade__plan_params_t rest = lade__plan_rest_params(&pl->rp, pl->s.resume_consumed);
+  uint64_t rest_steps = rest.samples ? lade__plan_steps(&rest) : 0;
+  pl->rest_first = pl->steps - rest_steps;
+  pl->start_epoch = pl->s.resume_epoch + (rest_steps == 0);
+  pl->start_step = rest_steps ? pl->rest_first : 0;
+}
+
+static int reset_state(lade_plan_t *pl) {
+  pl->epoch = pl->start_epoch;
+  pl->step = pl->start_step;
+  pl->serial = pl->start_epoch * pl->steps + pl->start_step;
   if (pl->owner) memset(pl->owner, 0xff, pl->N * sizeof *pl->owner);
   if (pl->ucount) memset(pl->ucount, 0, pl->p * sizeof *pl->ucount);
   if (pl->ncount) memset(pl->ncount, 0, pl->n_nodes * sizeof *pl->ncount);
@@ -136,6 +158,46 @@ static void reset_state(lade_plan_t *pl) {
   pl->freelist = LADE__PLAN_NONE;
   lade__tiers_reset(pl);
   if (pl->ops->reset) pl->ops->reset(pl);
+  /* a warm start: the caches hold what survived; the seeding's events are
+   * not a step's, and nothing seeded counts as admitted by the first step */
+  int rc = 0;
+  for (uint64_t i = 0; !rc && pl->ops->seed && i < pl->nwarm; i++) {
+    rc = pl->ops->seed(pl, pl->warm_l[i], pl->warm_s[i]);
+    pl->nev = 0;
+  }
+  if (pl->adm_serial) memset(pl->adm_serial, 0xff, pl->N * sizeof *pl->adm_serial);
+  for (uint64_t n = 0; n < pl->nnodes; n++) pl->nodes[n].adm_serial = LADE__PLAN_NONE;
+  return rc;
+}
+
+bool lade__plan_holds(lade_plan_t *pl, uint32_t r, uint64_t s) {
+  if (r >= pl->p || s >= pl->N) return false;
+  if (pl->owner) return pl->owner[s] == (int32_t)r;
+  uint64_t v = 0;
+  return pl->ops->seed && lade__hmap_get(&pl->map, lade__plan_mkey(r, s), &v);
+}
+
+int lade_plan_warm(lade_plan_t *pl, uint32_t learner, const uint64_t *samples, uint64_t n) {
+  if (learner >= pl->p)
+    return lade__fail(LADE_EINVAL, "lade_plan_warm: learner %u is not below %u learners", learner, pl->p);
+  for (uint64_t i = 0; i < n; i++)
+    if (samples[i] >= pl->N)
+      return lade__fail(LADE_EINVAL, "lade_plan_warm: sample %llu is not below the dataset's %llu",
+                        (unsigned long long)samples[i], (unsigned long long)pl->N);
+  if (pl->nwarm + n > pl->warm_cap) {
+    uint64_t cap = LADE__MAX(pl->warm_cap * 2, pl->nwarm + n);
+    uint32_t *l = realloc(pl->warm_l, cap * sizeof *l);
+    if (l) pl->warm_l = l;
+    uint64_t *s = l ? realloc(pl->warm_s, cap * sizeof *s) : NULL;
+    if (!s) return lade__fail(LADE_ENOMEM, "lade_plan_warm: out of memory for %llu samples", (unsigned long long)cap);
+    pl->warm_s = s;
+    pl->warm_cap = cap;
+  }
+  for (uint64_t i = 0; i < n; i++) {
+    pl->warm_l[pl->nwarm] = learner;
+    pl->warm_s[pl->nwarm++] = samples[i];
+  }
+  return reset_state(pl);
 }
 
 /* The driver's buffers: the step's output and the scratch every kind shares. */
@@ -211,11 +273,19 @@ int lade_plan_create(lade_plan_t **out, const lade_plan_settings_t *in, size_t s
   pl->used = pl->steps * pl->G;
   rc = alloc_shared(pl);
   if (!rc && pl->ops->create) rc = pl->ops->create(pl);
+  if (!rc && s.resume) { /* the resume epoch is the stopped run's shuffle epoch; the others this plan's own */
+    if (pl->order) pl->order[s.resume_epoch] = s.resume_shuffle_epoch;
+    else if (s.resume_shuffle_epoch != s.resume_epoch)
+      rc = lade__fail(LADE_EINVAL, "plan: a run of more than %llu epochs keeps the identity epoch order, so it cannot "
+                      "resume epoch %llu with shuffle epoch %llu", (unsigned long long)LADE__PLAN_ORDER_MAX,
+                      (unsigned long long)s.resume_epoch, (unsigned long long)s.resume_shuffle_epoch);
+  }
+  resume_start(pl);
   if (rc) {
     lade_plan_destroy(pl);
     return rc;
   }
-  reset_state(pl);
+  reset_state(pl); /* nothing to seed yet: cannot fail */
   *out = pl;
   return 0;
 }
@@ -225,6 +295,8 @@ void lade_plan_destroy(lade_plan_t *pl) {
   if (pl->ops->destroy) pl->ops->destroy(pl);
   lade__regular_destroy(pl->reg);
   lade__plan_out_t *o = &pl->out;
+  free(pl->warm_l);
+  free(pl->warm_s);
   void *bufs[] = {pl->order,    pl->gb,        pl->holder,  pl->cnt,      pl->kept,      pl->quota,
                   pl->room,     pl->ev_l,      pl->ev_s,    pl->ev_t,     pl->ucount,    pl->owner,
                   pl->adm_serial, pl->pend,    pl->nodes,   o->samples,   o->off,        o->from,
@@ -240,6 +312,11 @@ void lade_plan_destroy(lade_plan_t *pl) {
 
 const lade_plan_settings_t *lade_plan_settings(const lade_plan_t *pl) { return &pl->s; }
 uint64_t lade_plan_steps_per_epoch(const lade_plan_t *pl) { return pl->steps; }
+
+void lade_plan_start(const lade_plan_t *pl, uint64_t *epoch, uint64_t *step) {
+  if (epoch) *epoch = pl->start_epoch;
+  if (step) *step = pl->start_step;
+}
 const uint64_t *lade_plan_epoch_order(const lade_plan_t *pl) { return pl->order; }
 
 /* ---------------------------------------------------------------- events */
@@ -412,7 +489,10 @@ int lade_plan_next(lade_plan_t *pl, const lade_plan_step_t **out) {
     return lade__fail(LADE_ERANGE, "plan: past the last step (%llu epochs of %llu steps)",
                       (unsigned long long)pl->s.epochs, (unsigned long long)pl->steps);
   uint64_t se = lade__plan_shuffle_epoch(pl, pl->epoch);
-  int rc = lade__regular_global(pl->reg, se, pl->step, pl->gb);
+  int rc = pl->s.resume && pl->epoch == pl->s.resume_epoch
+               ? lade__regular_rest(pl->reg, se, pl->s.resume_consumed, (pl->step - pl->rest_first) * pl->G, pl->G,
+                                    pl->gb)
+               : lade__regular_global(pl->reg, se, pl->step, pl->gb);
   if (rc) return rc;
   lade__plan_out_t *o = &pl->out;
   lade_plan_step_t *v = &o->view;
@@ -461,14 +541,21 @@ int lade_plan_seek(lade_plan_t *pl, uint64_t epoch, uint64_t step) {
     return lade__fail(LADE_ERANGE, "plan: cannot seek to (epoch %llu, step %llu): %llu epochs of %llu steps",
                       (unsigned long long)epoch, (unsigned long long)step, (unsigned long long)pl->s.epochs,
                       (unsigned long long)pl->steps);
-  uint64_t target = epoch * pl->steps + step;
+  uint64_t target = epoch * pl->steps + step, first = pl->start_epoch * pl->steps + pl->start_step;
+  if (target < first)
+    return lade__fail(LADE_ERANGE, "plan: cannot seek to (epoch %llu, step %llu): the plan resumes at (epoch %llu, "
+                      "step %llu)", (unsigned long long)epoch, (unsigned long long)step,
+                      (unsigned long long)pl->start_epoch, (unsigned long long)pl->start_step);
   if (pl->ops->flags & LADE__KIND_STATELESS) {
     pl->epoch = epoch;
     pl->step = step;
     pl->serial = target;
     return 0;
   }
-  if (target < pl->serial) reset_state(pl);
+  if (target < pl->serial) {
+    int rc = reset_state(pl);
+    if (rc) return rc;
+  }
   const lade_plan_step_t *v;
   while (pl->serial < target) {
     int rc = lade_plan_next(pl, &v);

@@ -85,6 +85,11 @@ typedef struct lade__plan_ops {
   void (*reset)(lade_plan_t *pl);
   int (*step)(lade_plan_t *pl, lade__plan_out_t *out);
   void (*destroy)(lade_plan_t *pl);
+  /* Warm start (lade_plan_warm): learner r's cache holds s at the plan's
+   * start, if the kind would keep it (room, not held elsewhere). Called by
+   * the driver after reset(); the events it records are dropped. NULL: the
+   * kind has no cache. */
+  int (*seed)(lade_plan_t *pl, uint32_t r, uint64_t s);
 } lade__plan_ops_t;
 
 extern const lade__plan_ops_t lade__kind_regular, lade__kind_regular_lru, lade__kind_regular_belady,
@@ -112,6 +117,13 @@ struct lade_plan {
   uint64_t N, G, B, steps, used; /* used: positions of an epoch trained (steps * G) */
   uint32_t p;
   uint64_t epoch, step, serial;  /* the next step to compute; serial counts steps from (0, 0) */
+  /* where the plan starts ((0, 0), or the resume point of the settings'
+   * resume) and, with resume, the planner step where the rest of the resume
+   * epoch begins (its global batches are the rest's: lade__regular_rest) */
+  uint64_t start_epoch, start_step, rest_first;
+  /* warm start (lade_plan_warm): the caches' contents at the start */
+  uint32_t *warm_l;
+  uint64_t *warm_s, nwarm, warm_cap;
   uint64_t *order;               /* shuffle epoch of each training epoch */
   lade__plan_out_t out;          /* the step lade_plan_next() hands out */
 
@@ -152,6 +164,10 @@ int lade__plan_settings_in(lade_plan_settings_t *s, const lade_plan_settings_t *
 static inline uint64_t lade__plan_shuffle_epoch(const lade_plan_t *pl, uint64_t e) {
   return pl->order ? pl->order[e] : e;
 }
+
+/* Whether learner r's cache holds s now in the plan's model (after
+ * lade_plan_warm: which of the survivors the plan kept). */
+bool lade__plan_holds(lade_plan_t *pl, uint32_t r, uint64_t s);
 
 /* Records an admit (+1) or evict (-1) of sample s by learner r; returns its index. */
 uint64_t lade__plan_event(lade_plan_t *pl, uint32_t r, uint64_t s, int t);

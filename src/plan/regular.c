@@ -135,6 +135,30 @@ int lade__regular_global(lade__regular_t *r, uint64_t epoch, uint64_t step, uint
   return 0;
 }
 
+lade__plan_params_t lade__plan_rest_params(const lade__plan_params_t *p, uint64_t consumed) {
+  lade__plan_params_t q = *p;
+  q.samples = p->samples > consumed ? p->samples - consumed : 0;
+  return q;
+}
+
+int lade__regular_rest(lade__regular_t *r, uint64_t epoch, uint64_t consumed, uint64_t start, uint64_t count,
+                       uint64_t *out) {
+  uint64_t n = r->p.samples;
+  if (epoch >= r->p.epochs || consumed >= n)
+    return lade__fail(LADE_ERANGE, "plan: the rest of epoch %llu after %llu of its %llu positions is not in a run of "
+                      "%llu epochs", (unsigned long long)epoch, (unsigned long long)consumed, (unsigned long long)n,
+                      (unsigned long long)r->p.epochs);
+  if (!r->have_perm || r->perm_epoch != epoch) {
+    lade__shuffle_epoch(&r->p, epoch, r->perm);
+    r->perm_epoch = epoch;
+    r->have_perm = true;
+  }
+  /* past the rest's M positions the padding wraps to the epoch's start, as
+   * the regular order pads: the same repeats however the epoch was cut */
+  for (uint64_t i = 0; i < count; i++) out[i] = r->perm[(consumed + start + i) % n];
+  return 0;
+}
+
 int lade__regular_local(lade__regular_t *r, uint64_t epoch, uint64_t step, uint32_t rank, uint64_t *out,
                         uint32_t *n, uint32_t *valid) {
   if (rank >= r->p.world_size)

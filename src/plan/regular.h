@@ -83,4 +83,16 @@ void lade__plan_slice(const lade__plan_params_t *p, uint64_t step, uint32_t rank
 int lade__regular_local(lade__regular_t *r, uint64_t epoch, uint64_t step, uint32_t rank, uint64_t *out,
                         uint32_t *n, uint32_t *valid);
 
+/* The rest of an epoch after its first `consumed` positions (a run resumed
+ * at another world size, docs/plan.md "Resume"): positions [consumed, N) of
+ * the epoch's permutation form an order of their own of M = N - consumed
+ * samples, cut into global batches and slices exactly as the regular order
+ * cuts an epoch (p with samples M: lade__plan_steps, lade__plan_slice).
+ * Padding repeats the epoch's start, as the regular order's does. */
+lade__plan_params_t lade__plan_rest_params(const lade__plan_params_t *p, uint64_t consumed);
+/* Positions [start, start + count) of the rest's order of epoch `epoch`
+ * into out (past M: the epoch's start again). consumed < N. */
+int lade__regular_rest(lade__regular_t *r, uint64_t epoch, uint64_t consumed, uint64_t start, uint64_t count,
+                       uint64_t *out);
+
 #endif

@@ -171,6 +171,40 @@ int lade__shards_stream(const lade__shards_params_t *p, uint64_t epoch, uint32_t
   return 0;
 }
 
+int lade__shards_rest(const lade__shards_params_t *p, uint64_t epoch, uint32_t groups, uint32_t batch,
+                      uint64_t consumed, uint64_t *out, uint64_t *m) {
+  lade__shards_params_t q = *p;
+  q.groups = groups;
+  q.batch_size = batch;
+  *m = 0;
+  int rc = lade__shards_check(&q);
+  if (rc) return rc;
+  uint64_t L = lade__shards_len(&q), *seq = malloc((L ? L : 1) * sizeof *seq);
+  if (!seq) return lade__fail(LADE_ENOMEM, "shards: out of memory for an epoch of %llu samples", (unsigned long long)L);
+  for (uint32_t d = 0; d < groups && !rc; d++) {
+    uint64_t n = 0, valid = 0;
+    rc = lade__shards_epoch(&q, epoch, d, seq, &n, &valid);
+    for (uint64_t i = consumed; !rc && i < valid; i++) out[(*m)++] = seq[i];
+  }
+  free(seq);
+  return rc;
+}
+
+uint64_t lade__shards_rest_len(uint64_t m, uint32_t D, uint32_t B, int drop_last) {
+  if (!D || !B) return 0;
+  return drop_last ? m / ((uint64_t)B * D) * B : (m + D - 1) / D;
+}
+
+void lade__shards_rest_part(const uint64_t *rest, uint64_t m, uint32_t D, uint32_t d, uint32_t B, int drop_last,
+                            uint64_t *out, uint64_t *valid) {
+  uint64_t L = lade__shards_rest_len(m, D, B, drop_last), base = m / D, extra = m % D;
+  uint64_t start = d * base + LADE__MIN((uint64_t)d, extra), count = base + (d < extra);
+  uint64_t real = LADE__MIN(count, L);
+  for (uint64_t i = 0; i < real; i++) out[i] = rest[start + i];
+  for (uint64_t i = real; i < L; i++) out[i] = real ? out[(i - real) % real] : rest[0];
+  *valid = real;
+}
+
 int lade__shards_rank(uint32_t rank, uint32_t world, uint32_t devices_per_node, uint32_t model_parallel,
                       lade_shards_rank_t *out) {
   if (world == 0 || devices_per_node == 0 || model_parallel == 0)

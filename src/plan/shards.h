@@ -94,6 +94,25 @@ int lade__shards_epoch(const lade__shards_params_t *p, uint64_t epoch, uint32_t 
 int lade__shards_stream(const lade__shards_params_t *p, uint64_t epoch, uint32_t d, uint64_t pos, uint64_t n,
                         uint64_t *out, uint64_t *got);
 
+/* ---- resume at another layout (docs/plan.md "Resume") */
+
+/* The rest of epoch e after each of `groups` data-parallel groups with
+ * batch `batch` (p's other settings) delivered `consumed` samples: the real
+ * samples past that point of every group's sequence, concatenated in group
+ * order, into out (room for N); *m of them. */
+int lade__shards_rest(const lade__shards_params_t *p, uint64_t epoch, uint32_t groups, uint32_t batch,
+                      uint64_t consumed, uint64_t *out, uint64_t *m);
+/* The samples each of D groups delivers from a rest of m samples with
+ * batch B: step 4's rule (ceil(m/D), or floor(m/(B*D))*B with drop_last). */
+uint64_t lade__shards_rest_len(uint64_t m, uint32_t D, uint32_t B, int drop_last);
+/* Group d's part of the rest (m samples): the split of step 2 (contiguous
+ * parts, the first m mod D one longer), lade__shards_rest_len entries into
+ * out, as they stand (they passed the shuffle buffer already); the first
+ * *valid real, the padding repeats the part's start (rest[0] for an empty
+ * part). */
+void lade__shards_rest_part(const uint64_t *rest, uint64_t m, uint32_t D, uint32_t d, uint32_t B, int drop_last,
+                            uint64_t *out, uint64_t *valid);
+
 /* Global rank -> data-parallel group (see lade_shards_rank in lade/plan.h). */
 int lade__shards_rank(uint32_t rank, uint32_t world, uint32_t devices_per_node, uint32_t model_parallel,
                       lade_shards_rank_t *out);

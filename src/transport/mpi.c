@@ -46,6 +46,7 @@
 #include <mpi.h>
 #include <stdarg.h>
 #include <pthread.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -918,8 +919,28 @@ static void mpi_stats(lade__transport_t *d, lade__transport_stats_t *out) {
 
 static const uint32_t *mpi_node_leads(lade__transport_t *d) { return ((chan_t *)d)->node_lead; }
 
+/* On the loader's communicator from the caller's thread (MPI_THREAD_MULTIPLE:
+ * the communication thread's point-to-point traffic may run beside it, and
+ * this is the communicator's only collective after its open), bounded. */
+static int mpi_allgather(lade__transport_t *d, const void *mine, size_t len, void *all) {
+  chan_t *c = (chan_t *)d;
+  char eb[MPI_MAX_ERROR_STRING];
+  if (len > INT_MAX) return lade__fail(LADE_ERANGE, "transport mpi: an allgather of %zu bytes per rank", len);
+  MPI_Request req;
+  int done = 0;
+  int rc = wait_request(MPI_Iallgather(mine, (int)len, MPI_BYTE, all, (int)len, MPI_BYTE, c->comm, &req), &req,
+                        lade__now(), c->p.timeout_ms / 1000.0, &done);
+  if (rc != MPI_SUCCESS)
+    return lade__fail(LADE_EIO, "transport mpi: rank %u: exchanging the learners' caches failed: %s", c->rank,
+                      mpi_err(rc, eb));
+  if (!done)
+    return lade__fail(LADE_ETIMEOUT, "transport mpi: rank %u: the learners' caches were not exchanged within %u ms "
+                      "(a rank did not reach its loader's open)", c->rank, c->p.timeout_ms);
+  return 0;
+}
+
 const lade__transport_ops_t lade__transport_mpi = {"mpi", mpi_open, mpi_close, mpi_send, mpi_wait_served,
-                                         mpi_recv, mpi_forget_below, mpi_stats, mpi_node_leads};
+                                         mpi_recv, mpi_forget_below, mpi_stats, mpi_node_leads, mpi_allgather};
 #else
 /* built without MPI (LADE_WITH_MPI): the transport is local only */
 typedef int lade__transport_mpi_unused;

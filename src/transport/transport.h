@@ -92,6 +92,12 @@ typedef struct lade__transport_ops {
    * shared-memory split sees it (topology.h), or NULL when the transport
    * does not know. Owned by the transport, valid while it is open. */
   const uint32_t *(*node_leads)(lade__transport_t *d);
+  /* Every learner's `len` bytes (the same len on all), in rank order, into
+   * all (world * len bytes); every learner calls it at the same point, once
+   * the transport is open and before any send. Bounded by the timeout;
+   * errors name the rank. NULL: the transport cannot (a warm restart then
+   * starts cold, docs/plan.md "Warm restarts"). */
+  int (*allgather)(lade__transport_t *d, const void *mine, size_t len, void *all);
 } lade__transport_ops_t;
 
 struct lade__transport {

@@ -15,8 +15,17 @@
  * reads slowly with prefetch 1 while the others plan 40 steps ahead; what
  * rank 1 holds of their early messages must stay
  * within its own window (backpressure). topology: the node, local rank and
- * ranks per node each rank's stats report (check_topology). Prints one line per check on rank
- * 0; exits non-zero on failure. */
+ * ranks per node each rank's stats report (check_topology). resize-save FILE
+ * (under -np 4) runs locality into epoch 1 and writes rank 0's position and
+ * what all ranks consumed; resize-load FILE (under -np 2) resumes it: the two
+ * ranks deliver the rest of the epoch, each remaining sample once and none of
+ * the consumed, with per-rank counts equal to the plan's from the resume
+ * point (peer sends included), no fallback (docs/plan.md "Resume"). warm:
+ * every rank runs locality with a disk cache into epoch 1, then restarts
+ * from its position: the plan starts from every rank's surviving entries
+ * (exchanged at open), per-rank counts equal the plan's from them, and it
+ * reads less from storage than a cold restart (docs/plan.md "Warm restarts").
+ * Prints one line per check on rank 0; exits non-zero on failure. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -403,6 +412,277 @@ static void check_topology(void) {
   g_rpn = NULL;
 }
 
+/* ---- resume at another world size: -np 4 saves, -np 2 loads */
+
+#define RESIZE_STOP 3 /* steps of epoch 1 the saving run delivers */
+
+static lade_loader_t *open_resize(const lade_position_t *pos) {
+  lade_config_t *c = NULL;
+  lade_config_create(&c);
+  char v[4200];
+  snprintf(v, sizeof v, "%s/data", g_dir);
+  const char *kv[][2] = {{"source", v}, {"transform", "raw"}, {"raw_size", "256"}, {"batch_size", "4"},
+                         {"threads", "2"}, {"seed", "7"}, {"drop_last", "true"}, {"epochs", "3"},
+                         {"plan", "locality"}, {"transport", "mpi"}, {"peer_timeout_ms", "5000"}};
+  for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) lade_config_set(c, kv[i][0], kv[i][1]);
+  char cache[64];
+  snprintf(cache, sizeof cache, "%llu", (unsigned long long)(N / (uint64_t)g_world) * CHARGE); /* the dataset */
+  lade_config_set(c, "cache_mem_bytes", cache);
+  if (pos && lade_config_set_position(c, pos, sizeof *pos)) fprintf(stderr, "rank %d: %s\n", g_rank, lade_last_error());
+  lade_loader_t *L = NULL;
+  if (lade_loader_create(&L, c)) fprintf(stderr, "rank %d: create: %s\n", g_rank, lade_last_error());
+  lade_config_destroy(c);
+  return L;
+}
+
+static void check_resize_save(const char *file) {
+  lade_loader_t *L = open_resize(NULL);
+  uint64_t samples = 0, steps = 0, epochs = 0, mine[N], n = 0;
+  int ok = L != NULL;
+  if (L) lade_loader_info(L, &samples, &steps, &epochs);
+  lade_batch_t *b = NULL;
+  for (uint64_t k = 0; ok && k < steps + RESIZE_STOP; k++) {
+    ok = lade_loader_next(L, &b) == 0 && b;
+    if (!ok) break;
+    if (b->epoch == 1)
+      for (uint32_t i = 0; i < b->valid; i++) mine[n++] = (uint64_t)b->indices[i];
+    lade_batch_release(b);
+  }
+  lade_position_t pos, all[64];
+  memset(&pos, 0, sizeof pos);
+  ok = ok && lade_loader_position(L, 1, RESIZE_STOP, &pos, sizeof pos) == 0;
+  MPI_Gather(&pos, (int)sizeof pos, MPI_BYTE, all, (int)sizeof pos, MPI_BYTE, 0, MPI_COMM_WORLD);
+  int same = 1;
+  for (int r = 1; g_rank == 0 && r < g_world && r < 64; r++) same &= memcmp(&all[r], &all[0], sizeof pos) == 0;
+  MPI_Bcast(&same, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  uint64_t cnt = n, counts[64] = {0}, cons[N], total = 0;
+  MPI_Gather(&cnt, 1, MPI_UINT64_T, counts, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  int displs[64] = {0}, rc_counts[64] = {0};
+  for (int r = 0; g_rank == 0 && r < g_world; r++) {
+    rc_counts[r] = (int)counts[r];
+    displs[r] = (int)total;
+    total += counts[r];
+  }
+  MPI_Gatherv(mine, (int)n, MPI_UINT64_T, cons, rc_counts, displs, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  if (g_rank == 0 && ok) {
+    FILE *f = fopen(file, "wb");
+    ok = f && fwrite(&pos, sizeof pos, 1, f) == 1 && fwrite(&total, sizeof total, 1, f) == 1 &&
+         fwrite(cons, sizeof *cons, total, f) == total;
+    if (f) fclose(f);
+  }
+  if (L) lade_loader_destroy(L);
+  check(ok, "resize: 4 ranks run locality into epoch 1; rank 0's position saved");
+  check(same, "resize: the position is global (every rank's is rank 0's)");
+  check(pos.consumed == (uint64_t)RESIZE_STOP * B * (uint64_t)g_world && pos.world_size == (uint32_t)g_world,
+        "resize: the position counts what all ranks consumed");
+}
+
+static void check_resize_load(const char *file) {
+  lade_position_t pos;
+  uint64_t total = 0, cons[N];
+  FILE *f = fopen(file, "rb");
+  int ok = f && fread(&pos, sizeof pos, 1, f) == 1 && fread(&total, sizeof total, 1, f) == 1 && total <= N &&
+           fread(cons, sizeof *cons, total, f) == total;
+  if (f) fclose(f);
+  check(ok, "resize: the saved position and consumed samples read back");
+  if (!ok) return;
+  lade_loader_t *L = open_resize(&pos);
+  ok = L != NULL;
+  uint64_t steps = 0, mine[N], n = 0, cnt[EPOCHS][3] = {{0}}, first_e = 0, first_s = 0;
+  if (L) {
+    lade_loader_info(L, NULL, &steps, NULL);
+    lade_loader_start(L, &first_e, &first_s);
+  }
+  int bytes_ok = 1;
+  lade_batch_t *b = NULL;
+  int rc = 0;
+  while (ok && (rc = lade_loader_next(L, &b)) == 0 && b) {
+    for (int64_t i = 0; i < b->shape[0]; i++)
+      for (int k = 0; k < SZ; k++)
+        if (((const uint8_t *)b->data)[(size_t)i * SZ + k] != byte_of((uint64_t)b->indices[i], k)) bytes_ok = 0;
+    if (b->epoch == 1)
+      for (uint32_t i = 0; i < b->valid; i++) mine[n++] = (uint64_t)b->indices[i];
+    lade_batch_release(b);
+  }
+  if (rc) fprintf(stderr, "rank %d: %s\n", g_rank, lade_last_error());
+  ok = ok && rc == 0;
+  check(ok && bytes_ok, "resize: 2 ranks resume 4 ranks' position and run to the end with the source's bytes");
+  /* the plan from the same resume point, for 2 learners */
+  lade_plan_settings_t s = settings("locality", (uint64_t)(N / (uint64_t)g_world) * CHARGE);
+  s.resume = 1;
+  s.resume_epoch = pos.epoch;
+  s.resume_shuffle_epoch = pos.shuffle_epoch;
+  s.resume_consumed = pos.consumed;
+  lade_plan_t *pl = NULL;
+  int plan_ok = lade_plan_create(&pl, &s, sizeof s) == 0;
+  const lade_plan_step_t *v = NULL;
+  while (plan_ok && lade_plan_next(pl, &v) == 0)
+    for (uint64_t i = v->offset[g_rank]; i < v->offset[g_rank + 1]; i++)
+      cnt[v->epoch][v->from[i] == LADE_FROM_CACHE ? 0 : v->from[i] >= 0 ? 1 : 2]++;
+  lade_plan_destroy(pl);
+  uint64_t peer = 0;
+  for (uint64_t e = 1; ok && e < EPOCHS; e++) {
+    lade_epoch_stats_t es;
+    ok = lade_loader_epoch_stats(L, e, &es, sizeof es) == 0 && es.samples_by_source[1] == cnt[e][0] &&
+         es.samples_by_source[3] == cnt[e][1] && es.samples_by_source[0] == cnt[e][2] && !es.plan_fallbacks &&
+         !es.plan_peer_storage;
+    peer += es.samples_by_source[3];
+    if (!ok)
+      fprintf(stderr, "rank %d epoch %llu: cache/peer/storage %llu/%llu/%llu, plan %llu/%llu/%llu\n", g_rank,
+              (unsigned long long)e, (unsigned long long)es.samples_by_source[1],
+              (unsigned long long)es.samples_by_source[3], (unsigned long long)es.samples_by_source[0],
+              (unsigned long long)cnt[e][0], (unsigned long long)cnt[e][1], (unsigned long long)cnt[e][2]);
+  }
+  check(plan_ok && ok,
+        "resize: per-rank cache/peer/storage counts equal the plan's from the resume point, no fallback");
+  uint64_t all_peer = 0;
+  MPI_Allreduce(&peer, &all_peer, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  check(all_peer > 0, "resize: the resumed ranks send each other samples over MPI");
+  if (L) lade_loader_destroy(L);
+  /* the rest of epoch 1 over both ranks and what the 4 ranks consumed: every sample once */
+  uint64_t cn = n, counts[64] = {0}, rest[N], got = 0;
+  MPI_Gather(&cn, 1, MPI_UINT64_T, counts, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  int displs[64] = {0}, rc_counts[64] = {0};
+  for (int r = 0; g_rank == 0 && r < g_world; r++) {
+    rc_counts[r] = (int)counts[r];
+    displs[r] = (int)got;
+    got += counts[r];
+  }
+  MPI_Gatherv(mine, (int)n, MPI_UINT64_T, rest, rc_counts, displs, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  int once = 1;
+  if (g_rank == 0) {
+    uint32_t seen[N] = {0};
+    for (uint64_t i = 0; i < total; i++) seen[cons[i]]++;
+    for (uint64_t i = 0; i < got && got <= N; i++) seen[rest[i]]++;
+    for (uint64_t x = 0; x < N; x++) once &= seen[x] == 1;
+    printf("     resize: %llu consumed by 4 ranks, %llu delivered after the resume by 2, from (epoch %llu, "
+           "step %llu)\n",
+           (unsigned long long)total, (unsigned long long)got, (unsigned long long)first_e,
+           (unsigned long long)first_s);
+  }
+  MPI_Bcast(&once, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  check(once, "resize: the 4 ranks' part of epoch 1 and the 2 ranks' rest hold every sample exactly once");
+}
+
+/* ---- warm restarts over MPI: every rank's surviving disk cache seeds the plan */
+
+static lade_loader_t *open_warm(const lade_position_t *pos) {
+  lade_config_t *c = NULL;
+  lade_config_create(&c);
+  char v[4200], dir[4200], bytes[64];
+  snprintf(v, sizeof v, "%s/data", g_dir);
+  snprintf(dir, sizeof dir, "%s/warm%d", g_dir, g_rank);
+  snprintf(bytes, sizeof bytes, "%llu", (unsigned long long)(N / (uint64_t)g_world / 2) * 4096); /* 4 KiB an entry */
+  const char *kv[][2] = {{"source", v}, {"transform", "raw"}, {"raw_size", "256"}, {"batch_size", "4"},
+                         {"threads", "2"}, {"seed", "7"}, {"drop_last", "true"}, {"epochs", "3"},
+                         {"plan", "locality"}, {"transport", "mpi"}, {"peer_timeout_ms", "5000"},
+                         {"cache_dir", dir}, {"cache_disk_bytes", bytes}};
+  for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) lade_config_set(c, kv[i][0], kv[i][1]);
+  if (pos) lade_config_set_position(c, pos, sizeof *pos);
+  lade_loader_t *L = NULL;
+  if (lade_loader_create(&L, c)) fprintf(stderr, "rank %d: create: %s\n", g_rank, lade_last_error());
+  lade_config_destroy(c);
+  return L;
+}
+
+/* Runs a loader from pos to the end: bytes checked, per-epoch (cache, peer, storage, fallbacks). */
+static int run_warm(const lade_position_t *pos, uint64_t (*got)[4]) {
+  lade_loader_t *L = open_warm(pos);
+  if (!L) return 0;
+  int ok = 1, rc;
+  lade_batch_t *b = NULL;
+  while ((rc = lade_loader_next(L, &b)) == 0 && b) {
+    for (int64_t i = 0; i < b->shape[0]; i++)
+      for (int k = 0; k < SZ; k++)
+        if (((const uint8_t *)b->data)[(size_t)i * SZ + k] != byte_of((uint64_t)b->indices[i], k)) ok = 0;
+    lade_batch_release(b);
+  }
+  if (rc) fprintf(stderr, "rank %d: %s\n", g_rank, lade_last_error());
+  for (uint64_t e = pos->epoch; e < EPOCHS; e++) {
+    lade_epoch_stats_t es;
+    if (lade_loader_epoch_stats(L, e, &es, sizeof es)) ok = 0;
+    got[e][0] = es.samples_by_source[2];
+    got[e][1] = es.samples_by_source[3];
+    got[e][2] = es.samples_by_source[0];
+    got[e][3] = es.plan_fallbacks + es.plan_peer_storage;
+  }
+  lade_loader_destroy(L);
+  return ok && rc == 0;
+}
+
+static void check_warm(void) {
+  lade_loader_t *L = open_warm(NULL);
+  uint64_t steps = 0;
+  int ok = L != NULL;
+  if (L) lade_loader_info(L, NULL, &steps, NULL);
+  lade_batch_t *b = NULL;
+  for (uint64_t k = 0; ok && k < steps + 2; k++) {
+    ok = lade_loader_next(L, &b) == 0 && b;
+    if (ok) lade_batch_release(b);
+  }
+  lade_position_t pos;
+  ok = ok && lade_loader_position(L, 1, 2, &pos, sizeof pos) == 0;
+  if (L) lade_loader_destroy(L);
+  check(ok, "warm: every rank runs locality with a disk cache into epoch 1 and stops");
+  MPI_Barrier(MPI_COMM_WORLD);
+  /* what survived on every rank's disk: its entry files, in index order, at most the plan's cache */
+  lade_plan_settings_t s = settings("locality", (uint64_t)(N / (uint64_t)g_world / 2) * CHARGE);
+  s.resume = 1;
+  s.resume_epoch = pos.epoch;
+  s.resume_shuffle_epoch = pos.shuffle_epoch;
+  s.resume_consumed = pos.consumed;
+  lade_plan_t *pl = NULL;
+  int plan_ok = lade_plan_create(&pl, &s, sizeof s) == 0;
+  uint64_t total = 0;
+  for (int r = 0; plan_ok && r < g_world; r++) {
+    char cmd[4500];
+    snprintf(cmd, sizeof cmd, "find '%s/warm%d' -type f | grep -E '/[0-9a-f]{16}$' | sed 's#.*/##' | sort", g_dir, r);
+    FILE *f = popen(cmd, "r");
+    uint64_t keys[N], n = 0;
+    unsigned long long key;
+    while (f && fscanf(f, "%llx", &key) == 1)
+      if (key < N && n < s.cache) keys[n++] = key;
+    if (f) pclose(f);
+    total += n;
+    plan_ok = lade_plan_warm(pl, (uint32_t)r, keys, n) == 0;
+  }
+  uint64_t want[EPOCHS][3] = {{0}};
+  const lade_plan_step_t *v = NULL;
+  while (plan_ok && lade_plan_next(pl, &v) == 0)
+    for (uint64_t i = v->offset[g_rank]; i < v->offset[g_rank + 1]; i++)
+      want[v->epoch][v->from[i] == LADE_FROM_CACHE ? 0 : v->from[i] >= 0 ? 1 : 2]++;
+  lade_plan_destroy(pl);
+  MPI_Barrier(MPI_COMM_WORLD); /* every rank listed the files before any restart changes them */
+  uint64_t got[EPOCHS][4] = {{0}}, cold[EPOCHS][4] = {{0}};
+  ok = run_warm(&pos, got);
+  check(ok, "warm: every rank restarts from the position with its surviving disk cache, the source's bytes");
+  int same = plan_ok && total > 0;
+  for (uint64_t e = pos.epoch; e < EPOCHS; e++) {
+    same &= got[e][0] == want[e][0] && got[e][1] == want[e][1] && got[e][2] == want[e][2] && !got[e][3];
+    if (got[e][0] != want[e][0] || got[e][1] != want[e][1] || got[e][2] != want[e][2] || got[e][3])
+      fprintf(stderr, "rank %d epoch %llu: cache/peer/storage %llu/%llu/%llu, plan %llu/%llu/%llu, fallbacks %llu\n",
+              g_rank, (unsigned long long)e, (unsigned long long)got[e][0], (unsigned long long)got[e][1],
+              (unsigned long long)got[e][2], (unsigned long long)want[e][0], (unsigned long long)want[e][1],
+              (unsigned long long)want[e][2], (unsigned long long)got[e][3]);
+  }
+  check(same, "warm: per-rank cache/peer/storage counts equal the plan's from every rank's surviving caches");
+  char cmd[4500];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s/warm%d'", g_dir, g_rank);
+  if (system(cmd) != 0) ok = 0;
+  MPI_Barrier(MPI_COMM_WORLD);
+  ok = run_warm(&pos, cold) && ok;
+  uint64_t mine[2] = {0, 0}, sum[2];
+  for (uint64_t e = pos.epoch; e < EPOCHS; e++) {
+    mine[0] += got[e][2];
+    mine[1] += cold[e][2];
+  }
+  MPI_Allreduce(mine, sum, 2, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  if (g_rank == 0)
+    printf("     warm: %llu entries survived on %d ranks; storage reads after the restart %llu, cold %llu\n",
+           (unsigned long long)total, g_world, (unsigned long long)sum[0], (unsigned long long)sum[1]);
+  check(ok && sum[0] < sum[1], "warm: the warm restart reads less from storage than a cold one");
+}
+
 int main(int argc, char **argv) {
   int prov = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &prov);
@@ -423,6 +703,12 @@ int main(int argc, char **argv) {
   const char *mode = argc > 2 ? argv[2] : "all";
   if (!strcmp(mode, "fault-stop")) {
     check_fault_stop();
+  } else if (!strcmp(mode, "warm")) {
+    check_warm();
+  } else if (!strcmp(mode, "resize-save") && argc > 3) {
+    check_resize_save(argv[3]);
+  } else if (!strcmp(mode, "resize-load") && argc > 3) {
+    check_resize_load(argv[3]);
   } else if (!strcmp(mode, "lag")) {
     check_lag();
   } else if (!strcmp(mode, "topology")) {

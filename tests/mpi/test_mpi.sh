@@ -20,6 +20,14 @@ timeout 600 "${run[@]}" -np 4 "$check_bin" "$tmp/a" all; rc=$?
 [ $rc -eq 77 ] && exit 77
 [ $rc -eq 0 ] || { echo "FAIL: mpi_check all (exit $rc)"; fail=1; }
 
+echo "== resume at another world size: 4 ranks save into epoch 1, 2 ranks resume (locality over MPI)"
+timeout 120 "${run[@]}" -np 4 "$check_bin" "$tmp/r" resize-save "$tmp/r.pos" &&
+  timeout 120 "${run[@]}" -np 2 "$check_bin" "$tmp/r" resize-load "$tmp/r.pos" ||
+  { echo "FAIL: mpi_check resize"; fail=1; }
+
+echo "== warm restart: every rank's surviving disk cache seeds the plan (exchanged over MPI)"
+timeout 200 "${run[@]}" -np 4 "$check_bin" "$tmp/w" warm || { echo "FAIL: mpi_check warm"; fail=1; }
+
 echo "== a rank that stops mid-epoch"
 timeout 120 "${run[@]}" -np 4 "$check_bin" "$tmp/b" fault-stop || { echo "FAIL: mpi_check fault-stop"; fail=1; }
 

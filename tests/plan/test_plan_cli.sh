@@ -49,6 +49,30 @@ expect_fail "zero learners" "zero learners" "$LADE" plan --plan regular --sample
 expect_fail "unknown plan" "unknown plan" "$LADE" plan --plan fastest --dump
 expect_fail "bad number" "non-negative integer" "$LADE" simulate --samples 12x
 
+# --resume E:C[:S]: the plan starts inside epoch E with empty caches, the first C positions of its
+# order trained on before (at another world size): the rest of it once, cut in this plan's batches
+"$LADE" plan --plan locality --samples 96 --learners 3 --batch-size 4 --epochs 2 --cache 24 --resume 0:40 --dump >"$T/r.jsonl" || bad "resume dump exit"
+"$LADE" plan --plan regular --samples 96 --learners 4 --batch-size 5 --epochs 2 --dump >"$T/r4.jsonl"
+python3 - "$T/r.jsonl" "$T/r4.jsonl" <<'PY' && ok "resume: the rest of the epoch once, then whole epochs" || bad "resume dump content"
+import json, sys, collections
+rows = [json.loads(l) for l in open(sys.argv[1])]
+reg = [json.loads(l) for l in open(sys.argv[2])]
+# 4 learners of 5 trained 2 steps: positions [0, 40) of epoch 0's order; the rest is [40, 96)
+order = [s for st in range(4) for r in reg if r["epoch"] == 0 and r["step"] == st for s in r["samples"]]
+rest = collections.Counter(s for r in rows if r["epoch"] == 0 for s in r["samples"])
+assert not set(rest) & set(order[:40]) and set(rest.values()) == {1}
+assert len(rest) == (96 - 40) // 12 * 12 and set(rest) <= set(range(96))
+assert min(r["step"] for r in rows if r["epoch"] == 0) == 8 - (96 - 40) // 12  # the epoch's last steps
+assert all(f == "storage" for r in rows if r["epoch"] == 0 for f in r["from"])  # caches start empty
+c = collections.Counter(s for r in rows if r["epoch"] == 1 for s in r["samples"])
+assert sorted(c) == list(range(96))
+PY
+"$LADE" simulate --plan locality --samples 96 --learners 3 --batch-size 4 --epochs 2 --cache 24 --resume 0:40 >"$T/rs.txt" 2>&1 || bad "resume simulate exit"
+awk '$1 == "0" {print $2}' "$T/rs.txt" | grep -qx 48 && ok "simulate --resume: the rest's storage reads" || bad "simulate --resume: $(cat "$T/rs.txt")"
+expect_fail "resume past the run" "outside a run" "$LADE" plan --plan locality --samples 96 --learners 3 --batch-size 4 --epochs 2 --cache 24 --resume 2:0 --dump
+expect_fail "resume syntax" "EPOCH:CONSUMED" "$LADE" plan --plan locality --samples 96 --learners 3 --batch-size 4 --resume 1 --dump
+expect_fail "resume plan file" "whole run" "$LADE" plan --plan locality --samples 96 --learners 3 --batch-size 4 --cache 8 --resume 0:40 --out "$T/r.plan"
+
 # targets: locality with the whole dataset cached reads nothing after epoch 0; regular reads everything
 "$LADE" simulate --plan locality --samples 65536 --learners 64 --batch-size 64 --epochs 3 --cache 1024 --no-drop-last >"$T/loc.txt"
 awk '$1 ~ /^[12]$/ { n++; if ($2 != 0) b = 1 } END { exit b || n != 2 }' "$T/loc.txt" && ok "locality zero storage" || bad "locality storage: $(cat "$T/loc.txt")"

@@ -2,6 +2,7 @@
  * (order_ops.h): regular, shards and planned, each checked against the code
  * it must agree with (the regular slices, lade_shards_epoch, lade_plan_next)
  * and for what it refuses. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -216,10 +217,208 @@ static void test_planned(void) {
   CHECK(c == NULL);
 }
 
+/* ---- resume at another layout (cursor.h "Resume", docs/plan.md) */
+
+static uint64_t g_off[8];
+
+static lade__cursor_params_t rparams(int kind, uint32_t rank, uint32_t world, uint32_t batch, bool drop_last) {
+  lade__cursor_params_t p = params(kind, rank, world, drop_last);
+  p.plan.batch_size = batch;
+  p.plan.cache = 12;
+  for (int s = 0; s <= 7; s++) g_off[s] = (uint64_t)s * N / 7;
+  if (kind == LADE_PLAN_SHARDS) {
+    p.shard_offsets = g_off;
+    p.shards = 7;
+    p.shuffle_buffer = 40;
+  }
+  return p;
+}
+
+/* world cursors of (kind, batch), resumed from pos when given. */
+static int open_world(lade__cursor_t **cs, int kind, uint32_t world, uint32_t batch, bool drop_last,
+                      const lade_position_t *pos) {
+  for (uint32_t r = 0; r < world; r++) {
+    lade__cursor_params_t p = rparams(kind, r, world, batch, drop_last);
+    if (pos) {
+      p.resumed = true;
+      p.resume = *pos;
+    }
+    cs[r] = NULL;
+    int rc = lade__cursor_open(&cs[r], &p);
+    if (rc) {
+      fprintf(stderr, "  open %s rank %u/%u: %s\n", lade_plan_kind_name(kind), r, world, lade_last_error());
+      return rc;
+    }
+  }
+  return 0;
+}
+
+static void close_world(lade__cursor_t **cs, uint32_t world) {
+  for (uint32_t r = 0; r < world; r++) lade__cursor_close(cs[r]);
+}
+
+/* Counts into cnt[] the real samples the world's ranks get in steps [from, to). */
+static int deliver(lade__cursor_t **cs, uint32_t world, uint64_t from, uint64_t to, uint32_t *cnt) {
+  lade__cursor_step_t s;
+  memset(&s, 0, sizeof s);
+  int rc = 0;
+  for (uint64_t q = from; q < to && !rc; q++)
+    for (uint32_t r = 0; r < world && !rc; r++) {
+      rc = lade__cursor_get(cs[r], q, &s);
+      for (uint32_t i = 0; !rc && i < s.valid; i++) cnt[s.idx[i]]++;
+    }
+  lade__cursor_step_free(&s);
+  return rc;
+}
+
+/* Per step, the sorted samples of all ranks (the global batch); with
+ * per_rank each rank's own too: a and b agree on steps [from, to). */
+static int same_steps(lade__cursor_t **a, lade__cursor_t **b, uint32_t world, uint64_t from, uint64_t to,
+                      bool per_rank) {
+  lade__cursor_step_t x, y;
+  memset(&x, 0, sizeof x);
+  memset(&y, 0, sizeof y);
+  int same = 1;
+  for (uint64_t q = from; q < to && same; q++) {
+    uint32_t ca[N] = {0}, cb[N] = {0};
+    for (uint32_t r = 0; r < world && same; r++) {
+      if (lade__cursor_get(a[r], q, &x) || lade__cursor_get(b[r], q, &y)) same = 0;
+      for (uint32_t i = 0; same && i < x.n; i++) ca[x.idx[i]]++;
+      for (uint32_t i = 0; same && i < y.n; i++) cb[y.idx[i]]++;
+      if (same && per_rank && (x.n != y.n || memcmp(x.idx, y.idx, x.n * sizeof *x.idx))) same = 0;
+    }
+    if (same && memcmp(ca, cb, sizeof ca)) same = 0;
+  }
+  lade__cursor_step_free(&x);
+  lade__cursor_step_free(&y);
+  return same;
+}
+
+/* P ranks of batch BP run epoch 1 to step `stop`; rank 0's position (every
+ * rank's is the same) opens Q ranks of batch BQ: they deliver the rest of
+ * epoch 1, none of the consumed samples and each remaining one once (all of
+ * them without drop_last), start at the position they were given, and from
+ * epoch 2 on run as an uninterrupted run at Q (each rank's samples for the
+ * kinds that slice the regular order, the global batch for the others). */
+static void check_resize(int kind, uint32_t P, uint32_t BP, uint32_t Q, uint32_t BQ, bool drop_last, uint64_t stop) {
+  lade__cursor_t *a[8], *b[8], *u[8];
+  uint32_t cons[N] = {0}, got[N] = {0};
+  if (open_world(a, kind, P, BP, drop_last, NULL)) {
+    CHECK(0);
+    return;
+  }
+  uint64_t sp = lade__cursor_steps(a[0]);
+  CHECK_OK(deliver(a, P, sp, sp + stop, cons));
+  lade_position_t pos, other;
+  CHECK_OK(lade__cursor_position(a[0], sp + stop, &pos));
+  CHECK_OK(lade__cursor_position(a[P - 1], sp + stop, &other));
+  CHECK(memcmp(&pos, &other, sizeof pos) == 0); /* global: any rank's */
+  CHECK_EQ_INT(pos.epoch, 1);
+  close_world(a, P);
+  if (open_world(b, kind, Q, BQ, drop_last, &pos) || open_world(u, kind, Q, BQ, drop_last, NULL)) {
+    CHECK(0);
+    return;
+  }
+  uint64_t sq = lade__cursor_steps(b[0]), first = lade__cursor_first(b[0]);
+  CHECK(first >= sq && first <= 2 * sq);
+  for (uint32_t r = 1; r < Q; r++) CHECK_EQ_INT(lade__cursor_first(b[r]), first);
+  lade__cursor_step_t s;
+  memset(&s, 0, sizeof s);
+  if (first > sq) CHECK(lade__cursor_get(b[0], first - 1, &s) == LADE_ERANGE); /* before the start */
+  lade__cursor_step_free(&s);
+  CHECK_OK(deliver(b, Q, first, 2 * sq, got));
+  uint64_t left = 0, twice = 0, again = 0;
+  for (uint64_t x = 0; x < N; x++) {
+    again += cons[x] && got[x];
+    twice += got[x] > 1 || cons[x] > 1;
+    left += !cons[x] && !got[x];
+  }
+  CHECK_EQ_INT(again, 0);
+  CHECK_EQ_INT(twice, 0);
+  if (drop_last) CHECK(left < (uint64_t)BP * P + (uint64_t)BQ * Q);
+  else CHECK_EQ_INT(left, 0);
+  /* a position taken where the resumed run starts names what was consumed */
+  lade_position_t back;
+  CHECK_OK(lade__cursor_position(b[0], first, &back));
+  if (kind != LADE_PLAN_SHARDS && first < 2 * sq) CHECK_EQ_INT(back.consumed, pos.consumed);
+  CHECK_EQ_INT(back.epoch, first < 2 * sq ? 1 : 2);
+  bool per_rank = kind == LADE_PLAN_REGULAR || kind == LADE_PLAN_SHARDS || kind == LADE_PLAN_DISTCACHE ||
+                  kind == LADE_PLAN_REGULAR_LRU || kind == LADE_PLAN_REGULAR_BELADY;
+  CHECK(same_steps(b, u, Q, 2 * sq, 3 * sq, per_rank));
+  close_world(b, Q);
+  close_world(u, Q);
+}
+
+static void test_resize_every_order(void) {
+  const int kinds[] = {LADE_PLAN_REGULAR,   LADE_PLAN_SHARDS,   LADE_PLAN_DISTCACHE,     LADE_PLAN_LOCALITY,
+                       LADE_PLAN_SOLAR,     LADE_PLAN_REGULAR_LRU, LADE_PLAN_REGULAR_BELADY};
+  const uint32_t pq[][4] = {{4, 5, 2, 5}, {2, 5, 4, 5}, {4, 5, 3, 5}, {4, 5, 3, 7}, {3, 4, 3, 6}, {4, 5, 4, 5}};
+  for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+    for (size_t i = 0; i < sizeof pq / sizeof pq[0]; i++)
+      for (int dl = 0; dl < 2; dl++) {
+        int before = lade_test_failed_checks;
+        check_resize(kinds[k], pq[i][0], pq[i][1], pq[i][2], pq[i][3], dl, 3);
+        if (lade_test_failed_checks != before)
+          fprintf(stderr, "  ^ %s %u(B=%u) -> %u(B=%u) drop_last=%d\n", lade_plan_kind_name(kinds[k]), pq[i][0],
+                  pq[i][1], pq[i][2], pq[i][3], dl);
+      }
+}
+
+/* A run resumed at Q and saved again inside that epoch: at Q it continues
+ * its own order exactly; at R the rest is re-striped again, still each
+ * sample once; a shards epoch resumed at a third layout and saved inside it
+ * has no position (refused, saying why). */
+static void test_resize_twice(void) {
+  const int kinds[] = {LADE_PLAN_REGULAR, LADE_PLAN_SHARDS, LADE_PLAN_LOCALITY};
+  for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+    int kind = kinds[k];
+    lade__cursor_t *a[8], *b[8], *c[8], *d[8];
+    uint32_t cnt[N] = {0};
+    CHECK_OK(open_world(a, kind, 4, 5, false, NULL));
+    uint64_t sp = lade__cursor_steps(a[0]);
+    CHECK_OK(deliver(a, 4, sp, sp + 2, cnt));
+    lade_position_t p1, p2, p3;
+    CHECK_OK(lade__cursor_position(a[0], sp + 2, &p1));
+    close_world(a, 4);
+    CHECK_OK(open_world(b, kind, 3, 5, false, &p1));
+    uint64_t sq = lade__cursor_steps(b[0]), f = lade__cursor_first(b[0]);
+    CHECK_OK(deliver(b, 3, f, f + 2, cnt));
+    CHECK_OK(lade__cursor_position(b[0], f + 2, &p2));
+    /* at the same layout: the same steps as b's (a planned kind's caches
+     * start empty again, so only its global batches are b's) */
+    CHECK_OK(open_world(c, kind, 3, 5, false, &p2));
+    CHECK_EQ_INT(lade__cursor_first(c[0]), f + 2);
+    if (!same_steps(b, c, 3, f + 2, 3 * sq, kind != LADE_PLAN_LOCALITY))
+      CHECK(!fprintf(stderr, "  %s: not the same steps\n", lade_plan_kind_name(kind)));
+    close_world(c, 3);
+    close_world(b, 3);
+    /* at a third layout */
+    CHECK_OK(open_world(d, kind, 2, 5, false, &p2));
+    uint64_t sr = lade__cursor_steps(d[0]), g = lade__cursor_first(d[0]);
+    CHECK_OK(deliver(d, 2, g, 2 * sr, cnt));
+    int once = 1;
+    for (uint64_t x = 0; x < N; x++) once &= cnt[x] == 1;
+    CHECK(once);
+    int rc = g + 1 < 2 * sr ? lade__cursor_position(d[0], g + 1, &p3) : 0;
+    if (kind == LADE_PLAN_SHARDS) {
+      CHECK(rc == LADE_EUNSUPPORTED);
+      CHECK(strstr(lade_last_error(), "save at the epoch's end") != NULL);
+    } else {
+      CHECK_OK(rc);
+    }
+    CHECK_OK(lade__cursor_position(d[0], 2 * sr, &p3)); /* the next epoch's start: always */
+    CHECK_EQ_INT(p3.epoch, 2);
+    CHECK_EQ_INT(p3.consumed, 0);
+    close_world(d, 2);
+  }
+}
+
 int main(int argc, char **argv) {
   lade_test_args(argc, argv);
   RUN(test_regular);
   RUN(test_shards);
   RUN(test_planned);
+  RUN(test_resize_every_order);
+  RUN(test_resize_twice);
   return lade_test_finish();
 }

@@ -26,6 +26,7 @@
 #define DISK_CHARGE 4096 /* the disk tier's: a 56-byte header and the payload in whole 4 KiB blocks */
 
 static int g_disk; /* 1: the plan drives a disk cache (cache_dir) instead of the memory tier */
+static const lade_position_t *g_pos; /* open_loader's loaders resume it (lade_config_set_position) */
 
 static uint8_t byte_of(uint64_t i, int k) { return (uint8_t)(i * 31 + (uint64_t)k * 7 + 1); }
 
@@ -93,6 +94,7 @@ static lade_loader_t *open_loader(const char *kind, uint32_t rank, uint32_t worl
     lade_config_set(c, "cache_mem_bytes", v);
   }
   if (extra && lade_config_parse(c, extra)) fprintf(stderr, "bad setting %s: %s\n", extra, lade_last_error());
+  if (g_pos && lade_config_set_position(c, g_pos, sizeof *g_pos)) fprintf(stderr, "position: %s\n", lade_last_error());
   lade_loader_t *L = NULL;
   int rc = lade_loader_create(&L, c);
   lade_config_destroy(c);
@@ -279,8 +281,12 @@ static void test_solar_imbalance(void) {
  * loader: read from storage, counted, never a wrong sample. */
 static void test_disk_cache(void) {
   g_disk = 1;
+  /* each from an empty disk: at world size 1 what an earlier run left is the plan's start (test_warm_restart) */
+  lade_test_sh("rm -rf %s/cache", make_dataset());
   check_kind("locality", 4, (uint64_t)(N / 4) * CHARGE);
+  lade_test_sh("rm -rf %s/cache", make_dataset());
   check_kind("regular+belady", 1, (uint64_t)(N / 2) * CHARGE);
+  lade_test_sh("rm -rf %s/cache", make_dataset());
   check_kind("solar", 4, (uint64_t)(N / 8) * CHARGE);
   /* a loader whose entries vanish after epoch 1 starts */
   lade_loader_t *L = open_loader("locality", 0, 1, (uint64_t)N * CHARGE, NULL);
@@ -404,6 +410,86 @@ static void test_bad_settings(void) {
   lade_config_destroy(c);
 }
 
+/* Warm restarts (docs/plan.md): a run stopped early in epoch 1 leaves its disk
+ * cache; a restart from its position finds the entries that survived (the
+ * files on disk: the test lists them), gives them to the planner, and its
+ * per-epoch cache hits and storage reads are the plan's from those caches
+ * (lade_plan_warm), with no fallback, and fewer storage reads than a cold
+ * restart (the disk emptied). */
+static void check_warm(const char *kind, uint64_t cache_bytes) {
+  g_disk = 1;
+  lade_test_sh("rm -rf %s/cache", make_dataset());
+  lade_loader_t *L = open_loader(kind, 0, 1, cache_bytes, NULL);
+  CHECK(L != NULL);
+  if (!L) return;
+  uint64_t samples = 0, steps = 0, epochs = 0;
+  lade_loader_info(L, &samples, &steps, &epochs);
+  lade_batch_t *b = NULL;
+  for (uint64_t k = 0; k < steps + 2 && lade_loader_next(L, &b) == 0 && b; k++) lade_batch_release(b);
+  uint64_t e0 = 0, s0 = 0;
+  lade_loader_tell(L, &e0, &s0);
+  lade_position_t pos;
+  CHECK_OK(lade_loader_position(L, e0, s0, &pos, sizeof pos));
+  lade_loader_destroy(L);
+  CHECK_EQ_INT(pos.epoch, 1);
+  /* what survived: the entry files (<dir>/<namespace>/<2 hex>/<16 hex key>) */
+  lade_plan_settings_t s = settings_of(kind, 1, cache_bytes);
+  uint64_t surv[N], ns = 0;
+  char cmd[4400];
+  snprintf(cmd, sizeof cmd, "find %s/cache -type f | grep -E '/[0-9a-f]{16}$' | sed 's#.*/##' | sort", make_dataset());
+  FILE *f = popen(cmd, "r");
+  unsigned long long key = 0;
+  while (f && fscanf(f, "%llx", &key) == 1)
+    if (key < N && ns < s.cache) surv[ns++] = key; /* the loader keeps the first `cache` in index order */
+  if (f) pclose(f);
+  rank_run_t *w = &g_runs[1], *cold = &g_runs[2];
+  g_pos = &pos;
+  run_rank(kind, 0, 1, cache_bytes, 0, 0, w);
+  CHECK_EQ_INT(w->rc, 0);
+  CHECK(w->content_ok);
+  /* the plan from that position and those caches */
+  s.resume = 1;
+  s.resume_epoch = pos.epoch;
+  s.resume_shuffle_epoch = pos.shuffle_epoch;
+  s.resume_consumed = pos.consumed;
+  lade_plan_t *pl = NULL;
+  CHECK_OK(lade_plan_create(&pl, &s, sizeof s));
+  if (pl) CHECK_OK(lade_plan_warm(pl, 0, surv, ns));
+  uint64_t cache[EPOCHS] = {0}, storage[EPOCHS] = {0};
+  const lade_plan_step_t *v = NULL;
+  while (pl && lade_plan_next(pl, &v) == 0)
+    for (uint64_t i = 0; i < v->offset[1]; i++) {
+      cache[v->epoch] += v->from[i] == LADE_FROM_CACHE;
+      storage[v->epoch] += v->from[i] != LADE_FROM_CACHE;
+    }
+  lade_plan_destroy(pl);
+  for (uint64_t e = 1; e < EPOCHS; e++) {
+    CHECK_EQ_INT(w->ep[e].samples_by_source[2], cache[e]);
+    CHECK_EQ_INT(w->ep[e].samples_by_source[0], storage[e]);
+    CHECK_EQ_INT(w->ep[e].plan_fallbacks, 0);
+  }
+  lade_test_sh("rm -rf %s/cache", make_dataset());
+  run_rank(kind, 0, 1, cache_bytes, 0, 0, cold);
+  g_pos = NULL;
+  g_disk = 0;
+  CHECK_EQ_INT(cold->rc, 0);
+  uint64_t warm_reads = 0, cold_reads = 0;
+  for (uint64_t e = 1; e < EPOCHS; e++) {
+    warm_reads += w->ep[e].samples_by_source[0];
+    cold_reads += cold->ep[e].samples_by_source[0];
+  }
+  fprintf(stderr, "  %s warm restart at (%llu, %llu): %llu entries survived; storage reads after it %llu (epoch 1: "
+          "%llu, the plan's %llu), cold restart %llu\n", kind, (unsigned long long)e0, (unsigned long long)s0,
+          (unsigned long long)ns, (unsigned long long)warm_reads, (unsigned long long)w->ep[1].samples_by_source[0],
+          (unsigned long long)storage[1], (unsigned long long)cold_reads);
+  CHECK(ns > 0);
+  CHECK(warm_reads < cold_reads);
+}
+
+static void test_warm_restart(void) {
+  for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) check_warm(kinds[k], (uint64_t)(N / 2) * CHARGE);
+}
+
 int main(int argc, char **argv) {
   lade_test_args(argc, argv);
   RUN(test_every_plan_one_rank);
@@ -413,6 +499,7 @@ int main(int argc, char **argv) {
   RUN(test_disk_cache);
   RUN(test_repeat_and_resume);
   RUN(test_short_last_step);
+  RUN(test_warm_restart);
   RUN(test_bad_settings);
   return lade_test_finish();
 }

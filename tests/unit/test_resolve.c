@@ -424,6 +424,52 @@ static void test_node_cache(void) {
   CHECK(strstr(lade_last_error(), "cache_mem_bytes") != NULL);
 }
 
+/* A saved position (lade_config_set_position) reaches the cursor when its
+ * plan, dataset size and seed are this loader's; world and batch may differ.
+ * Anything else is refused naming what differs. */
+static void test_position(void) {
+  lade__source_facts_t fa = facts(100, 10, false);
+  const char *kv[] = {"plan=locality", "seed=4", "batch_size=3", "world_size=2", "cache_mem_bytes=1000", NULL};
+  lade_position_t pos = {.epoch = 1, .consumed = 40, .shuffle_epoch = 1, .world_size = 4, .batch_size = 5,
+                         .groups = 4, .kind = LADE_PLAN_LOCALITY, .samples = 100, .seed = 4};
+  const struct {
+    const char *field, *text;
+  } bad[] = {{"kind", "another plan (regular; this loader: locality)"},
+             {"samples", "another dataset size (samples) (99; this loader: 100)"},
+             {"seed", "another seed (5; this loader: 4)"},
+             {"world", "not a saved position"}};
+  for (size_t i = 0; i <= sizeof bad / sizeof bad[0]; i++) {
+    lade_position_t p = pos;
+    if (i < 4 && !strcmp(bad[i].field, "kind")) p.kind = LADE_PLAN_REGULAR;
+    if (i < 4 && !strcmp(bad[i].field, "samples")) p.samples = 99;
+    if (i < 4 && !strcmp(bad[i].field, "seed")) p.seed = 5;
+    if (i < 4 && !strcmp(bad[i].field, "world")) p.world_size = 0;
+    lade_config_t *c = settings(kv);
+    CHECK_OK(lade_config_set_position(c, &p, sizeof p));
+    lade__resolved_t r;
+    int rc = lade__resolve(c, &fa, &r);
+    lade_config_destroy(c);
+    if (i == 4) { /* the saver's world and batch differ: accepted, handed to the cursor */
+      CHECK_OK(rc);
+      CHECK(r.cursor.resumed);
+      CHECK(memcmp(&r.cursor.resume, &pos, sizeof pos) == 0);
+      continue;
+    }
+    CHECK(rc == LADE_EINVAL);
+    if (!strstr(lade_last_error(), bad[i].text))
+      fprintf(stderr, "  wanted \"%s\" in: %s\n", bad[i].text, lade_last_error());
+    CHECK(strstr(lade_last_error(), bad[i].text) != NULL);
+  }
+  /* without one, nothing is resumed; a short struct is refused */
+  lade__resolved_t r;
+  CHECK_OK(resolve(kv, &fa, &r));
+  CHECK(!r.cursor.resumed);
+  lade_config_t *c = settings(kv);
+  CHECK(lade_config_set_position(c, &pos, 8) == LADE_EINVAL);
+  CHECK_OK(lade_config_set_position(c, NULL, 0));
+  lade_config_destroy(c);
+}
+
 int main(int argc, char **argv) {
   lade_test_args(argc, argv);
   RUN(test_cache_mem_bytes_walk);
@@ -435,5 +481,6 @@ int main(int argc, char **argv) {
   RUN(test_topology);
   RUN(test_plan_nodes);
   RUN(test_node_cache);
+  RUN(test_position);
   return lade_test_finish();
 }
