@@ -3,6 +3,8 @@ ranks' disk caches as they survived the first run and with them emptied.
 
     python3 bench/warm_restart.py DATASET CACHE_ROOT [PLAN ...]
     mpirun -np 4 python3 bench/warm_restart.py DATASET CACHE_ROOT locality   # one cache_dir per rank
+    torchrun --standalone --nproc_per_node=4 --redirects 2 --tee 2 bench/warm_restart.py DATASET CACHE_ROOT locality
+                                               # over UCX: the ranks meet in CACHE_ROOT/rdv
 
 Each rank prints its counts; under mpirun rank 0 also prints the sums (read from the other ranks'
 result files under CACHE_ROOT). The aggregate cache holds the dataset (cache_disk_bytes per rank =
@@ -38,6 +40,9 @@ for plan in plans:
         shutil.rmtree(mine, ignore_errors=True)
         kw = dict(batch_size=32, epochs=4, seed=3, threads=2, plan=plan, output="numpy", drop_last=True,
                   peer_timeout_ms=10000, cache_dir=mine, cache_disk_bytes=((n + world - 1) // world + 64) * blocks * 4096)
+        if "TORCHELASTIC_RUN_ID" in os.environ and world > 1:
+            # torchrun: UCX, the addresses met in a folder; one cache per rank, as with one rank per machine
+            kw.update(rendezvous_dir=os.path.join(root, "rdv"), ranks_per_node=1)
         with lade.Loader(data, **kw) as L:
             for e in range(2):
                 for _ in L:

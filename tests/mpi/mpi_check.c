@@ -423,7 +423,9 @@ static lade_loader_t *open_resize(const lade_position_t *pos) {
   snprintf(v, sizeof v, "%s/data", g_dir);
   const char *kv[][2] = {{"source", v}, {"transform", "raw"}, {"raw_size", "256"}, {"batch_size", "4"},
                          {"threads", "2"}, {"seed", "7"}, {"drop_last", "true"}, {"epochs", "3"},
-                         {"plan", "locality"}, {"transport", "mpi"}, {"peer_timeout_ms", "5000"}};
+                         {"plan", "locality"}, {"transport", "mpi"}, {"peer_timeout_ms", "5000"},
+                         /* a learner per machine: the plan's caches are the ranks' (one machine runs them all) */
+                         {"ranks_per_node", "1"}};
   for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) lade_config_set(c, kv[i][0], kv[i][1]);
   char cache[64];
   snprintf(cache, sizeof cache, "%llu", (unsigned long long)(N / (uint64_t)g_world) * CHARGE); /* the dataset */
@@ -576,7 +578,7 @@ static lade_loader_t *open_warm(const lade_position_t *pos) {
   const char *kv[][2] = {{"source", v}, {"transform", "raw"}, {"raw_size", "256"}, {"batch_size", "4"},
                          {"threads", "2"}, {"seed", "7"}, {"drop_last", "true"}, {"epochs", "3"},
                          {"plan", "locality"}, {"transport", "mpi"}, {"peer_timeout_ms", "5000"},
-                         {"cache_dir", dir}, {"cache_disk_bytes", bytes}};
+                         {"cache_dir", dir}, {"cache_disk_bytes", bytes}, {"ranks_per_node", "1"}};
   for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) lade_config_set(c, kv[i][0], kv[i][1]);
   if (pos) lade_config_set_position(c, pos, sizeof *pos);
   lade_loader_t *L = NULL;
