@@ -40,9 +40,10 @@ for plan in plans:
         shutil.rmtree(mine, ignore_errors=True)
         kw = dict(batch_size=32, epochs=4, seed=3, threads=2, plan=plan, output="numpy", drop_last=True,
                   peer_timeout_ms=10000, cache_dir=mine, cache_disk_bytes=((n + world - 1) // world + 64) * blocks * 4096)
-        if "TORCHELASTIC_RUN_ID" in os.environ and world > 1:
-            # torchrun: UCX, the addresses met in a folder; one cache per rank, as with one rank per machine
-            kw.update(rendezvous_dir=os.path.join(root, "rdv"), ranks_per_node=1)
+        if world > 1:  # one cache per rank, as with one rank per machine (one machine runs them all here)
+            kw.update(ranks_per_node=1)
+        if "TORCHELASTIC_RUN_ID" in os.environ and world > 1:  # torchrun: UCX, the addresses met in a folder
+            kw.update(rendezvous_dir=os.path.join(root, "rdv"))
         with lade.Loader(data, **kw) as L:
             for e in range(2):
                 for _ in L:
