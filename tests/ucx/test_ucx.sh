@@ -8,7 +8,7 @@
 # differs on one rank, a rank far behind (backpressure); a warm restart
 # (every rank's surviving disk cache exchanged by the transport's allgather
 # seeds the plan: counts as lade_plan_warm's, fewer storage reads than cold),
-# also under torchrun; then the Python module under torchrun with a gloo
+# also under torchrun, and a rank that does not join that exchange or exits; then the Python module under torchrun with a gloo
 # process group (test_ucx_python.py, every plan against `lade plan`).
 # usage: test_ucx.sh UCX_CHECK LADE_CLI TMPDIR
 set -uo pipefail
@@ -99,7 +99,7 @@ for f in files:
     for line in open(f):
         w = line.split()
         if w[0] == "storage":
-            sums[w[1]] = [a + int(b) for a, b in zip(sums[w[1]], w[2:5])]
+            v = sums[w[1]]; v[0] += int(w[2]); v[1] += int(w[3]); v[2] = int(w[4])  # survivors: every rank's
 ok = len(files) == 4 and len(sums) == 2 and all(v[0] < v[1] and v[2] > 0 for v in sums.values())
 print("ok" if ok else "bad: %d files, %s" % (len(files), dict(sums)))
 for rpn, (w, c, n) in sorted(sums.items()):
@@ -113,6 +113,16 @@ run4 warm job-warm "$tmp/w"
 grep -h "FAIL\|epoch\|create" "$tmp"/w/log.warm.* | head -8
 if [ "${rcs[*]}" = "0 0 0 0" ] && [ "$(warm_ok "$tmp/w" 2>/dev/null)" = ok ]; then warm_ok "$tmp/w" >/dev/null; echo "ok   warm"
 else echo "FAIL: warm: exits ${rcs[*]}, sums $(warm_ok "$tmp/w" 2>&1)"; fail=1; fi
+
+echo "== warm restart, a rank that does not join the exchange: the others fail at the bound, naming it"
+run4 warm-skip job-wskip "$tmp/ws"
+grep -h "as expected" "$tmp"/ws/log.warm-skip.* | head -3
+if [ "${rcs[*]}" = "0 0 0 0" ]; then echo "ok   warm-skip"; else echo "FAIL: warm-skip: exits ${rcs[*]}"; fail=1; fi
+
+echo "== warm restart, a rank that exits instead of joining the exchange: the others fail at once, naming it"
+run4 warm-die job-wdie "$tmp/wd"
+grep -h "as expected" "$tmp"/wd/log.warm-die.* | head -3
+if [ "${rcs[*]}" = "0 0 0 0" ]; then echo "ok   warm-die"; else echo "FAIL: warm-die: exits ${rcs[*]}"; fail=1; fi
 
 echo "== a rank killed (SIGKILL) mid-epoch: the others fail within the bound, naming it"
 mkdir -p "$tmp/k"

@@ -22,9 +22,12 @@
  * transport's allgather; per-rank counts equal lade_plan_warm's plan from
  * them, no fallback, and fewer storage reads than a cold restart, whose
  * sums the script compares; once with the loader's nodes, one node of every
- * rank on one machine, and once with ranks_per_node 1). Prints one line per check; exits non-zero on
+ * rank on one machine, and once with ranks_per_node 1); warm-skip, warm-die
+ * (rank 2 does not join that exchange, alive or exiting at once: the others
+ * fail within the bound, or when it dies, naming it). Prints one line per check; exits non-zero on
  * failure. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -294,6 +297,8 @@ static void check_lag(void) {
 /* ---- warm restarts: every rank's surviving disk cache seeds the plan */
 
 static const char *g_warm_rpn; /* ranks_per_node for the warm case; NULL: the loader's (one machine: one node) */
+static const char *g_warm_timeout = "20000";
+static bool g_warm_mem; /* the plan's cache in memory, no cache_dir: no warm start, no exchange at open */
 
 /* Waits (bounded) until every rank reached the point `name` (a file each in DIR). */
 static void barrier(const char *name) {
@@ -325,8 +330,14 @@ static lade_loader_t *open_warm(const lade_position_t *pos) {
   const char *kv[][2] = {{"source", v}, {"transform", "raw"}, {"raw_size", "256"}, {"batch_size", "4"},
                          {"threads", "2"}, {"seed", "7"}, {"drop_last", "true"}, {"epochs", "3"},
                          {"plan", "locality"}, {"transport", "ucx"}, {"rendezvous_dir", g_rdv},
-                         {"peer_timeout_ms", "20000"}, {"cache_dir", dir}, {"cache_disk_bytes", bytes}};
+                         {"peer_timeout_ms", g_warm_timeout}, {"cache_dir", dir}, {"cache_disk_bytes", bytes}};
   for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) lade_config_set(c, kv[i][0], kv[i][1]);
+  if (g_warm_mem) { /* the same cache count, in memory */
+    lade_config_set(c, "cache_dir", "");
+    lade_config_set(c, "cache_disk_bytes", "0");
+    snprintf(bytes, sizeof bytes, "%llu", (unsigned long long)(N / (uint64_t)g_world / 2) * CHARGE);
+    lade_config_set(c, "cache_mem_bytes", bytes);
+  }
   if (g_job) lade_config_set(c, "job_id", g_job);
   if (g_warm_rpn) lade_config_set(c, "ranks_per_node", g_warm_rpn);
   char r[16], w[16];
@@ -443,9 +454,39 @@ static void check_warm(void) {
   fflush(g_out);
 }
 
+/* Rank 2 opens its loader with its cache in memory (the same count, so the
+ * settings agree), so it never joins the exchange of the surviving caches.
+ * die 0: it keeps its loader open past the others' bound (3 s): their
+ * creates fail at the bound, naming rank 2. die 1: it exits at once: the
+ * others (bound 60 s) fail as soon as its connection breaks, naming it. */
+static void check_warm_skip(int die) {
+  g_warm_timeout = die ? "60000" : "3000";
+  g_warm_mem = g_rank == 2;
+  double t0 = now();
+  lade_loader_t *L = open_warm(NULL);
+  double took = now() - t0;
+  if (g_rank == 2) {
+    check(L != NULL, "warm-skip: rank 2 opened its loader without a disk cache");
+    fflush(NULL);
+    if (die) _exit(g_fail);
+    usleep(8000000);
+  } else if (die) {
+    const char *e = lade_last_error();
+    fprintf(stderr, "rank %d: failed after %.1f s as expected: %s\n", g_rank, took, L ? "(created)" : e);
+    check(!L && strstr(e, "rank 2 died") && took < 30,
+          "warm-die: this rank's create failed when rank 2 died, long before the bound, naming it");
+  } else {
+    const char *e = lade_last_error();
+    fprintf(stderr, "rank %d: failed after %.1f s as expected: %s\n", g_rank, took, L ? "(created)" : e);
+    check(!L && strstr(e, "rank 2 did not contribute") && strstr(e, "peer_timeout_ms") && took < 30,
+          "warm-skip: this rank's create failed within the bound, naming rank 2, which did not join the exchange");
+  }
+  if (L) lade_loader_destroy(L);
+}
+
 int main(int argc, char **argv) {
   if (argc < 7) {
-    fprintf(stderr, "usage: ucx_check DIR RANK|- WORLD|- all|mismatch|fault-stop|lag|run|warm RENDEZVOUS_DIR JOB_ID|-\n");
+    fprintf(stderr, "usage: ucx_check DIR RANK|- WORLD|- all|mismatch|fault-stop|lag|run|warm|warm-skip|warm-die RENDEZVOUS_DIR JOB_ID|-\n");
     return 2;
   }
   g_rank = atoi(strcmp(argv[2], "-") ? argv[2] : getenv("RANK") ? getenv("RANK") : "0");
@@ -470,6 +511,8 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(mode, "fault-stop")) {
     check_fault_stop();
+  } else if (!strcmp(mode, "warm-skip") || !strcmp(mode, "warm-die")) {
+    check_warm_skip(!strcmp(mode, "warm-die"));
   } else if (!strcmp(mode, "warm")) {
     check_warm();      /* one node of every rank: one cache per node, each rank's disk holds its admits */
     g_warm_rpn = "1"; /* a node per rank: a cache per rank */
