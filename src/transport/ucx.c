@@ -26,7 +26,9 @@
  * in UCX's unexpected queue. Opening sends the settings check to every peer
  * and waits (bounded) for every peer's (the allgather mpi.c makes). DATA,
  * GRANT (backpressure) and DONE (close) are mpi.c's messages, with the same
- * header, checksum, window and bounds.
+ * header, checksum, window and bounds. GATHER carries a rank's part of the
+ * op allgather (the surviving caches at open), numbered per channel; the
+ * caller waits for every part, bounded, and a dead peer fails it at once.
  *
  * Locks: each channel's `mu` guards its queue, arrived messages, counters and
  * flags; `g.mu` guards the peers, the channel list and every UCX call, and is
