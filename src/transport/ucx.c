@@ -1353,6 +1353,12 @@ static int ucx_allgather(lade__transport_t *d, const void *mine, size_t len, voi
       for (uint32_t r = 0; r < c->world; r++)
         if (!c->ag_have[r] && (!lost || c->peer_lost[r]) && missing++ < 8)
           wl += (size_t)snprintf(who + wl, sizeof who - wl, "%s%u", wl ? ", " : "", r);
+      if (!missing) { /* every part came; this rank's own never went out */
+        rc = lade__fail(LADE_ETIMEOUT, "transport ucx: rank %u: its part of allgather %llu of this loader was not "
+                        "sent within %u ms (setting peer_timeout_ms): the communication thread did not get to it",
+                        c->rank, (unsigned long long)seq, c->p.timeout_ms);
+        break;
+      }
       rc = lost ? lade__fail(LADE_EIO, "transport ucx: rank %u: rank%s %s%s died (the connection broke) before "
                              "contributing to allgather %llu of this loader (the learners' surviving caches, at open)",
                              c->rank, missing > 1 ? "s" : "", who, missing > 8 ? ", ..." : "",
