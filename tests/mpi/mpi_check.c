@@ -614,10 +614,6 @@ static void check_warm(void) {
   lade_loader_t *L = open_warm(NULL);
   uint64_t steps = 0;
   int ok = L != NULL;
-  /* the plan the loader runs: its nodes (mpirun on one machine: one node of 4) and cache count */
-  lade_plan_settings_t s;
-  lade_plan_settings_default(&s, sizeof s);
-  ok = ok && lade_loader_plan_settings(L, &s, sizeof s, NULL) == 0;
   if (L) lade_loader_info(L, NULL, &steps, NULL);
   lade_batch_t *b = NULL;
   for (uint64_t k = 0; ok && k < steps + 2; k++) {
@@ -630,6 +626,7 @@ static void check_warm(void) {
   check(ok, "warm: every rank runs locality with a disk cache into epoch 1 and stops");
   MPI_Barrier(MPI_COMM_WORLD);
   /* what survived on every rank's disk: its entry files, in index order, at most the plan's cache */
+  lade_plan_settings_t s = settings("locality", (uint64_t)(N / (uint64_t)g_world / 2) * CHARGE);
   s.resume = 1;
   s.resume_epoch = pos.epoch;
   s.resume_shuffle_epoch = pos.shuffle_epoch;
