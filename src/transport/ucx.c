@@ -26,7 +26,9 @@
  * in UCX's unexpected queue. Opening sends the settings check to every peer
  * and waits (bounded) for every peer's (the allgather mpi.c makes). DATA,
  * GRANT (backpressure) and DONE (close) are mpi.c's messages, with the same
- * header, checksum, window and bounds.
+ * header, checksum, window and bounds. GATHER carries a rank's part of the
+ * op allgather (the surviving caches at open), numbered per channel; the
+ * caller waits for every part, bounded, and a dead peer fails it at once.
  *
  * Locks: each channel's `mu` guards its queue, arrived messages, counters and
  * flags; `g.mu` guards the peers, the channel list and every UCX call, and is
@@ -57,7 +59,7 @@
 #define TYPE_SHIFT 32
 #define CHAN_MASK (0xffffffull << CHAN_SHIFT)
 #define MAX_CHECKS 62
-enum { T_DATA = 1, T_DONE, T_GRANT, T_CHECK };
+enum { T_DATA = 1, T_DONE, T_GRANT, T_CHECK, T_GATHER };
 enum { OPENING = 0, OPEN, CLOSING, CLOSED };
 
 typedef struct msg_hdr {
@@ -65,6 +67,22 @@ typedef struct msg_hdr {
   int64_t error; /* nonzero: the sender could not produce the bytes; the payload is its message */
   uint64_t sum;  /* payload_sum() of the payload as the sender made it */
 } msg_hdr_t;
+
+/* An allgather's contribution: the header, then len bytes. seq numbers the
+ * channel's allgathers (1, 2, ...), so a contribution to a later one that
+ * arrives early is kept for it, and a late one to an earlier is dropped. */
+typedef struct gather_hdr {
+  uint64_t magic, seq, len;
+  uint64_t sum; /* lade_checksum of the bytes, seeded with seq */
+} gather_hdr_t;
+
+typedef struct gather_early {
+  struct gather_early *next;
+  uint32_t src;
+  uint64_t seq;
+  size_t len;
+  uint8_t *buf; /* header and bytes, as received */
+} gather_early_t;
 
 typedef struct msg {
   struct msg *next;
@@ -110,6 +128,19 @@ typedef struct chan {
   uint64_t *checks_in; /* per rank: [count, values...] of its settings check; count ~0 until it came */
   msg_t *bucket[NBUCKETS];
   lade__transport_stats_t st;
+  /* the allgather in progress (ag_active) or the last one: its number, the
+   * caller's buffer, which ranks' bytes are in it, the messages still to post
+   * (one per peer, built by the caller), and contributions to a later one */
+  uint64_t ag_seq;
+  bool ag_active;
+  uint8_t *ag_all;
+  size_t ag_len;
+  uint8_t *ag_have;
+  uint32_t ag_count;
+  uint8_t **ag_out;
+  bool ag_post;
+  char ag_err[512];
+  gather_early_t *ag_early;
   /* owned by the thread */
   pending_t *sends, *recvs;
   size_t nsends, sends_cap, nrecvs, recvs_cap;
@@ -575,6 +606,51 @@ static int chan_sends(chan_t *c) {
   return posted;
 }
 
+static uint64_t gather_sum(uint64_t seq, const void *data, size_t len) { return lade_checksum(data, len, seq); }
+
+/* Takes one allgather contribution from src (buf: header and bytes,
+ * malloc'd, owned from here; under c->mu): into the caller's buffer if it is
+ * the one in progress, kept if it is for a later one, else dropped. */
+static void gather_take_locked(chan_t *c, uint32_t src, uint8_t *buf, size_t len) {
+  gather_hdr_t h;
+  if (len < sizeof h || (memcpy(&h, buf, sizeof h), h.magic != MSG_MAGIC) || h.len != len - sizeof h) {
+    free(buf);
+    chan_fail_locked(c, "transport ucx: rank %u: a malformed message from rank %u", c->rank, src);
+    return;
+  }
+  if (h.seq > c->ag_seq) { /* a later allgather's, early: the peer finished this one */
+    gather_early_t *e = malloc(sizeof *e);
+    if (!e) {
+      free(buf);
+      chan_fail_locked(c, "transport ucx: out of memory for a %zu-byte message", len);
+      return;
+    }
+    *e = (gather_early_t){.next = c->ag_early, .src = src, .seq = h.seq, .len = len, .buf = buf};
+    c->ag_early = e;
+    return;
+  }
+  if (h.seq < c->ag_seq || !c->ag_active || c->ag_have[src]) { /* an earlier (failed) one's, or again */
+    free(buf);
+    return;
+  }
+  if (h.len != c->ag_len) {
+    if (!c->ag_err[0])
+      snprintf(c->ag_err, sizeof c->ag_err, "transport ucx: rank %u: rank %u contributed %llu bytes to allgather %llu "
+               "of this loader, this rank %zu (the learners' datasets differ in size)", c->rank, src,
+               (unsigned long long)h.len, (unsigned long long)h.seq, c->ag_len);
+  } else if (gather_sum(h.seq, buf + sizeof h, h.len) != h.sum) {
+    if (!c->ag_err[0])
+      snprintf(c->ag_err, sizeof c->ag_err, "transport ucx: rank %u: the %llu bytes rank %u contributed to allgather "
+               "%llu arrived corrupted (they do not match the sender's checksum)", c->rank, (unsigned long long)h.len,
+               src, (unsigned long long)h.seq);
+  } else {
+    memcpy(c->ag_all + (size_t)src * c->ag_len, buf + sizeof h, h.len);
+    c->ag_have[src] = 1;
+    c->ag_count++;
+  }
+  free(buf);
+}
+
 /* Takes one received message (buf malloc'd, owned from here). */
 static void deliver(chan_t *c, ucp_tag_t tag, uint8_t *buf, size_t len) {
   int type = (int)((tag >> TYPE_SHIFT) & 0xff);
@@ -592,6 +668,8 @@ static void deliver(chan_t *c, ucp_tag_t tag, uint8_t *buf, size_t len) {
   } else if (type == T_DONE) {
     free(buf);
     c->done_from[src] = 1;
+  } else if (type == T_GATHER) {
+    gather_take_locked(c, src, buf, len);
   } else if (type == T_CHECK) {
     /* [count, values...]; a malformed one counts as a check of another
      * length, so it is named as a difference */
@@ -736,6 +814,35 @@ static void cancel_pending(chan_t *c) {
   c->nsends = c->nrecvs = 0;
 }
 
+/* Posts the contributions of an allgather the caller started (its
+ * messages, one per peer, built by the caller). */
+static int chan_gather(chan_t *c) {
+  pthread_mutex_lock(&c->mu);
+  uint8_t **out = c->ag_post ? c->ag_out : NULL;
+  size_t len = sizeof(gather_hdr_t) + c->ag_len;
+  c->ag_post = false;
+  c->ag_out = NULL;
+  pthread_mutex_unlock(&c->mu);
+  if (!out) return 0;
+  for (uint32_t r = 0; r < c->world; r++) {
+    if (r == c->rank) continue;
+    ucs_status_t s = post(c, r, T_GATHER, out[r], len); /* owns out[r] from here */
+    if (s != UCS_OK && g.ep_status[r] == UCS_OK) { /* a dead peer: the caller names it (peer_lost) */
+      pthread_mutex_lock(&c->mu);
+      if (!c->ag_err[0])
+        snprintf(c->ag_err, sizeof c->ag_err, "transport ucx: rank %u: sending its %zu bytes of allgather %llu to "
+                 "rank %u failed: %s", c->rank, c->ag_len, (unsigned long long)c->ag_seq, r, ucs_status_string(s));
+      pthread_cond_broadcast(&c->cv);
+      pthread_mutex_unlock(&c->mu);
+    }
+  }
+  free(out);
+  pthread_mutex_lock(&c->mu);
+  pthread_cond_broadcast(&c->cv); /* the caller waits for its bytes to be out */
+  pthread_mutex_unlock(&c->mu);
+  return 1;
+}
+
 /* Opening, one pass: the settings check goes to every peer once; the open
  * completes when every peer's has come (compared: the first difference is
  * named, as mpi.c names it), or fails past the timeout naming the ranks
@@ -860,7 +967,7 @@ static void *comm_main(void *arg) {
       if (state == OPENING) {
         chan_open_step(c);
       } else if (state == OPEN) {
-        work += chan_grants(c) + chan_sends(c) + chan_recvs(c) + chan_complete(c);
+        work += chan_gather(c) + chan_grants(c) + chan_sends(c) + chan_recvs(c) + chan_complete(c);
       } else if (state == CLOSING) {
         chan_close_step(c);
         work++;
@@ -965,7 +1072,8 @@ static int ucx_open(lade__transport_t **out, const lade__transport_params_t *p, 
   c->peer_lost = calloc(c->world, 1);
   c->done_from = calloc(c->world, 1);
   c->checks_in = malloc((size_t)c->world * (MAX_CHECKS + 1) * sizeof *c->checks_in);
-  if (!c->grant || !c->peer_lost || !c->done_from || !c->checks_in) {
+  c->ag_have = calloc(c->world, 1);
+  if (!c->grant || !c->peer_lost || !c->done_from || !c->checks_in || !c->ag_have) {
     pthread_mutex_unlock(&g.mu);
     c->state = CLOSED;
     ucx_close(&c->base);
@@ -1023,6 +1131,15 @@ static void ucx_close(lade__transport_t *d) {
   free(c->peer_lost);
   free(c->done_from);
   free(c->checks_in);
+  free(c->ag_have);
+  for (uint32_t r = 0; c->ag_out && r < c->world; r++) free(c->ag_out[r]);
+  free(c->ag_out);
+  while (c->ag_early) {
+    gather_early_t *e = c->ag_early;
+    c->ag_early = e->next;
+    free(e->buf);
+    free(e);
+  }
   lade__buf_free(&c->sbuf);
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv);
@@ -1152,8 +1269,124 @@ static void ucx_stats(lade__transport_t *d, lade__transport_stats_t *out) {
 /* The host names in the addresses give the nodes; set once with the peers. */
 static const uint32_t *ucx_node_leads(lade__transport_t *d) { return ((chan_t *)d)->world > 1 ? g.node_lead : NULL; }
 
-const lade__transport_ops_t lade__transport_ucx = {"ucx",    ucx_open,         ucx_close, ucx_send,      ucx_wait_served,
-                                                   ucx_recv, ucx_forget_below, ucx_stats, ucx_node_leads};
+/* Every rank's len bytes: this rank's go to every peer as one T_GATHER
+ * message each (posted by the thread), the peers' arrive into all as the
+ * thread receives them; waits until all came, bounded by the timeout, and
+ * fails at once when a rank that has not contributed died. */
+static int ucx_allgather(lade__transport_t *d, const void *mine, size_t len, void *all) {
+  chan_t *c = (chan_t *)d;
+  memcpy((uint8_t *)all + (size_t)c->rank * len, mine, len);
+  if (c->world == 1) return 0;
+  uint8_t **out = calloc(c->world, sizeof *out);
+  int rc = out ? 0 : lade__fail(LADE_ENOMEM, "transport ucx: out of memory for an allgather");
+  pthread_mutex_lock(&c->mu);
+  uint64_t seq = c->ag_seq + 1;
+  pthread_mutex_unlock(&c->mu);
+  gather_hdr_t h = {MSG_MAGIC, seq, len, gather_sum(seq, mine, len)};
+  for (uint32_t r = 0; !rc && r < c->world; r++) {
+    if (r == c->rank) continue;
+    out[r] = malloc(sizeof h + len);
+    if (!out[r]) {
+      rc = lade__fail(LADE_ENOMEM, "transport ucx: out of memory for an allgather of %zu bytes per rank", len);
+      break;
+    }
+    memcpy(out[r], &h, sizeof h);
+    memcpy(out[r] + sizeof h, mine, len);
+  }
+  if (rc) {
+    for (uint32_t r = 0; out && r < c->world; r++) free(out[r]);
+    free(out);
+    return rc;
+  }
+  struct timespec ts;
+  timespec_after(&ts, c->p.timeout_ms / 1000.0);
+  pthread_mutex_lock(&c->mu);
+  if (c->state != OPEN || c->ag_active) {
+    pthread_mutex_unlock(&c->mu);
+    for (uint32_t r = 0; r < c->world; r++) free(out[r]);
+    free(out);
+    return lade__fail(LADE_ESTATE, "transport ucx: rank %u: an allgather on a loader that is not open or in one "
+                      "already", c->rank);
+  }
+  c->ag_seq = seq;
+  c->ag_active = true;
+  c->ag_all = all;
+  c->ag_len = len;
+  memset(c->ag_have, 0, c->world);
+  c->ag_have[c->rank] = 1;
+  c->ag_count = 1;
+  c->ag_err[0] = 0;
+  c->ag_out = out;
+  c->ag_post = true;
+  /* what came early for this one; an earlier one's leftovers are dropped */
+  for (gather_early_t **pp = &c->ag_early; *pp;) {
+    gather_early_t *e = *pp;
+    if (e->seq > seq) {
+      pp = &e->next;
+      continue;
+    }
+    *pp = e->next;
+    if (e->seq == seq) gather_take_locked(c, e->src, e->buf, e->len);
+    else free(e->buf);
+    free(e);
+  }
+  /* done when every rank's bytes came and this rank's went out (posted) */
+  for (;;) {
+    if (c->ag_count == c->world && !c->ag_post) break;
+    if (c->fatal) {
+      rc = lade__fail(c->fatal, "%s", c->fatal_msg);
+      break;
+    }
+    if (c->ag_err[0]) {
+      rc = lade__fail(LADE_EIO, "%s", c->ag_err);
+      break;
+    }
+    bool timed_out = false, lost = false;
+    for (uint32_t r = 0; r < c->world; r++) lost |= !c->ag_have[r] && c->peer_lost[r];
+    if (!lost) timed_out = pthread_cond_timedwait(&c->cv, &c->mu, &ts) == ETIMEDOUT;
+    if (c->ag_count == c->world && !c->ag_post) break;
+    if (lost || timed_out) {
+      /* name the ranks that did not contribute (the dead ones, when one died) */
+      char who[512] = "";
+      size_t wl = 0;
+      uint32_t missing = 0;
+      for (uint32_t r = 0; r < c->world; r++)
+        if (!c->ag_have[r] && (!lost || c->peer_lost[r]) && missing++ < 8)
+          wl += (size_t)snprintf(who + wl, sizeof who - wl, "%s%u", wl ? ", " : "", r);
+      if (!missing) { /* every part came; this rank's own never went out */
+        rc = lade__fail(LADE_ETIMEOUT, "transport ucx: rank %u: its part of allgather %llu of this loader was not "
+                        "sent within %u ms (setting peer_timeout_ms): the communication thread did not get to it",
+                        c->rank, (unsigned long long)seq, c->p.timeout_ms);
+        break;
+      }
+      rc = lost ? lade__fail(LADE_EIO, "transport ucx: rank %u: rank%s %s%s died (the connection broke) before "
+                             "contributing to allgather %llu of this loader (the learners' surviving caches, at open)",
+                             c->rank, missing > 1 ? "s" : "", who, missing > 8 ? ", ..." : "",
+                             (unsigned long long)seq)
+                : lade__fail(LADE_ETIMEOUT, "transport ucx: rank %u: rank%s %s%s did not contribute to allgather %llu "
+                             "of this loader (the learners' surviving caches, at open) within %u ms (setting "
+                             "peer_timeout_ms): %s did not reach its loader's open, or stopped", c->rank,
+                             missing > 1 ? "s" : "", who, missing > 8 ? ", ..." : "", (unsigned long long)seq,
+                             c->p.timeout_ms, missing > 1 ? "each" : "it");
+      break;
+    }
+  }
+  c->ag_active = false;
+  c->ag_all = NULL;
+  if (c->ag_post) { /* failed before the thread posted them: freed here */
+    for (uint32_t r = 0; r < c->world; r++) free(c->ag_out[r]);
+    free(c->ag_out);
+    c->ag_out = NULL;
+    c->ag_post = false;
+  }
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+const lade__transport_ops_t lade__transport_ucx = {"ucx",          ucx_open,         ucx_close,
+                                                   ucx_send,       ucx_wait_served,  ucx_recv,
+                                                   ucx_forget_below, ucx_stats,      ucx_node_leads,
+                                                   ucx_allgather};
 #else
 /* built without UCX (LADE_WITH_UCX): the bootstrap calls say so */
 #include "lade/lade.h"

@@ -5,9 +5,11 @@
 # sums the simulator's, bytes the files'); the same under torchrun (C, the
 # folder named by torchrun's run id); the failure cases: a rank that never
 # starts, a rank killed mid-epoch, a rank that stops early, a seed that
-# differs on one rank, a rank far behind (backpressure); then the Python
-# module under torchrun with a gloo process group (test_ucx_python.py, every
-# plan against `lade plan`).
+# differs on one rank, a rank far behind (backpressure); a warm restart
+# (every rank's surviving disk cache exchanged by the transport's allgather
+# seeds the plan: counts as lade_plan_warm's, fewer storage reads than cold),
+# also under torchrun, and a rank that does not join that exchange or exits; then the Python module under torchrun with a gloo
+# process group (test_ucx_python.py, every plan against `lade plan`).
 # usage: test_ucx.sh UCX_CHECK LADE_CLI TMPDIR
 set -uo pipefail
 check_bin=$1 lade=$2 tmp=$3
@@ -87,6 +89,41 @@ run4 lag job-lag "$tmp/l"
 grep -h "held at most\|FAIL" "$tmp"/l/log.lag.* | head -4
 if [ "${rcs[*]}" = "0 0 0 0" ]; then echo "ok   lag"; else echo "FAIL: lag: exits ${rcs[*]}"; fail=1; fi
 
+# sums the ranks' storage reads after the warm and the cold restart, per node size: warm < cold for each
+warm_ok() {
+  /usr/bin/python3 - "$1" <<'PY'
+import collections, glob, sys
+sums = collections.defaultdict(lambda: [0, 0, 0])
+files = glob.glob(sys.argv[1] + "/out/warm.*")
+for f in files:
+    for line in open(f):
+        w = line.split()
+        if w[0] == "storage":
+            v = sums[w[1]]; v[0] += int(w[2]); v[1] += int(w[3]); v[2] = int(w[4])  # survivors: every rank's
+ok = len(files) == 4 and len(sums) == 2 and all(v[0] < v[1] and v[2] > 0 for v in sums.values())
+print("ok" if ok else "bad: %d files, %s" % (len(files), dict(sums)))
+for rpn, (w, c, n) in sorted(sums.items()):
+    print("     ranks_per_node %s: %d entries survived; storage reads after the restart %d, cold %d" % (rpn, n, w, c),
+          file=sys.stderr)
+PY
+}
+
+echo "== warm restart: every rank's surviving disk cache seeds the plan (exchanged by the UCX allgather)"
+run4 warm job-warm "$tmp/w"
+grep -h "FAIL\|epoch\|create" "$tmp"/w/log.warm.* | head -8
+if [ "${rcs[*]}" = "0 0 0 0" ] && [ "$(warm_ok "$tmp/w" 2>/dev/null)" = ok ]; then warm_ok "$tmp/w" >/dev/null; echo "ok   warm"
+else echo "FAIL: warm: exits ${rcs[*]}, sums $(warm_ok "$tmp/w" 2>&1)"; fail=1; fi
+
+echo "== warm restart, a rank that does not join the exchange: the others fail at the bound, naming it"
+run4 warm-skip job-wskip "$tmp/ws"
+grep -h "as expected" "$tmp"/ws/log.warm-skip.* | head -3
+if [ "${rcs[*]}" = "0 0 0 0" ]; then echo "ok   warm-skip"; else echo "FAIL: warm-skip: exits ${rcs[*]}"; fail=1; fi
+
+echo "== warm restart, a rank that exits instead of joining the exchange: the others fail at once, naming it"
+run4 warm-die job-wdie "$tmp/wd"
+grep -h "as expected" "$tmp"/wd/log.warm-die.* | head -3
+if [ "${rcs[*]}" = "0 0 0 0" ]; then echo "ok   warm-die"; else echo "FAIL: warm-die: exits ${rcs[*]}"; fail=1; fi
+
 echo "== a rank killed (SIGKILL) mid-epoch: the others fail within the bound, naming it"
 mkdir -p "$tmp/k"
 pids=()
@@ -118,6 +155,14 @@ if /usr/bin/python3 -c "import torch.distributed" 2>/dev/null; then
   grep -E "FAIL" "$tmp/t/log" | head
   if [ $rc -eq 0 ] && [ "$(sums_ok "$tmp/t")" = ok ]; then echo "ok   torchrun, C: every plan as planned"
   else echo "FAIL: torchrun, C: exit $rc, sums $(sums_ok "$tmp/t")"; tail -20 "$tmp/t/log"; fail=1; fi
+
+  echo "== torchrun --standalone --nproc_per_node=4 ucx_check warm (C): a warm restart across the ranks"
+  mkdir -p "$tmp/tw"
+  timeout 600 "${torchrun[@]}" --no_python "$check_bin" "$tmp/tw" - - warm "$tmp/tw/rdv" - > "$tmp/tw/log" 2>&1; rc=$?
+  grep -E "FAIL|epoch [0-9]+:" "$tmp/tw/log" | head
+  if [ $rc -eq 0 ] && [ "$(warm_ok "$tmp/tw" 2>/dev/null)" = ok ]; then warm_ok "$tmp/tw" >/dev/null
+    echo "ok   torchrun, C: warm restart as planned"
+  else echo "FAIL: torchrun, C: warm: exit $rc, sums $(warm_ok "$tmp/tw" 2>&1)"; tail -20 "$tmp/tw/log"; fail=1; fi
 
   echo "== torchrun --standalone --nproc_per_node=4, the Python module, gloo: every plan against lade plan"
   LADE_CLI="$lade" LADE_UCX_TMP="$tmp/py" timeout 600 "${torchrun[@]}" -m pytest -q -p no:cacheprovider -x \

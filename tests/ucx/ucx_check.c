@@ -16,8 +16,18 @@
  * early in epoch 1 and closes its loader: the others fail within the bound
  * naming rank 1); lag (rank 1 far behind: what it holds stays within its
  * window); run (distcache for many epochs until killed: the script
- * kills a rank). Prints one line per check; exits non-zero on failure. */
+ * kills a rank); warm (as mpi_check's: every rank runs locality with a
+ * disk cache into epoch 1 and stops, then restarts from its position: the
+ * plan starts from every rank's surviving entries, exchanged at open by the
+ * transport's allgather; per-rank counts equal lade_plan_warm's plan from
+ * them, no fallback, and fewer storage reads than a cold restart, whose
+ * sums the script compares; once with the loader's nodes, one node of every
+ * rank on one machine, and once with ranks_per_node 1); warm-skip, warm-die
+ * (rank 2 does not join that exchange, alive or exiting at once: the others
+ * fail within the bound, or when it dies, naming it). Prints one line per check; exits non-zero on
+ * failure. */
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -284,9 +294,199 @@ static void check_lag(void) {
   }
 }
 
+/* ---- warm restarts: every rank's surviving disk cache seeds the plan */
+
+static const char *g_warm_rpn; /* ranks_per_node for the warm case; NULL: the loader's (one machine: one node) */
+static const char *g_warm_timeout = "20000";
+static bool g_warm_mem; /* the plan's cache in memory, no cache_dir: no warm start, no exchange at open */
+
+/* Waits (bounded) until every rank reached the point `name` (a file each in DIR). */
+static void barrier(const char *name) {
+  char path[2300];
+  snprintf(path, sizeof path, "%s/bar.%s.%s.%d", g_dir, name, g_warm_rpn ? g_warm_rpn : "d", g_rank);
+  FILE *f = fopen(path, "w");
+  if (f) fclose(f);
+  double t0 = now();
+  for (int r = 0; r < g_world; r++) {
+    snprintf(path, sizeof path, "%s/bar.%s.%s.%d", g_dir, name, g_warm_rpn ? g_warm_rpn : "d", r);
+    while (access(path, F_OK) != 0) {
+      if (now() - t0 > 120) {
+        fprintf(stderr, "rank %d: rank %d did not reach %s within 120 s\n", g_rank, r, name);
+        exit(1);
+      }
+      usleep(20000);
+    }
+  }
+}
+
+static lade_loader_t *open_warm(const lade_position_t *pos) {
+  char dir[2300], bytes[64];
+  snprintf(dir, sizeof dir, "%s/warm%d.%s", g_dir, g_rank, g_warm_rpn ? g_warm_rpn : "d");
+  snprintf(bytes, sizeof bytes, "%llu", (unsigned long long)(N / (uint64_t)g_world / 2) * 4096); /* 4 KiB an entry */
+  lade_config_t *c = NULL;
+  lade_config_create(&c);
+  char v[2200];
+  snprintf(v, sizeof v, "%s/data", g_dir);
+  const char *kv[][2] = {{"source", v}, {"transform", "raw"}, {"raw_size", "256"}, {"batch_size", "4"},
+                         {"threads", "2"}, {"seed", "7"}, {"drop_last", "true"}, {"epochs", "3"},
+                         {"plan", "locality"}, {"transport", "ucx"}, {"rendezvous_dir", g_rdv},
+                         {"peer_timeout_ms", g_warm_timeout}, {"cache_dir", dir}, {"cache_disk_bytes", bytes}};
+  for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) lade_config_set(c, kv[i][0], kv[i][1]);
+  if (g_warm_mem) { /* the same cache count, in memory */
+    lade_config_set(c, "cache_dir", "");
+    lade_config_set(c, "cache_disk_bytes", "0");
+    snprintf(bytes, sizeof bytes, "%llu", (unsigned long long)(N / (uint64_t)g_world / 2) * CHARGE);
+    lade_config_set(c, "cache_mem_bytes", bytes);
+  }
+  if (g_job) lade_config_set(c, "job_id", g_job);
+  if (g_warm_rpn) lade_config_set(c, "ranks_per_node", g_warm_rpn);
+  char r[16], w[16];
+  snprintf(r, sizeof r, "%d", g_rank);
+  snprintf(w, sizeof w, "%d", g_world);
+  lade_config_set(c, "rank", r);
+  lade_config_set(c, "world_size", w);
+  if (pos) lade_config_set_position(c, pos, sizeof *pos);
+  lade_loader_t *L = NULL;
+  if (lade_loader_create(&L, c)) fprintf(stderr, "rank %d: create: %s\n", g_rank, lade_last_error());
+  lade_config_destroy(c);
+  return L;
+}
+
+/* Runs a loader from pos to the end: bytes checked, per-epoch (disk cache, peer, storage, fallbacks). */
+static int run_warm(const lade_position_t *pos, uint64_t (*got)[4]) {
+  lade_loader_t *L = open_warm(pos);
+  if (!L) return 0;
+  int ok = 1, rc;
+  lade_batch_t *b = NULL;
+  while ((rc = lade_loader_next(L, &b)) == 0 && b) {
+    for (int64_t i = 0; i < b->shape[0]; i++)
+      for (int k = 0; k < SZ; k++)
+        if (((const uint8_t *)b->data)[(size_t)i * SZ + k] != byte_of((uint64_t)b->indices[i], k)) ok = 0;
+    lade_batch_release(b);
+  }
+  if (rc) fprintf(stderr, "rank %d: %s\n", g_rank, lade_last_error());
+  for (uint64_t e = pos->epoch; e < EPOCHS; e++) {
+    lade_epoch_stats_t es;
+    if (lade_loader_epoch_stats(L, e, &es, sizeof es)) ok = 0;
+    got[e][0] = es.samples_by_source[2];
+    got[e][1] = es.samples_by_source[3];
+    got[e][2] = es.samples_by_source[0];
+    got[e][3] = es.plan_fallbacks + es.plan_peer_storage;
+  }
+  lade_loader_destroy(L);
+  return ok && rc == 0;
+}
+
+static void check_warm(void) {
+  lade_loader_t *L = open_warm(NULL);
+  uint64_t steps = 0;
+  int ok = L != NULL;
+  /* the plan the loader runs: its nodes (one machine: one node of every rank) and cache count */
+  lade_plan_settings_t s;
+  ok = ok && lade_loader_plan_settings(L, &s, sizeof s, NULL) == 0;
+  if (L) lade_loader_info(L, NULL, &steps, NULL);
+  lade_batch_t *b = NULL;
+  for (uint64_t k = 0; ok && k < steps + 2; k++) {
+    ok = lade_loader_next(L, &b) == 0 && b;
+    if (ok) lade_batch_release(b);
+  }
+  lade_position_t pos;
+  ok = ok && lade_loader_position(L, 1, 2, &pos, sizeof pos) == 0;
+  if (!ok) fprintf(stderr, "rank %d: %s\n", g_rank, lade_last_error());
+  if (L) lade_loader_destroy(L);
+  check(ok, "warm: every rank runs locality with a disk cache into epoch 1 and stops");
+  if (!ok) return;
+  barrier("stopped");
+  /* what survived on every rank's disk: its entry files, in index order, at most the plan's cache */
+  s.resume = 1;
+  s.resume_epoch = pos.epoch;
+  s.resume_shuffle_epoch = pos.shuffle_epoch;
+  s.resume_consumed = pos.consumed;
+  lade_plan_t *pl = NULL;
+  int plan_ok = lade_plan_create(&pl, &s, sizeof s) == 0;
+  uint64_t total = 0;
+  for (int r = 0; plan_ok && r < g_world; r++) {
+    char cmd[2500];
+    snprintf(cmd, sizeof cmd, "find '%s/warm%d.%s' -type f | grep -E '/[0-9a-f]{16}$' | sed 's#.*/##' | sort", g_dir,
+             r, g_warm_rpn ? g_warm_rpn : "d");
+    FILE *f = popen(cmd, "r");
+    uint64_t keys[N], n = 0;
+    unsigned long long key;
+    while (f && fscanf(f, "%llx", &key) == 1)
+      if (key < N && n < s.cache) keys[n++] = key;
+    if (f) pclose(f);
+    total += n;
+    plan_ok = lade_plan_warm(pl, (uint32_t)r, keys, n) == 0;
+  }
+  uint64_t want[EPOCHS][3] = {{0}};
+  const lade_plan_step_t *v = NULL;
+  while (plan_ok && lade_plan_next(pl, &v) == 0)
+    for (uint64_t i = v->offset[g_rank]; i < v->offset[g_rank + 1]; i++)
+      want[v->epoch][v->from[i] == LADE_FROM_CACHE ? 0 : v->from[i] >= 0 ? 1 : 2]++;
+  lade_plan_destroy(pl);
+  barrier("listed"); /* every rank listed the files before any restart changes them */
+  uint64_t got[EPOCHS][4] = {{0}}, cold[EPOCHS][4] = {{0}};
+  ok = run_warm(&pos, got);
+  check(ok, "warm: every rank restarts from the position with its surviving disk cache, the source's bytes");
+  int same = plan_ok && total > 0;
+  for (uint64_t e = pos.epoch; e < EPOCHS; e++) {
+    same &= got[e][0] == want[e][0] && got[e][1] == want[e][1] && got[e][2] == want[e][2] && !got[e][3];
+    if (got[e][0] != want[e][0] || got[e][1] != want[e][1] || got[e][2] != want[e][2] || got[e][3])
+      fprintf(stderr, "rank %d epoch %llu: cache/peer/storage %llu/%llu/%llu, plan %llu/%llu/%llu, fallbacks %llu\n",
+              g_rank, (unsigned long long)e, (unsigned long long)got[e][0], (unsigned long long)got[e][1],
+              (unsigned long long)got[e][2], (unsigned long long)want[e][0], (unsigned long long)want[e][1],
+              (unsigned long long)want[e][2], (unsigned long long)got[e][3]);
+  }
+  fprintf(stderr, "rank %d: %llu entries survived on %d ranks (ranks_per_node %u, cache %llu)\n", g_rank,
+          (unsigned long long)total, g_world, s.ranks_per_node, (unsigned long long)s.cache);
+  check(same, "warm: per-rank cache/peer/storage counts equal the plan's from every rank's surviving caches");
+  barrier("warm");
+  char cmd[2500];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s/warm%d.%s'", g_dir, g_rank, g_warm_rpn ? g_warm_rpn : "d");
+  if (system(cmd) != 0) ok = 0;
+  barrier("removed");
+  ok = run_warm(&pos, cold) && ok;
+  check(ok, "warm: every rank restarts cold (its disk cache removed), the source's bytes");
+  uint64_t sw = 0, sc = 0;
+  for (uint64_t e = pos.epoch; e < EPOCHS; e++) sw += got[e][2], sc += cold[e][2];
+  fprintf(g_out, "storage %u %llu %llu %llu\n", s.ranks_per_node, (unsigned long long)sw, (unsigned long long)sc,
+          (unsigned long long)total);
+  fflush(g_out);
+}
+
+/* Rank 2 opens its loader with its cache in memory (the same count, so the
+ * settings agree), so it never joins the exchange of the surviving caches.
+ * die 0: it keeps its loader open past the others' bound (3 s): their
+ * creates fail at the bound, naming rank 2. die 1: it exits at once: the
+ * others (bound 60 s) fail as soon as its connection breaks, naming it. */
+static void check_warm_skip(int die) {
+  g_warm_timeout = die ? "60000" : "3000";
+  g_warm_mem = g_rank == 2;
+  double t0 = now();
+  lade_loader_t *L = open_warm(NULL);
+  double took = now() - t0;
+  if (g_rank == 2) {
+    check(L != NULL, "warm-skip: rank 2 opened its loader without a disk cache");
+    fflush(NULL);
+    if (die) _exit(g_fail);
+    usleep(8000000);
+  } else if (die) {
+    const char *e = lade_last_error();
+    fprintf(stderr, "rank %d: failed after %.1f s as expected: %s\n", g_rank, took, L ? "(created)" : e);
+    check(!L && strstr(e, "rank 2 died") && took < 30,
+          "warm-die: this rank's create failed when rank 2 died, long before the bound, naming it");
+  } else {
+    const char *e = lade_last_error();
+    fprintf(stderr, "rank %d: failed after %.1f s as expected: %s\n", g_rank, took, L ? "(created)" : e);
+    check(!L && strstr(e, "rank 2 did not contribute") && strstr(e, "peer_timeout_ms") && took < 30,
+          "warm-skip: this rank's create failed within the bound, naming rank 2, which did not join the exchange");
+  }
+  if (L) lade_loader_destroy(L);
+}
+
 int main(int argc, char **argv) {
   if (argc < 7) {
-    fprintf(stderr, "usage: ucx_check DIR RANK|- WORLD|- all|mismatch|fault-stop|lag|run RENDEZVOUS_DIR JOB_ID|-\n");
+    fprintf(stderr, "usage: ucx_check DIR RANK|- WORLD|- all|mismatch|fault-stop|lag|run|warm|warm-skip|warm-die RENDEZVOUS_DIR JOB_ID|-\n");
     return 2;
   }
   g_rank = atoi(strcmp(argv[2], "-") ? argv[2] : getenv("RANK") ? getenv("RANK") : "0");
@@ -311,6 +511,12 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(mode, "fault-stop")) {
     check_fault_stop();
+  } else if (!strcmp(mode, "warm-skip") || !strcmp(mode, "warm-die")) {
+    check_warm_skip(!strcmp(mode, "warm-die"));
+  } else if (!strcmp(mode, "warm")) {
+    check_warm();      /* one node of every rank: one cache per node, each rank's disk holds its admits */
+    g_warm_rpn = "1"; /* a node per rank: a cache per rank */
+    check_warm();
   } else if (!strcmp(mode, "lag")) {
     check_lag();
   } else if (!strcmp(mode, "mismatch")) {

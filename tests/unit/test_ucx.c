@@ -1,12 +1,16 @@
 /* test_ucx.c - the UCX transport's bootstrap in one process
  * (docs/transport.md, UCX): the rendezvous folder's bounded wait and its
  * errors, naming the rank and the setting; lade_ucx_set_peers()'s checks of
- * the addresses; once per process. The traffic between ranks is tested by
- * tests/ucx (several processes). */
+ * the addresses; once per process. test_allgather forks 4 processes (before
+ * this one starts UCX) that run the transport's allgather over a rendezvous
+ * folder: MBs per rank, numbered one after another, one rank late to the
+ * second so the others' parts of it arrive before it starts. The loaders'
+ * traffic between ranks is tested by tests/ucx. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -22,6 +26,58 @@ static int open_rdv(const char *dir, const char *job, uint32_t rank, uint32_t wo
   int rc = lade__transport_ucx.open(&t, &p, &r, &w);
   if (!rc) lade__transport_ucx.close(t);
   return rc;
+}
+
+/* One rank of test_allgather: three allgathers of different sizes, every
+ * rank's bytes checked; 0 when all came right. */
+static int gather_rank(const char *dir, uint32_t rank, uint32_t world) {
+  lade__transport_params_t p = {.rank = rank, .world = world, .timeout_ms = 20000, .window = 2,
+                                .rendezvous_dir = dir, .job_id = "gather"};
+  lade__transport_t *t = NULL;
+  uint32_t r = 0, w = 0;
+  if (lade__transport_ucx.open(&t, &p, &r, &w) || r != rank || w != world) {
+    fprintf(stderr, "rank %u: open: %s\n", rank, lade_last_error());
+    return 1;
+  }
+  static const size_t lens[] = {4u << 20, 1, (3u << 20) + 5};
+  int bad = 0;
+  for (int k = 0; k < 3 && !bad; k++) {
+    size_t len = lens[k];
+    uint8_t *mine = malloc(len), *all = malloc(len * world);
+    if (!mine || !all) return 1;
+    for (size_t i = 0; i < len; i++) mine[i] = (uint8_t)(rank * 131 + i * 7 + (size_t)k);
+    memset(all, 0xee, len * world);
+    if (rank == 0 && k == 1) usleep(500000); /* the others' parts of allgather 2 come before it starts here */
+    if (lade__transport_ucx.allgather(t, mine, len, all)) {
+      fprintf(stderr, "rank %u: allgather %d: %s\n", rank, k + 1, lade_last_error());
+      bad = 1;
+    }
+    for (uint32_t q = 0; q < world && !bad; q++)
+      for (size_t i = 0; i < len && !bad; i++)
+        if (all[q * len + i] != (uint8_t)(q * 131 + i * 7 + (size_t)k)) {
+          fprintf(stderr, "rank %u: allgather %d: byte %zu of rank %u differs\n", rank, k + 1, i, q);
+          bad = 1;
+        }
+    free(mine);
+    free(all);
+  }
+  lade__transport_ucx.close(t);
+  return bad;
+}
+
+static void test_allgather(void) {
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s/ucx-gather-%d", LADE_TEST_TMP, (int)getpid());
+  pid_t pids[4];
+  for (uint32_t r = 0; r < 4; r++) {
+    pids[r] = fork();
+    if (pids[r] == 0) exit(gather_rank(dir, r, 4));
+  }
+  for (uint32_t r = 0; r < 4; r++) {
+    int st = -1;
+    CHECK(pids[r] > 0 && waitpid(pids[r], &st, 0) == pids[r]);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  }
 }
 
 static void test_bootstrap(void) {
@@ -71,6 +127,8 @@ static void test_bootstrap(void) {
   CHECK(lade_ucx_set_peers(0, 2, two) == LADE_EINVAL && strstr(lade_last_error(), "set up as rank 0 of 1"));
 }
 #else
+static void test_allgather(void) {}
+
 static void test_bootstrap(void) {
   const char *a = "x";
   CHECK_EQ_INT(lade_ucx_address(&a), LADE_EUNSUPPORTED);
@@ -82,6 +140,7 @@ static void test_bootstrap(void) {
 
 int main(int argc, char **argv) {
   lade_test_args(argc, argv);
+  RUN(test_allgather); /* first: its processes are forked before this one starts UCX */
   RUN(test_bootstrap);
   return lade_test_finish();
 }
