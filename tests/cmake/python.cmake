@@ -12,6 +12,13 @@ if(TARGET lade_python AND LADE_PYTHON3)
     string(REGEX REPLACE "^test_" "python_" n ${n})
     add_test(NAME ${n} COMMAND ${_lade_pytest} ${f} WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
     set_tests_properties(${n} PROPERTIES LABELS "python;integration" TIMEOUT 600 ENVIRONMENT "${_lade_py_env}")
+    # `torchrun --standalone` always listens on localhost:29400: two at once
+    # (ctest -j) would meet in one rendezvous, so the files that start one
+    # take turns with each other and with the ucx test
+    file(READ ${f} _lade_py_src)
+    if(_lade_py_src MATCHES "torchrun|torch\\.distributed\\.run")
+      set_tests_properties(${n} PROPERTIES RESOURCE_LOCK torchrun)
+    endif()
   endforeach()
 
   # The lifetime tests again with AddressSanitizer preloaded, in a sanitized build only.

@@ -10,7 +10,8 @@ if(LADE_HAVE_UCX)
   add_test(NAME ucx COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/ucx/test_ucx.sh $<TARGET_FILE:ucx_check>
            $<TARGET_FILE:lade_cli> ${CMAKE_CURRENT_BINARY_DIR}/tmp/ucx)
   set_tests_properties(ucx PROPERTIES LABELS integration TIMEOUT 1500 SKIP_RETURN_CODE 77
-                       ENVIRONMENT "PYTHONPATH=${CMAKE_BINARY_DIR}/python")
+                       ENVIRONMENT "PYTHONPATH=${CMAKE_BINARY_DIR}/python"
+                       RESOURCE_LOCK torchrun) # torchrun --standalone's fixed port 29400 (python.cmake)
 else()
   add_test(NAME ucx COMMAND ${CMAKE_COMMAND} -E echo "SKIPPED: this build has no UCX (LADE_WITH_UCX; apt-get install libucx-dev)")
   set_tests_properties(ucx PROPERTIES LABELS integration SKIP_REGULAR_EXPRESSION "SKIPPED")
