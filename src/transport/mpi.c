@@ -87,8 +87,6 @@ typedef struct chan {
   uint8_t *done_from; /* close: DONE seen per rank */
   uint32_t *node_lead; /* per rank, the lowest rank on its node (node_leads); set at open */
   lade__buf_t sbuf;
-  bool granted;        /* a grant was sent, at consumer step grant_at */
-  uint64_t grant_at;
 } chan_t;
 
 enum { OPENING = LADE__PUSHQ_OPENING, OPEN = LADE__PUSHQ_OPEN, CLOSING = LADE__PUSHQ_CLOSING,
@@ -270,17 +268,14 @@ static bool fl_room(chan_t *c) {
  * at open, then whenever the consumer moved by window / 2 steps. Returns
  * how many messages were posted. */
 static int chan_grants(chan_t *c) {
-  pthread_mutex_lock(&c->mu);
-  uint64_t q = c->pq.consumed_q;
-  pthread_mutex_unlock(&c->mu);
-  uint64_t every = c->p.window / 2 ? c->p.window / 2 : 1;
-  if (c->granted && q < c->grant_at + every) return 0;
+  uint64_t grant;
+  if (!lade__pushq_grant_due(&c->pq, &grant)) return 0;
   int posted = 0;
   for (uint32_t r = 0; r < c->world; r++) {
     if (r == c->rank || !fl_room(c)) continue;
     uint64_t *v = malloc(sizeof *v);
     if (!v) break;
-    *v = q + lade__pushq_grant_ahead(&c->pq);
+    *v = grant;
     if (MPI_Isend(v, (int)sizeof *v, MPI_BYTE, (int)r, TAG_GRANT, c->comm, &c->fl[c->nfl].req) != MPI_SUCCESS) {
       free(v);
       continue; /* that peer is gone: its receives report it */
@@ -288,8 +283,6 @@ static int chan_grants(chan_t *c) {
     c->fl[c->nfl++].buf = (uint8_t *)v;
     posted++;
   }
-  c->granted = true;
-  c->grant_at = q;
   return posted;
 }
 

@@ -30,7 +30,17 @@ void lade__pushq_free(lade__pushq_t *pq) {
   pq->grant = NULL;
 }
 
-uint64_t lade__pushq_grant_ahead(const lade__pushq_t *pq) { return 2 * (uint64_t)pq->p->window + 2; }
+bool lade__pushq_grant_due(lade__pushq_t *pq, uint64_t *grant) {
+  pthread_mutex_lock(pq->mu);
+  uint64_t q = pq->consumed_q;
+  pthread_mutex_unlock(pq->mu);
+  uint64_t every = pq->p->window / 2 ? pq->p->window / 2 : 1;
+  if (pq->granted && q < pq->grant_at + every) return false;
+  pq->granted = true;
+  pq->grant_at = q;
+  *grant = q + 2 * (uint64_t)pq->p->window + 2; /* steps a receiver lets its peers send ahead of its consumer */
+  return true;
+}
 
 uint64_t lade__pushq_payload_sum(uint64_t q, uint64_t idx, const void *data, size_t len) {
   return lade_checksum(data, len, lade__mix64(q) ^ idx);

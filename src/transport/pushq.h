@@ -80,6 +80,9 @@ typedef struct lade__pushq {
   uint64_t max_queued_q; /* +1; 0: nothing queued yet */
   lade__pushq_msg_t *bucket[LADE__PUSHQ_BUCKETS];
   lade__transport_stats_t st;
+  /* owned by the backend's thread (lade__pushq_grant_due) */
+  bool granted; /* a grant was sent, at consumer step grant_at */
+  uint64_t grant_at;
 } lade__pushq_t;
 
 /* Sets up a zeroed pq for the backend `name`, with the channel's settings
@@ -89,8 +92,11 @@ void lade__pushq_init(lade__pushq_t *pq, const char *name, const lade__transport
 /* Frees what pq holds (queue, messages, grants); the mutex stays the backend's. */
 void lade__pushq_free(lade__pushq_t *pq);
 
-/* Steps a receiver lets its peers send ahead of its consumer. */
-uint64_t lade__pushq_grant_ahead(const lade__pushq_t *pq);
+/* For the backend's thread (backpressure): whether to tell every peer again
+ * the step below which it may send here, *grant (the consumer's step plus
+ * 2 * window + 2): at open, then whenever the consumer moved by window / 2
+ * steps. A true answer counts as sent. */
+bool lade__pushq_grant_due(lade__pushq_t *pq, uint64_t *grant);
 /* The checksum a DATA message carries of its payload. */
 uint64_t lade__pushq_payload_sum(uint64_t q, uint64_t idx, const void *data, size_t len);
 /* *ts = now (CLOCK_REALTIME, as pthread_cond_timedwait wants) + s seconds. */

@@ -122,8 +122,6 @@ typedef struct chan {
   double opened_at;
   bool checks_sent;
   lade__buf_t sbuf;
-  bool granted;
-  uint64_t grant_at;
 } chan_t;
 
 static struct {
@@ -476,21 +474,16 @@ static ucs_status_t post(chan_t *c, uint32_t dst, int type, uint8_t *buf, size_t
 }
 
 static int chan_grants(chan_t *c) {
-  pthread_mutex_lock(&c->mu);
-  uint64_t q = c->pq.consumed_q;
-  pthread_mutex_unlock(&c->mu);
-  uint64_t every = c->p.window / 2 ? c->p.window / 2 : 1;
-  if (c->granted && q < c->grant_at + every) return 0;
+  uint64_t grant;
+  if (!lade__pushq_grant_due(&c->pq, &grant)) return 0;
   int posted = 0;
   for (uint32_t r = 0; r < c->world; r++) {
     if (r == c->rank) continue;
     uint64_t *v = malloc(sizeof *v);
     if (!v) break;
-    *v = q + lade__pushq_grant_ahead(&c->pq);
+    *v = grant;
     if (post(c, r, T_GRANT, (uint8_t *)v, sizeof *v) == UCS_OK) posted++; /* a failed peer: its receives say so */
   }
-  c->granted = true;
-  c->grant_at = q;
   return posted;
 }
 
