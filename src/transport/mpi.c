@@ -12,10 +12,11 @@
  * MPI_COMM_WORLD, so loaders never see each other's messages). The thread
  * loops over the channels: it serves queued sends (the serve() callback
  * copies the bytes; a sample whose admit is still being read is retried,
- * and after ADMIT_WAIT_S served from storage), posts them as MPI_Isend of
- * one message [header | bytes], probes for arrived messages and stores them
- * by (step, sample) for recv(), and completes finished sends. When nothing
- * happens it sleeps, backing off from 20 us to 1 ms.
+ * and after LADE__PUSHQ_ADMIT_WAIT_S served from storage; pushq.h), posts
+ * them as MPI_Isend of one message [header | bytes], probes for arrived
+ * messages and stores them by (step, sample) for recv(), and completes
+ * finished sends. When nothing happens it sleeps, backing off from 20 us to
+ * 1 ms.
  *
  * Bounds: opening (the collective communicator duplication and the settings
  * check) and every recv wait at most timeout_ms; a peer that died or stopped
@@ -44,7 +45,6 @@
 #ifdef LADE_HAVE_MPI
 #include <errno.h>
 #include <mpi.h>
-#include <stdarg.h>
 #include <pthread.h>
 #include <limits.h>
 #include <stdio.h>
@@ -52,36 +52,18 @@
 #include <string.h>
 #include <time.h>
 
+#include "transport/pushq.h"
 #include "transport/transport.h"
 
 #define TAG_DATA 7101
 #define TAG_DONE 7102
 #define TAG_GRANT 7103
-#define MSG_MAGIC 0x4c41444550454552ull /* "LADEPEER" */
-#define ADMIT_WAIT_S 1.0
-#define NBUCKETS 1024
+#define MSG_MAGIC LADE__PUSHQ_MAGIC
 
-typedef struct msg_hdr {
-  uint64_t magic, q, idx, len;
-  int64_t error; /* nonzero: the sender could not produce the bytes; the payload is its message */
-  uint64_t sum;  /* payload_sum() of the payload as the sender made it */
-} msg_hdr_t;
-
-typedef struct msg {
-  struct msg *next;
-  uint64_t q, idx;
-  uint32_t src;
-  int64_t error;
-  uint64_t sum;
-  size_t len;
-  uint8_t *data; /* len bytes */
-} msg_t;
-
-typedef struct sendreq {
-  uint64_t q, idx;
-  uint32_t dst;
-  double first_try;
-} sendreq_t;
+typedef lade__pushq_hdr_t msg_hdr_t;
+typedef lade__pushq_msg_t msg_t;
+typedef lade__pushq_send_t sendreq_t;
+#define chan_fail_locked(c, ...) lade__pushq_fail_locked(&(c)->pq, __VA_ARGS__)
 
 typedef struct inflight {
   MPI_Request req;
@@ -98,31 +80,17 @@ typedef struct chan {
   pthread_mutex_t mu;
   pthread_cond_t cv; /* recv and wait_served waiters, open and close */
   int state;         /* OPENING, OPEN, CLOSING, CLOSED */
-  int fatal;
-  char fatal_msg[1024];
-  sendreq_t *sq; /* FIFO ring of queued sends, in step order */
-  size_t sq_head, sq_len, sq_cap;
-  size_t nmsgs; /* messages arrived and not read */
-  size_t held;  /* their payload bytes */
-  uint64_t *grant;     /* per peer: this learner may send it steps below grant[peer] */
-  uint64_t consumed_q; /* this learner's consumer step (forget_below) */
-  int lost;            /* a receive or a send waited for a peer past the timeout */
-  uint32_t lost_rank;  /* that peer (the first) */
-  char lost_msg[1024];
-  uint64_t max_queued_q; /* +1; 0: nothing queued yet */
-  msg_t *bucket[NBUCKETS];
-  lade__transport_stats_t st;
+  lade__pushq_t pq; /* queue, arrived messages, grants, failure, counters */
   /* owned by the thread */
   inflight_t *fl;
   size_t nfl, flcap;
   uint8_t *done_from; /* close: DONE seen per rank */
   uint32_t *node_lead; /* per rank, the lowest rank on its node (node_leads); set at open */
   lade__buf_t sbuf;
-  bool granted;        /* a grant was sent, at consumer step grant_at */
-  uint64_t grant_at;
 } chan_t;
 
-enum { OPENING = 0, OPEN, CLOSING, CLOSED };
+enum { OPENING = LADE__PUSHQ_OPENING, OPEN = LADE__PUSHQ_OPEN, CLOSING = LADE__PUSHQ_CLOSING,
+       CLOSED = LADE__PUSHQ_CLOSED };
 
 static struct {
   pthread_mutex_t mu;
@@ -136,35 +104,6 @@ static struct {
   int world_rank, world_size;
   char lost_at_exit[1400]; /* set: abort instead of MPI_Finalize */
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER, .once = PTHREAD_ONCE_INIT};
-
-/* Steps a receiver lets its peers send ahead of its consumer. */
-static uint64_t grant_ahead(const chan_t *c) { return 2 * (uint64_t)c->p.window + 2; }
-
-static uint64_t payload_sum(uint64_t q, uint64_t idx, const void *data, size_t len) {
-  return lade_checksum(data, len, lade__mix64(q) ^ idx);
-}
-
-static inline size_t bucket_of(uint64_t q, uint64_t idx) {
-  return (size_t)(lade__mix64(q * 0x9e3779b97f4a7c15ull ^ idx) % NBUCKETS);
-}
-
-static void timespec_after(struct timespec *ts, double s) {
-  clock_gettime(CLOCK_REALTIME, ts);
-  long long ns = ts->tv_nsec + (long long)(s * 1e9);
-  ts->tv_sec += (time_t)(ns / 1000000000LL);
-  ts->tv_nsec = (long)(ns % 1000000000LL);
-}
-
-static void chan_fail_locked(chan_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void chan_fail_locked(chan_t *c, const char *fmt, ...) {
-  if (c->fatal) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(c->fatal_msg, sizeof c->fatal_msg, fmt, ap);
-  va_end(ap);
-  c->fatal = LADE_EIO;
-  pthread_cond_broadcast(&c->cv);
-}
 
 static const char *mpi_err(int rc, char *buf) {
   int n = 0;
@@ -258,6 +197,7 @@ static void chan_open_step(chan_t *c) {
   MPI_Comm_rank(c->comm, &r);
   MPI_Comm_size(c->comm, &w);
   c->rank = (uint32_t)r;
+  c->pq.rank = c->rank;
   c->world = (uint32_t)w;
   uint32_t lead = node_lead_of(c->comm, r);
   /* every learner's settings, compared here: the first difference is named */
@@ -282,25 +222,25 @@ static void chan_open_step(chan_t *c) {
     chan_fail_locked(c, "transport mpi: rank %u: the settings check did not complete within %u ms%s%s", c->rank,
                      c->p.timeout_ms, rc != MPI_SUCCESS ? ": " : "", rc != MPI_SUCCESS ? mpi_err(rc, eb) : "");
   } else {
-    for (int k = 0; k < w && !c->fatal; k++)
-      for (uint32_t i = 0; i < n && !c->fatal; i++) {
+    for (int k = 0; k < w && !c->pq.fatal; k++)
+      for (uint32_t i = 0; i < n && !c->pq.fatal; i++) {
         uint64_t v = all[(size_t)k * (n + 2) + i + 1];
         if (all[(size_t)k * (n + 2)] != n || v != mine[i + 1])
           checks_differ_locked(c, all, w, i, mine[i + 1]);
       }
   }
-  if (!c->fatal) {
+  if (!c->pq.fatal) {
     c->done_from = calloc(c->world, 1);
-    c->grant = calloc(c->world, sizeof *c->grant);
-    if (!c->done_from || !c->grant) chan_fail_locked(c, "transport mpi: out of memory");
+    c->pq.grant = calloc(c->world, sizeof *c->pq.grant);
+    if (!c->done_from || !c->pq.grant) chan_fail_locked(c, "transport mpi: out of memory");
   }
   /* the node split: kept only when every rank got an answer (else the
    * topology falls back to the environment) */
-  bool leads = !c->fatal;
+  bool leads = !c->pq.fatal;
   for (int k = 0; k < w && leads; k++) leads = all[(size_t)k * (n + 2) + n + 1] < (uint64_t)w;
   if (leads && (c->node_lead = malloc((size_t)w * sizeof *c->node_lead)))
     for (int k = 0; k < w; k++) c->node_lead[k] = (uint32_t)all[(size_t)k * (n + 2) + n + 1];
-  bool failed = c->fatal != 0;
+  bool failed = c->pq.fatal != 0;
   c->state = failed ? CLOSED : OPEN;
   pthread_cond_broadcast(&c->cv);
   pthread_mutex_unlock(&c->mu);
@@ -328,17 +268,14 @@ static bool fl_room(chan_t *c) {
  * at open, then whenever the consumer moved by window / 2 steps. Returns
  * how many messages were posted. */
 static int chan_grants(chan_t *c) {
-  pthread_mutex_lock(&c->mu);
-  uint64_t q = c->consumed_q;
-  pthread_mutex_unlock(&c->mu);
-  uint64_t every = c->p.window / 2 ? c->p.window / 2 : 1;
-  if (c->granted && q < c->grant_at + every) return 0;
+  uint64_t grant;
+  if (!lade__pushq_grant_due(&c->pq, &grant)) return 0;
   int posted = 0;
   for (uint32_t r = 0; r < c->world; r++) {
     if (r == c->rank || !fl_room(c)) continue;
     uint64_t *v = malloc(sizeof *v);
     if (!v) break;
-    *v = q + grant_ahead(c);
+    *v = grant;
     if (MPI_Isend(v, (int)sizeof *v, MPI_BYTE, (int)r, TAG_GRANT, c->comm, &c->fl[c->nfl].req) != MPI_SUCCESS) {
       free(v);
       continue; /* that peer is gone: its receives report it */
@@ -346,59 +283,23 @@ static int chan_grants(chan_t *c) {
     c->fl[c->nfl++].buf = (uint8_t *)v;
     posted++;
   }
-  c->granted = true;
-  c->grant_at = q;
   return posted;
 }
 
 /* Serves and posts queued sends; returns how many were posted. */
 static int chan_sends(chan_t *c) {
   int posted = 0;
-  for (int k = 0; k < 64; k++) {
-    pthread_mutex_lock(&c->mu);
-    if (!c->sq_len || c->fatal) {
-      pthread_mutex_unlock(&c->mu);
-      break;
-    }
-    sendreq_t sr = c->sq[c->sq_head];
-    /* backpressure: the receiver has not let this step come yet (closing, the
-     * last sends go out regardless: the peer drains them) */
-    bool held_back = c->state == OPEN && sr.q >= c->grant[sr.dst];
-    pthread_mutex_unlock(&c->mu);
-    if (held_back) break;
-    double now = lade__now();
-    if (sr.first_try == 0) sr.first_try = now;
-    c->sbuf.len = 0;
-    int nonblock = now - sr.first_try < ADMIT_WAIT_S && c->state != CLOSING;
-    lade__clear_error();
-    int rc = c->p.serve(c->p.serve_ctx, sr.idx, sr.q, nonblock, &c->sbuf);
-    if (rc == LADE__DIST_AGAIN) {
-      pthread_mutex_lock(&c->mu);
-      c->sq[c->sq_head].first_try = sr.first_try; /* the head waits; sends keep their order */
-      pthread_mutex_unlock(&c->mu);
-      break;
-    }
-    char err[1024] = "";
-    if (rc) snprintf(err, sizeof err, "rank %u could not read sample %llu for step %llu: %s", c->rank,
-                     (unsigned long long)sr.idx, (unsigned long long)sr.q, lade_last_error());
-    size_t len = rc ? strlen(err) : c->sbuf.len;
-    uint8_t *buf = malloc(sizeof(msg_hdr_t) + len);
-    if (!buf) {
-      pthread_mutex_lock(&c->mu);
-      chan_fail_locked(c, "transport mpi: out of memory for a %zu-byte message", len);
-      pthread_mutex_unlock(&c->mu);
-      break;
-    }
-    const void *payload = rc ? (const void *)err : (const void *)c->sbuf.data;
-    msg_hdr_t h = {MSG_MAGIC, sr.q, sr.idx, len, rc, payload_sum(sr.q, sr.idx, payload, len)};
-    memcpy(buf, &h, sizeof h);
-    memcpy(buf + sizeof h, payload, len);
+  sendreq_t sr;
+  uint8_t *buf;
+  size_t len;
+  for (int k = 0; k < 64 && lade__pushq_next(&c->pq, &c->state, &c->sbuf, &sr, &buf, &len); k++) {
     if (!fl_room(c)) {
       free(buf);
       break;
     }
     char eb[MPI_MAX_ERROR_STRING];
-    int mrc = MPI_Isend(buf, (int)(sizeof h + len), MPI_BYTE, (int)sr.dst, TAG_DATA, c->comm, &c->fl[c->nfl].req);
+    int mrc = MPI_Isend(buf, (int)(sizeof(msg_hdr_t) + len), MPI_BYTE, (int)sr.dst, TAG_DATA, c->comm,
+                        &c->fl[c->nfl].req);
     pthread_mutex_lock(&c->mu);
     if (mrc != MPI_SUCCESS) {
       free(buf);
@@ -406,12 +307,8 @@ static int chan_sends(chan_t *c) {
                        (unsigned long long)sr.idx, (unsigned long long)sr.q, sr.dst, mpi_err(mrc, eb));
     } else {
       c->fl[c->nfl++].buf = buf;
-      c->st.sent++;
-      c->st.sent_bytes += len;
     }
-    c->sq_head = (c->sq_head + 1) % c->sq_cap;
-    c->sq_len--;
-    pthread_cond_broadcast(&c->cv);
+    lade__pushq_pop_locked(&c->pq, mrc == MPI_SUCCESS, len);
     pthread_mutex_unlock(&c->mu);
     posted++;
     if (mrc != MPI_SUCCESS) break;
@@ -452,8 +349,8 @@ static int chan_recvs(chan_t *c) {
       pthread_mutex_lock(&c->mu);
       /* only ever raised: after a seek back, sends of later steps queued before it stay postable, so
        * they cannot hold up the replayed steps queued behind them */
-      if (c->grant && st.MPI_SOURCE >= 0 && (uint32_t)st.MPI_SOURCE < c->world && v > c->grant[st.MPI_SOURCE])
-        c->grant[st.MPI_SOURCE] = v;
+      if (c->pq.grant && st.MPI_SOURCE >= 0 && (uint32_t)st.MPI_SOURCE < c->world && v > c->pq.grant[st.MPI_SOURCE])
+        c->pq.grant[st.MPI_SOURCE] = v;
       pthread_mutex_unlock(&c->mu);
       continue;
     }
@@ -493,14 +390,7 @@ static int chan_recvs(chan_t *c) {
     *m = (msg_t){.q = h.q, .idx = h.idx, .src = (uint32_t)st.MPI_SOURCE, .error = h.error, .sum = h.sum,
                  .len = h.len, .data = buf};
     pthread_mutex_lock(&c->mu);
-    size_t b = bucket_of(h.q, h.idx);
-    m->next = c->bucket[b];
-    c->bucket[b] = m;
-    c->nmsgs++;
-    c->held += h.len;
-    if (c->held > c->st.held_peak_bytes) c->st.held_peak_bytes = c->held;
-    c->st.received++;
-    c->st.received_bytes += h.len;
+    lade__pushq_store_locked(&c->pq, m);
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
   }
@@ -524,32 +414,16 @@ static int chan_complete(chan_t *c) {
   return n;
 }
 
-static void msgs_free(chan_t *c, uint64_t below) {
-  for (size_t b = 0; b < NBUCKETS && c->nmsgs; b++)
-    for (msg_t **pp = &c->bucket[b]; *pp;) {
-      msg_t *m = *pp;
-      if (m->q < below) {
-        *pp = m->next;
-        c->nmsgs--;
-        c->held -= m->len;
-        free(m->data);
-        free(m);
-      } else {
-        pp = &m->next;
-      }
-    }
-}
-
-/* After a peer timeout (c->lost), a peer that did not close its side either
+/* After a peer timeout (c->pq.lost), a peer that did not close its side either
  * is stopped or hung, not slow: MPI_Finalize (and any collective) would wait
  * for it without bound. The job is aborted, after saying why: Open MPI then
  * kills every process of it, a stopped one included. */
 static void abort_if_lost(chan_t *c) {
   pthread_mutex_lock(&c->mu);
-  bool abort_now = c->lost && c->done_from && c->lost_rank < c->world && !c->done_from[c->lost_rank];
-  uint32_t who = c->lost_rank;
+  bool abort_now = c->pq.lost && c->done_from && c->pq.lost_rank < c->world && !c->done_from[c->pq.lost_rank];
+  uint32_t who = c->pq.lost_rank;
   char why[1024];
-  snprintf(why, sizeof why, "%s", c->lost_msg);
+  snprintf(why, sizeof why, "%s", c->pq.lost_msg);
   pthread_mutex_unlock(&c->mu);
   if (!abort_now) return;
   fprintf(stderr, "lade: rank %u: %s; then rank %u did not close its side of the transport within %u ms either "
@@ -565,7 +439,7 @@ static void chan_close_step(chan_t *c) {
   double t0 = lade__now(), limit = c->p.timeout_ms / 1000.0;
   while (lade__now() - t0 < limit) {
     pthread_mutex_lock(&c->mu);
-    bool empty = !c->sq_len || c->fatal;
+    bool empty = !c->pq.sq_len || c->pq.fatal;
     pthread_mutex_unlock(&c->mu);
     if (empty) break;
     chan_sends(c);
@@ -601,7 +475,7 @@ static void chan_close_step(chan_t *c) {
    * still read their buffers, so they are left allocated */
   c->nfl = 0;
   pthread_mutex_lock(&c->mu);
-  msgs_free(c, UINT64_MAX);
+  lade__pushq_msgs_free_locked(&c->pq, UINT64_MAX);
   c->state = CLOSED;
   pthread_cond_broadcast(&c->cv);
   pthread_mutex_unlock(&c->mu);
@@ -691,10 +565,10 @@ static void at_exit(void) {
    * that peer without bound (as in abort_if_lost) */
   for (chan_t *c = g.chans; c && g.we_init && !g.lost_at_exit[0]; c = c->next) {
     pthread_mutex_lock(&c->mu);
-    if (c->lost && c->state == OPEN)
+    if (c->pq.lost && c->state == OPEN)
       snprintf(g.lost_at_exit, sizeof g.lost_at_exit, "lade: rank %u: %s; the process exits with that loader open: "
                "aborting the MPI job (MPI_Abort), since MPI_Finalize would wait for that peer without bound\n",
-               c->rank, c->lost_msg);
+               c->rank, c->pq.lost_msg);
     pthread_mutex_unlock(&c->mu);
   }
   g.stop = true;
@@ -739,6 +613,7 @@ static int mpi_open(lade__transport_t **out, const lade__transport_params_t *p, 
   c->comm = MPI_COMM_NULL;
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->cv, NULL);
+  lade__pushq_init(&c->pq, "mpi", &c->p, &c->mu, &c->cv);
   c->state = OPENING;
   pthread_mutex_lock(&g.mu);
   c->next = g.chans;
@@ -746,7 +621,7 @@ static int mpi_open(lade__transport_t **out, const lade__transport_params_t *p, 
   pthread_mutex_unlock(&g.mu);
   pthread_mutex_lock(&c->mu);
   while (c->state == OPENING) pthread_cond_wait(&c->cv, &c->mu);
-  int rc = c->fatal ? lade__fail(c->fatal, "%s", c->fatal_msg) : 0;
+  int rc = c->pq.fatal ? lade__fail(c->pq.fatal, "%s", c->pq.fatal_msg) : 0;
   if (!rc && p->world > 1 && p->world != c->world)
     rc = lade__fail(LADE_EINVAL, "setting 'world_size' is %u but MPI runs %u processes", p->world, c->world);
   if (!rc && p->world > 1 && p->rank != c->rank)
@@ -768,7 +643,7 @@ static void mpi_close(lade__transport_t *d) {
   pthread_mutex_lock(&c->mu);
   if (c->state == OPEN) c->state = CLOSING;
   struct timespec ts;
-  timespec_after(&ts, 3.0 * c->p.timeout_ms / 1000.0 + 1);
+  lade__pushq_timespec_after(&ts, 3.0 * c->p.timeout_ms / 1000.0 + 1);
   while (c->state != CLOSED)
     if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) == ETIMEDOUT) break;
   pthread_mutex_unlock(&c->mu);
@@ -780,11 +655,9 @@ static void mpi_close(lade__transport_t *d) {
       break;
     }
   pthread_mutex_unlock(&g.mu);
-  msgs_free(c, UINT64_MAX);
-  free(c->sq);
+  lade__pushq_free(&c->pq);
   free(c->fl);
   free(c->done_from);
-  free(c->grant);
   free(c->node_lead);
   lade__buf_free(&c->sbuf);
   pthread_mutex_destroy(&c->mu);
@@ -793,128 +666,24 @@ static void mpi_close(lade__transport_t *d) {
 }
 
 static int mpi_send(lade__transport_t *d, uint64_t q, const uint32_t *dst, const uint64_t *idx, uint32_t n) {
-  chan_t *c = (chan_t *)d;
-  pthread_mutex_lock(&c->mu);
-  if (c->sq_len + n > c->sq_cap) {
-    size_t nc = c->sq_cap ? c->sq_cap : 256;
-    while (nc < c->sq_len + n) nc *= 2;
-    sendreq_t *s = malloc(nc * sizeof *s);
-    if (!s) {
-      pthread_mutex_unlock(&c->mu);
-      return lade__fail(LADE_ENOMEM, "transport mpi: out of memory for %u sends", n);
-    }
-    for (size_t i = 0; i < c->sq_len; i++) s[i] = c->sq[(c->sq_head + i) % c->sq_cap];
-    free(c->sq);
-    c->sq = s;
-    c->sq_cap = nc;
-    c->sq_head = 0;
-  }
-  for (uint32_t i = 0; i < n; i++)
-    c->sq[(c->sq_head + c->sq_len++) % c->sq_cap] = (sendreq_t){.q = q, .idx = idx[i], .dst = dst[i]};
-  if (q + 1 > c->max_queued_q) c->max_queued_q = q + 1;
-  pthread_mutex_unlock(&c->mu);
-  return 0;
+  return lade__pushq_send(&((chan_t *)d)->pq, q, dst, idx, n);
 }
 
 static int mpi_wait_served(lade__transport_t *d, uint64_t q) {
-  chan_t *c = (chan_t *)d;
-  struct timespec ts;
-  timespec_after(&ts, c->p.timeout_ms / 1000.0);
-  pthread_mutex_lock(&c->mu);
-  int rc = 0;
-  while (!c->fatal && c->sq_len && c->sq[c->sq_head].q <= q)
-    if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) == ETIMEDOUT && c->sq_len && c->sq[c->sq_head].q <= q) {
-      const sendreq_t *h = &c->sq[c->sq_head];
-      if (c->grant && h->q >= c->grant[h->dst])
-        rc = lade__fail(LADE_ETIMEOUT, "transport mpi: rank %u: sample %llu of step %llu waited %u ms (setting "
-                        "peer_timeout_ms) to be sent to rank %u, which lets its peers send only below step %llu "
-                        "(its consumer's step plus its window): rank %u stopped or is that far behind", c->rank,
-                        (unsigned long long)h->idx, (unsigned long long)h->q, c->p.timeout_ms, h->dst,
-                        (unsigned long long)c->grant[h->dst], h->dst);
-      else
-        rc = lade__fail(LADE_ETIMEOUT, "transport mpi: rank %u: the sends of step %llu were not served within %u ms",
-                        c->rank, (unsigned long long)q, c->p.timeout_ms);
-      if (!c->lost) {
-        c->lost = 1;
-        c->lost_rank = h->dst;
-        snprintf(c->lost_msg, sizeof c->lost_msg, "%s", lade_last_error());
-      }
-      break;
-    }
-  if (!rc && c->fatal) rc = lade__fail(c->fatal, "%s", c->fatal_msg);
-  pthread_mutex_unlock(&c->mu);
-  return rc;
+  return lade__pushq_wait_served(&((chan_t *)d)->pq, q);
 }
 
 static int mpi_recv(lade__transport_t *d, uint64_t q, uint64_t idx, uint32_t src, lade__buf_t *out) {
   chan_t *c = (chan_t *)d;
-  struct timespec ts;
-  timespec_after(&ts, c->p.timeout_ms / 1000.0);
-  pthread_mutex_lock(&c->mu);
-  msg_t *m = NULL;
-  int rc = 0;
-  for (;;) {
-    for (msg_t **pp = &c->bucket[bucket_of(q, idx)]; *pp; pp = &(*pp)->next)
-      if ((*pp)->q == q && (*pp)->idx == idx) {
-        m = *pp;
-        *pp = m->next;
-        c->nmsgs--;
-        c->held -= m->len;
-        break;
-      }
-    if (m) break;
-    if (c->fatal) {
-      rc = lade__fail(c->fatal, "%s", c->fatal_msg);
-      break;
-    }
-    if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) == ETIMEDOUT) {
-      rc = lade__fail(LADE_ETIMEOUT, "transport mpi: rank %u: sample %llu of step %llu did not arrive from rank %u "
-                      "within %u ms (setting peer_timeout_ms): rank %u died, stopped early or is that far behind",
-                      c->rank, (unsigned long long)idx, (unsigned long long)q, src, c->p.timeout_ms, src);
-      if (!c->lost) {
-        c->lost = 1;
-        c->lost_rank = src;
-        snprintf(c->lost_msg, sizeof c->lost_msg, "%s", lade_last_error());
-      }
-      break;
-    }
-  }
-  pthread_mutex_unlock(&c->mu);
-  if (!m) return rc;
-  if (m->src != src)
-    rc = lade__fail(LADE_ESTATE, "transport mpi: rank %u: sample %llu of step %llu came from rank %u, the plan says "
-                    "rank %u (the learners' plans differ)", c->rank, (unsigned long long)idx, (unsigned long long)q,
-                    m->src, src);
-  else if (payload_sum(q, idx, m->data, m->len) != m->sum)
-    rc = lade__fail(LADE_EIO, "transport mpi: rank %u: sample %llu of step %llu from rank %u arrived corrupted: its "
-                    "%zu bytes do not match the checksum the sender computed", c->rank, (unsigned long long)idx,
-                    (unsigned long long)q, src, m->len);
-  else if (m->error)
-    rc = lade__fail(LADE_EIO, "from rank %u: %.*s", src, (int)m->len, (const char *)m->data);
-  else if (lade__buf_reserve(out, m->len) != 0)
-    rc = lade__fail(LADE_ENOMEM, "transport mpi: out of memory for %zu bytes", m->len);
-  else {
-    memcpy(out->data, m->data, m->len);
-    out->len = m->len;
-  }
-  free(m->data);
-  free(m);
-  return rc;
+  return lade__pushq_recv(&c->pq, q, idx, src, out, NULL, 0);
 }
 
 static void mpi_forget_below(lade__transport_t *d, uint64_t q) {
-  chan_t *c = (chan_t *)d;
-  pthread_mutex_lock(&c->mu);
-  msgs_free(c, q);
-  c->consumed_q = q; /* the thread grants the peers the steps from here on */
-  pthread_mutex_unlock(&c->mu);
+  lade__pushq_forget_below(&((chan_t *)d)->pq, q);
 }
 
 static void mpi_stats(lade__transport_t *d, lade__transport_stats_t *out) {
-  chan_t *c = (chan_t *)d;
-  pthread_mutex_lock(&c->mu);
-  *out = c->st;
-  pthread_mutex_unlock(&c->mu);
+  lade__pushq_stats(&((chan_t *)d)->pq, out);
 }
 
 static const uint32_t *mpi_node_leads(lade__transport_t *d) { return ((chan_t *)d)->node_lead; }

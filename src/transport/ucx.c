@@ -26,9 +26,10 @@
  * in UCX's unexpected queue. Opening sends the settings check to every peer
  * and waits (bounded) for every peer's (the allgather mpi.c makes). DATA,
  * GRANT (backpressure) and DONE (close) are mpi.c's messages, with the same
- * header, checksum, window and bounds. GATHER carries a rank's part of the
- * op allgather (the surviving caches at open), numbered per channel; the
- * caller waits for every part, bounded, and a dead peer fails it at once.
+ * header, checksum, window and bounds (the bookkeeping both share:
+ * pushq.h). GATHER carries a rank's part of the op allgather (the surviving
+ * caches at open), numbered per channel; the caller waits for every part,
+ * bounded, and a dead peer fails it at once.
  *
  * Locks: each channel's `mu` guards its queue, arrived messages, counters and
  * flags; `g.mu` guards the peers, the channel list and every UCX call, and is
@@ -39,7 +40,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,24 +49,23 @@
 #include <unistd.h>
 
 #include "lade/lade.h"
+#include "transport/pushq.h"
 #include "transport/topology.h"
 #include "transport/transport.h"
 
-#define MSG_MAGIC 0x4c41444550454552ull /* "LADEPEER", as mpi.c */
-#define ADMIT_WAIT_S 1.0
-#define NBUCKETS 1024
+#define MSG_MAGIC LADE__PUSHQ_MAGIC
 #define CHAN_SHIFT 40
 #define TYPE_SHIFT 32
 #define CHAN_MASK (0xffffffull << CHAN_SHIFT)
 #define MAX_CHECKS 62
 enum { T_DATA = 1, T_DONE, T_GRANT, T_CHECK, T_GATHER };
-enum { OPENING = 0, OPEN, CLOSING, CLOSED };
+enum { OPENING = LADE__PUSHQ_OPENING, OPEN = LADE__PUSHQ_OPEN, CLOSING = LADE__PUSHQ_CLOSING,
+       CLOSED = LADE__PUSHQ_CLOSED };
 
-typedef struct msg_hdr {
-  uint64_t magic, q, idx, len;
-  int64_t error; /* nonzero: the sender could not produce the bytes; the payload is its message */
-  uint64_t sum;  /* payload_sum() of the payload as the sender made it */
-} msg_hdr_t;
+typedef lade__pushq_hdr_t msg_hdr_t;
+typedef lade__pushq_msg_t msg_t;
+typedef lade__pushq_send_t sendreq_t;
+#define chan_fail_locked(c, ...) lade__pushq_fail_locked(&(c)->pq, __VA_ARGS__)
 
 /* An allgather's contribution: the header, then len bytes. seq numbers the
  * channel's allgathers (1, 2, ...), so a contribution to a later one that
@@ -84,22 +83,6 @@ typedef struct gather_early {
   uint8_t *buf; /* header and bytes, as received */
 } gather_early_t;
 
-typedef struct msg {
-  struct msg *next;
-  uint64_t q, idx;
-  uint32_t src;
-  int64_t error;
-  uint64_t sum;
-  size_t len;
-  uint8_t *data;
-} msg_t;
-
-typedef struct sendreq {
-  uint64_t q, idx;
-  uint32_t dst;
-  double first_try;
-} sendreq_t;
-
 typedef struct pending {
   void *req;
   uint8_t *buf;
@@ -116,18 +99,10 @@ typedef struct chan {
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int state;
-  int fatal;
-  char fatal_msg[1024];
-  sendreq_t *sq;
-  size_t sq_head, sq_len, sq_cap;
-  size_t nmsgs, held;
-  uint64_t *grant;
-  uint64_t consumed_q;
+  lade__pushq_t pq; /* queue, arrived messages, grants, failure, counters */
   uint8_t *peer_lost; /* per rank: its endpoint failed (it died) */
   uint8_t *done_from;
   uint64_t *checks_in; /* per rank: [count, values...] of its settings check; count ~0 until it came */
-  msg_t *bucket[NBUCKETS];
-  lade__transport_stats_t st;
   /* the allgather in progress (ag_active) or the last one: its number, the
    * caller's buffer, which ranks' bytes are in it, the messages still to post
    * (one per peer, built by the caller), and contributions to a later one */
@@ -147,8 +122,6 @@ typedef struct chan {
   double opened_at;
   bool checks_sent;
   lade__buf_t sbuf;
-  bool granted;
-  uint64_t grant_at;
 } chan_t;
 
 static struct {
@@ -171,41 +144,13 @@ static struct {
   char rdv_file[4096]; /* this rank's rendezvous file, removed at exit */
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-static uint64_t grant_ahead(const chan_t *c) { return 2 * (uint64_t)c->p.window + 2; }
-
-static uint64_t payload_sum(uint64_t q, uint64_t idx, const void *data, size_t len) {
-  return lade_checksum(data, len, lade__mix64(q) ^ idx);
-}
-
-static inline size_t bucket_of(uint64_t q, uint64_t idx) {
-  return (size_t)(lade__mix64(q * 0x9e3779b97f4a7c15ull ^ idx) % NBUCKETS);
-}
-
 static inline ucp_tag_t tag_of(uint32_t chan, int type, uint32_t src) {
   return ((ucp_tag_t)(chan & 0xffffff) << CHAN_SHIFT) | ((ucp_tag_t)type << TYPE_SHIFT) | src;
-}
-
-static void timespec_after(struct timespec *ts, double s) {
-  clock_gettime(CLOCK_REALTIME, ts);
-  long long ns = ts->tv_nsec + (long long)(s * 1e9);
-  ts->tv_sec += (time_t)(ns / 1000000000LL);
-  ts->tv_nsec = (long)(ns % 1000000000LL);
 }
 
 static void nap(long ns) {
   struct timespec ts = {0, ns};
   nanosleep(&ts, NULL);
-}
-
-static void chan_fail_locked(chan_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void chan_fail_locked(chan_t *c, const char *fmt, ...) {
-  if (c->fatal) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(c->fatal_msg, sizeof c->fatal_msg, fmt, ap);
-  va_end(ap);
-  c->fatal = LADE_EIO;
-  pthread_cond_broadcast(&c->cv);
 }
 
 /* ------------------------------------------------------------ the process's worker and peers */
@@ -529,76 +474,33 @@ static ucs_status_t post(chan_t *c, uint32_t dst, int type, uint8_t *buf, size_t
 }
 
 static int chan_grants(chan_t *c) {
-  pthread_mutex_lock(&c->mu);
-  uint64_t q = c->consumed_q;
-  pthread_mutex_unlock(&c->mu);
-  uint64_t every = c->p.window / 2 ? c->p.window / 2 : 1;
-  if (c->granted && q < c->grant_at + every) return 0;
+  uint64_t grant;
+  if (!lade__pushq_grant_due(&c->pq, &grant)) return 0;
   int posted = 0;
   for (uint32_t r = 0; r < c->world; r++) {
     if (r == c->rank) continue;
     uint64_t *v = malloc(sizeof *v);
     if (!v) break;
-    *v = q + grant_ahead(c);
+    *v = grant;
     if (post(c, r, T_GRANT, (uint8_t *)v, sizeof *v) == UCS_OK) posted++; /* a failed peer: its receives say so */
   }
-  c->granted = true;
-  c->grant_at = q;
   return posted;
 }
 
 static int chan_sends(chan_t *c) {
   int posted = 0;
-  for (int k = 0; k < 64; k++) {
-    pthread_mutex_lock(&c->mu);
-    if (!c->sq_len || c->fatal) {
-      pthread_mutex_unlock(&c->mu);
-      break;
-    }
-    sendreq_t sr = c->sq[c->sq_head];
-    bool held_back = c->state == OPEN && sr.q >= c->grant[sr.dst];
-    pthread_mutex_unlock(&c->mu);
-    if (held_back) break;
-    double now = lade__now();
-    if (sr.first_try == 0) sr.first_try = now;
-    c->sbuf.len = 0;
-    int nonblock = now - sr.first_try < ADMIT_WAIT_S && c->state != CLOSING;
-    lade__clear_error();
-    int rc = c->p.serve(c->p.serve_ctx, sr.idx, sr.q, nonblock, &c->sbuf);
-    if (rc == LADE__DIST_AGAIN) {
-      pthread_mutex_lock(&c->mu);
-      c->sq[c->sq_head].first_try = sr.first_try;
-      pthread_mutex_unlock(&c->mu);
-      break;
-    }
-    char err[1024] = "";
-    if (rc) snprintf(err, sizeof err, "rank %u could not read sample %llu for step %llu: %s", c->rank,
-                     (unsigned long long)sr.idx, (unsigned long long)sr.q, lade_last_error());
-    size_t len = rc ? strlen(err) : c->sbuf.len;
-    uint8_t *buf = malloc(sizeof(msg_hdr_t) + len);
-    if (!buf) {
-      pthread_mutex_lock(&c->mu);
-      chan_fail_locked(c, "transport ucx: out of memory for a %zu-byte message", len);
-      pthread_mutex_unlock(&c->mu);
-      break;
-    }
-    const void *payload = rc ? (const void *)err : (const void *)c->sbuf.data;
-    msg_hdr_t h = {MSG_MAGIC, sr.q, sr.idx, len, rc, payload_sum(sr.q, sr.idx, payload, len)};
-    memcpy(buf, &h, sizeof h);
-    memcpy(buf + sizeof h, payload, len);
-    ucs_status_t s = post(c, sr.dst, T_DATA, buf, sizeof h + len);
+  sendreq_t sr;
+  uint8_t *buf;
+  size_t len;
+  for (int k = 0; k < 64 && lade__pushq_next(&c->pq, &c->state, &c->sbuf, &sr, &buf, &len); k++) {
+    ucs_status_t s = post(c, sr.dst, T_DATA, buf, sizeof(msg_hdr_t) + len);
     pthread_mutex_lock(&c->mu);
     if (s != UCS_OK) {
       chan_fail_locked(c, "transport ucx: rank %u: sending sample %llu of step %llu to rank %u failed: %s%s", c->rank,
                        (unsigned long long)sr.idx, (unsigned long long)sr.q, sr.dst, ucs_status_string(s),
                        g.ep_status[sr.dst] != UCS_OK ? " (the connection to that rank broke: it died)" : "");
-    } else {
-      c->st.sent++;
-      c->st.sent_bytes += len;
     }
-    c->sq_head = (c->sq_head + 1) % c->sq_cap;
-    c->sq_len--;
-    pthread_cond_broadcast(&c->cv);
+    lade__pushq_pop_locked(&c->pq, s == UCS_OK, len);
     pthread_mutex_unlock(&c->mu);
     posted++;
     if (s != UCS_OK) break;
@@ -664,7 +566,7 @@ static void deliver(chan_t *c, ucp_tag_t tag, uint8_t *buf, size_t len) {
     uint64_t v;
     memcpy(&v, buf, sizeof v);
     free(buf);
-    if (v > c->grant[src]) c->grant[src] = v; /* only ever raised, as in mpi.c */
+    if (v > c->pq.grant[src]) c->pq.grant[src] = v; /* only ever raised, as in mpi.c */
   } else if (type == T_DONE) {
     free(buf);
     c->done_from[src] = 1;
@@ -700,14 +602,7 @@ static void deliver(chan_t *c, ucp_tag_t tag, uint8_t *buf, size_t len) {
     }
     memmove(buf, buf + sizeof h, h.len);
     *m = (msg_t){.q = h.q, .idx = h.idx, .src = src, .error = h.error, .sum = h.sum, .len = h.len, .data = buf};
-    size_t b = bucket_of(h.q, h.idx);
-    m->next = c->bucket[b];
-    c->bucket[b] = m;
-    c->nmsgs++;
-    c->held += h.len;
-    if (c->held > c->st.held_peak_bytes) c->st.held_peak_bytes = c->held;
-    c->st.received++;
-    c->st.received_bytes += h.len;
+    lade__pushq_store_locked(&c->pq, m);
   }
   pthread_cond_broadcast(&c->cv);
   pthread_mutex_unlock(&c->mu);
@@ -780,22 +675,6 @@ static int chan_complete(chan_t *c) {
     n++;
   }
   return n;
-}
-
-static void msgs_free(chan_t *c, uint64_t below) {
-  for (size_t b = 0; b < NBUCKETS && c->nmsgs; b++)
-    for (msg_t **pp = &c->bucket[b]; *pp;) {
-      msg_t *m = *pp;
-      if (m->q < below) {
-        *pp = m->next;
-        c->nmsgs--;
-        c->held -= m->len;
-        free(m->data);
-        free(m);
-      } else {
-        pp = &m->next;
-      }
-    }
 }
 
 /* Requests still in flight (a dead or stuck peer, a failed open) are
@@ -877,9 +756,9 @@ static void chan_open_step(chan_t *c) {
                      "peer_timeout_ms)%s: every rank must create its loader, with the same settings, in the same "
                      "order", c->rank, missing > 1 ? "s" : "", who, missing > 8 ? ", ..." : "",
                      missing > 1 ? "their" : "its", c->p.timeout_ms, lost ? " (a connection broke: it died)" : "");
-  for (uint32_t r = 0; r < c->world && !missing && !c->fatal; r++) {
+  for (uint32_t r = 0; r < c->world && !missing && !c->pq.fatal; r++) {
     const uint64_t *row = &c->checks_in[(size_t)r * (MAX_CHECKS + 1)];
-    for (uint32_t i = 0; i < n && r != c->rank && !c->fatal; i++) {
+    for (uint32_t i = 0; i < n && r != c->rank && !c->pq.fatal; i++) {
       uint64_t mine = c->p.checks[i].value;
       if (row[0] == n && row[i + 1] == mine) continue;
       /* name every rank whose value differs from this one's */
@@ -899,9 +778,9 @@ static void chan_open_step(chan_t *c) {
                        k->name, c->rank, (unsigned long long)mine, list);
     }
   }
-  if (c->fatal) c->state = CLOSED;
+  if (c->pq.fatal) c->state = CLOSED;
   else if (!missing) c->state = OPEN;
-  if (c->fatal) {
+  if (c->pq.fatal) {
     pthread_mutex_unlock(&c->mu);
     cancel_pending(c);
     pthread_mutex_lock(&c->mu);
@@ -916,7 +795,7 @@ static void chan_close_step(chan_t *c) {
   double t0 = lade__now(), limit = c->p.timeout_ms / 1000.0;
   while (lade__now() - t0 < limit) {
     pthread_mutex_lock(&c->mu);
-    bool empty = !c->sq_len || c->fatal;
+    bool empty = !c->pq.sq_len || c->pq.fatal;
     pthread_mutex_unlock(&c->mu);
     if (empty) break;
     ucp_worker_progress(g.worker);
@@ -943,7 +822,7 @@ static void chan_close_step(chan_t *c) {
   }
   cancel_pending(c);
   pthread_mutex_lock(&c->mu);
-  msgs_free(c, UINT64_MAX);
+  lade__pushq_msgs_free_locked(&c->pq, UINT64_MAX);
   c->state = CLOSED;
   pthread_cond_broadcast(&c->cv);
   pthread_mutex_unlock(&c->mu);
@@ -1065,15 +944,17 @@ static int ucx_open(lade__transport_t **out, const lade__transport_params_t *p, 
   c->p = *p;
   c->id = ++g.next_chan;
   c->rank = alone ? 0 : g.rank;
+  c->pq.rank = c->rank;
   c->world = alone ? 1 : g.world;
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->cv, NULL);
-  c->grant = calloc(c->world, sizeof *c->grant);
+  lade__pushq_init(&c->pq, "ucx", &c->p, &c->mu, &c->cv);
+  c->pq.grant = calloc(c->world, sizeof *c->pq.grant);
   c->peer_lost = calloc(c->world, 1);
   c->done_from = calloc(c->world, 1);
   c->checks_in = malloc((size_t)c->world * (MAX_CHECKS + 1) * sizeof *c->checks_in);
   c->ag_have = calloc(c->world, 1);
-  if (!c->grant || !c->peer_lost || !c->done_from || !c->checks_in || !c->ag_have) {
+  if (!c->pq.grant || !c->peer_lost || !c->done_from || !c->checks_in || !c->ag_have) {
     pthread_mutex_unlock(&g.mu);
     c->state = CLOSED;
     ucx_close(&c->base);
@@ -1091,7 +972,7 @@ static int ucx_open(lade__transport_t **out, const lade__transport_params_t *p, 
   pthread_mutex_unlock(&g.mu);
   pthread_mutex_lock(&c->mu);
   while (c->state == OPENING) pthread_cond_wait(&c->cv, &c->mu);
-  rc = c->fatal ? lade__fail(c->fatal, "%s", c->fatal_msg) : 0;
+  rc = c->pq.fatal ? lade__fail(c->pq.fatal, "%s", c->pq.fatal_msg) : 0;
   pthread_mutex_unlock(&c->mu);
   if (rc) {
     ucx_close(&c->base);
@@ -1110,7 +991,7 @@ static void ucx_close(lade__transport_t *d) {
   if (c->state == OPEN && c->world > 1) c->state = CLOSING;
   else c->state = CLOSED;
   struct timespec ts;
-  timespec_after(&ts, 3.0 * c->p.timeout_ms / 1000.0 + 1);
+  lade__pushq_timespec_after(&ts, 3.0 * c->p.timeout_ms / 1000.0 + 1);
   while (c->state != CLOSED)
     if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) == ETIMEDOUT) break;
   pthread_mutex_unlock(&c->mu);
@@ -1123,11 +1004,9 @@ static void ucx_close(lade__transport_t *d) {
     }
   cancel_pending(c);
   pthread_mutex_unlock(&g.mu);
-  msgs_free(c, UINT64_MAX);
-  free(c->sq);
+  lade__pushq_free(&c->pq);
   free(c->sends);
   free(c->recvs);
-  free(c->grant);
   free(c->peer_lost);
   free(c->done_from);
   free(c->checks_in);
@@ -1147,123 +1026,24 @@ static void ucx_close(lade__transport_t *d) {
 }
 
 static int ucx_send(lade__transport_t *d, uint64_t q, const uint32_t *dst, const uint64_t *idx, uint32_t n) {
-  chan_t *c = (chan_t *)d;
-  pthread_mutex_lock(&c->mu);
-  if (c->sq_len + n > c->sq_cap) {
-    size_t nc = c->sq_cap ? c->sq_cap : 256;
-    while (nc < c->sq_len + n) nc *= 2;
-    sendreq_t *s = malloc(nc * sizeof *s);
-    if (!s) {
-      pthread_mutex_unlock(&c->mu);
-      return lade__fail(LADE_ENOMEM, "transport ucx: out of memory for %u sends", n);
-    }
-    for (size_t i = 0; i < c->sq_len; i++) s[i] = c->sq[(c->sq_head + i) % c->sq_cap];
-    free(c->sq);
-    c->sq = s;
-    c->sq_cap = nc;
-    c->sq_head = 0;
-  }
-  for (uint32_t i = 0; i < n; i++)
-    c->sq[(c->sq_head + c->sq_len++) % c->sq_cap] = (sendreq_t){.q = q, .idx = idx[i], .dst = dst[i]};
-  pthread_mutex_unlock(&c->mu);
-  return 0;
+  return lade__pushq_send(&((chan_t *)d)->pq, q, dst, idx, n);
 }
 
 static int ucx_wait_served(lade__transport_t *d, uint64_t q) {
-  chan_t *c = (chan_t *)d;
-  struct timespec ts;
-  timespec_after(&ts, c->p.timeout_ms / 1000.0);
-  pthread_mutex_lock(&c->mu);
-  int rc = 0;
-  while (!c->fatal && c->sq_len && c->sq[c->sq_head].q <= q)
-    if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) == ETIMEDOUT && c->sq_len && c->sq[c->sq_head].q <= q) {
-      const sendreq_t *h = &c->sq[c->sq_head];
-      if (h->q >= c->grant[h->dst])
-        rc = lade__fail(LADE_ETIMEOUT, "transport ucx: rank %u: sample %llu of step %llu waited %u ms (setting "
-                        "peer_timeout_ms) to be sent to rank %u, which lets its peers send only below step %llu "
-                        "(its consumer's step plus its window): rank %u stopped or is that far behind", c->rank,
-                        (unsigned long long)h->idx, (unsigned long long)h->q, c->p.timeout_ms, h->dst,
-                        (unsigned long long)c->grant[h->dst], h->dst);
-      else
-        rc = lade__fail(LADE_ETIMEOUT, "transport ucx: rank %u: the sends of step %llu were not served within %u ms",
-                        c->rank, (unsigned long long)q, c->p.timeout_ms);
-      break;
-    }
-  if (!rc && c->fatal) rc = lade__fail(c->fatal, "%s", c->fatal_msg);
-  pthread_mutex_unlock(&c->mu);
-  return rc;
+  return lade__pushq_wait_served(&((chan_t *)d)->pq, q);
 }
 
 static int ucx_recv(lade__transport_t *d, uint64_t q, uint64_t idx, uint32_t src, lade__buf_t *out) {
   chan_t *c = (chan_t *)d;
-  struct timespec ts;
-  timespec_after(&ts, c->p.timeout_ms / 1000.0);
-  pthread_mutex_lock(&c->mu);
-  msg_t *m = NULL;
-  int rc = 0;
-  for (;;) {
-    for (msg_t **pp = &c->bucket[bucket_of(q, idx)]; *pp; pp = &(*pp)->next)
-      if ((*pp)->q == q && (*pp)->idx == idx) {
-        m = *pp;
-        *pp = m->next;
-        c->nmsgs--;
-        c->held -= m->len;
-        break;
-      }
-    if (m) break;
-    if (c->fatal) {
-      rc = lade__fail(c->fatal, "%s", c->fatal_msg);
-      break;
-    }
-    if (src < c->world && c->peer_lost[src]) {
-      rc = lade__fail(LADE_EIO, "transport ucx: rank %u: sample %llu of step %llu did not arrive from rank %u: the "
-                      "connection to rank %u broke: rank %u died", c->rank, (unsigned long long)idx,
-                      (unsigned long long)q, src, src, src);
-      break;
-    }
-    if (pthread_cond_timedwait(&c->cv, &c->mu, &ts) == ETIMEDOUT) {
-      rc = lade__fail(LADE_ETIMEOUT, "transport ucx: rank %u: sample %llu of step %llu did not arrive from rank %u "
-                      "within %u ms (setting peer_timeout_ms): rank %u died, stopped early or is that far behind",
-                      c->rank, (unsigned long long)idx, (unsigned long long)q, src, c->p.timeout_ms, src);
-      break;
-    }
-  }
-  pthread_mutex_unlock(&c->mu);
-  if (!m) return rc;
-  if (m->src != src)
-    rc = lade__fail(LADE_ESTATE, "transport ucx: rank %u: sample %llu of step %llu came from rank %u, the plan says "
-                    "rank %u (the learners' plans differ)", c->rank, (unsigned long long)idx, (unsigned long long)q,
-                    m->src, src);
-  else if (payload_sum(q, idx, m->data, m->len) != m->sum)
-    rc = lade__fail(LADE_EIO, "transport ucx: rank %u: sample %llu of step %llu from rank %u arrived corrupted: its "
-                    "%zu bytes do not match the checksum the sender computed", c->rank, (unsigned long long)idx,
-                    (unsigned long long)q, src, m->len);
-  else if (m->error)
-    rc = lade__fail(LADE_EIO, "from rank %u: %.*s", src, (int)m->len, (const char *)m->data);
-  else if (lade__buf_reserve(out, m->len) != 0)
-    rc = lade__fail(LADE_ENOMEM, "transport ucx: out of memory for %zu bytes", m->len);
-  else {
-    memcpy(out->data, m->data, m->len);
-    out->len = m->len;
-  }
-  free(m->data);
-  free(m);
-  return rc;
+  return lade__pushq_recv(&c->pq, q, idx, src, out, c->peer_lost, c->world);
 }
 
 static void ucx_forget_below(lade__transport_t *d, uint64_t q) {
-  chan_t *c = (chan_t *)d;
-  pthread_mutex_lock(&c->mu);
-  msgs_free(c, q);
-  c->consumed_q = q;
-  pthread_mutex_unlock(&c->mu);
+  lade__pushq_forget_below(&((chan_t *)d)->pq, q);
 }
 
 static void ucx_stats(lade__transport_t *d, lade__transport_stats_t *out) {
-  chan_t *c = (chan_t *)d;
-  pthread_mutex_lock(&c->mu);
-  *out = c->st;
-  pthread_mutex_unlock(&c->mu);
+  lade__pushq_stats(&((chan_t *)d)->pq, out);
 }
 
 /* The host names in the addresses give the nodes; set once with the peers. */
@@ -1299,7 +1079,7 @@ static int ucx_allgather(lade__transport_t *d, const void *mine, size_t len, voi
     return rc;
   }
   struct timespec ts;
-  timespec_after(&ts, c->p.timeout_ms / 1000.0);
+  lade__pushq_timespec_after(&ts, c->p.timeout_ms / 1000.0);
   pthread_mutex_lock(&c->mu);
   if (c->state != OPEN || c->ag_active) {
     pthread_mutex_unlock(&c->mu);
@@ -1333,8 +1113,8 @@ static int ucx_allgather(lade__transport_t *d, const void *mine, size_t len, voi
   /* done when every rank's bytes came and this rank's went out (posted) */
   for (;;) {
     if (c->ag_count == c->world && !c->ag_post) break;
-    if (c->fatal) {
-      rc = lade__fail(c->fatal, "%s", c->fatal_msg);
+    if (c->pq.fatal) {
+      rc = lade__fail(c->pq.fatal, "%s", c->pq.fatal_msg);
       break;
     }
     if (c->ag_err[0]) {
