@@ -272,6 +272,9 @@ static int resolve_node_cache(lade_loader_t *L) {
     fprintf(stderr, "lade: note: %u ranks share this node but no job key is known (setting job_id, or a launcher's "
                     "TORCHELASTIC_RUN_ID, SLURM_JOB_ID, PMIX_NAMESPACE, MASTER_ADDR/MASTER_PORT): each rank keeps "
                     "its own memory cache of cache_mem_bytes\n", L->res.topo.ranks_per_node);
+  if (L->res.note_node_fifo && L->cfg.rank == 0)
+    fprintf(stderr, "lade: note: the node cache evicts in insertion order (FIFO), not by cache_policy=lru: one rank's "
+                    "recency cannot order the node's shared entries (node_cache=off keeps an LRU cache per rank)\n");
   if (L->res.fetch.node_cache && !L->names_digest) L->names_digest = names_digest(L);
   return 0;
 }

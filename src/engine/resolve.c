@@ -251,7 +251,7 @@ uint32_t lade__resolve_plan_nodes(const struct lade_config *cfg, const uint32_t 
 int lade__resolve_node_cache(const struct lade_config *cfg, const char *env_job, lade__resolved_t *r) {
   lade__fetch_conf_t *o = &r->fetch;
   o->node_cache = o->node_disk = false;
-  r->note_no_job_key = false;
+  r->note_no_job_key = r->note_node_fifo = false;
   if (cfg->node_cache == LADE__TRISTATE_OFF) return 0;
   bool on = cfg->node_cache == LADE__TRISTATE_ON;
   /* the memory tier shared unless clairvoyant; the disk tier shared whatever its policy (each rank orders its own
@@ -279,6 +279,8 @@ int lade__resolve_node_cache(const struct lade_config *cfg, const char *env_job,
   snprintf(r->job_key, sizeof r->job_key, "%s#node%u", job, r->topo.node);
   o->node_cache = mem;
   o->node_disk = disk;
+  /* one rank's recency cannot order the node's entries: the segment is FIFO (docs/cache.md, Node cache) */
+  r->note_node_fifo = mem && cfg->cache_policy == LADE__POLICY_LRU;
   if (mp) o->mem_capacity = stage_bytes(cfg, r->topo.ranks_per_node, o->mean_bytes);
   o->shm_dir = cfg->shm_dir;
   o->job_key = r->job_key;

@@ -67,6 +67,7 @@ typedef struct lade__resolved {
   lade__topology_t topo;        /* this rank's node (set once the transport is open: lade__resolve_topology) */
   char job_key[320];            /* the node cache's job key (lade__resolve_node_cache); fetch.job_key points here */
   bool note_no_job_key;         /* node_cache=auto would share the node's cache but no job key is known: say so */
+  bool note_node_fifo;          /* cache_policy=lru named, but the node's shared memory tier evicts FIFO: say so */
   uint32_t threads;             /* worker threads */
 } lade__resolved_t;
 

@@ -387,6 +387,13 @@ static void test_node_cache(void) {
   const char *job[] = {"cache_mem_bytes=4000000", "job_id=mine", NULL};
   CHECK_OK(node_cache(job, 2, 0, "pmix:77", &r));
   CHECK(r.fetch.node_cache && strcmp(r.fetch.job_key, "mine#node0") == 0);
+  CHECK(!r.note_node_fifo); /* the default policy (auto) may be FIFO here without a note */
+  const char *lru[] = {"cache_mem_bytes=4000000", "job_id=mine", "cache_policy=lru", NULL};
+  CHECK_OK(node_cache(lru, 2, 0, "pmix:77", &r));
+  CHECK(r.fetch.node_cache && r.note_node_fifo); /* lru named: the FIFO segment says so */
+  const char *lru_off[] = {"cache_mem_bytes=4000000", "job_id=mine", "cache_policy=lru", "node_cache=off", NULL};
+  CHECK_OK(node_cache(lru_off, 2, 0, "pmix:77", &r));
+  CHECK(!r.fetch.node_cache && !r.note_node_fifo);
   /* auto stays per rank: one rank per node, no budget, a routed plan, clairvoyant, no job key */
   CHECK_OK(node_cache(mem, 1, 0, "pmix:77", &r));
   CHECK(!r.fetch.node_cache);
