@@ -165,9 +165,26 @@ static bool alive(int32_t pid, uint64_t start) {
 
 /* ---- the robust mutex */
 
-static void recover_locked(shmcache_t *s) {
+static rec_t *rec_at(shmcache_t *s, uint64_t pos);
+
+/* Empties the index. The records stay in the ring as dead ones while its
+ * headers hold together: the tail still stops at a record a live writer
+ * from before is copying into (evict_tail), so no later put is given bytes
+ * that writer may still overwrite. A damaged ring (ring_ok false, or a
+ * header that does not add up) is dropped whole: tail = head, and every
+ * copy in flight fails its check. */
+static void recover_locked(shmcache_t *s, bool ring_ok) {
   seg_hdr_t *h = s->h;
-  atomic_store(&h->tail, h->head); /* every record gone: copies in flight fail their check */
+  uint64_t t = atomic_load_explicit(&h->tail, memory_order_relaxed);
+  while (ring_ok && t < h->head) {
+    rec_t *r = rec_at(s, t);
+    if (r->bytes < ALIGN || r->bytes % ALIGN || r->bytes > h->head - t) ring_ok = false;
+    else {
+      if (r->kind == REC_LIVE) r->kind = REC_DEAD;
+      t += r->bytes;
+    }
+  }
+  if (!ring_ok) atomic_store(&h->tail, h->head);
   atomic_thread_fence(memory_order_release);
   memset(s->slots, 0, h->nslots * sizeof *s->slots);
   h->used = h->entries = h->loading = 0;
@@ -178,7 +195,7 @@ static int seg_lock(shmcache_t *s) {
   int r = pthread_mutex_lock(&s->h->mu);
   if (r == EOWNERDEAD) {
     /* a rank died inside the lock: the index may be half-changed; drop it all */
-    recover_locked(s);
+    recover_locked(s, true);
     pthread_mutex_consistent(&s->h->mu);
     fprintf(stderr, "lade: node cache %s: a process died while holding its lock; the cache was emptied\n", s->path);
     return 0;
@@ -245,7 +262,7 @@ static bool evict_tail(shmcache_t *s) {
   rec_t *r = rec_at(s, t);
   uint64_t bytes = r->bytes;
   if (bytes < ALIGN || bytes % ALIGN || bytes > h->head - t) { /* not a record: the ring is damaged */
-    recover_locked(s);
+    recover_locked(s, false);
     return true;
   }
   /* a payload still being copied in, by a live writer: its bytes are not free yet */
@@ -469,7 +486,7 @@ static void shm_clear(lade__cache_t *c) {
   shmcache_t *s = (shmcache_t *)c;
   if (seg_lock(s)) return;
   uint64_t n = s->h->entries;
-  recover_locked(s);
+  recover_locked(s, true);
   atomic_fetch_sub(&s->h->recovered, 1); /* asked for, not a recovery */
   atomic_fetch_add(&s->h->evictions, n);
   seg_unlock(s);

@@ -162,6 +162,9 @@ static void test_torture_with_kills(void) {
   lade__node_cache_stats_t ns;
   lade__shmcache_node_stats(c, &ns);
   CHECK(ns.used <= ns.capacity && ns.corrupt == 0);
+  if (ns.used > ns.capacity || ns.corrupt)
+    printf("  used %llu of %llu, %llu corrupt\n", (unsigned long long)ns.used, (unsigned long long)ns.capacity,
+           (unsigned long long)ns.corrupt);
   printf("  %d processes killed, %llu lock recoveries, %llu hits, %llu misses, %llu inserts, %llu rejected, "
          "%llu evictions\n", killed, (unsigned long long)ns.recovered, (unsigned long long)ns.hits,
          (unsigned long long)ns.misses, (unsigned long long)ns.inserts, (unsigned long long)ns.rejected,
