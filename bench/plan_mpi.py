@@ -39,7 +39,9 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "s3"))
 from s3env import S3Env, missing  # noqa: E402
 
 
-def mpirun(np_, lade, source, plan, cache_bytes, epochs, batch, extra, env, tmp, checksum=False):
+def mpirun(np_, lade, source, plan, cache_bytes, epochs, batch, extra, env, tmp, checksum=False, launcher="mpirun"):
+    """`lade bench` on np_ ranks started by mpirun (or torchrun, launcher="torchrun": no MPI anywhere), each
+    rank's JSON in tmp/out.RANK; returns the ranks' JSON and the wall time."""
     for f in glob.glob(os.path.join(tmp, "out.*")):
         os.remove(f)
     args = [lade, "bench", source, "--plan", plan, "--epochs", str(epochs), "--batch-size", str(batch),
@@ -47,18 +49,24 @@ def mpirun(np_, lade, source, plan, cache_bytes, epochs, batch, extra, env, tmp,
             "--set", "drop_last=true", "--set", "cache_mem_bytes=%d" % cache_bytes]
     for k, v in extra:
         args += ["--set", "%s=%s" % (k, v)]
-    cmd = ["mpirun", "--oversubscribe", "-np", str(np_)]
-    if os.getuid() == 0:
-        cmd.append("--allow-run-as-root")
-    for k in env:
-        cmd += ["-x", k]
-    script = 'exec "$@" > "%s/out.$OMPI_COMM_WORLD_RANK"' % tmp
+    if launcher == "torchrun":  # Debian's torch 1.13 needs --redirects/--tee (docs/python.md)
+        cmd = ["torchrun", "--standalone", "--nproc_per_node=%d" % np_, "--redirects", "2", "--tee", "2",
+               "--no_python"]
+        rank_var = "RANK"
+    else:
+        cmd = ["mpirun", "--oversubscribe", "-np", str(np_)]
+        if os.getuid() == 0:
+            cmd.append("--allow-run-as-root")
+        for k in env:
+            cmd += ["-x", k]
+        rank_var = "OMPI_COMM_WORLD_RANK"
+    script = 'exec "$@" > "%s/out.$%s"' % (tmp, rank_var)
     t0 = time.time()
     r = subprocess.run(cmd + ["sh", "-c", script, "sh"] + args, env=dict(os.environ, **env),
                        capture_output=True, text=True)
     wall = time.time() - t0
     if r.returncode != 0:
-        raise RuntimeError("mpirun failed (%d): %s\n%s" % (r.returncode, " ".join(args), r.stderr[-3000:]))
+        raise RuntimeError("%s failed (%d): %s\n%s" % (launcher, r.returncode, " ".join(args), r.stderr[-3000:]))
     ranks = [json.load(open(os.path.join(tmp, "out.%d" % i))) for i in range(np_)]
     return ranks, wall
 

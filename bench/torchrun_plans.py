@@ -27,41 +27,26 @@ Needs torchrun (python3-torch), a build with UCX, node + s3rver (tests/s3), boto
 """
 import argparse
 import glob
-import json
 import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "s3"))
-from plan_mpi import summarise  # noqa: E402
+from plan_mpi import mpirun, summarise  # noqa: E402
 from s3env import S3Env, missing  # noqa: E402
 
 
 def torchrun(np_, lade, source, plan, cache_bytes, epochs, batch, extra, env, tmp):
-    for f in glob.glob(os.path.join(tmp, "out.*")):
-        os.remove(f)
+    """plan_mpi's runner under torchrun: UCX with the addresses met in tmp/rdv, a cache per rank."""
     rdv = os.path.join(tmp, "rdv")
     shutil.rmtree(rdv, ignore_errors=True)
-    args = [lade, "bench", source, "--plan", plan, "--epochs", str(epochs), "--batch-size", str(batch),
-            "--transform", "imagenet-train", "--threads", "1", "--no-checksum", "--json",
-            "--set", "drop_last=true", "--set", "cache_mem_bytes=%d" % cache_bytes,
-            "--set", "rendezvous_dir=%s" % rdv, "--set", "ranks_per_node=1"]
-    for k, v in extra:
-        args += ["--set", "%s=%s" % (k, v)]
-    cmd = ["torchrun", "--standalone", "--nproc_per_node=%d" % np_, "--redirects", "2", "--tee", "2", "--no_python",
-           "sh", "-c", 'exec "$@" > "%s/out.$RANK"' % tmp, "sh"] + args
-    t0 = time.time()
-    r = subprocess.run(cmd, env=dict(os.environ, **env), capture_output=True, text=True)
-    wall = time.time() - t0
-    if r.returncode != 0:
-        raise RuntimeError("torchrun failed (%d): %s\n%s" % (r.returncode, " ".join(args), r.stderr[-3000:]))
-    return [json.load(open(os.path.join(tmp, "out.%d" % i))) for i in range(np_)], wall
+    extra = [("rendezvous_dir", rdv), ("ranks_per_node", 1)] + list(extra)
+    return mpirun(np_, lade, source, plan, cache_bytes, epochs, batch, extra, env, tmp, launcher="torchrun")
 
 
 def main():
