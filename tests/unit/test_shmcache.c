@@ -240,20 +240,32 @@ static void test_claim_waits_for_the_load(void) {
   bool claimed = false;
   CHECK_EQ_INT(lade__cache_get_claim(c, 5, 0, &b, &claimed), LADE_ENOENT);
   CHECK(claimed);
+  /* The child says when it is about to ask, and the parent's 0.5 s count
+   * starts from there: a slow fork or open (ASan on a loaded 2-core CI
+   * machine took over 0.3 s) cannot let the put come first. */
+  int ready[2];
+  CHECK(pipe(ready) == 0);
   pid_t pid = fork();
   if (pid == 0) {
+    close(ready[0]);
     lade__cache_t *d = open_node("job-claim", 1 << 20, NULL);
     lade__buf_t bb = {0};
     bool cl = true;
     double t0 = lade__now();
+    char one = 1;
+    int bad = write(ready[1], &one, 1) != 1;
     int rc = d ? lade__cache_get_claim(d, 5, 0, &bb, &cl) : -1;
-    /* it waited for the parent's put (0.3 s) and got its bytes without claiming */
-    int bad = rc != 0 || cl || !pok(5, &bb) || lade__now() - t0 < 0.2;
+    /* it waited for the parent's put (0.5 s after the signal) and got its bytes without claiming */
+    bad |= rc != 0 || cl || !pok(5, &bb) || lade__now() - t0 < 0.4;
     lade__buf_free(&bb);
     lade__cache_close(d);
     _exit(bad);
   }
-  usleep(300000);
+  close(ready[1]);
+  char one = 0;
+  CHECK(read(ready[0], &one, 1) == 1);
+  close(ready[0]);
+  usleep(500000);
   CHECK_OK(put(c, 5)); /* ends the claim */
   int st;
   waitpid(pid, &st, 0);
