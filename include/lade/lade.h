@@ -496,6 +496,11 @@ typedef struct lade_stats {
   uint64_t node_cache_recovered;     /* times the cache was emptied: a rank died holding its lock (or its ring was
                                       * found damaged); no torn entry is served, the ranks go on */
   uint32_t node_cache_ranks;         /* live processes attached to it */
+  /* two tiers under a plan (plan=solar with cache_mem_bytes and cache_dir + cache_disk_bytes; docs/plan.md, Two
+   * tiers): samples_by_source[1] and [2] count the reads from each; zero otherwise */
+  uint64_t plan_admits_mem, plan_admits_disk; /* the plan's admits put in each tier */
+  uint64_t plan_moves_up, plan_moves_down;    /* the plan's moves done: disk to memory, memory to disk */
+  uint64_t peer_served_from_disk;             /* of peer_messages_sent, read from the disk tier */
 } lade_stats_t;
 
 /*

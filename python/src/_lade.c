@@ -1086,6 +1086,16 @@ static PyObject *stats_dict(const lade_stats_t *s) {
       "node_cache_hits", (unsigned long long)s->node_cache_hits, "node_cache_misses",
       (unsigned long long)s->node_cache_misses, "node_cache_recovered", (unsigned long long)s->node_cache_recovered,
       "node_cache_ranks", (unsigned int)s->node_cache_ranks);
+  if (node) { /* and two tiers under a plan (docs/plan.md, Two tiers) */
+    int bad = PyDict_Update(d, node) != 0;
+    Py_DECREF(node);
+    node = bad ? NULL
+               : Py_BuildValue("{sKsKsKsKsK}", "plan_admits_mem", (unsigned long long)s->plan_admits_mem,
+                               "plan_admits_disk", (unsigned long long)s->plan_admits_disk, "plan_moves_up",
+                               (unsigned long long)s->plan_moves_up, "plan_moves_down",
+                               (unsigned long long)s->plan_moves_down, "peer_served_from_disk",
+                               (unsigned long long)s->peer_served_from_disk);
+  }
   if (!node || PyDict_Update(d, node) != 0) {
     Py_XDECREF(node);
     Py_DECREF(d);

@@ -337,7 +337,7 @@ static void finish_steps_in_order(lade_loader_t *L) {
   for (;;) {
     slot_t *s = L->evict_q < L->next_sched ? slot_of(L, L->evict_q) : NULL;
     if (!s || s->state != SLOT_FILLING || s->seq != L->evict_q || s->done < s->n || s->finishing) return;
-    if (s->cs.nevict || s->cs.nadmit || s->cs.nsend) {
+    if (s->cs.nevict || s->cs.nadmit || s->cs.nsend || s->cs.nmove || lade__fetch_every_step(L->fetch)) {
       s->finishing = true;
       pthread_mutex_unlock(&L->mu);
       lade__fetch_step_done(L->fetch, &s->cs);

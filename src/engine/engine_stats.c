@@ -59,6 +59,11 @@ static int fill_stats(lade_loader_t *L, lade_stats_t *out) {
     out->peer_bytes_sent = fs.dist.sent_bytes;
     out->peer_served_from_storage = fs.served_from_storage;
     out->peer_bytes_held_peak = fs.dist.held_peak_bytes;
+    out->plan_admits_mem = fs.admits[0];
+    out->plan_admits_disk = fs.admits[1];
+    out->plan_moves_up = fs.moves_up;
+    out->plan_moves_down = fs.moves_down;
+    out->peer_served_from_disk = fs.served_from_disk;
     if (fs.node_cache) {
       out->node_cache_used_bytes = fs.node.used;
       out->node_cache_capacity = fs.node.capacity;

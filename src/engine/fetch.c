@@ -14,6 +14,11 @@
  *                                routed] -> source
  *   own cache (routed)           the plan's tier [wait for its admit,
  *                                planned, fill] -> source; admits
+ *   own cache, two tiers         the plan's tier of the read (memory or
+ *                                disk) [wait for an earlier step's move
+ *                                of it, wait for its admit, planned,
+ *                                fill] -> the other tier [planned: a move
+ *                                not applied yet] -> source; admits
  *   storage (routed)             source; admits
  *   peer K (routed)              the transport; admits (without one: the
  *                                source, reported as a peer read from storage)
@@ -32,6 +37,16 @@
  * engine's window, so the tier's byte capacity is the plan's cache plus
  * (prefetch + 2) batches of mean-sized samples (engine/resolve.c,
  * docs/cache.md).
+ *
+ * Two tiers (solar with cache_disk; docs/plan.md "Two tiers"): the plan
+ * drives the memory tier and the disk tier as one hierarchy. Each read
+ * routed to the own cache names its tier (LADE__ROUTE_OWN_DISK), each admit
+ * its tier (adm_tier), and the step's moves between the tiers are done by
+ * lade__fetch_step_done after its evicts, in step order. A read of a later
+ * step waits for a pending move of the sample (mv_n, done_q; bounded like
+ * an admit's wait); an evict or a move of a sample that a later planned step
+ * admits again leaves that admit's tier alone (the admit may have been put
+ * already) and clears the other one.
  *
  * Locks: `mu` guards the consumer position, the prefetcher's position, the
  * in-flight set, the read-ahead positions and the flags; `nu_mu` guards the
@@ -103,8 +118,15 @@ static void make_chains(lade__fetch_t *f) {
   hop_add(c, LADE__HOP_CACHE, f->disk,
           LADE__HOP_VERSIONED | LADE__HOP_TOUCH | (pf ? LADE__HOP_WAIT_PF : 0) | (pf || routed ? 0 : LADE__HOP_FILL));
   hop_add(c, LADE__HOP_SOURCE, NULL, 0);
+  unsigned own = LADE__HOP_WAIT_ADMIT | LADE__HOP_PLANNED | LADE__HOP_FILL | (f->pdisk ? LADE__HOP_WAIT_MOVE : 0);
   c = &f->chain[LADE__CHAIN_OWN];
-  hop_add(c, LADE__HOP_CACHE, f->ptier, LADE__HOP_WAIT_ADMIT | LADE__HOP_PLANNED | LADE__HOP_FILL);
+  hop_add(c, LADE__HOP_CACHE, f->ptier, own);
+  hop_add(c, LADE__HOP_CACHE, f->pdisk, LADE__HOP_PLANNED);
+  hop_add(c, LADE__HOP_SOURCE, NULL, 0);
+  c->admits = true;
+  c = &f->chain[LADE__CHAIN_OWN_DISK];
+  hop_add(c, LADE__HOP_CACHE, f->pdisk, own);
+  hop_add(c, LADE__HOP_CACHE, f->pdisk ? f->ptier : NULL, LADE__HOP_PLANNED);
   hop_add(c, LADE__HOP_SOURCE, NULL, 0);
   c->admits = true;
   c = &f->chain[LADE__CHAIN_STORAGE];
@@ -140,7 +162,13 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
   if (!rc && f->routed && any) {
     f->adm_q = calloc(f->samples_n, sizeof *f->adm_q);
     f->adm_pending = calloc(f->samples_n, sizeof *f->adm_pending);
-    if (!f->adm_q || !f->adm_pending)
+    bool two = c->two_tiers;
+    if (two) {
+      f->adm_tier = calloc(f->samples_n, sizeof *f->adm_tier);
+      f->mv_n = calloc(f->samples_n, sizeof *f->mv_n);
+      atomic_store(&f->done_q, lade__cursor_first(p->cursor));
+    }
+    if (!f->adm_q || !f->adm_pending || (two && (!f->adm_tier || !f->mv_n)))
       rc = lade__fail(LADE_ENOMEM, "plan=%s: out of memory for the cache's admit table of %llu samples",
                       lade_plan_kind_name(lade__cursor_kind(p->cursor)), (unsigned long long)f->samples_n);
   }
@@ -174,6 +202,7 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
   }
   f->pf_on = !rc && c->prefetcher && f->disk;
   f->ptier = f->routed ? (f->mem ? f->mem : f->disk) : NULL;
+  f->pdisk = f->routed && c->two_tiers && f->mem ? f->disk : NULL;
   make_chains(f);
   if (!rc) lade__readahead_open(f);
   if (!rc) rc = lade__prefetch_start(f);
@@ -228,6 +257,8 @@ void lade__fetch_close(lade__fetch_t *f) {
   lade__nextuse_close(f);
   free((void *)f->adm_q);
   free((void *)f->adm_pending);
+  free((void *)f->adm_tier);
+  free((void *)f->mv_n);
   pthread_mutex_destroy(&f->mu);
   pthread_cond_destroy(&f->cv_pf);
   pthread_cond_destroy(&f->cv_inflight);
@@ -237,6 +268,7 @@ void lade__fetch_close(lade__fetch_t *f) {
 }
 
 bool lade__fetch_cached(const lade__fetch_t *f) { return f->mem || f->disk; }
+bool lade__fetch_every_step(const lade__fetch_t *f) { return f->pdisk != NULL; }
 bool lade__fetch_async(const lade__fetch_t *f) { return f->remote || f->pf_on; }
 
 /* ---------------------------------------------------------------- reads */
@@ -260,6 +292,32 @@ static bool wait_admit(lade__fetch_t *f, uint64_t idx) {
   return !atomic_load_explicit(&f->adm_pending[idx], memory_order_acquire);
 }
 
+/* Two tiers: whether a read of idx for step q must wait for earlier steps'
+ * moves (fetch_impl.h: mv_n, done_q). */
+static bool move_pending(lade__fetch_t *f, uint64_t idx, uint64_t q) {
+  return atomic_load_explicit(&f->mv_n[idx], memory_order_acquire) &&
+         atomic_load_explicit(&f->done_q, memory_order_acquire) < q;
+}
+
+/* Waits (bounded) while move_pending, so the read finds the sample in the
+ * tier the plan says. */
+static void wait_move(lade__fetch_t *f, uint64_t idx, uint64_t q) {
+  if (!move_pending(f, idx, q)) return;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += ADMIT_WAIT_S;
+  pthread_mutex_lock(&f->mu);
+  while (!f->stop && move_pending(f, idx, q))
+    if (pthread_cond_timedwait(&f->cv_admit, &f->mu, &ts) == ETIMEDOUT) break;
+  pthread_mutex_unlock(&f->mu);
+}
+
+/* The tier an admit of idx goes to: the plan's (two tiers: its admit's). */
+static lade__cache_t *admit_tier(lade__fetch_t *f, uint64_t idx) {
+  if (f->pdisk && atomic_load_explicit(&f->adm_tier[idx], memory_order_relaxed) == LADE_TIER_DISK) return f->pdisk;
+  return f->ptier;
+}
+
 static void end_admit(lade__fetch_t *f, uint64_t idx) {
   atomic_store_explicit(&f->adm_pending[idx], 0, memory_order_release);
   pthread_mutex_lock(&f->mu);
@@ -270,7 +328,7 @@ static void end_admit(lade__fetch_t *f, uint64_t idx) {
 /* A put into a tier; the plan's tier takes it under plan_mu (an evict of
  * the same sample checks adm_q under it). */
 static void put(lade__fetch_t *f, lade__cache_t *t, uint64_t idx, uint64_t ver, const lade__buf_t *b) {
-  bool planned = f->routed && t == f->ptier;
+  bool planned = f->routed && (t == f->ptier || t == f->pdisk);
   if (planned) pthread_mutex_lock(&f->plan_mu);
   lade__cache_put_ver(t, idx, ver, b->data, b->len);
   if (planned) pthread_mutex_unlock(&f->plan_mu);
@@ -278,9 +336,10 @@ static void put(lade__fetch_t *f, lade__cache_t *t, uint64_t idx, uint64_t ver, 
 
 /* A cache hop: a hit, after the waits its flags ask for. *claimed: the
  * node cache's miss was claimed (CLAIM): the read must put it or release. */
-static bool hop_get(lade__fetch_t *f, const lade__hop_t *h, uint64_t idx, uint64_t ver, lade__buf_t *out,
+static bool hop_get(lade__fetch_t *f, const lade__hop_t *h, uint64_t idx, uint64_t q, uint64_t ver, lade__buf_t *out,
                     bool *claimed) {
   if (h->flags & LADE__HOP_CLAIM) return lade__cache_get_claim(h->cache, idx, ver, out, claimed) == 0;
+  if (h->flags & LADE__HOP_WAIT_MOVE) wait_move(f, idx, q);
   for (int pass = 0;; pass++) {
     if (lade__cache_get_ver(h->cache, idx, ver, out) == 0) return true;
     /* the prefetcher may be fetching this very sample: wait for it rather
@@ -310,10 +369,12 @@ static int read_chain(lade__fetch_t *f, const lade__chain_t *c, uint64_t idx, ui
     if (h->kind != LADE__HOP_CACHE) break;
     if ((h->flags & LADE__HOP_VERSIONED) && !known) continue;
     bool claimed = false;
-    bool hit = hop_get(f, h, idx, ver, out, &claimed);
+    bool hit = hop_get(f, h, idx, q, ver, out, &claimed);
     if (claimed) claim = h->cache;
     if (!hit) {
-      if (h->flags & LADE__HOP_PLANNED) {
+      /* the plan's cache does not hold it: a fallback unless the next hop is the own cache's other tier */
+      bool last = i + 1 >= c->n || !(c->hop[i + 1].flags & LADE__HOP_PLANNED);
+      if ((h->flags & LADE__HOP_PLANNED) && last) {
         atomic_fetch_add_explicit(&f->plan_fallbacks, 1, memory_order_relaxed);
         *note = LADE__ROUTE_FALLBACK;
       }
@@ -349,14 +410,17 @@ static int read_chain(lade__fetch_t *f, const lade__chain_t *c, uint64_t idx, ui
     }
   }
   if (!rc) { /* the bytes go to the hops before the one that had them, as marked */
-    bool to_ptier = admit;
+    lade__cache_t *at = admit ? admit_tier(f, idx) : NULL;
     for (int j = 0; j < i && j < c->n; j++) {
       const lade__hop_t *h = &c->hop[j];
       if (!(h->flags & LADE__HOP_FILL) || ((h->flags & LADE__HOP_VERSIONED) && !known)) continue;
-      if (h->cache == f->ptier) to_ptier = false;
+      if (h->cache == at) at = NULL;
       put(f, h->cache, idx, ver, out);
     }
-    if (to_ptier) put(f, f->ptier, idx, ver, out); /* an admit of this step */
+    if (at) { /* an admit of this step */
+      put(f, at, idx, ver, out);
+      if (f->pdisk) atomic_fetch_add_explicit(&f->admits[at == f->pdisk], 1, memory_order_relaxed);
+    }
   }
   if (admit) end_admit(f, idx);
   if (claim && rc) lade__cache_release(claim, idx); /* a put ended it otherwise */
@@ -367,7 +431,10 @@ int lade__fetch_read(lade__fetch_t *f, uint64_t idx, uint64_t q, int32_t route, 
                      int *note) {
   int ch = LADE__CHAIN_ANY;
   if (f->routed && route != LADE__ROUTE_ANY)
-    ch = route == LADE_FROM_CACHE ? LADE__CHAIN_OWN : route == LADE_FROM_STORAGE ? LADE__CHAIN_STORAGE : LADE__CHAIN_PEER;
+    ch = route == LADE_FROM_CACHE       ? LADE__CHAIN_OWN
+         : route == LADE__ROUTE_OWN_DISK ? (f->pdisk ? LADE__CHAIN_OWN_DISK : LADE__CHAIN_OWN)
+         : route == LADE_FROM_STORAGE    ? LADE__CHAIN_STORAGE
+                                         : LADE__CHAIN_PEER;
   else
     lade__nextuse_mark(f, idx, q);
   return read_chain(f, &f->chain[ch], idx, q, route, out, tier, note);
@@ -403,9 +470,12 @@ void lade__fetch_step_planned(lade__fetch_t *f, const lade__cursor_step_t *st) {
   if (f->ptier)
     for (uint32_t i = 0; i < st->nadmit; i++) {
       uint64_t x = st->admit[i];
+      if (f->pdisk) atomic_store_explicit(&f->adm_tier[x], st->admit_tier[i], memory_order_relaxed);
       atomic_store_explicit(&f->adm_q[x], st->q + 1, memory_order_relaxed);
       atomic_store_explicit(&f->adm_pending[x], 1, memory_order_release);
     }
+  if (f->pdisk)
+    for (uint32_t i = 0; i < st->nmove; i++) atomic_fetch_add_explicit(&f->mv_n[st->move[i]], 1, memory_order_release);
   if (f->nu_on) {
     uint64_t e = f->p.steps ? st->q / f->p.steps : 0;
     lade__nextuse_ensure(f, e);
@@ -432,18 +502,63 @@ void lade__fetch_step_planned(lade__fetch_t *f, const lade__cursor_step_t *st) {
 
 int lade__fetch_serve(void *ctx, uint64_t idx, uint64_t q, int nonblock, lade__buf_t *out) {
   lade__fetch_t *f = ctx;
-  (void)q;
   lade__cache_t *t = f->ptier ? f->ptier : f->mem;
   uint64_t ver = t && t == f->disk ? lade__fetch_version(f, idx) : 0;
-  if (t && lade__cache_get_ver(t, idx, ver, out) == 0) return 0;
+  if (f->pdisk) { /* two tiers: where an earlier step's move put it, memory first */
+    if (nonblock && move_pending(f, idx, q)) return LADE__DIST_AGAIN;
+    wait_move(f, idx, q);
+    ver = lade__fetch_version(f, idx);
+    if (lade__cache_get_ver(t, idx, ver, out) == 0) return 0;
+    if (lade__cache_get_ver(f->pdisk, idx, ver, out) == 0) {
+      atomic_fetch_add_explicit(&f->served_disk, 1, memory_order_relaxed);
+      return 0;
+    }
+  } else if (t && lade__cache_get_ver(t, idx, ver, out) == 0) {
+    return 0;
+  }
   /* admitted by a step whose read has not put it yet: ask again later */
   if (nonblock && f->adm_pending && atomic_load_explicit(&f->adm_pending[idx], memory_order_acquire))
     return LADE__DIST_AGAIN;
-  if (t && f->adm_pending && wait_admit(f, idx) && lade__cache_get_ver(t, idx, ver, out) == 0) return 0;
+  if (t && f->adm_pending && wait_admit(f, idx)) {
+    t = f->pdisk ? admit_tier(f, idx) : t;
+    if (lade__cache_get_ver(t, idx, ver, out) == 0) {
+      if (t == f->pdisk) atomic_fetch_add_explicit(&f->served_disk, 1, memory_order_relaxed);
+      return 0;
+    }
+  }
   /* the plan says this cache holds it and it does not (bytes budget, a
    * resumed run): the peer still gets the right bytes, from storage */
   atomic_fetch_add_explicit(&f->served_storage, 1, memory_order_relaxed);
   return f->p.ops->read(f->p.src, idx, out);
+}
+
+/* Two tiers: step st's moves, after its evicts. A sample a later planned
+ * step admits again is copied but kept where it was too: reads before that
+ * admit find it in the moved-to tier, and the evict before the admit drops
+ * the copy the admit's tier does not keep. A sample not in the tier it
+ * leaves (a refused put, a fallback) is not moved; reads of it fall back. */
+static void do_moves(lade__fetch_t *f, const lade__cursor_step_t *st) {
+  lade__buf_t b = {0};
+  for (uint32_t i = 0; i < st->nmove; i++) {
+    uint64_t x = st->move[i];
+    bool up = st->move_to[i] == LADE_TIER_MEM;
+    lade__cache_t *to = up ? f->ptier : f->pdisk, *from = up ? f->pdisk : f->ptier;
+    uint64_t ver = lade__fetch_version(f, x);
+    pthread_mutex_lock(&f->plan_mu);
+    bool readmit = atomic_load_explicit(&f->adm_q[x], memory_order_relaxed) > st->q + 1;
+    if (lade__cache_get_ver(from, x, ver, &b) == 0) {
+      lade__cache_put_ver(to, x, ver, b.data, b.len);
+      if (!readmit) lade__cache_evict(from, x);
+      atomic_fetch_add_explicit(up ? &f->moves_up : &f->moves_down, 1, memory_order_relaxed);
+    }
+    lade__clear_error();
+    pthread_mutex_unlock(&f->plan_mu);
+    uint16_t n = atomic_load_explicit(&f->mv_n[x], memory_order_relaxed);
+    while (n && !atomic_compare_exchange_weak_explicit(&f->mv_n[x], &n, (uint16_t)(n - 1), memory_order_release,
+                                                       memory_order_relaxed)) {
+    } /* 0 after a seek cleared it */
+  }
+  lade__buf_free(&b);
 }
 
 void lade__fetch_step_done(lade__fetch_t *f, const lade__cursor_step_t *st) {
@@ -457,9 +572,17 @@ void lade__fetch_step_done(lade__fetch_t *f, const lade__cursor_step_t *st) {
     uint64_t x = st->evict[i];
     /* admitted by this step too (evicted, then admitted again: the kinds
      * cancel an admit followed by an evict in one step) or by a later one:
-     * the admit wins */
+     * the admit wins (two tiers: the admit's tier keeps it, the other
+     * drops it) */
     pthread_mutex_lock(&f->plan_mu);
-    if (atomic_load_explicit(&f->adm_q[x], memory_order_relaxed) < st->q + 1) lade__cache_evict(f->ptier, x);
+    bool readmit = atomic_load_explicit(&f->adm_q[x], memory_order_relaxed) >= st->q + 1;
+    if (!f->pdisk) {
+      if (!readmit) lade__cache_evict(f->ptier, x);
+    } else {
+      lade__cache_t *keep = readmit ? admit_tier(f, x) : NULL;
+      if (keep != f->ptier) lade__cache_evict(f->ptier, x);
+      if (keep != f->pdisk) lade__cache_evict(f->pdisk, x);
+    }
     pthread_mutex_unlock(&f->plan_mu);
   }
   for (uint32_t i = 0; i < st->nadmit; i++) { /* admits whose read failed or was substituted */
@@ -468,6 +591,12 @@ void lade__fetch_step_done(lade__fetch_t *f, const lade__cursor_step_t *st) {
         atomic_load_explicit(&f->adm_pending[x], memory_order_acquire))
       end_admit(f, x);
   }
+  if (!f->pdisk) return;
+  if (st->nmove) do_moves(f, st);
+  atomic_store_explicit(&f->done_q, st->q + 1, memory_order_release); /* the reads waiting for it go on */
+  pthread_mutex_lock(&f->mu);
+  pthread_cond_broadcast(&f->cv_admit);
+  pthread_mutex_unlock(&f->mu);
 }
 
 bool lade__fetch_ready(lade__fetch_t *f, uint64_t idx) {
@@ -493,6 +622,10 @@ void lade__fetch_seek(lade__fetch_t *f, uint64_t pos) {
   /* the admits of abandoned steps will not come: nobody waits for them */
   if (f->adm_pending)
     for (uint64_t i = 0; i < f->samples_n; i++) atomic_store_explicit(&f->adm_pending[i], 0, memory_order_relaxed);
+  if (f->mv_n) { /* the moves of abandoned steps will not be done */
+    for (uint64_t i = 0; i < f->samples_n; i++) atomic_store_explicit(&f->mv_n[i], 0, memory_order_relaxed);
+    atomic_store(&f->done_q, f->p.batch ? pos / f->p.batch : 0);
+  }
   pthread_cond_broadcast(&f->cv_admit);
   f->seek_gen++;
   f->pf_pos = pos;
@@ -519,6 +652,11 @@ void lade__fetch_stats(lade__fetch_t *f, lade__fetch_stats_t *out) {
   out->plan_fallbacks = atomic_load(&f->plan_fallbacks);
   out->plan_peer = atomic_load(&f->plan_peer);
   out->served_from_storage = atomic_load(&f->served_storage);
+  out->served_from_disk = atomic_load(&f->served_disk);
+  out->admits[0] = atomic_load(&f->admits[0]);
+  out->admits[1] = atomic_load(&f->admits[1]);
+  out->moves_up = atomic_load(&f->moves_up);
+  out->moves_down = atomic_load(&f->moves_down);
   if (f->p.dist) f->p.dist->ops->stats(f->p.dist, &out->dist);
   if (f->disk) {
     lade__cache_stats_t cs;

@@ -32,7 +32,9 @@ typedef struct lade__fetch_conf {
   uint64_t disk_capacity;    /* bytes the disk tier keeps (0 with cache_dir "") */
   int policy;                /* LADE__CACHE_FIFO | LRU | CLAIRVOYANT | PLAN (cache/cache.h) */
   bool next_use;             /* clairvoyant: next-use maps are kept */
-  bool routed;               /* the plan routes samples and drives the one tier */
+  bool routed;               /* the plan routes samples and drives its tier (or two) */
+  bool two_tiers;            /* routed with cache_disk: the plan drives the memory and the disk tier as one
+                              * hierarchy (docs/plan.md, Two tiers) */
   bool warm;                 /* routed with a disk tier: its entries may seed the plan (lade__fetch_survivors) */
   bool prefetcher;           /* the DELI prefetcher fills the disk tier */
   uint64_t fetch_size, threshold; /* its window and trigger, in samples */
@@ -74,6 +76,9 @@ void lade__fetch_close(lade__fetch_t *f);
 
 /* True when any cache tier is on. */
 bool lade__fetch_cached(const lade__fetch_t *f);
+/* True when lade__fetch_step_done must be called for every step, even one
+ * with no evicts, admits, sends or moves (two tiers: it marks the steps done). */
+bool lade__fetch_every_step(const lade__fetch_t *f);
 /* A warm restart (docs/plan.md "Warm restarts"): the disk tier's entries whose
  * stored version is the sample's now, in index order, at most `most` (the
  * rest, and with keep false all, are dropped: the plan's model holds nothing
@@ -122,7 +127,8 @@ bool lade__fetch_view_done(lade__fetch_t *f, uint64_t idx, const lade__fetch_vie
 void lade__fetch_step_planned(lade__fetch_t *f, const lade__cursor_step_t *st);
 
 /* Every sample of step st was read: applies its evictions (unless a later
- * planned step admits the sample again) and ends its pending admits. */
+ * planned step admits the sample again), ends its pending admits, and with
+ * two tiers moves the step's samples between them. Called in step order. */
 void lade__fetch_step_done(lade__fetch_t *f, const lade__cursor_step_t *st);
 
 /* True when lade__fetch_read(idx) would not wait for the network now. */
@@ -150,6 +156,9 @@ typedef struct lade__fetch_stats {
   uint64_t plan_fallbacks; /* routed to the own cache, not there: read from storage */
   uint64_t plan_peer;      /* routed to a peer: read from storage (no transport) */
   uint64_t served_from_storage; /* sends whose sample was not in the cache */
+  uint64_t served_from_disk;    /* two tiers: sends read from the disk tier */
+  uint64_t admits[2];           /* two tiers: admits put in memory, on disk */
+  uint64_t moves_up, moves_down; /* two tiers: moves done between them */
   lade__transport_stats_t dist;
   lade__source_stats_t src;
   uint64_t fetch_size, threshold;

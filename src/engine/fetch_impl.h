@@ -36,6 +36,7 @@ enum {
   LADE__HOP_PLANNED = 1u << 5,    /* the plan's own cache: hits and fallbacks are counted against the plan */
   LADE__HOP_CLAIM = 1u << 6,      /* the node cache: a miss claims the sample, so the node's other ranks wait for
                                    * this read instead of reading it too (lade__cache_get_claim) */
+  LADE__HOP_WAIT_MOVE = 1u << 7,  /* two tiers: wait for an earlier step's pending move of the sample first */
 };
 typedef struct lade__hop {
   int kind;
@@ -53,7 +54,14 @@ typedef struct lade__chain {
   int note; /* LADE__ROUTE_MET or LADE__ROUTE_PEER_STORAGE (a peer route without a transport) */
 } lade__chain_t;
 
-enum { LADE__CHAIN_ANY = 0, LADE__CHAIN_OWN, LADE__CHAIN_STORAGE, LADE__CHAIN_PEER, LADE__CHAIN_COUNT };
+enum {
+  LADE__CHAIN_ANY = 0,
+  LADE__CHAIN_OWN,      /* the plan's tier (two tiers: memory) */
+  LADE__CHAIN_OWN_DISK, /* two tiers: the plan's disk tier */
+  LADE__CHAIN_STORAGE,
+  LADE__CHAIN_PEER,
+  LADE__CHAIN_COUNT
+};
 
 struct lade__fetch {
   lade__fetch_params_t p;
@@ -104,10 +112,22 @@ struct lade__fetch {
   pthread_cond_t cv_admit;      /* with mu: a pending admit ended */
   pthread_mutex_t plan_mu;      /* orders an evict's adm_q check and its evict against an admit's put */
   lade__cache_t *ptier;         /* the tier the plan drives: mem, else disk (NULL: no cache) */
+  /* two tiers (conf.two_tiers): ptier is memory, pdisk the disk tier; each
+   * admit's tier, and the moves between them: mv_n counts a sample's moves
+   * planned and not done yet; done_q is q + 1 of the last step whose
+   * lade__fetch_step_done ended (steps end in order). A read of step q of a
+   * sample with moves pending waits (cv_admit) until done_q >= q: every move
+   * of an earlier step is then done, and none of step q or later is waited
+   * for (that could wait for the read itself) */
+  lade__cache_t *pdisk;
+  _Atomic uint8_t *adm_tier;
+  _Atomic uint16_t *mv_n;
+  _Atomic uint64_t done_q;
 
   _Atomic uint64_t samples[LADE__TIER_COUNT], bytes[LADE__TIER_COUNT];
   _Atomic uint64_t misses, prefetched, pf_errors, waited;
   _Atomic uint64_t plan_hits, plan_fallbacks, plan_peer, served_storage;
+  _Atomic uint64_t served_disk, admits[2], moves_up, moves_down;
 };
 
 /* fetch.c */

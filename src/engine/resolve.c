@@ -100,9 +100,9 @@ static int check_cache(const struct lade_config *cfg) {
   if (routed && policy != LADE__POLICY_AUTO && policy != LADE__POLICY_PLAN)
     return lade__fail(LADE_EINVAL, "plan=%s drives the memory cache by its own admits and evicts: cache_policy must "
                       "be auto or plan", plan);
-  if (routed && cfg->cache_dir[0] && cfg->cache_mem_bytes)
-    return lade__fail(LADE_EINVAL, "plan=%s drives one cache per learner: set cache_mem_bytes or cache_dir, not both",
-                      plan);
+  if (routed && cfg->cache_dir[0] && cfg->cache_mem_bytes && cfg->plan != LADE_PLAN_SOLAR)
+    return lade__fail(LADE_EINVAL, "plan=%s drives one cache per learner: set cache_mem_bytes or cache_dir, not both "
+                      "(memory and disk as two tiers of one plan: plan=solar)", plan);
   if (routed && cfg->cache_dir[0] && !cfg->cache_disk_bytes)
     return lade__fail(LADE_EINVAL, "plan=%s with a disk cache: set cache_disk_bytes (the plan's cache size)", plan);
   if (routed && cfg->prefetcher == LADE__TRISTATE_ON)
@@ -118,7 +118,7 @@ static int check_cache(const struct lade_config *cfg) {
 
 /* The cache tiers, the prefetcher and read-ahead (the fetch stage's part). */
 static int resolve_fetch(const struct lade_config *cfg, const lade__source_facts_t *fa, lade__fetch_conf_t *o,
-                         uint64_t *plan_cache) {
+                         uint64_t *plan_cache, uint64_t *plan_cache_disk) {
   int rc = check_cache(cfg);
   if (rc) return rc;
   bool routed = routed_kind(cfg), pf = prefetcher_on(cfg, fa->remote);
@@ -127,11 +127,16 @@ static int resolve_fetch(const struct lade_config *cfg, const lade__source_facts
                             .mean_bytes = mean, .window = cfg->prefetch + 1, .epochs = cfg->epochs};
   /* the plan's cache: cache_mem_bytes (else cache_disk_bytes) over the
    * bytes one entry of the mean size is charged in that tier */
-  *plan_cache = 0;
+  *plan_cache = *plan_cache_disk = 0;
   if (plan_cache_sized(cfg))
     *plan_cache = LADE__MIN(cfg->cache_mem_bytes ? cfg->cache_mem_bytes / lade__memcache_charge(mean)
                                                  : cfg->cache_disk_bytes / lade__diskcache_charge(mean),
                             fa->count);
+  /* solar with both: the disk tier under the memory tier, one hierarchy of
+   * at most the dataset (docs/plan.md, Two tiers) */
+  if (routed && cfg->cache_mem_bytes && cfg->cache_dir[0])
+    *plan_cache_disk = LADE__MIN(cfg->cache_disk_bytes / lade__diskcache_charge(mean), fa->count - *plan_cache);
+  o->two_tiers = *plan_cache_disk > 0;
   /* the policy: a routed plan drives its tier; auto is clairvoyant (Belady
    * from the order's next-use maps) while sample indices fit the maps */
   int policy = cfg->cache_policy;
@@ -350,13 +355,13 @@ static int resolve_position(const struct lade_config *cfg, const lade__source_fa
 /* A planned kind's disk cache is the plan's start: what survived an earlier
  * run (a restart) is not read again (docs/plan.md "Warm restarts"). */
 static void resolve_warm(const struct lade_config *cfg, lade__fetch_conf_t *f) {
-  f->warm = f->routed && cfg->cache_dir[0];
+  f->warm = f->routed && cfg->cache_dir[0] && !cfg->cache_mem_bytes; /* two tiers start empty */
 }
 
 int lade__resolve(const struct lade_config *cfg, const lade__source_facts_t *fa, lade__resolved_t *r) {
   memset(r, 0, sizeof *r);
-  uint64_t plan_cache = 0;
-  int rc = resolve_fetch(cfg, fa, &r->fetch, &plan_cache);
+  uint64_t plan_cache = 0, plan_cache_disk = 0;
+  int rc = resolve_fetch(cfg, fa, &r->fetch, &plan_cache, &plan_cache_disk);
   if (!rc) rc = resolve_transport(cfg, fa, r);
   if (rc) return rc;
   r->transform = resolve_transform(cfg, &fa->kind);
@@ -384,6 +389,7 @@ int lade__resolve(const struct lade_config *cfg, const lade__source_facts_t *fa,
   cp->plan.imbalance = cfg->plan_imbalance;
   cp->plan.coalesce = 0;
   cp->plan.cache = plan_cache;
+  cp->plan.cache_disk = plan_cache_disk;
   resolve_warm(cfg, &r->fetch);
   return resolve_position(cfg, fa, cp);
 }

@@ -98,6 +98,9 @@ void lade__cursor_step_free(lade__cursor_step_t *s) {
   free(s->from);
   free(s->admit);
   free(s->evict);
+  free(s->admit_tier);
+  free(s->move);
+  free(s->move_to);
   free(s->send_idx);
   free(s->send_dst);
   memset(s, 0, sizeof *s);
@@ -121,7 +124,7 @@ int lade__cursor_grow_samples(lade__cursor_step_t *out, uint64_t n) {
 
 void lade__cursor_unrouted(lade__cursor_step_t *out) {
   for (uint32_t i = 0; i < out->n; i++) out->from[i] = LADE__ROUTE_ANY;
-  out->nadmit = out->nevict = out->nsend = 0;
+  out->nadmit = out->nevict = out->nsend = out->nmove = 0;
 }
 
 int lade__cursor_get(lade__cursor_t *c, uint64_t q, lade__cursor_step_t *out) {

@@ -62,6 +62,9 @@
  * LADE_FROM_STORAGE and a peer's rank (>= 0): no plan route, the fetch
  * stage's tiers decide (the regular plan, and the short last step). */
 #define LADE__ROUTE_ANY (-3)
+/* Two tiers (plan.cache_disk > 0): the own cache's disk tier; LADE_FROM_CACHE
+ * is then its memory tier (the plan's tier[] at the start of the step). */
+#define LADE__ROUTE_OWN_DISK (-4)
 #define LADE__CURSOR_NONE32 UINT32_MAX
 /* Whether a plan kind routes samples (own cache / peer / storage) and keeps
  * a cache model: every kind but regular and shards. */
@@ -95,6 +98,14 @@ typedef struct lade__cursor_step {
   int32_t *from;         /* n routes */
   uint64_t *admit, *evict;
   uint32_t nadmit, nevict;
+  /* two tiers (plan.cache_disk > 0; else admit_tier is unused): admit[i]
+   * goes to tier admit_tier[i] (LADE_TIER_MEM or LADE_TIER_DISK); at the end
+   * of the step, after the evicts, this rank's cached move[i] goes to tier
+   * move_to[i] */
+  uint8_t *admit_tier;
+  uint64_t *move;
+  uint8_t *move_to;
+  uint32_t nmove, move_cap, admt_cap;
   /* the samples this rank's cache sends to other learners in this step
    * (their from[] names this rank): send_idx[i] goes to rank send_dst[i] */
   uint64_t *send_idx;

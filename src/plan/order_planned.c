@@ -22,6 +22,26 @@ typedef struct planned_order {
   lade__order_slices_t sl; /* the short last step */
 } planned_order_t;
 
+/* Two tiers: the own cache's reads from disk get their own route, and the
+ * admits' tiers and this rank's moves are copied out. */
+static int tiers_of(const lade_plan_step_t *v, uint32_t r, uint64_t a, uint64_t b, lade__cursor_step_t *out) {
+  for (uint64_t i = a; i < b; i++)
+    if (v->from[i] == LADE_FROM_CACHE && v->tier[i] == LADE_TIER_DISK) out->from[i - a] = LADE__ROUTE_OWN_DISK;
+  uint64_t aa = v->admit_offset[r], ma = v->move_offset[r], mb = v->move_offset[r + 1];
+  int rc = lade__cursor_grow((void **)&out->admit_tier, &out->admt_cap, out->nadmit, sizeof *out->admit_tier);
+  uint32_t tcap = out->move_cap;
+  if (!rc) rc = lade__cursor_grow((void **)&out->move_to, &tcap, mb - ma, sizeof *out->move_to);
+  if (!rc) rc = lade__cursor_grow((void **)&out->move, &out->move_cap, mb - ma, sizeof *out->move);
+  if (rc) return rc;
+  if (out->nadmit) memcpy(out->admit_tier, v->admit_tier + aa, out->nadmit);
+  out->nmove = (uint32_t)(mb - ma);
+  if (mb > ma) {
+    memcpy(out->move, v->move + ma, (mb - ma) * sizeof *out->move);
+    memcpy(out->move_to, v->move_to + ma, mb - ma);
+  }
+  return 0;
+}
+
 /* This rank's part of planned step (e, st). */
 static int planned_step(planned_order_t *po, uint64_t e, uint64_t st, lade__cursor_step_t *out) {
   lade_plan_t *pl = po->pl;
@@ -52,6 +72,8 @@ static int planned_step(planned_order_t *po, uint64_t e, uint64_t st, lade__curs
   out->nevict = (uint32_t)(eb - ea);
   if (ab > aa) memcpy(out->admit, v->admit + aa, (ab - aa) * sizeof *out->admit);
   if (eb > ea) memcpy(out->evict, v->evict + ea, (eb - ea) * sizeof *out->evict);
+  out->nmove = 0;
+  if (v->tier && (rc = tiers_of(v, r, a, b, out)) != 0) return rc;
   /* what the other learners read from this rank's cache, in global batch order */
   out->nsend = 0;
   for (uint32_t d = 0; d < v->learners; d++) {

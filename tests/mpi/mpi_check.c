@@ -48,6 +48,7 @@ static const char *g_prefetch = NULL; /* NULL: the default */
 static unsigned g_step_us;            /* sleep after each batch */
 static const char *g_rpn = NULL;      /* ranks_per_node; NULL: the default (detect) */
 static const char *g_transport = "mpi";
+static uint64_t g_two; /* > 0: solar's two tiers, g_two samples per holder on disk under the memory cache */
 static char g_dir[4096];
 
 static uint8_t byte_of(uint64_t i, int k) { return (uint8_t)(i * 31 + (uint64_t)k * 7 + 1); }
@@ -116,6 +117,12 @@ static lade_loader_t *open_loader(const char *kind, uint64_t cache_bytes, uint32
   lade_config_set(c, "peer_timeout_ms", v);
   snprintf(v, sizeof v, "%llu", (unsigned long long)cache_bytes);
   lade_config_set(c, "cache_mem_bytes", v);
+  if (g_two) { /* a folder per rank: a routed plan plans each rank's own tiers */
+    snprintf(v, sizeof v, "%s/two-%d", g_dir, g_rank);
+    lade_config_set(c, "cache_dir", v);
+    snprintf(v, sizeof v, "%llu", (unsigned long long)(g_two * 4096)); /* 256 bytes: one 4 KiB block each */
+    lade_config_set(c, "cache_disk_bytes", v);
+  }
   lade_loader_t *L = NULL;
   int rc = lade_loader_create(&L, c);
   lade_config_destroy(c);
@@ -180,6 +187,7 @@ static lade_plan_settings_t settings(const char *kind, uint64_t cache_bytes) {
   s.epochs = EPOCHS;
   s.seed = 7;
   s.cache = cache_bytes / CHARGE;
+  s.cache_disk = g_two;
   s.coalesce = 0;
   s.ranks_per_node = g_rpn ? (uint32_t)atoi(g_rpn) : 1;
   return s;
@@ -204,6 +212,9 @@ static void check_kind(const char *kind, uint64_t cache_bytes) {
   lade_plan_t *pl = NULL;
   int ok = lade_plan_create(&pl, &s, sizeof s) == 0;
   uint64_t pos = 0, cnt[EPOCHS][4] = {{0}}, pnode[EPOCHS][64][4] = {{{0}}};
+  /* two tiers: this rank's own reads from disk per epoch; its admits and moves (to memory, to disk); the run's reads
+   * from any disk tier (own, or sent to another learner) */
+  uint64_t cnt_disk[EPOCHS] = {0}, adm[2] = {0}, mv[2] = {0}, all_disk = 0;
   uint32_t prpn = ok ? lade_plan_settings(pl)->ranks_per_node : 1;
   int order_ok = 1, once_ok = 1;
   const lade_plan_step_t *v = NULL;
@@ -220,10 +231,17 @@ static void check_kind(const char *kind, uint64_t cache_bytes) {
         for (uint64_t i = v->offset[q]; i < v->offset[q + 1]; i++) {
           lade_plan_route_class_t k = lade_plan_route_class(v->from[i], q, prpn);
           if (q / rpn < 64) pnode[e][q / rpn][k]++;
+          int disk = v->tier && v->tier[i] == LADE_TIER_DISK;
+          all_disk += disk;
           if (q != (uint32_t)g_rank) continue;
           if (pos >= r->n || r->idx[pos++] != (int64_t)v->samples[i]) order_ok = 0;
           cnt[e][k]++;
+          cnt_disk[e] += disk && k == LADE_ROUTE_OWN;
         }
+      for (uint64_t j = v->tier ? v->admit_offset[g_rank] : 0; v->tier && j < v->admit_offset[g_rank + 1]; j++)
+        adm[v->admit_tier[j] == LADE_TIER_DISK]++;
+      for (uint64_t j = v->tier ? v->move_offset[g_rank] : 0; v->tier && j < v->move_offset[g_rank + 1]; j++)
+        mv[v->move_to[j] == LADE_TIER_DISK]++;
     }
   }
   lade_plan_destroy(pl);
@@ -233,7 +251,8 @@ static void check_kind(const char *kind, uint64_t cache_bytes) {
   for (uint64_t e = 0; e < EPOCHS; e++) {
     const lade_epoch_stats_t *es = &r->ep[e];
     uint64_t peer = cnt[e][LADE_ROUTE_NODE] + cnt[e][LADE_ROUTE_PEER];
-    if (es->samples_by_source[1] != cnt[e][LADE_ROUTE_OWN] || es->samples_by_source[3] != peer ||
+    if (es->samples_by_source[1] != cnt[e][LADE_ROUTE_OWN] - cnt_disk[e] || es->samples_by_source[2] != cnt_disk[e] ||
+        es->samples_by_source[3] != peer ||
         es->samples_by_source[0] != cnt[e][LADE_ROUTE_STORAGE] || es->peer_samples_node != cnt[e][LADE_ROUTE_NODE] ||
         es->peer_bytes_node != cnt[e][LADE_ROUTE_NODE] * SZ || es->plan_fallbacks || es->plan_peer_storage) {
       counts_ok = 0;
@@ -248,11 +267,31 @@ static void check_kind(const char *kind, uint64_t cache_bytes) {
   snprintf(what, sizeof what, "%s: per-rank cache/intra-node/inter-node/storage counts equal the plan's, no fallback",
            tag);
   check(counts_ok, what);
+  if (g_two) { /* two tiers: each tier's reads (above), admits and moves are the plan's; with the sends read from a
+                * disk tier, the ranks' disk reads sum to the simulator's */
+    const lade_stats_t *st = &r->st;
+    int tiers_ok = st->plan_admits_mem == adm[0] && st->plan_admits_disk == adm[1] && st->plan_moves_up == mv[0] &&
+                   st->plan_moves_down == mv[1];
+    if (!tiers_ok)
+      fprintf(stderr, "rank %d %s: admits %llu/%llu moves %llu/%llu, plan %llu/%llu, %llu/%llu\n", g_rank, tag,
+              (unsigned long long)st->plan_admits_mem, (unsigned long long)st->plan_admits_disk,
+              (unsigned long long)st->plan_moves_up, (unsigned long long)st->plan_moves_down,
+              (unsigned long long)adm[0], (unsigned long long)adm[1], (unsigned long long)mv[0],
+              (unsigned long long)mv[1]);
+    snprintf(what, sizeof what, "%s: per-rank admits to each tier and moves between them equal the plan's", tag);
+    check(tiers_ok, what);
+    uint64_t d = st->peer_served_from_disk, dsum = 0;
+    for (uint64_t e = 0; e < EPOCHS; e++) d += r->ep[e].samples_by_source[2];
+    MPI_Allreduce(&d, &dsum, 1, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+    snprintf(what, sizeof what, "%s: reads from disk tiers (own and sent) summed = the plan's (%llu)", tag,
+             (unsigned long long)all_disk);
+    check(dsum == all_disk && all_disk > 0, what);
+  }
   /* per node: each rank adds its counts at its node; the sums equal the plan's per node */
   uint64_t mine[EPOCHS * 64 * 4] = {0}, sum[EPOCHS * 64 * 4];
   for (uint64_t e = 0; e < EPOCHS; e++) {
     uint64_t *m = mine + (e * 64 + (uint64_t)g_rank / rpn) * 4;
-    m[LADE_ROUTE_OWN] = r->ep[e].samples_by_source[1];
+    m[LADE_ROUTE_OWN] = r->ep[e].samples_by_source[1] + r->ep[e].samples_by_source[2];
     m[LADE_ROUTE_NODE] = r->ep[e].peer_samples_node;
     m[LADE_ROUTE_PEER] = r->ep[e].samples_by_source[3] - r->ep[e].peer_samples_node;
     m[LADE_ROUTE_STORAGE] = r->ep[e].samples_by_source[0];
@@ -274,6 +313,17 @@ static void check_kind(const char *kind, uint64_t cache_bytes) {
       for (int k = 0; k < 4; k++) tot[k] += sum[(e * 64 + m) * 4 + k];
     sim_ok = tot[LADE_ROUTE_OWN] == sim[e].from_cache && tot[LADE_ROUTE_NODE] == sim[e].from_node &&
              tot[LADE_ROUTE_PEER] == sim[e].from_peer && tot[LADE_ROUTE_STORAGE] == sim[e].from_storage;
+  }
+  if (g_two && sim_ok) { /* the plan's disk reads (all_disk) and the ranks' admits and moves summed: the simulator's */
+    uint64_t sd = 0, sims[4] = {0}, mine4[4] = {r->st.plan_admits_mem, r->st.plan_admits_disk, r->st.plan_moves_up,
+                                                r->st.plan_moves_down}, tot4[4];
+    for (uint64_t e = 0; e < EPOCHS; e++) {
+      sd += sim[e].from_disk;
+      sims[0] += sim[e].admits_mem, sims[1] += sim[e].admits_disk;
+      sims[2] += sim[e].moves_up, sims[3] += sim[e].moves_down;
+    }
+    MPI_Allreduce(mine4, tot4, 4, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+    sim_ok = sd == all_disk && !memcmp(tot4, sims, sizeof sims);
   }
   snprintf(what, sizeof what, "%s: the ranks' counts summed equal the simulator's", tag);
   check(sim_ok, what);
@@ -737,6 +787,16 @@ int main(int argc, char **argv) {
         check_kind(kinds[k], (uint64_t)(N / holders) * CHARGE);     /* the aggregate cache holds the dataset */
         check_kind(kinds[k], (uint64_t)(N / holders / 2) * CHARGE); /* half of it */
       }
+    }
+    /* solar's two tiers (docs/plan.md, Two tiers): a node's memory cache of an eighth, a disk tier of a quarter */
+    for (size_t n = 0; n < 3; n++) {
+      g_rpn = rpns[n];
+      uint32_t rpn = (uint32_t)atoi(g_rpn);
+      if (g_world % (int)rpn) continue;
+      uint32_t holders = (uint32_t)g_world / rpn;
+      g_two = N / holders / 4;
+      check_kind("solar", (uint64_t)(N / holders / 8) * CHARGE);
+      g_two = 0;
     }
     g_rpn = NULL;
     check_repeat_and_resume();

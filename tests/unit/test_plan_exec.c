@@ -26,6 +26,7 @@
 #define DISK_CHARGE 4096 /* the disk tier's: a 56-byte header and the payload in whole 4 KiB blocks */
 
 static int g_disk; /* 1: the plan drives a disk cache (cache_dir) instead of the memory tier */
+static uint64_t g_two; /* > 0: solar's two tiers: the memory cache and g_two samples on disk under it */
 static const lade_position_t *g_pos; /* open_loader's loaders resume it (lade_config_set_position) */
 
 static uint8_t byte_of(uint64_t i, int k) { return (uint8_t)(i * 31 + (uint64_t)k * 7 + 1); }
@@ -93,6 +94,12 @@ static lade_loader_t *open_loader(const char *kind, uint32_t rank, uint32_t worl
     snprintf(v, sizeof v, "%llu", (unsigned long long)cache_bytes);
     lade_config_set(c, "cache_mem_bytes", v);
   }
+  if (g_two) {
+    snprintf(v, sizeof v, "%llu", (unsigned long long)(g_two * DISK_CHARGE));
+    lade_config_set(c, "cache_disk_bytes", v);
+    snprintf(src, sizeof src, "%s/cache2", make_dataset());
+    lade_config_set(c, "cache_dir", src);
+  }
   if (extra && lade_config_parse(c, extra)) fprintf(stderr, "bad setting %s: %s\n", extra, lade_last_error());
   if (g_pos && lade_config_set_position(c, g_pos, sizeof *g_pos)) fprintf(stderr, "position: %s\n", lade_last_error());
   lade_loader_t *L = NULL;
@@ -151,6 +158,7 @@ static lade_plan_settings_t settings_of(const char *kind, uint32_t world, uint64
   s.epochs = EPOCHS;
   s.seed = 7;
   s.cache = cache_bytes / CHARGE;
+  s.cache_disk = g_two;
   s.coalesce = 0;
   s.imbalance = g_imbalance;
   return s;
@@ -381,6 +389,116 @@ static void test_short_last_step(void) {
   CHECK(ok);
 }
 
+/* Two tiers under solar (docs/plan.md, Two tiers): the memory cache and a
+ * disk tier of g_two samples under it. Each rank reads from memory and
+ * from disk exactly what the plan's tier[] says, admits to each tier and
+ * moves between them what the plan says, with no fallback; at world size 1
+ * the sums equal the simulator's (at 4 ranks the peers' reads come from
+ * storage here: no transport; tests/mpi covers them). */
+static void check_two_tiers(uint32_t W, uint64_t mem, uint64_t disk) {
+  const char *kind = "solar";
+  g_two = disk;
+  fprintf(stderr, "  solar, %u rank(s), %llu samples in memory and %llu on disk\n", W, (unsigned long long)mem,
+          (unsigned long long)disk);
+  for (uint32_t r = 0; r < W; r++) {
+    lade_test_sh("rm -rf %s/cache2", make_dataset());
+    run_rank(kind, r, W, mem * CHARGE, 0, 0, &g_runs[r]);
+    CHECK_EQ_INT(g_runs[r].rc, 0);
+    CHECK(g_runs[r].content_ok);
+  }
+  lade_plan_t *pl = make_plan(kind, W, mem * CHARGE);
+  CHECK(pl != NULL);
+  if (!pl) {
+    g_two = 0;
+    return;
+  }
+  uint64_t steps = lade_plan_steps_per_epoch(pl), pos[MAXW] = {0};
+  uint64_t rd[MAXW][EPOCHS][3] = {{{0}}}; /* memory, disk, storage or peer */
+  uint64_t adm[MAXW][2] = {{0}}, mv[MAXW][2] = {{0}}; /* to memory, to disk */
+  int order_ok = 1;
+  for (uint64_t e = 0; e < EPOCHS; e++)
+    for (uint64_t st = 0; st < steps; st++) {
+      const lade_plan_step_t *v = NULL;
+      CHECK_OK(lade_plan_next(pl, &v));
+      if (!v || !v->tier) {
+        lade_plan_destroy(pl);
+        g_two = 0;
+        CHECK(!"the plan has two tiers");
+        return;
+      }
+      for (uint32_t r = 0; r < W; r++) {
+        for (uint64_t i = v->offset[r]; i < v->offset[r + 1]; i++) {
+          if (g_runs[r].idx[pos[r]++] != (int64_t)v->samples[i]) order_ok = 0;
+          int k = v->from[i] != LADE_FROM_CACHE ? 2 : v->tier[i] == LADE_TIER_DISK ? 1 : 0;
+          rd[r][e][k]++;
+        }
+        for (uint64_t j = v->admit_offset[r]; j < v->admit_offset[r + 1]; j++)
+          adm[r][v->admit_tier[j] == LADE_TIER_DISK]++;
+        for (uint64_t j = v->move_offset[r]; j < v->move_offset[r + 1]; j++)
+          mv[r][v->move_to[j] == LADE_TIER_DISK]++;
+      }
+    }
+  lade_plan_destroy(pl);
+  CHECK(order_ok);
+  uint64_t tot_disk = 0, moves = 0;
+  for (uint32_t r = 0; r < W; r++) {
+    const lade_stats_t *st = &g_runs[r].st;
+    for (uint64_t e = 0; e < EPOCHS; e++) {
+      const lade_epoch_stats_t *es = &g_runs[r].ep[e];
+      if (es->samples_by_source[1] != rd[r][e][0] || es->samples_by_source[2] != rd[r][e][1] ||
+          es->samples_by_source[0] != rd[r][e][2] || es->plan_fallbacks)
+        fprintf(stderr, "  rank %u epoch %llu: memory/disk/storage %llu/%llu/%llu, plan %llu/%llu/%llu, fallbacks "
+                "%llu\n", r, (unsigned long long)e, (unsigned long long)es->samples_by_source[1],
+                (unsigned long long)es->samples_by_source[2], (unsigned long long)es->samples_by_source[0],
+                (unsigned long long)rd[r][e][0], (unsigned long long)rd[r][e][1], (unsigned long long)rd[r][e][2],
+                (unsigned long long)es->plan_fallbacks);
+      CHECK_EQ_INT(es->samples_by_source[1], rd[r][e][0]);
+      CHECK_EQ_INT(es->samples_by_source[2], rd[r][e][1]);
+      CHECK_EQ_INT(es->samples_by_source[0], rd[r][e][2]);
+      CHECK_EQ_INT(es->plan_fallbacks, 0);
+      tot_disk += rd[r][e][1];
+    }
+    CHECK_EQ_INT(st->plan_admits_mem, adm[r][0]);
+    CHECK_EQ_INT(st->plan_admits_disk, adm[r][1]);
+    CHECK_EQ_INT(st->plan_moves_up, mv[r][0]);
+    CHECK_EQ_INT(st->plan_moves_down, mv[r][1]);
+    moves += st->plan_moves_up + st->plan_moves_down;
+  }
+  fprintf(stderr, "  %llu reads from disk, %llu moves between the tiers\n", (unsigned long long)tot_disk,
+          (unsigned long long)moves);
+  CHECK(tot_disk > 0 && moves > 0); /* both tiers were used */
+  if (W == 1) { /* the simulator's sums */
+    lade_plan_settings_t s = settings_of(kind, W, mem * CHARGE);
+    lade_sim_costs_t costs = {0};
+    lade_sim_epoch_t sim[EPOCHS];
+    CHECK_OK(lade_simulate(&s, sizeof s, &costs, sim, sizeof sim[0], NULL));
+    uint64_t am = 0, ad = 0, mu = 0, md = 0;
+    for (uint64_t e = 0; e < EPOCHS; e++) {
+      CHECK_EQ_INT(g_runs[0].ep[e].samples_by_source[1] + g_runs[0].ep[e].samples_by_source[2], sim[e].from_cache);
+      CHECK_EQ_INT(g_runs[0].ep[e].samples_by_source[2], sim[e].from_disk);
+      CHECK_EQ_INT(g_runs[0].ep[e].samples_by_source[0], sim[e].from_storage);
+      am += sim[e].admits_mem, ad += sim[e].admits_disk, mu += sim[e].moves_up, md += sim[e].moves_down;
+    }
+    CHECK_EQ_INT(g_runs[0].st.plan_admits_mem, am);
+    CHECK_EQ_INT(g_runs[0].st.plan_admits_disk, ad);
+    CHECK_EQ_INT(g_runs[0].st.plan_moves_up, mu);
+    CHECK_EQ_INT(g_runs[0].st.plan_moves_down, md);
+  }
+  g_two = 0;
+}
+
+static void test_two_tiers(void) {
+  check_two_tiers(1, N / 8, N / 4);
+  check_two_tiers(1, N / 4, N / 2);
+  check_two_tiers(4, N / 16, N / 8);
+  /* another kind with both: refused, saying which kind plans two tiers */
+  g_two = N / 4;
+  lade_loader_t *L = open_loader("locality", 0, 1, (uint64_t)(N / 8) * CHARGE, NULL);
+  g_two = 0;
+  CHECK(L == NULL && strstr(lade_last_error(), "plan=solar"));
+  if (L) lade_loader_destroy(L);
+}
+
 static void expect_error(const char *kind, const char *extra, const char *words) {
   lade_loader_t *L = open_loader(kind, 0, 1, 10000, extra);
   CHECK(L == NULL);
@@ -500,6 +618,7 @@ int main(int argc, char **argv) {
   RUN(test_repeat_and_resume);
   RUN(test_short_last_step);
   RUN(test_warm_restart);
+  RUN(test_two_tiers);
   RUN(test_bad_settings);
   return lade_test_finish();
 }

@@ -115,12 +115,34 @@ static void test_policies(void) {
   CHECK(!r.fetch.next_use);
 }
 
+/* solar with both caches: two tiers, the disk's samples at most the rest of
+ * the dataset; they start empty (no warm start from the disk). */
+static void test_two_tiers(void) {
+  lade__source_facts_t fa = facts(100, 10, false);
+  lade__resolved_t r;
+  const char *a[] = {"plan=solar", "epochs=3", "cache_mem_bytes=740", "cache_dir=/tmp/x", "cache_disk_bytes=81920",
+                     NULL};
+  CHECK_OK(resolve(a, &fa, &r));
+  CHECK_EQ_INT(r.cursor.plan.cache, 10); /* 740 / (10 + 64) */
+  CHECK_EQ_INT(r.cursor.plan.cache_disk, 20); /* 81920 / 4096 */
+  CHECK(r.fetch.two_tiers && r.fetch.routed && !r.fetch.warm);
+  const char *b[] = {"plan=solar", "epochs=3", "cache_mem_bytes=740", "cache_dir=/tmp/x", "cache_disk_bytes=8192000",
+                     NULL};
+  CHECK_OK(resolve(b, &fa, &r));
+  CHECK_EQ_INT(r.cursor.plan.cache_disk, 90); /* the rest of the dataset */
+  const char *c[] = {"plan=solar", "epochs=3", "cache_dir=/tmp/x", "cache_disk_bytes=81920", NULL};
+  CHECK_OK(resolve(c, &fa, &r));
+  CHECK(!r.fetch.two_tiers && r.fetch.warm);
+  CHECK_EQ_INT(r.cursor.plan.cache_disk, 0);
+}
+
 static void test_cross_setting_errors(void) {
   lade__source_facts_t fa = facts(100, 10, false);
   const char *a[] = {"plan=locality", "cache_mem_bytes=1000", "cache_policy=fifo", NULL};
   expect_error(a, &fa, "cache_policy must be auto or plan");
-  const char *b[] = {"plan=solar", "epochs=3", "cache_mem_bytes=1000", "cache_dir=/tmp/x", "cache_disk_bytes=10", NULL};
-  expect_error(b, &fa, "set cache_mem_bytes or cache_dir, not both");
+  const char *b[] = {"plan=distcache", "cache_mem_bytes=1000", "cache_dir=/tmp/x", "cache_disk_bytes=10", NULL};
+  expect_error(b, &fa, "set cache_mem_bytes or cache_dir, not both (memory and disk as two tiers of one plan: "
+                       "plan=solar)");
   const char *c[] = {"plan=locality", "cache_dir=/tmp/x", NULL};
   expect_error(c, &fa, "set cache_disk_bytes");
   const char *d[] = {"plan=distcache", "prefetcher=on", "cache_mem_bytes=1000", NULL};
@@ -481,6 +503,7 @@ int main(int argc, char **argv) {
   lade_test_args(argc, argv);
   RUN(test_cache_mem_bytes_walk);
   RUN(test_policies);
+  RUN(test_two_tiers);
   RUN(test_cross_setting_errors);
   RUN(test_prefetcher_window_and_readahead);
   RUN(test_transport_transform_threads);
