@@ -55,7 +55,9 @@ typedef struct lade__cache_opts {
   void *next_use_ctx;
   int named_temporaries; /* disk tier: write named temporaries even where O_TMPFILE works (tests the fallback) */
   /* the node tier (shmcache.c, docs/cache.md "Node cache"): with node_dir set and dir NULL, one memory tier
-   * shared by the processes of a node through a segment in node_dir (a tmpfs); evicts FIFO whatever `policy` */
+   * shared by the processes of a node through a segment in node_dir (a tmpfs); evicts FIFO whatever `policy`,
+   * except LADE__CACHE_PLAN: it never evicts by itself (a put that does not fit is refused; the ring's live
+   * records are moved forward to make room) and the node's ranks mark their steps (lade__shmcache_mark_step) */
   const char *node_dir;     /* the tmpfs folder (shm_dir); NULL: not shared */
   const char *node_job;     /* the job key: processes of one job agree on it without talking (engine/resolve.c);
                              * with dir: the disk tier's folder is shared by the node's processes of this job */
@@ -160,6 +162,7 @@ typedef struct lade__node_cache_stats {
   uint64_t hits, misses, inserts, evictions, rejected, corrupt;
   uint64_t recovered;     /* times the cache was emptied: a process died holding its lock, or the ring was damaged */
   uint64_t waited;        /* gets that waited for another process's read of the sample, then hit */
+  uint64_t moved;         /* plan mode: records moved forward to make room */
   uint64_t entries, used, capacity;
   uint64_t segment_bytes; /* the segment file's size: capacity plus header and index */
   uint32_t attached;      /* live processes attached */
@@ -170,5 +173,15 @@ void lade__shmcache_node_stats(lade__cache_t *c, lade__node_cache_stats_t *out);
 /* Tests only: takes the node tier's lock and returns holding it, so a test
  * process can die holding it (the others then recover: shmcache.c). */
 void lade__shmcache_hold_lock_for_test(lade__cache_t *c);
+
+/* A plan's node tier (policy LADE__CACHE_PLAN; docs/plan.md "Nodes"): the
+ * node's ranks, numbered 0 .. ranks - 1 among themselves, each publish
+ * `mark`, 1 + the last step whose reads they finished (set at a seek too). */
+void lade__shmcache_mark_step(lade__cache_t *c, uint32_t local, uint64_t mark);
+/* Rank `local`'s mark. */
+uint64_t lade__shmcache_step_of(lade__cache_t *c, uint32_t local);
+/* Waits until ranks 0 .. ranks - 1 all marked at least `mark`, polling,
+ * at most timeout_ms: 0, or LADE_ETIMEOUT with *late the first one behind. */
+int lade__shmcache_wait_steps(lade__cache_t *c, uint32_t ranks, uint64_t mark, uint32_t timeout_ms, uint32_t *late);
 
 #endif

@@ -15,6 +15,18 @@
  * The index is open addressing over slots {key, pos, len, ver, sum, state}
  * with backward-shift deletion; only ready entries are served.
  *
+ * Plan mode (policy LADE__CACHE_PLAN: a node-aware plan's cache, docs/plan.md
+ * "Nodes"): the plan decides every evict, so a put never evicts at the
+ * tail. It frees dead records there and moves live ones forward to the head
+ * (copy forward, as a log-structured store cleans), until its record fits
+ * or every record that was in the ring has been passed once (refused then:
+ * the plan's reads of it fall back). A moved entry keeps its checksum; a
+ * reader of its old place sees the tail past it and asks again. The arena
+ * is sized with room to spare (engine/resolve.c), so moves stay few. The
+ * node's ranks publish the steps they finished reading (step_mark), so a
+ * rank evicts only what no rank of its node still has to read, and a rank
+ * waiting for another's admit knows when it will not come.
+ *
  * Lock: one robust process-shared mutex in the header guards head, the
  * index, the records' headers, used/entries and the attach table. tail is
  * written under it and read without it (atomic). Payload copies run
@@ -55,7 +67,7 @@
 #include "cache/cindex.h"
 
 #define SEG_MAGIC "LADESHM1"
-#define SEG_LAYOUT 1u
+#define SEG_LAYOUT 2u
 #define HDR_PAGE 8192
 #define MAX_ATTACH 256
 #define REC_HDR 32
@@ -98,6 +110,10 @@ typedef struct seg_hdr {
   /* counters, node-wide (atomic) */
   _Atomic uint64_t hits, misses, inserts, evictions, rejected, corrupt, stale, recovered, bytes_written;
   _Atomic uint64_t waited; /* gets that waited for another process's load of the sample, then hit */
+  uint32_t plan;           /* plan mode (policy LADE__CACHE_PLAN) */
+  uint32_t pad1;
+  _Atomic uint64_t moved;  /* plan mode: records moved forward to make room */
+  _Atomic uint64_t step_mark[MAX_ATTACH]; /* plan mode: each local rank's 1 + last step read */
 } seg_hdr_t;
 _Static_assert(sizeof(seg_hdr_t) <= HDR_PAGE, "the header fits its page");
 
@@ -125,6 +141,8 @@ typedef struct shmcache {
   int att; /* this process's attach slot */
   uint64_t stale_removed; /* stale segments open removed */
   uint32_t timeout_ms;    /* the longest wait for another process's load (peer_timeout_ms) */
+  uint8_t *tmp;           /* plan mode: a record being moved */
+  uint64_t tmp_cap;
   char path[LADE__PATH_MAX];
   char dir[LADE__PATH_MAX];
 } shmcache_t;
@@ -410,6 +428,65 @@ static void shm_release(lade__cache_t *c, uint64_t key) {
   seg_unlock(s);
 }
 
+/* The bytes of padding a record of `charge` needs at head so it does not
+ * cross the arena's end. */
+static uint64_t pad_at(uint64_t head, uint64_t charge, uint64_t A) {
+  return (head % A) + charge > A ? A - head % A : 0;
+}
+
+/* Plan mode: moves the live entry e, whose record is at the tail, to the
+ * head (through tmp: the tail passes it first, so its bytes are free for
+ * the copy whatever the ring's state; the pad it may need always fits, as
+ * a record at the tail never crosses the arena's end). Locked. */
+static bool move_tail(shmcache_t *s, slot_t *e) {
+  seg_hdr_t *h = s->h;
+  uint64_t A = h->arena_bytes, t = e->pos;
+  rec_t *r = rec_at(s, t);
+  uint64_t b = r->bytes;
+  if (b > s->tmp_cap) {
+    uint8_t *p = realloc(s->tmp, b);
+    if (!p) return false;
+    s->tmp = p;
+    s->tmp_cap = b;
+  }
+  memcpy(s->tmp, r, b);
+  atomic_store_explicit(&h->tail, t + b, memory_order_relaxed);
+  atomic_thread_fence(memory_order_release); /* readers of its old place see the tail past it */
+  uint64_t pad = pad_at(h->head, b, A);
+  if (pad) {
+    *rec_at(s, h->head) = (rec_t){.key = 0, .len = 0, .bytes = pad, .kind = REC_PAD};
+    h->head += pad;
+  }
+  rec_t *n = rec_at(s, h->head);
+  memcpy(n, s->tmp, b);
+  n->busy = 0;
+  n->writer = (int32_t)getpid();
+  e->pos = h->head;
+  h->head += b;
+  atomic_fetch_add_explicit(&h->moved, 1, memory_order_relaxed);
+  return true;
+}
+
+/* Plan mode: room for a record of `charge` bytes at the head without
+ * evicting an entry (see the top). Locked. */
+static bool plan_room(shmcache_t *s, uint64_t charge) {
+  seg_hdr_t *h = s->h;
+  uint64_t A = h->arena_bytes, stop = h->head;
+  if (h->used + charge > A) return false;
+  for (;;) {
+    uint64_t t = atomic_load_explicit(&h->tail, memory_order_relaxed);
+    if (A - (h->head - t) >= pad_at(h->head, charge, A) + charge) return true;
+    if (t >= stop || t == h->head) return false; /* every record of before passed once */
+    rec_t *r = rec_at(s, t);
+    slot_t *e = r->kind == REC_LIVE && r->bytes >= ALIGN ? slot_find(s, r->key) : NULL;
+    if (e && e->pos == t && e->state == SLOT_READY && !r->busy) {
+      if (!move_tail(s, e)) return false;
+    } else if (!evict_tail(s)) {
+      return false;
+    }
+  }
+}
+
 static int shm_put(lade__cache_t *c, uint64_t key, uint64_t ver, const void *data, size_t len) {
   shmcache_t *s = (shmcache_t *)c;
   seg_hdr_t *h = s->h;
@@ -419,7 +496,8 @@ static int shm_put(lade__cache_t *c, uint64_t key, uint64_t ver, const void *dat
   slot_t *old = slot_find(s, key);
   if (old) remove_entry(s, old); /* a writer of it finds its slot gone and leaves it; a claim ends */
   if (charge > A || (h->entries + h->loading + 1) * 4 > h->nslots * 3) goto rejected;
-  uint64_t pad = (h->head % A) + charge > A ? A - h->head % A : 0;
+  if (h->plan && !plan_room(s, charge)) goto rejected;
+  uint64_t pad = pad_at(h->head, charge, A);
   while (A - (h->head - atomic_load_explicit(&h->tail, memory_order_relaxed)) < pad + charge)
     if (!evict_tail(s)) goto rejected;
   if (pad) { /* the record does not fit before the arena's end: skip to its start */
@@ -533,10 +611,35 @@ void lade__shmcache_node_stats(lade__cache_t *c, lade__node_cache_stats_t *out) 
   out->corrupt = atomic_load(&h->corrupt);
   out->recovered = atomic_load(&h->recovered);
   out->waited = atomic_load(&h->waited);
+  out->moved = atomic_load(&h->moved);
   snprintf(out->path, sizeof out->path, "%s", s->path);
 }
 
 void lade__shmcache_hold_lock_for_test(lade__cache_t *c) { seg_lock((shmcache_t *)c); }
+
+void lade__shmcache_mark_step(lade__cache_t *c, uint32_t local, uint64_t mark) {
+  shmcache_t *s = (shmcache_t *)c;
+  if (local < MAX_ATTACH) atomic_store_explicit(&s->h->step_mark[local], mark, memory_order_release);
+}
+
+uint64_t lade__shmcache_step_of(lade__cache_t *c, uint32_t local) {
+  shmcache_t *s = (shmcache_t *)c;
+  return local < MAX_ATTACH ? atomic_load_explicit(&s->h->step_mark[local], memory_order_acquire) : UINT64_MAX;
+}
+
+int lade__shmcache_wait_steps(lade__cache_t *c, uint32_t ranks, uint64_t mark, uint32_t timeout_ms, uint32_t *late) {
+  double t_end = lade__now() + timeout_ms / 1000.0;
+  for (uint32_t l = 0; l < ranks && l < MAX_ATTACH; l++)
+    while (lade__shmcache_step_of(c, l) < mark) {
+      if (lade__now() > t_end) {
+        *late = l;
+        return LADE_ETIMEOUT;
+      }
+      struct timespec ts = {0, 100000};
+      nanosleep(&ts, NULL);
+    }
+  return 0;
+}
 
 /* ---- segment files */
 
@@ -645,6 +748,7 @@ static int create_seg(shmcache_t *s, const lade__cache_opts_t *o, uint64_t diges
   h0.arena_off = arena_off;
   h0.arena_bytes = arena;
   h0.digest = digest;
+  h0.plan = o->policy == LADE__CACHE_PLAN;
   h0.creator_pid = (int32_t)getpid();
   h0.creator_start = proc_start(getpid());
   h0.pidns = my_pidns();
@@ -746,6 +850,7 @@ static void shm_close(lade__cache_t *c) {
   detach(s);
   if (s->h) munmap(s->h, s->map_bytes);
   if (s->fd >= 0) close(s->fd);
+  free(s->tmp);
   lade__cache_base_free(&s->base);
   free(s);
 }
@@ -769,7 +874,8 @@ int lade__shmcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
     return rc;
   }
   const char *ns = o->ns ? o->ns : "";
-  uint64_t digest = lade_checksum(ns, strlen(ns), SUM_SEED) ^ lade__mix64(o->capacity);
+  uint64_t digest = lade_checksum(ns, strlen(ns), SUM_SEED) ^ lade__mix64(o->capacity) ^
+                    (o->policy == LADE__CACHE_PLAN ? 0x504c414eull : 0); /* never a FIFO job's segment */
   snprintf(s->dir, sizeof s->dir, "%s", o->node_dir);
   /* the user too: two users' jobs never meet under one name */
   uint64_t jk = lade_checksum(o->node_job, strlen(o->node_job), SUM_SEED) ^ lade__mix64((uint64_t)geteuid() + 1);

@@ -62,6 +62,100 @@ static int segments(void) {
   return n;
 }
 
+static lade__cache_t *open_plan(const char *job, uint64_t capacity) {
+  lade__cache_opts_t o = {.ns = "test://node", .capacity = capacity, .policy = LADE__CACHE_PLAN,
+                          .node_dir = g_dir, .node_job = job, .node_slots = 4096, .node_timeout_ms = 5000};
+  lade__cache_t *c = NULL;
+  return lade__cache_open(&c, &o) == 0 ? c : NULL;
+}
+
+/* Plan mode: the plan's evicts only. With the ring's tail live, a put moves
+ * live records forward instead of evicting them; every entry put and not
+ * evicted stays readable with its bytes; a put the live entries leave no
+ * room for is refused, the others kept. A FIFO cache of the same job and
+ * settings is another segment. */
+static void test_plan_mode(void) {
+  uint64_t cap = 0;
+  for (uint64_t k = 0; k < 40; k++) cap += lade__shmcache_charge(plen(k));
+  lade__cache_t *c = open_plan("job-plan", cap);
+  CHECK(c != NULL);
+  if (!c) return;
+  bool in[400] = {false};
+  uint64_t used = 0;
+  lade__buf_t b = {0};
+  /* 30 entries, then rounds of: evict every third live one, put new ones while they fit */
+  uint64_t next = 0;
+  for (; next < 30; next++) {
+    CHECK_OK(put(c, next));
+    in[next] = true;
+    used += lade__shmcache_charge(plen(next));
+  }
+  for (int round = 0; round < 12; round++) {
+    int j = 0;
+    for (uint64_t k = 0; k < next; k++)
+      if (in[k] && j++ % 3 == round % 3) {
+        CHECK(lade__cache_evict(c, k));
+        in[k] = false;
+        used -= lade__shmcache_charge(plen(k));
+      }
+    while (next < 400 && used + lade__shmcache_charge(plen(next)) <= cap * 3 / 4) {
+      CHECK_OK(put(c, next));
+      in[next] = true;
+      used += lade__shmcache_charge(plen(next));
+      next++;
+    }
+    for (uint64_t k = 0; k < next; k++)
+      CHECK_EQ_INT(lade__cache_get(c, k, &b) == 0 && pok(k, &b), in[k]);
+  }
+  lade__node_cache_stats_t ns;
+  lade__shmcache_node_stats(c, &ns);
+  fprintf(stderr, "  %llu puts, %llu records moved forward, %llu evictions (all the plan's)\n",
+          (unsigned long long)next, (unsigned long long)ns.moved, (unsigned long long)ns.evictions);
+  CHECK(ns.moved > 0 && ns.rejected == 0 && ns.used == used);
+  /* fill it: the put that does not fit is refused, nothing else goes */
+  uint64_t before = ns.entries;
+  while (next < 400 && used + lade__shmcache_charge(plen(next)) <= cap) {
+    CHECK_OK(put(c, next));
+    in[next] = true;
+    used += lade__shmcache_charge(plen(next));
+    next++;
+  }
+  CHECK_OK(put(c, next)); /* refused (counted), not an error */
+  lade__shmcache_node_stats(c, &ns);
+  CHECK(ns.rejected == 1 && ns.used == used && ns.entries > before);
+  for (uint64_t k = 0; k <= next; k++) CHECK_EQ_INT(lade__cache_get(c, k, &b) == 0 && pok(k, &b), k < 400 && in[k]);
+  lade__cache_t *fifo = open_node("job-plan", cap, NULL);
+  CHECK(fifo != NULL && segments() == 2);
+  lade__cache_close(fifo);
+  lade__buf_free(&b);
+  lade__cache_close(c);
+}
+
+/* Plan mode's step marks: a rank waits for the others' marks, bounded. */
+static void test_step_marks(void) {
+  lade__cache_t *c = open_plan("job-marks", 1 << 16);
+  CHECK(c != NULL);
+  if (!c) return;
+  lade__shmcache_mark_step(c, 0, 5);
+  uint32_t late = 99;
+  CHECK_EQ_INT(lade__shmcache_wait_steps(c, 2, 5, 50, &late), LADE_ETIMEOUT);
+  CHECK_EQ_INT(late, 1);
+  pid_t pid = fork();
+  if (pid == 0) {
+    lade__cache_t *d = open_plan("job-marks", 1 << 16);
+    usleep(100000);
+    if (d) lade__shmcache_mark_step(d, 1, 6);
+    lade__cache_close(d);
+    _exit(d ? 0 : 1);
+  }
+  CHECK_OK(lade__shmcache_wait_steps(c, 2, 5, 5000, &late));
+  CHECK_EQ_INT(lade__shmcache_step_of(c, 1), 6);
+  int st;
+  waitpid(pid, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  lade__cache_close(c);
+}
+
 /* Two processes of one job: one copy; a put by one is a hit for the other. */
 static void test_one_copy_two_processes(void) {
   lade__cache_t *c = open_node("job-one", 1 << 20, NULL);
@@ -341,6 +435,8 @@ int main(int argc, char **argv) {
   RUN(test_claim_waits_for_the_load);
   RUN(test_view_in_place);
   RUN(test_torture_with_kills);
+  RUN(test_plan_mode);
+  RUN(test_step_marks);
   rmdir(g_dir);
   return lade_test_finish();
 }
