@@ -370,8 +370,10 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
     double next = e + 1 < MAX_EPOCH_T && e + 1 < neps && ep_start[e + 1] > 0 ? ep_start[e + 1] : t_end;
     ep_secs[e] = next - ep_start[e];
   }
-  /* the plan's cache is one tier: memory, or disk */
-#define CACHED(e) (eps[e].samples_by_source[1] + eps[e].samples_by_source[2])
+  /* by the plan's routes: the own cache (memory and disk tiers), peers (intra-node handoffs read from the node's
+   * shared cache too: docs/plan.md, Nodes), storage */
+#define CACHED(e) (eps[e].samples_by_source[1] + eps[e].samples_by_source[2] - eps[e].plan_node_reads)
+#define PEERED(e) (eps[e].samples_by_source[3] + eps[e].plan_peer_storage + eps[e].plan_node_reads)
   /* every rank's counts summed (under mpirun): cache, peer, storage, the
    * plan's three, fallbacks; the slowest rank's epoch time, the waits summed */
   static uint64_t agg[MAX_EPOCH_LINES][7];
@@ -382,7 +384,7 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
     static uint64_t mine[MAX_EPOCH_LINES][7];
     double t[MAX_EPOCH_LINES], w[MAX_EPOCH_LINES];
     for (int e = 0; e < neps; e++) {
-      uint64_t v[7] = {CACHED(e), eps[e].samples_by_source[3] + eps[e].plan_peer_storage,
+      uint64_t v[7] = {CACHED(e), PEERED(e),
                        eps[e].samples_by_source[0] - eps[e].plan_peer_storage, pred[e][PRED_CACHE],
                        pred[e][PRED_PEER], pred[e][PRED_STORAGE], eps[e].plan_fallbacks};
       memcpy(mine[e], v, sizeof v);
@@ -436,11 +438,12 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
                "\"predicted_cache\":%llu,\"predicted_peer\":%llu,\"predicted_storage\":%llu,\"handoff\":%llu,"
                "\"predicted_handoff\":%llu,",
                e ? "," : "", lade_plan_kind_name(ps.kind), (unsigned long long)CACHED(e),
-               (unsigned long long)(eps[e].samples_by_source[3] + eps[e].plan_peer_storage),
+               (unsigned long long)PEERED(e),
                (unsigned long long)(eps[e].samples_by_source[0] - eps[e].plan_peer_storage),
                (unsigned long long)eps[e].plan_fallbacks, (unsigned long long)pred[e][PRED_CACHE],
                (unsigned long long)pred[e][PRED_PEER], (unsigned long long)pred[e][PRED_STORAGE],
-               (unsigned long long)eps[e].peer_samples_node, (unsigned long long)pred[e][PRED_HANDOFF]);
+               (unsigned long long)(eps[e].peer_samples_node + eps[e].plan_node_reads),
+               (unsigned long long)pred[e][PRED_HANDOFF]);
       double es = ep_secs[e];
       printf("%s\"epoch\":%d,\"seconds\":%.4f,\"peer_bytes\":%llu,\"miss_rate\":%.4f,\"wait_s\":%.4f,\"get_requests\":%llu,\"list_requests\":%llu,"
              "\"remote_bytes\":%llu,\"samples_by_source\":[%llu,%llu,%llu],\"bytes_by_source\":[%llu,%llu,%llu]}",
@@ -522,7 +525,7 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
         printf("epoch %-6d cache %llu (%llu), peer %llu (%llu), storage %llu (%llu), fallbacks %llu, consumer wait "
                "%.3f s\n",
                e, (unsigned long long)CACHED(e), (unsigned long long)pred[e][PRED_CACHE],
-               (unsigned long long)(eps[e].samples_by_source[3] + eps[e].plan_peer_storage),
+               (unsigned long long)PEERED(e),
                (unsigned long long)pred[e][PRED_PEER],
                (unsigned long long)(eps[e].samples_by_source[0] - eps[e].plan_peer_storage),
                (unsigned long long)pred[e][PRED_STORAGE], (unsigned long long)eps[e].plan_fallbacks,

@@ -501,6 +501,9 @@ typedef struct lade_stats {
   uint64_t plan_admits_mem, plan_admits_disk; /* the plan's admits put in each tier */
   uint64_t plan_moves_up, plan_moves_down;    /* the plan's moves done: disk to memory, memory to disk */
   uint64_t peer_served_from_disk;             /* of peer_messages_sent, read from the disk tier */
+  /* a node-aware plan with the node's shared cache (docs/plan.md, Nodes): of samples_by_source[1], the intra-node
+   * handoffs (read from the node's cache, not sent) */
+  uint64_t plan_node_reads;
 } lade_stats_t;
 
 /*
@@ -535,6 +538,7 @@ typedef struct lade_epoch_stats {
   uint64_t plan_peer_storage;
   uint64_t peer_samples_node;    /* as in lade_stats_t, for this epoch's batches */
   uint64_t peer_bytes_node;
+  uint64_t plan_node_reads;      /* as in lade_stats_t, for this epoch's batches */
 } lade_epoch_stats_t;
 
 /* Fills *out for `epoch` (LADE_ERANGE for an epoch not started yet);

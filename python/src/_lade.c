@@ -1090,7 +1090,8 @@ static PyObject *stats_dict(const lade_stats_t *s) {
     int bad = PyDict_Update(d, node) != 0;
     Py_DECREF(node);
     node = bad ? NULL
-               : Py_BuildValue("{sKsKsKsKsK}", "plan_admits_mem", (unsigned long long)s->plan_admits_mem,
+               : Py_BuildValue("{sKsKsKsKsKsK}", "plan_node_reads", (unsigned long long)s->plan_node_reads,
+                               "plan_admits_mem", (unsigned long long)s->plan_admits_mem,
                                "plan_admits_disk", (unsigned long long)s->plan_admits_disk, "plan_moves_up",
                                (unsigned long long)s->plan_moves_up, "plan_moves_down",
                                (unsigned long long)s->plan_moves_down, "peer_served_from_disk",
@@ -1116,7 +1117,7 @@ static PyObject *loader_epoch_stats(LoaderObject *L, PyObject *args) {
   lade_epoch_stats_t e;
   int rc = lade_loader_epoch_stats(L->loader, epoch, &e, sizeof(lade_epoch_stats_t));
   if (rc) return raise_last(rc);
-  return Py_BuildValue("{sKsKsKs(KKKK)s(KKKK)sdsdsKsKsKsKsKsKsK}", "epoch", (unsigned long long)e.epoch, "batches",
+  return Py_BuildValue("{sKsKsKs(KKKK)s(KKKK)sdsdsKsKsKsKsKsKsKsK}", "epoch", (unsigned long long)e.epoch, "batches",
                        (unsigned long long)e.batches, "samples", (unsigned long long)e.samples, "samples_by_source",
                        (unsigned long long)e.samples_by_source[0], (unsigned long long)e.samples_by_source[1],
                        (unsigned long long)e.samples_by_source[2], (unsigned long long)e.samples_by_source[3],
@@ -1127,7 +1128,8 @@ static PyObject *loader_epoch_stats(LoaderObject *L, PyObject *args) {
                        (unsigned long long)e.list_requests, "remote_bytes", (unsigned long long)e.remote_bytes,
                        "plan_fallbacks", (unsigned long long)e.plan_fallbacks, "plan_peer_storage",
                        (unsigned long long)e.plan_peer_storage, "peer_samples_node",
-                       (unsigned long long)e.peer_samples_node, "peer_bytes_node", (unsigned long long)e.peer_bytes_node);
+                       (unsigned long long)e.peer_samples_node, "peer_bytes_node", (unsigned long long)e.peer_bytes_node,
+                       "plan_node_reads", (unsigned long long)e.plan_node_reads);
 }
 
 static PyObject *loader_stats(LoaderObject *L, PyObject *unused) {

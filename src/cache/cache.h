@@ -57,7 +57,8 @@ typedef struct lade__cache_opts {
   /* the node tier (shmcache.c, docs/cache.md "Node cache"): with node_dir set and dir NULL, one memory tier
    * shared by the processes of a node through a segment in node_dir (a tmpfs); evicts FIFO whatever `policy`,
    * except LADE__CACHE_PLAN: it never evicts by itself (a put that does not fit is refused; the ring's live
-   * records are moved forward to make room) and the node's ranks mark their steps (lade__shmcache_mark_step) */
+   * records are moved forward to make room), a process evicts only the entries it put, and the node's ranks
+   * mark their steps (lade__shmcache_mark_step) */
   const char *node_dir;     /* the tmpfs folder (shm_dir); NULL: not shared */
   const char *node_job;     /* the job key: processes of one job agree on it without talking (engine/resolve.c);
                              * with dir: the disk tier's folder is shared by the node's processes of this job */

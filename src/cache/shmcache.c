@@ -141,6 +141,7 @@ typedef struct shmcache {
   int att; /* this process's attach slot */
   uint64_t stale_removed; /* stale segments open removed */
   uint32_t timeout_ms;    /* the longest wait for another process's load (peer_timeout_ms) */
+  _Atomic bool broken;    /* its lock was held past timeout_ms once: no longer used (seg_lock) */
   uint8_t *tmp;           /* plan mode: a record being moved */
   uint64_t tmp_cap;
   char path[LADE__PATH_MAX];
@@ -209,8 +210,27 @@ static void recover_locked(shmcache_t *s, bool ring_ok) {
   atomic_fetch_add(&h->recovered, 1);
 }
 
+/* The lock, bounded by timeout_ms: a process of the node stopped (SIGSTOP,
+ * a debugger) or hung while holding it would hold every other one up
+ * without bound. After such a wait this process stops using the node cache
+ * (every later call fails at once; reads then come from storage) and says
+ * so once. */
 static int seg_lock(shmcache_t *s) {
-  int r = pthread_mutex_lock(&s->h->mu);
+  if (s->broken)
+    return lade__fail(LADE_ETIMEOUT, "node cache %s: not used since its lock was held too long", s->path);
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)(s->timeout_ms ? s->timeout_ms : 1000) % 1000 * 1000000;
+  ts.tv_sec += (s->timeout_ms ? s->timeout_ms : 1000) / 1000 + (time_t)(ns / 1000000000);
+  ts.tv_nsec = (long)(ns % 1000000000);
+  int r = pthread_mutex_timedlock(&s->h->mu, &ts);
+  if (r == ETIMEDOUT) {
+    s->broken = true;
+    fprintf(stderr, "lade: node cache %s: its lock was held for more than peer_timeout_ms (%u ms) by another process "
+            "of this node (stopped or hung); this process stops using the node cache\n", s->path, s->timeout_ms);
+    return lade__fail(LADE_ETIMEOUT, "node cache %s: its lock was held for more than peer_timeout_ms (%u ms)",
+                      s->path, s->timeout_ms);
+  }
   if (r == EOWNERDEAD) {
     /* a rank died inside the lock: the index may be half-changed; drop it all */
     recover_locked(s, true);
@@ -317,7 +337,8 @@ static int lookup(shmcache_t *s, uint64_t key, uint64_t ver, lade__buf_t *out, b
   double t_end = 0;
   bool waited = false;
   *claimed = false;
-  for (int attempt = 0; attempt < 2;) {
+  /* a record moved forward (plan mode) is still there: ask again, a few more times */
+  for (int attempt = 0, most = h->plan ? 16 : 2; attempt < most;) {
     int rc = seg_lock(s);
     if (rc) return rc;
     slot_t *e = slot_find(s, key);
@@ -552,6 +573,9 @@ static bool shm_evict(lade__cache_t *c, uint64_t key) {
   shmcache_t *s = (shmcache_t *)c;
   if (seg_lock(s)) return false;
   slot_t *e = slot_find(s, key);
+  /* plan mode: each rank evicts what it put; an entry another rank put since
+   * (the plan admitted the sample again there, ahead of this evict) stays */
+  if (e && s->h->plan && e->writer != (int32_t)getpid()) e = NULL;
   if (e) {
     remove_entry(s, e);
     atomic_fetch_add_explicit(&s->h->evictions, 1, memory_order_relaxed);
@@ -841,6 +865,9 @@ static void detach(shmcache_t *s) {
     for (int i = 0; i < MAX_ATTACH && last; i++) last = !alive(atomic_load(&s->h->att[i].pid), s->h->att[i].start);
     if (last) unlink_same(s->path, s->fd);
     seg_unlock(s);
+  } else { /* its lock is held without end: out all the same, so an open finds it stale once the holder dies */
+    atomic_store(&s->h->att[s->att].pid, 0);
+    lade__clear_error();
   }
   s->att = -1;
 }

@@ -340,8 +340,9 @@ static void finish_steps_in_order(lade_loader_t *L) {
     if (s->cs.nevict || s->cs.nadmit || s->cs.nsend || s->cs.nmove || lade__fetch_every_step(L->fetch)) {
       s->finishing = true;
       pthread_mutex_unlock(&L->mu);
-      lade__fetch_step_done(L->fetch, &s->cs);
+      int rc = lade__fetch_step_done(L->fetch, &s->cs);
       pthread_mutex_lock(&L->mu);
+      if (rc) fail_locked(L, rc);
       s->finishing = false;
       if (s->stale) { /* a seek meanwhile (it reset evict_q): just free the slot */
         finish_slot_locked(L, s);
@@ -448,7 +449,7 @@ void *lade__engine_worker_main(void *arg) {
       memset(s->tier_samples, 0, sizeof s->tier_samples);
       memset(s->tier_bytes, 0, sizeof s->tier_bytes);
       s->plan_fallbacks = s->plan_peer = 0;
-      s->peer_node = s->peer_node_bytes = 0;
+      s->peer_node = s->peer_node_bytes = s->node_reads = 0;
       s->err = 0;
       s->substituted = 0;
       s->stale = false;
@@ -493,6 +494,9 @@ void *lade__engine_worker_main(void *arg) {
       s->peer_node_bytes += nbytes;
       L->peer_node++;
       L->peer_node_bytes += nbytes;
+    } else if (tier == LADE__TIER_MEM && L->res.fetch.node_plan && s->cs.from[i] >= 0) {
+      s->node_reads++; /* a handoff read from the node's cache (docs/plan.md, Nodes) */
+      L->node_reads++;
     }
     if (++s->done == s->n) {
       if (L->routed && !s->stale) finish_steps_in_order(L);
@@ -555,6 +559,7 @@ static void account_batch(lade_loader_t *L, slot_t *s) {
   a->plan_peer += s->plan_peer;
   a->peer_node += s->peer_node;
   a->peer_node_bytes += s->peer_node_bytes;
+  a->node_reads += s->node_reads;
   for (int t = 0; t < LADE__TIER_COUNT; t++) {
     a->samples[t] += s->tier_samples[t];
     a->bytes[t] += s->tier_bytes[t];

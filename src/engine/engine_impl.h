@@ -50,6 +50,7 @@ typedef struct slot {
   uint64_t tier_samples[LADE__TIER_COUNT], tier_bytes[LADE__TIER_COUNT]; /* guarded by mu */
   uint64_t plan_fallbacks, plan_peer; /* guarded by mu: reads that did not follow the plan's route */
   uint64_t peer_node, peer_node_bytes; /* guarded by mu: peer samples from a rank of this node */
+  uint64_t node_reads;                 /* guarded by mu: intra-node handoffs read from the node's cache */
   lade__cursor_step_t cs;             /* the plan's step: samples, routes, admits, evicts */
   bool finishing;                     /* its evicts are being applied (routed plans) */
 } slot_t;
@@ -157,6 +158,7 @@ struct lade_loader {
   double t_create, t_first, t_wait, t_collate;
   uint64_t batches, delivered_samples;
   uint64_t peer_node, peer_node_bytes; /* guarded by mu: peer samples read from a rank of this node */
+  uint64_t node_reads;                 /* guarded by mu: intra-node handoffs read from the node's cache */
   double lat[LAT_RING];
   uint64_t nlat;
   uint64_t pool_bytes, peak_pool_bytes;
@@ -171,7 +173,7 @@ struct lade_loader {
     double wait;
     uint64_t bad; /* samples of this epoch that failed (on_error=skip replaced them) */
     uint64_t plan_fallbacks, plan_peer;
-    uint64_t peer_node, peer_node_bytes;
+    uint64_t peer_node, peer_node_bytes, node_reads;
     bool started;
     lade__source_stats_t at_start; /* the source's counters at the epoch's first batch */
   } *ep;

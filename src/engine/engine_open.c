@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
+#include <unistd.h>
 
 #include "engine/engine_impl.h"
 
@@ -276,7 +277,15 @@ static int resolve_node_cache(lade_loader_t *L) {
     fprintf(stderr, "lade: note: the node cache evicts in insertion order (FIFO), not by cache_policy=lru: one rank's "
                     "recency cannot order the node's shared entries (node_cache=off keeps an LRU cache per rank)\n");
   if (L->res.fetch.node_cache && !L->names_digest) L->names_digest = names_digest(L);
-  return 0;
+  if (L->res.fetch.node_plan) { /* rank 0's random number names this loader's segment on every node */
+    uint64_t mine = lade__mix64((uint64_t)(lade__now() * 1e9) ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)L);
+    uint64_t *all = malloc(L->cfg.world_size * sizeof *all);
+    rc = all ? L->dist->ops->allgather(L->dist, &mine, sizeof mine, all)
+             : lade__fail(LADE_ENOMEM, "out of memory for the ranks' node cache names");
+    if (!rc) L->res.fetch.node_nonce = all[0];
+    free(all);
+  }
+  return rc;
 }
 
 /* A warm start: this learner's surviving entries (keys, ascending) and,

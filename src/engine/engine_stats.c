@@ -83,6 +83,7 @@ static int fill_stats(lade_loader_t *L, lade_stats_t *out) {
   pthread_mutex_lock(&L->mu);
   out->peer_samples_node = L->peer_node;
   out->peer_bytes_node = L->peer_node_bytes;
+  out->plan_node_reads = L->node_reads;
   pthread_mutex_unlock(&L->mu);
   if (n) {
     qsort(lat, n, sizeof *lat, cmp_double);
@@ -127,6 +128,7 @@ static int fill_epoch_stats(lade_loader_t *L, uint64_t epoch, lade_epoch_stats_t
   out->plan_peer_storage = a.plan_peer;
   out->peer_samples_node = a.peer_node;
   out->peer_bytes_node = a.peer_node_bytes;
+  out->plan_node_reads = a.node_reads;
   return 0;
 }
 

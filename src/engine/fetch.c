@@ -22,6 +22,9 @@
  *   storage (routed)             source; admits
  *   peer K (routed)              the transport; admits (without one: the
  *                                source, reported as a peer read from storage)
+ *   peer K of this node          the node's segment [wait for K's admit,
+ *   (node-aware plan, node       planned] -> source; admits
+ *   cache)
  *
  * Routed plans (every kind but regular and shards; plan/cursor.h): the
  * plan's tier (memory, else disk) runs the `plan` policy and never evicts
@@ -136,6 +139,10 @@ static void make_chains(lade__fetch_t *f) {
   hop_add(c, f->p.dist ? LADE__HOP_PEER : LADE__HOP_SOURCE, NULL, 0);
   c->admits = true;
   c->note = f->p.dist ? LADE__ROUTE_MET : LADE__ROUTE_PEER_STORAGE;
+  c = &f->chain[LADE__CHAIN_NODE];
+  hop_add(c, LADE__HOP_CACHE, f->conf.node_plan ? f->ptier : NULL, LADE__HOP_WAIT_NODE | LADE__HOP_PLANNED);
+  hop_add(c, LADE__HOP_SOURCE, NULL, 0);
+  c->admits = true;
 }
 
 /* ---------------------------------------------------------------- open */
@@ -178,6 +185,8 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
     char ns[LADE__PATH_MAX + 128];
     if (c->node_cache) { /* one per node: its name says which job and which dataset it holds */
       dataset_ns(f, ns, sizeof ns);
+      if (c->node_plan) /* and which loader: a plan's starts empty */
+        snprintf(ns + strlen(ns), sizeof ns - strlen(ns), "|plan %016llx", (unsigned long long)c->node_nonce);
       o.ns = ns;
       o.node_dir = c->shm_dir;
       o.node_job = c->job_key;
@@ -203,6 +212,7 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
   f->pf_on = !rc && c->prefetcher && f->disk;
   f->ptier = f->routed ? (f->mem ? f->mem : f->disk) : NULL;
   f->pdisk = f->routed && c->two_tiers && f->mem ? f->disk : NULL;
+  if (!rc && c->node_plan) lade__shmcache_mark_step(f->mem, c->node_local, lade__cursor_first(p->cursor));
   make_chains(f);
   if (!rc) lade__readahead_open(f);
   if (!rc) rc = lade__prefetch_start(f);
@@ -259,6 +269,8 @@ void lade__fetch_close(lade__fetch_t *f) {
   free((void *)f->adm_pending);
   free((void *)f->adm_tier);
   free((void *)f->mv_n);
+  free(f->send_idx);
+  free(f->send_dst);
   pthread_mutex_destroy(&f->mu);
   pthread_cond_destroy(&f->cv_pf);
   pthread_cond_destroy(&f->cv_inflight);
@@ -268,7 +280,7 @@ void lade__fetch_close(lade__fetch_t *f) {
 }
 
 bool lade__fetch_cached(const lade__fetch_t *f) { return f->mem || f->disk; }
-bool lade__fetch_every_step(const lade__fetch_t *f) { return f->pdisk != NULL; }
+bool lade__fetch_every_step(const lade__fetch_t *f) { return f->pdisk != NULL || f->conf.node_plan; }
 bool lade__fetch_async(const lade__fetch_t *f) { return f->remote || f->pf_on; }
 
 /* ---------------------------------------------------------------- reads */
@@ -334,11 +346,40 @@ static void put(lade__fetch_t *f, lade__cache_t *t, uint64_t idx, uint64_t ver, 
   if (planned) pthread_mutex_unlock(&f->plan_mu);
 }
 
+/* An intra-node handoff of a node-aware plan: the node's rank `route`
+ * admitted idx in a step before q and puts it as it reads it; polls until
+ * the entry is there, or that rank has finished every step before q (its
+ * put is done or was refused: a last look, then storage). A rank that does
+ * neither within peer_timeout_ms fails the read, naming it (*fail). */
+static bool node_get(lade__fetch_t *f, lade__cache_t *c, uint64_t idx, uint64_t q, int32_t route, uint64_t ver,
+                     lade__buf_t *out, int *fail) {
+  uint32_t owner = (uint32_t)route - f->conf.node_base;
+  double t_end = 0;
+  for (;;) {
+    if (lade__cache_contains(c, idx) && lade__cache_get_ver(c, idx, ver, out) == 0) return true;
+    uint64_t mark = lade__shmcache_step_of(c, owner);
+    if (mark >= q) return lade__cache_get_ver(c, idx, ver, out) == 0;
+    if (t_end == 0) t_end = lade__now() + f->conf.node_timeout_ms / 1000.0;
+    if (f->stop) return false;
+    if (lade__now() > t_end) {
+      *fail = lade__fail(LADE_ETIMEOUT, "sample %llu of step %llu did not arrive from rank %d of this node within "
+                         "peer_timeout_ms (%u ms): it has not put it into the node's cache and has finished only the "
+                         "steps before %llu (stopped, or far behind)", (unsigned long long)idx,
+                         (unsigned long long)q, route, f->conf.node_timeout_ms, (unsigned long long)mark);
+      if (f->p.dist && f->p.dist->ops->lost) f->p.dist->ops->lost(f->p.dist, (uint32_t)route);
+      return false;
+    }
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
+  }
+}
+
 /* A cache hop: a hit, after the waits its flags ask for. *claimed: the
  * node cache's miss was claimed (CLAIM): the read must put it or release. */
-static bool hop_get(lade__fetch_t *f, const lade__hop_t *h, uint64_t idx, uint64_t q, uint64_t ver, lade__buf_t *out,
-                    bool *claimed) {
+static bool hop_get(lade__fetch_t *f, const lade__hop_t *h, uint64_t idx, uint64_t q, int32_t route, uint64_t ver,
+                    lade__buf_t *out, bool *claimed, int *fail) {
   if (h->flags & LADE__HOP_CLAIM) return lade__cache_get_claim(h->cache, idx, ver, out, claimed) == 0;
+  if (h->flags & LADE__HOP_WAIT_NODE) return node_get(f, h->cache, idx, q, route, ver, out, fail);
   if (h->flags & LADE__HOP_WAIT_MOVE) wait_move(f, idx, q);
   for (int pass = 0;; pass++) {
     if (lade__cache_get_ver(h->cache, idx, ver, out) == 0) return true;
@@ -369,7 +410,9 @@ static int read_chain(lade__fetch_t *f, const lade__chain_t *c, uint64_t idx, ui
     if (h->kind != LADE__HOP_CACHE) break;
     if ((h->flags & LADE__HOP_VERSIONED) && !known) continue;
     bool claimed = false;
-    bool hit = hop_get(f, h, idx, q, ver, out, &claimed);
+    int fail = 0;
+    bool hit = hop_get(f, h, idx, q, route, ver, out, &claimed, &fail);
+    if (fail) return fail;
     if (claimed) claim = h->cache;
     if (!hit) {
       /* the plan's cache does not hold it: a fallback unless the next hop is the own cache's other tier */
@@ -434,7 +477,8 @@ int lade__fetch_read(lade__fetch_t *f, uint64_t idx, uint64_t q, int32_t route, 
     ch = route == LADE_FROM_CACHE       ? LADE__CHAIN_OWN
          : route == LADE__ROUTE_OWN_DISK ? (f->pdisk ? LADE__CHAIN_OWN_DISK : LADE__CHAIN_OWN)
          : route == LADE_FROM_STORAGE    ? LADE__CHAIN_STORAGE
-                                         : LADE__CHAIN_PEER;
+         : f->conf.node_plan && (uint32_t)route - f->conf.node_base < f->conf.node_ranks ? LADE__CHAIN_NODE
+                                                                                         : LADE__CHAIN_PEER;
   else
     lade__nextuse_mark(f, idx, q);
   return read_chain(f, &f->chain[ch], idx, q, route, out, tier, note);
@@ -461,9 +505,31 @@ bool lade__fetch_view_done(lade__fetch_t *f, uint64_t idx, const lade__fetch_vie
 void lade__fetch_step_planned(lade__fetch_t *f, const lade__cursor_step_t *st) {
   const uint64_t *idx = st->idx;
   uint32_t n = st->n;
-  /* push what the other learners read from this cache in this step; a failure
-   * to queue (memory) shows at the receivers, which time out naming this rank */
-  if (f->p.dist && st->nsend && f->p.dist->ops->send(f->p.dist, st->q, st->send_dst, st->send_idx, st->nsend) != 0) {
+  /* push what the other learners read from this cache in this step (with
+   * the node's cache, the other nodes'); a failure to queue (memory) shows
+   * at the receivers, which time out naming this rank */
+  const uint64_t *sidx = st->send_idx;
+  const uint32_t *sdst = st->send_dst;
+  uint32_t nsend = st->nsend;
+  if (f->conf.node_plan && nsend) {
+    if (nsend > f->send_cap) {
+      free(f->send_idx);
+      free(f->send_dst);
+      f->send_idx = malloc(nsend * sizeof *f->send_idx);
+      f->send_dst = malloc(nsend * sizeof *f->send_dst);
+      f->send_cap = f->send_idx && f->send_dst ? nsend : 0;
+    }
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < nsend && f->send_cap; i++)
+      if (st->send_dst[i] - f->conf.node_base >= f->conf.node_ranks) {
+        f->send_idx[k] = st->send_idx[i];
+        f->send_dst[k++] = st->send_dst[i];
+      }
+    sidx = f->send_idx;
+    sdst = f->send_dst;
+    nsend = k; /* out of memory: none sent, the receivers time out naming this rank */
+  }
+  if (f->p.dist && nsend && f->p.dist->ops->send(f->p.dist, st->q, sdst, sidx, nsend) != 0) {
     fprintf(stderr, "lade: %s\n", lade_last_error());
     lade__clear_error();
   }
@@ -561,13 +627,33 @@ static void do_moves(lade__fetch_t *f, const lade__cursor_step_t *st) {
   lade__buf_free(&b);
 }
 
-void lade__fetch_step_done(lade__fetch_t *f, const lade__cursor_step_t *st) {
+/* A node-aware plan's node cache: this rank has read every sample of step
+ * st; its evicts wait until every rank of the node has too (one of them may
+ * still read from the node's cache what this rank's plan evicts). A rank
+ * that falls behind by peer_timeout_ms fails this one, naming it. */
+static int node_step_done(lade__fetch_t *f, const lade__cursor_step_t *st) {
+  lade__shmcache_mark_step(f->mem, f->conf.node_local, st->q + 1);
+  uint32_t late = 0;
+  if (!st->nevict ||
+      lade__shmcache_wait_steps(f->mem, f->conf.node_ranks, st->q + 1, f->conf.node_timeout_ms, &late) == 0)
+    return 0;
+  int rc = lade__fail(LADE_ETIMEOUT, "step %llu: no word from rank %u of this node: it has not finished reading "
+                       "the step within peer_timeout_ms (%u ms), so this rank cannot evict from the node's cache what "
+                       "it may still read (stopped, or far behind)", (unsigned long long)st->q,
+                       f->conf.node_base + late, f->conf.node_timeout_ms);
+  if (f->p.dist && f->p.dist->ops->lost) f->p.dist->ops->lost(f->p.dist, f->conf.node_base + late);
+  return rc;
+}
+
+int lade__fetch_step_done(lade__fetch_t *f, const lade__cursor_step_t *st) {
   /* the sends of this step read the cache as it was at the step's start */
   if (f->p.dist && st->nsend && f->p.dist->ops->wait_served(f->p.dist, st->q) != 0) {
     fprintf(stderr, "lade: %s\n", lade_last_error()); /* the receiver reports it too, naming this rank */
     lade__clear_error();
   }
-  if (!f->ptier) return;
+  if (!f->ptier) return 0;
+  int rc = f->conf.node_plan ? node_step_done(f, st) : 0;
+  if (rc) return rc;
   for (uint32_t i = 0; i < st->nevict; i++) {
     uint64_t x = st->evict[i];
     /* admitted by this step too (evicted, then admitted again: the kinds
@@ -591,12 +677,13 @@ void lade__fetch_step_done(lade__fetch_t *f, const lade__cursor_step_t *st) {
         atomic_load_explicit(&f->adm_pending[x], memory_order_acquire))
       end_admit(f, x);
   }
-  if (!f->pdisk) return;
+  if (!f->pdisk) return 0;
   if (st->nmove) do_moves(f, st);
   atomic_store_explicit(&f->done_q, st->q + 1, memory_order_release); /* the reads waiting for it go on */
   pthread_mutex_lock(&f->mu);
   pthread_cond_broadcast(&f->cv_admit);
   pthread_mutex_unlock(&f->mu);
+  return 0;
 }
 
 bool lade__fetch_ready(lade__fetch_t *f, uint64_t idx) {
@@ -622,6 +709,7 @@ void lade__fetch_seek(lade__fetch_t *f, uint64_t pos) {
   /* the admits of abandoned steps will not come: nobody waits for them */
   if (f->adm_pending)
     for (uint64_t i = 0; i < f->samples_n; i++) atomic_store_explicit(&f->adm_pending[i], 0, memory_order_relaxed);
+  if (f->conf.node_plan && f->mem) lade__shmcache_mark_step(f->mem, f->conf.node_local, f->p.batch ? pos / f->p.batch : 0);
   if (f->mv_n) { /* the moves of abandoned steps will not be done */
     for (uint64_t i = 0; i < f->samples_n; i++) atomic_store_explicit(&f->mv_n[i], 0, memory_order_relaxed);
     atomic_store(&f->done_q, f->p.batch ? pos / f->p.batch : 0);

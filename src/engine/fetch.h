@@ -51,6 +51,12 @@ typedef struct lade__fetch_conf {
   const char *job_key;       /* borrowed from the resolved settings */
   uint64_t node_slots;       /* index slots */
   uint32_t node_timeout_ms;  /* peer_timeout_ms: the wait for another rank making the segment */
+  /* a node-aware plan's node cache (docs/plan.md "Nodes"): the plan's tier is the node's segment in plan mode,
+   * shared by its ranks; intra-node handoffs are read from it, not sent */
+  bool node_plan;
+  uint32_t node_local, node_ranks; /* this rank among its node's (rank % ranks_per_node), and how many */
+  uint32_t node_base;              /* the node's first rank */
+  uint64_t node_nonce;             /* the same on every rank of the loader's job, new for each loader */
 } lade__fetch_conf_t;
 
 typedef struct lade__fetch_params {
@@ -128,8 +134,11 @@ void lade__fetch_step_planned(lade__fetch_t *f, const lade__cursor_step_t *st);
 
 /* Every sample of step st was read: applies its evictions (unless a later
  * planned step admits the sample again), ends its pending admits, and with
- * two tiers moves the step's samples between them. Called in step order. */
-void lade__fetch_step_done(lade__fetch_t *f, const lade__cursor_step_t *st);
+ * two tiers moves the step's samples between them. Called in step order.
+ * A node-aware plan's node cache evicts once the node's ranks have all read
+ * the step: LADE_ETIMEOUT, naming the rank, when one has not within
+ * peer_timeout_ms (nothing evicted; the loader fails). */
+int lade__fetch_step_done(lade__fetch_t *f, const lade__cursor_step_t *st);
 
 /* True when lade__fetch_read(idx) would not wait for the network now. */
 bool lade__fetch_ready(lade__fetch_t *f, uint64_t idx);

@@ -37,6 +37,8 @@ enum {
   LADE__HOP_CLAIM = 1u << 6,      /* the node cache: a miss claims the sample, so the node's other ranks wait for
                                    * this read instead of reading it too (lade__cache_get_claim) */
   LADE__HOP_WAIT_MOVE = 1u << 7,  /* two tiers: wait for an earlier step's pending move of the sample first */
+  LADE__HOP_WAIT_NODE = 1u << 8,  /* a node-aware plan's node cache: a miss waits for the node's rank that admits
+                                   * the sample (the route) until it is put or that rank is past its admit */
 };
 typedef struct lade__hop {
   int kind;
@@ -60,6 +62,7 @@ enum {
   LADE__CHAIN_OWN_DISK, /* two tiers: the plan's disk tier */
   LADE__CHAIN_STORAGE,
   LADE__CHAIN_PEER,
+  LADE__CHAIN_NODE,     /* a node-aware plan's node cache: an intra-node handoff */
   LADE__CHAIN_COUNT
 };
 
@@ -128,6 +131,11 @@ struct lade__fetch {
   _Atomic uint64_t misses, prefetched, pf_errors, waited;
   _Atomic uint64_t plan_hits, plan_fallbacks, plan_peer, served_storage;
   _Atomic uint64_t served_disk, admits[2], moves_up, moves_down;
+  /* a node-aware plan's node cache (conf.node_plan): the step's sends less those to the node's ranks (the
+   * planning worker's; one at a time) */
+  uint64_t *send_idx;
+  uint32_t *send_dst;
+  uint32_t send_cap;
 };
 
 /* fetch.c */

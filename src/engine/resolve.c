@@ -253,19 +253,57 @@ uint32_t lade__resolve_plan_nodes(const struct lade_config *cfg, const uint32_t 
   return rpn; /* the launcher's local rank and size are taken only as such blocks */
 }
 
+/* A node-aware plan (distcache, locality, solar with nodes of more than one
+ * rank) keeps its node's cache in one segment shared by the node's ranks,
+ * in plan mode: intra-node handoffs are reads of it, not messages
+ * (docs/plan.md "Nodes"). It needs the memory tier alone and a transport
+ * (which agrees on the segment's name: engine_open.c); no job key. */
+static const char *node_plan_missing(const struct lade_config *cfg, const lade__resolved_t *r) {
+  int k = cfg->plan;
+  if (k != LADE_PLAN_DISTCACHE && k != LADE_PLAN_LOCALITY && k != LADE_PLAN_SOLAR)
+    return "a routed plan shares the node's cache only for the node-aware kinds (distcache, locality, solar)";
+  if (r->cursor.plan.ranks_per_node < 2) return "the plan has one rank per node";
+  if (!cfg->cache_mem_bytes || cfg->cache_dir[0]) return "a routed plan shares the memory cache alone (no cache_dir)";
+  if (r->transport != LADE__TRANSPORT_MPI && r->transport != LADE__TRANSPORT_UCX)
+    return "a routed plan shares the node's cache under a transport (mpirun, or torchrun with UCX)";
+  return NULL;
+}
+
 int lade__resolve_node_cache(const struct lade_config *cfg, const char *env_job, lade__resolved_t *r) {
   lade__fetch_conf_t *o = &r->fetch;
-  o->node_cache = o->node_disk = false;
+  o->node_cache = o->node_disk = o->node_plan = false;
   r->note_no_job_key = r->note_node_fifo = false;
   if (cfg->node_cache == LADE__TRISTATE_OFF) return 0;
+  if (routed_kind(cfg)) {
+    const char *why = node_plan_missing(cfg, r);
+    if (why)
+      return cfg->node_cache == LADE__TRISTATE_ON
+                 ? lade__fail(LADE_EINVAL, "setting 'node_cache=on': %s (node_cache=off: a cache per rank)", why)
+                 : 0;
+    uint32_t rpn = r->cursor.plan.ranks_per_node;
+    o->node_cache = o->node_plan = true;
+    o->node_local = r->rank % rpn;
+    o->node_ranks = rpn;
+    o->node_base = r->rank - o->node_local;
+    snprintf(r->job_key, sizeof r->job_key, "%s#plan-node%u", cfg->job_id[0] ? cfg->job_id : env_job ? env_job : "",
+             r->rank / rpn);
+    o->job_key = r->job_key;
+    o->shm_dir = cfg->shm_dir;
+    o->node_timeout_ms = cfg->peer_timeout_ms;
+    /* the node's budget, each rank's admits ahead of the node's evicts (its window), and half as much again
+     * for the records moved forward (shmcache.c, plan mode) */
+    uint64_t mean = LADE__MAX(o->mean_bytes, 1), per = lade__shmcache_charge(mean);
+    uint64_t ahead = (uint64_t)rpn * (cfg->prefetch + 2) * cfg->batch_size * per;
+    o->mem_capacity = (cfg->cache_mem_bytes + ahead) / 2 * 3;
+    o->node_slots = LADE__MAX((o->mem_capacity / per + 1) * 4, 1024);
+    return 0;
+  }
   bool on = cfg->node_cache == LADE__TRISTATE_ON;
   /* the memory tier shared unless clairvoyant; the disk tier shared whatever its policy (each rank orders its own
    * entries) */
   bool mp = model_parallel_groups(cfg) && !cfg->cache_mem_bytes; /* a staging budget of its own */
   bool mem = (cfg->cache_mem_bytes && cfg->cache_policy != LADE__POLICY_CLAIRVOYANT) || mp, disk = cfg->cache_dir[0];
   const char *why = !cfg->cache_mem_bytes && !disk && !mp ? "needs cache_mem_bytes or cache_dir (the node's budget)"
-                    : routed_kind(cfg)             ? "applies to plan=regular and plan=shards: a routed plan "
-                                                     "plans each rank's own cache"
                     : cfg->cache_mem_bytes && !mem ? "evicts in insertion order, not by one rank's next uses: "
                                                      "cache_policy=clairvoyant is per rank"
                                                    : NULL;

@@ -177,6 +177,12 @@ static void note_lost_locked(lade__pushq_t *pq, uint32_t peer) {
   snprintf(pq->lost_msg, sizeof pq->lost_msg, "%s", lade_last_error());
 }
 
+void lade__pushq_lost(lade__pushq_t *pq, uint32_t peer) {
+  pthread_mutex_lock(pq->mu);
+  note_lost_locked(pq, peer);
+  pthread_mutex_unlock(pq->mu);
+}
+
 int lade__pushq_wait_served(lade__pushq_t *pq, uint64_t q) {
   struct timespec ts;
   uint32_t timeout_ms = pq->p->timeout_ms;

@@ -129,6 +129,8 @@ bool lade__pushq_next(lade__pushq_t *pq, const int *state, lade__buf_t *sbuf, la
  * a wait for it at once. */
 int lade__pushq_send(lade__pushq_t *pq, uint64_t q, const uint32_t *dst, const uint64_t *idx, uint32_t n);
 int lade__pushq_wait_served(lade__pushq_t *pq, uint64_t q);
+/* transport.h's lost(): the first peer timeout, if none was kept yet. */
+void lade__pushq_lost(lade__pushq_t *pq, uint32_t peer);
 int lade__pushq_recv(lade__pushq_t *pq, uint64_t q, uint64_t idx, uint32_t src, lade__buf_t *out,
                      const uint8_t *peer_lost, uint32_t world);
 void lade__pushq_forget_below(lade__pushq_t *pq, uint64_t q);

@@ -98,6 +98,11 @@ typedef struct lade__transport_ops {
    * errors name the rank. NULL: the transport cannot (a warm restart then
    * starts cold, docs/plan.md "Warm restarts"). */
   int (*allgather)(lade__transport_t *d, const void *mine, size_t len, void *all);
+  /* A peer missed a bound outside the transport (the node's shared cache,
+   * docs/plan.md "Nodes"): kept as a peer timeout, with lade_last_error() as
+   * its reason, so closing treats it as one (mpi.c: the job is aborted when
+   * that peer then misses its close too). NULL: nothing to keep. */
+  void (*lost)(lade__transport_t *d, uint32_t rank);
 } lade__transport_ops_t;
 
 struct lade__transport {

@@ -248,24 +248,29 @@ static void check_kind(const char *kind, uint64_t cache_bytes) {
   snprintf(what, sizeof what, "%s: each rank trains on exactly the plan's samples, every sample once per epoch", tag);
   check(ok && order_ok && once_ok && pos == r->n, what);
   int counts_ok = 1;
+  /* a node-aware plan with more than one rank per node and the memory cache alone shares the node's cache:
+   * intra-node handoffs are reads of it (memory), not messages (docs/plan.md, Nodes) */
+  int shared = node_aware(kind) && rpn > 1 && !g_two;
   for (uint64_t e = 0; e < EPOCHS; e++) {
     const lade_epoch_stats_t *es = &r->ep[e];
-    uint64_t peer = cnt[e][LADE_ROUTE_NODE] + cnt[e][LADE_ROUTE_PEER];
-    if (es->samples_by_source[1] != cnt[e][LADE_ROUTE_OWN] - cnt_disk[e] || es->samples_by_source[2] != cnt_disk[e] ||
-        es->samples_by_source[3] != peer ||
-        es->samples_by_source[0] != cnt[e][LADE_ROUTE_STORAGE] || es->peer_samples_node != cnt[e][LADE_ROUTE_NODE] ||
-        es->peer_bytes_node != cnt[e][LADE_ROUTE_NODE] * SZ || es->plan_fallbacks || es->plan_peer_storage) {
+    uint64_t node = cnt[e][LADE_ROUTE_NODE], own = cnt[e][LADE_ROUTE_OWN] - cnt_disk[e];
+    uint64_t peer = cnt[e][LADE_ROUTE_PEER] + (shared ? 0 : node), mem = own + (shared ? node : 0);
+    if (es->samples_by_source[1] != mem || es->samples_by_source[2] != cnt_disk[e] ||
+        es->samples_by_source[3] != peer || es->samples_by_source[0] != cnt[e][LADE_ROUTE_STORAGE] ||
+        es->peer_samples_node != (shared ? 0 : node) || es->peer_bytes_node != (shared ? 0 : node) * SZ ||
+        es->plan_node_reads != (shared ? node : 0) || es->plan_fallbacks || es->plan_peer_storage) {
       counts_ok = 0;
-      fprintf(stderr, "rank %d %s epoch %llu: cache/peer/node/storage %llu/%llu/%llu/%llu, plan %llu/%llu/%llu/%llu, "
-              "fallbacks %llu\n", g_rank, tag, (unsigned long long)e, (unsigned long long)es->samples_by_source[1],
-              (unsigned long long)es->samples_by_source[3], (unsigned long long)es->peer_samples_node,
+      fprintf(stderr, "rank %d %s epoch %llu: memory/peer/node sent/node read/storage %llu/%llu/%llu/%llu/%llu, plan "
+              "own %llu, peer %llu, node %llu, storage %llu, fallbacks %llu\n", g_rank, tag, (unsigned long long)e,
+              (unsigned long long)es->samples_by_source[1], (unsigned long long)es->samples_by_source[3],
+              (unsigned long long)es->peer_samples_node, (unsigned long long)es->plan_node_reads,
               (unsigned long long)es->samples_by_source[0], (unsigned long long)cnt[e][LADE_ROUTE_OWN],
-              (unsigned long long)peer, (unsigned long long)cnt[e][LADE_ROUTE_NODE],
+              (unsigned long long)cnt[e][LADE_ROUTE_PEER], (unsigned long long)cnt[e][LADE_ROUTE_NODE],
               (unsigned long long)cnt[e][LADE_ROUTE_STORAGE], (unsigned long long)es->plan_fallbacks);
     }
   }
-  snprintf(what, sizeof what, "%s: per-rank cache/intra-node/inter-node/storage counts equal the plan's, no fallback",
-           tag);
+  snprintf(what, sizeof what, "%s: per-rank cache/intra-node/inter-node/storage counts equal the plan's, no fallback%s",
+           tag, shared ? " (intra-node handoffs read from the node's shared cache, no message)" : "");
   check(counts_ok, what);
   if (g_two) { /* two tiers: each tier's reads (above), admits and moves are the plan's; with the sends read from a
                 * disk tier, the ranks' disk reads sum to the simulator's */
@@ -291,8 +296,8 @@ static void check_kind(const char *kind, uint64_t cache_bytes) {
   uint64_t mine[EPOCHS * 64 * 4] = {0}, sum[EPOCHS * 64 * 4];
   for (uint64_t e = 0; e < EPOCHS; e++) {
     uint64_t *m = mine + (e * 64 + (uint64_t)g_rank / rpn) * 4;
-    m[LADE_ROUTE_OWN] = r->ep[e].samples_by_source[1] + r->ep[e].samples_by_source[2];
-    m[LADE_ROUTE_NODE] = r->ep[e].peer_samples_node;
+    m[LADE_ROUTE_OWN] = r->ep[e].samples_by_source[1] + r->ep[e].samples_by_source[2] - r->ep[e].plan_node_reads;
+    m[LADE_ROUTE_NODE] = r->ep[e].peer_samples_node + r->ep[e].plan_node_reads;
     m[LADE_ROUTE_PEER] = r->ep[e].samples_by_source[3] - r->ep[e].peer_samples_node;
     m[LADE_ROUTE_STORAGE] = r->ep[e].samples_by_source[0];
   }
@@ -354,24 +359,39 @@ static void check_repeat_and_resume(void) {
 
 /* Rank 1 stops in epoch 1 and closes its loader: the others fail within the
  * bound, naming rank 1. */
-static void check_fault_stop(void) {
+/* Rank 1 stops early in epoch 1. rpn "1": a learner per machine,
+ * distcache, the transport's bound; "4": one node of 4 sharing the node's
+ * cache, solar with a quarter of the dataset cached (it evicts), the node
+ * cache's bound: rank 1's step marks stop. (distcache and locality never
+ * evict once their caches are full: there the others need nothing more of
+ * rank 1 than its entries, and rightly run to the end.) */
+static void check_fault_stop(const char *rpn) {
+  g_rpn = rpn;
   uint32_t timeout_ms = 2000;
+  int node = strcmp(rpn, "1") != 0;
   uint64_t stop = g_rank == 1 ? (uint64_t)N / (B * (uint64_t)g_world) + 3 : 0; /* early in epoch 1 */
-  run("distcache", (uint64_t)(N / 4) * CHARGE, 0, 0, stop, timeout_ms, &g_run);
+  run(node ? "solar" : "distcache", (uint64_t)(N / 4) * CHARGE, 0, 0, stop, timeout_ms, &g_run);
+  g_rpn = NULL;
   int ok, names1 = 0;
   if (g_rank == 1) {
     ok = g_run.rc == 0;
   } else {
     /* a rank waiting on rank 1 names it; one waiting on a rank that failed
      * in turn names that one: each fails within its bound */
-    ok = g_run.rc != 0 && strstr(g_run.err, "did not arrive from rank") != NULL && g_run.seconds < 30;
+    ok = g_run.rc != 0 && (strstr(g_run.err, "did not arrive from rank") || strstr(g_run.err, "no word from rank")) &&
+         g_run.seconds < 30;
     names1 = strstr(g_run.err, "from rank 1 ") != NULL;
-    fprintf(stderr, "rank %d: failed after %.1f s as expected: %s\n", g_rank, g_run.seconds, g_run.err);
+    fprintf(stderr, "rank %d: failed after %.1f s (rc %d, %llu samples) as expected: %s\n", g_rank, g_run.seconds, g_run.rc, (unsigned long long)g_run.n, g_run.err);
   }
   int any1 = 0;
+  char what[200];
   MPI_Allreduce(&names1, &any1, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
-  check(any1, "a rank that stops mid-epoch is named by the ranks waiting for it");
-  check(ok, "a rank that stops mid-epoch: the others fail within the bound, naming whom they waited for");
+  snprintf(what, sizeof what, "ranks_per_node %s: a rank that stops mid-epoch is named by the ranks waiting for it",
+           rpn);
+  check(any1, what);
+  snprintf(what, sizeof what, "ranks_per_node %s: a rank that stops mid-epoch: the others fail within the bound, "
+           "naming whom they waited for", rpn);
+  check(ok, what);
 }
 
 /* Rank 1 is far behind (prefetch 1, 30 ms a batch) while the others plan 40
@@ -379,6 +399,7 @@ static void check_fault_stop(void) {
  * messages must stay within its own grant, 2 * (prefetch + 1) + 2 steps of
  * at most B samples, however far ahead the others plan. */
 static void check_lag(void) {
+  g_rpn = "1"; /* a learner per machine: the transport's backpressure */
   if (g_rank == 1) {
     g_prefetch = "1";
     g_step_us = 30000;
@@ -754,7 +775,7 @@ int main(int argc, char **argv) {
   make_dataset();
   const char *mode = argc > 2 ? argv[2] : "all";
   if (!strcmp(mode, "fault-stop")) {
-    check_fault_stop();
+    check_fault_stop(argc > 3 ? argv[3] : "1");
   } else if (!strcmp(mode, "warm")) {
     check_warm();
   } else if (!strcmp(mode, "resize-save") && argc > 3) {

@@ -43,8 +43,9 @@ def _epochs(loader):
 def test_locality_across_ranks(data):
     root, arrays = data
     assert COMM.size == 2
+    # a learner per machine: the samples go between the ranks as messages
     with lade.Loader(root, batch_size=B, epochs=E, seed=5, threads=2, drop_last=True, plan="locality",
-                     cache_mem_bytes=200000, output="numpy", meta=True) as L:
+                     cache_mem_bytes=200000, output="numpy", meta=True, ranks_per_node=1) as L:
         got = _epochs(L)
         stats = L.stats()
         peer = sum(L.epoch_stats(e)["samples_by_source"][3] for e in range(E))
@@ -65,13 +66,16 @@ def test_locality_across_ranks(data):
     assert stats["plan_fallbacks"] == 0 and stats["plan_peer_storage"] == 0
 
 
-@pytest.mark.parametrize("rpn", [1, 2])
-def test_distcache_node_handoffs(data, rpn):
+@pytest.mark.parametrize("rpn,node_cache", [(1, "auto"), (2, "off"), (2, "auto")])
+def test_distcache_node_handoffs(data, rpn, node_cache):
     """ranks_per_node=2 makes the two ranks one node: every peer sample of the
-    node-aware plan is an intra-node handoff (peer_samples_node); with 1, none."""
+    node-aware plan is an intra-node handoff; with the node's shared cache
+    (node_cache auto) each is read from it (plan_node_reads), with
+    node_cache=off sent as a message (peer_samples_node); with 1, none."""
     root, arrays = data
     with lade.Loader(root, batch_size=B, epochs=E, seed=5, threads=2, drop_last=True, plan="distcache",
-                     cache_mem_bytes=200000, output="numpy", meta=True, ranks_per_node=rpn) as L:
+                     cache_mem_bytes=200000, output="numpy", meta=True, ranks_per_node=rpn,
+                     node_cache=node_cache) as L:
         got = _epochs(L)
         stats = L.stats()
         ep = [L.epoch_stats(e) for e in range(E)]
@@ -80,7 +84,12 @@ def test_distcache_node_handoffs(data, rpn):
             np.testing.assert_array_equal(x[i], arrays[k])
     peer = sum(e["samples_by_source"][3] for e in ep)
     node = sum(e["peer_samples_node"] for e in ep)
-    assert COMM.allreduce(peer) > 0
+    shared = sum(e["plan_node_reads"] for e in ep)
     assert stats["peer_samples_node"] == node and stats["peer_bytes_node"] == sum(e["peer_bytes_node"] for e in ep)
-    assert node == (peer if rpn == 2 else 0)
+    assert stats["plan_node_reads"] == shared
+    if rpn == 2 and node_cache == "auto":  # no message: the node's cache
+        assert COMM.allreduce(shared) > 0 and peer == 0 and node == 0 and stats["peer_messages_sent"] == 0
+    else:
+        assert COMM.allreduce(peer) > 0 and shared == 0
+        assert node == (peer if rpn == 2 else 0)
     assert stats["plan_fallbacks"] == 0

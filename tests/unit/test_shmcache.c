@@ -124,11 +124,75 @@ static void test_plan_mode(void) {
   lade__shmcache_node_stats(c, &ns);
   CHECK(ns.rejected == 1 && ns.used == used && ns.entries > before);
   for (uint64_t k = 0; k <= next; k++) CHECK_EQ_INT(lade__cache_get(c, k, &b) == 0 && pok(k, &b), k < 400 && in[k]);
+  /* each process evicts what it put: another's entry of the key stays */
+  uint64_t k0 = 0;
+  while (k0 < 399 && !in[k0]) k0++;
+  CHECK(lade__cache_evict(c, k0));
+  pid_t pid = fork();
+  if (pid == 0) {
+    lade__cache_t *d = open_plan("job-plan", cap);
+    int bad = !d || put(d, k0) != 0 || !lade__cache_contains(d, k0);
+    lade__cache_close(d);
+    _exit(bad);
+  }
+  int st;
+  waitpid(pid, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  CHECK(!lade__cache_evict(c, k0));
+  CHECK(lade__cache_get(c, k0, &b) == 0 && pok(k0, &b));
   lade__cache_t *fifo = open_node("job-plan", cap, NULL);
   CHECK(fifo != NULL && segments() == 2);
   lade__cache_close(fifo);
   lade__buf_free(&b);
   lade__cache_close(c);
+}
+
+/* A process that holds the lock and stops (SIGSTOP, a debugger) holds the
+ * others up at most peer_timeout_ms: the get fails then, and every later
+ * call at once (the process reads from storage from then on). */
+static void test_lock_held_too_long(void) {
+  lade__cache_opts_t o = {.ns = "test://node", .capacity = 1 << 16, .policy = LADE__CACHE_FIFO,
+                          .node_dir = g_dir, .node_job = "job-held", .node_slots = 1024, .node_timeout_ms = 300};
+  lade__cache_t *c = NULL;
+  CHECK_OK(lade__cache_open(&c, &o));
+  if (!c) return;
+  CHECK_OK(put(c, 1));
+  int ready[2];
+  CHECK(pipe(ready) == 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    lade__cache_t *d = NULL;
+    if (lade__cache_open(&d, &o) == 0) lade__shmcache_hold_lock_for_test(d);
+    char one = 1;
+    if (write(ready[1], &one, 1) != 1) _exit(1);
+    pause(); /* alive, holding it */
+    _exit(0);
+  }
+  char one = 0;
+  CHECK(read(ready[0], &one, 1) == 1);
+  lade__buf_t b = {0};
+  double t0 = lade__now();
+  CHECK(lade__cache_get(c, 1, &b) != 0);
+  double waited = lade__now() - t0;
+  t0 = lade__now();
+  CHECK(lade__cache_get(c, 1, &b) != 0);
+  CHECK(!lade__cache_contains(c, 1));
+  double again = lade__now() - t0;
+  fprintf(stderr, "  the first call waited %.2f s, the later ones %.4f s\n", waited, again);
+  CHECK(waited >= 0.25 && waited < 3.0 && again < 0.05);
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  close(ready[0]);
+  close(ready[1]);
+  lade__buf_free(&b);
+  lade__cache_close(c); /* it could not take the lock to remove the segment: the next open does (stale) */
+  o.node_job = "job-held-next";
+  CHECK_OK(lade__cache_open(&c, &o));
+  lade__cache_stats_t cs;
+  lade__cache_stats(c, &cs);
+  CHECK(cs.stale_segments == 1);
+  lade__cache_close(c);
+  CHECK(segments() == 0);
 }
 
 /* Plan mode's step marks: a rank waits for the others' marks, bounded. */
@@ -437,6 +501,7 @@ int main(int argc, char **argv) {
   RUN(test_torture_with_kills);
   RUN(test_plan_mode);
   RUN(test_step_marks);
+  RUN(test_lock_held_too_long);
   rmdir(g_dir);
   return lade_test_finish();
 }
