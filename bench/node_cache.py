@@ -18,7 +18,12 @@ entries hold). Then model parallelism: the same JPEGs packed into tar shards
 (`lade pack`), `plan=shards` with `model_parallel=4` (the four ranks train
 on identical batches), without (node_cache=off: every rank reads every
 sample) and with the node cache (the group reads each sample once); storage
-bytes per epoch and the ratio (target <= 0.3).
+bytes per epoch and the ratio (target <= 0.3). Then a node-aware plan
+(`--plan`, default locality; the local JPEG folder, half the dataset in the
+node's cache): each rank's own cache with the node's handoffs sent as MPI
+messages (node_cache=off) against the node's shared cache in plan mode
+(handoffs read from it: docs/plan.md, Nodes): epoch time, intra-node peer
+bytes, handoffs, RSS.
 
     /usr/bin/python3 bench/node_cache.py [--lade build/lade] [--count 1000] [--bandwidth 8]
 
@@ -71,7 +76,8 @@ def main():
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--bandwidth", type=float, default=8.0, help="MB/s of the bucket's shared link")
     ap.add_argument("--mp-bandwidth", type=float, default=32.0, help="MB/s of the link in the model-parallel runs")
-    ap.add_argument("--only", choices=("cache", "mp"), help="run one half")
+    ap.add_argument("--only", choices=("cache", "mp", "planned"), help="run one part")
+    ap.add_argument("--plan", default="locality", help="the node-aware plan of the planned part")
     a = ap.parse_args()
     why = missing()
     if why:
@@ -90,6 +96,10 @@ def main():
     print("dataset: %d JPEGs, mean %.0f bytes, %.1f MB (%d tar shards); %d ranks on one node, batch %d each, "
           "%d epochs; machine: %d cores" % (len(files), mean, size / 1e6, len(tars), a.np, a.batch, a.epochs,
                                            os.cpu_count()))
+    if a.only in (None, "planned"):
+        planned(a, data, tmp, size)
+    if a.only == "planned":
+        return 0
     with S3Env() as s3:
         s3.put_many({"train/" + os.path.relpath(f, data): open(f, "rb").read() for f in files})
         s3.put_many({"shards/" + os.path.basename(t): open(t, "rb").read() for t in tars})
@@ -122,6 +132,39 @@ def node_vs_rank(a, s3, env, tmp, size):
               sum(r["storage_mb"] for r in node[1:]), sum(r["storage_mb"] for r in per[1:]),
               sum(r["peer_mb"] for r in node) * 1e6, node_i["held_mb"], size / 1e6,
               node_i["held_mb"] / (size / 1e6)))
+
+
+def planned(a, data, tmp, size):
+    cache = int(size / 2 * 1.1)  # half the dataset (the entries' charge included) in the node's cache
+    print("\n== plan=%s, one node of %d ranks, the local JPEG folder, node cache %.1f MB (half the dataset)"
+          % (a.plan, a.np, cache / 1e6))
+    print("  %-22s %5s %8s %9s %8s" % ("variant", "epoch", "time s", "stor MB", "peer MB"))
+    out = {}
+    for tag, nc in (("messages", "off"), ("shared", "auto")):
+        extra = [("ranks_per_node", a.np), ("node_cache", nc)]
+        ranks, _ = mpirun(a.np, a.lade, data, a.plan, cache, a.epochs, a.batch, extra, {}, tmp,
+                          checksum=True)
+        rows = []
+        for e in range(a.epochs):
+            es = [r["epochs"][e] for r in ranks]
+            rows.append({"seconds": max(x["seconds"] for x in es),
+                         "storage_mb": sum(x["bytes_by_source"][0] for x in es) / 1e6,
+                         "peer_mb": sum(x["peer_bytes"] for x in es) / 1e6,
+                         "handoffs": sum(x["handoff"] for x in es)})
+        info = {"rss": [r["peak_rss_mib"] for r in ranks],
+                "segment_mb": max(r.get("node_cache_segment_bytes", 0) for r in ranks) / 1e6,
+                "held_mb": max(r.get("node_cache_used_bytes", 0) for r in ranks) / 1e6,
+                "checksums": sorted(r["checksum"] for r in ranks)}
+        show("handoffs: " + tag, rows, info)
+        out[tag] = (rows, info)
+    (m, mi), (sh, si) = out["messages"], out["shared"]
+    t_m, t_s = sum(r["seconds"] for r in m[1:]), sum(r["seconds"] for r in sh[1:])
+    print("  same batches on every rank: %s" % (mi["checksums"] == si["checksums"]))
+    print("  epochs 1..%d: shared %.2f s against messages %.2f s = %.2fx; intra-node peer bytes %.1f MB against "
+          "%.1f MB; handoffs %d and %d; peak RSS per rank %.0f against %.0f MiB (+ the %.1f MB segment, %.1f MB held)"
+          % (a.epochs - 1, t_s, t_m, t_m / t_s if t_s else 0, sum(r["peer_mb"] for r in sh),
+             sum(r["peer_mb"] for r in m), sum(r["handoffs"] for r in sh), sum(r["handoffs"] for r in m),
+             max(si["rss"]), max(mi["rss"]), si["segment_mb"], si["held_mb"]))
 
 
 def model_parallel(a, s3, env, tmp):

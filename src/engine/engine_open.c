@@ -232,7 +232,7 @@ static int open_transport(lade_loader_t *L) {
       {"drop_last", cp->drop_last, false},                 {"shuffle", cp->shuffle, false},
       {"plan_balance", (uint64_t)cp->plan.balance_peer, false}, {"plan_reorder", (uint64_t)cp->plan.reorder, false},
       {"plan_order", (uint64_t)cp->plan.order_algo, false}, {"plan_imbalance", cp->plan.imbalance, false},
-      {"ranks_per_node", L->cfg.ranks_per_node, false},
+      {"ranks_per_node", L->cfg.ranks_per_node, false},   {"node_cache", (uint64_t)L->cfg.node_cache, false},
       {"the resume position's epoch", cp->resumed ? cp->resume.epoch + 1 : 0, false},
       {"the resume position's consumed samples", cp->resumed ? cp->resume.consumed : 0, false},
       {"the dataset's sample names (a digest)", fp_names, true},

@@ -14,8 +14,9 @@ import lade
 
 t0 = time.time()
 stop = os.environ.get("OMPI_COMM_WORLD_RANK") == sys.argv[2]
+# node_cache off: every handoff a message, so the others need rank 1 (test_mpi.sh says why)
 L = lade.Loader(sys.argv[1], plan="distcache", cache_mem_bytes=700000, drop_last=True, epochs=1000, batch_size=8,
-                peer_timeout_ms=3000, output="numpy")
+                peer_timeout_ms=3000, output="numpy", node_cache="off")
 n = 0
 try:
     for _epoch in range(1000):

@@ -114,8 +114,11 @@ start=$(date +%s)
 # rank 1 is stopped once its loader runs (its first epoch done), not while MPI starts (MPI_Init waits for
 # every process, without lade's bound); its output goes to a file the stopper watches
 rm -f "$tmp/stopped.out"
+# node_cache=off: every handoff is a message, so the others wait for rank 1 (with the node's shared cache full of
+# distcache's admits they would not need it, and rightly go on: mpi_check fault-stop 4 stops a rank of a node)
 out=$(timeout 120 "${run[@]}" -np 4 sh -c 'set -- "$0" bench "$1" --plan distcache --set cache_mem_bytes=700000 \
-  --set drop_last=true --epochs 1000 --batch-size 8 --set peer_timeout_ms=3000 --step-ms 5 --no-checksum
+  --set drop_last=true --epochs 1000 --batch-size 8 --set peer_timeout_ms=3000 --step-ms 5 --no-checksum \
+  --set node_cache=off
   [ "$OMPI_COMM_WORLD_RANK" = 1 ] || exec "$@"
   o=$(dirname "$3")/stopped.out
   (until grep -q "epoch 0 done" "$o" 2>/dev/null; do kill -0 $$ 2>/dev/null || exit; sleep 0.1; done

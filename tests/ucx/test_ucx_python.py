@@ -86,6 +86,7 @@ def test_kind_as_planned(world, data, kind, half):
     cache = N // p // (2 if half else 1) * rpn
     with lade.Loader(root, transform="raw", raw_size=SZ, batch_size=B, epochs=E, seed=SEED, threads=2,
                      drop_last=True, plan=kind, cache_mem_bytes=cache * CHARGE, peer_timeout_ms=20000,
+                     node_cache="off",  # every handoff a UCX message (test_node_cache_handoffs: the shared cache)
                      output="numpy", meta=True) as L:
         got = []
         for e in range(E):
@@ -124,7 +125,7 @@ def test_transport_is_ucx(world, data):
     peer = {}
     for t in ("auto", "local"):
         with lade.Loader(root, transform="raw", raw_size=SZ, batch_size=B, epochs=2, seed=SEED, threads=2,
-                         drop_last=True, plan="locality", cache_mem_bytes=N * CHARGE, transport=t,
+                         drop_last=True, plan="locality", cache_mem_bytes=N * CHARGE, transport=t, node_cache="off",
                          output="numpy") as L:
             for e in range(2):
                 for _ in L:
@@ -134,3 +135,37 @@ def test_transport_is_ucx(world, data):
     totals = [None] * dist.get_world_size()
     dist.all_gather_object(totals, (peer["auto"], peer["local"], storage_for_peer))
     assert sum(t[0] for t in totals) > 0 and sum(t[1] for t in totals) == 0 and sum(t[2] for t in totals) > 0
+
+
+def test_node_cache_handoffs(world, data):
+    """The four ranks are one node: with the node's shared cache (node_cache
+    auto) locality's intra-node handoffs are read from it, none sent over UCX,
+    each rank's counts as the plan routes them (docs/plan.md, Nodes)."""
+    rank, p = world
+    root, files = data
+    rpn = int(os.environ["LOCAL_WORLD_SIZE"])
+    cache = N // 2
+    with lade.Loader(root, transform="raw", raw_size=SZ, batch_size=B, epochs=E, seed=SEED, threads=2,
+                     drop_last=True, plan="locality", cache_mem_bytes=cache * CHARGE, peer_timeout_ms=20000,
+                     output="numpy", meta=True) as L:
+        for e in range(E):
+            for x, _y, m in L:
+                idx = [int(i) for i in np.asarray(m.indices)]
+                xs = np.asarray(x).reshape(len(idx), -1)
+                for i, k in enumerate(idx):
+                    assert xs[i].tobytes() == files[k], "sample %d: bytes differ from the file's" % k
+        stats = L.stats()
+        eps = [L.epoch_stats(e) for e in range(E)]
+    want = [[0, 0, 0] for _ in range(E)]  # own, handoff, storage
+    for s in _plan("locality", p, cache, rpn):
+        if s["learner"] == rank:
+            for f in s["from"]:
+                want[s["epoch"]][0 if f == "cache" else 1 if f.startswith(("peer", "node")) else 2] += 1
+    got = [[e["samples_by_source"][1] - e["plan_node_reads"], e["plan_node_reads"], e["samples_by_source"][0]]
+           for e in eps]
+    assert got == want, "rank %d: counts %s, the plan's %s" % (rank, got, want)
+    assert stats["peer_messages_sent"] == 0 and all(e["samples_by_source"][3] == 0 for e in eps)
+    assert stats["plan_fallbacks"] == 0
+    handoffs = [None] * p
+    dist.all_gather_object(handoffs, stats["plan_node_reads"])
+    assert sum(handoffs) > 0

@@ -48,6 +48,8 @@ static int g_rank, g_world, g_fail;
 static const char *g_seed = "7";
 static const char *g_rdv, *g_job;
 static const char *g_prefetch = NULL; /* NULL: the default */
+/* node_cache: off for the transport's own checks (every handoff a message); auto for check_node_shared */
+static const char *g_node_cache = "off";
 static unsigned g_step_us;            /* sleep after each batch */
 static char g_dir[2048];
 static FILE *g_out;
@@ -126,6 +128,7 @@ static lade_loader_t *open_loader(const char *kind, uint64_t cache_bytes, uint32
   lade_config_set(c, "epochs", epochs);
   lade_config_set(c, "plan", kind);
   if (g_prefetch) lade_config_set(c, "prefetch", g_prefetch);
+  lade_config_set(c, "node_cache", g_node_cache);
   lade_config_set(c, "transport", "ucx");
   lade_config_set(c, "rendezvous_dir", g_rdv);
   if (g_job) lade_config_set(c, "job_id", g_job);
@@ -258,6 +261,56 @@ static void check_kind(const char *kind, uint64_t cache_bytes) {
   fflush(g_out);
 }
 
+/* The node's shared cache under UCX (docs/plan.md, Nodes): the ranks of
+ * this machine are one node; locality and solar read their intra-node
+ * handoffs from the node's segment: none is sent, each rank's memory reads
+ * are its own cache's and its handoffs, as the plan routes them. */
+static void check_node_shared(const char *kind, uint64_t cache_bytes) {
+  char what[256];
+  g_node_cache = "auto";
+  run_t *r = &g_run;
+  run(kind, cache_bytes, 0, 20000, r);
+  g_node_cache = "off";
+  if (r->rc) fprintf(stderr, "rank %d: %s\n", g_rank, r->err);
+  snprintf(what, sizeof what, "node cache, %s: ran to the end with the source's bytes", kind);
+  check(r->rc == 0 && r->content_ok, what);
+  lade_plan_settings_t s = settings(kind, cache_bytes, r->st.ranks_per_node);
+  lade_plan_t *pl = NULL;
+  int ok = r->st.ranks_per_node == (uint32_t)g_world && lade_plan_create(&pl, &s, sizeof s) == 0;
+  uint64_t own[EPOCHS] = {0}, node[EPOCHS] = {0}, storage[EPOCHS] = {0}, all_node = 0;
+  const lade_plan_step_t *v = NULL;
+  for (uint64_t e = 0; ok && e < EPOCHS; e++)
+    for (uint64_t st = 0; st < lade_plan_steps_per_epoch(pl); st++) {
+      if (lade_plan_next(pl, &v)) {
+        ok = 0;
+        break;
+      }
+      for (uint64_t i = v->offset[g_rank]; i < v->offset[g_rank + 1]; i++) {
+        int32_t f = v->from[i];
+        if (f == LADE_FROM_CACHE) own[e]++;
+        else if (f >= 0) node[e]++; /* one node: every peer is a rank of it */
+        else storage[e]++;
+      }
+    }
+  lade_plan_destroy(pl);
+  for (uint64_t e = 0; ok && e < EPOCHS; e++) {
+    const lade_epoch_stats_t *es = &r->ep[e];
+    all_node += node[e];
+    if (es->samples_by_source[1] != own[e] + node[e] || es->plan_node_reads != node[e] ||
+        es->samples_by_source[3] || es->samples_by_source[0] != storage[e] || es->plan_fallbacks) {
+      ok = 0;
+      fprintf(stderr, "rank %d %s epoch %llu: memory %llu (handoffs %llu), peer %llu, storage %llu; plan own %llu, "
+              "handoffs %llu, storage %llu\n", g_rank, kind, (unsigned long long)e,
+              (unsigned long long)es->samples_by_source[1], (unsigned long long)es->plan_node_reads,
+              (unsigned long long)es->samples_by_source[3], (unsigned long long)es->samples_by_source[0],
+              (unsigned long long)own[e], (unsigned long long)node[e], (unsigned long long)storage[e]);
+    }
+  }
+  snprintf(what, sizeof what, "node cache, %s: per-rank own/handoff/storage counts equal the plan's (%llu handoffs "
+           "here), all read from the node's cache, none sent", kind, (unsigned long long)all_node);
+  check(ok && r->st.peer_messages_sent == 0, what);
+}
+
 /* Rank 1 stops early in epoch 1 and closes its loader: the others fail
  * within the bound, naming whom they waited for. */
 static void check_fault_stop(void) {
@@ -330,7 +383,8 @@ static lade_loader_t *open_warm(const lade_position_t *pos) {
   const char *kv[][2] = {{"source", v}, {"transform", "raw"}, {"raw_size", "256"}, {"batch_size", "4"},
                          {"threads", "2"}, {"seed", "7"}, {"drop_last", "true"}, {"epochs", "3"},
                          {"plan", "locality"}, {"transport", "ucx"}, {"rendezvous_dir", g_rdv},
-                         {"peer_timeout_ms", g_warm_timeout}, {"cache_dir", dir}, {"cache_disk_bytes", bytes}};
+                         {"peer_timeout_ms", g_warm_timeout}, {"cache_dir", dir}, {"cache_disk_bytes", bytes},
+                         {"node_cache", "off"}}; /* warm-skip's rank 2 keeps a memory cache of its own */
   for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) lade_config_set(c, kv[i][0], kv[i][1]);
   if (g_warm_mem) { /* the same cache count, in memory */
     lade_config_set(c, "cache_dir", "");
@@ -556,6 +610,8 @@ int main(int argc, char **argv) {
              st.local_rank == (uint32_t)g_rank && st.ranks_per_node == (uint32_t)g_world;
     lade_loader_destroy(L);
     check(ok, "topology: the exchanged host names make one node of every rank");
+    check_node_shared("locality", (uint64_t)(N / 2) * CHARGE);
+    check_node_shared("solar", (uint64_t)(N / 4) * CHARGE);
   }
   fclose(g_out);
   return g_fail;
