@@ -308,7 +308,7 @@ static void check_node_shared(const char *kind, uint64_t cache_bytes) {
   }
   snprintf(what, sizeof what, "node cache, %s: per-rank own/handoff/storage counts equal the plan's (%llu handoffs "
            "here), all read from the node's cache, none sent", kind, (unsigned long long)all_node);
-  check(ok && r->st.peer_messages_sent == 0, what);
+  check(ok && r->st.peer_messages_sent == 0 && r->st.plan_node_reads == all_node, what);
 }
 
 /* Rank 1 stops early in epoch 1 and closes its loader: the others fail
