@@ -102,3 +102,26 @@ def test_plan_errors_are_clear(npy_dir, tmp_path):
         lade.Loader(npy_dir, batch_size=B, plan="solar", drop_last=True)
     with pytest.raises(lade.Error, match="plan"):
         _loader(npy_dir, "no-such-plan", 0)
+
+
+def test_solar_two_tiers(npy_dir, reference, tmp_path):
+    """solar with cache_mem_bytes and cache_dir + cache_disk_bytes: memory over
+    the disk as one hierarchy (docs/plan.md, Two tiers). One learner, a memory
+    tier of a few samples and a disk tier under it: the values are np.load's,
+    both tiers are read, admits go to each and samples move between them,
+    with no fallback, and stats() says so (test_plan_exec checks every count
+    against the plan and lade_simulate)."""
+    arrays, _ = reference
+    n = len(arrays)
+    with lade.Loader(npy_dir, batch_size=B, epochs=E, seed=3, threads=2, drop_last=True, plan="solar",
+                     output="numpy", meta=True, cache_mem_bytes=4 * 1024, cache_dir=str(tmp_path / "c"),
+                     cache_disk_bytes=(n // 3) * 4096) as L:
+        for _e, _st, idx, x in _run(L):
+            for i, k in enumerate(idx):
+                np.testing.assert_array_equal(x[i], arrays[k])
+        st = L.stats()
+        eps = [L.epoch_stats(e) for e in range(E)]
+    assert st["plan_fallbacks"] == 0
+    assert sum(e["samples_by_source"][1] for e in eps) > 0 and sum(e["samples_by_source"][2] for e in eps) > 0
+    assert st["plan_admits_mem"] > 0 and st["plan_admits_disk"] > 0
+    assert st["plan_moves_up"] + st["plan_moves_down"] > 0
