@@ -489,21 +489,24 @@ static bool move_tail(shmcache_t *s, slot_t *e) {
 }
 
 /* Plan mode: room for a record of `charge` bytes at the head without
- * evicting an entry (see the top). Locked. */
-static bool plan_room(shmcache_t *s, uint64_t charge) {
+ * evicting an entry (see the top). Locked. ROOM_BUSY: the tail reached a
+ * record another live process is still copying into (it was put while the
+ * ring went round once): worth asking again once that copy is done. */
+enum { ROOM_OK = 0, ROOM_FULL, ROOM_BUSY };
+static int plan_room(shmcache_t *s, uint64_t charge) {
   seg_hdr_t *h = s->h;
   uint64_t A = h->arena_bytes, stop = h->head;
-  if (h->used + charge > A) return false;
+  if (h->used + charge > A) return ROOM_FULL;
   for (;;) {
     uint64_t t = atomic_load_explicit(&h->tail, memory_order_relaxed);
-    if (A - (h->head - t) >= pad_at(h->head, charge, A) + charge) return true;
-    if (t >= stop || t == h->head) return false; /* every record of before passed once */
+    if (A - (h->head - t) >= pad_at(h->head, charge, A) + charge) return ROOM_OK;
+    if (t >= stop || t == h->head) return ROOM_FULL; /* every record of before passed once */
     rec_t *r = rec_at(s, t);
     slot_t *e = r->kind == REC_LIVE && r->bytes >= ALIGN ? slot_find(s, r->key) : NULL;
     if (e && e->pos == t && e->state == SLOT_READY && !r->busy) {
-      if (!move_tail(s, e)) return false;
+      if (!move_tail(s, e)) return ROOM_FULL;
     } else if (!evict_tail(s)) {
-      return false;
+      return ROOM_BUSY;
     }
   }
 }
@@ -517,7 +520,17 @@ static int shm_put(lade__cache_t *c, uint64_t key, uint64_t ver, const void *dat
   slot_t *old = slot_find(s, key);
   if (old) remove_entry(s, old); /* a writer of it finds its slot gone and leaves it; a claim ends */
   if (charge > A || (h->entries + h->loading + 1) * 4 > h->nslots * 3) goto rejected;
-  if (h->plan && !plan_room(s, charge)) goto rejected;
+  if (h->plan) { /* a copy in progress at the tail ends soon: wait for it (at most 100 ms) rather than refuse */
+    int room = plan_room(s, charge);
+    for (int i = 0; room == ROOM_BUSY && i < 1000; i++) {
+      seg_unlock(s);
+      struct timespec ts = {0, 100000};
+      nanosleep(&ts, NULL);
+      if ((rc = seg_lock(s)) != 0) return rc;
+      room = plan_room(s, charge);
+    }
+    if (room != ROOM_OK) goto rejected;
+  }
   uint64_t pad = pad_at(h->head, charge, A);
   while (A - (h->head - atomic_load_explicit(&h->tail, memory_order_relaxed)) < pad + charge)
     if (!evict_tail(s)) goto rejected;

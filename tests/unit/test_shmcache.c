@@ -195,6 +195,71 @@ static void test_lock_held_too_long(void) {
   CHECK(segments() == 0);
 }
 
+/* Plan mode under four processes at once: each puts and evicts its own keys
+ * (k % 4 == its number) in a cache that holds about half of them, so records
+ * keep moving forward while the others read any key, in copies and in place;
+ * every hit is the put's bytes, no put is refused while there is room, and
+ * every process's live keys are there at the end. */
+static void test_plan_mode_concurrent(void) {
+  enum { P = 4, KEYS = 400 };
+  uint64_t cap = 0;
+  for (uint64_t k = 0; k < KEYS / 2; k++) cap += lade__shmcache_charge(plen(k));
+  lade__cache_t *c = open_plan("job-plan-conc", cap * 3 / 2);
+  CHECK(c != NULL);
+  if (!c) return;
+  pid_t pids[P];
+  for (int p = 0; p < P; p++) {
+    pids[p] = fork();
+    if (pids[p] != 0) continue;
+    lade__cache_t *d = open_plan("job-plan-conc", cap * 3 / 2);
+    int bad = !d;
+    bool in[KEYS] = {false};
+    uint64_t used = 0, rng = 0x9e3779b97f4a7c15ull * (uint64_t)(p + 1);
+    lade__buf_t b = {0};
+    double t_end = lade__now() + 1.5;
+    while (d && !bad && lade__now() < t_end) {
+      rng = lade__mix64(rng);
+      uint64_t k = (rng % (KEYS / P)) * P + (uint64_t)p, ch = lade__shmcache_charge(plen(k));
+      if (in[k]) {
+        bad |= !lade__cache_evict(d, k);
+        in[k] = false;
+        used -= ch;
+      } else if (used + ch <= cap / P) { /* its quarter of the live budget: never refused */
+        bad |= put(d, k) != 0 || !lade__cache_contains(d, k);
+        in[k] = true;
+        used += ch;
+      }
+      uint64_t r = lade__mix64(rng) % KEYS; /* anyone's key: a hit is its bytes */
+      if (lade__cache_get(d, r, &b) == 0) bad |= !pok(r, &b);
+      const void *v = NULL;
+      size_t n = 0;
+      uint64_t tok = 0;
+      if (lade__cache_view(d, r, 0, &v, &n, &tok) == 0) {
+        lade__buf_t vb = {.data = (uint8_t *)v, .len = n};
+        bool same = pok(r, &vb);
+        bad |= lade__cache_view_ok(d, tok) && !same;
+      }
+    }
+    for (uint64_t k = (uint64_t)p; d && k < KEYS; k += P) bad |= (lade__cache_get(d, k, &b) == 0) != in[k];
+    lade__buf_free(&b);
+    lade__cache_close(d);
+    _exit(bad);
+  }
+  int all_ok = 1;
+  for (int p = 0; p < P; p++) {
+    int st = -1;
+    waitpid(pids[p], &st, 0);
+    all_ok &= WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  }
+  lade__node_cache_stats_t ns;
+  lade__shmcache_node_stats(c, &ns);
+  fprintf(stderr, "  %llu puts, %llu moved forward, %llu refused, %llu corrupt\n", (unsigned long long)ns.inserts,
+          (unsigned long long)ns.moved, (unsigned long long)ns.rejected, (unsigned long long)ns.corrupt);
+  CHECK(all_ok);
+  CHECK(ns.moved > 0 && ns.rejected == 0 && ns.corrupt == 0);
+  lade__cache_close(c);
+}
+
 /* Plan mode's step marks: a rank waits for the others' marks, bounded. */
 static void test_step_marks(void) {
   lade__cache_t *c = open_plan("job-marks", 1 << 16);
@@ -500,6 +565,7 @@ int main(int argc, char **argv) {
   RUN(test_view_in_place);
   RUN(test_torture_with_kills);
   RUN(test_plan_mode);
+  RUN(test_plan_mode_concurrent);
   RUN(test_step_marks);
   RUN(test_lock_held_too_long);
   rmdir(g_dir);
