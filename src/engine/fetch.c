@@ -253,7 +253,7 @@ void lade__fetch_drop(lade__fetch_t *f, uint64_t key) {
   if (f->disk) lade__cache_evict(f->disk, key);
 }
 
-void lade__fetch_close(lade__fetch_t *f) {
+void lade__fetch_quiesce(lade__fetch_t *f) {
   if (!f) return;
   pthread_mutex_lock(&f->mu);
   f->stop = true;
@@ -261,6 +261,11 @@ void lade__fetch_close(lade__fetch_t *f) {
   pthread_cond_broadcast(&f->cv_inflight);
   pthread_cond_broadcast(&f->cv_admit);
   pthread_mutex_unlock(&f->mu);
+}
+
+void lade__fetch_close(lade__fetch_t *f) {
+  if (!f) return;
+  lade__fetch_quiesce(f);
   lade__prefetch_join(f);
   lade__cache_close(f->mem);
   lade__cache_close(f->disk);

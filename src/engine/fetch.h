@@ -79,6 +79,12 @@ int lade__fetch_serve(void *ctx, uint64_t idx, uint64_t q, int nonblock, lade__b
  * it is on. Errors name the cache folder. */
 int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p);
 void lade__fetch_close(lade__fetch_t *f);
+/* The workers have stopped (the loader closes): nothing waits any more for
+ * an admit or a move that steps planned but never read would have made, so
+ * the transport's last sends are served at once (from the cache, else
+ * storage) instead of each waiting out its bound. Before the transport's
+ * close; lade__fetch_close follows. */
+void lade__fetch_quiesce(lade__fetch_t *f);
 
 /* True when any cache tier is on. */
 bool lade__fetch_cached(const lade__fetch_t *f);
