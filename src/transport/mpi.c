@@ -690,6 +690,8 @@ static const uint32_t *mpi_node_leads(lade__transport_t *d) { return ((chan_t *)
 
 static void mpi_lost(lade__transport_t *d, uint32_t rank) { lade__pushq_lost(&((chan_t *)d)->pq, rank); }
 
+static void mpi_stop_waits(lade__transport_t *d) { lade__pushq_stop_waits(&((chan_t *)d)->pq); }
+
 /* On the loader's communicator from the caller's thread (MPI_THREAD_MULTIPLE:
  * the communication thread's point-to-point traffic may run beside it, and
  * this is the communicator's only collective after its open), bounded. */
@@ -712,7 +714,7 @@ static int mpi_allgather(lade__transport_t *d, const void *mine, size_t len, voi
 
 const lade__transport_ops_t lade__transport_mpi = {"mpi", mpi_open, mpi_close, mpi_send, mpi_wait_served,
                                          mpi_recv, mpi_forget_below, mpi_stats, mpi_node_leads, mpi_allgather,
-                                         mpi_lost};
+                                         mpi_lost, mpi_stop_waits};
 #else
 /* built without MPI (LADE_WITH_MPI): the transport is local only */
 typedef int lade__transport_mpi_unused;

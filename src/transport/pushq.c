@@ -183,14 +183,22 @@ void lade__pushq_lost(lade__pushq_t *pq, uint32_t peer) {
   pthread_mutex_unlock(pq->mu);
 }
 
+void lade__pushq_stop_waits(lade__pushq_t *pq) {
+  pthread_mutex_lock(pq->mu);
+  pq->stop_waits = 1;
+  pthread_cond_broadcast(pq->cv);
+  pthread_mutex_unlock(pq->mu);
+}
+
 int lade__pushq_wait_served(lade__pushq_t *pq, uint64_t q) {
   struct timespec ts;
   uint32_t timeout_ms = pq->p->timeout_ms;
   lade__pushq_timespec_after(&ts, timeout_ms / 1000.0);
   pthread_mutex_lock(pq->mu);
   int rc = 0;
-  while (!pq->fatal && pq->sq_len && pq->sq[pq->sq_head].q <= q)
-    if (pthread_cond_timedwait(pq->cv, pq->mu, &ts) == ETIMEDOUT && pq->sq_len && pq->sq[pq->sq_head].q <= q) {
+  while (!pq->fatal && !pq->stop_waits && pq->sq_len && pq->sq[pq->sq_head].q <= q)
+    if (pthread_cond_timedwait(pq->cv, pq->mu, &ts) == ETIMEDOUT && !pq->stop_waits && pq->sq_len &&
+        pq->sq[pq->sq_head].q <= q) {
       const lade__pushq_send_t *h = &pq->sq[pq->sq_head];
       if (pq->grant && h->q >= pq->grant[h->dst])
         rc = lade__fail(LADE_ETIMEOUT, "transport %s: rank %u: sample %llu of step %llu waited %u ms (setting "
@@ -230,6 +238,10 @@ int lade__pushq_recv(lade__pushq_t *pq, uint64_t q, uint64_t idx, uint32_t src, 
     if (m) break;
     if (pq->fatal) {
       rc = lade__fail(pq->fatal, "%s", pq->fatal_msg);
+      break;
+    }
+    if (pq->stop_waits) { /* the loader is closing: its batches are not delivered any more */
+      rc = lade__fail(LADE_ESTATE, "transport %s: rank %u: the loader is closing", pq->name, rank);
       break;
     }
     if (peer_lost && src < world && peer_lost[src]) {

@@ -103,6 +103,11 @@ typedef struct lade__transport_ops {
    * its reason, so closing treats it as one (mpi.c: the job is aborted when
    * that peer then misses its close too). NULL: nothing to keep. */
   void (*lost)(lade__transport_t *d, uint32_t rank);
+  /* The loader stops (its workers are being joined): wait_served and recv
+   * return at once from now on (recv with LADE_ESTATE), without waiting for
+   * peers that may have stopped too (close still flushes the sends,
+   * bounded). NULL: no waits to stop. */
+  void (*stop_waits)(lade__transport_t *d);
 } lade__transport_ops_t;
 
 struct lade__transport {

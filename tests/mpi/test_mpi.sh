@@ -31,6 +31,7 @@ timeout 200 "${run[@]}" -np 4 "$check_bin" "$tmp/w" warm || { echo "FAIL: mpi_ch
 echo "== a rank that stops mid-epoch"
 timeout 120 "${run[@]}" -np 4 "$check_bin" "$tmp/b" fault-stop 1 || { echo "FAIL: mpi_check fault-stop"; fail=1; }
 timeout 120 "${run[@]}" -np 4 "$check_bin" "$tmp/b" fault-stop 4 || { echo "FAIL: mpi_check fault-stop (one node)"; fail=1; }
+timeout 120 "${run[@]}" -np 4 "$check_bin" "$tmp/b" close-early || { echo "FAIL: mpi_check close-early"; fail=1; }
 
 echo "== settings that differ between ranks are named at start"
 out=$(timeout 120 "${run[@]}" -np 4 "$check_bin" "$tmp/c" mismatch 2>&1); rc=$?
