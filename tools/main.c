@@ -415,7 +415,7 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
            "\"remote_bytes\":%llu,\"concurrency\":%u,\"fetch_size\":%llu,\"prefetch_threshold\":%llu,\"rank\":%u,\"world\":%u,"
            "\"node\":%u,\"nodes\":%u,\"local_rank\":%u,\"ranks_per_node\":%u,\"peer_sent\":%llu,\"peer_sent_bytes\":%llu,\"peer_served_from_storage\":%llu,"
            "\"node_cache_used_bytes\":%llu,\"node_cache_segment_bytes\":%llu,\"node_cache_entries\":%llu,"
-           "\"node_cache_hits\":%llu,\"node_cache_ranks\":%u,\"epochs\":[",
+           "\"node_cache_hits\":%llu,\"node_cache_ranks\":%u,",
            o->dir, transform, (unsigned long long)nsamples, (unsigned long long)batches, (unsigned long long)samples,
            shape, dtype, elapsed, rate, mbs_in, mbs_out, first * 1e3, peak_rss_mib(),
            (double)st.peak_pool_bytes / 1048576.0, st.threads, st.stage_seconds[LADE_STAGE_READ],
@@ -432,6 +432,11 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
            (unsigned long long)st.peer_bytes_sent, (unsigned long long)st.peer_served_from_storage,
            (unsigned long long)st.node_cache_used_bytes, (unsigned long long)st.node_cache_segment_bytes,
            (unsigned long long)st.node_cache_entries, (unsigned long long)st.node_cache_hits, st.node_cache_ranks);
+    /* a plan's two tiers and the node's shared plan cache (docs/plan.md) */
+    printf("\"plan_admits_mem\":%llu,\"plan_admits_disk\":%llu,\"plan_moves_up\":%llu,\"plan_moves_down\":%llu,"
+           "\"plan_node_reads\":%llu,\"epochs\":[", (unsigned long long)st.plan_admits_mem, (unsigned long long)st.plan_admits_disk,
+           (unsigned long long)st.plan_moves_up, (unsigned long long)st.plan_moves_down,
+           (unsigned long long)st.plan_node_reads);
     for (int e = 0; e < neps; e++) {
       if (planned)
         printf("%s{\"plan\":\"%s\",\"cache\":%llu,\"peer\":%llu,\"storage\":%llu,\"fallbacks\":%llu,"
