@@ -538,8 +538,9 @@ static void gather_take_locked(chan_t *c, uint32_t src, uint8_t *buf, size_t len
   if (h.len != c->ag_len) {
     if (!c->ag_err[0])
       snprintf(c->ag_err, sizeof c->ag_err, "transport ucx: rank %u: rank %u contributed %llu bytes to allgather %llu "
-               "of this loader, this rank %zu (the learners' datasets differ in size)", c->rank, src,
-               (unsigned long long)h.len, (unsigned long long)h.seq, c->ag_len);
+               "of this loader, this rank %zu (the learners differ: in the dataset's size, or in their cache "
+               "settings, e.g. cache_dir on one rank only)", c->rank, src, (unsigned long long)h.len,
+               (unsigned long long)h.seq, c->ag_len);
   } else if (gather_sum(h.seq, buf + sizeof h, h.len) != h.sum) {
     if (!c->ag_err[0])
       snprintf(c->ag_err, sizeof c->ag_err, "transport ucx: rank %u: the %llu bytes rank %u contributed to allgather "
