@@ -9,6 +9,8 @@
  * the whole-image decodes; every ratio is against it. Images: the
  * synthetic generator's (tools/gen_jpeg.c), or the JPEGs of a folder.
  *   usage: bench_jpeg_transform [images=200] [rounds=5] [seed=1] [--dir DIR]
+ *                               [--only train|train8|eval|decode]
+ * --only runs one contender (for a profiler: perf record -g ... --only eval).
  */
 #include <dirent.h>
 #include <math.h>
@@ -147,10 +149,11 @@ static double run_xform(const lade__transform_ops_t *ops, int dtype, uint8_t **i
 }
 
 int main(int argc, char **argv) {
-  const char *dir = NULL;
+  const char *dir = NULL, *only = NULL;
   int pos[3] = {200, 5, 1}, npos = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
+    else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else if (npos < 3) pos[npos++] = atoi(argv[i]);
   }
   int n = pos[0], rounds = pos[1];
@@ -181,6 +184,21 @@ int main(int argc, char **argv) {
    * speed hits all of them alike; each rate is the best round's (other
    * processes only ever slow a round down). */
   double row1 = 0, blocks = 0, turbo = 0, tr = 0, tr8 = 0, ev = 0;
+  if (only) {
+    double rate;
+    if (!strcmp(only, "train")) rate = run_xform(&lade__xform_imagenet_train, LADE_DTYPE_FLOAT32, img, len, n, rounds, &sink);
+    else if (!strcmp(only, "train8")) rate = run_xform(&lade__xform_imagenet_train, LADE_DTYPE_UINT8, img, len, n, rounds, &sink);
+    else if (!strcmp(only, "eval")) rate = run_xform(&lade__xform_imagenet_eval, LADE_DTYPE_FLOAT32, img, len, n, rounds, &sink);
+    else if (!strcmp(only, "decode")) {
+      rate = 0;
+      for (int r = 0; r < rounds; r++) rate = fmax(rate, scanline_decode(img, len, n, 0, &sink));
+    } else {
+      fprintf(stderr, "--only: train, train8, eval or decode, not %s\n", only);
+      return 2;
+    }
+    printf("%s: %.1f img/s (sink %llu)\n", only, rate, (unsigned long long)(sink & 1));
+    return 0;
+  }
   for (int r = 0; r < rounds; r++) {
     row1 = fmax(row1, scanline_decode(img, len, n, 1, &sink));
     blocks = fmax(blocks, scanline_decode(img, len, n, 0, &sink));
