@@ -244,13 +244,16 @@ static int decode_rows(jpeg_state_t *s, lade__imgdec_t *d, const uint8_t *jpeg, 
 
   lade__imgplan_t pl;
   if ((rc = lade__imgpipe_begin(d, W, H, f, sw, sh, b, out_size, &pl)) != 0) return rc;
-  /* Decode a margin around the region: libjpeg's fancy upsampling at the
-   * edges of a cropped or skipped-to window sees replicated chroma instead of
-   * the neighbours, which changes the outermost pixels by a level or two. A
-   * margin of one iMCU (16 pixels) keeps those pixels out of the region, so
-   * the crop-aware decode gives the pixels of a full decode. */
-  const int margin = 16;
-  const int dx0 = LADE__MAX(0, pl.rx0 - margin), dx1 = LADE__MIN(sw, pl.rx0 + pl.rw + margin);
+  /* Decode a margin around the region, as small as keeps its pixels those of
+   * a full decode. libjpeg's fancy (triangle) chroma upsampling treats the
+   * edges of a cropped window as image edges, so the window's first and
+   * last columns see a replicated chroma sample instead of the neighbour:
+   * one output column on each side is enough (max_h_samp_factor, one chroma
+   * sample, to be safe), and jpeg_crop_scanline widens the left edge to an
+   * iMCU boundary anyway. Rows: see the skip below. (Both were one iMCU, 16
+   * pixels, on each side before; bench/RESULTS.md.) */
+  const int mx = ci->max_h_samp_factor, my = ci->max_v_samp_factor;
+  const int dx0 = LADE__MAX(0, pl.rx0 - mx), dx1 = LADE__MIN(sw, pl.rx0 + pl.rw + mx);
   JDIMENSION xoff = (JDIMENSION)dx0, cw = (JDIMENSION)(dx1 - dx0);
   if (dx1 - dx0 < sw) jpeg_crop_scanline(ci, &xoff, &cw);
   else xoff = 0, cw = (JDIMENSION)sw;
@@ -265,7 +268,14 @@ static int decode_rows(jpeg_state_t *s, lade__imgdec_t *d, const uint8_t *jpeg, 
     memset(s->rgb + (size_t)pl.rw * 4, 0, pl.pad);
   }
   const double t0 = s->chosen ? 0 : thread_cpu_seconds();
-  const int skip_to = LADE__MAX(0, pl.y0 - margin);
+  /* jpeg_skip_scanlines(n) entropy-decodes the whole iMCU rows it passes
+   * (the Huffman decode cannot be skipped) and fully decodes, without colour
+   * conversion, from the iMCU row boundary R = ((n - 1) / L) * L on (L rows
+   * per iMCU row), n - R >= 1 rows. With context-based (fancy 2x vertical)
+   * upsampling, row R is the only one whose upper chroma neighbour is lost
+   * in the skip; every row after it is exact. Skipping to my rows above the
+   * region keeps R above it with a chroma row to spare. */
+  const int skip_to = LADE__MAX(0, pl.y0 - my);
   JDIMENSION todo = (JDIMENSION)skip_to;
   while (todo > 0) {
     JDIMENSION n = jpeg_skip_scanlines(ci, todo);
