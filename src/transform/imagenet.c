@@ -75,7 +75,8 @@ typedef struct coeffs {
   int *bounds;   /* out * 2: first input index, tap count */
   double *pre;   /* ksize, the float weights of one output pixel */
   int16_t *k2;   /* SIMD layout, see resample_h_avx2 */
-  size_t kcap, bcap, pcap, k2cap;
+  int8_t *k4;    /* SIMD layout, see resample_h_vnni */
+  size_t kcap, bcap, pcap, k2cap, k4cap;
   int ksize;
 } coeffs_t;
 
@@ -98,7 +99,11 @@ struct lade__imgdec {
 
 static const lade__imgbackend_t *const backends[2] = {&lade__img_jpeg, &lade__img_png};
 
+/* The coefficient layout a horizontal pass reads besides k. */
+enum { LAYOUT_C, LAYOUT_PAIRS, LAYOUT_QUADS };
+
 static resample_h_fn pick_resample_h(void);
+static int resample_h_layout(resample_h_fn f);
 
 int lade__imgpipe_grow(void *pp, size_t *cap, size_t need) {
   void **p = (void **)pp;
@@ -129,8 +134,8 @@ void lade__imgdec_destroy(lade__imgdec_t *d) {
   if (!d) return;
   for (int i = 0; i < 2; i++)
     if (d->be_state[i]) backends[i]->destroy(d->be_state[i]);
-  void *bufs[] = {d->tmp, d->vrow, d->acc, d->ch.k, d->ch.bounds, d->ch.pre, d->ch.k2,
-                  d->cv.k, d->cv.bounds, d->cv.pre, d->cv.k2};
+  void *bufs[] = {d->tmp, d->vrow, d->acc, d->ch.k, d->ch.bounds, d->ch.pre, d->ch.k2, d->ch.k4,
+                  d->cv.k, d->cv.bounds, d->cv.pre, d->cv.k2, d->cv.k4};
   for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) lade__aligned_free(bufs[i]);
   free(d);
 }
@@ -197,7 +202,7 @@ static double tri_filter(double x) {
  * output pixel xx samples input [in0, in1) (float box inside [0, in_size)),
  * window clipped to [0, in_size).
  */
-static int make_coeffs(coeffs_t *c, int in_size, double in0, double in1, int out_size, bool pairs) {
+static int make_coeffs(coeffs_t *c, int in_size, double in0, double in1, int out_size, int layout) {
   double scale = (in1 - in0) / out_size, fscale = scale < 1.0 ? 1.0 : scale;
   double support = 1.0 * fscale;
   int ksize = (int)ceil(support) * 2 + 1;
@@ -231,7 +236,7 @@ static int make_coeffs(coeffs_t *c, int in_size, double in0, double in1, int out
     c->bounds[2 * xx] = xmin;
     c->bounds[2 * xx + 1] = xmax;
   }
-  if (pairs) {
+  if (layout == LAYOUT_PAIRS) {
     /* Per output pair pi and tap pair tp: 16 int16 of the low 11 bits of
      * the coefficients, then 16 of the high bits, each as
      * {k0[2tp], k0[2tp+1]} x4 channels, then the same for the pair's second
@@ -254,6 +259,27 @@ static int make_coeffs(coeffs_t *c, int in_size, double in0, double in1, int out
           }
         }
       }
+  }
+  if (layout == LAYOUT_QUADS) {
+    /* Per output quad qi, tap quad tq and 7-bit piece j (k = sum over j of
+     * piece_j << 7j, pieces 0..127 so they are valid signed bytes): 64 bytes,
+     * for each of the quad's 4 pixels and each of its 4 channels the piece of
+     * the 4 taps 4tq..4tq+3. */
+    const size_t nq = (size_t)out_size / 4, ntq = (size_t)(ksize + 3) / 4;
+    if ((rc = lade__imgpipe_grow(&c->k4, &c->k4cap, nq * ntq * 4 * 64)) != 0) return rc;
+    for (size_t qi = 0; qi < nq; qi++)
+      for (size_t tq = 0; tq < ntq; tq++)
+        for (int j = 0; j < 4; j++) {
+          int8_t *o = c->k4 + ((qi * ntq + tq) * 4 + (size_t)j) * 64;
+          for (int px = 0; px < 4; px++) {
+            const int32_t *k = c->k + (4 * qi + (size_t)px) * (size_t)ksize;
+            for (int t = 0; t < 4; t++) {
+              const size_t x = 4 * tq + (size_t)t;
+              const int32_t kv = x < (size_t)ksize ? k[x] : 0;
+              for (int ch = 0; ch < 4; ch++) o[px * 16 + ch * 4 + t] = (int8_t)((kv >> (7 * j)) & 127);
+            }
+          }
+        }
   }
   return 0;
 }
@@ -337,6 +363,54 @@ __attribute__((target("avx2"))) static void resample_h_avx2(const coeffs_t *c, c
   }
   resample_h_from(c, in, out, xx, out_size); /* the odd last pixel */
 }
+
+/*
+ * Four output pixels per 512-bit register, four taps per multiply: vpdpbusd
+ * adds, per 32-bit lane, four products of an unsigned byte (one channel of
+ * four consecutive input pixels, gathered by a byte shuffle from the RGBX
+ * row) and a signed byte (the same four taps' coefficients). The 22-bit
+ * coefficients (0..2^22 for the bilinear filter) are split into four 7-bit
+ * pieces, one accumulator each, recombined with shifts: the sum is Pillow's
+ * 32-bit fixed-point sum exactly (no partial sum can overflow). Every quad
+ * runs ceil(ksize/4) tap quads; padded coefficients are zero and the row
+ * has ksize*4+16 readable bytes past its end, which covers the last 16-byte
+ * load.
+ */
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void resample_h_vnni(const coeffs_t *c,
+                                                                                   const uint8_t *restrict in,
+                                                                                   uint8_t *restrict out,
+                                                                                   int out_size) {
+  const int ntq = (c->ksize + 3) / 4;
+  const __m512i half = _mm512_set1_epi32(1 << (PRECISION_BITS - 1));
+  const __m512i by_channel = _mm512_broadcast_i32x4(
+      _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
+  int xx = 0;
+  for (; xx + 3 < out_size; xx += 4) {
+    const int *bd = c->bounds + 2 * xx;
+    const uint8_t *p0 = in + (size_t)bd[0] * 4, *p1 = in + (size_t)bd[2] * 4, *p2 = in + (size_t)bd[4] * 4,
+                  *p3 = in + (size_t)bd[6] * 4;
+    const int8_t *k4 = c->k4 + (size_t)(xx / 4) * (size_t)ntq * 256;
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    for (int tq = 0; tq < ntq; tq++) {
+      __m512i px = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p0 + 16 * tq)));
+      px = _mm512_inserti32x4(px, _mm_loadu_si128((const __m128i *)(p1 + 16 * tq)), 1);
+      px = _mm512_inserti32x4(px, _mm_loadu_si128((const __m128i *)(p2 + 16 * tq)), 2);
+      px = _mm512_inserti32x4(px, _mm_loadu_si128((const __m128i *)(p3 + 16 * tq)), 3);
+      px = _mm512_shuffle_epi8(px, by_channel);
+      const int8_t *k = k4 + 256 * tq;
+      a0 = _mm512_dpbusd_epi32(a0, px, _mm512_load_si512((const void *)k));
+      a1 = _mm512_dpbusd_epi32(a1, px, _mm512_load_si512((const void *)(k + 64)));
+      a2 = _mm512_dpbusd_epi32(a2, px, _mm512_load_si512((const void *)(k + 128)));
+      a3 = _mm512_dpbusd_epi32(a3, px, _mm512_load_si512((const void *)(k + 192)));
+    }
+    __m512i s = _mm512_add_epi32(_mm512_add_epi32(a0, half), _mm512_slli_epi32(a1, 7));
+    s = _mm512_add_epi32(s, _mm512_add_epi32(_mm512_slli_epi32(a2, 14), _mm512_slli_epi32(a3, 21)));
+    s = _mm512_srai_epi32(s, PRECISION_BITS);
+    s = _mm512_max_epi32(s, _mm512_setzero_si512()); /* clip8's lower bound; the store saturates above */
+    _mm_storeu_si128((__m128i *)(out + 4 * xx), _mm512_cvtusepi32_epi8(s));
+  }
+  resample_h_from(c, in, out, xx, out_size); /* the last out_size % 4 pixels */
+}
 #endif
 
 
@@ -344,11 +418,26 @@ static void resample_h_c(const coeffs_t *c, const uint8_t *in, uint8_t *out, int
   resample_h_from(c, in, out, 0, out_size);
 }
 
+/* LADE_NO_SIMD=1: the C loops; LADE_NO_AVX512=1: at most AVX2 (both for
+ * tests and comparisons). */
 static resample_h_fn pick_resample_h(void) {
 #ifdef LADE__HAVE_AVX2_PATH
-  if (!getenv("LADE_NO_SIMD") && __builtin_cpu_supports("avx2")) return resample_h_avx2;
+  if (getenv("LADE_NO_SIMD")) return resample_h_c;
+  if (!getenv("LADE_NO_AVX512") && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vnni"))
+    return resample_h_vnni;
+  if (__builtin_cpu_supports("avx2")) return resample_h_avx2;
 #endif
   return resample_h_c;
+}
+
+static int resample_h_layout(resample_h_fn f) {
+#ifdef LADE__HAVE_AVX2_PATH
+  if (f == resample_h_vnni) return LAYOUT_QUADS;
+  if (f == resample_h_avx2) return LAYOUT_PAIRS;
+#endif
+  LADE__UNUSED(f);
+  return LAYOUT_C;
 }
 
 /* One output row of the vertical pass over n bytes of RGBX. */
@@ -399,8 +488,9 @@ int lade__imgpipe_begin(lade__imgdec_t *d, int W, int H, int f, int sw, int sh, 
   if (ry1 <= ry0) ry1 = LADE__MIN(sh, ry0 + 1);
   const int rw = rx1 - rx0, rh = ry1 - ry0;
 
-  if ((rc = make_coeffs(&d->ch, rw, bx0 - rx0, bx1 - rx0, out_size, d->resample_h != resample_h_c)) != 0) return rc;
-  if ((rc = make_coeffs(&d->cv, rh, by0 - ry0, by1 - ry0, out_size, false)) != 0) return rc;
+  if ((rc = make_coeffs(&d->ch, rw, bx0 - rx0, bx1 - rx0, out_size, resample_h_layout(d->resample_h))) != 0)
+    return rc;
+  if ((rc = make_coeffs(&d->cv, rh, by0 - ry0, by1 - ry0, out_size, LAYOUT_C)) != 0) return rc;
   /* Only the rows the vertical filter reads are decoded (Pillow does the same). */
   int vfirst = d->cv.bounds[0], vlast = vfirst;
   for (int yy = 0; yy < out_size; yy++) {
