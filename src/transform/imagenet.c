@@ -81,6 +81,7 @@ typedef struct coeffs {
 } coeffs_t;
 
 typedef void (*resample_h_fn)(const coeffs_t *, const uint8_t *, uint8_t *, int);
+typedef void (*resample_v_fn)(const int32_t *, int, const uint8_t *, size_t, int32_t *, uint8_t *, size_t);
 
 struct lade__imgdec {
   bool decode_scale; /* decode_scale=auto: the JPEG IDCT may shrink (not bit-exact) */
@@ -95,6 +96,7 @@ struct lade__imgdec {
   int out_size, vfirst;
   float lut[3][256]; /* (v/255 - mean) / std */
   resample_h_fn resample_h;
+  resample_v_fn resample_v;
 };
 
 static const lade__imgbackend_t *const backends[2] = {&lade__img_jpeg, &lade__img_png};
@@ -103,6 +105,7 @@ static const lade__imgbackend_t *const backends[2] = {&lade__img_jpeg, &lade__im
 enum { LAYOUT_C, LAYOUT_PAIRS, LAYOUT_QUADS };
 
 static resample_h_fn pick_resample_h(void);
+static resample_v_fn pick_resample_v(void);
 static int resample_h_layout(resample_h_fn f);
 
 int lade__imgpipe_grow(void *pp, size_t *cap, size_t need) {
@@ -124,6 +127,7 @@ int lade__imgdec_create(lade__imgdec_t **out) {
   lade__imgdec_t *d = calloc(1, sizeof(*d));
   if (!d) return lade__fail(LADE_ENOMEM, "out of memory (image decoder)");
   d->resample_h = pick_resample_h();
+  d->resample_v = pick_resample_v();
   for (int c = 0; c < 3; c++)
     for (int v = 0; v < 256; v++) d->lut[c][v] = ((float)v / 255.0f - mean[c]) / stdv[c];
   *out = d;
@@ -452,6 +456,52 @@ LADE__CLONES static void resample_v(const int32_t *restrict k, int taps, const u
   for (size_t i = 0; i < n; i++) out[i] = clip8(acc[i]);
 }
 
+#ifdef LADE__HAVE_AVX2_PATH
+/*
+ * The vertical pass 64 bytes (16 RGBX pixels) at a time with the sums in
+ * four registers through all taps, instead of an accumulator row in memory
+ * read and written once per tap; the same int32 arithmetic (vpmulld is the
+ * low 32 bits of the product, which is the whole product here).
+ */
+__attribute__((target("avx512f"))) static void resample_v_avx512(const int32_t *restrict k, int taps,
+                                                                 const uint8_t *restrict rows, size_t stride,
+                                                                 int32_t *restrict acc, uint8_t *restrict out,
+                                                                 size_t n) {
+  const __m512i half = _mm512_set1_epi32(1 << (PRECISION_BITS - 1)), zero = _mm512_setzero_si512();
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    __m512i s0 = half, s1 = half, s2 = half, s3 = half;
+    const uint8_t *p = rows + i;
+    for (int y = 0; y < taps; y++, p += stride) {
+      const __m512i kv = _mm512_set1_epi32(k[y]);
+      s0 = _mm512_add_epi32(s0, _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)), kv));
+      s1 = _mm512_add_epi32(s1, _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 16))), kv));
+      s2 = _mm512_add_epi32(s2, _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 32))), kv));
+      s3 = _mm512_add_epi32(s3, _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 48))), kv));
+    }
+    /* clip8: the shift, the lower bound here, the upper in the saturating store */
+    s0 = _mm512_max_epi32(_mm512_srai_epi32(s0, PRECISION_BITS), zero);
+    s1 = _mm512_max_epi32(_mm512_srai_epi32(s1, PRECISION_BITS), zero);
+    s2 = _mm512_max_epi32(_mm512_srai_epi32(s2, PRECISION_BITS), zero);
+    s3 = _mm512_max_epi32(_mm512_srai_epi32(s3, PRECISION_BITS), zero);
+    _mm_storeu_si128((__m128i *)(out + i), _mm512_cvtusepi32_epi8(s0));
+    _mm_storeu_si128((__m128i *)(out + i + 16), _mm512_cvtusepi32_epi8(s1));
+    _mm_storeu_si128((__m128i *)(out + i + 32), _mm512_cvtusepi32_epi8(s2));
+    _mm_storeu_si128((__m128i *)(out + i + 48), _mm512_cvtusepi32_epi8(s3));
+  }
+  if (i < n) resample_v(k, taps, rows + i, stride, acc, out + i, n - i); /* the last n % 64 bytes */
+}
+#endif
+
+/* The vertical pass for this CPU (LADE_NO_SIMD and LADE_NO_AVX512 as for
+ * the horizontal one). */
+static resample_v_fn pick_resample_v(void) {
+#ifdef LADE__HAVE_AVX2_PATH
+  if (!getenv("LADE_NO_SIMD") && !getenv("LADE_NO_AVX512") && __builtin_cpu_supports("avx512f"))
+    return resample_v_avx512;
+#endif
+  return resample_v;
+}
 
 int lade__imgpipe_dct_factor(const lade__imgdec_t *d, const lade__imgbox_t *b, int out_size) {
   int f = 1;
@@ -526,7 +576,7 @@ static void imgpipe_finish(lade__imgdec_t *d, bool flip, int dtype, void *out) {
   for (int yy = 0; yy < out_size; yy++) {
     const int ymin = d->cv.bounds[2 * yy] - d->vfirst, n = d->cv.bounds[2 * yy + 1];
     const int32_t *k = d->cv.k + (size_t)yy * ksize;
-    resample_v(k, n, d->tmp + (size_t)ymin * orow, orow, acc, vrow, orow);
+    d->resample_v(k, n, d->tmp + (size_t)ymin * orow, orow, acc, vrow, orow);
     if (dtype == LADE_DTYPE_UINT8) {
       uint8_t *o = (uint8_t *)out + (size_t)yy * out_size * 3;
       for (int x = 0; x < out_size; x++) {
