@@ -78,6 +78,7 @@ typedef struct coeffs {
   int8_t *k4;    /* SIMD layout, see resample_h_vnni */
   size_t kcap, bcap, pcap, k2cap, k4cap;
   int ksize;
+  int taps;      /* the most taps any output pixel has (<= ksize): the SIMD passes' trip count */
 } coeffs_t;
 
 typedef void (*resample_h_fn)(const coeffs_t *, const uint8_t *, uint8_t *, int);
@@ -217,6 +218,7 @@ static int make_coeffs(coeffs_t *c, int in_size, double in0, double in1, int out
   c->ksize = ksize;
   double *pre = c->pre;
   double ss = 1.0 / fscale;
+  c->taps = 0;
   for (int xx = 0; xx < out_size; xx++) {
     double center = in0 + (xx + 0.5) * scale, ww = 0.0;
     int xmin = (int)(center - support + 0.5);
@@ -239,13 +241,14 @@ static int make_coeffs(coeffs_t *c, int in_size, double in0, double in1, int out
     for (int x = xmax; x < ksize; x++) k[x] = 0;
     c->bounds[2 * xx] = xmin;
     c->bounds[2 * xx + 1] = xmax;
+    if (xmax > c->taps) c->taps = xmax;
   }
   if (layout == LAYOUT_PAIRS) {
     /* Per output pair pi and tap pair tp: 16 int16 of the low 11 bits of
      * the coefficients, then 16 of the high bits, each as
      * {k0[2tp], k0[2tp+1]} x4 channels, then the same for the pair's second
      * pixel k1. The bilinear coefficients are >= 0 and <= 2^22. */
-    const size_t np = (size_t)out_size / 2, ntp = (size_t)(ksize + 1) / 2;
+    const size_t np = (size_t)out_size / 2, ntp = (size_t)(c->taps + 1) / 2;
     /* 64-byte aligned: its 32-byte loads must never split a cache line. */
     if ((rc = lade__imgpipe_grow(&c->k2, &c->k2cap, np * ntp * 32 * sizeof(int16_t))) != 0) return rc;
     for (size_t pi = 0; pi < np; pi++)
@@ -269,7 +272,7 @@ static int make_coeffs(coeffs_t *c, int in_size, double in0, double in1, int out
      * piece_j << 7j, pieces 0..127 so they are valid signed bytes): 64 bytes,
      * for each of the quad's 4 pixels and each of its 4 channels the piece of
      * the 4 taps 4tq..4tq+3. */
-    const size_t nq = (size_t)out_size / 4, ntq = (size_t)(ksize + 3) / 4;
+    const size_t nq = (size_t)out_size / 4, ntq = (size_t)(c->taps + 3) / 4;
     if ((rc = lade__imgpipe_grow(&c->k4, &c->k4cap, nq * ntq * 4 * 64)) != 0) return rc;
     for (size_t qi = 0; qi < nq; qi++)
       for (size_t tq = 0; tq < ntq; tq++)
@@ -338,13 +341,15 @@ static void resample_h_from(const coeffs_t *c, const uint8_t *restrict in, uint8
  * 16-bit lanes {tap a, tap b} per channel gives a*ka + b*kb in 32 bits. The
  * 22-bit coefficients are split into high and low 11-bit halves (two
  * pmaddwd), so the sum is exactly Pillow's 32-bit fixed-point sum. Every pair
- * runs ceil(ksize/2) tap pairs: padded coefficients are zero and the input
- * row has ksize*4+16 readable bytes past its end. (A fixed trip count also
+ * runs ceil(taps/2) tap pairs (taps: the most any pixel has; ksize, the
+ * filter's window, is an upper bound that can be one or two more): padded
+ * coefficients are zero and the input row has ksize*4+16 readable bytes
+ * past its end. (A fixed trip count also
  * avoids a branch mispredict per pair.)
  */
 __attribute__((target("avx2"))) static void resample_h_avx2(const coeffs_t *c, const uint8_t *restrict in,
                                                              uint8_t *restrict out, int out_size) {
-  const int ntp = (c->ksize + 1) / 2;
+  const int ntp = (c->taps + 1) / 2;
   const __m256i half = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
   const __m128i interleave = _mm_setr_epi8(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
   int xx = 0;
@@ -376,7 +381,8 @@ __attribute__((target("avx2"))) static void resample_h_avx2(const coeffs_t *c, c
  * coefficients (0..2^22 for the bilinear filter) are split into four 7-bit
  * pieces, one accumulator each, recombined with shifts: the sum is Pillow's
  * 32-bit fixed-point sum exactly (no partial sum can overflow). Every quad
- * runs ceil(ksize/4) tap quads; padded coefficients are zero and the row
+ * runs ceil(taps/4) tap quads (a downscale below 1.5x has at most 4 taps:
+ * one quad); padded coefficients are zero and the row
  * has ksize*4+16 readable bytes past its end, which covers the last 16-byte
  * load.
  */
@@ -384,7 +390,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void resample_h_vn
                                                                                    const uint8_t *restrict in,
                                                                                    uint8_t *restrict out,
                                                                                    int out_size) {
-  const int ntq = (c->ksize + 3) / 4;
+  const int ntq = (c->taps + 3) / 4;
   const __m512i half = _mm512_set1_epi32(1 << (PRECISION_BITS - 1));
   const __m512i by_channel = _mm512_broadcast_i32x4(
       _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
