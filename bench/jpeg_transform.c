@@ -9,8 +9,10 @@
  * the whole-image decodes; every ratio is against it. Images: the
  * synthetic generator's (tools/gen_jpeg.c), or the JPEGs of a folder.
  *   usage: bench_jpeg_transform [images=200] [rounds=5] [seed=1] [--dir DIR]
- *                               [--only train|train8|eval|decode]
+ *                               [--only train|train8|eval|decode] [--decode-scale]
  * --only runs one contender (for a profiler: perf record -g ... --only eval).
+ * --decode-scale runs the transforms with decode_scale=auto (the opt-in DCT
+ * scaling, whose pixels differ from torchvision's: never the default).
  */
 #include <dirent.h>
 #include <math.h>
@@ -114,11 +116,14 @@ static int load_dir(const char *dir, int max, uint8_t **img, size_t *len, size_t
   return n;
 }
 
+static bool decode_scale;
+
 static double run_xform(const lade__transform_ops_t *ops, int dtype, uint8_t **img, size_t *len, int n, int rounds,
                         uint64_t *sink) {
   struct lade_config cfg;
   lade__config_defaults(&cfg);
   cfg.image_dtype = dtype;
+  if (decode_scale) cfg.decode_scale = LADE__DECODE_SCALE_AUTO;
   void *st, *ws;
   lade__sample_shape_t shape;
   lade__xform_conf_t xc = lade__resolve_xform(&cfg);
@@ -154,6 +159,7 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
     else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    else if (!strcmp(argv[i], "--decode-scale")) decode_scale = true;
     else if (npos < 3) pos[npos++] = atoi(argv[i]);
   }
   int n = pos[0], rounds = pos[1];
@@ -178,8 +184,8 @@ int main(int argc, char **argv) {
   }
   uint64_t sink = 0;
   lade_tool_cpu_model(cpu, sizeof cpu);
-  printf("%d images (%s), mean %.1f KB, %d rounds, 1 thread, %s\n", n, dir ? dir : "synthetic", total / 1024.0 / n,
-         rounds, cpu);
+  printf("%d images (%s), mean %.1f KB, %d rounds, 1 thread, %s%s\n", n, dir ? dir : "synthetic", total / 1024.0 / n,
+         rounds, cpu, decode_scale ? ", transforms with decode_scale=auto (not bit-exact)" : "");
   /* Rounds alternate between the contenders so drift in a shared machine's
    * speed hits all of them alike; each rate is the best round's (other
    * processes only ever slow a round down). */
