@@ -17,6 +17,7 @@
  */
 #include "transform/imagenet.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,6 +98,7 @@ struct lade__imgdec {
   int out_size, vfirst;
   float lut[3][256]; /* (v/255 - mean) / std */
   resample_h_fn resample_h;
+  resample_h_fn resample_h_rgb; /* for RGB rows; NULL where RGBX rows are the only SIMD kind */
   resample_v_fn resample_v;
 };
 
@@ -106,6 +108,7 @@ static const lade__imgbackend_t *const backends[2] = {&lade__img_jpeg, &lade__im
 enum { LAYOUT_C, LAYOUT_PAIRS, LAYOUT_QUADS };
 
 static resample_h_fn pick_resample_h(void);
+static resample_h_fn pick_resample_h_rgb(resample_h_fn rgbx);
 static resample_v_fn pick_resample_v(void);
 static int resample_h_layout(resample_h_fn f);
 
@@ -128,6 +131,7 @@ int lade__imgdec_create(lade__imgdec_t **out) {
   lade__imgdec_t *d = calloc(1, sizeof(*d));
   if (!d) return lade__fail(LADE_ENOMEM, "out of memory (image decoder)");
   d->resample_h = pick_resample_h();
+  d->resample_h_rgb = pick_resample_h_rgb(d->resample_h);
   d->resample_v = pick_resample_v();
   for (int c = 0; c < 3; c++)
     for (int v = 0; v < 256; v++) d->lut[c][v] = ((float)v / 255.0f - mean[c]) / stdv[c];
@@ -316,21 +320,28 @@ static inline uint8_t clip8(int32_t v) {
 #endif
 
 /* One row of RGBX pixels -> out_size RGBX pixels. */
-static void resample_h_from(const coeffs_t *c, const uint8_t *restrict in, uint8_t *restrict out, int from,
-                            int out_size) {
+/* One row of RGBX (bpp 4) or RGB (bpp 3, X out = 0) pixels -> out_size RGBX
+ * pixels, from output pixel `from` on. */
+static inline void resample_h_bpp(const coeffs_t *c, const uint8_t *restrict in, uint8_t *restrict out, int from,
+                                  int out_size, const int bpp) {
   const int ksize = c->ksize;
   for (int xx = from; xx < out_size; xx++) {
     const int xmin = c->bounds[2 * xx], n = c->bounds[2 * xx + 1];
     const int32_t *k = c->k + (size_t)xx * ksize;
-    const uint8_t *p = in + (size_t)xmin * 4;
+    const uint8_t *p = in + (size_t)xmin * (size_t)bpp;
     int32_t s[4] = {1 << (PRECISION_BITS - 1), 1 << (PRECISION_BITS - 1), 1 << (PRECISION_BITS - 1),
                     1 << (PRECISION_BITS - 1)};
     for (int x = 0; x < n; x++) {
       const int32_t kv = k[x];
-      for (int ch = 0; ch < 4; ch++) s[ch] += p[4 * x + ch] * kv;
+      for (int ch = 0; ch < bpp; ch++) s[ch] += p[bpp * x + ch] * kv;
     }
-    for (int ch = 0; ch < 4; ch++) out[4 * xx + ch] = clip8(s[ch]);
+    for (int ch = 0; ch < 4; ch++) out[4 * xx + ch] = ch < bpp ? clip8(s[ch]) : 0;
   }
+}
+
+static void resample_h_from(const coeffs_t *c, const uint8_t *restrict in, uint8_t *restrict out, int from,
+                            int out_size) {
+  resample_h_bpp(c, in, out, from, out_size, 4);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -386,26 +397,26 @@ __attribute__((target("avx2"))) static void resample_h_avx2(const coeffs_t *c, c
  * has ksize*4+16 readable bytes past its end, which covers the last 16-byte
  * load.
  */
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void resample_h_vnni(const coeffs_t *c,
-                                                                                   const uint8_t *restrict in,
-                                                                                   uint8_t *restrict out,
-                                                                                   int out_size) {
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static inline void resample_h_vnni_bpp(
+    const coeffs_t *c, const uint8_t *restrict in, uint8_t *restrict out, int out_size, const int bpp) {
   const int ntq = (c->taps + 3) / 4;
   const __m512i half = _mm512_set1_epi32(1 << (PRECISION_BITS - 1));
+  /* RGBX: bytes t*4 + ch to ch*4 + t; RGB: t*3 + ch, and zeros for X */
   const __m512i by_channel = _mm512_broadcast_i32x4(
-      _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15));
+      bpp == 4 ? _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15)
+               : _mm_setr_epi8(0, 3, 6, 9, 1, 4, 7, 10, 2, 5, 8, 11, -128, -128, -128, -128));
   int xx = 0;
   for (; xx + 3 < out_size; xx += 4) {
     const int *bd = c->bounds + 2 * xx;
-    const uint8_t *p0 = in + (size_t)bd[0] * 4, *p1 = in + (size_t)bd[2] * 4, *p2 = in + (size_t)bd[4] * 4,
-                  *p3 = in + (size_t)bd[6] * 4;
+    const uint8_t *p0 = in + (size_t)bd[0] * bpp, *p1 = in + (size_t)bd[2] * bpp, *p2 = in + (size_t)bd[4] * bpp,
+                  *p3 = in + (size_t)bd[6] * bpp;
     const int8_t *k4 = c->k4 + (size_t)(xx / 4) * (size_t)ntq * 256;
     __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
     for (int tq = 0; tq < ntq; tq++) {
-      __m512i px = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p0 + 16 * tq)));
-      px = _mm512_inserti32x4(px, _mm_loadu_si128((const __m128i *)(p1 + 16 * tq)), 1);
-      px = _mm512_inserti32x4(px, _mm_loadu_si128((const __m128i *)(p2 + 16 * tq)), 2);
-      px = _mm512_inserti32x4(px, _mm_loadu_si128((const __m128i *)(p3 + 16 * tq)), 3);
+      __m512i px = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p0 + 4 * bpp * tq)));
+      px = _mm512_inserti32x4(px, _mm_loadu_si128((const __m128i *)(p1 + 4 * bpp * tq)), 1);
+      px = _mm512_inserti32x4(px, _mm_loadu_si128((const __m128i *)(p2 + 4 * bpp * tq)), 2);
+      px = _mm512_inserti32x4(px, _mm_loadu_si128((const __m128i *)(p3 + 4 * bpp * tq)), 3);
       px = _mm512_shuffle_epi8(px, by_channel);
       const int8_t *k = k4 + 256 * tq;
       a0 = _mm512_dpbusd_epi32(a0, px, _mm512_load_si512((const void *)k));
@@ -419,7 +430,22 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void resample_h_vn
     s = _mm512_max_epi32(s, _mm512_setzero_si512()); /* clip8's lower bound; the store saturates above */
     _mm_storeu_si128((__m128i *)(out + 4 * xx), _mm512_cvtusepi32_epi8(s));
   }
-  resample_h_from(c, in, out, xx, out_size); /* the last out_size % 4 pixels */
+  resample_h_bpp(c, in, out, xx, out_size, bpp); /* the last out_size % 4 pixels */
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void resample_h_vnni(const coeffs_t *c,
+                                                                                   const uint8_t *restrict in,
+                                                                                   uint8_t *restrict out,
+                                                                                   int out_size) {
+  resample_h_vnni_bpp(c, in, out, out_size, 4);
+}
+
+/* RGB rows: libjpeg's colour conversion to 3 bytes a pixel is cheaper than to 4. */
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void resample_h_vnni_rgb(const coeffs_t *c,
+                                                                                       const uint8_t *restrict in,
+                                                                                       uint8_t *restrict out,
+                                                                                       int out_size) {
+  resample_h_vnni_bpp(c, in, out, out_size, 3);
 }
 #endif
 
@@ -439,6 +465,15 @@ static resample_h_fn pick_resample_h(void) {
   if (__builtin_cpu_supports("avx2")) return resample_h_avx2;
 #endif
   return resample_h_c;
+}
+
+/* The RGB-row pass that goes with the RGBX one, or NULL. */
+static resample_h_fn pick_resample_h_rgb(resample_h_fn rgbx) {
+#ifdef LADE__HAVE_AVX2_PATH
+  if (rgbx == resample_h_vnni && !getenv("LADE_NO_RGB")) return resample_h_vnni_rgb;
+#endif
+  LADE__UNUSED(rgbx);
+  return NULL;
 }
 
 static int resample_h_layout(resample_h_fn f) {
@@ -600,6 +635,13 @@ int lade__imgpipe_begin(lade__imgdec_t *d, int W, int H, int f, int sw, int sh, 
 
 void lade__imgpipe_row(lade__imgdec_t *d, int r, const uint8_t *rgbx) {
   d->resample_h(&d->ch, rgbx, d->tmp + (size_t)r * d->out_size * 4, d->out_size);
+}
+
+bool lade__imgpipe_takes_rgb(const lade__imgdec_t *d) { return d->resample_h_rgb != NULL; }
+
+void lade__imgpipe_row_rgb(lade__imgdec_t *d, int r, const uint8_t *rgb) {
+  assert(d->resample_h_rgb);
+  d->resample_h_rgb(&d->ch, rgb, d->tmp + (size_t)r * d->out_size * 4, d->out_size);
 }
 
 /* Vertical pass, one output row at a time; then flip and store. */

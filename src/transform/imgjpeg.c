@@ -233,10 +233,13 @@ static int decode_rows(jpeg_state_t *s, lade__imgdec_t *d, const uint8_t *jpeg, 
   ci->do_fancy_upsampling = TRUE;
   bool cmyk = ci->jpeg_color_space == JCS_CMYK || ci->jpeg_color_space == JCS_YCCK;
   bool inverted = cmyk && ci->saw_Adobe_marker;
+  /* RGB where the pipeline's horizontal pass reads it: libjpeg converts to 3
+   * bytes a pixel faster than to 4 (bench/RESULTS.md); the values are the same */
+  const bool rgb = !cmyk && lade__imgpipe_takes_rgb(d);
   if (cmyk)
     ci->out_color_space = JCS_CMYK;
   else if (ci->num_components == 1 || ci->num_components == 3)
-    ci->out_color_space = JCS_EXT_RGBX; /* gray and YCbCr alike; X pads for 4-lane SIMD */
+    ci->out_color_space = rgb ? JCS_RGB : JCS_EXT_RGBX; /* gray and YCbCr alike; X pads for 4-lane SIMD */
   else
     return lade__fail(LADE_EFORMAT, "JPEG with %d components is not supported", ci->num_components);
   jpeg_start_decompress(ci);
@@ -300,7 +303,8 @@ static int decode_rows(jpeg_state_t *s, lade__imgdec_t *d, const uint8_t *jpeg, 
         cmyk_to_rgb(src, s->rgb, pl.rw, inverted);
         src = s->rgb;
       }
-      lade__imgpipe_row(d, r, src);
+      if (rgb) lade__imgpipe_row_rgb(d, r, src);
+      else lade__imgpipe_row(d, r, src);
     }
   }
   if (!s->chosen) rows_book(s, which, thread_cpu_seconds() - t0, (double)cw * (double)(pl.y0 + pl.nrows));
