@@ -77,7 +77,9 @@ typedef struct coeffs {
   double *pre;   /* ksize, the float weights of one output pixel */
   int16_t *k2;   /* SIMD layout, see resample_h_avx2 */
   int8_t *k4;    /* SIMD layout, see resample_h_vnni */
-  size_t kcap, bcap, pcap, k2cap, k4cap;
+  uint8_t *qidx; /* per output quad, byte shuffles for RGBX and RGB rows, see resample_h_vbmi */
+  size_t kcap, bcap, pcap, k2cap, k4cap, qidxcap;
+  int qspan;     /* the most input pixels between a quad's first and last window start */
   int ksize;
   int taps;      /* the most taps any output pixel has (<= ksize): the SIMD passes' trip count */
 } coeffs_t;
@@ -143,8 +145,8 @@ void lade__imgdec_destroy(lade__imgdec_t *d) {
   if (!d) return;
   for (int i = 0; i < 2; i++)
     if (d->be_state[i]) backends[i]->destroy(d->be_state[i]);
-  void *bufs[] = {d->tmp, d->vrow, d->acc, d->ch.k, d->ch.bounds, d->ch.pre, d->ch.k2, d->ch.k4,
-                  d->cv.k, d->cv.bounds, d->cv.pre, d->cv.k2, d->cv.k4};
+  void *bufs[] = {d->tmp, d->vrow, d->acc, d->ch.k, d->ch.bounds, d->ch.pre, d->ch.k2, d->ch.k4, d->ch.qidx,
+                  d->cv.k, d->cv.bounds, d->cv.pre, d->cv.k2, d->cv.k4, d->cv.qidx};
   for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) lade__aligned_free(bufs[i]);
   free(d);
 }
@@ -291,6 +293,23 @@ static int make_coeffs(coeffs_t *c, int in_size, double in0, double in1, int out
             }
           }
         }
+    /* For the one-load pass: per quad, 64 bytes for RGBX rows and 64 for RGB
+     * rows, the byte of a 64-byte load from the quad's first window that each
+     * lane of the channel-major layout takes (pixel o's window starts
+     * (xmin_o - xmin_0) * bpp bytes in). */
+    static const uint8_t by_channel[2][16] = {{0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15},
+                                              {0, 3, 6, 9, 1, 4, 7, 10, 2, 5, 8, 11, 0, 0, 0, 0}};
+    if ((rc = lade__imgpipe_grow(&c->qidx, &c->qidxcap, nq * 128)) != 0) return rc;
+    c->qspan = 0;
+    for (size_t qi = 0; qi < nq; qi++) {
+      const int *bd = c->bounds + 8 * qi;
+      c->qspan = LADE__MAX(c->qspan, bd[6] - bd[0]);
+      for (int v = 0; v < 2; v++)
+        for (int px = 0; px < 4; px++)
+          for (int b = 0; b < 16; b++)
+            c->qidx[qi * 128 + (size_t)v * 64 + (size_t)px * 16 + (size_t)b] =
+                (uint8_t)(((bd[2 * px] - bd[0]) * (4 - v) + by_channel[v][b]) & 63);
+    }
   }
   return 0;
 }
@@ -447,6 +466,58 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void resample_h_vn
                                                                                        int out_size) {
   resample_h_vnni_bpp(c, in, out, out_size, 3);
 }
+
+/*
+ * The same arithmetic with one 64-byte load per quad and tap quad: a quad's
+ * four windows lie within 64 bytes of the first when the downscale is small
+ * (qspan * bpp + 16 <= 64: up to ~4x for RGBX), and vpermb (AVX512_VBMI)
+ * picks every lane's byte from that one load by the quad's precomputed
+ * indices, where the VNNI pass loads each window and inserts and shuffles
+ * them. Wider quads take the VNNI pass. Reads 64 bytes from a window start:
+ * the rows have ksize*4+80 readable bytes past their end.
+ */
+__attribute__((target("avx512f,avx512bw,avx512vnni,avx512vbmi"))) static inline void resample_h_vbmi_bpp(
+    const coeffs_t *c, const uint8_t *restrict in, uint8_t *restrict out, int out_size, const int bpp) {
+  if (c->qspan * bpp + 16 > 64) {
+    resample_h_vnni_bpp(c, in, out, out_size, bpp);
+    return;
+  }
+  const int ntq = (c->taps + 3) / 4;
+  const __m512i half = _mm512_set1_epi32(1 << (PRECISION_BITS - 1));
+  const __mmask64 keep = bpp == 4 ? ~(__mmask64)0 : (__mmask64)0x0FFF0FFF0FFF0FFFull; /* RGB: X lanes 0 */
+  int xx = 0;
+  for (; xx + 3 < out_size; xx += 4) {
+    const uint8_t *p0 = in + (size_t)c->bounds[2 * xx] * bpp;
+    const __m512i idx = _mm512_load_si512((const void *)(c->qidx + (size_t)(xx / 4) * 128 + (bpp == 4 ? 0 : 64)));
+    const int8_t *k4 = c->k4 + (size_t)(xx / 4) * (size_t)ntq * 256;
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    for (int tq = 0; tq < ntq; tq++) {
+      const __m512i px =
+          _mm512_maskz_permutexvar_epi8(keep, idx, _mm512_loadu_si512((const void *)(p0 + 4 * bpp * tq)));
+      const int8_t *k = k4 + 256 * tq;
+      a0 = _mm512_dpbusd_epi32(a0, px, _mm512_load_si512((const void *)k));
+      a1 = _mm512_dpbusd_epi32(a1, px, _mm512_load_si512((const void *)(k + 64)));
+      a2 = _mm512_dpbusd_epi32(a2, px, _mm512_load_si512((const void *)(k + 128)));
+      a3 = _mm512_dpbusd_epi32(a3, px, _mm512_load_si512((const void *)(k + 192)));
+    }
+    __m512i s = _mm512_add_epi32(_mm512_add_epi32(a0, half), _mm512_slli_epi32(a1, 7));
+    s = _mm512_add_epi32(s, _mm512_add_epi32(_mm512_slli_epi32(a2, 14), _mm512_slli_epi32(a3, 21)));
+    s = _mm512_srai_epi32(s, PRECISION_BITS);
+    s = _mm512_max_epi32(s, _mm512_setzero_si512());
+    _mm_storeu_si128((__m128i *)(out + 4 * xx), _mm512_cvtusepi32_epi8(s));
+  }
+  resample_h_bpp(c, in, out, xx, out_size, bpp); /* the last out_size % 4 pixels */
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vnni,avx512vbmi"))) static void resample_h_vbmi(
+    const coeffs_t *c, const uint8_t *restrict in, uint8_t *restrict out, int out_size) {
+  resample_h_vbmi_bpp(c, in, out, out_size, 4);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vnni,avx512vbmi"))) static void resample_h_vbmi_rgb(
+    const coeffs_t *c, const uint8_t *restrict in, uint8_t *restrict out, int out_size) {
+  resample_h_vbmi_bpp(c, in, out, out_size, 3);
+}
 #endif
 
 
@@ -461,7 +532,7 @@ static resample_h_fn pick_resample_h(void) {
   if (getenv("LADE_NO_SIMD")) return resample_h_c;
   if (!getenv("LADE_NO_AVX512") && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vnni"))
-    return resample_h_vnni;
+    return !getenv("LADE_NO_VBMI") && __builtin_cpu_supports("avx512vbmi") ? resample_h_vbmi : resample_h_vnni;
   if (__builtin_cpu_supports("avx2")) return resample_h_avx2;
 #endif
   return resample_h_c;
@@ -470,7 +541,9 @@ static resample_h_fn pick_resample_h(void) {
 /* The RGB-row pass that goes with the RGBX one, or NULL. */
 static resample_h_fn pick_resample_h_rgb(resample_h_fn rgbx) {
 #ifdef LADE__HAVE_AVX2_PATH
-  if (rgbx == resample_h_vnni && !getenv("LADE_NO_RGB")) return resample_h_vnni_rgb;
+  if (getenv("LADE_NO_RGB")) return NULL;
+  if (rgbx == resample_h_vnni) return resample_h_vnni_rgb;
+  if (rgbx == resample_h_vbmi) return resample_h_vbmi_rgb;
 #endif
   LADE__UNUSED(rgbx);
   return NULL;
@@ -478,7 +551,7 @@ static resample_h_fn pick_resample_h_rgb(resample_h_fn rgbx) {
 
 static int resample_h_layout(resample_h_fn f) {
 #ifdef LADE__HAVE_AVX2_PATH
-  if (f == resample_h_vnni) return LAYOUT_QUADS;
+  if (f == resample_h_vnni || f == resample_h_vbmi) return LAYOUT_QUADS;
   if (f == resample_h_avx2) return LAYOUT_PAIRS;
 #endif
   LADE__UNUSED(f);
@@ -629,7 +702,7 @@ int lade__imgpipe_begin(lade__imgdec_t *d, int W, int H, int f, int sw, int sh, 
   plan->y0 = ry0 + vfirst;
   plan->nrows = nrows;
   /* Rows are followed by `pad` readable bytes for the two-pixel SIMD loop. */
-  plan->pad = (size_t)d->ch.ksize * 4 + 16;
+  plan->pad = (size_t)d->ch.ksize * 4 + 80; /* + 16 for the pair and quad passes, + 80 for the one-load pass */
   return 0;
 }
 
