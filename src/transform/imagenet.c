@@ -701,7 +701,7 @@ int lade__imgpipe_begin(lade__imgdec_t *d, int W, int H, int f, int sw, int sh, 
   plan->rw = rw;
   plan->y0 = ry0 + vfirst;
   plan->nrows = nrows;
-  /* Rows are followed by `pad` readable bytes for the two-pixel SIMD loop. */
+  /* Rows are followed by `pad` readable bytes for the SIMD horizontal passes' over-reads. */
   plan->pad = (size_t)d->ch.ksize * 4 + 80; /* + 16 for the pair and quad passes, + 80 for the one-load pass */
   return 0;
 }
