@@ -6,9 +6,15 @@
  * TurboJPEG does), TurboJPEG's tjDecompress2 itself when the build found
  * it, and, for reference, the scanline API one row per call (the old
  * baseline, which understates the decoder). The ceiling is the fastest of
- * the whole-image decodes; every ratio is against it. Images: the
+ * the whole-image decodes; every ratio is against it. A last reference
+ * line times the entropy (Huffman) decode alone, the part of a decode that
+ * a crop cannot skip for the rows above it. Images: the
  * synthetic generator's (tools/gen_jpeg.c), or the JPEGs of a folder.
  *   usage: bench_jpeg_transform [images=200] [rounds=5] [seed=1] [--dir DIR]
+ *                               [--only train|train8|eval|decode] [--decode-scale]
+ * --only runs one contender (for a profiler: perf record -g ... --only eval).
+ * --decode-scale runs the transforms with decode_scale=auto (the opt-in DCT
+ * scaling, whose pixels differ from torchvision's: never the default).
  */
 #include <dirent.h>
 #include <math.h>
@@ -19,6 +25,9 @@
 
 #ifdef LADE_BENCH_TURBOJPEG
 #include <turbojpeg.h>
+#endif
+#ifdef LADE_HAVE_JPEG
+#include <jpeglib.h>
 #endif
 
 #include "ceiling.h"
@@ -43,6 +52,40 @@ static double scanline_decode(uint8_t **img, size_t *len, int n, int rows, uint6
   free(buf);
   return (double)n / t;
 }
+
+#ifdef LADE_HAVE_JPEG
+/* The entropy decode alone: jpeg_skip_scanlines to the last row Huffman-
+ * decodes every iMCU row it passes and transforms none (only the last row is
+ * read, to make it decode up to there). No crop can go below this for the
+ * rows above it; a reference line, not a ceiling. */
+static double entropy_only(uint8_t **img, size_t *len, int n, uint64_t *sink) {
+  struct jpeg_decompress_struct ci;
+  struct jpeg_error_mgr je;
+  ci.err = jpeg_std_error(&je); /* the images decode (the ceiling read them) */
+  jpeg_create_decompress(&ci);
+  uint8_t *row = NULL;
+  size_t cap = 0;
+  double t0 = lade__now();
+  for (int i = 0; i < n; i++) {
+    jpeg_mem_src(&ci, img[i], (unsigned long)len[i]);
+    jpeg_read_header(&ci, TRUE);
+    ci.out_color_space = JCS_RGB;
+    jpeg_start_decompress(&ci);
+    size_t need = (size_t)ci.output_width * 3;
+    if (need > cap) row = realloc(row, cap = need);
+    if (!row) exit(1);
+    if (ci.output_height > 1) jpeg_skip_scanlines(&ci, ci.output_height - 1);
+    JSAMPROW r = row;
+    jpeg_read_scanlines(&ci, &r, 1);
+    *sink += row[0];
+    jpeg_abort_decompress(&ci);
+  }
+  double t = lade__now() - t0;
+  jpeg_destroy_decompress(&ci);
+  free(row);
+  return (double)n / t;
+}
+#endif
 
 #ifdef LADE_BENCH_TURBOJPEG
 static double turbo_decode(uint8_t **img, size_t *len, int n, uint64_t *sink) {
@@ -112,11 +155,14 @@ static int load_dir(const char *dir, int max, uint8_t **img, size_t *len, size_t
   return n;
 }
 
+static bool decode_scale;
+
 static double run_xform(const lade__transform_ops_t *ops, int dtype, uint8_t **img, size_t *len, int n, int rounds,
                         uint64_t *sink) {
   struct lade_config cfg;
   lade__config_defaults(&cfg);
   cfg.image_dtype = dtype;
+  if (decode_scale) cfg.decode_scale = LADE__DECODE_SCALE_AUTO;
   void *st, *ws;
   lade__sample_shape_t shape;
   lade__xform_conf_t xc = lade__resolve_xform(&cfg);
@@ -147,10 +193,12 @@ static double run_xform(const lade__transform_ops_t *ops, int dtype, uint8_t **i
 }
 
 int main(int argc, char **argv) {
-  const char *dir = NULL;
+  const char *dir = NULL, *only = NULL;
   int pos[3] = {200, 5, 1}, npos = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
+    else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
+    else if (!strcmp(argv[i], "--decode-scale")) decode_scale = true;
     else if (npos < 3) pos[npos++] = atoi(argv[i]);
   }
   int n = pos[0], rounds = pos[1];
@@ -175,15 +223,33 @@ int main(int argc, char **argv) {
   }
   uint64_t sink = 0;
   lade_tool_cpu_model(cpu, sizeof cpu);
-  printf("%d images (%s), mean %.1f KB, %d rounds, 1 thread, %s\n", n, dir ? dir : "synthetic", total / 1024.0 / n,
-         rounds, cpu);
+  printf("%d images (%s), mean %.1f KB, %d rounds, 1 thread, %s%s\n", n, dir ? dir : "synthetic", total / 1024.0 / n,
+         rounds, cpu, decode_scale ? ", transforms with decode_scale=auto (not bit-exact)" : "");
   /* Rounds alternate between the contenders so drift in a shared machine's
    * speed hits all of them alike; each rate is the best round's (other
    * processes only ever slow a round down). */
-  double row1 = 0, blocks = 0, turbo = 0, tr = 0, tr8 = 0, ev = 0;
+  double row1 = 0, blocks = 0, turbo = 0, tr = 0, tr8 = 0, ev = 0, entropy = 0;
+  if (only) {
+    double rate;
+    if (!strcmp(only, "train")) rate = run_xform(&lade__xform_imagenet_train, LADE_DTYPE_FLOAT32, img, len, n, rounds, &sink);
+    else if (!strcmp(only, "train8")) rate = run_xform(&lade__xform_imagenet_train, LADE_DTYPE_UINT8, img, len, n, rounds, &sink);
+    else if (!strcmp(only, "eval")) rate = run_xform(&lade__xform_imagenet_eval, LADE_DTYPE_FLOAT32, img, len, n, rounds, &sink);
+    else if (!strcmp(only, "decode")) {
+      rate = 0;
+      for (int r = 0; r < rounds; r++) rate = fmax(rate, scanline_decode(img, len, n, 0, &sink));
+    } else {
+      fprintf(stderr, "--only: train, train8, eval or decode, not %s\n", only);
+      return 2;
+    }
+    printf("%s: %.1f img/s (sink %llu)\n", only, rate, (unsigned long long)(sink & 1));
+    return 0;
+  }
   for (int r = 0; r < rounds; r++) {
     row1 = fmax(row1, scanline_decode(img, len, n, 1, &sink));
     blocks = fmax(blocks, scanline_decode(img, len, n, 0, &sink));
+#ifdef LADE_HAVE_JPEG
+    entropy = fmax(entropy, entropy_only(img, len, n, &sink));
+#endif
 #ifdef LADE_BENCH_TURBOJPEG
     turbo = fmax(turbo, turbo_decode(img, len, n, &sink));
 #endif
@@ -197,6 +263,9 @@ int main(int argc, char **argv) {
   if (turbo > 0) printf("TurboJPEG tjDecompress2        : %8.1f img/s\n", turbo);
   else printf("TurboJPEG tjDecompress2        :      n/a (built without libturbojpeg0-dev)\n");
   printf("ceiling (fastest whole decode) : %8.1f img/s\n", bare);
+  if (entropy > 0)
+    printf("entropy decode only (skip all) : %8.1f img/s  (%.0f%% of a whole decode's time)\n", entropy,
+           100.0 * bare / entropy);
   printf("imagenet-train float32 224     : %8.1f img/s  (%.2fx ceiling)\n", tr, tr / bare);
   printf("imagenet-train uint8 224       : %8.1f img/s  (%.2fx ceiling)\n", tr8, tr8 / bare);
   printf("imagenet-eval float32 256/224  : %8.1f img/s  (%.2fx ceiling)\n", ev, ev / bare);

@@ -17,6 +17,7 @@
  */
 #include "transform/imagenet.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,11 +76,16 @@ typedef struct coeffs {
   int *bounds;   /* out * 2: first input index, tap count */
   double *pre;   /* ksize, the float weights of one output pixel */
   int16_t *k2;   /* SIMD layout, see resample_h_avx2 */
-  size_t kcap, bcap, pcap, k2cap;
+  int8_t *k4;    /* SIMD layout, see resample_h_vnni */
+  uint8_t *qidx; /* per output quad, byte shuffles for RGBX and RGB rows, see resample_h_vbmi */
+  size_t kcap, bcap, pcap, k2cap, k4cap, qidxcap;
+  int qspan;     /* the most input pixels between a quad's first and last window start */
   int ksize;
+  int taps;      /* the most taps any output pixel has (<= ksize): the SIMD passes' trip count */
 } coeffs_t;
 
 typedef void (*resample_h_fn)(const coeffs_t *, const uint8_t *, uint8_t *, int);
+typedef void (*resample_v_fn)(const int32_t *, int, const uint8_t *, size_t, int32_t *, uint8_t *, size_t);
 
 struct lade__imgdec {
   bool decode_scale; /* decode_scale=auto: the JPEG IDCT may shrink (not bit-exact) */
@@ -94,11 +100,19 @@ struct lade__imgdec {
   int out_size, vfirst;
   float lut[3][256]; /* (v/255 - mean) / std */
   resample_h_fn resample_h;
+  resample_h_fn resample_h_rgb; /* for RGB rows; NULL where RGBX rows are the only SIMD kind */
+  resample_v_fn resample_v;
 };
 
 static const lade__imgbackend_t *const backends[2] = {&lade__img_jpeg, &lade__img_png};
 
+/* The coefficient layout a horizontal pass reads besides k. */
+enum { LAYOUT_C, LAYOUT_PAIRS, LAYOUT_QUADS };
+
 static resample_h_fn pick_resample_h(void);
+static resample_h_fn pick_resample_h_rgb(resample_h_fn rgbx);
+static resample_v_fn pick_resample_v(void);
+static int resample_h_layout(resample_h_fn f);
 
 int lade__imgpipe_grow(void *pp, size_t *cap, size_t need) {
   void **p = (void **)pp;
@@ -119,6 +133,8 @@ int lade__imgdec_create(lade__imgdec_t **out) {
   lade__imgdec_t *d = calloc(1, sizeof(*d));
   if (!d) return lade__fail(LADE_ENOMEM, "out of memory (image decoder)");
   d->resample_h = pick_resample_h();
+  d->resample_h_rgb = pick_resample_h_rgb(d->resample_h);
+  d->resample_v = pick_resample_v();
   for (int c = 0; c < 3; c++)
     for (int v = 0; v < 256; v++) d->lut[c][v] = ((float)v / 255.0f - mean[c]) / stdv[c];
   *out = d;
@@ -129,8 +145,8 @@ void lade__imgdec_destroy(lade__imgdec_t *d) {
   if (!d) return;
   for (int i = 0; i < 2; i++)
     if (d->be_state[i]) backends[i]->destroy(d->be_state[i]);
-  void *bufs[] = {d->tmp, d->vrow, d->acc, d->ch.k, d->ch.bounds, d->ch.pre, d->ch.k2,
-                  d->cv.k, d->cv.bounds, d->cv.pre, d->cv.k2};
+  void *bufs[] = {d->tmp, d->vrow, d->acc, d->ch.k, d->ch.bounds, d->ch.pre, d->ch.k2, d->ch.k4, d->ch.qidx,
+                  d->cv.k, d->cv.bounds, d->cv.pre, d->cv.k2, d->cv.k4, d->cv.qidx};
   for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) lade__aligned_free(bufs[i]);
   free(d);
 }
@@ -197,7 +213,7 @@ static double tri_filter(double x) {
  * output pixel xx samples input [in0, in1) (float box inside [0, in_size)),
  * window clipped to [0, in_size).
  */
-static int make_coeffs(coeffs_t *c, int in_size, double in0, double in1, int out_size, bool pairs) {
+static int make_coeffs(coeffs_t *c, int in_size, double in0, double in1, int out_size, int layout) {
   double scale = (in1 - in0) / out_size, fscale = scale < 1.0 ? 1.0 : scale;
   double support = 1.0 * fscale;
   int ksize = (int)ceil(support) * 2 + 1;
@@ -208,6 +224,7 @@ static int make_coeffs(coeffs_t *c, int in_size, double in0, double in1, int out
   c->ksize = ksize;
   double *pre = c->pre;
   double ss = 1.0 / fscale;
+  c->taps = 0;
   for (int xx = 0; xx < out_size; xx++) {
     double center = in0 + (xx + 0.5) * scale, ww = 0.0;
     int xmin = (int)(center - support + 0.5);
@@ -230,13 +247,14 @@ static int make_coeffs(coeffs_t *c, int in_size, double in0, double in1, int out
     for (int x = xmax; x < ksize; x++) k[x] = 0;
     c->bounds[2 * xx] = xmin;
     c->bounds[2 * xx + 1] = xmax;
+    if (xmax > c->taps) c->taps = xmax;
   }
-  if (pairs) {
+  if (layout == LAYOUT_PAIRS) {
     /* Per output pair pi and tap pair tp: 16 int16 of the low 11 bits of
      * the coefficients, then 16 of the high bits, each as
      * {k0[2tp], k0[2tp+1]} x4 channels, then the same for the pair's second
      * pixel k1. The bilinear coefficients are >= 0 and <= 2^22. */
-    const size_t np = (size_t)out_size / 2, ntp = (size_t)(ksize + 1) / 2;
+    const size_t np = (size_t)out_size / 2, ntp = (size_t)(c->taps + 1) / 2;
     /* 64-byte aligned: its 32-byte loads must never split a cache line. */
     if ((rc = lade__imgpipe_grow(&c->k2, &c->k2cap, np * ntp * 32 * sizeof(int16_t))) != 0) return rc;
     for (size_t pi = 0; pi < np; pi++)
@@ -254,6 +272,44 @@ static int make_coeffs(coeffs_t *c, int in_size, double in0, double in1, int out
           }
         }
       }
+  }
+  if (layout == LAYOUT_QUADS) {
+    /* Per output quad qi, tap quad tq and 7-bit piece j (k = sum over j of
+     * piece_j << 7j, pieces 0..127 so they are valid signed bytes): 64 bytes,
+     * for each of the quad's 4 pixels and each of its 4 channels the piece of
+     * the 4 taps 4tq..4tq+3. */
+    const size_t nq = (size_t)out_size / 4, ntq = (size_t)(c->taps + 3) / 4;
+    if ((rc = lade__imgpipe_grow(&c->k4, &c->k4cap, nq * ntq * 4 * 64)) != 0) return rc;
+    for (size_t qi = 0; qi < nq; qi++)
+      for (size_t tq = 0; tq < ntq; tq++)
+        for (int j = 0; j < 4; j++) {
+          int8_t *o = c->k4 + ((qi * ntq + tq) * 4 + (size_t)j) * 64;
+          for (int px = 0; px < 4; px++) {
+            const int32_t *k = c->k + (4 * qi + (size_t)px) * (size_t)ksize;
+            for (int t = 0; t < 4; t++) {
+              const size_t x = 4 * tq + (size_t)t;
+              const int32_t kv = x < (size_t)ksize ? k[x] : 0;
+              for (int ch = 0; ch < 4; ch++) o[px * 16 + ch * 4 + t] = (int8_t)((kv >> (7 * j)) & 127);
+            }
+          }
+        }
+    /* For the one-load pass: per quad, 64 bytes for RGBX rows and 64 for RGB
+     * rows, the byte of a 64-byte load from the quad's first window that each
+     * lane of the channel-major layout takes (pixel o's window starts
+     * (xmin_o - xmin_0) * bpp bytes in). */
+    static const uint8_t by_channel[2][16] = {{0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15},
+                                              {0, 3, 6, 9, 1, 4, 7, 10, 2, 5, 8, 11, 0, 0, 0, 0}};
+    if ((rc = lade__imgpipe_grow(&c->qidx, &c->qidxcap, nq * 128)) != 0) return rc;
+    c->qspan = 0;
+    for (size_t qi = 0; qi < nq; qi++) {
+      const int *bd = c->bounds + 8 * qi;
+      c->qspan = LADE__MAX(c->qspan, bd[6] - bd[0]);
+      for (int v = 0; v < 2; v++)
+        for (int px = 0; px < 4; px++)
+          for (int b = 0; b < 16; b++)
+            c->qidx[qi * 128 + (size_t)v * 64 + (size_t)px * 16 + (size_t)b] =
+                (uint8_t)(((bd[2 * px] - bd[0]) * (4 - v) + by_channel[v][b]) & 63);
+    }
   }
   return 0;
 }
@@ -283,21 +339,28 @@ static inline uint8_t clip8(int32_t v) {
 #endif
 
 /* One row of RGBX pixels -> out_size RGBX pixels. */
-static void resample_h_from(const coeffs_t *c, const uint8_t *restrict in, uint8_t *restrict out, int from,
-                            int out_size) {
+/* One row of RGBX (bpp 4) or RGB (bpp 3, X out = 0) pixels -> out_size RGBX
+ * pixels, from output pixel `from` on. */
+static inline void resample_h_bpp(const coeffs_t *c, const uint8_t *restrict in, uint8_t *restrict out, int from,
+                                  int out_size, const int bpp) {
   const int ksize = c->ksize;
   for (int xx = from; xx < out_size; xx++) {
     const int xmin = c->bounds[2 * xx], n = c->bounds[2 * xx + 1];
     const int32_t *k = c->k + (size_t)xx * ksize;
-    const uint8_t *p = in + (size_t)xmin * 4;
+    const uint8_t *p = in + (size_t)xmin * (size_t)bpp;
     int32_t s[4] = {1 << (PRECISION_BITS - 1), 1 << (PRECISION_BITS - 1), 1 << (PRECISION_BITS - 1),
                     1 << (PRECISION_BITS - 1)};
     for (int x = 0; x < n; x++) {
       const int32_t kv = k[x];
-      for (int ch = 0; ch < 4; ch++) s[ch] += p[4 * x + ch] * kv;
+      for (int ch = 0; ch < bpp; ch++) s[ch] += p[bpp * x + ch] * kv;
     }
-    for (int ch = 0; ch < 4; ch++) out[4 * xx + ch] = clip8(s[ch]);
+    for (int ch = 0; ch < 4; ch++) out[4 * xx + ch] = ch < bpp ? clip8(s[ch]) : 0;
   }
+}
+
+static void resample_h_from(const coeffs_t *c, const uint8_t *restrict in, uint8_t *restrict out, int from,
+                            int out_size) {
+  resample_h_bpp(c, in, out, from, out_size, 4);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -308,13 +371,15 @@ static void resample_h_from(const coeffs_t *c, const uint8_t *restrict in, uint8
  * 16-bit lanes {tap a, tap b} per channel gives a*ka + b*kb in 32 bits. The
  * 22-bit coefficients are split into high and low 11-bit halves (two
  * pmaddwd), so the sum is exactly Pillow's 32-bit fixed-point sum. Every pair
- * runs ceil(ksize/2) tap pairs: padded coefficients are zero and the input
- * row has ksize*4+16 readable bytes past its end. (A fixed trip count also
+ * runs ceil(taps/2) tap pairs (taps: the most any pixel has; ksize, the
+ * filter's window, is an upper bound that can be one or two more): padded
+ * coefficients are zero and the input row has ksize*4+16 readable bytes
+ * past its end. (A fixed trip count also
  * avoids a branch mispredict per pair.)
  */
 __attribute__((target("avx2"))) static void resample_h_avx2(const coeffs_t *c, const uint8_t *restrict in,
                                                              uint8_t *restrict out, int out_size) {
-  const int ntp = (c->ksize + 1) / 2;
+  const int ntp = (c->taps + 1) / 2;
   const __m256i half = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
   const __m128i interleave = _mm_setr_epi8(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
   int xx = 0;
@@ -337,6 +402,122 @@ __attribute__((target("avx2"))) static void resample_h_avx2(const coeffs_t *c, c
   }
   resample_h_from(c, in, out, xx, out_size); /* the odd last pixel */
 }
+
+/*
+ * Four output pixels per 512-bit register, four taps per multiply: vpdpbusd
+ * adds, per 32-bit lane, four products of an unsigned byte (one channel of
+ * four consecutive input pixels, gathered by a byte shuffle from the RGBX
+ * row) and a signed byte (the same four taps' coefficients). The 22-bit
+ * coefficients (0..2^22 for the bilinear filter) are split into four 7-bit
+ * pieces, one accumulator each, recombined with shifts: the sum is Pillow's
+ * 32-bit fixed-point sum exactly (no partial sum can overflow). Every quad
+ * runs ceil(taps/4) tap quads (a downscale below 1.5x has at most 4 taps:
+ * one quad); padded coefficients are zero and the row
+ * has ksize*4+16 readable bytes past its end, which covers the last 16-byte
+ * load.
+ */
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static inline void resample_h_vnni_bpp(
+    const coeffs_t *c, const uint8_t *restrict in, uint8_t *restrict out, int out_size, const int bpp) {
+  const int ntq = (c->taps + 3) / 4;
+  const __m512i half = _mm512_set1_epi32(1 << (PRECISION_BITS - 1));
+  /* RGBX: bytes t*4 + ch to ch*4 + t; RGB: t*3 + ch, and zeros for X */
+  const __m512i by_channel = _mm512_broadcast_i32x4(
+      bpp == 4 ? _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15)
+               : _mm_setr_epi8(0, 3, 6, 9, 1, 4, 7, 10, 2, 5, 8, 11, -128, -128, -128, -128));
+  int xx = 0;
+  for (; xx + 3 < out_size; xx += 4) {
+    const int *bd = c->bounds + 2 * xx;
+    const uint8_t *p0 = in + (size_t)bd[0] * bpp, *p1 = in + (size_t)bd[2] * bpp, *p2 = in + (size_t)bd[4] * bpp,
+                  *p3 = in + (size_t)bd[6] * bpp;
+    const int8_t *k4 = c->k4 + (size_t)(xx / 4) * (size_t)ntq * 256;
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    for (int tq = 0; tq < ntq; tq++) {
+      __m512i px = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p0 + 4 * bpp * tq)));
+      px = _mm512_inserti32x4(px, _mm_loadu_si128((const __m128i *)(p1 + 4 * bpp * tq)), 1);
+      px = _mm512_inserti32x4(px, _mm_loadu_si128((const __m128i *)(p2 + 4 * bpp * tq)), 2);
+      px = _mm512_inserti32x4(px, _mm_loadu_si128((const __m128i *)(p3 + 4 * bpp * tq)), 3);
+      px = _mm512_shuffle_epi8(px, by_channel);
+      const int8_t *k = k4 + 256 * tq;
+      a0 = _mm512_dpbusd_epi32(a0, px, _mm512_load_si512((const void *)k));
+      a1 = _mm512_dpbusd_epi32(a1, px, _mm512_load_si512((const void *)(k + 64)));
+      a2 = _mm512_dpbusd_epi32(a2, px, _mm512_load_si512((const void *)(k + 128)));
+      a3 = _mm512_dpbusd_epi32(a3, px, _mm512_load_si512((const void *)(k + 192)));
+    }
+    __m512i s = _mm512_add_epi32(_mm512_add_epi32(a0, half), _mm512_slli_epi32(a1, 7));
+    s = _mm512_add_epi32(s, _mm512_add_epi32(_mm512_slli_epi32(a2, 14), _mm512_slli_epi32(a3, 21)));
+    s = _mm512_srai_epi32(s, PRECISION_BITS);
+    s = _mm512_max_epi32(s, _mm512_setzero_si512()); /* clip8's lower bound; the store saturates above */
+    _mm_storeu_si128((__m128i *)(out + 4 * xx), _mm512_cvtusepi32_epi8(s));
+  }
+  resample_h_bpp(c, in, out, xx, out_size, bpp); /* the last out_size % 4 pixels */
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void resample_h_vnni(const coeffs_t *c,
+                                                                                   const uint8_t *restrict in,
+                                                                                   uint8_t *restrict out,
+                                                                                   int out_size) {
+  resample_h_vnni_bpp(c, in, out, out_size, 4);
+}
+
+/* RGB rows: libjpeg's colour conversion to 3 bytes a pixel is cheaper than to 4. */
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void resample_h_vnni_rgb(const coeffs_t *c,
+                                                                                       const uint8_t *restrict in,
+                                                                                       uint8_t *restrict out,
+                                                                                       int out_size) {
+  resample_h_vnni_bpp(c, in, out, out_size, 3);
+}
+
+/*
+ * The same arithmetic with one 64-byte load per quad and tap quad: a quad's
+ * four windows lie within 64 bytes of the first when the downscale is small
+ * (qspan * bpp + 16 <= 64: up to ~4x for RGBX), and vpermb (AVX512_VBMI)
+ * picks every lane's byte from that one load by the quad's precomputed
+ * indices, where the VNNI pass loads each window and inserts and shuffles
+ * them. Wider quads take the VNNI pass. Reads 64 bytes from a window start:
+ * the rows have ksize*4+80 readable bytes past their end.
+ */
+__attribute__((target("avx512f,avx512bw,avx512vnni,avx512vbmi"))) static inline void resample_h_vbmi_bpp(
+    const coeffs_t *c, const uint8_t *restrict in, uint8_t *restrict out, int out_size, const int bpp) {
+  if (c->qspan * bpp + 16 > 64) {
+    resample_h_vnni_bpp(c, in, out, out_size, bpp);
+    return;
+  }
+  const int ntq = (c->taps + 3) / 4;
+  const __m512i half = _mm512_set1_epi32(1 << (PRECISION_BITS - 1));
+  const __mmask64 keep = bpp == 4 ? ~(__mmask64)0 : (__mmask64)0x0FFF0FFF0FFF0FFFull; /* RGB: X lanes 0 */
+  int xx = 0;
+  for (; xx + 3 < out_size; xx += 4) {
+    const uint8_t *p0 = in + (size_t)c->bounds[2 * xx] * bpp;
+    const __m512i idx = _mm512_load_si512((const void *)(c->qidx + (size_t)(xx / 4) * 128 + (bpp == 4 ? 0 : 64)));
+    const int8_t *k4 = c->k4 + (size_t)(xx / 4) * (size_t)ntq * 256;
+    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    for (int tq = 0; tq < ntq; tq++) {
+      const __m512i px =
+          _mm512_maskz_permutexvar_epi8(keep, idx, _mm512_loadu_si512((const void *)(p0 + 4 * bpp * tq)));
+      const int8_t *k = k4 + 256 * tq;
+      a0 = _mm512_dpbusd_epi32(a0, px, _mm512_load_si512((const void *)k));
+      a1 = _mm512_dpbusd_epi32(a1, px, _mm512_load_si512((const void *)(k + 64)));
+      a2 = _mm512_dpbusd_epi32(a2, px, _mm512_load_si512((const void *)(k + 128)));
+      a3 = _mm512_dpbusd_epi32(a3, px, _mm512_load_si512((const void *)(k + 192)));
+    }
+    __m512i s = _mm512_add_epi32(_mm512_add_epi32(a0, half), _mm512_slli_epi32(a1, 7));
+    s = _mm512_add_epi32(s, _mm512_add_epi32(_mm512_slli_epi32(a2, 14), _mm512_slli_epi32(a3, 21)));
+    s = _mm512_srai_epi32(s, PRECISION_BITS);
+    s = _mm512_max_epi32(s, _mm512_setzero_si512());
+    _mm_storeu_si128((__m128i *)(out + 4 * xx), _mm512_cvtusepi32_epi8(s));
+  }
+  resample_h_bpp(c, in, out, xx, out_size, bpp); /* the last out_size % 4 pixels */
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vnni,avx512vbmi"))) static void resample_h_vbmi(
+    const coeffs_t *c, const uint8_t *restrict in, uint8_t *restrict out, int out_size) {
+  resample_h_vbmi_bpp(c, in, out, out_size, 4);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vnni,avx512vbmi"))) static void resample_h_vbmi_rgb(
+    const coeffs_t *c, const uint8_t *restrict in, uint8_t *restrict out, int out_size) {
+  resample_h_vbmi_bpp(c, in, out, out_size, 3);
+}
 #endif
 
 
@@ -344,11 +525,37 @@ static void resample_h_c(const coeffs_t *c, const uint8_t *in, uint8_t *out, int
   resample_h_from(c, in, out, 0, out_size);
 }
 
+/* LADE_NO_SIMD=1: the C loops; LADE_NO_AVX512=1: at most AVX2 (both for
+ * tests and comparisons). */
 static resample_h_fn pick_resample_h(void) {
 #ifdef LADE__HAVE_AVX2_PATH
-  if (!getenv("LADE_NO_SIMD") && __builtin_cpu_supports("avx2")) return resample_h_avx2;
+  if (getenv("LADE_NO_SIMD")) return resample_h_c;
+  if (!getenv("LADE_NO_AVX512") && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vnni"))
+    return !getenv("LADE_NO_VBMI") && __builtin_cpu_supports("avx512vbmi") ? resample_h_vbmi : resample_h_vnni;
+  if (__builtin_cpu_supports("avx2")) return resample_h_avx2;
 #endif
   return resample_h_c;
+}
+
+/* The RGB-row pass that goes with the RGBX one, or NULL. */
+static resample_h_fn pick_resample_h_rgb(resample_h_fn rgbx) {
+#ifdef LADE__HAVE_AVX2_PATH
+  if (getenv("LADE_NO_RGB")) return NULL;
+  if (rgbx == resample_h_vnni) return resample_h_vnni_rgb;
+  if (rgbx == resample_h_vbmi) return resample_h_vbmi_rgb;
+#endif
+  LADE__UNUSED(rgbx);
+  return NULL;
+}
+
+static int resample_h_layout(resample_h_fn f) {
+#ifdef LADE__HAVE_AVX2_PATH
+  if (f == resample_h_vnni || f == resample_h_vbmi) return LAYOUT_QUADS;
+  if (f == resample_h_avx2) return LAYOUT_PAIRS;
+#endif
+  LADE__UNUSED(f);
+  return LAYOUT_C;
 }
 
 /* One output row of the vertical pass over n bytes of RGBX. */
@@ -363,6 +570,81 @@ LADE__CLONES static void resample_v(const int32_t *restrict k, int taps, const u
   for (size_t i = 0; i < n; i++) out[i] = clip8(acc[i]);
 }
 
+#ifdef LADE__HAVE_AVX2_PATH
+/*
+ * The vertical pass 64 bytes (16 RGBX pixels) at a time with the sums in
+ * four registers through all taps, instead of an accumulator row in memory
+ * read and written once per tap; the same int32 arithmetic (vpmulld is the
+ * low 32 bits of the product, which is the whole product here).
+ */
+__attribute__((target("avx512f"))) static void resample_v_avx512(const int32_t *restrict k, int taps,
+                                                                 const uint8_t *restrict rows, size_t stride,
+                                                                 int32_t *restrict acc, uint8_t *restrict out,
+                                                                 size_t n) {
+  const __m512i half = _mm512_set1_epi32(1 << (PRECISION_BITS - 1)), zero = _mm512_setzero_si512();
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    __m512i s0 = half, s1 = half, s2 = half, s3 = half;
+    const uint8_t *p = rows + i;
+    for (int y = 0; y < taps; y++, p += stride) {
+      const __m512i kv = _mm512_set1_epi32(k[y]);
+      s0 = _mm512_add_epi32(s0, _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p)), kv));
+      s1 = _mm512_add_epi32(s1, _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 16))), kv));
+      s2 = _mm512_add_epi32(s2, _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 32))), kv));
+      s3 = _mm512_add_epi32(s3, _mm512_mullo_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + 48))), kv));
+    }
+    /* clip8: the shift, the lower bound here, the upper in the saturating store */
+    s0 = _mm512_max_epi32(_mm512_srai_epi32(s0, PRECISION_BITS), zero);
+    s1 = _mm512_max_epi32(_mm512_srai_epi32(s1, PRECISION_BITS), zero);
+    s2 = _mm512_max_epi32(_mm512_srai_epi32(s2, PRECISION_BITS), zero);
+    s3 = _mm512_max_epi32(_mm512_srai_epi32(s3, PRECISION_BITS), zero);
+    _mm_storeu_si128((__m128i *)(out + i), _mm512_cvtusepi32_epi8(s0));
+    _mm_storeu_si128((__m128i *)(out + i + 16), _mm512_cvtusepi32_epi8(s1));
+    _mm_storeu_si128((__m128i *)(out + i + 32), _mm512_cvtusepi32_epi8(s2));
+    _mm_storeu_si128((__m128i *)(out + i + 48), _mm512_cvtusepi32_epi8(s3));
+  }
+  if (i < n) resample_v(k, taps, rows + i, stride, acc, out + i, n - i); /* the last n % 64 bytes */
+}
+#endif
+
+#ifdef LADE__HAVE_AVX2_PATH
+/* The same with AVX2: 32 bytes (8 pixels) per step in four registers. */
+__attribute__((target("avx2"))) static void resample_v_avx2(const int32_t *restrict k, int taps,
+                                                            const uint8_t *restrict rows, size_t stride,
+                                                            int32_t *restrict acc, uint8_t *restrict out, size_t n) {
+  const __m256i half = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m256i s0 = half, s1 = half, s2 = half, s3 = half;
+    const uint8_t *p = rows + i;
+    for (int y = 0; y < taps; y++, p += stride) {
+      const __m256i kv = _mm256_set1_epi32(k[y]);
+      s0 = _mm256_add_epi32(s0, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)), kv));
+      s1 = _mm256_add_epi32(s1, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 8))), kv));
+      s2 = _mm256_add_epi32(s2, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 16))), kv));
+      s3 = _mm256_add_epi32(s3, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p + 24))), kv));
+    }
+    /* clip8 by the shift and two saturating packs (which work per 128-bit
+     * half: the permute puts the 4-byte groups back in order) */
+    const __m256i w01 = _mm256_packs_epi32(_mm256_srai_epi32(s0, PRECISION_BITS), _mm256_srai_epi32(s1, PRECISION_BITS));
+    const __m256i w23 = _mm256_packs_epi32(_mm256_srai_epi32(s2, PRECISION_BITS), _mm256_srai_epi32(s3, PRECISION_BITS));
+    _mm256_storeu_si256((__m256i *)(out + i), _mm256_permutevar8x32_epi32(_mm256_packus_epi16(w01, w23), order));
+  }
+  if (i < n) resample_v(k, taps, rows + i, stride, acc, out + i, n - i); /* the last n % 32 bytes */
+}
+#endif
+
+/* The vertical pass for this CPU (LADE_NO_SIMD and LADE_NO_AVX512 as for
+ * the horizontal one). */
+static resample_v_fn pick_resample_v(void) {
+#ifdef LADE__HAVE_AVX2_PATH
+  if (getenv("LADE_NO_SIMD")) return resample_v;
+  if (!getenv("LADE_NO_AVX512") && __builtin_cpu_supports("avx512f")) return resample_v_avx512;
+  if (__builtin_cpu_supports("avx2")) return resample_v_avx2;
+#endif
+  return resample_v;
+}
 
 int lade__imgpipe_dct_factor(const lade__imgdec_t *d, const lade__imgbox_t *b, int out_size) {
   int f = 1;
@@ -399,8 +681,9 @@ int lade__imgpipe_begin(lade__imgdec_t *d, int W, int H, int f, int sw, int sh, 
   if (ry1 <= ry0) ry1 = LADE__MIN(sh, ry0 + 1);
   const int rw = rx1 - rx0, rh = ry1 - ry0;
 
-  if ((rc = make_coeffs(&d->ch, rw, bx0 - rx0, bx1 - rx0, out_size, d->resample_h != resample_h_c)) != 0) return rc;
-  if ((rc = make_coeffs(&d->cv, rh, by0 - ry0, by1 - ry0, out_size, false)) != 0) return rc;
+  if ((rc = make_coeffs(&d->ch, rw, bx0 - rx0, bx1 - rx0, out_size, resample_h_layout(d->resample_h))) != 0)
+    return rc;
+  if ((rc = make_coeffs(&d->cv, rh, by0 - ry0, by1 - ry0, out_size, LAYOUT_C)) != 0) return rc;
   /* Only the rows the vertical filter reads are decoded (Pillow does the same). */
   int vfirst = d->cv.bounds[0], vlast = vfirst;
   for (int yy = 0; yy < out_size; yy++) {
@@ -418,13 +701,20 @@ int lade__imgpipe_begin(lade__imgdec_t *d, int W, int H, int f, int sw, int sh, 
   plan->rw = rw;
   plan->y0 = ry0 + vfirst;
   plan->nrows = nrows;
-  /* Rows are followed by `pad` readable bytes for the two-pixel SIMD loop. */
-  plan->pad = (size_t)d->ch.ksize * 4 + 16;
+  /* Rows are followed by `pad` readable bytes for the SIMD horizontal passes' over-reads. */
+  plan->pad = (size_t)d->ch.ksize * 4 + 80; /* + 16 for the pair and quad passes, + 80 for the one-load pass */
   return 0;
 }
 
 void lade__imgpipe_row(lade__imgdec_t *d, int r, const uint8_t *rgbx) {
   d->resample_h(&d->ch, rgbx, d->tmp + (size_t)r * d->out_size * 4, d->out_size);
+}
+
+bool lade__imgpipe_takes_rgb(const lade__imgdec_t *d) { return d->resample_h_rgb != NULL; }
+
+void lade__imgpipe_row_rgb(lade__imgdec_t *d, int r, const uint8_t *rgb) {
+  assert(d->resample_h_rgb);
+  d->resample_h_rgb(&d->ch, rgb, d->tmp + (size_t)r * d->out_size * 4, d->out_size);
 }
 
 /* Vertical pass, one output row at a time; then flip and store. */
@@ -436,7 +726,7 @@ static void imgpipe_finish(lade__imgdec_t *d, bool flip, int dtype, void *out) {
   for (int yy = 0; yy < out_size; yy++) {
     const int ymin = d->cv.bounds[2 * yy] - d->vfirst, n = d->cv.bounds[2 * yy + 1];
     const int32_t *k = d->cv.k + (size_t)yy * ksize;
-    resample_v(k, n, d->tmp + (size_t)ymin * orow, orow, acc, vrow, orow);
+    d->resample_v(k, n, d->tmp + (size_t)ymin * orow, orow, acc, vrow, orow);
     if (dtype == LADE_DTYPE_UINT8) {
       uint8_t *o = (uint8_t *)out + (size_t)yy * out_size * 3;
       for (int x = 0; x < out_size; x++) {

@@ -233,10 +233,13 @@ static int decode_rows(jpeg_state_t *s, lade__imgdec_t *d, const uint8_t *jpeg, 
   ci->do_fancy_upsampling = TRUE;
   bool cmyk = ci->jpeg_color_space == JCS_CMYK || ci->jpeg_color_space == JCS_YCCK;
   bool inverted = cmyk && ci->saw_Adobe_marker;
+  /* RGB where the pipeline's horizontal pass reads it: libjpeg converts to 3
+   * bytes a pixel faster than to 4 (bench/RESULTS.md); the values are the same */
+  const bool rgb = !cmyk && lade__imgpipe_takes_rgb(d);
   if (cmyk)
     ci->out_color_space = JCS_CMYK;
   else if (ci->num_components == 1 || ci->num_components == 3)
-    ci->out_color_space = JCS_EXT_RGBX; /* gray and YCbCr alike; X pads for 4-lane SIMD */
+    ci->out_color_space = rgb ? JCS_RGB : JCS_EXT_RGBX; /* gray and YCbCr alike; X pads for 4-lane SIMD */
   else
     return lade__fail(LADE_EFORMAT, "JPEG with %d components is not supported", ci->num_components);
   jpeg_start_decompress(ci);
@@ -244,13 +247,16 @@ static int decode_rows(jpeg_state_t *s, lade__imgdec_t *d, const uint8_t *jpeg, 
 
   lade__imgplan_t pl;
   if ((rc = lade__imgpipe_begin(d, W, H, f, sw, sh, b, out_size, &pl)) != 0) return rc;
-  /* Decode a margin around the region: libjpeg's fancy upsampling at the
-   * edges of a cropped or skipped-to window sees replicated chroma instead of
-   * the neighbours, which changes the outermost pixels by a level or two. A
-   * margin of one iMCU (16 pixels) keeps those pixels out of the region, so
-   * the crop-aware decode gives the pixels of a full decode. */
-  const int margin = 16;
-  const int dx0 = LADE__MAX(0, pl.rx0 - margin), dx1 = LADE__MIN(sw, pl.rx0 + pl.rw + margin);
+  /* Decode a margin around the region, as small as keeps its pixels those of
+   * a full decode. libjpeg's fancy (triangle) chroma upsampling treats the
+   * edges of a cropped window as image edges, so the window's first and
+   * last columns see a replicated chroma sample instead of the neighbour:
+   * one output column on each side is enough (max_h_samp_factor, one chroma
+   * sample, to be safe), and jpeg_crop_scanline widens the left edge to an
+   * iMCU boundary anyway. Rows: see the skip below. (Both were one iMCU, 16
+   * pixels, on each side before; bench/RESULTS.md.) */
+  const int mx = ci->max_h_samp_factor, my = ci->max_v_samp_factor;
+  const int dx0 = LADE__MAX(0, pl.rx0 - mx), dx1 = LADE__MIN(sw, pl.rx0 + pl.rw + mx);
   JDIMENSION xoff = (JDIMENSION)dx0, cw = (JDIMENSION)(dx1 - dx0);
   if (dx1 - dx0 < sw) jpeg_crop_scanline(ci, &xoff, &cw);
   else xoff = 0, cw = (JDIMENSION)sw;
@@ -265,7 +271,14 @@ static int decode_rows(jpeg_state_t *s, lade__imgdec_t *d, const uint8_t *jpeg, 
     memset(s->rgb + (size_t)pl.rw * 4, 0, pl.pad);
   }
   const double t0 = s->chosen ? 0 : thread_cpu_seconds();
-  const int skip_to = LADE__MAX(0, pl.y0 - margin);
+  /* jpeg_skip_scanlines(n) entropy-decodes the whole iMCU rows it passes
+   * (the Huffman decode cannot be skipped) and fully decodes, without colour
+   * conversion, from the iMCU row boundary R = ((n - 1) / L) * L on (L rows
+   * per iMCU row), n - R >= 1 rows. With context-based (fancy 2x vertical)
+   * upsampling, row R is the only one whose upper chroma neighbour is lost
+   * in the skip; every row after it is exact. Skipping to my rows above the
+   * region keeps R above it with a chroma row to spare. */
+  const int skip_to = LADE__MAX(0, pl.y0 - my);
   JDIMENSION todo = (JDIMENSION)skip_to;
   while (todo > 0) {
     JDIMENSION n = jpeg_skip_scanlines(ci, todo);
@@ -290,7 +303,8 @@ static int decode_rows(jpeg_state_t *s, lade__imgdec_t *d, const uint8_t *jpeg, 
         cmyk_to_rgb(src, s->rgb, pl.rw, inverted);
         src = s->rgb;
       }
-      lade__imgpipe_row(d, r, src);
+      if (rgb) lade__imgpipe_row_rgb(d, r, src);
+      else lade__imgpipe_row(d, r, src);
     }
   }
   if (!s->chosen) rows_book(s, which, thread_cpu_seconds() - t0, (double)cw * (double)(pl.y0 + pl.nrows));

@@ -6,7 +6,8 @@
  * A backend fills one lade__imgbackend_t. Its decode() reads the header,
  * calls lade__imgpipe_begin() with the image size (and the DCT scale it
  * decodes at), then hands each row the plan asks for, as RGBX, to
- * lade__imgpipe_row(); the pipeline resamples it horizontally at once. The
+ * lade__imgpipe_row() (or as RGB to lade__imgpipe_row_rgb() where
+ * lade__imgpipe_takes_rgb()); the pipeline resamples it horizontally at once. The
  * caller then runs the vertical pass, the flip and the store
  * (lade__imgpipe_finish), identical for every format.
  */
@@ -60,6 +61,16 @@ int lade__imgpipe_begin(lade__imgdec_t *d, int W, int H, int f, int sw, int sh, 
 /* Row r (0-based, in plan order) of the region: rw RGBX pixels followed by
  * plan->pad readable bytes. */
 void lade__imgpipe_row(lade__imgdec_t *d, int r, const uint8_t *rgbx);
+
+/* True when this decoder also takes RGB rows (3 bytes a pixel) and they are
+ * the cheaper kind to produce (the CPU's horizontal pass reads them as fast:
+ * the AVX-512 VNNI and VBMI passes); then a backend may hand rows to
+ * lade__imgpipe_row_rgb instead. */
+bool lade__imgpipe_takes_rgb(const lade__imgdec_t *d);
+
+/* Row r of the region as rw RGB pixels followed by plan->pad readable bytes;
+ * only where lade__imgpipe_takes_rgb. */
+void lade__imgpipe_row_rgb(lade__imgdec_t *d, int r, const uint8_t *rgb);
 
 /* Scratch that only grows and does not keep its contents; 64-byte aligned. */
 int lade__imgpipe_grow(void *pp, size_t *cap, size_t need);
