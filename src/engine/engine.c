@@ -869,7 +869,7 @@ void lade_loader_destroy(lade_loader_t *L) {
   pthread_mutex_unlock(&L->mu);
   /* a worker finishing a step may wait for its sends, to peers that may be closing too (a loop that breaks out):
    * not any more, nor for admits of steps never read (docs/transport.md, Closing) */
-  if (L->dist && L->dist->ops->stop_waits) L->dist->ops->stop_waits(L->dist);
+  lade__transport_stop_waits(L->dist);
   lade__fetch_quiesce(L->fetch);
   for (uint32_t i = 0; i < L->started; i++) pthread_join(L->workers[i].thread, NULL);
   /* no worker runs now: files, the disk cache (and its lock), the transport

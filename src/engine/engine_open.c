@@ -48,7 +48,6 @@ void lade__engine_slot_free(lade_loader_t *L, slot_t *s) {
 void lade__engine_close_stages(lade_loader_t *L) {
   if (L->stages_closed) return;
   L->stages_closed = true;
-  lade__fetch_quiesce(L->fetch); /* the workers are joined: their pending admits will not come */
   if (L->dist) L->dist->ops->close(L->dist); /* flushes its sends: before the fetch stage that serves them */
   L->dist = NULL;
   lade__fetch_close(L->fetch);

@@ -371,7 +371,7 @@ static bool node_get(lade__fetch_t *f, lade__cache_t *c, uint64_t idx, uint64_t 
                          "peer_timeout_ms (%u ms): it has not put it into the node's cache and has finished only the "
                          "steps before %llu (stopped, or far behind)", (unsigned long long)idx,
                          (unsigned long long)q, route, f->conf.node_timeout_ms, (unsigned long long)mark);
-      if (f->p.dist && f->p.dist->ops->lost) f->p.dist->ops->lost(f->p.dist, (uint32_t)route);
+      lade__transport_lost(f->p.dist, (uint32_t)route);
       return false;
     }
     struct timespec ts = {0, 100000};
@@ -646,7 +646,7 @@ static int node_step_done(lade__fetch_t *f, const lade__cursor_step_t *st) {
                        "the step within peer_timeout_ms (%u ms), so this rank cannot evict from the node's cache what "
                        "it may still read (stopped, or far behind)", (unsigned long long)st->q,
                        f->conf.node_base + late, f->conf.node_timeout_ms);
-  if (f->p.dist && f->p.dist->ops->lost) f->p.dist->ops->lost(f->p.dist, f->conf.node_base + late);
+  lade__transport_lost(f->p.dist, f->conf.node_base + late);
   return rc;
 }
 

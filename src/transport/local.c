@@ -53,4 +53,4 @@ static const uint32_t *local_node_leads(lade__transport_t *d) {
 const lade__transport_ops_t lade__transport_local = {"local",          local_open,         local_close,
                                                      local_send,       local_wait_served,  local_recv,
                                                      local_forget_below, local_stats,      local_node_leads,
-                                                     NULL,               NULL,               NULL};
+                                                     NULL};

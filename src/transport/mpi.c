@@ -609,6 +609,7 @@ static int mpi_open(lade__transport_t **out, const lade__transport_params_t *p, 
   chan_t *c = calloc(1, sizeof *c);
   if (!c) return lade__fail(LADE_ENOMEM, "transport mpi: out of memory");
   c->base.ops = &lade__transport_mpi;
+  c->base.pq = &c->pq;
   c->p = *p;
   c->comm = MPI_COMM_NULL;
   pthread_mutex_init(&c->mu, NULL);
@@ -688,10 +689,6 @@ static void mpi_stats(lade__transport_t *d, lade__transport_stats_t *out) {
 
 static const uint32_t *mpi_node_leads(lade__transport_t *d) { return ((chan_t *)d)->node_lead; }
 
-static void mpi_lost(lade__transport_t *d, uint32_t rank) { lade__pushq_lost(&((chan_t *)d)->pq, rank); }
-
-static void mpi_stop_waits(lade__transport_t *d) { lade__pushq_stop_waits(&((chan_t *)d)->pq); }
-
 /* On the loader's communicator from the caller's thread (MPI_THREAD_MULTIPLE:
  * the communication thread's point-to-point traffic may run beside it, and
  * this is the communicator's only collective after its open), bounded. */
@@ -713,8 +710,7 @@ static int mpi_allgather(lade__transport_t *d, const void *mine, size_t len, voi
 }
 
 const lade__transport_ops_t lade__transport_mpi = {"mpi", mpi_open, mpi_close, mpi_send, mpi_wait_served,
-                                         mpi_recv, mpi_forget_below, mpi_stats, mpi_node_leads, mpi_allgather,
-                                         mpi_lost, mpi_stop_waits};
+                                         mpi_recv, mpi_forget_below, mpi_stats, mpi_node_leads, mpi_allgather};
 #else
 /* built without MPI (LADE_WITH_MPI): the transport is local only */
 typedef int lade__transport_mpi_unused;

@@ -177,13 +177,17 @@ static void note_lost_locked(lade__pushq_t *pq, uint32_t peer) {
   snprintf(pq->lost_msg, sizeof pq->lost_msg, "%s", lade_last_error());
 }
 
-void lade__pushq_lost(lade__pushq_t *pq, uint32_t peer) {
+void lade__transport_lost(lade__transport_t *d, uint32_t rank) {
+  lade__pushq_t *pq = d ? d->pq : NULL;
+  if (!pq) return;
   pthread_mutex_lock(pq->mu);
-  note_lost_locked(pq, peer);
+  note_lost_locked(pq, rank);
   pthread_mutex_unlock(pq->mu);
 }
 
-void lade__pushq_stop_waits(lade__pushq_t *pq) {
+void lade__transport_stop_waits(lade__transport_t *d) {
+  lade__pushq_t *pq = d ? d->pq : NULL;
+  if (!pq) return;
   pthread_mutex_lock(pq->mu);
   pq->stop_waits = 1;
   pthread_cond_broadcast(pq->cv);

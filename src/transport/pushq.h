@@ -67,7 +67,7 @@ typedef struct lade__pushq {
   pthread_cond_t *cv; /* recv and wait_served waiters */
   uint32_t rank;      /* this learner, once known */
   int fatal;
-  int stop_waits;      /* the loader stops: wait_served returns at once (lade__pushq_stop_waits) */
+  int stop_waits;      /* the loader stops: wait_served returns at once (lade__transport_stop_waits) */
   char fatal_msg[1024];
   lade__pushq_send_t *sq; /* FIFO ring of queued sends, in step order */
   size_t sq_head, sq_len, sq_cap;
@@ -130,10 +130,6 @@ bool lade__pushq_next(lade__pushq_t *pq, const int *state, lade__buf_t *sbuf, la
  * a wait for it at once. */
 int lade__pushq_send(lade__pushq_t *pq, uint64_t q, const uint32_t *dst, const uint64_t *idx, uint32_t n);
 int lade__pushq_wait_served(lade__pushq_t *pq, uint64_t q);
-/* transport.h's lost(): the first peer timeout, if none was kept yet. */
-void lade__pushq_lost(lade__pushq_t *pq, uint32_t peer);
-/* transport.h's stop_waits(): wait_served returns at once from now on. */
-void lade__pushq_stop_waits(lade__pushq_t *pq);
 int lade__pushq_recv(lade__pushq_t *pq, uint64_t q, uint64_t idx, uint32_t src, lade__buf_t *out,
                      const uint8_t *peer_lost, uint32_t world);
 void lade__pushq_forget_below(lade__pushq_t *pq, uint64_t q);

@@ -98,21 +98,23 @@ typedef struct lade__transport_ops {
    * errors name the rank. NULL: the transport cannot (a warm restart then
    * starts cold, docs/plan.md "Warm restarts"). */
   int (*allgather)(lade__transport_t *d, const void *mine, size_t len, void *all);
-  /* A peer missed a bound outside the transport (the node's shared cache,
-   * docs/plan.md "Nodes"): kept as a peer timeout, with lade_last_error() as
-   * its reason, so closing treats it as one (mpi.c: the job is aborted when
-   * that peer then misses its close too). NULL: nothing to keep. */
-  void (*lost)(lade__transport_t *d, uint32_t rank);
-  /* The loader stops (its workers are being joined): wait_served and recv
-   * return at once from now on (recv with LADE_ESTATE), without waiting for
-   * peers that may have stopped too (close still flushes the sends,
-   * bounded). NULL: no waits to stop. */
-  void (*stop_waits)(lade__transport_t *d);
 } lade__transport_ops_t;
 
 struct lade__transport {
   const lade__transport_ops_t *ops;
+  struct lade__pushq *pq; /* the push protocol's bookkeeping (pushq.h) of mpi.c and ucx.c; NULL for local */
 };
+
+/* A peer missed a bound outside the transport (the node's shared cache,
+ * docs/plan.md "Nodes"): kept as a peer timeout, with lade_last_error() as
+ * its reason, so closing treats it as one (mpi.c: the job is aborted when
+ * that peer then misses its close too). d may be NULL; no-op for local. */
+void lade__transport_lost(lade__transport_t *d, uint32_t rank);
+/* The loader stops (its workers are being joined): wait_served and recv
+ * return at once from now on (recv with LADE_ESTATE), without waiting for
+ * peers that may have stopped too (close still flushes the sends,
+ * bounded). d may be NULL; no-op for local. */
+void lade__transport_stop_waits(lade__transport_t *d);
 
 extern const lade__transport_ops_t lade__transport_local;
 #ifdef LADE_HAVE_MPI

@@ -942,6 +942,7 @@ static int ucx_open(lade__transport_t **out, const lade__transport_params_t *p, 
     return rc;
   }
   c->base.ops = &lade__transport_ucx;
+  c->base.pq = &c->pq;
   c->p = *p;
   c->id = ++g.next_chan;
   c->rank = alone ? 0 : g.rank;
@@ -1046,10 +1047,6 @@ static void ucx_forget_below(lade__transport_t *d, uint64_t q) {
 static void ucx_stats(lade__transport_t *d, lade__transport_stats_t *out) {
   lade__pushq_stats(&((chan_t *)d)->pq, out);
 }
-
-static void ucx_lost(lade__transport_t *d, uint32_t rank) { lade__pushq_lost(&((chan_t *)d)->pq, rank); }
-
-static void ucx_stop_waits(lade__transport_t *d) { lade__pushq_stop_waits(&((chan_t *)d)->pq); }
 
 /* The host names in the addresses give the nodes; set once with the peers. */
 static const uint32_t *ucx_node_leads(lade__transport_t *d) { return ((chan_t *)d)->world > 1 ? g.node_lead : NULL; }
@@ -1171,7 +1168,7 @@ static int ucx_allgather(lade__transport_t *d, const void *mine, size_t len, voi
 const lade__transport_ops_t lade__transport_ucx = {"ucx",          ucx_open,         ucx_close,
                                                    ucx_send,       ucx_wait_served,  ucx_recv,
                                                    ucx_forget_below, ucx_stats,      ucx_node_leads,
-                                                   ucx_allgather,  ucx_lost,         ucx_stop_waits};
+                                                   ucx_allgather};
 #else
 /* built without UCX (LADE_WITH_UCX): the bootstrap calls say so */
 #include "lade/lade.h"
