@@ -347,17 +347,21 @@ static int lookup(shmcache_t *s, uint64_t key, uint64_t ver, lade__buf_t *out, b
       atomic_fetch_add_explicit(&h->stale, 1, memory_order_relaxed);
       e = NULL;
     }
-    if (claim && e && e->state == SLOT_LOADING) {
+    /* another process is reading it (LOADING) or copying its bytes in
+     * (WRITING, the put that ends a claim): they come soon, wait for them */
+    if (claim && e && (e->state == SLOT_LOADING || e->state == SLOT_WRITING)) {
       if (t_end == 0) t_end = lade__now() + s->timeout_ms / 1000.0;
-      if (alive(e->writer, 0) && lade__now() < t_end) { /* another rank is reading it: its put comes soon */
+      if (alive(e->writer, 0) && lade__now() < t_end) {
         seg_unlock(s);
         struct timespec ts = {0, 200000};
         nanosleep(&ts, NULL);
         waited = true;
         continue;
       }
-      e->writer = me; /* its loader died or is too slow: this process loads it */
-      *claimed = true;
+      if (e->state == SLOT_LOADING) { /* its loader died or is too slow: this process loads it */
+        e->writer = me;
+        *claimed = true;
+      } /* a copy that does not end: a miss, read from storage without a claim */
       seg_unlock(s);
       break;
     }
