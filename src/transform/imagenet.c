@@ -71,6 +71,14 @@ void lade__rrc_params(lade__rng_t *rng, int width, int height, double scale_min,
 #define PRECISION_BITS 22 /* Pillow's fixed point for 8-bit images */
 
 /* Coefficients of one resample direction (Pillow's precompute_coeffs). */
+/* The arguments a coeffs_t was made for: an image of the same size and box
+ * as the one before (eval over a folder of equal sizes) reuses them. */
+typedef struct {
+  double in0, in1;
+  int in_size, out_size, layout;
+  bool valid;
+} coeffs_made_t;
+
 typedef struct coeffs {
   int32_t *k;    /* out * ksize */
   int *bounds;   /* out * 2: first input index, tap count */
@@ -82,10 +90,13 @@ typedef struct coeffs {
   int qspan;     /* the most input pixels between a quad's first and last window start */
   int ksize;
   int taps;      /* the most taps any output pixel has (<= ksize): the SIMD passes' trip count */
+  coeffs_made_t made;
 } coeffs_t;
 
 typedef void (*resample_h_fn)(const coeffs_t *, const uint8_t *, uint8_t *, int);
 typedef void (*resample_v_fn)(const int32_t *, int, const uint8_t *, size_t, int32_t *, uint8_t *, size_t);
+typedef void (*store_u8_fn)(const uint8_t *, int, bool, uint8_t *);
+typedef void (*store_f32_fn)(const struct lade__imgdec *, const uint8_t *, int, bool, float *, float *, float *);
 
 struct lade__imgdec {
   bool decode_scale; /* decode_scale=auto: the JPEG IDCT may shrink (not bit-exact) */
@@ -99,6 +110,9 @@ struct lade__imgdec {
   coeffs_t ch, cv;
   int out_size, vfirst;
   float lut[3][256]; /* (v/255 - mean) / std */
+  float norm[3][4];  /* per channel: mean, std, 1/std, 1/255 (the SIMD stores' constants) */
+  store_f32_fn store_f32; /* one output row's RGBX -> its three float planes */
+  store_u8_fn store_u8;   /* one output row's RGBX -> RGB */
   resample_h_fn resample_h;
   resample_h_fn resample_h_rgb; /* for RGB rows; NULL where RGBX rows are the only SIMD kind */
   resample_v_fn resample_v;
@@ -109,9 +123,12 @@ static const lade__imgbackend_t *const backends[2] = {&lade__img_jpeg, &lade__im
 /* The coefficient layout a horizontal pass reads besides k. */
 enum { LAYOUT_C, LAYOUT_PAIRS, LAYOUT_QUADS };
 
+static int make_coeffs_anew(coeffs_t *c, int in_size, double in0, double in1, int out_size, int layout);
 static resample_h_fn pick_resample_h(void);
 static resample_h_fn pick_resample_h_rgb(resample_h_fn rgbx);
 static resample_v_fn pick_resample_v(void);
+static store_f32_fn pick_store_f32(const lade__imgdec_t *d);
+static store_u8_fn pick_store_u8(void);
 static int resample_h_layout(resample_h_fn f);
 
 int lade__imgpipe_grow(void *pp, size_t *cap, size_t need) {
@@ -135,8 +152,15 @@ int lade__imgdec_create(lade__imgdec_t **out) {
   d->resample_h = pick_resample_h();
   d->resample_h_rgb = pick_resample_h_rgb(d->resample_h);
   d->resample_v = pick_resample_v();
-  for (int c = 0; c < 3; c++)
+  for (int c = 0; c < 3; c++) {
     for (int v = 0; v < 256; v++) d->lut[c][v] = ((float)v / 255.0f - mean[c]) / stdv[c];
+    d->norm[c][0] = mean[c];
+    d->norm[c][1] = stdv[c];
+    d->norm[c][2] = 1.0f / stdv[c];
+    d->norm[c][3] = 1.0f / 255.0f;
+  }
+  d->store_f32 = pick_store_f32(d);
+  d->store_u8 = pick_store_u8();
   *out = d;
   return 0;
 }
@@ -214,6 +238,16 @@ static double tri_filter(double x) {
  * window clipped to [0, in_size).
  */
 static int make_coeffs(coeffs_t *c, int in_size, double in0, double in1, int out_size, int layout) {
+  if (c->made.valid && c->made.in0 == in0 && c->made.in1 == in1 && c->made.in_size == in_size &&
+      c->made.out_size == out_size && c->made.layout == layout)
+    return 0;
+  c->made.valid = false;
+  int rc = make_coeffs_anew(c, in_size, in0, in1, out_size, layout);
+  if (rc == 0) c->made = (coeffs_made_t){in0, in1, in_size, out_size, layout, true};
+  return rc;
+}
+
+static int make_coeffs_anew(coeffs_t *c, int in_size, double in0, double in1, int out_size, int layout) {
   double scale = (in1 - in0) / out_size, fscale = scale < 1.0 ? 1.0 : scale;
   double support = 1.0 * fscale;
   int ksize = (int)ceil(support) * 2 + 1;
@@ -646,6 +680,190 @@ static resample_v_fn pick_resample_v(void) {
   return resample_v;
 }
 
+/*
+ * The float32 store: an output row of RGBX bytes (mirrored with flip) to
+ * three planes of (v/255 - mean) / std, as torchvision's ToTensor and
+ * Normalize compute it in float32. The scalar store reads the values from
+ * d->lut. The SIMD stores compute them 16 (8) pixels at a time, each
+ * division as a multiply by the rounded reciprocal and one FMA correction
+ * step; that is not the correctly rounded quotient for every input, but the
+ * inputs here are 256 per channel, so pick_store_f32 runs the SIMD store
+ * over all of them once and keeps it only when every value equals the
+ * LUT's (on a CPU where one differed, the scalar store stays).
+ */
+static void store_f32_lut(const lade__imgdec_t *d, const uint8_t *vrow, int n, bool flip, float *o0, float *o1,
+                          float *o2) {
+  const float *l0 = d->lut[0], *l1 = d->lut[1], *l2 = d->lut[2];
+  for (int x = 0; x < n; x++) {
+    const uint8_t *s = vrow + (size_t)(flip ? n - 1 - x : x) * 4;
+    o0[x] = l0[s[0]];
+    o1[x] = l1[s[1]];
+    o2[x] = l2[s[2]];
+  }
+}
+
+#ifdef LADE__HAVE_AVX2_PATH
+/* (v/255 - mean) / std of one channel's 16 values (see above). */
+__attribute__((target("avx512f"))) static inline __m512 norm16(__m512i v, const float *nc) {
+  const __m512 x = _mm512_cvtepi32_ps(v), r255 = _mm512_set1_ps(nc[3]), k255 = _mm512_set1_ps(255.0f);
+  const __m512 s = _mm512_set1_ps(nc[1]), rs = _mm512_set1_ps(nc[2]);
+  __m512 q = _mm512_mul_ps(x, r255);
+  q = _mm512_fmadd_ps(_mm512_fnmadd_ps(q, k255, x), r255, q); /* q + (x - q*255) / 255 */
+  const __m512 y = _mm512_sub_ps(q, _mm512_set1_ps(nc[0]));
+  __m512 z = _mm512_mul_ps(y, rs);
+  return _mm512_fmadd_ps(_mm512_fnmadd_ps(z, s, y), rs, z); /* z + (y - z*std) / std */
+}
+
+__attribute__((target("avx512f"))) static void store_f32_avx512(const lade__imgdec_t *d, const uint8_t *vrow, int n,
+                                                                bool flip, float *o0, float *o1, float *o2) {
+  const __m512i lo = _mm512_set1_epi32(0xFF), rev = _mm512_setr_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  int x = 0;
+  for (; x + 16 <= n; x += 16) {
+    __m512i p;
+    if (flip) p = _mm512_permutexvar_epi32(rev, _mm512_loadu_si512(vrow + (size_t)(n - 16 - x) * 4));
+    else p = _mm512_loadu_si512(vrow + (size_t)x * 4);
+    _mm512_storeu_ps(o0 + x, norm16(_mm512_and_si512(p, lo), d->norm[0]));
+    _mm512_storeu_ps(o1 + x, norm16(_mm512_and_si512(_mm512_srli_epi32(p, 8), lo), d->norm[1]));
+    _mm512_storeu_ps(o2 + x, norm16(_mm512_and_si512(_mm512_srli_epi32(p, 16), lo), d->norm[2]));
+  }
+  /* the last n % 16 pixels: output x reads pixel (flip ? n-1-x : x) */
+  for (; x < n; x++) {
+    const uint8_t *s = vrow + (size_t)(flip ? n - 1 - x : x) * 4;
+    o0[x] = d->lut[0][s[0]];
+    o1[x] = d->lut[1][s[1]];
+    o2[x] = d->lut[2][s[2]];
+  }
+}
+
+__attribute__((target("avx2,fma"))) static inline __m256 norm8(__m256i v, const float *nc) {
+  const __m256 x = _mm256_cvtepi32_ps(v), r255 = _mm256_set1_ps(nc[3]), k255 = _mm256_set1_ps(255.0f);
+  const __m256 s = _mm256_set1_ps(nc[1]), rs = _mm256_set1_ps(nc[2]);
+  __m256 q = _mm256_mul_ps(x, r255);
+  q = _mm256_fmadd_ps(_mm256_fnmadd_ps(q, k255, x), r255, q);
+  const __m256 y = _mm256_sub_ps(q, _mm256_set1_ps(nc[0]));
+  __m256 z = _mm256_mul_ps(y, rs);
+  return _mm256_fmadd_ps(_mm256_fnmadd_ps(z, s, y), rs, z);
+}
+
+__attribute__((target("avx2,fma"))) static void store_f32_avx2(const lade__imgdec_t *d, const uint8_t *vrow, int n,
+                                                               bool flip, float *o0, float *o1, float *o2) {
+  const __m256i lo = _mm256_set1_epi32(0xFF), rev = _mm256_setr_epi32(7, 6, 5, 4, 3, 2, 1, 0);
+  int x = 0;
+  for (; x + 8 <= n; x += 8) {
+    __m256i p;
+    if (flip) p = _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)(vrow + (size_t)(n - 8 - x) * 4)), rev);
+    else p = _mm256_loadu_si256((const __m256i *)(vrow + (size_t)x * 4));
+    _mm256_storeu_ps(o0 + x, norm8(_mm256_and_si256(p, lo), d->norm[0]));
+    _mm256_storeu_ps(o1 + x, norm8(_mm256_and_si256(_mm256_srli_epi32(p, 8), lo), d->norm[1]));
+    _mm256_storeu_ps(o2 + x, norm8(_mm256_and_si256(_mm256_srli_epi32(p, 16), lo), d->norm[2]));
+  }
+  for (; x < n; x++) {
+    const uint8_t *s = vrow + (size_t)(flip ? n - 1 - x : x) * 4;
+    o0[x] = d->lut[0][s[0]];
+    o1[x] = d->lut[1][s[1]];
+    o2[x] = d->lut[2][s[2]];
+  }
+}
+#endif
+
+/* The uint8 store: an output row of RGBX bytes (mirrored with flip) to RGB. */
+static void store_u8_c(const uint8_t *vrow, int n, bool flip, uint8_t *o) {
+  for (int x = 0; x < n; x++) {
+    const uint8_t *s = vrow + (size_t)(flip ? n - 1 - x : x) * 4;
+    o[3 * x] = s[0];
+    o[3 * x + 1] = s[1];
+    o[3 * x + 2] = s[2];
+  }
+}
+
+#ifdef LADE__HAVE_AVX2_PATH
+/* 16 pixels per step: one vpermb drops the X bytes (and mirrors, with flip). */
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) static void store_u8_vbmi(const uint8_t *vrow, int n, bool flip,
+                                                                                 uint8_t *o) {
+  /* byte j < 48 of the output: pixel j/3 (15 - j/3 mirrored), channel j%3 */
+  static const uint8_t fwd[64] = {0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, 16, 17, 18, 20,
+                                  21, 22, 24, 25, 26, 28, 29, 30, 32, 33, 34, 36, 37, 38, 40, 41,
+                                  42, 44, 45, 46, 48, 49, 50, 52, 53, 54, 56, 57, 58, 60, 61, 62,
+                                  63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63};
+  static const uint8_t bwd[64] = {60, 61, 62, 56, 57, 58, 52, 53, 54, 48, 49, 50, 44, 45, 46, 40,
+                                  41, 42, 36, 37, 38, 32, 33, 34, 28, 29, 30, 24, 25, 26, 20, 21,
+                                  22, 16, 17, 18, 12, 13, 14, 8, 9, 10, 4, 5, 6, 0, 1, 2,
+                                  63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63, 63};
+  const __m512i idx = _mm512_loadu_si512(flip ? bwd : fwd);
+  int x = 0;
+  for (; x + 16 <= n; x += 16) {
+    const __m512i p = _mm512_loadu_si512(vrow + (size_t)(flip ? n - 16 - x : x) * 4);
+    _mm512_mask_storeu_epi8(o + (size_t)x * 3, 0xFFFFFFFFFFFFull, _mm512_permutexvar_epi8(idx, p));
+  }
+  if (x < n) store_u8_c(flip ? vrow : vrow + (size_t)x * 4, n - x, flip, o + (size_t)x * 3);
+}
+
+/* 8 pixels per step: pshufb drops the X bytes per 128-bit half, a dword
+ * permute closes the gap (and mirrors, with flip). */
+__attribute__((target("avx2"))) static void store_u8_avx2(const uint8_t *vrow, int n, bool flip, uint8_t *o) {
+  const __m256i fwd = _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1, 0, 1, 2, 4, 5, 6, 8, 9,
+                                       10, 12, 13, 14, -1, -1, -1, -1);
+  const __m256i bwd = _mm256_setr_epi8(12, 13, 14, 8, 9, 10, 4, 5, 6, 0, 1, 2, -1, -1, -1, -1, 12, 13, 14, 8, 9, 10, 4,
+                                       5, 6, 0, 1, 2, -1, -1, -1, -1);
+  const __m256i shuf = flip ? bwd : fwd;
+  /* forward: low half's 3 dwords, then the high half's; mirrored: the high half first */
+  const __m256i pack = flip ? _mm256_setr_epi32(4, 5, 6, 0, 1, 2, 3, 3) : _mm256_setr_epi32(0, 1, 2, 4, 5, 6, 7, 7);
+  int x = 0;
+  for (; x + 8 <= n; x += 8) {
+    const __m256i p = _mm256_loadu_si256((const __m256i *)(vrow + (size_t)(flip ? n - 8 - x : x) * 4));
+    const __m256i v = _mm256_permutevar8x32_epi32(_mm256_shuffle_epi8(p, shuf), pack);
+    _mm_storeu_si128((__m128i *)(o + (size_t)x * 3), _mm256_castsi256_si128(v));
+    _mm_storel_epi64((__m128i *)(o + (size_t)x * 3 + 16), _mm256_extracti128_si256(v, 1));
+  }
+  if (x < n) store_u8_c(flip ? vrow : vrow + (size_t)x * 4, n - x, flip, o + (size_t)x * 3);
+}
+#endif
+
+static store_u8_fn pick_store_u8(void) {
+#ifdef LADE__HAVE_AVX2_PATH
+  if (getenv("LADE_NO_SIMD")) return store_u8_c;
+  if (!getenv("LADE_NO_AVX512") && !getenv("LADE_NO_VBMI") && __builtin_cpu_supports("avx512vbmi") &&
+      __builtin_cpu_supports("avx512bw"))
+    return store_u8_vbmi;
+  if (__builtin_cpu_supports("avx2")) return store_u8_avx2;
+#endif
+  return store_u8_c;
+}
+
+/* True when f stores every value of every channel as the LUT holds it, both
+ * ways round: 256 pixels (v, 255-v, v*7 mod 256) run through f. */
+static bool store_f32_exact(const lade__imgdec_t *d, store_f32_fn f) {
+  uint8_t row[256 * 4];
+  float o[3][256];
+  for (int v = 0; v < 256; v++) {
+    row[4 * v] = (uint8_t)v;
+    row[4 * v + 1] = (uint8_t)(255 - v);
+    row[4 * v + 2] = (uint8_t)(v * 7);
+    row[4 * v + 3] = 0x5A;
+  }
+  for (int flip = 0; flip < 2; flip++) {
+    f(d, row, 256, flip, o[0], o[1], o[2]);
+    for (int x = 0; x < 256; x++) {
+      const uint8_t *p = row + (size_t)(flip ? 255 - x : x) * 4;
+      for (int c = 0; c < 3; c++)
+        if (memcmp(&o[c][x], &d->lut[c][p[c]], sizeof(float)) != 0) return false;
+    }
+  }
+  return true;
+}
+
+/* The float32 store for this CPU (LADE_NO_SIMD and LADE_NO_AVX512 as for
+ * the passes), kept only when exact. */
+static store_f32_fn pick_store_f32(const lade__imgdec_t *d) {
+  store_f32_fn f = store_f32_lut;
+#ifdef LADE__HAVE_AVX2_PATH
+  if (getenv("LADE_NO_SIMD")) return f;
+  if (!getenv("LADE_NO_AVX512") && __builtin_cpu_supports("avx512f")) f = store_f32_avx512;
+  else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) f = store_f32_avx2;
+#endif
+  return f == store_f32_lut || store_f32_exact(d, f) ? f : store_f32_lut;
+}
+
 int lade__imgpipe_dct_factor(const lade__imgdec_t *d, const lade__imgbox_t *b, int out_size) {
   int f = 1;
   if (d->decode_scale)
@@ -728,23 +946,11 @@ static void imgpipe_finish(lade__imgdec_t *d, bool flip, int dtype, void *out) {
     const int32_t *k = d->cv.k + (size_t)yy * ksize;
     d->resample_v(k, n, d->tmp + (size_t)ymin * orow, orow, acc, vrow, orow);
     if (dtype == LADE_DTYPE_UINT8) {
-      uint8_t *o = (uint8_t *)out + (size_t)yy * out_size * 3;
-      for (int x = 0; x < out_size; x++) {
-        const uint8_t *s = vrow + (size_t)(flip ? out_size - 1 - x : x) * 4;
-        o[3 * x] = s[0];
-        o[3 * x + 1] = s[1];
-        o[3 * x + 2] = s[2];
-      }
+      d->store_u8(vrow, out_size, flip, (uint8_t *)out + (size_t)yy * out_size * 3);
     } else {
       const size_t plane = (size_t)out_size * out_size;
-      float *o0 = (float *)out + (size_t)yy * out_size, *o1 = o0 + plane, *o2 = o1 + plane;
-      const float *l0 = d->lut[0], *l1 = d->lut[1], *l2 = d->lut[2];
-      for (int x = 0; x < out_size; x++) {
-        const uint8_t *s = vrow + (size_t)(flip ? out_size - 1 - x : x) * 4;
-        o0[x] = l0[s[0]];
-        o1[x] = l1[s[1]];
-        o2[x] = l2[s[2]];
-      }
+      float *o0 = (float *)out + (size_t)yy * out_size;
+      d->store_f32(d, vrow, out_size, flip, o0, o0 + plane, o0 + 2 * plane);
     }
   }
 }
