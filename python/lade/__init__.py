@@ -14,6 +14,7 @@ import functools as _functools
 import importlib as _importlib
 import operator as _operator
 import os as _os
+import sys as _sys
 
 from . import _lade
 from ._lade import Array, Batch, Error
@@ -72,7 +73,7 @@ def _ucx_bootstrap(settings, rank, world_size):
     launcher): every rank's UCX address goes to every rank through
     all_gather_object, once per process (docs/transport.md, UCX). Collective:
     every rank creates its loaders in the same order, as the transport
-    needs anyway."""
+    needs anyway. Returns "local" where the loader is to go on without it."""
     world_size = int(world_size)
     if world_size <= 1 or "ucx" not in features() or ("ucx", rank, world_size) in _UCX_DONE:
         return
@@ -90,8 +91,28 @@ def _ucx_bootstrap(settings, rank, world_size):
                     "addresses are exchanged over the default process group, so its ranks must be the loader's "
                     "(or set transport='local', or rendezvous_dir and job_id)"
                     % (rank, world_size, dist.get_rank(), dist.get_world_size()))
+    # UCX is opened here (the C library loads libucp on first use); a rank
+    # where that fails still joins the exchange with an empty address, so
+    # every rank takes the same way: an error everywhere (transport='ucx'),
+    # or none of them with peers (auto: routes read from storage, with the
+    # C library's note)
+    why = ""
+    try:
+        mine = _lade.ucx_address()
+    except Error as e:
+        mine, why = "", str(e)
     addresses = [None] * world_size
-    dist.all_gather_object(addresses, _lade.ucx_address())
+    dist.all_gather_object(addresses, mine)
+    missing = [r for r, a in enumerate(addresses) if not a]
+    if missing:
+        if transport == "ucx":
+            raise Error("transport=ucx: UCX could not be opened on rank(s) %s%s"
+                        % (", ".join(map(str, missing)), ": " + why if why else ""))
+        if why and int(rank) == missing[0]:
+            _sys.stderr.write("lade: note: UCX could not be opened on rank(s) %s (%s): the loaders go on without "
+                              "the UCX transport, and samples the plan routes to peers are read from storage\n"
+                              % (", ".join(map(str, missing)), why))
+        return "local"
     _lade.ucx_set_peers(int(rank), [str(a) for a in addresses])
     _UCX_DONE.add(("ucx", rank, world_size))
 
@@ -208,7 +229,8 @@ class Loader:
         self.settings = {k: ("***" if v and _lade.is_secret(k) else v) for k, v in pairs}
         self._convert = self._converter(output)
         _no_workers()
-        _ucx_bootstrap(settings, rank, world_size)
+        if _ucx_bootstrap(settings, rank, world_size) == "local":
+            pairs.append(("transport", "local"))  # the last value of a setting is the one used
         self._pairs = pairs
         self._h = _lade.Loader(pairs)
 

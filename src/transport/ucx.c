@@ -37,6 +37,7 @@
  * channel's mu. serve() is called with g.mu held and no channel lock.
  */
 #ifdef LADE_HAVE_UCX
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -148,6 +149,64 @@ static inline ucp_tag_t tag_of(uint32_t chan, int type, uint32_t src) {
   return ((ucp_tag_t)(chan & 0xffffff) << CHAN_SHIFT) | ((ucp_tag_t)type << TYPE_SHIFT) | src;
 }
 
+/* UCX is opened on first use (dlopen), not linked: a process that never
+ * uses this transport (a laptop, mpirun, `import lade`) runs none of UCX's
+ * library constructors, which install its SIGSEGV/SIGBUS handlers and its
+ * memory hooks in every process that loads it. The build needs UCX's headers;
+ * the run needs libucp.so.0 (Debian: libucx0) only where the transport runs,
+ * found by the dynamic loader's search (LD_LIBRARY_PATH) or named by
+ * LADE_UCX_LIB. The calls below go through U. */
+#define UCX_CALLS(X)                                                                                                  \
+  X(ucp_config_read) \
+  X(ucp_config_release) \
+  X(ucp_init_version) \
+  X(ucp_cleanup) \
+  X(ucp_worker_create) \
+  X(ucp_worker_destroy) \
+  X(ucp_worker_get_address) \
+  X(ucp_worker_release_address) \
+  X(ucp_worker_progress) \
+  X(ucp_ep_create) \
+  X(ucp_ep_close_nbx) \
+  X(ucp_tag_send_nbx) \
+  X(ucp_tag_probe_nb) \
+  X(ucp_tag_msg_recv_nbx) \
+  X(ucp_request_check_status) \
+  X(ucp_request_cancel) \
+  X(ucp_request_free) \
+  X(ucs_status_string)
+
+static struct {
+  void *lib;
+#define UCX_MEMBER(f) __typeof__(&f) f;
+  UCX_CALLS(UCX_MEMBER)
+#undef UCX_MEMBER
+} U;
+
+/* Loads UCP and its calls once; false with the reason in why. Under g.mu. */
+static bool ucx_load(char *why, size_t cap) {
+  if (U.lib) return true;
+  const char *name = getenv("LADE_UCX_LIB");
+  if (!name || !*name) name = "libucp.so.0";
+  void *lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    snprintf(why, cap, "transport ucx: cannot load UCX (%s); install it (Debian: apt-get install libucx0) or name "
+             "its libucp with LADE_UCX_LIB", dlerror());
+    return false;
+  }
+#define UCX_SYM(f)                                                                                                    \
+  if (!(*(void **)&U.f = dlsym(lib, #f))) {                                                                           \
+    snprintf(why, cap, "transport ucx: %s has no %s (UCX %d.%d or later is needed)", name, #f, UCP_API_MAJOR,        \
+             UCP_API_MINOR);                                                                                          \
+    dlclose(lib);                                                                                                     \
+    return false;                                                                                                     \
+  }
+  UCX_CALLS(UCX_SYM)
+#undef UCX_SYM
+  U.lib = lib;
+  return true;
+}
+
 static void nap(long ns) {
   struct timespec ts = {0, ns};
   nanosleep(&ts, NULL);
@@ -160,39 +219,43 @@ static void at_exit(void);
 static int init_locked(void) {
   if (g.inited) return g.init_rc ? lade__fail(g.init_rc, "%s", g.init_msg) : 0;
   g.inited = true;
+  if (!ucx_load(g.init_msg, sizeof g.init_msg)) {
+    g.init_rc = LADE_EUNSUPPORTED;
+    return lade__fail(g.init_rc, "%s", g.init_msg);
+  }
   ucp_config_t *cfg = NULL;
-  ucs_status_t s = ucp_config_read(NULL, NULL, &cfg);
+  ucs_status_t s = U.ucp_config_read(NULL, NULL, &cfg);
   if (s == UCS_OK) {
     ucp_params_t p = {.field_mask = UCP_PARAM_FIELD_FEATURES, .features = UCP_FEATURE_TAG};
-    s = ucp_init(&p, cfg, &g.ctx);
-    ucp_config_release(cfg);
+    s = U.ucp_init_version(UCP_API_MAJOR, UCP_API_MINOR, &p, cfg, &g.ctx);
+    U.ucp_config_release(cfg);
   }
   if (s == UCS_OK) {
     ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE,
                               .thread_mode = UCS_THREAD_MODE_SERIALIZED};
-    s = ucp_worker_create(g.ctx, &wp, &g.worker);
+    s = U.ucp_worker_create(g.ctx, &wp, &g.worker);
   }
   ucp_address_t *a = NULL;
   size_t alen = 0;
   if (s == UCS_OK) atexit(at_exit);
-  if (s == UCS_OK) s = ucp_worker_get_address(g.worker, &a, &alen);
+  if (s == UCS_OK) s = U.ucp_worker_get_address(g.worker, &a, &alen);
   if (s != UCS_OK) {
     g.init_rc = LADE_EIO;
-    snprintf(g.init_msg, sizeof g.init_msg, "transport ucx: starting UCX failed: %s", ucs_status_string(s));
+    snprintf(g.init_msg, sizeof g.init_msg, "transport ucx: starting UCX failed: %s", U.ucs_status_string(s));
     return lade__fail(g.init_rc, "%s", g.init_msg);
   }
   char host[256] = "";
   gethostname(host, sizeof host - 1);
   g.addr = malloc(2 * alen + strlen(host) + 2);
   if (!g.addr) {
-    ucp_worker_release_address(g.worker, a);
+    U.ucp_worker_release_address(g.worker, a);
     g.init_rc = LADE_ENOMEM;
     snprintf(g.init_msg, sizeof g.init_msg, "transport ucx: out of memory");
     return lade__fail(g.init_rc, "%s", g.init_msg);
   }
   for (size_t i = 0; i < alen; i++) sprintf(g.addr + 2 * i, "%02x", ((const uint8_t *)a)[i]);
   sprintf(g.addr + 2 * alen, "@%s", host);
-  ucp_worker_release_address(g.worker, a);
+  U.ucp_worker_release_address(g.worker, a);
   return 0;
 }
 
@@ -271,18 +334,18 @@ static int peers_set_locked(uint32_t rank, uint32_t world, const char *const *ad
                           .err_mode = UCP_ERR_HANDLING_MODE_PEER,
                           .err_handler = {.cb = ep_failed, .arg = (void *)(uintptr_t)r}};
     g.world = world; /* ep_failed may run from here on */
-    ucs_status_t s = ucp_ep_create(g.worker, &ep, &g.ep[r]);
+    ucs_status_t s = U.ucp_ep_create(g.worker, &ep, &g.ep[r]);
     if (s != UCS_OK)
       rc = lade__fail(LADE_EIO, "transport ucx: rank %u: connecting to rank %u failed: %s", rank, r,
-                      ucs_status_string(s));
+                      U.ucs_status_string(s));
   }
   free(bin);
   if (rc) {
     for (uint32_t r = 0; r < world; r++)
       if (g.ep[r]) {
         ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS, .flags = UCP_EP_CLOSE_FLAG_FORCE};
-        void *req = ucp_ep_close_nbx(g.ep[r], &prm);
-        if (UCS_PTR_IS_PTR(req)) ucp_request_free(req);
+        void *req = U.ucp_ep_close_nbx(g.ep[r], &prm);
+        if (UCS_PTR_IS_PTR(req)) U.ucp_request_free(req);
       }
     free(g.ep);
     free(g.ep_status);
@@ -460,7 +523,7 @@ static ucs_status_t post(chan_t *c, uint32_t dst, int type, uint8_t *buf, size_t
     return UCS_ERR_NO_MEMORY;
   }
   ucp_request_param_t prm = {.op_attr_mask = 0};
-  void *req = ucp_tag_send_nbx(g.ep[dst], buf, len, tag_of(c->id, type, c->rank), &prm);
+  void *req = U.ucp_tag_send_nbx(g.ep[dst], buf, len, tag_of(c->id, type, c->rank), &prm);
   if (req == NULL) {
     free(buf);
     return UCS_OK;
@@ -497,7 +560,7 @@ static int chan_sends(chan_t *c) {
     pthread_mutex_lock(&c->mu);
     if (s != UCS_OK) {
       chan_fail_locked(c, "transport ucx: rank %u: sending sample %llu of step %llu to rank %u failed: %s%s", c->rank,
-                       (unsigned long long)sr.idx, (unsigned long long)sr.q, sr.dst, ucs_status_string(s),
+                       (unsigned long long)sr.idx, (unsigned long long)sr.q, sr.dst, U.ucs_status_string(s),
                        g.ep_status[sr.dst] != UCS_OK ? " (the connection to that rank broke: it died)" : "");
     }
     lade__pushq_pop_locked(&c->pq, s == UCS_OK, len);
@@ -615,7 +678,7 @@ static int chan_recvs(chan_t *c) {
   int got = 0;
   for (int k = 0; k < 256; k++) {
     ucp_tag_recv_info_t info;
-    ucp_tag_message_h msg = ucp_tag_probe_nb(g.worker, tag_of(c->id, 0, 0), CHAN_MASK, 1, &info);
+    ucp_tag_message_h msg = U.ucp_tag_probe_nb(g.worker, tag_of(c->id, 0, 0), CHAN_MASK, 1, &info);
     if (!msg) break;
     uint8_t *buf = malloc(info.length ? info.length : 1);
     if (!buf || !room(&c->recvs, c->nrecvs, &c->recvs_cap)) {
@@ -626,12 +689,12 @@ static int chan_recvs(chan_t *c) {
       return got;
     }
     ucp_request_param_t prm = {.op_attr_mask = 0};
-    void *req = ucp_tag_msg_recv_nbx(g.worker, buf, info.length, msg, &prm);
+    void *req = U.ucp_tag_msg_recv_nbx(g.worker, buf, info.length, msg, &prm);
     if (UCS_PTR_IS_ERR(req)) {
       free(buf);
       pthread_mutex_lock(&c->mu);
       chan_fail_locked(c, "transport ucx: rank %u: receiving a message from rank %u failed: %s", c->rank,
-                       (uint32_t)(info.sender_tag & 0xffffffffu), ucs_status_string(UCS_PTR_STATUS(req)));
+                       (uint32_t)(info.sender_tag & 0xffffffffu), U.ucs_status_string(UCS_PTR_STATUS(req)));
       pthread_mutex_unlock(&c->mu);
       return got;
     }
@@ -640,19 +703,19 @@ static int chan_recvs(chan_t *c) {
   }
   for (size_t i = 0; i < c->nrecvs;) {
     pending_t *p = &c->recvs[i];
-    ucs_status_t s = p->req ? ucp_request_check_status(p->req) : UCS_OK;
+    ucs_status_t s = p->req ? U.ucp_request_check_status(p->req) : UCS_OK;
     if (s == UCS_INPROGRESS) {
       i++;
       continue;
     }
-    if (p->req) ucp_request_free(p->req);
+    if (p->req) U.ucp_request_free(p->req);
     pending_t done = *p;
     *p = c->recvs[--c->nrecvs];
     if (s != UCS_OK) {
       free(done.buf);
       pthread_mutex_lock(&c->mu);
       chan_fail_locked(c, "transport ucx: rank %u: receiving a message from rank %u failed: %s", c->rank,
-                       (uint32_t)(done.tag & 0xffffffffu), ucs_status_string(s));
+                       (uint32_t)(done.tag & 0xffffffffu), U.ucs_status_string(s));
       pthread_mutex_unlock(&c->mu);
       continue;
     }
@@ -665,12 +728,12 @@ static int chan_recvs(chan_t *c) {
 static int chan_complete(chan_t *c) {
   int n = 0;
   for (size_t i = 0; i < c->nsends;) {
-    ucs_status_t s = ucp_request_check_status(c->sends[i].req);
+    ucs_status_t s = U.ucp_request_check_status(c->sends[i].req);
     if (s == UCS_INPROGRESS) {
       i++;
       continue;
     }
-    ucp_request_free(c->sends[i].req);
+    U.ucp_request_free(c->sends[i].req);
     free(c->sends[i].buf);
     c->sends[i] = c->sends[--c->nsends];
     n++;
@@ -683,13 +746,13 @@ static int chan_complete(chan_t *c) {
  * UCX, which may still hold them. */
 static void cancel_pending(chan_t *c) {
   for (size_t i = 0; i < c->nsends; i++) {
-    ucp_request_cancel(g.worker, c->sends[i].req);
-    ucp_request_free(c->sends[i].req);
+    U.ucp_request_cancel(g.worker, c->sends[i].req);
+    U.ucp_request_free(c->sends[i].req);
   }
   for (size_t i = 0; i < c->nrecvs; i++)
     if (c->recvs[i].req) {
-      ucp_request_cancel(g.worker, c->recvs[i].req);
-      ucp_request_free(c->recvs[i].req);
+      U.ucp_request_cancel(g.worker, c->recvs[i].req);
+      U.ucp_request_free(c->recvs[i].req);
     }
   c->nsends = c->nrecvs = 0;
 }
@@ -711,7 +774,7 @@ static int chan_gather(chan_t *c) {
       pthread_mutex_lock(&c->mu);
       if (!c->ag_err[0])
         snprintf(c->ag_err, sizeof c->ag_err, "transport ucx: rank %u: sending its %zu bytes of allgather %llu to "
-                 "rank %u failed: %s", c->rank, c->ag_len, (unsigned long long)c->ag_seq, r, ucs_status_string(s));
+                 "rank %u failed: %s", c->rank, c->ag_len, (unsigned long long)c->ag_seq, r, U.ucs_status_string(s));
       pthread_cond_broadcast(&c->cv);
       pthread_mutex_unlock(&c->mu);
     }
@@ -799,7 +862,7 @@ static void chan_close_step(chan_t *c) {
     bool empty = !c->pq.sq_len || c->pq.fatal;
     pthread_mutex_unlock(&c->mu);
     if (empty) break;
-    ucp_worker_progress(g.worker);
+    U.ucp_worker_progress(g.worker);
     chan_sends(c);
     chan_recvs(c);
     chan_complete(c);
@@ -810,7 +873,7 @@ static void chan_close_step(chan_t *c) {
       if (one) *one = 1, post(c, r, T_DONE, one, 1);
     }
   for (;;) {
-    while (ucp_worker_progress(g.worker)) {
+    while (U.ucp_worker_progress(g.worker)) {
     }
     chan_recvs(c);
     chan_complete(c);
@@ -839,7 +902,7 @@ static void *comm_main(void *arg) {
       break;
     }
     int work = 0;
-    for (int k = 0; k < 64 && ucp_worker_progress(g.worker); k++) work++;
+    for (int k = 0; k < 64 && U.ucp_worker_progress(g.worker); k++) work++;
     for (chan_t *c = g.chans; c; c = c->next) {
       pthread_mutex_lock(&c->mu);
       int state = c->state;
@@ -878,13 +941,13 @@ static void at_exit(void) {
   for (uint32_t r = 0; g.ep && r < g.world; r++) {
     if (!g.ep[r]) continue;
     ucp_request_param_t prm = {.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS, .flags = UCP_EP_CLOSE_FLAG_FORCE};
-    void *req = ucp_ep_close_nbx(g.ep[r], &prm);
-    for (int k = 0; UCS_PTR_IS_PTR(req) && k < 10000 && ucp_request_check_status(req) == UCS_INPROGRESS; k++)
-      ucp_worker_progress(g.worker);
-    if (UCS_PTR_IS_PTR(req)) ucp_request_free(req);
+    void *req = U.ucp_ep_close_nbx(g.ep[r], &prm);
+    for (int k = 0; UCS_PTR_IS_PTR(req) && k < 10000 && U.ucp_request_check_status(req) == UCS_INPROGRESS; k++)
+      U.ucp_worker_progress(g.worker);
+    if (UCS_PTR_IS_PTR(req)) U.ucp_request_free(req);
   }
-  ucp_worker_destroy(g.worker);
-  ucp_cleanup(g.ctx);
+  U.ucp_worker_destroy(g.worker);
+  U.ucp_cleanup(g.ctx);
   g.worker = NULL;
   g.ctx = NULL;
 }

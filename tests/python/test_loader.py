@@ -424,3 +424,42 @@ def test_npy_folder_has_classes_and_samples(npy_dir):
     with lade.Loader(npy_dir, batch_size=8, output="numpy") as L:
         assert L.classes == sorted(os.listdir(npy_dir))
         assert L.samples == list(zip(files, labels)) and L.targets == labels
+
+
+_UCX_PROBE = r"""
+import sys
+import lade
+
+def mapped():
+    return sum("/libuc" in line for line in open("/proc/self/maps"))
+
+with lade.Loader(sys.argv[1], batch_size=32, epochs=1, output="numpy") as L:
+    n = sum(len(y) for _x, y in L)
+print("samples", n, "ucx_libraries_before", mapped())
+try:
+    lade._lade.ucx_address()
+    print("address ok")
+except lade.Error as e:
+    print("error", e)
+print("ucx_libraries_after", mapped())
+"""
+
+
+@pytest.mark.skipif("ucx" not in lade.features(), reason="built without UCX")
+def test_ucx_opened_on_first_use(npy_dir):
+    """UCX is opened when the transport first needs it, not when lade is
+    loaded: a process that imports lade and runs a loader has none of UCX's
+    libraries (their constructors install signal handlers and memory hooks);
+    asking for the UCX address opens them; a UCX that cannot be opened is an
+    error naming the library and saying what to install."""
+    run = lambda env: subprocess.run([sys.executable, "-c", _UCX_PROBE, npy_dir], capture_output=True, text=True,
+                                     env=env, timeout=120)
+    env = {k: v for k, v in os.environ.items() if k != "LADE_UCX_LIB"}
+    p = run(env)
+    assert p.returncode == 0, p.stderr
+    assert "samples 300 ucx_libraries_before 0" in p.stdout, p.stdout
+    assert "address ok" in p.stdout and "ucx_libraries_after 0" not in p.stdout, p.stdout
+    p = run(dict(env, LADE_UCX_LIB="/nonexistent/libucp.so.0"))
+    assert p.returncode == 0, p.stderr
+    assert "error transport ucx: cannot load UCX (/nonexistent/libucp.so.0" in p.stdout, p.stdout
+    assert "apt-get install libucx0" in p.stdout and "ucx_libraries_after 0" in p.stdout, p.stdout

@@ -8,8 +8,10 @@
 # differs on one rank, a rank far behind (backpressure); a warm restart
 # (every rank's surviving disk cache exchanged by the transport's allgather
 # seeds the plan: counts as lade_plan_warm's, fewer storage reads than cold),
-# also under torchrun, and a rank that does not join that exchange or exits; then the Python module under torchrun with a gloo
-# process group (test_ucx_python.py, every plan against `lade plan`).
+# also under torchrun, and a rank that does not join that exchange or exits; a
+# rank where UCX cannot be opened (ucx_missing.py: auto goes on without it on
+# every rank, ucx fails on every rank); then the Python module under torchrun
+# with a gloo process group (test_ucx_python.py, every plan against `lade plan`).
 # usage: test_ucx.sh UCX_CHECK LADE_CLI TMPDIR
 set -uo pipefail
 check_bin=$1 lade=$2 tmp=$3
@@ -163,6 +165,19 @@ if /usr/bin/python3 -c "import torch.distributed" 2>/dev/null; then
   if [ $rc -eq 0 ] && [ "$(warm_ok "$tmp/tw" 2>/dev/null)" = ok ]; then warm_ok "$tmp/tw" >/dev/null
     echo "ok   torchrun, C: warm restart as planned"
   else echo "FAIL: torchrun, C: warm: exit $rc, sums $(warm_ok "$tmp/tw" 2>&1)"; tail -20 "$tmp/tw/log"; fail=1; fi
+
+  echo "== torchrun --standalone --nproc_per_node=2, the Python module: UCX cannot be opened on rank 1"
+  torchrun2=(/usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node=2 --redirects 2 --tee 2)
+  for mode in auto ucx; do
+    rm -rf "$tmp/miss-$mode"
+    t0=$(date +%s)
+    timeout 300 "${torchrun2[@]}" "$here/ucx_missing.py" $mode "$tmp/miss-$mode" > "$tmp/miss-$mode.log" 2>&1; rc=$?
+    took=$(( $(date +%s) - t0 ))
+    n=$(grep -o "ok rank [01]:" "$tmp/miss-$mode.log" | sort -u | wc -l)  # the ranks' lines may interleave
+    if [ $rc -eq 0 ] && [ "$n" -eq 2 ]; then echo "ok   UCX missing on rank 1, transport=$mode: both ranks ok in ${took}s"
+      grep -o "ok rank [01]: .*" "$tmp/miss-$mode.log" | cut -c1-160 | head -2
+    else echo "FAIL: UCX missing on rank 1, transport=$mode: exit $rc, $n ranks ok"; tail -20 "$tmp/miss-$mode.log"; fail=1; fi
+  done
 
   echo "== torchrun --standalone --nproc_per_node=4, the Python module, gloo: every plan against lade plan"
   LADE_CLI="$lade" LADE_UCX_TMP="$tmp/py" timeout 600 "${torchrun[@]}" -m pytest -q -p no:cacheprovider -x \
