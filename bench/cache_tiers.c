@@ -137,6 +137,47 @@ int main(int argc, char **argv) {
     }
     printf("disk   reopen %llu entries: from INDEX %.1f ms, scanning the headers %.1f ms (page cache warm)\n",
            (unsigned long long)n, topen[0] * 1e3, topen[1] * 1e3);
+    /* the node's shared folder (node mode): 4 ranks of one job put n/4
+     * entries each and close; the last one out merges their parts into
+     * INDEX; the next job's first open from it against a scan */
+    {
+      snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+      if (system(cmd) != 0) return 1;
+      lade__cache_opts_t on = o;
+      on.node_job = "bench-job-1";
+      on.node_timeout_ms = 10000;
+      lade__cache_t *r[4] = {0};
+      for (int i = 0; i < 4; i++)
+        if (lade__cache_open(&r[i], &on) != 0) return 1;
+      for (int i = 0; i < 4; i++) { /* rank i puts keys i*n/4 .. (i+1)*n/4 - 1 */
+        job_t jr = {r[i], (uint64_t)i * (n / 4), n / 4, 512, data, 0};
+        do_put(&jr);
+        failed += jr.failed;
+      }
+      double tclose = 0;
+      for (int i = 0; i < 4; i++) {
+        t0 = lade__now();
+        lade__cache_close(r[i]);
+        tclose = lade__now() - t0; /* the last close: its part, and the merge */
+      }
+      double tnode[2];
+      for (int scan = 0; scan < 2; scan++) {
+        if (scan) {
+          snprintf(cmd, sizeof cmd, "rm -f '%s'/*/INDEX", dir);
+          if (system(cmd) != 0) return 1;
+        }
+        on.node_job = scan ? "bench-job-3" : "bench-job-2";
+        t0 = lade__now();
+        if (lade__cache_open(&c, &on) != 0) return 1;
+        tnode[scan] = lade__now() - t0;
+        lade__cache_stats(c, &st);
+        if (st.from_index != (scan ? 0 : st.entries)) failed++;
+        lade__cache_close(c);
+      }
+      printf("disk   node folder, %llu entries of 4 ranks: the last close (its part + the merge) %.1f ms; the next "
+             "job's first open from INDEX %.1f ms, scanning %.1f ms\n",
+             (unsigned long long)st.entries, tclose * 1e3, tnode[0] * 1e3, tnode[1] * 1e3);
+    }
     /* the version check fetch.c makes on every read while a disk tier is
      * on: one stat() of the sample's path (here: of each entry file, a path
      * as deep as a dataset's root/class/file) */

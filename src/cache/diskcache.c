@@ -4,6 +4,7 @@
  *   dir/<16 hex: checksum of ns>/NAMESPACE      the ns text
  *                               /LOCK           flock()ed while open
  *                               /INDEX          entry list of the last clean close
+ *                               /IXPART.<pid>.<n>  node mode: a closing process's part of it
  *                               /<2 hex>/<16 hex key>   entries (2 hex: key & 0xff)
  *                               /.tmp.<pid>.<n> entries being written
  *
@@ -128,7 +129,7 @@ static int write_all(int fd, struct iovec *iov, int n) {
 /* Writes a small control file (NAMESPACE, INDEX) whole: to .tmp.<name>,
  * then rename()d over name. 0, or -1 with errno set. */
 static int replace_file(diskcache_t *d, const char *name, struct iovec *iov, int n) {
-  char tmp[32];
+  char tmp[96];
   snprintf(tmp, sizeof tmp, ".tmp.%s", name);
   int fd = openat(d->dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return -1;
@@ -469,13 +470,15 @@ static int scan(diskcache_t *d, found_t **out, size_t *nout) {
 
 /* ---- the vtable */
 
-static void save_index(diskcache_t *d);
+static int save_index(diskcache_t *d, const char *name);
+static void node_save_index(diskcache_t *d);
 
 static void disk_close(lade__cache_t *c) {
   diskcache_t *d = (diskcache_t *)c;
-  /* node mode writes no INDEX: this process knows only its own entries (the
-   * next first open scans); its files stay, charged, for the others */
-  if (d->opened && !d->node) save_index(d);
+  /* node mode: this process's part of INDEX, merged by the last one out;
+   * its files stay, charged, for the others */
+  if (d->opened && !d->node) save_index(d, "INDEX");
+  else if (d->opened) node_save_index(d);
   d->closing = d->node && d->opened;
   if (d->shared) munmap(d->shared, sizeof *d->shared);
   d->shared = NULL;
@@ -639,10 +642,9 @@ typedef struct ixhdr {
   uint64_t count, sum, hsum;
 } ixhdr_t;
 
-/* 1: the index listed *out; 0: none or unusable (scan instead); the file is
- * removed either way. */
-static int load_index(diskcache_t *d, found_t **out, size_t *nout) {
-  int fd = openat(d->dirfd, "INDEX", O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+/* 1: the index file `name` listed *out; 0: none or unusable. */
+static int read_index(diskcache_t *d, const char *name, found_t **out, size_t *nout) {
+  int fd = openat(d->dirfd, name, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return 0;
   int ok = 0;
   ixhdr_t h;
@@ -675,26 +677,112 @@ static int load_index(diskcache_t *d, found_t **out, size_t *nout) {
   close(fd);
   free(r);
   free(v);
+  return ok;
+}
+
+/* 1: INDEX listed *out; 0: none or unusable (scan instead); the file is
+ * removed either way. */
+static int load_index(diskcache_t *d, found_t **out, size_t *nout) {
+  int ok = read_index(d, "INDEX", out, nout);
   unlinkat(d->dirfd, "INDEX", 0);
   fsync(d->dirfd); /* the removal reaches the disk before any entry changes */
   return ok;
 }
 
-/* Writes INDEX from the index (close of a successful open; locked or alone).
- * Best effort: without it the next open scans. */
-static void save_index(diskcache_t *d) {
-  size_t n = d->base.ix.count, bytes = n * sizeof(ixrec_t), k = 0;
-  ixrec_t *r = malloc(bytes ? bytes : 1);
-  if (!r) return;
-  for (lade__centry_t *e = d->base.ix.head; e && k < n; e = e->next) r[k++] = (ixrec_t){e->key, e->len, e->seq, e->ver};
+/* Writes the index file `name` of k records. 0, or -1 with errno set. */
+static int write_index(diskcache_t *d, const char *name, const ixrec_t *r, size_t k) {
   ixhdr_t h;
   memcpy(h.magic, IX_MAGIC, 8);
   h.count = k;
   h.sum = lade_checksum(r, k * sizeof *r, IX_SEED);
   h.hsum = lade_checksum(&h, offsetof(ixhdr_t, hsum), IX_SEED);
-  struct iovec iov[2] = {{&h, sizeof h}, {r, k * sizeof *r}};
-  replace_file(d, "INDEX", iov, 2);
+  struct iovec iov[2] = {{&h, sizeof h}, {(void *)r, k * sizeof *r}};
+  return replace_file(d, name, iov, 2);
+}
+
+/* Writes this process's entries to the index file `name` (INDEX at the
+ * close of a successful open; locked or alone). Best effort: without it the
+ * next open scans. 0, or -1. */
+static int save_index(diskcache_t *d, const char *name) {
+  size_t n = d->base.ix.count, bytes = n * sizeof(ixrec_t), k = 0;
+  ixrec_t *r = malloc(bytes ? bytes : 1);
+  if (!r) return -1;
+  for (lade__centry_t *e = d->base.ix.head; e && k < n; e = e->next) r[k++] = (ixrec_t){e->key, e->len, e->seq, e->ver};
+  int rc = write_index(d, name, r, k);
   free(r);
+  return rc;
+}
+
+/* Node mode (below): the parts of INDEX that closing processes wrote. */
+#define IX_PART "IXPART."
+
+/* Removes every part (the first open of a job, or the last close once merged). */
+static void remove_parts(diskcache_t *d) {
+  int fd = openat(d->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
+  if (!dir) {
+    if (fd >= 0) close(fd);
+    return;
+  }
+  struct dirent *de;
+  while ((de = readdir(dir)))
+    if (strncmp(de->d_name, IX_PART, strlen(IX_PART)) == 0) unlinkat(d->dirfd, de->d_name, 0);
+  closedir(dir);
+}
+
+/*
+ * Node mode's INDEX. No process knows every entry of the folder, so each
+ * writes its own at a clean close, as the part IXPART.<pid>.<n>; then it
+ * tries to turn its shared lock exclusive, which succeeds only for the last
+ * process of the job out. That one merges the parts into INDEX when their
+ * entries' charges add up to the node's bytes in USED: then no process died
+ * with entries on disk, no part is missing and none is counted twice;
+ * otherwise (or on any error) there is no INDEX and the next first open
+ * scans, as before. The parts are removed either way. A process that joins
+ * the job later (after a last close it raced with) removes INDEX before it
+ * changes anything, as every open does.
+ */
+static void node_save_index(diskcache_t *d) {
+  static _Atomic unsigned nparts;
+  char part[64];
+  snprintf(part, sizeof part, IX_PART "%d.%u", (int)getpid(), atomic_fetch_add(&nparts, 1));
+  if (save_index(d, part) != 0) unlinkat(d->dirfd, part, 0); /* the merge finds the sums short */
+  if (flock(d->lockfd, LOCK_EX | LOCK_NB) != 0) return; /* others are still open: the last one merges */
+  ixrec_t *all = NULL;
+  size_t n = 0, cap = 0;
+  uint64_t charged = 0;
+  bool ok = true;
+  int fd = openat(d->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
+  if (!dir) {
+    if (fd >= 0) close(fd);
+    ok = false;
+  }
+  struct dirent *de;
+  while (ok && (de = readdir(dir))) {
+    if (strncmp(de->d_name, IX_PART, strlen(IX_PART)) != 0 || strncmp(de->d_name, ".tmp.", 5) == 0) continue;
+    found_t *f = NULL;
+    size_t nf = 0;
+    if (!read_index(d, de->d_name, &f, &nf)) {
+      ok = false;
+      break;
+    }
+    if (n + nf > cap) {
+      size_t nc = LADE__MAX(cap * 2, n + nf);
+      ixrec_t *na = realloc(all, (nc ? nc : 1) * sizeof *na);
+      if (!na) ok = false;
+      else all = na, cap = nc;
+    }
+    for (size_t i = 0; ok && i < nf; i++) {
+      all[n++] = (ixrec_t){f[i].key, f[i].len, f[i].seq, f[i].ver};
+      charged += charge_of(f[i].len);
+    }
+    free(f);
+  }
+  if (dir) closedir(dir);
+  if (ok && charged == atomic_load(&d->shared->used)) write_index(d, "INDEX", all, n);
+  free(all);
+  remove_parts(d);
 }
 
 /* Resident: in this process's index, or (node mode) put by another. */
@@ -830,11 +918,15 @@ int lade__diskcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
   }
   if (d->node && !d->first) { /* the first process of the node listed the folder and owns what it found */
     if ((rc = check_namespace(d, ns))) goto fail;
+    /* an INDEX here was merged by a last close this open raced with: this
+     * process's puts would make it stale, so the next first open scans */
+    if (unlinkat(d->dirfd, "INDEX", 0) == 0) fsync(d->dirfd);
     d->opened = true;
     *out = &d->base;
     return 0;
   }
   if ((rc = check_namespace(d, ns)) || (rc = remove_temporaries(d)) || (rc = make_subdirs(d))) goto fail;
+  remove_parts(d); /* of a job whose last close did not merge them */
   bool indexed = load_index(d, &f, &nf);
   if (indexed) {
     d->base.st.from_index = nf;

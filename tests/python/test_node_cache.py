@@ -224,6 +224,8 @@ def test_node_disk_cache_one_folder(lade_cli, npy_dir, tmp_path):
     # ranks are not in step: a rank ahead reads a sample in its second epoch that the other reads in its first,
     # and one of them reads it from the other's file; both reading one at the same moment is rare)
     assert n <= sum(d["cache_misses"] for d in res) <= n + 2
+    # the last rank out merged the ranks' parts into INDEX: the next job's first open lists it, no scan
+    assert glob.glob(os.path.join(cdir, "*", "INDEX")) and not glob.glob(os.path.join(cdir, "*", "IXPART.*"))
     # a later job on the node starts warm from the same folder
     res = disk_run(lade_cli, npy_dir, 2, cdir, "disk2", "cache_disk_bytes=100000000")
     assert [d["checksum"] for d in res] == ref

@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -482,6 +483,103 @@ static void test_disk_index(void) {
   lade_test_sh("rm -rf '%s'", dir);
 }
 
+static lade__cache_t *open_node_disk(const char *dir, const char *job) {
+  lade__cache_opts_t o = {.dir = dir, .ns = "test://dataset", .capacity = 1 << 20, .policy = LADE__CACHE_FIFO,
+                          .node_job = job, .node_timeout_ms = 5000, .named_temporaries = g_named};
+  lade__cache_t *c = NULL;
+  int rc = lade__cache_open(&c, &o);
+  if (rc) fprintf(stderr, "  open failed: %d %s\n", rc, lade_last_error());
+  return c;
+}
+
+static bool ns_has(const char *dir, const char *name) {
+  char ns[4096], p[8192];
+  ns_dir(dir, ns, sizeof ns);
+  snprintf(p, sizeof p, "%s/%s", ns, name);
+  return access(p, F_OK) == 0;
+}
+
+static int ns_count(const char *dir, const char *prefix) {
+  char ns[4096];
+  ns_dir(dir, ns, sizeof ns);
+  DIR *d = opendir(ns);
+  int n = 0;
+  struct dirent *de;
+  while (d && (de = readdir(d))) n += strncmp(de->d_name, prefix, strlen(prefix)) == 0;
+  if (d) closedir(d);
+  return n;
+}
+
+/* Node mode (the ranks of one job share the folder; flock is per open file,
+ * so three opens in one process are three ranks): each closing rank writes
+ * its part, the last one out merges them into INDEX and the next job's
+ * first open lists every rank's entries from it; a rank that died with
+ * entries on disk leaves the sums short, so there is no INDEX and the next
+ * open scans (and still finds its entries); a rank that joins after a last
+ * close removes INDEX before it changes anything. */
+static void test_node_index(void) {
+  const char *dir = lade_test_tmpdir("cache_node_index");
+  lade__cache_t *r[3];
+  for (int i = 0; i < 3; i++) r[i] = open_node_disk(dir, "job-1");
+  CHECK(r[0] && r[1] && r[2]);
+  if (!(r[0] && r[1] && r[2])) return;
+  for (uint64_t k = 0; k < 30; k++) CHECK_OK(put_key(r[k % 3], k, 1));
+  CHECK(lade__cache_evict(r[1], 4)); /* evicted entries are not listed */
+  lade__cache_close(r[0]);
+  lade__cache_close(r[2]);
+  CHECK_EQ_INT(ns_count(dir, "IXPART."), 2);
+  CHECK(!ns_has(dir, "INDEX"));
+  lade__cache_close(r[1]); /* the last one out */
+  CHECK(ns_has(dir, "INDEX"));
+  CHECK_EQ_INT(ns_count(dir, "IXPART."), 0);
+  lade__cache_t *c = open_node_disk(dir, "job-2");
+  CHECK(c != NULL);
+  if (!c) return;
+  CHECK_EQ_INT(stats(c).from_index, 29);
+  lade__buf_t b = {0};
+  int good = 0;
+  for (uint64_t k = 0; k < 30; k++) good += lade__cache_get(c, k, &b) == 0 && payload_ok(k, 1, &b);
+  CHECK_EQ_INT(good, 29);
+  CHECK(!ns_has(dir, "INDEX")); /* open removed it */
+  /* a rank that dies with entries on disk: no INDEX, the next open scans */
+  pid_t pid = fork();
+  if (pid == 0) {
+    lade__cache_t *d = open_node_disk(dir, "job-2");
+    int bad = !d || put_key(d, 100, 1) != 0 || put_key(d, 101, 1) != 0;
+    _exit(bad); /* no close */
+  }
+  int st;
+  waitpid(pid, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  lade__cache_close(c);
+  CHECK(!ns_has(dir, "INDEX") && ns_count(dir, "IXPART.") == 0);
+  c = open_node_disk(dir, "job-3");
+  CHECK(c != NULL);
+  if (!c) return;
+  CHECK_EQ_INT(stats(c).from_index, 0);
+  CHECK_EQ_INT(stats(c).entries, 31);
+  CHECK(lade__cache_get(c, 101, &b) == 0 && payload_ok(101, 1, &b));
+  lade__cache_close(c);
+  CHECK(ns_has(dir, "INDEX"));
+  /* a rank that joins while INDEX is there (a last close it raced with) removes it */
+  c = open_node_disk(dir, "job-4");
+  CHECK(c != NULL && stats(c).from_index == 31);
+  lade__cache_close(c);
+  CHECK(ns_has(dir, "INDEX"));
+  char ns[4096], lock[8192];
+  ns_dir(dir, ns, sizeof ns);
+  snprintf(lock, sizeof lock, "%s/LOCK", ns);
+  int lfd = open(lock, O_RDWR);
+  CHECK(lfd >= 0 && flock(lfd, LOCK_SH) == 0 && pwrite(lfd, "job-4", 5, 0) == 5 && ftruncate(lfd, 5) == 0);
+  c = open_node_disk(dir, "job-4"); /* joins the job that holds LOCK: not the first */
+  CHECK(c != NULL && stats(c).from_index == 0);
+  CHECK(!ns_has(dir, "INDEX"));
+  lade__cache_close(c);
+  close(lfd);
+  lade__buf_free(&b);
+  lade_test_sh("rm -rf '%s'", dir);
+}
+
 /* Writes an INDEX with right checksums listing recs {key, len, seq, ver}. */
 static void write_index(const char *dir, const uint64_t (*recs)[4], size_t n) {
   char ns[4096], ix[8192];
@@ -819,6 +917,7 @@ int main(int argc, char **argv) {
   RUN(test_disk_reopen);
   RUN(test_disk_corrupt);
   RUN(test_disk_index);
+  RUN(test_node_index);
   RUN(test_disk_index_hostile);
   RUN(test_disk_folder);
   RUN(test_versions);
