@@ -434,9 +434,11 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
            (unsigned long long)st.node_cache_entries, (unsigned long long)st.node_cache_hits, st.node_cache_ranks);
     /* a plan's two tiers and the node's shared plan cache (docs/plan.md) */
     printf("\"plan_admits_mem\":%llu,\"plan_admits_disk\":%llu,\"plan_moves_up\":%llu,\"plan_moves_down\":%llu,"
-           "\"plan_node_reads\":%llu,\"epochs\":[", (unsigned long long)st.plan_admits_mem, (unsigned long long)st.plan_admits_disk,
+           "\"plan_node_reads\":%llu,\"cache_corrupt\":%llu,\"cache_stale\":%llu,\"epochs\":[",
+           (unsigned long long)st.plan_admits_mem, (unsigned long long)st.plan_admits_disk,
            (unsigned long long)st.plan_moves_up, (unsigned long long)st.plan_moves_down,
-           (unsigned long long)st.plan_node_reads);
+           (unsigned long long)st.plan_node_reads, (unsigned long long)st.cache_corrupt,
+           (unsigned long long)st.cache_stale);
     for (int e = 0; e < neps; e++) {
       if (planned)
         printf("%s{\"plan\":\"%s\",\"cache\":%llu,\"peer\":%llu,\"storage\":%llu,\"fallbacks\":%llu,"
@@ -506,6 +508,9 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
       printf("tiers        storage %llu, memory %llu, disk %llu samples; %llu misses", (unsigned long long)st.samples_by_source[0],
              (unsigned long long)st.samples_by_source[1], (unsigned long long)st.samples_by_source[2],
              (unsigned long long)st.cache_misses);
+      if (st.cache_stale || st.cache_corrupt)
+        printf(" (%llu stale: the sample changed since it was stored; %llu corrupt)", (unsigned long long)st.cache_stale,
+               (unsigned long long)st.cache_corrupt);
       if (st.fetch_size)
         printf("; prefetcher stored %llu (fetch %llu, threshold %llu)", (unsigned long long)st.prefetched,
                (unsigned long long)st.fetch_size, (unsigned long long)st.prefetch_threshold);

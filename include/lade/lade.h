@@ -504,6 +504,9 @@ typedef struct lade_stats {
   /* a node-aware plan with the node's shared cache (docs/plan.md, Nodes): of samples_by_source[1], the intra-node
    * handoffs (read from the node's cache, not sent) */
   uint64_t plan_node_reads;
+  /* cache entries stored under an older version of their sample (its file was rewritten or replaced since, or an
+   * object's size changed): removed and read from storage again, never served (docs/cache.md, Versions) */
+  uint64_t cache_stale;
 } lade_stats_t;
 
 /*

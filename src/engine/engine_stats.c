@@ -50,6 +50,7 @@ static int fill_stats(lade_loader_t *L, lade_stats_t *out) {
     out->cache_misses = fs.misses;
     out->prefetched = fs.prefetched;
     out->cache_corrupt = fs.corrupt;
+    out->cache_stale = fs.stale;
     out->fetch_size = fs.fetch_size;
     out->prefetch_threshold = fs.threshold;
     out->plan_cache_hits = fs.plan_hits;

@@ -757,6 +757,11 @@ void lade__fetch_stats(lade__fetch_t *f, lade__fetch_stats_t *out) {
     out->corrupt = cs.corrupt;
     out->stale = cs.stale;
   }
+  if (f->mem) {
+    lade__cache_stats_t cs;
+    lade__cache_stats(f->mem, &cs);
+    out->stale += cs.stale;
+  }
   if (f->p.ops->stats) f->p.ops->stats(f->p.src, &out->src);
   out->fetch_size = f->conf.fetch_size;
   out->threshold = f->conf.threshold;

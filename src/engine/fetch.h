@@ -165,7 +165,7 @@ typedef struct lade__fetch_stats {
   uint64_t prefetched;    /* samples the prefetcher stored in the disk tier */
   uint64_t prefetch_errors;
   uint64_t corrupt;       /* disk entries that failed their checksum */
-  uint64_t stale;         /* disk entries found stored under an older version of their sample (refetched) */
+  uint64_t stale;         /* entries (either tier) found stored under an older version of their sample (refetched) */
   uint64_t waited_prefetch; /* reads that waited for the prefetcher's request of the same sample */
   uint64_t plan_hits;      /* routed to the own cache and found there */
   uint64_t plan_fallbacks; /* routed to the own cache, not there: read from storage */

@@ -463,3 +463,29 @@ def test_ucx_opened_on_first_use(npy_dir):
     assert p.returncode == 0, p.stderr
     assert "error transport ucx: cannot load UCX (/nonexistent/libucp.so.0" in p.stdout, p.stdout
     assert "apt-get install libucx0" in p.stdout and "ucx_libraries_after 0" in p.stdout, p.stdout
+
+
+def test_cache_stale_counted_and_refetched(tmp_path):
+    """A file rewritten in place after the disk tier stored it (same name and
+    size, other bytes): the next run serves the new bytes, read from storage,
+    and stats() counts the old entry in cache_stale (docs/cache.md,
+    Versions); the rest come from the tier."""
+    root = tmp_path / "data" / "c0"
+    root.mkdir(parents=True)
+    for i in range(12):
+        (root / ("f%02d.bin" % i)).write_bytes(bytes([i]) * 64)
+    cache = str(tmp_path / "cache")
+
+    def run():
+        with lade.Loader(str(tmp_path / "data"), transform="raw", raw_size=64, batch_size=4, shuffle=False,
+                         output="numpy", cache_dir=cache, cache_disk_bytes=1 << 20) as L:
+            got = [bytes(np.asarray(x)[k].tobytes()) for x, _y in L for k in range(len(np.asarray(x)))]
+            return got, L.stats()
+
+    got, st = run()
+    assert st["cache_stale"] == 0 and st["cache_misses"] == 12
+    with open(root / "f05.bin", "r+b") as f:  # in place: the same inode and size, a new mtime
+        f.write(b"\xee" * 64)
+    got, st = run()
+    assert got[5] == b"\xee" * 64 and got[4] == bytes([4]) * 64
+    assert st["cache_stale"] == 1 and st["cache_misses"] == 1, st
