@@ -726,13 +726,8 @@ __attribute__((target("avx512f"))) static void store_f32_avx512(const lade__imgd
     _mm512_storeu_ps(o1 + x, norm16(_mm512_and_si512(_mm512_srli_epi32(p, 8), lo), d->norm[1]));
     _mm512_storeu_ps(o2 + x, norm16(_mm512_and_si512(_mm512_srli_epi32(p, 16), lo), d->norm[2]));
   }
-  /* the last n % 16 pixels: output x reads pixel (flip ? n-1-x : x) */
-  for (; x < n; x++) {
-    const uint8_t *s = vrow + (size_t)(flip ? n - 1 - x : x) * 4;
-    o0[x] = d->lut[0][s[0]];
-    o1[x] = d->lut[1][s[1]];
-    o2[x] = d->lut[2][s[2]];
-  }
+  /* the last n % 16 pixels: outputs x.. read the first n - x pixels mirrored, or those from x on */
+  if (x < n) store_f32_lut(d, flip ? vrow : vrow + (size_t)x * 4, n - x, flip, o0 + x, o1 + x, o2 + x);
 }
 
 __attribute__((target("avx2,fma"))) static inline __m256 norm8(__m256i v, const float *nc) {
@@ -757,12 +752,7 @@ __attribute__((target("avx2,fma"))) static void store_f32_avx2(const lade__imgde
     _mm256_storeu_ps(o1 + x, norm8(_mm256_and_si256(_mm256_srli_epi32(p, 8), lo), d->norm[1]));
     _mm256_storeu_ps(o2 + x, norm8(_mm256_and_si256(_mm256_srli_epi32(p, 16), lo), d->norm[2]));
   }
-  for (; x < n; x++) {
-    const uint8_t *s = vrow + (size_t)(flip ? n - 1 - x : x) * 4;
-    o0[x] = d->lut[0][s[0]];
-    o1[x] = d->lut[1][s[1]];
-    o2[x] = d->lut[2][s[2]];
-  }
+  if (x < n) store_f32_lut(d, flip ? vrow : vrow + (size_t)x * 4, n - x, flip, o0 + x, o1 + x, o2 + x);
 }
 #endif
 
@@ -831,20 +821,24 @@ static store_u8_fn pick_store_u8(void) {
 }
 
 /* True when f stores every value of every channel as the LUT holds it, both
- * ways round: 256 pixels (v, 255-v, v*7 mod 256) run through f. */
+ * ways round and with a tail: 263 pixels (v, 255-v, v*7 mod 256 for v = i
+ * mod 256; blue also + 101 past the first 256, so that no pixel of the tail
+ * equals one it could be mistaken for) run through f. */
 static bool store_f32_exact(const lade__imgdec_t *d, store_f32_fn f) {
-  uint8_t row[256 * 4];
-  float o[3][256];
-  for (int v = 0; v < 256; v++) {
-    row[4 * v] = (uint8_t)v;
-    row[4 * v + 1] = (uint8_t)(255 - v);
-    row[4 * v + 2] = (uint8_t)(v * 7);
-    row[4 * v + 3] = 0x5A;
+  enum { N = 263 }; /* every value, and N % 16 = N % 8 = 7 pixels past the last whole vector */
+  uint8_t row[N * 4];
+  float o[3][N];
+  for (int i = 0; i < N; i++) {
+    const int v = i % 256;
+    row[4 * i] = (uint8_t)v;
+    row[4 * i + 1] = (uint8_t)(255 - v);
+    row[4 * i + 2] = (uint8_t)(v * 7 + (i >> 8) * 101);
+    row[4 * i + 3] = 0x5A;
   }
   for (int flip = 0; flip < 2; flip++) {
-    f(d, row, 256, flip, o[0], o[1], o[2]);
-    for (int x = 0; x < 256; x++) {
-      const uint8_t *p = row + (size_t)(flip ? 255 - x : x) * 4;
+    f(d, row, N, flip, o[0], o[1], o[2]);
+    for (int x = 0; x < N; x++) {
+      const uint8_t *p = row + (size_t)(flip ? N - 1 - x : x) * 4;
       for (int c = 0; c < 3; c++)
         if (memcmp(&o[c][x], &d->lut[c][p[c]], sizeof(float)) != 0) return false;
     }
@@ -862,6 +856,14 @@ static store_f32_fn pick_store_f32(const lade__imgdec_t *d) {
   else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) f = store_f32_avx2;
 #endif
   return f == store_f32_lut || store_f32_exact(d, f) ? f : store_f32_lut;
+}
+
+const char *lade__imgdec_store_f32_name(const lade__imgdec_t *d) {
+#ifdef LADE__HAVE_AVX2_PATH
+  if (d->store_f32 == store_f32_avx512) return "avx512";
+  if (d->store_f32 == store_f32_avx2) return "avx2";
+#endif
+  return d->store_f32 == store_f32_lut ? "c" : "?";
 }
 
 int lade__imgpipe_dct_factor(const lade__imgdec_t *d, const lade__imgbox_t *b, int out_size) {

@@ -26,6 +26,9 @@ void lade__imgdec_destroy(lade__imgdec_t *d);
  * (1/2, 1/4, 1/8). Faster, but no longer bit-identical to torchvision (see
  * docs/transform.md). Off by default. */
 void lade__imgdec_set_decode_scale(lade__imgdec_t *d, bool on);
+/* Which float32 store the decoder runs: "avx512", "avx2" or "c" (the SIMD
+ * ones only where they passed the exactness check at creation). */
+const char *lade__imgdec_store_f32_name(const lade__imgdec_t *d);
 
 /* Reads width and height from the image header (JPEG or PNG) without
  * decoding. */

@@ -261,6 +261,62 @@ static void test_flip_mirrors(void) {
   free(j);
 }
 
+/* The stores at output widths with and without a SIMD tail (7: no whole
+ * vector; 45: 13 past 2x16, 5 past 5x8; 48; 299, Inception's), on the path
+ * this CPU picks, the AVX2 one and the C one (LADE_NO_AVX512, LADE_NO_SIMD
+ * at decoder creation): float32 equals (u8/255 - mean)/std computed in
+ * float32 to the bit, and flip mirrors both dtypes. */
+static void test_stores_any_width(void) {
+  size_t len;
+  uint8_t *j = make_jpeg(320, 240, 0, NULL, &len);
+  static const float mean[3] = {0.485f, 0.456f, 0.406f}, sd[3] = {0.229f, 0.224f, 0.225f};
+  static const int sizes[] = {7, 45, 48, 299};
+  static const char *const paths[] = {NULL, "LADE_NO_AVX512", "LADE_NO_SIMD"};
+  for (int pi = 0; pi < 3; pi++) {
+    if (paths[pi]) setenv(paths[pi], "1", 1);
+    lade__imgdec_t *d;
+    CHECK_OK(lade__imgdec_create(&d));
+    /* the SIMD float store passed its exactness check where the CPU has it */
+    const char *want = "c";
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (pi == 0 && __builtin_cpu_supports("avx512f")) want = "avx512";
+    else if (pi < 2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) want = "avx2";
+#endif
+    if (strcmp(lade__imgdec_store_f32_name(d), want) != 0)
+      fprintf(stderr, "  %s: float32 store %s, not %s\n", paths[pi] ? paths[pi] : "default",
+              lade__imgdec_store_f32_name(d), want);
+    CHECK(strcmp(lade__imgdec_store_f32_name(d), want) == 0);
+    for (int si = 0; si < 4; si++) {
+      const int n = sizes[si];
+      uint8_t *u[2] = {malloc((size_t)n * n * 3), malloc((size_t)n * n * 3)};
+      float *f[2] = {malloc((size_t)n * n * 12), malloc((size_t)n * n * 12)};
+      for (int flip = 0; flip < 2; flip++) {
+        CHECK_OK(lade__imgdec_crop(d, j, len, 10, 15, 200, 290, n, flip, LADE_DTYPE_UINT8, u[flip]));
+        CHECK_OK(lade__imgdec_crop(d, j, len, 10, 15, 200, 290, n, flip, LADE_DTYPE_FLOAT32, f[flip]));
+      }
+      int bad = 0;
+      for (int y = 0; y < n; y++)
+        for (int x = 0; x < n; x++)
+          for (int c = 0; c < 3; c++) {
+            const uint8_t v = u[0][((size_t)y * n + x) * 3 + c];
+            const float want = ((float)v / 255.0f - mean[c]) / sd[c];
+            bad += memcmp(&f[0][(size_t)c * n * n + (size_t)y * n + x], &want, 4) != 0;
+            bad += memcmp(&f[1][(size_t)c * n * n + (size_t)y * n + (n - 1 - x)], &want, 4) != 0;
+            bad += u[1][((size_t)y * n + (n - 1 - x)) * 3 + c] != v;
+          }
+      if (bad) fprintf(stderr, "  %s, width %d: %d values differ\n", paths[pi] ? paths[pi] : "default", n, bad);
+      CHECK_EQ_INT(bad, 0);
+      for (int k = 0; k < 2; k++) {
+        free(u[k]);
+        free(f[k]);
+      }
+    }
+    lade__imgdec_destroy(d);
+    if (paths[pi]) unsetenv(paths[pi]);
+  }
+  free(j);
+}
+
 static void test_grayscale_decodes(void) {
   size_t len;
   uint8_t *j = make_jpeg(75, 51, 1, NULL, &len);
@@ -431,6 +487,7 @@ int main(int argc, char **argv) {
 #ifdef LADE_HAVE_JPEG
   RUN(test_solid_colour_and_normalise);
   RUN(test_flip_mirrors);
+  RUN(test_stores_any_width);
   RUN(test_grayscale_decodes);
   RUN(test_dct_scaled_decode);
   RUN(test_truncated_is_error);
