@@ -225,7 +225,10 @@ def test_node_disk_cache_one_folder(lade_cli, npy_dir, tmp_path):
     # and one of them reads it from the other's file; both reading one at the same moment is rare)
     assert n <= sum(d["cache_misses"] for d in res) <= n + 2
     # the last rank out merged the ranks' parts into INDEX: the next job's first open lists it, no scan
-    assert glob.glob(os.path.join(cdir, "*", "INDEX")) and not glob.glob(os.path.join(cdir, "*", "IXPART.*"))
+    ix = glob.glob(os.path.join(cdir, "*", "INDEX"))
+    assert ix and not glob.glob(os.path.join(cdir, "*", "IXPART.*"))
+    head = open(ix[0], "rb").read(16)  # magic LADEIX02, then the count of entries listed: every file, no fewer
+    assert head[:8] == b"LADEIX02" and int.from_bytes(head[8:16], "little") == len(entry_files(cdir))
     # a later job on the node starts warm from the same folder
     res = disk_run(lade_cli, npy_dir, 2, cdir, "disk2", "cache_disk_bytes=100000000")
     assert [d["checksum"] for d in res] == ref
