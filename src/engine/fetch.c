@@ -442,7 +442,7 @@ static int read_chain(lade__fetch_t *f, const lade__chain_t *c, uint64_t idx, ui
     admit = c->admits && f->ptier && atomic_load_explicit(&f->adm_q[idx], memory_order_relaxed) == q + 1 &&
             atomic_load_explicit(&f->adm_pending[idx], memory_order_acquire);
     lade__clear_error();
-    rc = peer ? f->p.dist->ops->recv(f->p.dist, q, idx, (uint32_t)route, out) : f->p.ops->read(f->p.src, idx, out);
+    rc = peer ? lade__transport_recv(f->p.dist, q, idx, (uint32_t)route, out) : f->p.ops->read(f->p.src, idx, out);
     if (!rc && peer && f->p.src->sizes && out->len != f->p.src->sizes[idx]) {
       /* the listing knows the size (object stores, tar shards): the peer's copy differs from this one */
       char name[LADE__PATH_MAX + 64];
@@ -534,7 +534,7 @@ void lade__fetch_step_planned(lade__fetch_t *f, const lade__cursor_step_t *st) {
     sdst = f->send_dst;
     nsend = k; /* out of memory: none sent, the receivers time out naming this rank */
   }
-  if (f->p.dist && nsend && f->p.dist->ops->send(f->p.dist, st->q, sdst, sidx, nsend) != 0) {
+  if (f->p.dist && nsend && lade__transport_send(f->p.dist, st->q, sdst, sidx, nsend) != 0) {
     fprintf(stderr, "lade: %s\n", lade_last_error());
     lade__clear_error();
   }
@@ -652,7 +652,7 @@ static int node_step_done(lade__fetch_t *f, const lade__cursor_step_t *st) {
 
 int lade__fetch_step_done(lade__fetch_t *f, const lade__cursor_step_t *st) {
   /* the sends of this step read the cache as it was at the step's start */
-  if (f->p.dist && st->nsend && f->p.dist->ops->wait_served(f->p.dist, st->q) != 0) {
+  if (f->p.dist && st->nsend && lade__transport_wait_served(f->p.dist, st->q) != 0) {
     fprintf(stderr, "lade: %s\n", lade_last_error()); /* the receiver reports it too, naming this rank */
     lade__clear_error();
   }
@@ -706,7 +706,7 @@ void lade__fetch_consumed(lade__fetch_t *f, uint64_t pos) {
   pthread_cond_broadcast(&f->cv_pf);
   pthread_mutex_unlock(&f->mu);
   /* messages of delivered steps nobody read (a seek, a substitute) */
-  if (f->p.dist && f->p.batch) f->p.dist->ops->forget_below(f->p.dist, pos / f->p.batch);
+  if (f->p.dist && f->p.batch) lade__transport_forget_below(f->p.dist, pos / f->p.batch);
 }
 
 void lade__fetch_seek(lade__fetch_t *f, uint64_t pos) {
@@ -750,7 +750,7 @@ void lade__fetch_stats(lade__fetch_t *f, lade__fetch_stats_t *out) {
   out->admits[1] = atomic_load(&f->admits[1]);
   out->moves_up = atomic_load(&f->moves_up);
   out->moves_down = atomic_load(&f->moves_down);
-  if (f->p.dist) f->p.dist->ops->stats(f->p.dist, &out->dist);
+  if (f->p.dist) lade__transport_stats(f->p.dist, &out->dist);
   if (f->disk) {
     lade__cache_stats_t cs;
     lade__cache_stats(f->disk, &cs);

@@ -666,27 +666,6 @@ static void mpi_close(lade__transport_t *d) {
   free(c);
 }
 
-static int mpi_send(lade__transport_t *d, uint64_t q, const uint32_t *dst, const uint64_t *idx, uint32_t n) {
-  return lade__pushq_send(&((chan_t *)d)->pq, q, dst, idx, n);
-}
-
-static int mpi_wait_served(lade__transport_t *d, uint64_t q) {
-  return lade__pushq_wait_served(&((chan_t *)d)->pq, q);
-}
-
-static int mpi_recv(lade__transport_t *d, uint64_t q, uint64_t idx, uint32_t src, lade__buf_t *out) {
-  chan_t *c = (chan_t *)d;
-  return lade__pushq_recv(&c->pq, q, idx, src, out, NULL, 0);
-}
-
-static void mpi_forget_below(lade__transport_t *d, uint64_t q) {
-  lade__pushq_forget_below(&((chan_t *)d)->pq, q);
-}
-
-static void mpi_stats(lade__transport_t *d, lade__transport_stats_t *out) {
-  lade__pushq_stats(&((chan_t *)d)->pq, out);
-}
-
 static const uint32_t *mpi_node_leads(lade__transport_t *d) { return ((chan_t *)d)->node_lead; }
 
 /* On the loader's communicator from the caller's thread (MPI_THREAD_MULTIPLE:
@@ -709,8 +688,7 @@ static int mpi_allgather(lade__transport_t *d, const void *mine, size_t len, voi
   return 0;
 }
 
-const lade__transport_ops_t lade__transport_mpi = {"mpi", mpi_open, mpi_close, mpi_send, mpi_wait_served,
-                                         mpi_recv, mpi_forget_below, mpi_stats, mpi_node_leads, mpi_allgather};
+const lade__transport_ops_t lade__transport_mpi = {"mpi", mpi_open, mpi_close, mpi_node_leads, mpi_allgather};
 #else
 /* built without MPI (LADE_WITH_MPI): the transport is local only */
 typedef int lade__transport_mpi_unused;

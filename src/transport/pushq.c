@@ -145,7 +145,7 @@ bool lade__pushq_next(lade__pushq_t *pq, const int *state, lade__buf_t *sbuf, la
   return true;
 }
 
-int lade__pushq_send(lade__pushq_t *pq, uint64_t q, const uint32_t *dst, const uint64_t *idx, uint32_t n) {
+static int pq_send(lade__pushq_t *pq, uint64_t q, const uint32_t *dst, const uint64_t *idx, uint32_t n) {
   pthread_mutex_lock(pq->mu);
   if (pq->sq_len + n > pq->sq_cap) {
     size_t nc = pq->sq_cap ? pq->sq_cap : 256;
@@ -194,7 +194,7 @@ void lade__transport_stop_waits(lade__transport_t *d) {
   pthread_mutex_unlock(pq->mu);
 }
 
-int lade__pushq_wait_served(lade__pushq_t *pq, uint64_t q) {
+static int pq_wait_served(lade__pushq_t *pq, uint64_t q) {
   struct timespec ts;
   uint32_t timeout_ms = pq->p->timeout_ms;
   lade__pushq_timespec_after(&ts, timeout_ms / 1000.0);
@@ -221,8 +221,9 @@ int lade__pushq_wait_served(lade__pushq_t *pq, uint64_t q) {
   return rc;
 }
 
-int lade__pushq_recv(lade__pushq_t *pq, uint64_t q, uint64_t idx, uint32_t src, lade__buf_t *out,
-                     const uint8_t *peer_lost, uint32_t world) {
+static int pq_recv(lade__pushq_t *pq, uint64_t q, uint64_t idx, uint32_t src, lade__buf_t *out) {
+  const uint8_t *peer_lost = pq->peer_lost;
+  const uint32_t world = pq->peer_lost_n;
   struct timespec ts;
   uint32_t timeout_ms = pq->p->timeout_ms;
   lade__pushq_timespec_after(&ts, timeout_ms / 1000.0);
@@ -285,15 +286,42 @@ int lade__pushq_recv(lade__pushq_t *pq, uint64_t q, uint64_t idx, uint32_t src, 
   return rc;
 }
 
-void lade__pushq_forget_below(lade__pushq_t *pq, uint64_t q) {
+static void pq_forget_below(lade__pushq_t *pq, uint64_t q) {
   pthread_mutex_lock(pq->mu);
   lade__pushq_msgs_free_locked(pq, q);
   pq->consumed_q = q; /* the backend's thread grants the peers the steps from here on */
   pthread_mutex_unlock(pq->mu);
 }
 
-void lade__pushq_stats(lade__pushq_t *pq, lade__transport_stats_t *out) {
+static void pq_stats(lade__pushq_t *pq, lade__transport_stats_t *out) {
   pthread_mutex_lock(pq->mu);
   *out = pq->st;
   pthread_mutex_unlock(pq->mu);
+}
+
+/* ---- the data path (transport.h): the push protocol, or local's nothing */
+
+int lade__transport_send(lade__transport_t *d, uint64_t q, const uint32_t *dst, const uint64_t *idx, uint32_t n) {
+  if (d->pq) return pq_send(d->pq, q, dst, idx, n);
+  (void)dst, (void)idx;
+  return n ? lade__fail(LADE_EINVAL, "transport local: step %llu sends to a peer, and there is none",
+                        (unsigned long long)q)
+           : 0;
+}
+
+int lade__transport_wait_served(lade__transport_t *d, uint64_t q) { return d->pq ? pq_wait_served(d->pq, q) : 0; }
+
+int lade__transport_recv(lade__transport_t *d, uint64_t q, uint64_t idx, uint32_t src, lade__buf_t *out) {
+  if (d->pq) return pq_recv(d->pq, q, idx, src, out);
+  return lade__fail(LADE_EINVAL, "transport local: sample %llu of step %llu is to come from rank %u, and there are no "
+                    "peers", (unsigned long long)idx, (unsigned long long)q, src);
+}
+
+void lade__transport_forget_below(lade__transport_t *d, uint64_t q) {
+  if (d->pq) pq_forget_below(d->pq, q);
+}
+
+void lade__transport_stats(lade__transport_t *d, lade__transport_stats_t *out) {
+  if (d->pq) pq_stats(d->pq, out);
+  else *out = (lade__transport_stats_t){0};
 }

@@ -75,6 +75,8 @@ typedef struct lade__pushq {
   size_t held;         /* their payload bytes */
   uint64_t *grant;     /* per peer: this learner may send it steps below grant[peer]; the backend allocates it */
   uint64_t consumed_q; /* this learner's consumer step (forget_below) */
+  const uint8_t *peer_lost; /* per rank (peer_lost_n): its connection broke (ucx.c); NULL: not known (mpi.c) */
+  uint32_t peer_lost_n;
   int lost;            /* a receive or a send waited for a peer past the timeout */
   uint32_t lost_rank;  /* that peer (the first) */
   char lost_msg[1024];
@@ -125,14 +127,8 @@ void lade__pushq_pop_locked(lade__pushq_t *pq, bool ok, size_t len);
 bool lade__pushq_next(lade__pushq_t *pq, const int *state, lade__buf_t *sbuf, lade__pushq_send_t *sr, uint8_t **msg,
                       size_t *len);
 
-/* The transport interface on pq (transport.h). recv: peer_lost, when not
- * NULL, says per rank (below world) that its connection broke, which fails
- * a wait for it at once. */
-int lade__pushq_send(lade__pushq_t *pq, uint64_t q, const uint32_t *dst, const uint64_t *idx, uint32_t n);
-int lade__pushq_wait_served(lade__pushq_t *pq, uint64_t q);
-int lade__pushq_recv(lade__pushq_t *pq, uint64_t q, uint64_t idx, uint32_t src, lade__buf_t *out,
-                     const uint8_t *peer_lost, uint32_t world);
-void lade__pushq_forget_below(lade__pushq_t *pq, uint64_t q);
-void lade__pushq_stats(lade__pushq_t *pq, lade__transport_stats_t *out);
+/* The transport's data path on pq is transport.h's lade__transport_send,
+ * _wait_served, _recv, _forget_below and _stats (pushq.c). recv fails a
+ * wait for a rank at once when pq->peer_lost says its connection broke. */
 
 #endif

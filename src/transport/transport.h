@@ -75,19 +75,6 @@ typedef struct lade__transport_ops {
   int (*open)(lade__transport_t **out, const lade__transport_params_t *p, uint32_t *rank, uint32_t *world);
   /* Flushes the sends (bounded by the timeout) and frees. */
   void (*close)(lade__transport_t *d);
-  /* Queues the sends of step q: n samples idx[i] to learner dst[i]. Returns at once. */
-  int (*send)(lade__transport_t *d, uint64_t q, const uint32_t *dst, const uint64_t *idx, uint32_t n);
-  /* Waits (bounded) until every send of steps <= q has its bytes copied
-   * (served): the sender may evict them then. */
-  int (*wait_served)(lade__transport_t *d, uint64_t q);
-  /* Waits (bounded) for the bytes of (q, idx) from learner src; errors name
-   * the rank, the step and the sample. */
-  int (*recv)(lade__transport_t *d, uint64_t q, uint64_t idx, uint32_t src, lade__buf_t *out);
-  /* The consumer moved to step q: drops what arrived for steps below q (a
-   * seek, or steps never read), and lets the peers send up to q + the
-   * window (backpressure). */
-  void (*forget_below)(lade__transport_t *d, uint64_t q);
-  void (*stats)(lade__transport_t *d, lade__transport_stats_t *out);
   /* Per rank (world entries), the lowest rank on the same node as MPI's
    * shared-memory split sees it (topology.h), or NULL when the transport
    * does not know. Owned by the transport, valid while it is open. */
@@ -104,6 +91,24 @@ struct lade__transport {
   const lade__transport_ops_t *ops;
   struct lade__pushq *pq; /* the push protocol's bookkeeping (pushq.h) of mpi.c and ucx.c; NULL for local */
 };
+
+/* The data path: the push protocol (pushq.c), one for every transport that
+ * moves bytes, over the state d->pq its backend keeps and feeds; local (no
+ * pq, one learner) sends and receives nothing, and a send or a receive there
+ * is a bug reported as such, not data made up. */
+/* Queues the sends of step q: n samples idx[i] to learner dst[i]. Returns at once. */
+int lade__transport_send(lade__transport_t *d, uint64_t q, const uint32_t *dst, const uint64_t *idx, uint32_t n);
+/* Waits (bounded) until every send of steps <= q has its bytes copied
+ * (served): the sender may evict them then. */
+int lade__transport_wait_served(lade__transport_t *d, uint64_t q);
+/* Waits (bounded) for the bytes of (q, idx) from learner src; errors name
+ * the rank, the step and the sample. */
+int lade__transport_recv(lade__transport_t *d, uint64_t q, uint64_t idx, uint32_t src, lade__buf_t *out);
+/* The consumer moved to step q: drops what arrived for steps below q (a
+ * seek, or steps never read), and lets the peers send up to q + the
+ * window (backpressure). */
+void lade__transport_forget_below(lade__transport_t *d, uint64_t q);
+void lade__transport_stats(lade__transport_t *d, lade__transport_stats_t *out);
 
 /* A peer missed a bound outside the transport (the node's shared cache,
  * docs/plan.md "Nodes"): kept as a peer timeout, with lade_last_error() as

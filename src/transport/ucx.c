@@ -1016,6 +1016,8 @@ static int ucx_open(lade__transport_t **out, const lade__transport_params_t *p, 
   lade__pushq_init(&c->pq, "ucx", &c->p, &c->mu, &c->cv);
   c->pq.grant = calloc(c->world, sizeof *c->pq.grant);
   c->peer_lost = calloc(c->world, 1);
+  c->pq.peer_lost = c->peer_lost; /* a wait for a rank whose endpoint failed fails at once */
+  c->pq.peer_lost_n = c->peer_lost ? c->world : 0;
   c->done_from = calloc(c->world, 1);
   c->checks_in = malloc((size_t)c->world * (MAX_CHECKS + 1) * sizeof *c->checks_in);
   c->ag_have = calloc(c->world, 1);
@@ -1088,27 +1090,6 @@ static void ucx_close(lade__transport_t *d) {
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv);
   free(c);
-}
-
-static int ucx_send(lade__transport_t *d, uint64_t q, const uint32_t *dst, const uint64_t *idx, uint32_t n) {
-  return lade__pushq_send(&((chan_t *)d)->pq, q, dst, idx, n);
-}
-
-static int ucx_wait_served(lade__transport_t *d, uint64_t q) {
-  return lade__pushq_wait_served(&((chan_t *)d)->pq, q);
-}
-
-static int ucx_recv(lade__transport_t *d, uint64_t q, uint64_t idx, uint32_t src, lade__buf_t *out) {
-  chan_t *c = (chan_t *)d;
-  return lade__pushq_recv(&c->pq, q, idx, src, out, c->peer_lost, c->world);
-}
-
-static void ucx_forget_below(lade__transport_t *d, uint64_t q) {
-  lade__pushq_forget_below(&((chan_t *)d)->pq, q);
-}
-
-static void ucx_stats(lade__transport_t *d, lade__transport_stats_t *out) {
-  lade__pushq_stats(&((chan_t *)d)->pq, out);
 }
 
 /* The host names in the addresses give the nodes; set once with the peers. */
@@ -1228,10 +1209,7 @@ static int ucx_allgather(lade__transport_t *d, const void *mine, size_t len, voi
   return rc;
 }
 
-const lade__transport_ops_t lade__transport_ucx = {"ucx",          ucx_open,         ucx_close,
-                                                   ucx_send,       ucx_wait_served,  ucx_recv,
-                                                   ucx_forget_below, ucx_stats,      ucx_node_leads,
-                                                   ucx_allgather};
+const lade__transport_ops_t lade__transport_ucx = {"ucx", ucx_open, ucx_close, ucx_node_leads, ucx_allgather};
 #else
 /* built without UCX (LADE_WITH_UCX): the bootstrap calls say so */
 #include "lade/lade.h"
