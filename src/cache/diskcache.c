@@ -825,14 +825,17 @@ static int map_used(diskcache_t *d) {
   return 0;
 }
 
+/* This process holds LOCK exclusively: it lists the folder and owns what it finds. */
+static int node_first(diskcache_t *d) {
+  d->first = true;
+  d->node = true;
+  int rc = map_used(d);
+  if (!rc) atomic_store(&d->shared->used, 0); /* nobody else has it open: every entry is found again */
+  return rc;
+}
+
 static int node_lock(diskcache_t *d, const lade__cache_opts_t *o) {
-  if (flock(d->lockfd, LOCK_EX | LOCK_NB) == 0) {
-    d->first = true;
-    d->node = true;
-    int rc = map_used(d);
-    if (!rc) atomic_store(&d->shared->used, 0); /* nobody else has it open: every entry is found again */
-    return rc;
-  }
+  if (flock(d->lockfd, LOCK_EX | LOCK_NB) == 0) return node_first(d);
   if (errno != EWOULDBLOCK) return lade__fail(LADE_EIO, "cache folder %s: cannot lock LOCK: %s", d->path, strerror(errno));
   double t_end = lade__now() + o->node_timeout_ms / 1000.0;
   while (flock(d->lockfd, LOCK_SH | LOCK_NB) != 0) {
@@ -846,9 +849,14 @@ static int node_lock(diskcache_t *d, const lade__cache_opts_t *o) {
   char key[512];
   ssize_t n = pread(d->lockfd, key, sizeof key - 1, 0);
   key[n > 0 ? n : 0] = 0;
-  if (strcmp(key, o->node_job) != 0)
+  if (strcmp(key, o->node_job) != 0) {
+    /* another job's key: in use, unless that job has just gone (its last
+     * process held the lock exclusively, merging INDEX, while this one
+     * waited): then nobody else holds it, and this process is the first */
+    if (flock(d->lockfd, LOCK_EX | LOCK_NB) == 0) return node_first(d);
     return lade__fail(LADE_ESTATE, "cache folder %s: in use by another job (LOCK is held by a job whose key is not "
                       "this one's: %.64s). Give each job its own cache_dir", d->path, key);
+  }
   d->node = true;
   return map_used(d);
 }

@@ -510,13 +510,26 @@ static int ns_count(const char *dir, const char *prefix) {
   return n;
 }
 
+typedef struct node_job {
+  const char *dir;
+  lade__cache_t *c;
+} node_job_t;
+
+static void *open_job5(void *arg) {
+  node_job_t *job = arg;
+  job->c = open_node_disk(job->dir, "job-5");
+  return NULL;
+}
+
 /* Node mode (the ranks of one job share the folder; flock is per open file,
  * so three opens in one process are three ranks): each closing rank writes
  * its part, the last one out merges them into INDEX and the next job's
  * first open lists every rank's entries from it; a rank that died with
  * entries on disk leaves the sums short, so there is no INDEX and the next
  * open scans (and still finds its entries); a rank that joins after a last
- * close removes INDEX before it changes anything. */
+ * close removes INDEX before it changes anything; the next job's first
+ * process, opening while the last one of the job before still merges, opens
+ * once it is gone instead of failing as "in use by another job". */
 static void test_node_index(void) {
   const char *dir = lade_test_tmpdir("cache_node_index");
   lade__cache_t *r[3];
@@ -576,6 +589,22 @@ static void test_node_index(void) {
   CHECK(!ns_has(dir, "INDEX"));
   lade__cache_close(c);
   close(lfd);
+  /* the next job opens while the last process of the one before holds LOCK
+   * exclusively (merging INDEX): it waits, then finds the old job's key with
+   * nobody left behind it, and opens as the first, not "in use" */
+  lfd = open(lock, O_RDWR);
+  CHECK(lfd >= 0 && flock(lfd, LOCK_EX) == 0 && pwrite(lfd, "job-old", 7, 0) == 7 && ftruncate(lfd, 7) == 0);
+  pthread_t th;
+  node_job_t job = {dir, NULL};
+  CHECK(pthread_create(&th, NULL, open_job5, &job) == 0);
+  usleep(200000);
+  close(lfd); /* the old job's last process is gone */
+  pthread_join(th, NULL);
+  CHECK(job.c != NULL);
+  if (job.c) {
+    CHECK_EQ_INT(stats(job.c).entries, 31);
+    lade__cache_close(job.c);
+  }
   lade__buf_free(&b);
   lade_test_sh("rm -rf '%s'", dir);
 }
