@@ -529,9 +529,9 @@ static void test_claim_waits_for_the_load(void) {
 /* A claim-get that comes while the claimer's put is copying the bytes in
  * (the entry is WRITING) waits for them too: a miss there would be a second
  * storage read of a sample that is a few microseconds from the cache. The
- * 48 MiB payload keeps the copy long against the waiter's 0.2 ms polls. */
+ * 16 MiB payload keeps the copy long against the waiter's 0.2 ms polls. */
 static void test_claim_waits_for_the_copy(void) {
-  enum { BIG = 48 << 20 };
+  enum { BIG = 16 << 20 };
   lade__cache_t *c = open_node("job-copy", (uint64_t)BIG * 2, NULL);
   CHECK(c != NULL);
   if (!c) return;
