@@ -107,8 +107,13 @@ static int run(const char *dir, const char *extra[], result_t *r, int sleep_us) 
 static void test_memory_tier_serves_later_epochs(void) {
   const char *dir = make_dataset("memtier");
   result_t plain, cached;
-  const char *base[] = {"epochs=3", "threads=2", "seed=5", NULL};
-  const char *mem[] = {"epochs=3", "threads=2", "seed=5", "cache_mem_bytes=10000000", NULL};
+  /* one worker: with two, the last step of an epoch and the first of the
+   * next are read at once, and a sample in both may be read from storage by
+   * the later step (or the earlier one hit what the later one put): the
+   * per-epoch counts below would then be off by one, the data never
+   * (TSan under load: 1 in 25 runs) */
+  const char *base[] = {"epochs=3", "threads=1", "seed=5", NULL};
+  const char *mem[] = {"epochs=3", "threads=1", "seed=5", "cache_mem_bytes=10000000", NULL};
   CHECK_OK(run(dir, base, &plain, 0));
   CHECK_OK(run(dir, mem, &cached, 0));
   CHECK(plain.content_ok && cached.content_ok);
