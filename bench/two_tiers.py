@@ -69,11 +69,10 @@ def main():
           % (len(files), mean, size / 1e6, mem / 1e6, disk / 1e6, a.batch, a.epochs, a.bandwidth, os.cpu_count()))
     cache = os.path.join(tmp, "cache")
     variants = [
-        ("memory", "solar", [("plan", "solar"), ("cache_mem_bytes", mem)]),
-        ("two tiers", "solar", [("plan", "solar"), ("cache_mem_bytes", mem), ("cache_dir", cache),
-                                ("cache_disk_bytes", disk)]),
-        ("lru", "regular", [("cache_mem_bytes", mem), ("cache_dir", cache), ("cache_disk_bytes", disk),
-                            ("cache_policy", "lru"), ("prefetcher", "off")]),
+        ("memory", [("plan", "solar"), ("cache_mem_bytes", mem)]),
+        ("two tiers", [("plan", "solar"), ("cache_mem_bytes", mem), ("cache_dir", cache), ("cache_disk_bytes", disk)]),
+        ("lru", [("cache_mem_bytes", mem), ("cache_dir", cache), ("cache_disk_bytes", disk), ("cache_policy", "lru"),
+                 ("prefetcher", "off")]),
     ]
     out = {}
     with S3Env() as s3:
@@ -82,7 +81,7 @@ def main():
         src = "s3://%s/train" % s3.bucket
         print("  %-10s %5s %8s %9s %7s %7s %7s" % ("variant", "epoch", "time s", "stor MB", "memory", "disk",
                                                    "storage"))
-        for name, _plan, sets in variants:
+        for name, sets in variants:
             shutil.rmtree(cache, ignore_errors=True)
             j = bench(a, src, sets, s3.lade_env())
             rows = []

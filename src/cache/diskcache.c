@@ -386,8 +386,12 @@ static bool header_ok(int fd, uint64_t key, found_t *f) {
   return true;
 }
 
-/* Removes the temporaries a crashed writer left in the namespace folder. */
-static int remove_temporaries(diskcache_t *d) {
+/* Node mode (below): the parts of INDEX that closing processes wrote. */
+#define IX_PART "IXPART."
+
+/* Removes what a crashed writer left in the namespace folder (temporaries)
+ * and the parts of INDEX a job's last close did not merge (node mode). */
+static int remove_leftovers(diskcache_t *d) {
   int fd = openat(d->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
   if (!dir) {
@@ -396,7 +400,8 @@ static int remove_temporaries(diskcache_t *d) {
   }
   struct dirent *de;
   while ((de = readdir(dir)))
-    if (strncmp(de->d_name, ".tmp.", 5) == 0) unlinkat(d->dirfd, de->d_name, 0);
+    if (strncmp(de->d_name, ".tmp.", 5) == 0 || strncmp(de->d_name, IX_PART, strlen(IX_PART)) == 0)
+      unlinkat(d->dirfd, de->d_name, 0);
   closedir(dir);
   return 0;
 }
@@ -713,23 +718,6 @@ static int save_index(diskcache_t *d, const char *name) {
   return rc;
 }
 
-/* Node mode (below): the parts of INDEX that closing processes wrote. */
-#define IX_PART "IXPART."
-
-/* Removes every part (the first open of a job, or the last close once merged). */
-static void remove_parts(diskcache_t *d) {
-  int fd = openat(d->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  DIR *dir = fd >= 0 ? fdopendir(fd) : NULL;
-  if (!dir) {
-    if (fd >= 0) close(fd);
-    return;
-  }
-  struct dirent *de;
-  while ((de = readdir(dir)))
-    if (strncmp(de->d_name, IX_PART, strlen(IX_PART)) == 0) unlinkat(d->dirfd, de->d_name, 0);
-  closedir(dir);
-}
-
 /*
  * Node mode's INDEX. No process knows every entry of the folder, so each
  * writes its own at a clean close, as the part IXPART.<pid>.<n>; then it
@@ -760,7 +748,7 @@ static void node_save_index(diskcache_t *d) {
   }
   struct dirent *de;
   while (ok && (de = readdir(dir))) {
-    if (strncmp(de->d_name, IX_PART, strlen(IX_PART)) != 0 || strncmp(de->d_name, ".tmp.", 5) == 0) continue;
+    if (strncmp(de->d_name, IX_PART, strlen(IX_PART)) != 0) continue;
     found_t *f = NULL;
     size_t nf = 0;
     if (!read_index(d, de->d_name, &f, &nf)) {
@@ -782,7 +770,7 @@ static void node_save_index(diskcache_t *d) {
   if (dir) closedir(dir);
   if (ok && charged == atomic_load(&d->shared->used)) write_index(d, "INDEX", all, n);
   free(all);
-  remove_parts(d);
+  remove_leftovers(d); /* the parts (nobody else has the folder open) */
 }
 
 /* Resident: in this process's index, or (node mode) put by another. */
@@ -933,8 +921,7 @@ int lade__diskcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
     *out = &d->base;
     return 0;
   }
-  if ((rc = check_namespace(d, ns)) || (rc = remove_temporaries(d)) || (rc = make_subdirs(d))) goto fail;
-  remove_parts(d); /* of a job whose last close did not merge them */
+  if ((rc = check_namespace(d, ns)) || (rc = remove_leftovers(d)) || (rc = make_subdirs(d))) goto fail;
   bool indexed = load_index(d, &f, &nf);
   if (indexed) {
     d->base.st.from_index = nf;

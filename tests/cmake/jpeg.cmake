@@ -28,32 +28,22 @@ if(LADE_HAVE_JPEG)
                      --helper $<TARGET_FILE:jpeg_crop> --transcode $<TARGET_FILE:jpeg_transcode>
                      --tmp ${CMAKE_CURRENT_BINARY_DIR}/tmp/jpeg_truncation)
     set_tests_properties(jpeg_truncation_verdict PROPERTIES LABELS jpeg TIMEOUT 300 SKIP_RETURN_CODE 77)
-    # The same comparison with the portable C resample loops (no AVX2, no AVX-512).
-    add_test(NAME jpeg_reference_torchvision_nosimd
-             COMMAND ${CMAKE_COMMAND} -E env LADE_NO_SIMD=1 ${LADE_PYTHON3}
-                     ${PROJECT_SOURCE_DIR}/tests/python/jpeg_reference.py --helper $<TARGET_FILE:jpeg_crop>
-                     --transcode $<TARGET_FILE:jpeg_transcode> --tmp ${CMAKE_CURRENT_BINARY_DIR}/tmp/jpeg_reference_nosimd)
-    set_tests_properties(jpeg_reference_torchvision_nosimd PROPERTIES LABELS jpeg TIMEOUT 600 SKIP_RETURN_CODE 77)
-    # The AVX2 horizontal pass where the CPU would take the AVX-512 VNNI one.
-    add_test(NAME jpeg_reference_torchvision_avx2
-             COMMAND ${CMAKE_COMMAND} -E env LADE_NO_AVX512=1 ${LADE_PYTHON3}
-                     ${PROJECT_SOURCE_DIR}/tests/python/jpeg_reference.py --helper $<TARGET_FILE:jpeg_crop>
-                     --transcode $<TARGET_FILE:jpeg_transcode> --tmp ${CMAKE_CURRENT_BINARY_DIR}/tmp/jpeg_reference_avx2)
-    set_tests_properties(jpeg_reference_torchvision_avx2 PROPERTIES LABELS jpeg TIMEOUT 600 SKIP_RETURN_CODE 77)
-    # The VNNI horizontal pass where the CPU would take the one-load VBMI one.
-    add_test(NAME jpeg_reference_torchvision_novbmi
-             COMMAND ${CMAKE_COMMAND} -E env LADE_NO_VBMI=1 ${LADE_PYTHON3}
-                     ${PROJECT_SOURCE_DIR}/tests/python/jpeg_reference.py --helper $<TARGET_FILE:jpeg_crop>
-                     --transcode $<TARGET_FILE:jpeg_transcode> --tmp ${CMAKE_CURRENT_BINARY_DIR}/tmp/jpeg_reference_novbmi)
-    set_tests_properties(jpeg_reference_torchvision_novbmi PROPERTIES LABELS jpeg TIMEOUT 600 SKIP_RETURN_CODE 77)
-    # Each of the rows-per-call choices the decoder tunes between at run time
-    # (src/transform/imgjpeg.c), fixed: both must give torchvision's values.
-    foreach(rows 1 16)
-      add_test(NAME jpeg_reference_torchvision_rows${rows}
-               COMMAND ${CMAKE_COMMAND} -E env LADE_JPEG_ROWS=${rows} ${LADE_PYTHON3}
+    # The same comparison on each other path the decoder may take, fixed by
+    # its environment switch: the portable C loops (no AVX2, no AVX-512);
+    # the AVX2 passes where the CPU would take the AVX-512 ones; the VNNI
+    # horizontal pass where it would take the one-load VBMI one; each of the
+    # rows-per-call choices the decoder tunes between at run time
+    # (src/transform/imgjpeg.c). All must give torchvision's values.
+    foreach(variant nosimd:LADE_NO_SIMD=1 avx2:LADE_NO_AVX512=1 novbmi:LADE_NO_VBMI=1 rows1:LADE_JPEG_ROWS=1
+                    rows16:LADE_JPEG_ROWS=16)
+      string(REPLACE ":" ";" parts ${variant})
+      list(GET parts 0 suffix)
+      list(GET parts 1 envset)
+      add_test(NAME jpeg_reference_torchvision_${suffix}
+               COMMAND ${CMAKE_COMMAND} -E env ${envset} ${LADE_PYTHON3}
                        ${PROJECT_SOURCE_DIR}/tests/python/jpeg_reference.py --helper $<TARGET_FILE:jpeg_crop>
-                       --transcode $<TARGET_FILE:jpeg_transcode> --tmp ${CMAKE_CURRENT_BINARY_DIR}/tmp/jpeg_reference_rows${rows})
-      set_tests_properties(jpeg_reference_torchvision_rows${rows} PROPERTIES LABELS jpeg TIMEOUT 600 SKIP_RETURN_CODE 77)
+                       --transcode $<TARGET_FILE:jpeg_transcode> --tmp ${CMAKE_CURRENT_BINARY_DIR}/tmp/jpeg_reference_${suffix})
+      set_tests_properties(jpeg_reference_torchvision_${suffix} PROPERTIES LABELS jpeg TIMEOUT 600 SKIP_RETURN_CODE 77)
     endforeach()
   endif()
 

@@ -75,6 +75,19 @@ def _simulate(kind, learners, cache, rpn):
     return [rows[e] for e in range(E)]
 
 
+def _read_epochs(L, files):
+    """Every batch of E epochs, each sample's bytes checked against its file's: [(epoch, [indices])]."""
+    got = []
+    for e in range(E):
+        for x, _y, m in L:
+            idx = [int(i) for i in np.asarray(m.indices)]
+            xs = np.asarray(x).reshape(len(idx), -1)
+            for i, k in enumerate(idx):
+                assert xs[i].tobytes() == files[k], "sample %d: bytes differ from the file's" % k
+            got.append((e, idx))
+    return got
+
+
 @pytest.mark.parametrize("half", [False, True], ids=["full", "half"])
 @pytest.mark.parametrize("kind", KINDS)
 def test_kind_as_planned(world, data, kind, half):
@@ -88,14 +101,7 @@ def test_kind_as_planned(world, data, kind, half):
                      drop_last=True, plan=kind, cache_mem_bytes=cache * CHARGE, peer_timeout_ms=20000,
                      node_cache="off",  # every handoff a UCX message (test_node_cache_handoffs: the shared cache)
                      output="numpy", meta=True) as L:
-        got = []
-        for e in range(E):
-            for x, _y, m in L:
-                idx = [int(i) for i in np.asarray(m.indices)]
-                xs = np.asarray(x).reshape(len(idx), -1)
-                for i, k in enumerate(idx):
-                    assert xs[i].tobytes() == files[k], "sample %d: bytes differ from the file's" % k
-                got.append((e, idx))
+        got = _read_epochs(L, files)
         stats = L.stats()
         by_epoch = [L.epoch_stats(e)["samples_by_source"] for e in range(E)]
     assert stats["plan_fallbacks"] == 0 and stats["plan_peer_storage"] == 0
@@ -148,12 +154,7 @@ def test_node_cache_handoffs(world, data):
     with lade.Loader(root, transform="raw", raw_size=SZ, batch_size=B, epochs=E, seed=SEED, threads=2,
                      drop_last=True, plan="locality", cache_mem_bytes=cache * CHARGE, peer_timeout_ms=20000,
                      output="numpy", meta=True) as L:
-        for e in range(E):
-            for x, _y, m in L:
-                idx = [int(i) for i in np.asarray(m.indices)]
-                xs = np.asarray(x).reshape(len(idx), -1)
-                for i, k in enumerate(idx):
-                    assert xs[i].tobytes() == files[k], "sample %d: bytes differ from the file's" % k
+        _read_epochs(L, files)
         stats = L.stats()
         eps = [L.epoch_stats(e) for e in range(E)]
     want = [[0, 0, 0] for _ in range(E)]  # own, handoff, storage

@@ -456,34 +456,29 @@ static void test_stale_and_live(void) {
   CHECK(segments() == 0);
 }
 
-/* Single flight: a miss claims the sample; another process's miss of it
- * waits for the claimer's put and hits (no second storage read); a claimer
- * that dies is taken over at once, not after the timeout. */
-static void test_claim_waits_for_the_load(void) {
-  lade__cache_t *c = open_node("job-claim", 1 << 20, NULL);
-  lade__buf_t b = {0};
-  bool claimed = false;
-  CHECK_EQ_INT(lade__cache_get_claim(c, 5, 0, &b, &claimed), LADE_ENOENT);
-  CHECK(claimed);
-  /* The child says when it is about to ask, and the parent's 0.5 s count
-   * starts from there: a slow fork or open (ASan on a loaded 2-core CI
-   * machine took over 0.3 s) cannot let the put come first. */
+/* Forks another process of `job` that says when it is about to ask, then
+ * claim-gets key. It exits 0 when it got `want` (len bytes) without
+ * claiming, no sooner than min_s after it said so (else it prints why).
+ * Returns once it has said so: the caller's count starts from there, so a
+ * slow fork or open (ASan on a loaded 2-core CI machine took over 0.3 s)
+ * cannot let the caller's put come first. */
+static pid_t start_waiter(const char *job, uint64_t capacity, uint64_t key, const uint8_t *want, size_t len,
+                          double min_s) {
   int ready[2];
   CHECK(pipe(ready) == 0);
   pid_t pid = fork();
   if (pid == 0) {
     close(ready[0]);
-    lade__cache_t *d = open_node("job-claim", 1 << 20, NULL);
+    lade__cache_t *d = open_node(job, capacity, NULL);
     lade__buf_t bb = {0};
     bool cl = true;
     double t0 = lade__now();
     char one = 1;
     int bad = write(ready[1], &one, 1) != 1;
-    int rc = d ? lade__cache_get_claim(d, 5, 0, &bb, &cl) : -1;
-    /* it waited for the parent's put (0.5 s after the signal) and got its bytes without claiming */
+    int rc = d ? lade__cache_get_claim(d, key, 0, &bb, &cl) : -1;
     double took = lade__now() - t0;
-    if (rc != 0 || cl || !pok(5, &bb) || took < 0.4) {
-      fprintf(stderr, "  child: rc %d, claimed %d, bytes %s, after %.3f s\n", rc, (int)cl, pok(5, &bb) ? "ok" : "wrong", took);
+    if (rc != 0 || cl || bb.len != len || memcmp(bb.data, want, len) != 0 || took < min_s) {
+      fprintf(stderr, "  waiter: rc %d, claimed %d, %zu bytes, after %.3f s\n", rc, (int)cl, bb.len, took);
       bad = 1;
     }
     lade__buf_free(&bb);
@@ -494,11 +489,31 @@ static void test_claim_waits_for_the_load(void) {
   char one = 0;
   CHECK(read(ready[0], &one, 1) == 1);
   close(ready[0]);
-  usleep(500000);
-  CHECK_OK(put(c, 5)); /* ends the claim */
+  return pid;
+}
+
+static void reap_ok(pid_t pid) {
   int st;
   waitpid(pid, &st, 0);
   CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+/* Single flight: a miss claims the sample; another process's miss of it
+ * waits for the claimer's put and hits (no second storage read); a claimer
+ * that dies is taken over at once, not after the timeout. */
+static void test_claim_waits_for_the_load(void) {
+  lade__cache_t *c = open_node("job-claim", 1 << 20, NULL);
+  lade__buf_t b = {0};
+  bool claimed = false;
+  CHECK_EQ_INT(lade__cache_get_claim(c, 5, 0, &b, &claimed), LADE_ENOENT);
+  CHECK(claimed);
+  uint8_t want[4096];
+  pfill(5, want, plen(5));
+  /* it waits for the put, 0.5 s after it asked */
+  pid_t pid = start_waiter("job-claim", 1 << 20, 5, want, plen(5), 0.4);
+  usleep(500000);
+  CHECK_OK(put(c, 5)); /* ends the claim */
+  reap_ok(pid);
   lade__node_cache_stats_t ns;
   lade__shmcache_node_stats(c, &ns);
   CHECK(ns.waited == 1);
@@ -511,8 +526,7 @@ static void test_claim_waits_for_the_load(void) {
     int rc = d ? lade__cache_get_claim(d, 9, 0, &bb, &cl) : -1;
     _exit(rc == LADE_ENOENT && cl ? 0 : 1); /* dies holding the claim */
   }
-  waitpid(pid, &st, 0);
-  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  reap_ok(pid);
   double t0 = lade__now();
   CHECK_EQ_INT(lade__cache_get_claim(c, 9, 0, &b, &claimed), LADE_ENOENT);
   CHECK(claimed && lade__now() - t0 < 1.0);
@@ -542,34 +556,10 @@ static void test_claim_waits_for_the_copy(void) {
   bool claimed = false;
   CHECK_EQ_INT(lade__cache_get_claim(c, 3, 0, &b, &claimed), LADE_ENOENT);
   CHECK(claimed);
-  int ready[2];
-  CHECK(pipe(ready) == 0);
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(ready[0]);
-    lade__cache_t *d = open_node("job-copy", (uint64_t)BIG * 2, NULL);
-    lade__buf_t bb = {0};
-    bool cl = true;
-    char one = 1;
-    int bad = write(ready[1], &one, 1) != 1;
-    int rc = d ? lade__cache_get_claim(d, 3, 0, &bb, &cl) : -1;
-    if (rc != 0 || cl || bb.len != BIG || memcmp(bb.data, p, BIG) != 0) {
-      fprintf(stderr, "  child: rc %d, claimed %d, %zu bytes\n", rc, (int)cl, bb.len);
-      bad = 1;
-    }
-    lade__buf_free(&bb);
-    lade__cache_close(d);
-    _exit(bad);
-  }
-  close(ready[1]);
-  char one = 0;
-  CHECK(read(ready[0], &one, 1) == 1);
-  close(ready[0]);
+  pid_t pid = start_waiter("job-copy", (uint64_t)BIG * 2, 3, p, BIG, 0);
   usleep(100000);
   CHECK_OK(lade__cache_put(c, 3, p, BIG));
-  int st;
-  waitpid(pid, &st, 0);
-  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  reap_ok(pid);
   free(p);
   lade__buf_free(&b);
   lade__cache_close(c);
