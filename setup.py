@@ -26,7 +26,7 @@ from setuptools.command.build_ext import build_ext
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 # CMakeLists.txt's optional dependencies; LADE_WITH_PYTHON is ON here, LADE_WITH_FUZZ its default
-OPTIONAL = ("JPEG", "PNG", "CURL", "MPI", "UCX", "HDF5")
+OPTIONAL = ("JPEG", "PNG", "CURL", "MPI", "UCX", "HDF5", "ZLIB")
 
 
 class CMakeExtension(Extension):

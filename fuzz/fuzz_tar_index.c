@@ -5,10 +5,13 @@
  * (parse_cls, static in src/source/tar.c), so this file includes tar.c (and
  * the fuzzer is built without the library's copy).
  *
- * The first input byte picks the parser. For the index the harness appends a
- * correct checksum and passes a version that matches the header's size and
+ * The first input byte picks the parser (bit 0: a .cls value, else an index;
+ * bit 1: the tfrecord format's index, LADETFR1, instead of tar's). For the
+ * index the harness appends a correct checksum (seeded as the format's
+ * source seeds it) and passes a version that matches the header's size and
  * mtime, so the fuzzer gets past those two gates to the bounds checks behind
- * them; a loaded index must keep every member inside the shard.
+ * them; a loaded index must keep every member (record, with its CRC) inside
+ * the shard.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,10 +34,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   static char path[64];
   if (!path[0]) snprintf(path, sizeof path, "/tmp/fuzz_tar_index.%ld", (long)getpid());
+  lade__tar_t t = {.fmt = mode & 2 ? &lade__tar_fmt_tfrecord : &lade__tar_fmt_tar, .index_seed = mode & 2 ? 77 : 0};
   uint8_t *b = malloc(size + 8);
   if (!b) return 0;
   if (size) memcpy(b, data, size);
-  uint64_t sum = lade__hash64(b, size, 0);
+  uint64_t sum = lade__hash64(b, size, t.index_seed);
   memcpy(b + size, &sum, 8);
   FILE *f = fopen(path, "wb");
   if (!f) {
@@ -50,12 +54,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     v = (lade__tar_ver_t){h.shard_size, h.mtime_sec, h.mtime_nsec};
   }
   lade__tar_index_t x = {0};
-  if (lade__tar_index_load(&x, path, v) == 0) {
+  if (lade__tar_index_load(&t, &x, path, v) == 0) {
     for (size_t i = 0; i < x.n; i++) {
-      if (x.m[i].data_off > v.size || x.m[i].size > v.size - x.m[i].data_off) abort();
-      if (strlen(lade__tar_strs_at(&x.names, i)) + 1 > x.names.len) abort();
+      if (x.m[i].data_off > v.size || v.size - x.m[i].data_off < t.fmt->tail ||
+          x.m[i].size > v.size - x.m[i].data_off - t.fmt->tail)
+        abort();
+      if (t.fmt->names && strlen(lade__tar_strs_at(&x.names, i)) + 1 > x.names.len) abort();
+      if (x.aux[i] / 8 > x.m[i].size) abort();
     }
-    if (x.names.n != x.n) abort();
+    if (x.names.n != (t.fmt->names ? x.n : 0)) abort();
     lade__tar_index_free(&x);
   }
   free(b);

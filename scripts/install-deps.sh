@@ -10,6 +10,8 @@ pkgs=(
   libspng-dev                    # PNG decode (libspng)
   libcurl4-openssl-dev           # the s3 source (curl multi + AWS SigV4)
   libhdf5-dev                    # the hdf5 source (Debian's serial libhdf5)
+  zlib1g-dev                     # deflated .npz members, the hdf5 source's gzip chunks
+  libyaml-dev                    # DLIO's workload files (lade dlio)
   python3-h5py                   # HDF5 tests and bench: files written and read by h5py
   python3-boto3                  # S3 tests: uploads to the test server
   clang libclang-rt-14-dev       # libFuzzer targets, sanitizers

@@ -411,6 +411,23 @@ LADE_API int lade_loader_sample_bytes(lade_loader_t *loader, uint64_t index, uin
 LADE_API int lade_loader_interrupt(lade_loader_t *loader);
 
 /*
+ * Every rank's `len` bytes, in rank order, into `all` (world * len bytes;
+ * world is the loader's world_size): a collective over the loader's ranks,
+ * which every rank calls at the same point with the same len. It doubles as
+ * a barrier (len 0 exchanges nothing and waits for every rank). With one
+ * rank it copies `mine`. With several it needs the loader's transport
+ * between ranks: MPI (`transport=mpi`, or a routed plan under mpirun; the
+ * process initialised MPI with MPI_THREAD_MULTIPLE, as `lade bench` and
+ * mpi4py do) or UCX (`transport=ucx` with a rendezvous_dir, or peers set by
+ * lade_ucx_set_peers()); without one it fails with LADE_EUNSUPPORTED saying
+ * which setting to give. Bounded by peer_timeout_ms: a rank that does not
+ * come fails the others with LADE_ETIMEOUT. `lade dlio run` barriers its
+ * emulated accelerators and gathers their metrics with it. Not thread-safe:
+ * one call at a time per loader.
+ */
+LADE_API int lade_loader_allgather(lade_loader_t *loader, const void *mine, size_t len, void *all);
+
+/*
  * Stops the workers and frees the loader. Batches still held stay valid until
  * released; they keep only their buffers: the source's files, the disk
  * cache (and its cache_dir lock) and the transport are closed here, so a new
@@ -435,6 +452,18 @@ LADE_API void lade_loader_destroy(lade_loader_t *loader);
  * cryptographic. Thread-safe.
  */
 LADE_API uint64_t lade_checksum(const void *data, size_t size, uint64_t seed);
+
+/*
+ * CRC-32C (Castagnoli: reflected polynomial 0x82F63B78, initial value and
+ * final xor ~0) of `size` bytes at `data`, continuing from `crc`: pass 0 to
+ * start; chainable as zlib's crc32(), lade_crc32c(b, nb, lade_crc32c(a, na,
+ * 0)) is the CRC of a followed by b. lade_crc32c("123456789", 9, 0) is
+ * 0xE3069283. The checksum of TFRecord files (a record's masked CRC is
+ * ((c >> 15) | (c << 17)) + 0xa282ead8 in uint32 arithmetic); SSE4.2's
+ * crc32 instruction where the CPU has it, tables elsewhere. data may be
+ * NULL only with size 0. Thread-safe.
+ */
+LADE_API uint32_t lade_crc32c(const void *data, size_t size, uint32_t crc);
 
 /* ---------------------------------------------------------------- metrics */
 

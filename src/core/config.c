@@ -39,12 +39,14 @@ static const setting_t settings[] = {
      "a brace pattern, a .txt list; local paths, http(s):// URLs or s3:// objects, e.g. "
      "https://host/train-{000000..000099}.tar), an HDF5 file (.h5, .hdf5, .he5; local only), or s3://bucket/prefix "
      "(one object per sample)"},
-    {"source_type", T_ENUM, OFF(source_type), 0, 0, 0, "auto|dir|npy|s3|tar|hdf5", "auto",
-     "source backend (auto: tar for any http(s):// URL, and for a .tar file, a folder of .tar files, a brace pattern "
+    {"source_type", T_ENUM, OFF(source_type), 0, 0, 0, "auto|dir|npy|s3|tar|hdf5|tfrecord", "auto",
+     "source backend (auto: tfrecord for a file, folder of files, brace pattern or URL ending in .tfrecord or "
+     ".tfrecords; tar for any other http(s):// URL, and for a .tar file, a folder of .tar files, a brace pattern "
      "train-{000000..000099}.tar or a .txt list of shards, local or s3://; s3 for any other s3:// prefix; npy for a .npy file or a folder holding only .npy files; hdf5 for a local file ending in .h5, .hdf5 "
-     "or .he5; else dir)"},
-    {"transform", T_ENUM, OFF(transform), 0, 0, 0, "auto|raw|npy|imagenet-train|imagenet-eval", "auto",
-     "sample transform (auto: npy for npy and hdf5 sources, imagenet-train for dir)"},
+     "or .he5; else dir; tfrecord for a list file of TFRecord files or an s3:// prefix of them)"},
+    {"transform", T_ENUM, OFF(transform), 0, 0, 0, "auto|raw|npy|imagenet-train|imagenet-eval|npz", "auto",
+     "sample transform (auto: npy for npy and hdf5 sources; for dir, npz when its files are .npz archives, else "
+     "imagenet-train; npz: one array of each np.savez/np.savez_compressed file, setting npz_member)"},
     {"batch_size", T_U32, OFF(batch_size), 0, 1, 1 << 20, NULL, "32", "samples per batch on this learner"},
     {"epochs", T_U64, OFF(epochs), 0, 1, 1e9, NULL, "1", "epochs to iterate"},
     {"seed", T_U64, OFF(seed), 0, 0, 1.8446744073709552e19, NULL, "0", "seed of shuffles and augmentations"},
@@ -73,7 +75,11 @@ static const setting_t settings[] = {
      "RandomResizedCrop aspect ratio, upper bound"},
     {"hflip", T_F64, OFF(hflip), 0, 0, 1, NULL, "0.5", "probability of a horizontal flip (imagenet-train)"},
     {"raw_size", T_U64, OFF(raw_size), 0, 0, 1ull << 40, NULL, "0",
-     "raw transform: bytes per sample slot (0: size of sample 0); shorter samples are zero padded"},
+     "raw transform: bytes per sample slot (0: size of sample 0); shorter samples are zero padded; npz: > 0 "
+     "delivers each array's bytes (C order) in a slot of raw_size bytes, whatever its shape"},
+    {"raw_overflow", T_ENUM, OFF(raw_overflow), 0, 0, 0, "error|cut", "error",
+     "raw_size: a longer sample fails naming it (error) or keeps its first raw_size bytes (cut: as DLIO's readers "
+     "return a fixed-size sample, `lade dlio`)"},
     {"on_error", T_ENUM, OFF(on_error), 0, 0, 0, "fail|skip", "fail",
      "a bad sample stops the loader (fail) or is replaced by another valid sample, counted (skip)"},
     {"skip_max_run", T_U32, OFF(skip_max_run), 0, 0, 1e6, NULL, "16",
@@ -86,6 +92,9 @@ static const setting_t settings[] = {
     {"npy_dtype", T_STR, OFF(npy_dtype), SZ(npy_dtype), 0, 0, NULL, "", "expected .npy dtype (\"\": from the first file)"},
     {"npy_shape", T_STR, OFF(npy_shape), SZ(npy_shape), 0, 0, NULL, "",
      "expected .npy sample shape, e.g. 3,224,224 (\"\": from the first file)"},
+    {"npz_member", T_STR, OFF(npz_member), SZ(npz_member), 0, 0, NULL, "x",
+     "npz transform: the array each .npz sample gives, as np.load(f)[NAME] (x reads member x.npy; every sample's "
+     "must have sample 0's dtype and shape, unless raw_size is set)"},
     {"hdf5_data", T_STR, OFF(hdf5_data), SZ(hdf5_data), 0, 0, NULL, "data",
      "hdf5 source: path of the dataset inside the file holding the samples (N x ..., numeric)"},
     {"hdf5_labels", T_STR, OFF(hdf5_labels), SZ(hdf5_labels), 0, 0, NULL, "",
@@ -102,6 +111,16 @@ static const setting_t settings[] = {
      "hdf5 source: a contiguous, uncompressed dataset in the host's byte order is read with pread() at its file "
      "offset without libhdf5, and gzip chunks holding whole samples are inflated by the workers outside libhdf5's "
      "lock (auto: when the layout allows; off: every read is an H5Dread of a hyperslab, serialised)"},
+    {"tfrecord_feature", T_STR, OFF(tfrecord_feature), SZ(tfrecord_feature), 0, 0, NULL, "image",
+     "tfrecord source: the tf.train.Example feature whose value is a sample's bytes: a bytes_list's first value, an "
+     "int64_list's values as little-endian int64, a float_list's as float32 (\"\": each record's whole data, not "
+     "decoded, for files that do not hold Examples); a record without it is an error naming it"},
+    {"tfrecord_label", T_STR, OFF(tfrecord_label), SZ(tfrecord_label), 0, 0, NULL, "label",
+     "tfrecord source: the int64 feature (its first value, 0 to 2^24-1) that is a sample's label; absent from every "
+     "record: labels -1 (DLIO's files have none); present in some records only: an error (\"\": no labels)"},
+    {"tfrecord_compression", T_ENUM, OFF(tfrecord_compression), 0, 0, 0, "auto|none|gzip|zlib", "auto",
+     "tfrecord source: the files' compression (auto: gzip for names ending in .gz, zlib for .zlib, else none); "
+     "gzip and zlib files cannot be read at random and are refused at open, saying so: decompress them"},
     {"s3_endpoint", T_STR, OFF(s3_endpoint), SZ(s3_endpoint), 0, 0, NULL, "",
      "S3 endpoint URL (\"\": $AWS_ENDPOINT_URL, else https://s3.REGION.amazonaws.com)"},
     {"s3_region", T_STR, OFF(s3_region), SZ(s3_region), 0, 0, NULL, "",
@@ -164,9 +183,20 @@ static const setting_t settings[] = {
      "shuffle, DistributedSampler slices, the cache tiers decide; regular+lru ... solar follow the planner of `lade "
      "plan` and drive the memory cache (cache_mem_bytes) by its admits and evicts; shards streams tar shards "
      "(as Parax, \"Efficient Distributed Data Loading\"): each data-parallel group reads its part of the "
-     "shuffled shard list front to back through a shuffle buffer"},
+     "shuffled shard list front to back through a shuffle buffer; dlio reads as DLIO's pytorch or tensorflow reader "
+     "does (dlio_reader; docs/dlio.md, `lade dlio`)"},
     {"shuffle_buffer", T_U64, OFF(shuffle_buffer), 0, 0, 1e12, NULL, "1000",
      "plan=shards: samples in the shuffle buffer (WebDataset's shuffle(n); 0: read the shards in order)"},
+    {"dlio_reader", T_ENUM, OFF(dlio_reader), 0, 0, 0, "pytorch|tensorflow", "pytorch",
+     "plan=dlio: whose sharding (docs/dlio.md): pytorch = a contiguous block of the samples per rank, the same every "
+     "epoch, in order; tensorflow = files round-robin to ranks, records interleaved over dlio_interleave files, "
+     "through a shuffle_buffer when shuffle is on"},
+    {"dlio_samples_per_file", T_U32, OFF(dlio_samples_per_file), 0, 1, 1u << 30, NULL, "1",
+     "plan=dlio, a source whose samples are files (.npz): DLIO samples per file (num_samples_per_file; DLIO loads the "
+     "whole file for each)"},
+    {"dlio_interleave", T_U32, OFF(dlio_interleave), 0, 1, 1 << 16, NULL, "1",
+     "plan=dlio, dlio_reader=tensorflow: files read at once, one record from each in turn (DLIO's read_threads, "
+     "tf.data's num_parallel_reads)"},
     {"model_parallel", T_U32, OFF(model_parallel), 0, 1, 1 << 20, NULL, "1",
      "plan=shards: ranks per model-parallel group (consecutive ranks); they receive identical batches"},
     {"devices_per_node", T_U32, OFF(devices_per_node), 0, 0, 1 << 20, NULL, "0",

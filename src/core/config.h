@@ -9,12 +9,14 @@
 #include "core/core.h" /* LADE__PATH_MAX */
 #include "lade/lade.h"
 
-enum { LADE__SRC_AUTO = 0, LADE__SRC_DIR, LADE__SRC_NPY, LADE__SRC_S3, LADE__SRC_TAR, LADE__SRC_HDF5 };
+enum { LADE__SRC_AUTO = 0, LADE__SRC_DIR, LADE__SRC_NPY, LADE__SRC_S3, LADE__SRC_TAR, LADE__SRC_HDF5, LADE__SRC_TFRECORD };
+/* the tfrecord_compression setting */
+enum { LADE__TFREC_COMP_AUTO = 0, LADE__TFREC_COMP_NONE, LADE__TFREC_COMP_GZIP, LADE__TFREC_COMP_ZLIB };
 enum { LADE__S3_ADDR_AUTO = 0, LADE__S3_ADDR_PATH, LADE__S3_ADDR_VIRTUAL };
 /* the cache_policy setting (engine/resolve.c turns it into a cache/cache.h policy) */
 enum { LADE__POLICY_AUTO = 0, LADE__POLICY_FIFO, LADE__POLICY_LRU, LADE__POLICY_CLAIRVOYANT, LADE__POLICY_PLAN };
 enum { LADE__TRISTATE_AUTO = 0, LADE__TRISTATE_ON, LADE__TRISTATE_OFF };
-enum { LADE__XF_AUTO = 0, LADE__XF_RAW, LADE__XF_NPY, LADE__XF_IMAGENET_TRAIN, LADE__XF_IMAGENET_EVAL };
+enum { LADE__XF_AUTO = 0, LADE__XF_RAW, LADE__XF_NPY, LADE__XF_IMAGENET_TRAIN, LADE__XF_IMAGENET_EVAL, LADE__XF_NPZ };
 enum { LADE__ONERR_FAIL = 0, LADE__ONERR_SKIP };
 enum { LADE__TRANSPORT_AUTO = 0, LADE__TRANSPORT_LOCAL, LADE__TRANSPORT_MPI, LADE__TRANSPORT_UCX };
 enum { LADE__DECODE_SCALE_OFF = 0, LADE__DECODE_SCALE_AUTO };
@@ -39,18 +41,24 @@ struct lade_config {
   int decode_scale;      /* LADE__DECODE_SCALE_*: JPEG IDCT scaling in the image transforms */
   double scale_min, scale_max, ratio_min, ratio_max, hflip;
   uint64_t raw_size;     /* raw slot bytes; 0: size of sample 0 */
+  int raw_overflow;      /* 0: error, 1: cut */
   int on_error;
   uint32_t skip_max_run;    /* on_error=skip: failed reads in a row that stop the loader (0: no bound) */
   double skip_max_fraction; /* on_error=skip: bad samples per epoch, as a fraction, that stop it (1: no bound) */
   char trace[LADE__PATH_MAX];
   char npy_dtype[16];    /* "" : taken from the first file */
   char npy_shape[128];   /* "" : taken from the first file, else "3,224,224" */
+  char npz_member[256];  /* the npz transform's array: a member NAME or NAME.npy of each .npz */
   /* the hdf5 source */
   char hdf5_data[256];   /* dataset path of the samples (N x ...) */
   char hdf5_labels[256]; /* dataset path of the labels; "": "labels" when the file has it */
   uint64_t hdf5_gap;     /* coalesce reads of indices at most this far apart (0: off) */
   uint64_t hdf5_chunk_cache; /* bytes of libhdf5's chunk cache per dataset (0: its default, 1 MiB) */
   int hdf5_direct;       /* 0 (auto): pread contiguous datasets without libhdf5; 1 (off): always H5Dread */
+  /* the tfrecord source */
+  char tfrecord_feature[256]; /* the Example feature a sample is; "": the record's data, undecoded */
+  char tfrecord_label[256];   /* the int64 feature labels come from; "": none */
+  int tfrecord_compression;   /* LADE__TFREC_COMP_* */
   /* object stores (source=s3://bucket/prefix); "" falls back to the AWS_*
    * environment variables, read when the source opens */
   char s3_endpoint[512];
@@ -83,7 +91,9 @@ struct lade_config {
   int plan_balance;                /* 0: peer, 1: storage */
   bool plan_reorder;
   uint32_t plan_imbalance;         /* plan=solar */
-  uint64_t shuffle_buffer;         /* plan=shards */
+  uint64_t shuffle_buffer;         /* plan=shards, plan=dlio (tensorflow) */
+  int dlio_reader;                 /* plan=dlio: LADE__DLIO_PYTORCH or LADE__DLIO_TENSORFLOW (plan/cursor.h) */
+  uint32_t dlio_samples_per_file, dlio_interleave;
   uint32_t model_parallel, devices_per_node;
   uint32_t ranks_per_node; /* 0: detect (transport/topology.h) */
   int transport;                   /* LADE__TRANSPORT_* */

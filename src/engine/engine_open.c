@@ -84,6 +84,7 @@ static const lade__transform_ops_t *transform_of(int t) {
   switch (t) {
     case LADE__RXF_RAW: return &lade__xform_raw;
     case LADE__RXF_NPY: return &lade__xform_npy;
+    case LADE__RXF_NPZ: return &lade__xform_npz;
     case LADE__RXF_IMAGENET_TRAIN: return &lade__xform_imagenet_train;
     case LADE__RXF_IMAGENET_EVAL: return &lade__xform_imagenet_eval;
   }
@@ -346,6 +347,7 @@ static int open_pipeline(lade_loader_t *L, lade__buf_t *buf) {
                              .remote = L->src_ops->submit != NULL,
                              .shard_offsets = L->src.shard_offsets,
                              .shards = L->src.shards,
+                             .npz = L->src.npz,
                              .online_cores = online_cores()};
   fa.launched = lade__transport_launched(&fa.launched_rank, &fa.launched_world) && fa.launched_world > 1;
   fa.torchrun = lade__transport_torchrun(&fa.torchrun_rank, &fa.torchrun_world) && fa.torchrun_world > 1;
@@ -399,9 +401,10 @@ static int open_pipeline(lade_loader_t *L, lade__buf_t *buf) {
   } else {
     const uint8_t *first = NULL;
     size_t first_len = 0;
-    /* sample 0 gives the slot size (raw without raw_size) or the .npy header;
-     * read through the tiers, so a warm cache sends no request */
-    if ((L->xf == &lade__xform_raw && !L->cfg.raw_size) || L->xf == &lade__xform_npy) {
+    /* sample 0 gives the slot size (raw without raw_size) or the .npy header
+     * (npz: its member's); read through the tiers, so a warm cache sends no
+     * request */
+    if ((L->xf == &lade__xform_raw && !L->cfg.raw_size) || L->xf == &lade__xform_npy || L->xf == &lade__xform_npz) {
       int tier, note;
       rc = lade__fetch_read(L->fetch, 0, 0, LADE__ROUTE_ANY, buf, &tier, &note);
       if (rc) return rc;
@@ -409,6 +412,11 @@ static int open_pipeline(lade_loader_t *L, lade__buf_t *buf) {
       first_len = buf->len;
     }
     rc = L->xf->init(&L->xf_state, &L->res.xform, first, first_len, &L->shape);
+    if (rc && L->xf == &lade__xform_npz) { /* the archive is outside bytes: name it, as apply()'s errors are */
+      char name[LADE__PATH_MAX + 64];
+      L->src_ops->describe(&L->src, 0, name, sizeof name);
+      return lade__fail_prefix(rc, "%s (sample 0): ", name);
+    }
     if (rc) return rc;
   }
   if (L->shape.ndim + 1 > LADE_MAX_DIMS)
@@ -500,4 +508,35 @@ int lade_loader_create(lade_loader_t **out, const lade_config_t *cfg) {
   }
   *out = L;
   return 0;
+}
+
+/* The loader's one collective for callers (lade.h): over the transport the
+ * loader opened, so it runs on the same communicator (MPI) or channel (UCX)
+ * as the loader's own exchanges, never a second connection. */
+int lade_loader_allgather(lade_loader_t *L, const void *mine, size_t len, void *all) {
+  if (!L || (len && (!mine || !all))) return lade__fail(LADE_EINVAL, "lade_loader_allgather: NULL argument");
+  if (forked(L)) return lade__engine_fail_forked(L, "lade_loader_allgather");
+  if (L->cfg.world_size <= 1) {
+    if (len) memmove(all, mine, len);
+    return 0;
+  }
+  if (!L->dist || !L->dist->ops->allgather)
+    return lade__fail(LADE_EUNSUPPORTED, "lade_loader_allgather: rank %u of %u has no transport between ranks: set "
+                      "transport=mpi (under mpirun) or transport=ucx with rendezvous_dir (under torchrun)",
+                      L->cfg.rank, L->cfg.world_size);
+  /* MPI and UCX take no empty contribution: a barrier sends one byte */
+  uint8_t one = 1, *scratch = NULL;
+  const void *m = mine;
+  void *a = all;
+  size_t n = len;
+  if (!n) {
+    scratch = malloc(L->cfg.world_size);
+    if (!scratch) return lade__fail(LADE_ENOMEM, "lade_loader_allgather: out of memory");
+    m = &one;
+    a = scratch;
+    n = 1;
+  }
+  int rc = L->dist->ops->allgather(L->dist, m, n, a);
+  free(scratch);
+  return rc;
 }

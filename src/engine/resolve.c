@@ -23,6 +23,27 @@ static bool hdf5_settings_given(const struct lade_config *cfg) {
          cfg->hdf5_chunk_cache != def.hdf5_chunk_cache;
 }
 
+/* Whether npz_member was set to other than its default. */
+static bool npz_member_given(const struct lade_config *cfg) {
+  struct lade_config def;
+  lade__config_defaults(&def);
+  return strcmp(cfg->npz_member, def.npz_member) != 0;
+}
+
+/* The transform setting's name (LADE__XF_*), for messages. */
+static const char *xf_name(int t) {
+  static const char *const names[] = {"auto", "raw", "npy", "imagenet-train", "imagenet-eval", "npz"};
+  return t >= 0 && t < (int)(sizeof names / sizeof names[0]) ? names[t] : "?";
+}
+
+/* Whether the settings (other than their defaults) name a tfrecord_* setting. */
+static bool tfrecord_settings_given(const struct lade_config *cfg) {
+  struct lade_config def;
+  lade__config_defaults(&def);
+  return strcmp(cfg->tfrecord_feature, def.tfrecord_feature) || strcmp(cfg->tfrecord_label, def.tfrecord_label) ||
+         cfg->tfrecord_compression != def.tfrecord_compression;
+}
+
 int lade__resolve_settings(const struct lade_config *cfg, const lade__source_kind_t *k) {
   if (cfg->rank >= cfg->world_size)
     return lade__fail(LADE_EINVAL, "setting 'rank' (%u) must be below 'world_size' (%u)", cfg->rank, cfg->world_size);
@@ -38,9 +59,17 @@ int lade__resolve_settings(const struct lade_config *cfg, const lade__source_kin
   if ((cfg->npy_dtype[0] || cfg->npy_shape[0]) && !k->is_npy)
     return lade__fail(LADE_EINVAL, "settings 'npy_dtype'/'npy_shape' apply to .npy sources only; %s is read by the %s "
                       "source", cfg->source, k->name);
+  /* npz_member: with transform=npz, or auto over a folder (which may hold .npz files: lade__resolve decides) */
+  if (npz_member_given(cfg) && cfg->transform != LADE__XF_NPZ && !(cfg->transform == LADE__XF_AUTO && k->is_dir))
+    return lade__fail(LADE_EINVAL, "setting 'npz_member' applies to the npz transform only; %s is read with "
+                      "transform=%s by the %s source (set transform=npz)", cfg->source, xf_name(cfg->transform),
+                      k->name);
   if (!k->is_hdf5 && hdf5_settings_given(cfg))
     return lade__fail(LADE_EINVAL, "settings 'hdf5_*' apply to HDF5 sources only; %s is read by the %s source",
                       cfg->source, k->name);
+  if ((!k->name || strcmp(k->name, "tfrecord")) && tfrecord_settings_given(cfg))
+    return lade__fail(LADE_EINVAL, "settings 'tfrecord_*' apply to TFRecord sources only; %s is read by the %s source "
+                      "(source_type=tfrecord reads it as TFRecord files)", cfg->source, k->name ? k->name : "?");
 #ifndef LADE_HAVE_JPEG
   if (cfg->transform == LADE__XF_IMAGENET_TRAIN || cfg->transform == LADE__XF_IMAGENET_EVAL ||
       (cfg->transform == LADE__XF_AUTO && k->is_dir))
@@ -334,19 +363,24 @@ int lade__resolve_node_cache(const struct lade_config *cfg, const char *env_job,
   return 0;
 }
 
-static int resolve_transform(const struct lade_config *cfg, const lade__source_kind_t *k) {
+static int resolve_transform(const struct lade_config *cfg, const lade__source_facts_t *fa) {
+  const lade__source_kind_t *k = &fa->kind;
   switch (cfg->transform) {
     case LADE__XF_RAW: return LADE__RXF_RAW;
     case LADE__XF_NPY: return LADE__RXF_NPY;
     case LADE__XF_IMAGENET_EVAL: return LADE__RXF_IMAGENET_EVAL;
     case LADE__XF_IMAGENET_TRAIN: return LADE__RXF_IMAGENET_TRAIN;
-    default: return k->is_npy || k->is_hdf5 ? LADE__RXF_NPY : LADE__RXF_IMAGENET_TRAIN;
+    case LADE__XF_NPZ: return LADE__RXF_NPZ;
+    default:
+      return k->is_npy || k->is_hdf5 ? LADE__RXF_NPY : fa->npz ? LADE__RXF_NPZ : LADE__RXF_IMAGENET_TRAIN;
   }
 }
 
 lade__xform_conf_t lade__resolve_xform(const struct lade_config *cfg) {
   return (lade__xform_conf_t){.raw_size = cfg->raw_size,
+                            .raw_cut = cfg->raw_overflow == 1,
                             .npy_dtype = cfg->npy_dtype,
+                            .npz_member = cfg->npz_member,
                             .crop_size = cfg->crop_size,
                             .resize_size = cfg->resize_size,
                             .image_dtype = cfg->image_dtype,
@@ -402,7 +436,13 @@ int lade__resolve(const struct lade_config *cfg, const lade__source_facts_t *fa,
   int rc = resolve_fetch(cfg, fa, &r->fetch, &plan_cache, &plan_cache_disk);
   if (!rc) rc = resolve_transport(cfg, fa, r);
   if (rc) return rc;
-  r->transform = resolve_transform(cfg, &fa->kind);
+  r->transform = resolve_transform(cfg, fa);
+  if (r->transform != LADE__RXF_NPZ && npz_member_given(cfg))
+    return lade__fail(LADE_EINVAL, "setting 'npz_member' applies to the npz transform only; %s is read with "
+                      "transform=%s%s (set transform=npz)", cfg->source,
+                      r->transform == LADE__RXF_RAW ? "raw" : r->transform == LADE__RXF_NPY ? "npy"
+                      : r->transform == LADE__RXF_IMAGENET_EVAL ? "imagenet-eval" : "imagenet-train",
+                      cfg->transform == LADE__XF_AUTO ? " (auto: its files are not .npz archives)" : "");
   r->xform = lade__resolve_xform(cfg);
   r->threads = cfg->threads ? cfg->threads : LADE__MAX(fa->online_cores, 1);
   lade__cursor_params_t *cp = &r->cursor;
@@ -412,6 +452,9 @@ int lade__resolve(const struct lade_config *cfg, const lade__source_facts_t *fa,
                                 .shard_offsets = fa->shard_offsets,
                                 .shards = fa->shards,
                                 .shuffle_buffer = cfg->shuffle_buffer,
+                                .dlio_reader = cfg->dlio_reader,
+                                .dlio_rep = cfg->dlio_samples_per_file,
+                                .dlio_interleave = cfg->dlio_interleave,
                                 .model_parallel = cfg->model_parallel,
                                 .devices_per_node = cfg->devices_per_node};
   lade_plan_settings_default(&cp->plan, sizeof cp->plan);

@@ -28,7 +28,7 @@
 #include "transport/topology.h"
 
 /* The transform the engine runs (the `transform` setting, auto resolved). */
-enum { LADE__RXF_RAW = 1, LADE__RXF_NPY, LADE__RXF_IMAGENET_TRAIN, LADE__RXF_IMAGENET_EVAL };
+enum { LADE__RXF_RAW = 1, LADE__RXF_NPY, LADE__RXF_IMAGENET_TRAIN, LADE__RXF_IMAGENET_EVAL, LADE__RXF_NPZ };
 
 /* What the chosen backend is, before it is opened. */
 typedef struct lade__source_kind {
@@ -42,6 +42,7 @@ typedef struct lade__source_facts {
   lade__source_kind_t kind;
   uint64_t count;            /* samples */
   uint64_t mean_bytes;       /* mean sample size; only needed where lade__resolve_wants_mean() */
+  bool npz;                  /* a dir source under transform=auto found .npz files (auto picks npz) */
   bool remote;               /* the source fetches in the background (submit) */
   const uint64_t *shard_offsets; /* tar shards: shards + 1 offsets (borrowed), else NULL */
   uint64_t shards;
@@ -118,7 +119,7 @@ int lade__resolve_node_cache(const struct lade_config *cfg, const char *env_job,
 
 /* The transform's part of the settings alone (lade__resolve fills
  * out->xform with it; tools that run a transform without a loader call it).
- * Borrows cfg->npy_dtype. */
+ * Borrows cfg->npy_dtype and cfg->npz_member. */
 lade__xform_conf_t lade__resolve_xform(const struct lade_config *cfg);
 
 #endif

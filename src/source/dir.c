@@ -1,11 +1,15 @@
 /* dir.c - the `dir` source: an ImageFolder tree, one file per sample. With a
  * decoding transform only image files are listed (torchvision's
- * IMG_EXTENSIONS); raw and npy transforms take every regular file. */
+ * IMG_EXTENSIONS); raw, npy and npz transforms take every regular file.
+ * Under transform=auto a tree of .npz files (a peek at its first file, as
+ * select.c peeks for .npy) is listed whole and read with the npz transform. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "source.h"
@@ -17,6 +21,38 @@ typedef struct dir_impl {
   char root[LADE__PATH_MAX];
 } dir_impl_t;
 
+/* Whether the first file of the tree at path ends in .npz (any case): the
+ * first, by name, of the folder's files, or when it has none (or, at the
+ * root, when it has class folders: files beside them are not samples) of
+ * its first sub-folder's, as the listing orders them. Hidden names are
+ * skipped, as the listing skips them. */
+static bool looks_npz(const char *path, int depth) {
+  DIR *d = depth <= 8 ? opendir(path) : NULL;
+  if (!d) return false;
+  char file[256] = "", sub[256] = "";
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.' || strlen(e->d_name) >= sizeof file) continue;
+    bool is_dir = e->d_type == DT_DIR, is_file = e->d_type == DT_REG;
+    if (e->d_type == DT_UNKNOWN || e->d_type == DT_LNK) {
+      struct stat st;
+      if (fstatat(dirfd(d), e->d_name, &st, 0) != 0) continue;
+      is_dir = S_ISDIR(st.st_mode);
+      is_file = S_ISREG(st.st_mode);
+    }
+    char *best = is_dir ? sub : is_file ? file : NULL;
+    if (best && (!best[0] || strcmp(e->d_name, best) < 0)) snprintf(best, sizeof file, "%s", e->d_name);
+  }
+  closedir(d);
+  if (file[0] && !(depth == 0 && sub[0])) {
+    size_t n = strlen(file);
+    return n >= 4 && strcasecmp(file + n - 4, ".npz") == 0;
+  }
+  char next[LADE__PATH_MAX];
+  if (!sub[0] || (size_t)snprintf(next, sizeof next, "%s/%s", path, sub) >= sizeof next) return false;
+  return looks_npz(next, depth + 1);
+}
+
 static int dir_open(lade__source_t *s, const struct lade_config *cfg) {
   dir_impl_t *d = calloc(1, sizeof *d);
   if (!d) return lade__fail(LADE_ENOMEM, "dir source: out of memory");
@@ -24,8 +60,10 @@ static int dir_open(lade__source_t *s, const struct lade_config *cfg) {
   d->rootfd = -1;
   d->max_sample = cfg->max_sample_bytes;
   int t = cfg->transform;
-  int which = t == LADE__XF_AUTO || t == LADE__XF_IMAGENET_TRAIN || t == LADE__XF_IMAGENET_EVAL ? LADE__LIST_IMAGES
-                                                                                            : LADE__LIST_ALL;
+  bool npz = t == LADE__XF_AUTO && looks_npz(d->root, 0);
+  int which = !npz && (t == LADE__XF_AUTO || t == LADE__XF_IMAGENET_TRAIN || t == LADE__XF_IMAGENET_EVAL)
+                  ? LADE__LIST_IMAGES
+                  : LADE__LIST_ALL;
   /* an empty dataset or class folder fails here, naming the root */
   int rc = lade__listing_scan(&d->list, d->root, which);
   if (rc) {
@@ -44,6 +82,7 @@ static int dir_open(lade__source_t *s, const struct lade_config *cfg) {
   s->labels = d->list.label;
   s->classes = d->list.classes;
   s->class_names = (const char *const *)d->list.class_names;
+  s->npz = npz;
   return 0;
 }
 

@@ -1,5 +1,8 @@
 /* select.c - which source backend reads a `source` setting (source_type,
- * or auto: s3:// is s3; a .npy file, or a folder holding only .npy files, is
+ * or auto: a file, brace pattern or URL ending in .tfrecord or .tfrecords
+ * (.gz, .zlib after it too), or a folder holding such files and no
+ * sub-folder, is tfrecord, remote for http(s):// and s3://; s3:// is s3; a
+ * .npy file, or a folder holding only .npy files, is
  * npy; a .tar, a folder of shards, a brace pattern or a list of shards is
  * tar, remote tar for http(s):// URLs, lists of them and s3:// shards
  * (source_type=tar, or a .tar, brace pattern or .txt); a file ending in .h5,
@@ -43,12 +46,15 @@ static int folder_looks_npy(const char *root, int depth) {
   return sub[0] ? folder_looks_npy(sub, depth + 1) : 0;
 }
 
-/* auto: a folder with .tar files and no sub-folders holds shards. */
-static int folder_is_shards(const char *root) {
+enum { NO_SHARDS, TAR_SHARDS, TFRECORD_FILES };
+
+/* auto: a folder with .tar files (else TFRecord files) and no sub-folders
+ * holds shards. One pass over the folder for both. */
+static int folder_shards(const char *root) {
   DIR *d = opendir(root);
-  if (!d) return 0;
+  if (!d) return NO_SHARDS;
   struct dirent *e;
-  int tars = 0, dirs = 0;
+  int tars = 0, tfrs = 0, dirs = 0;
   while ((e = readdir(d)) != NULL) {
     if (e->d_name[0] == '.') continue;
     struct stat st;
@@ -58,15 +64,32 @@ static int folder_is_shards(const char *root) {
                                                                   : 0);
     if (is_dir) dirs++;
     else if (has_suffix(e->d_name, ".tar")) tars++;
+    else if (lade__tfrec_is_name(e->d_name, strlen(e->d_name))) tfrs++;
   }
   closedir(d);
-  return tars > 0 && dirs == 0;
+  return dirs ? NO_SHARDS : tars ? TAR_SHARDS : tfrs ? TFRECORD_FILES : NO_SHARDS;
 }
 
 int lade__source_select(const struct lade_config *cfg, const lade__source_ops_t **ops) {
   if (!cfg->source[0]) return lade__fail(LADE_EINVAL, "setting 'source' is empty: give the dataset path");
   int url = !strncmp(cfg->source, "http://", 7) || !strncmp(cfg->source, "https://", 8);
   int s3 = !strncmp(cfg->source, "s3://", 5);
+  /* TFRecord files: the tar source family's tfrecord format, local or remote */
+  int tfr = cfg->source_type == LADE__SRC_TFRECORD ||
+            (cfg->source_type == LADE__SRC_AUTO && lade__tfrec_is_name(cfg->source, strlen(cfg->source)));
+  if (tfr) {
+    if (url || s3 || lade__tar_source_remote(cfg->source)) {
+#ifdef LADE_HAVE_CURL
+      *ops = &lade__source_tfrecord_remote;
+      return 0;
+#else
+      return lade__fail(LADE_EUNSUPPORTED, "dataset %s: remote TFRecord files need libcurl, which this build lacks "
+                        "(LADE_WITH_CURL)", cfg->source);
+#endif
+    }
+    *ops = &lade__source_tfrecord; /* a brace pattern names no file itself; the source checks each file */
+    return 0;
+  }
   /* s3:// is the s3 source unless it names tar shards: source_type=tar, or
    * auto with a .tar object, a brace pattern or a .txt list */
   int s3_tar = s3 && (cfg->source_type == LADE__SRC_TAR ||
@@ -138,13 +161,15 @@ int lade__source_select(const struct lade_config *cfg, const lade__source_ops_t 
   if (S_ISREG(st.st_mode)) {
     if (!has_suffix(cfg->source, ".npy"))
       return lade__fail(LADE_EINVAL,
-                        "dataset %s is a file but not a .npy, a .tar or a .txt list of shards; give a folder or one of "
-                        "those", cfg->source);
+                        "dataset %s is a file but not a .npy, a .tar, a .tfrecord or a .txt list of shards; give a folder "
+                        "or one of those (source_type=tfrecord for TFRecord files named otherwise)", cfg->source);
     *ops = &lade__source_npy;
     return 0;
   }
   if (!S_ISDIR(st.st_mode)) return lade__fail(LADE_EINVAL, "dataset %s is neither a folder nor a file", cfg->source);
-  *ops = folder_is_shards(cfg->source) ? &lade__source_tar
+  int shards = folder_shards(cfg->source); /* a folder of TFRecord files is local: no remote check */
+  *ops = shards == TAR_SHARDS ? &lade__source_tar
+         : shards == TFRECORD_FILES ? &lade__source_tfrecord
          : folder_looks_npy(cfg->source, 0) ? &lade__source_npy
                                             : &lade__source_dir;
   return 0;

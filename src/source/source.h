@@ -164,6 +164,9 @@ struct lade__source {
    * plan streams them. Owned by the source. */
   const uint64_t *shard_offsets;
   uint64_t shards;
+  /* dir under transform=auto: the files are .npz archives, every one is
+   * listed, and auto means the npz transform (engine/resolve.c). */
+  bool npz;
   /* Set by the engine before open(): called (from the source's own thread,
    * with none of the source's locks held) whenever a submitted sample
    * arrives, so workers waiting for ready samples wake up. May be NULL. */
@@ -180,6 +183,13 @@ extern const lade__source_ops_t lade__source_tar;
 extern const lade__source_ops_t lade__source_hdf5;
 /* The same for http(s):// shards (needs libcurl): reads are Range requests */
 extern const lade__source_ops_t lade__source_tar_remote;
+/* TFRecord files, a record per sample: the tar source with its tfrecord
+ * format (tar_impl.h); local, and remote (needs libcurl) */
+extern const lade__source_ops_t lade__source_tfrecord;
+extern const lade__source_ops_t lade__source_tfrecord_remote;
+/* A TFRecord file's name: ending in .tfrecord or .tfrecords, optionally
+ * then .gz or .zlib (compressed). */
+int lade__tfrec_is_name(const char *name, size_t len);
 /* 1 when source names remote tar shards: a URL, or a local list file whose
  * first shard is a URL. */
 int lade__tar_source_remote(const char *source);

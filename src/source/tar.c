@@ -10,10 +10,13 @@
  * member's data offset and size, and the value of each `.cls`), built by one
  * sequential pass over the shard's headers the first time it is opened and
  * stored checksummed, keyed by the shard's version: a changed shard, or a
- * damaged index, is indexed again. This file owns the format side (shard
- * lists, the index and its stored form, samples, labels); where a shard's
- * bytes come from is a backend (tar_impl.h): tar_local.c (pread) or
- * tar_http.c (Range requests over http(s):// and s3://).
+ * damaged index, is indexed again. This file owns what every container
+ * format shares (shard lists, the index and its stored form, the samples'
+ * arrays, the source's vtable) and the tar format itself; the tfrecord
+ * format (TFRecord files, a record per sample) is tar_tfrecord.c, chosen at
+ * open by the source's ops (lade__source_tfrecord). Where a shard's bytes
+ * come from is a backend (tar_impl.h): tar_local.c (pread) or tar_http.c
+ * (Range requests over http(s):// and s3://).
  *
  * Threads: open() indexes up to INDEX_THREADS shards at once (index_all);
  * `index_job_t.mu` guards only which shard is taken next, each thread
@@ -69,21 +72,22 @@ int lade__tar_has_suffix(const char *s, const char *suf) {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-/* The .tar files directly in folder root, sorted byte-wise. */
-static int list_folder(lade__tar_strs_t *out, const char *root) {
+/* The shards directly in folder root (.tar files; .tfrecord files), sorted
+ * byte-wise. */
+static int list_folder(const lade__tar_t *t, lade__tar_strs_t *out, const char *root) {
   DIR *d = opendir(root);
   if (!d) return lade__fail(LADE_EIO, "cannot read folder %s: %s", root, strerror(errno));
   lade__tar_strs_t tmp = {0};
   int rc = 0;
   struct dirent *e;
   while (!rc && (e = readdir(d)) != NULL) {
-    if (e->d_name[0] == '.' || !lade__tar_has_suffix(e->d_name, ".tar")) continue;
+    if (e->d_name[0] == '.' || !t->fmt->is_shard(e->d_name, strlen(e->d_name))) continue;
     rc = lade__tar_strs_push(&tmp, e->d_name, strlen(e->d_name));
   }
   closedir(d);
   char **v = rc || !tmp.n ? NULL : malloc(tmp.n * sizeof *v);
   if (!rc && tmp.n && !v) rc = lade__fail(LADE_ENOMEM, "tar source: out of memory");
-  if (!rc && !tmp.n) rc = lade__fail(LADE_EEMPTY, "no .tar files in folder %s", root);
+  if (!rc && !tmp.n) rc = lade__fail(LADE_EEMPTY, "no %s files in folder %s", t->fmt->shard_kind, root);
   if (!rc) {
     for (size_t i = 0; i < tmp.n; i++) v[i] = tmp.a + tmp.off[i];
     qsort(v, tmp.n, sizeof *v, cmp_str);
@@ -246,20 +250,28 @@ int lade__tar_brace_expand(lade__tar_strs_t *out, const char *pat, const char *w
 
 void lade__tar_index_free(lade__tar_index_t *x) {
   free(x->m);
+  free(x->aux);
   lade__tar_strs_free(&x->names);
   memset(x, 0, sizeof *x);
 }
 
-static int index_push(lade__tar_index_t *x, uint64_t off, uint64_t size, int64_t cls, const char *name, size_t nlen) {
+int lade__tar_index_push(lade__tar_index_t *x, const lade__tar_entry_t *e, uint64_t aux, const char *name, size_t nlen) {
   if (x->n == x->cap) {
     size_t cap = x->cap ? x->cap * 2 : 256;
     lade__tar_entry_t *m = realloc(x->m, cap * sizeof *m);
-    if (!m) return lade__fail(LADE_ENOMEM, "tar source: out of memory");
-    x->m = m;
+    if (m) x->m = m;
+    uint64_t *a = realloc(x->aux, cap * sizeof *a);
+    if (a) x->aux = a;
+    if (!m || !a) return lade__fail(LADE_ENOMEM, "tar source: out of memory");
     x->cap = cap;
   }
-  x->m[x->n++] = (lade__tar_entry_t){off, size, cls};
-  return lade__tar_strs_push(&x->names, name, nlen);
+  x->aux[x->n] = aux;
+  x->m[x->n++] = *e;
+  return name ? lade__tar_strs_push(&x->names, name, nlen) : 0;
+}
+
+static int index_push(lade__tar_index_t *x, uint64_t off, uint64_t size, int64_t cls, const char *name, size_t nlen) {
+  return lade__tar_index_push(x, &(lade__tar_entry_t){off, size, cls}, 0, name, nlen);
 }
 
 static int is_cls(const char *name) {
@@ -282,7 +294,9 @@ static int parse_cls(const uint8_t *d, size_t n, int64_t *v) {
 
 /* One pass over the shard's headers, read through `fn` (a local shard's
  * buffered preads, or a remote shard's streamed GET). */
-int lade__tar_index_walk(lade__tar_index_t *x, lade__tar_pread_fn fn, void *ctx, uint64_t size, const char *shard) {
+static int tar_walk(const lade__tar_t *tt, lade__tar_index_t *x, lade__tar_pread_fn fn, void *ctx, uint64_t size,
+                    const char *shard) {
+  (void)tt;
   lade__tar_reader_t t;
   lade__tar_init(&t, fn, ctx, size);
   lade__tar_member_t m;
@@ -311,7 +325,10 @@ int lade__tar_index_walk(lade__tar_index_t *x, lade__tar_pread_fn fn, void *ctx,
 
 #define BIND_MEMBERS 8
 
-uint64_t lade__tar_index_bind(const lade__tar_index_t *x, lade__tar_pread_fn fn, void *ctx) {
+/* The header block of up to 8 members spread over the index (first and
+ * last included) and the data of those that are .cls members. */
+static uint64_t tar_bind(const lade__tar_t *t, const lade__tar_index_t *x, lade__tar_pread_fn fn, void *ctx) {
+  (void)t;
   uint64_t h = lade__hash64(&x->n, sizeof x->n, 0x62696e6474617200ull);
   size_t k = LADE__MIN(x->n, (size_t)BIND_MEMBERS);
   for (size_t j = 0; j < k; j++) {
@@ -334,9 +351,13 @@ typedef struct idx_hdr {
   uint64_t bind;
 } idx_hdr_t;
 
-/* Loads a stored index when it is whole (checksum) and made from this
- * version of the shard; else returns -1 and x is empty. */
-int lade__tar_index_load(lade__tar_index_t *x, const char *path, lade__tar_ver_t v) {
+/* Loads a stored index when it is whole (checksum), of this format and
+ * settings (magic; t->index_seed seeds the checksum) and made from this
+ * version of the shard; else returns -1 and x is empty. The stored form is
+ * the header, the entries, their aux values (formats with aux), then the
+ * names (formats with names), then the checksum. */
+int lade__tar_index_load(const lade__tar_t *t, lade__tar_index_t *x, const char *path, lade__tar_ver_t v) {
+  const lade__tar_format_t *f = t->fmt;
   lade__buf_t b = {0};
   int ok = 0;
   if (read_small(path, 1ull << 34, &b) != 0) goto out;
@@ -345,23 +366,27 @@ int lade__tar_index_load(lade__tar_index_t *x, const char *path, lade__tar_ver_t
   memcpy(&h, b.data, sizeof h);
   uint64_t sum;
   memcpy(&sum, b.data + b.len - 8, 8);
-  if (memcmp(h.magic, IDX_MAGIC, 8) != 0 || sum != lade__hash64(b.data, b.len - 8, 0)) goto out;
+  if (memcmp(h.magic, f->magic, 8) != 0 || sum != lade__hash64(b.data, b.len - 8, t->index_seed)) goto out;
   if (h.shard_size != v.size || h.mtime_sec != v.a || h.mtime_nsec != v.b) goto out;
-  if (h.count > (b.len - sizeof h) / sizeof(lade__tar_entry_t) ||
-      h.names_len != b.len - 8 - sizeof h - h.count * sizeof(lade__tar_entry_t))
+  size_t per = sizeof(lade__tar_entry_t) + (f->aux ? 8 : 0);
+  if (h.count > (b.len - sizeof h) / per || h.names_len != b.len - 8 - sizeof h - h.count * per ||
+      (!f->names && h.names_len))
     goto out;
-  const uint8_t *mp = b.data + sizeof h;
-  const char *names = (const char *)mp + h.count * sizeof(lade__tar_entry_t), *np = names, *nend = names + h.names_len;
+  const uint8_t *mp = b.data + sizeof h, *ap = mp + h.count * sizeof(lade__tar_entry_t);
+  const char *names = (const char *)mp + h.count * per, *np = names, *nend = names + h.names_len;
   if (h.names_len && nend[-1] != '\0') goto out;
   for (uint64_t i = 0; i < h.count; i++) {
     lade__tar_entry_t m;
+    uint64_t aux = 0;
     memcpy(&m, mp + i * sizeof m, sizeof m);
-    const char *z = np < nend ? memchr(np, 0, (size_t)(nend - np)) : NULL;
-    if (!z || m.data_off > h.shard_size || m.size > h.shard_size - m.data_off ||
+    if (f->aux) memcpy(&aux, ap + i * 8, 8);
+    const char *z = f->names && np < nend ? memchr(np, 0, (size_t)(nend - np)) : NULL;
+    if ((f->names && !z) || m.data_off > h.shard_size || h.shard_size - m.data_off < f->tail ||
+        m.size > h.shard_size - m.data_off - f->tail || aux / 8 > m.size ||
         (m.cls != LADE__TAR_NO_CLS && (m.cls < 0 || m.cls >= (1 << 24))))
       goto out;
-    if (index_push(x, m.data_off, m.size, m.cls, np, (size_t)(z - np)) != 0) goto out;
-    np = z + 1;
+    if (lade__tar_index_push(x, &m, aux, f->names ? np : NULL, f->names ? (size_t)(z - np) : 0) != 0) goto out;
+    if (f->names) np = z + 1;
   }
   ok = np == nend;
   x->bind = h.bind;
@@ -378,8 +403,9 @@ const char *lade__tar_index_dir(const struct lade_config *cfg) {
   return cfg->index_dir[0] ? cfg->index_dir : cfg->cache_dir[0] ? cfg->cache_dir : NULL;
 }
 
-void lade__tar_index_store(const lade__tar_index_t *x, const char *path, lade__tar_ver_t v,
+void lade__tar_index_store(const lade__tar_t *t, const lade__tar_index_t *x, const char *path, lade__tar_ver_t v,
                            const struct lade_config *cfg) {
+  const lade__tar_format_t *f = t->fmt;
   const char *dir = lade__tar_index_dir(cfg);
   if (dir && lade__mkdir_private(dir) != 0) {
     lade__clear_error();
@@ -387,20 +413,22 @@ void lade__tar_index_store(const lade__tar_index_t *x, const char *path, lade__t
   }
   idx_hdr_t h;
   memset(&h, 0, sizeof h);
-  memcpy(h.magic, IDX_MAGIC, 8);
+  memcpy(h.magic, f->magic, 8);
   h.shard_size = v.size;
   h.mtime_sec = v.a;
   h.mtime_nsec = v.b;
   h.count = x->n;
-  h.names_len = x->names.len;
+  h.names_len = f->names ? x->names.len : 0;
   h.bind = x->bind;
-  size_t total = sizeof h + x->n * sizeof(lade__tar_entry_t) + x->names.len + 8;
+  size_t entries = x->n * sizeof(lade__tar_entry_t), auxes = f->aux ? x->n * 8 : 0;
+  size_t total = sizeof h + entries + auxes + h.names_len + 8;
   uint8_t *b = malloc(total);
   if (!b) return;
   memcpy(b, &h, sizeof h);
-  if (x->n) memcpy(b + sizeof h, x->m, x->n * sizeof(lade__tar_entry_t));
-  if (x->names.len) memcpy(b + sizeof h + x->n * sizeof(lade__tar_entry_t), x->names.a, x->names.len);
-  uint64_t sum = lade__hash64(b, total - 8, 0);
+  if (x->n) memcpy(b + sizeof h, x->m, entries);
+  if (auxes) memcpy(b + sizeof h + entries, x->aux, auxes);
+  if (h.names_len) memcpy(b + sizeof h + entries + auxes, x->names.a, h.names_len);
+  uint64_t sum = lade__hash64(b, total - 8, t->index_seed);
   memcpy(b + total - 8, &sum, 8);
   char tmp[LADE__PATH_MAX + 160];
   snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
@@ -422,22 +450,25 @@ void lade__tar_index_store(const lade__tar_index_t *x, const char *path, lade__t
 
 /* --------------------------------------------------------------- samples */
 
-enum { WANT_IMAGE, WANT_NPY, WANT_RAW };
+enum { WANT_IMAGE, WANT_NPY, WANT_RAW, WANT_NPZ };
 
 /* The rank of a member's extension for the transform: lower is preferred,
- * -1 never taken. Images in lade__image_exts order (.jpg first), then .npy
- * (raw only), then any other extension but .cls (raw only). */
+ * -1 never taken. npy and npz take their own extension only; image
+ * transforms the images, in lade__image_exts order (.jpg first); raw the
+ * image, else the .npy or .npz, else any other extension but .cls. */
 static int ext_rank(const char *ext, int want) {
   int r = 0;
-  if (want != WANT_NPY)
+  if (want == WANT_IMAGE || want == WANT_RAW)
     for (const char *const *e = lade__image_exts; *e; e++, r++)
       if (strcasecmp(ext, *e + 1) == 0) return r;
-  if (strcasecmp(ext, "npy") == 0) return want == WANT_IMAGE ? -1 : 100;
+  if (strcasecmp(ext, "npy") == 0) return want == WANT_NPY || want == WANT_RAW ? 100 : -1;
+  if (strcasecmp(ext, "npz") == 0) return want == WANT_NPZ || want == WANT_RAW ? 100 : -1;
   if (want == WANT_RAW && strcmp(ext, "cls") != 0) return 200;
   return -1;
 }
 
-static int push_sample(lade__tar_t *t, uint32_t shard, const lade__tar_entry_t *m, const char *name, int32_t label) {
+int lade__tar_push_sample(lade__tar_t *t, uint32_t shard, uint64_t off, uint64_t size, uint64_t span, int32_t label,
+                          const char *name) {
   if (t->count == t->cap) {
     uint64_t cap = t->cap ? t->cap * 2 : 1024;
     uint32_t *s = realloc(t->shard, cap * sizeof *s);
@@ -448,15 +479,19 @@ static int push_sample(lade__tar_t *t, uint32_t shard, const lade__tar_entry_t *
     if (z) t->sizes = z;
     int32_t *l = realloc(t->labels, cap * sizeof *l);
     if (l) t->labels = l;
-    if (!s || !o || !z || !l) return lade__fail(LADE_ENOMEM, "tar source: out of memory");
+    uint64_t *p = t->fmt->tail ? realloc(t->span, cap * sizeof *p) : NULL;
+    if (p) t->span = p;
+    if (!s || !o || !z || !l || (t->fmt->tail && !p))
+      return lade__fail(LADE_ENOMEM, "%s source: out of memory", t->fmt->name);
     t->cap = cap;
   }
   t->shard[t->count] = shard;
-  t->off[t->count] = m->data_off;
-  t->sizes[t->count] = m->size;
+  t->off[t->count] = off;
+  t->sizes[t->count] = size;
+  if (t->span) t->span[t->count] = span ? span : size;
   t->labels[t->count] = label; /* the .cls value, or -1 (none) for now */
   t->count++;
-  return lade__tar_strs_push(&t->names, name, strlen(name));
+  return name ? lade__tar_strs_push(&t->names, name, strlen(name)) : 0;
 }
 
 /* Length of the key of a member name (up to the first '.' of its last
@@ -469,7 +504,8 @@ static size_t key_len(const char *name) {
 }
 
 /* Groups a shard's members into samples. */
-static int add_shard_samples(lade__tar_t *t, uint32_t si, const lade__tar_index_t *x, int want, uint64_t *with_cls) {
+static int tar_add(lade__tar_t *t, uint32_t si, const lade__tar_index_t *x) {
+  int want = t->want;
   const char *shard = lade__tar_strs_at(&t->shards, si);
   size_t i = 0;
   while (i < x->n) {
@@ -500,9 +536,10 @@ static int add_shard_samples(lade__tar_t *t, uint32_t si, const lade__tar_index_
       t->skipped++;
     } else {
       int32_t label = cls == LADE__TAR_NO_CLS ? -1 : (int32_t)cls;
-      int rc = push_sample(t, si, &x->m[best], lade__tar_strs_at(&x->names, (size_t)best), label);
+      const lade__tar_entry_t *m = &x->m[best];
+      int rc = lade__tar_push_sample(t, si, m->data_off, m->size, 0, label, lade__tar_strs_at(&x->names, (size_t)best));
       if (rc) return rc;
-      if (cls != LADE__TAR_NO_CLS) (*with_cls)++;
+      if (cls != LADE__TAR_NO_CLS) t->with_cls++;
     }
     i = j;
   }
@@ -515,7 +552,8 @@ static const char *sample_name_of(void *ctx, uint64_t i) { return lade__tar_strs
  * labels); some samples with a .cls and some without is an error. Without
  * any, from the keys' folders by labels.c's rule, the rule of the dir and s3
  * sources: the key's first folder is its class, a key without a folder -1. */
-static int assign_labels(lade__tar_t *t, uint64_t with_cls, lade__source_t *s) {
+static int tar_labels(lade__tar_t *t, lade__source_t *s) {
+  uint64_t with_cls = t->with_cls;
   if (with_cls == t->count) {
     int32_t mx = -1;
     for (uint64_t i = 0; i < t->count; i++) mx = LADE__MAX(mx, t->labels[i]);
@@ -549,12 +587,14 @@ static void tar_close(lade__source_t *s) {
   lade__tar_t *t = s->impl;
   if (!t) return;
   if (t->be) t->be->close(t); /* first: a remote backend's thread reads the shard list */
+  if (t->fmt && t->fmt->close) t->fmt->close(t);
   lade__tar_strs_free(&t->shards);
   lade__tar_strs_free(&t->names);
   free(t->shard);
   free(t->shard_off);
   free(t->off);
   free(t->sizes);
+  free(t->span);
   free(t->labels);
   free(t->class_names);
   free(t->class_arena);
@@ -572,7 +612,9 @@ static void tar_close(lade__source_t *s) {
 int lade__tar_source_remote(const char *source) {
   if (lade__tar_is_url(source)) return 1;
   struct stat st;
-  if (stat(source, &st) != 0 || !S_ISREG(st.st_mode) || lade__tar_has_suffix(source, ".tar")) return 0;
+  if (stat(source, &st) != 0 || !S_ISREG(st.st_mode) || lade__tar_has_suffix(source, ".tar") ||
+      lade__tfrec_is_name(source, strlen(source)))
+    return 0;
   lade__tar_strs_t one = {0};
   lade__buf_t b = {0};
   int remote = read_small(source, 64u << 20, &b) == 0 && lade__tar_list_lines(&one, &b, ".", source) == 0 &&
@@ -584,14 +626,14 @@ int lade__tar_source_remote(const char *source) {
 }
 
 /* The shards the source names (see docs/sources.md). */
-static int tar_shards(lade__tar_strs_t *out, const char *src) {
+static int tar_shards(const lade__tar_t *t, lade__tar_strs_t *out, const char *src) {
   struct stat st;
   if (stat(src, &st) != 0) {
     if (strchr(src, '{')) return lade__tar_brace_expand(out, src, src);
     return lade__fail(errno == ENOENT ? LADE_ENOENT : LADE_EIO, "dataset %s: %s", src, strerror(errno));
   }
-  if (S_ISDIR(st.st_mode)) return list_folder(out, src);
-  if (S_ISREG(st.st_mode) && !lade__tar_has_suffix(src, ".tar")) return list_file(out, src);
+  if (S_ISDIR(st.st_mode)) return list_folder(t, out, src);
+  if (S_ISREG(st.st_mode) && t->fmt->is_list(src)) return list_file(out, src);
   return lade__tar_strs_push(out, src, strlen(src));
 }
 
@@ -628,7 +670,7 @@ static void *index_worker(void *arg) {
   }
 }
 
-static int index_all(lade__tar_t *t, const struct lade_config *cfg, int want, uint64_t *with_cls) {
+static int index_all(lade__tar_t *t, const struct lade_config *cfg) {
   size_t W = LADE__MIN((size_t)INDEX_WINDOW, t->shards.n ? t->shards.n : 1);
   index_job_t j = {.t = t, .cfg = cfg};
   j.x = calloc(W, sizeof *j.x);
@@ -651,7 +693,7 @@ static int index_all(lade__tar_t *t, const struct lade_config *cfg, int want, ui
         rc = j.rc[k];
         lade__set_error_text(j.msg[k] ? j.msg[k] : "tar source: indexing failed");
       }
-      if (!rc) rc = add_shard_samples(t, (uint32_t)(base + k), &j.x[k], want, with_cls);
+      if (!rc) rc = t->fmt->add(t, (uint32_t)(base + k), &j.x[k]);
       lade__tar_index_free(&j.x[k]);
       free(j.msg[k]);
       j.msg[k] = NULL;
@@ -665,15 +707,21 @@ static int index_all(lade__tar_t *t, const struct lade_config *cfg, int want, ui
   return rc;
 }
 
-static int tar_open(lade__source_t *s, const struct lade_config *cfg) {
+/* Opens the source with container format f (tar_open, tfr_open). */
+static int open_format(lade__source_t *s, const struct lade_config *cfg, const lade__tar_format_t *f) {
   lade__tar_t *t = calloc(1, sizeof *t);
-  if (!t) return lade__fail(LADE_ENOMEM, "tar source: out of memory");
+  if (!t) return lade__fail(LADE_ENOMEM, "%s source: out of memory", f->name);
   s->impl = t;
+  t->fmt = f;
   t->max_sample = cfg->max_sample_bytes;
-  int want = cfg->transform == LADE__XF_NPY ? WANT_NPY : cfg->transform == LADE__XF_RAW ? WANT_RAW : WANT_IMAGE;
+  t->want = cfg->transform == LADE__XF_NPY   ? WANT_NPY
+            : cfg->transform == LADE__XF_NPZ ? WANT_NPZ
+            : cfg->transform == LADE__XF_RAW ? WANT_RAW
+                                             : WANT_IMAGE;
+  int rc = f->open ? f->open(t, cfg) : 0;
   /* a URL names its shards itself (the backend lists them); a local list
    * file may name URLs */
-  int rc = lade__tar_is_url(cfg->source) ? 0 : tar_shards(&t->shards, cfg->source);
+  if (!rc && !lade__tar_is_url(cfg->source)) rc = tar_shards(t, &t->shards, cfg->source);
   int remote = lade__tar_is_url(cfg->source) || (!rc && lade__tar_is_url(lade__tar_strs_at(&t->shards, 0)));
 #ifdef LADE_HAVE_CURL
   t->be = remote ? &lade__tar_http : &lade__tar_local;
@@ -690,13 +738,17 @@ static int tar_open(lade__source_t *s, const struct lade_config *cfg) {
                       cfg->source, lade__tar_strs_at(&t->shards, i), remote ? "local" : "a URL",
                       remote ? "a URL" : "local");
   if (!rc && t->shards.n > UINT32_MAX) rc = lade__fail(LADE_ERANGE, "dataset %s: too many shards", cfg->source);
-  uint64_t with_cls = 0;
-  if (!rc) rc = index_all(t, cfg, want, &with_cls);
-  if (!rc && t->count == 0)
-    rc = lade__fail(LADE_EEMPTY, "dataset %s: no samples with a%s member in %zu shard%s (%llu groups without one)",
-                    cfg->source, want == WANT_NPY ? " .npy" : want == WANT_RAW ? " data" : "n image", t->shards.n,
-                    t->shards.n == 1 ? "" : "s", (unsigned long long)t->skipped);
-  if (!rc) rc = assign_labels(t, with_cls, s);
+  if (!rc) rc = index_all(t, cfg);
+  if (!rc && t->count == 0) rc = f->empty(t, cfg);
+  /* the samples of a shard are consecutive: the offsets of the shards plan
+   * (and a tfrecord sample's record number) */
+  if (!rc && !(t->shard_off = calloc(t->shards.n + 1, sizeof *t->shard_off)))
+    rc = lade__fail(LADE_ENOMEM, "%s source: out of memory", f->name);
+  if (!rc) {
+    for (uint64_t i = 0; i < t->count; i++) t->shard_off[t->shard[i] + 1]++;
+    for (size_t i = 0; i < t->shards.n; i++) t->shard_off[i + 1] += t->shard_off[i];
+  }
+  if (!rc) rc = f->labels(t, s);
   if (!rc && t->be->start) rc = t->be->start(t);
   if (rc) {
     tar_close(s);
@@ -704,28 +756,46 @@ static int tar_open(lade__source_t *s, const struct lade_config *cfg) {
   }
   s->count = t->count;
   s->sizes = t->sizes;
-  /* the samples of a shard are consecutive: the offsets of the shards plan */
-  t->shard_off = calloc(t->shards.n + 1, sizeof *t->shard_off);
-  if (!t->shard_off) return lade__fail(LADE_ENOMEM, "tar source: out of memory");
-  for (uint64_t i = 0; i < t->count; i++) t->shard_off[t->shard[i] + 1]++;
-  for (size_t i = 0; i < t->shards.n; i++) t->shard_off[i + 1] += t->shard_off[i];
   s->shard_offsets = t->shard_off;
   s->shards = t->shards.n;
   return 0;
 }
 
+static int tar_open(lade__source_t *s, const struct lade_config *cfg) { return open_format(s, cfg, &lade__tar_fmt_tar); }
+
+static int tfr_open(lade__source_t *s, const struct lade_config *cfg) {
+  return open_format(s, cfg, &lade__tar_fmt_tfrecord);
+}
+
+static int tar_empty(lade__tar_t *t, const struct lade_config *cfg) {
+  int want = t->want;
+  return lade__fail(LADE_EEMPTY, "dataset %s: no samples with a%s member in %zu shard%s (%llu groups without one)",
+                    cfg->source,
+                    want == WANT_NPY ? " .npy" : want == WANT_NPZ ? " .npz" : want == WANT_RAW ? " data" : "n image",
+                    t->shards.n,
+                    t->shards.n == 1 ? "" : "s", (unsigned long long)t->skipped);
+}
+
+/* A sample's span (the bytes its read takes) through the backend, then the
+ * format's finish (tfrecord: the CRC checked, the feature taken). */
 static int tar_read(lade__source_t *s, uint64_t idx, lade__buf_t *out) {
   lade__tar_t *t = s->impl;
-  uint64_t size = t->sizes[idx];
-  if (size > t->max_sample || size >= SIZE_MAX)
-    return lade__fail(LADE_ERANGE, "%s: member '%s': %llu bytes, more than max_sample_bytes (%llu); not read",
-                      lade__tar_strs_at(&t->shards, t->shard[idx]), lade__tar_strs_at(&t->names, idx),
-                      (unsigned long long)size, (unsigned long long)t->max_sample);
-  if (size) return t->be->read(t, idx, out);
-  int rc = lade__buf_reserve(out, 1);
-  if (rc) return rc;
-  out->len = 0;
-  return 0;
+  uint64_t span = lade__tar_span(t, idx), held = span - t->fmt->tail;
+  if (held > t->max_sample || span >= SIZE_MAX) {
+    char what[LADE__PATH_MAX + 64];
+    t->fmt->what(t, idx, what, sizeof what);
+    return lade__fail(LADE_ERANGE, "%s: %s: %llu bytes, more than max_sample_bytes (%llu); not read",
+                      lade__tar_strs_at(&t->shards, t->shard[idx]), what, (unsigned long long)held,
+                      (unsigned long long)t->max_sample);
+  }
+  int rc = 0;
+  if (span) {
+    rc = t->be->read(t, idx, out);
+  } else if (!(rc = lade__buf_reserve(out, 1))) {
+    out->len = 0;
+  }
+  if (!rc && t->fmt->finish) rc = t->fmt->finish(t, idx, out);
+  return rc;
 }
 
 static uint64_t tar_version(lade__source_t *s, uint64_t idx) {
@@ -733,12 +803,41 @@ static uint64_t tar_version(lade__source_t *s, uint64_t idx) {
   return t->be->version(t, idx);
 }
 
-/* SHARD/KEY: the shard's path and the sample's key. */
 static void tar_describe(lade__source_t *s, uint64_t idx, char *buf, size_t size) {
   lade__tar_t *t = s->impl;
+  t->fmt->describe(t, idx, buf, size);
+}
+
+/* SHARD/KEY: the shard's path and the sample's key. */
+static void tar_fmt_describe(const lade__tar_t *t, uint64_t idx, char *buf, size_t size) {
   const char *name = lade__tar_strs_at(&t->names, idx);
   snprintf(buf, size, "%s/%.*s", lade__tar_strs_at(&t->shards, t->shard[idx]), (int)key_len(name), name);
 }
+
+/* member 'NAME' */
+static void tar_what(const lade__tar_t *t, uint64_t idx, char *buf, size_t size) {
+  snprintf(buf, size, "member '%s'", lade__tar_strs_at(&t->names, idx));
+}
+
+static int tar_is_shard(const char *name, size_t len) { return len >= 4 && !memcmp(name + len - 4, ".tar", 4); }
+
+static int tar_is_list(const char *path) { return !lade__tar_has_suffix(path, ".tar"); }
+
+const lade__tar_format_t lade__tar_fmt_tar = {
+    .name = "tar",
+    .magic = IDX_MAGIC,
+    .index_name = "tarindex",
+    .shard_kind = ".tar",
+    .names = true,
+    .is_shard = tar_is_shard,
+    .is_list = tar_is_list,
+    .walk = tar_walk,
+    .bind = tar_bind,
+    .add = tar_add,
+    .labels = tar_labels,
+    .empty = tar_empty,
+    .what = tar_what,
+    .describe = tar_fmt_describe};
 
 #ifdef LADE_HAVE_CURL
 static int tar_submit(lade__source_t *s, const uint64_t *idx, size_t n, int background) {
@@ -771,12 +870,33 @@ const lade__source_ops_t lade__source_tar = {
     .describe = tar_describe,
     .version = tar_version};
 
+/* TFRecord files: the same source with the tfrecord format (select.c picks it). */
+const lade__source_ops_t lade__source_tfrecord = {
+    .name = "tfrecord",
+    .open = tfr_open,
+    .close = tar_close,
+    .read = tar_read,
+    .describe = tar_describe,
+    .version = tar_version};
+
 #ifdef LADE_HAVE_CURL
 /* Remote shards: the same source, with submit/ready/stats so the engine
  * keeps many Range requests in flight (select.c picks it). */
 const lade__source_ops_t lade__source_tar_remote = {
     .name = "tar",
     .open = tar_open,
+    .close = tar_close,
+    .read = tar_read,
+    .describe = tar_describe,
+    .version = tar_version,
+    .submit = tar_submit,
+    .ready = tar_ready,
+    .stats = tar_stats,
+    .reserve = tar_reserve};
+
+const lade__source_ops_t lade__source_tfrecord_remote = {
+    .name = "tfrecord",
+    .open = tfr_open,
     .close = tar_close,
     .read = tar_read,
     .describe = tar_describe,

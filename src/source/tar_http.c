@@ -1,6 +1,7 @@
 /*
  * tar_http.c - the tar source's backend for http(s):// and s3:// shards
- * (tar_impl.h, docs/sources.md "remote tar shards"). Every request goes
+ * (tar_impl.h, docs/sources.md "remote tar shards"), for both container
+ * formats (tar shards, TFRecord files). Every request goes
  * through one http module handle (http.c: the curl-multi loop, retries,
  * concurrency); s3:// shards are addressed and signed as the s3 source's
  * objects (s3auth.c).
@@ -112,12 +113,13 @@ typedef struct tar_listing {
   size_t plen; /* the prefix's length: keys with a '/' after it are in sub-folders */
 } tar_listing_t;
 
-/* A listed object that is a shard: a .tar directly under the prefix, as a
- * local folder's shards are its .tar files and not its sub-folders'. */
+/* A listed object that is a shard: a .tar (.tfrecord) directly under the
+ * prefix, as a local folder's shards are its .tar files and not its
+ * sub-folders'. */
 static int push_tar_key(void *ctx, const char *key, size_t klen, uint64_t size) {
   tar_listing_t *l = ctx;
   (void)size;
-  if (klen < l->plen + 4 || memcmp(key + klen - 4, ".tar", 4) != 0 || memchr(key + l->plen, '/', klen - l->plen))
+  if (klen <= l->plen || !l->t->fmt->is_shard(key, klen) || memchr(key + l->plen, '/', klen - l->plen))
     return 0;
   char name[LADE__PATH_MAX + 300];
   int n = snprintf(name, sizeof name, "s3://%s/%.*s", H(l->t)->w.bucket, (int)klen, key);
@@ -128,14 +130,14 @@ static int push_tar_key(void *ctx, const char *key, size_t klen, uint64_t size) 
 
 static int remote_shards(lade__tar_t *t, const char *src) {
   if (strchr(src, '{')) return lade__tar_brace_expand(&t->shards, src, src);
-  if (lade__tar_has_suffix(src, ".tar")) return lade__tar_strs_push(&t->shards, src, strlen(src));
+  if (t->fmt->is_shard(src, strlen(src))) return lade__tar_strs_push(&t->shards, src, strlen(src));
   if (H(t)->s3 && !lade__tar_has_suffix(src, ".txt")) { /* a prefix: its .tar objects (the listing is sorted by key) */
     char prefix[1100];
     size_t pl = strlen(H(t)->w.path);
     snprintf(prefix, sizeof prefix, "%s%s", H(t)->w.path, pl && H(t)->w.path[pl - 1] != '/' ? "/" : "");
     tar_listing_t l = {t, strlen(prefix)};
     int rc = lade__s3_list(&H(t)->w, H(t)->http, prefix, src, push_tar_key, &l);
-    if (!rc && !t->shards.n) rc = lade__fail(LADE_EEMPTY, "%s holds no .tar objects", src);
+    if (!rc && !t->shards.n) rc = lade__fail(LADE_EEMPTY, "%s holds no %s objects", src, t->fmt->shard_kind);
     return rc;
   }
   char url[8192];
@@ -173,43 +175,46 @@ static int http_index(lade__tar_t *t, const struct lade_config *cfg, size_t i, l
   char ipath[LADE__PATH_MAX + 64] = "";
   const char *dir = lade__tar_index_dir(cfg);
   if (dir) {
-    snprintf(ipath, sizeof ipath, "%s/tarindex-%016llx.bin", dir,
+    snprintf(ipath, sizeof ipath, "%s/%s-%016llx.bin", dir, t->fmt->index_name,
              (unsigned long long)lade__hash64(url, strlen(url), 0x7461726964780000ull)); /* endpoint included */
-    if (lade__tar_index_load(x, ipath, v) == 0) return 0;
+    if (lade__tar_index_load(t, x, ipath, v) == 0) return 0;
   }
   lade__http_stream_t *st = NULL;
   rc = lade__http_stream_open(H(t)->http, url, shown, size, val, &st);
   if (!rc) {
-    rc = lade__tar_index_walk(x, lade__http_stream_pread, st, size, shown);
+    rc = t->fmt->walk(t, x, lade__http_stream_pread, st, size, shown);
     if (rc && lade__http_stream_error(st)) rc = lade__http_stream_error(st); /* the network's words, not EIO's */
   }
   lade__http_stream_close(st);
-  if (!rc && ipath[0]) lade__tar_index_store(x, ipath, v, cfg);
+  if (!rc && ipath[0]) lade__tar_index_store(t, x, ipath, v, cfg);
   return rc;
 }
 
-/* Names the member in an error of the module ("URL: what" becomes "URL:
- * member 'NAME': what"), as a local shard's read errors do. */
+/* Names the member (record) in an error of the module ("URL: what" becomes
+ * "URL: member 'NAME': what"), as a local shard's read errors do. */
 static int name_member(int rc, const char *url, const char *name) {
-  static _Thread_local char msg[LADE__HTTP_MSG + LADE__PATH_MAX];
+  static _Thread_local char msg[LADE__HTTP_MSG + LADE__PATH_MAX + 128];
   const char *e = lade_last_error();
   size_t ul = strlen(url);
   if (!strncmp(e, url, ul) && !strncmp(e + ul, ": ", 2)) {
     char rest[LADE__HTTP_MSG];
     snprintf(rest, sizeof rest, "%s", e + ul + 2);
-    snprintf(msg, sizeof msg, "%s: member '%s': %s", url, name, rest);
+    snprintf(msg, sizeof msg, "%s: %s: %s", url, name, rest);
     lade__set_error_text(msg);
     return rc;
   }
-  return lade__fail_prefix(rc, "%s: member '%s': ", url, name);
+  return lade__fail_prefix(rc, "%s: %s: ", url, name);
 }
 
 static int http_read(lade__tar_t *t, uint64_t idx, lade__buf_t *out) {
   uint32_t si = t->shard[idx];
-  lade__http_part_t p = {idx, 0, t->sizes[idx]};
+  lade__http_part_t p = {idx, 0, lade__tar_span(t, idx)};
   lade__http_get_t g = {.obj = si, .off = t->off[idx], .len = p.len, .expect = p.len, .nparts = 1, .parts = &p};
   int rc = lade__http_read(H(t)->http, idx, &g, out);
-  return rc ? name_member(rc, lade__tar_strs_at(&t->shards, si), lade__tar_strs_at(&t->names, idx)) : 0;
+  if (!rc) return 0;
+  char what[LADE__PATH_MAX + 64];
+  t->fmt->what(t, idx, what, sizeof what);
+  return name_member(rc, lade__tar_strs_at(&t->shards, si), what);
 }
 
 typedef struct span {
@@ -257,8 +262,8 @@ static int http_submit(lade__tar_t *t, const uint64_t *idx, size_t n, int backgr
                       (unsigned long long)t->count);
       break;
     }
-    uint64_t size = t->sizes[idx[i]];
-    if (size == 0 || size > t->max_sample) continue; /* read() answers these without a request */
+    uint64_t size = lade__tar_span(t, idx[i]);
+    if (size == 0 || size - t->fmt->tail > t->max_sample) continue; /* read() answers these without a request */
     v[k++] = (span_t){idx[i], t->off[idx[i]], size, t->shard[idx[i]], i};
   }
   if (!rc) {

@@ -1,14 +1,21 @@
 /*
- * tar_impl.h - inside the tar source: what tar.c shares with its two shard
- * backends. tar.c turns shards into samples (each shard's member index, the
- * stored index, grouping members into samples, labels, the shard lists);
- * a backend says where a shard's bytes come from and fills one vtable:
+ * tar_impl.h - inside the tar source family: what tar.c shares with its
+ * container formats and its two shard backends. tar.c turns shards (any
+ * container file: one file, a folder, a brace pattern, a list file, URLs)
+ * into samples: the shard lists, each shard's index and its stored form,
+ * the per-sample arrays, the source's vtable. Two axes plug into it:
  *
- *   tar_local.c  files on a file system: the index beside the shard or in
- *                cache_dir, reads are one pread() each
- *   tar_http.c   http(s):// and s3:// shards: the index from one streamed
- *                GET, reads are Range requests through the http module,
- *                neighbours coalesced (needs libcurl)
+ * a format (lade__tar_format_t) says what a shard holds:
+ *   tar.c          WebDataset tar shards: a sample is a group of members
+ *   tar_tfrecord.c TFRecord files: a sample is a record (tfrecfmt.c)
+ * a backend (lade__tar_backend_t) says where a shard's bytes come from:
+ *   tar_local.c    files on a file system: the index beside the shard or in
+ *                  cache_dir, reads are one pread() each
+ *   tar_http.c     http(s):// and s3:// shards: the index from one streamed
+ *                  GET, reads are Range requests through the http module,
+ *                  neighbours coalesced (needs libcurl)
+ * so a TFRecord file over https:// is the tfrecord format on the http
+ * backend, with nothing written twice.
  *
  * Not an interface outside src/source/tar*.c.
  */
@@ -41,12 +48,14 @@ typedef struct lade__tar_entry {
   int64_t cls; /* the .cls value, or LADE__TAR_NO_CLS */
 } lade__tar_entry_t;
 
-/* One shard's index: its regular members in archive order. */
+/* One shard's index: its regular members in archive order (tar), its
+ * records in file order (tfrecord). */
 typedef struct lade__tar_index {
   lade__tar_entry_t *m;
+  uint64_t *aux; /* per entry, for formats with aux (tfrecord: the sample's bytes) */
   size_t n, cap;
-  lade__tar_strs_t names;
-  uint64_t bind; /* lade__tar_index_bind() of its shard, stored with it (0: none) */
+  lade__tar_strs_t names; /* per entry, for formats with names (tar: the member's) */
+  uint64_t bind; /* the format's bind() of its shard, stored with it (0: none) */
 } lade__tar_index_t;
 
 /* The version of a shard an index was made from: a local shard's size and
@@ -56,21 +65,17 @@ typedef struct lade__tar_ver {
   uint64_t size, a, b;
 } lade__tar_ver_t;
 
-/* One pass over a shard's headers read through `fn` (buffered preads, or a
- * streamed GET); errors name `shard`. */
-int lade__tar_index_walk(lade__tar_index_t *x, lade__tar_pread_fn fn, void *ctx, uint64_t size, const char *shard);
-/* What binds an index to the shard it was made from: a hash of the header
- * block of up to 8 members spread over the index (first and last included)
- * and of the data of those that are .cls members, read through fn. A stored
- * index whose bind differs from its shard's is another shard's (or the
- * shard changed without a new size or mtime): it is not used. */
-uint64_t lade__tar_index_bind(const lade__tar_index_t *x, lade__tar_pread_fn fn, void *ctx);
-/* Loads a stored index when it is whole (checksum) and made from version v
- * of the shard; else -1 and x is empty (no error set). */
-int lade__tar_index_load(lade__tar_index_t *x, const char *path, lade__tar_ver_t v);
+struct lade__tar;
+
+/* Appends an entry (name: NULL for formats without names). */
+int lade__tar_index_push(lade__tar_index_t *x, const lade__tar_entry_t *e, uint64_t aux, const char *name, size_t nlen);
+/* Loads a stored index when it is whole (checksum, seeded with
+ * t->index_seed), of t's format (its magic) and made from version v of the
+ * shard; else -1 and x is empty (no error set). */
+int lade__tar_index_load(const struct lade__tar *t, lade__tar_index_t *x, const char *path, lade__tar_ver_t v);
 /* Stores it (temp file + rename); a failure only means the next open
  * indexes again. */
-void lade__tar_index_store(const lade__tar_index_t *x, const char *path, lade__tar_ver_t v,
+void lade__tar_index_store(const struct lade__tar *t, const lade__tar_index_t *x, const char *path, lade__tar_ver_t v,
                            const struct lade_config *cfg);
 void lade__tar_index_free(lade__tar_index_t *x);
 /* The folder that keeps indexes: index_dir, else cache_dir, else NULL. */
@@ -85,15 +90,21 @@ int lade__tar_brace_expand(lade__tar_strs_t *out, const char *pat, const char *w
 int lade__tar_list_lines(lade__tar_strs_t *out, const lade__buf_t *b, const char *base, const char *file);
 
 struct lade__tar_backend;
+struct lade__tar_format;
 
 /* The source's state. The per-sample arrays are filled by open (tar.c) and
  * read-only after it: backends read them from any thread. */
 typedef struct lade__tar {
+  const struct lade__tar_format *fmt;
+  void *fmt_state;         /* the format's (its settings) */
+  uint64_t index_seed;     /* the format's settings a stored index depends on (seeds its checksum) */
   lade__tar_strs_t shards; /* as shown in messages: paths, URLs or s3:// names */
-  lade__tar_strs_t names;  /* per sample: its chosen member's name */
+  lade__tar_strs_t names;  /* per sample, formats with names: its chosen member's name */
   uint32_t *shard;         /* per sample */
   uint64_t *off;           /* per sample: data offset of its member */
-  uint64_t *sizes;         /* per sample: bytes of its member */
+  uint64_t *sizes;         /* per sample: the bytes it delivers */
+  uint64_t *span;          /* per sample: the bytes read at off when they differ from sizes (tfrecord: the
+                            * record's data and CRC), else NULL */
   int32_t *labels;
   uint64_t *shard_off;     /* shards + 1: the shards plan's offsets */
   uint64_t count, cap;
@@ -101,9 +112,60 @@ typedef struct lade__tar {
   char *class_arena;
   uint64_t max_sample;
   uint64_t skipped;        /* groups without the member the transform needs */
+  int want;                /* tar: which member the transform needs */
+  uint64_t with_cls;       /* samples with a label of their own (a .cls member, a label feature) */
   const struct lade__tar_backend *be;
   void *be_state;          /* the backend's */
 } lade__tar_t;
+
+/* The bytes a read of sample i takes at t->off[i]. */
+static inline uint64_t lade__tar_span(const lade__tar_t *t, uint64_t i) { return t->span ? t->span[i] : t->sizes[i]; }
+/* Appends a sample: span 0 when it is its size; name NULL for formats
+ * without names. */
+int lade__tar_push_sample(lade__tar_t *t, uint32_t shard, uint64_t off, uint64_t size, uint64_t span, int32_t label,
+                          const char *name);
+
+/* A container format: what a shard holds and how its index is made. */
+typedef struct lade__tar_format {
+  const char *name;       /* the source's name: "tar", "tfrecord" */
+  const char *magic;      /* 8 bytes: the stored index's format and version */
+  const char *index_name; /* a stored index in index_dir/cache_dir is NAME-HASH.bin */
+  const char *shard_kind; /* in messages: "no .tar files in folder X" */
+  uint32_t tail;          /* bytes of a sample's span after the bytes max_sample_bytes counts (tfrecord: the CRC) */
+  bool names, aux;        /* the index's entries have names / aux values */
+  /* A shard by its name (a folder's files, an s3 prefix's objects, a URL). */
+  int (*is_shard)(const char *name, size_t len);
+  /* A local regular file given as the source is a list file, not a shard. */
+  int (*is_list)(const char *path);
+  /* Optional: the format's settings into t->fmt_state and t->index_seed. */
+  int (*open)(lade__tar_t *t, const struct lade_config *cfg);
+  void (*close)(lade__tar_t *t);
+  /* One pass over a shard read through fn (buffered preads, or a streamed
+   * GET, so forward only): its index. Errors name `shard`. */
+  int (*walk)(const lade__tar_t *t, lade__tar_index_t *x, lade__tar_pread_fn fn, void *ctx, uint64_t size,
+              const char *shard);
+  /* What binds an index to the shard it was made from: a hash of a few
+   * entries' framing bytes, spread over the index (first and last
+   * included), read again through fn. A stored index whose bind differs
+   * from its shard's is another shard's (or the shard changed without a
+   * new size or mtime): it is not used. */
+  uint64_t (*bind)(const lade__tar_t *t, const lade__tar_index_t *x, lade__tar_pread_fn fn, void *ctx);
+  /* A shard's index into samples (lade__tar_push_sample), in shard order. */
+  int (*add)(lade__tar_t *t, uint32_t shard, const lade__tar_index_t *x);
+  /* Every shard added: s->labels, s->classes (and class names). */
+  int (*labels)(lade__tar_t *t, lade__source_t *s);
+  /* No sample at all: the error. */
+  int (*empty)(lade__tar_t *t, const struct lade_config *cfg);
+  /* Optional: the span read (out) into the sample's bytes, checked. */
+  int (*finish)(lade__tar_t *t, uint64_t idx, lade__buf_t *out);
+  /* The sample within its shard for messages: "member 'a/x.jpg'", "record 17". */
+  void (*what)(const lade__tar_t *t, uint64_t idx, char *buf, size_t size);
+  /* source.h's describe(): "SHARD/KEY", "SHARD/record 17". */
+  void (*describe)(const lade__tar_t *t, uint64_t idx, char *buf, size_t size);
+} lade__tar_format_t;
+
+extern const lade__tar_format_t lade__tar_fmt_tar;
+extern const lade__tar_format_t lade__tar_fmt_tfrecord;
 
 /* A shard backend. */
 typedef struct lade__tar_backend {

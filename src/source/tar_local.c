@@ -1,6 +1,8 @@
 /*
  * tar_local.c - the tar source's backend for shards on a file system
- * (tar_impl.h, docs/sources.md "tar shards"). A shard's index is built by
+ * (tar_impl.h, docs/sources.md "tar shards"), for both container formats
+ * (tar shards, TFRecord files: `x.tfrecord.ladeidx`, `tfrindex-HASH.bin`,
+ * reads of a record's data and CRC). A shard's index is built by
  * one sequential pass over its headers (1 MiB buffered preads) the first
  * time it is opened and stored beside it (`SHARD.tar.ladeidx`) or in
  * index_dir, else cache_dir (`tarindex-HASH.bin`), keyed by the shard's
@@ -70,11 +72,11 @@ static long rd_pread(void *ctx, void *dst, size_t len, uint64_t off) {
   return (long)done;
 }
 
-static int index_build(lade__tar_index_t *x, int fd, uint64_t size, const char *shard) {
+static int index_build(const lade__tar_t *t, lade__tar_index_t *x, int fd, uint64_t size, const char *shard) {
   rd_t r = {.fd = fd, .cap = 1u << 20};
   r.buf = malloc(r.cap);
-  if (!r.buf) return lade__fail(LADE_ENOMEM, "tar source: out of memory");
-  int rc = lade__tar_index_walk(x, rd_pread, &r, size, shard);
+  if (!r.buf) return lade__fail(LADE_ENOMEM, "%s source: out of memory", t->fmt->name);
+  int rc = t->fmt->walk(t, x, rd_pread, &r, size, shard);
   free(r.buf);
   return rc;
 }
@@ -91,15 +93,17 @@ static long fd_pread(void *ctx, void *dst, size_t len, uint64_t off) {
   return (long)done;
 }
 
-/* lade__tar_index_bind() of the shard open as fd. */
-static uint64_t index_bound(const lade__tar_index_t *x, int fd) { return lade__tar_index_bind(x, fd_pread, &fd); }
+/* The format's bind() of the shard open as fd. */
+static uint64_t index_bound(const lade__tar_t *t, const lade__tar_index_t *x, int fd) {
+  return t->fmt->bind(t, x, fd_pread, &fd);
+}
 
-static void index_path(char *out, size_t size, const struct lade_config *cfg, const char *shard) {
+static void index_path(const lade__tar_t *t, char *out, size_t size, const struct lade_config *cfg, const char *shard) {
   const char *dir = lade__tar_index_dir(cfg);
   if (dir) {
     char abs[PATH_MAX];
     const char *p = realpath(shard, abs) ? abs : shard;
-    snprintf(out, size, "%s/tarindex-%016llx.bin", dir,
+    snprintf(out, size, "%s/%s-%016llx.bin", dir, t->fmt->index_name,
              (unsigned long long)lade__hash64(p, strlen(p), 0x7461726964780000ull));
   } else {
     snprintf(out, size, "%s.ladeidx", shard);
@@ -114,12 +118,12 @@ static int local_open(lade__tar_t *t, const struct lade_config *cfg, lade__sourc
   (void)cfg;
   (void)s;
   local_state_t *l = calloc(1, sizeof *l);
-  if (!l) return lade__fail(LADE_ENOMEM, "tar source: out of memory");
+  if (!l) return lade__fail(LADE_ENOMEM, "%s source: out of memory", t->fmt->name);
   t->be_state = l;
   l->n = t->shards.n;
   l->fd = malloc((l->n ? l->n : 1) * sizeof *l->fd);
   l->ver = calloc(l->n ? l->n : 1, sizeof *l->ver);
-  if (!l->fd || !l->ver) return lade__fail(LADE_ENOMEM, "tar source: out of memory");
+  if (!l->fd || !l->ver) return lade__fail(LADE_ENOMEM, "%s source: out of memory", t->fmt->name);
   for (size_t i = 0; i < l->n; i++) l->fd[i] = -1;
   return 0;
 }
@@ -130,17 +134,17 @@ static int local_index(lade__tar_t *t, const struct lade_config *cfg, size_t i, 
   int fd = lade__open_regular(AT_FDCWD, shard, shard, &st);
   if (fd < 0) return fd;
   char ipath[LADE__PATH_MAX + 64];
-  index_path(ipath, sizeof ipath, cfg, shard);
+  index_path(t, ipath, sizeof ipath, cfg, shard);
   int rc = 0;
   lade__file_ver_of(&L(t)->ver[i], &st);
   /* a stored index counts when it was made from this shard: its size and
    * mtime, then the headers it sampled (an index copied from another shard
    * of the same size and mtime has other names there) */
-  if (lade__tar_index_load(x, ipath, ver_of_stat(&st)) != 0 || index_bound(x, fd) != x->bind) {
+  if (lade__tar_index_load(t, x, ipath, ver_of_stat(&st)) != 0 || index_bound(t, x, fd) != x->bind) {
     lade__tar_index_free(x);
-    rc = index_build(x, fd, (uint64_t)st.st_size, shard);
-    if (!rc) x->bind = index_bound(x, fd);
-    if (!rc) lade__tar_index_store(x, ipath, ver_of_stat(&st), cfg);
+    rc = index_build(t, x, fd, (uint64_t)st.st_size, shard);
+    if (!rc) x->bind = index_bound(t, x, fd);
+    if (!rc) lade__tar_index_store(t, x, ipath, ver_of_stat(&st), cfg);
   }
   if (i < KEEP_OPEN)
     L(t)->fd[i] = fd;
@@ -151,10 +155,12 @@ static int local_index(lade__tar_t *t, const struct lade_config *cfg, size_t i, 
 
 static int local_read(lade__tar_t *t, uint64_t idx, lade__buf_t *out) {
   uint32_t si = t->shard[idx];
-  const char *shard = lade__tar_strs_at(&t->shards, si), *name = lade__tar_strs_at(&t->names, idx);
-  uint64_t size = t->sizes[idx], off = t->off[idx];
+  const char *shard = lade__tar_strs_at(&t->shards, si);
+  char name[LADE__PATH_MAX + 64]; /* the member or record, for messages: made only for one */
+#define NAME (t->fmt->what(t, idx, name, sizeof name), name)
+  uint64_t size = lade__tar_span(t, idx), off = t->off[idx];
   int rc = lade__buf_reserve(out, (size_t)size + 1);
-  if (rc) return lade__fail(rc, "%s: member '%s': no memory for its %llu bytes", shard, name, (unsigned long long)size);
+  if (rc) return lade__fail(rc, "%s: %s: no memory for its %llu bytes", shard, NAME, (unsigned long long)size);
   int fd = L(t)->fd[si];
   if (fd < 0) {
     struct stat st;
@@ -166,12 +172,13 @@ static int local_read(lade__tar_t *t, uint64_t idx, lade__buf_t *out) {
     ssize_t n = pread(fd, out->data + got, (size_t)size - got, (off_t)(off + got));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      rc = lade__fail(LADE_EIO, "cannot read %s: member '%s': %s", shard, name, strerror(errno));
+      int e = errno; /* before NAME's snprintf */
+      rc = lade__fail(LADE_EIO, "cannot read %s: %s: %s", shard, NAME, strerror(e));
       break;
     }
     if (n == 0) {
-      rc = lade__fail(LADE_EIO, "%s: member '%s' ends after %zu of %llu bytes (the shard changed since it was indexed?)",
-                      shard, name, got, (unsigned long long)size);
+      rc = lade__fail(LADE_EIO, "%s: %s ends after %zu of %llu bytes (the shard changed since it was indexed?)",
+                      shard, NAME, got, (unsigned long long)size);
       break;
     }
     got += (size_t)n;
@@ -182,6 +189,7 @@ static int local_read(lade__tar_t *t, uint64_t idx, lade__buf_t *out) {
   if (fd != L(t)->fd[si]) close(fd);
   out->len = rc ? 0 : (size_t)size;
   return rc;
+#undef NAME
 }
 
 /* The disk tier's version of a sample: its shard's, from the descriptor the

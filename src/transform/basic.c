@@ -9,6 +9,7 @@
 
 typedef struct raw_state {
   size_t slot;
+  bool cut; /* raw_overflow=cut: a longer sample's first slot bytes */
 } raw_state_t;
 
 static int raw_init(void **state, const lade__xform_conf_t *cfg, const uint8_t *first, size_t first_len,
@@ -16,6 +17,7 @@ static int raw_init(void **state, const lade__xform_conf_t *cfg, const uint8_t *
   raw_state_t *st = calloc(1, sizeof *st);
   if (!st) return lade__fail(LADE_ENOMEM, "raw transform: out of memory");
   st->slot = cfg->raw_size ? (size_t)cfg->raw_size : first_len;
+  st->cut = cfg->raw_cut;
   if (st->slot == 0) {
     free(st);
     return lade__fail(LADE_EINVAL, "raw transform: sample 0 is empty; set raw_size to the slot size in bytes");
@@ -39,9 +41,10 @@ static void raw_destroy(void *state) { free(state); }
 static int raw_apply(void *state, void *wstate, const uint8_t *in, size_t len, const lade__xform_ctx_t *ctx, void *out,
                      uint32_t *payload) {
   raw_state_t *st = state;
-  if (len > st->slot)
-    return lade__fail(LADE_ESHAPE, "sample is %zu bytes, larger than the raw slot of %zu bytes (set raw_size)", len,
-                      st->slot);
+  if (len > st->slot && !st->cut)
+    return lade__fail(LADE_ESHAPE, "sample is %zu bytes, larger than the raw slot of %zu bytes (set raw_size, or "
+                      "raw_overflow=cut to keep its first raw_size bytes)", len, st->slot);
+  if (len > st->slot) len = st->slot;
   memcpy(out, in, len);
   memset((uint8_t *)out + len, 0, st->slot - len);
   *payload = (uint32_t)len;

@@ -21,8 +21,10 @@
 
 /* The settings a transform acts on (engine/resolve.c fills them). */
 typedef struct lade__xform_conf {
-  uint64_t raw_size;        /* raw: slot bytes (0: sample 0's size) */
+  uint64_t raw_size;        /* raw: slot bytes (0: sample 0's size); npz: > 0 delivers the array's bytes flat */
+  bool raw_cut;             /* raw_overflow=cut: a sample longer than raw_size keeps its first raw_size bytes */
   const char *npy_dtype;    /* npy: "" or the dtype every sample must have (borrowed) */
+  const char *npz_member;   /* npz: the member (NAME or NAME.npy) each sample gives (borrowed) */
   uint32_t crop_size, resize_size;
   int image_dtype;          /* LADE_DTYPE_FLOAT32 (CHW, normalised) or LADE_DTYPE_UINT8 (HWC) */
   bool decode_scale;        /* libjpeg's scaled decode for large images (decode_scale=auto) */
@@ -64,6 +66,7 @@ typedef struct lade__transform_ops {
 
 extern const lade__transform_ops_t lade__xform_raw;
 extern const lade__transform_ops_t lade__xform_npy;
+extern const lade__transform_ops_t lade__xform_npz; /* npz.c: one array of each .npz */
 extern const lade__transform_ops_t lade__xform_imagenet_train;
 extern const lade__transform_ops_t lade__xform_imagenet_eval;
 

@@ -27,6 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import httpenv  # noqa: E402
 import s3env  # noqa: E402  (tests/s3, put on the path by httpenv)
+import tfrecord_files  # noqa: E402
 
 S3_CHECK = os.environ.get("S3_CHECK") or os.path.join(HERE, "..", "..", "build", "tests", "s3_check")
 SHARDS = 4
@@ -835,6 +836,50 @@ class TestS3Tar(unittest.TestCase):
         st = {k: int(v) for k, v in (p.split("=") for p in [x for x in lines if x.startswith("LSTATS ")][-1].split()[1:])}
         self.assertEqual(c["get"], st["get_requests"] + SHARDS)  # the samples' Range requests + one index pass each
         self.assertLess(st["get_requests"], SHARDS * PER_SHARD)  # coalesced
+
+    def test_tfrecord_prefix_equal_local(self):  # TFRecord files: the same machinery (docs/sources.md, tfrecord)
+        d = os.path.join(self.tmp, "tfr")
+        tfrecord_files.write_dlio(d, 2, PER_SHARD, member_bytes)
+        for s in range(2):
+            with open(os.path.join(d, "img_%d_of_2.tfrecord" % s), "rb") as f:
+                self.env.put("tfr/img_%d_of_2.tfrecord" % s, f.read())
+        want = samples(self.run_check(os.path.join(d, "img_{0..1}_of_2.tfrecord")))
+        self.assertEqual(samples(self.run_check("s3://%s/tfr" % self.env.bucket, source_type="tfrecord")), want)
+
+
+class TestHttpTfrecord(unittest.TestCase):
+    """TFRecord files by nginx: local batches, the index in index_dir, a damaged record named (docs/sources.md)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="lade-http-tfr-test-")
+        os.chmod(cls.tmp, 0o755)
+        cls.www = os.path.join(cls.tmp, "www")
+        tfrecord_files.write_dlio(cls.www, 3, PER_SHARD, member_bytes)  # img_S_of_3.tfrecord, bad.tfrecord
+        cls.env = httpenv.NginxEnv(cls.www).__enter__()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.env.__exit__(None, None, None)
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def test_batches_equal_local(self):
+        local, remote = os.path.join(self.www, "img_{0..2}_of_3.tfrecord"), self.env.url + "/img_{0..2}_of_3.tfrecord"
+        for bs, shuffle in ((1, False), (7, True), (16, False)):
+            want = samples(run_loader(self, local, shuffle=shuffle, batch_size=bs, epochs=2))
+            self.assertGreaterEqual(len(want), 2 * 3 * PER_SHARD - 2 * bs)
+            self.assertEqual(samples(run_loader(self, remote, shuffle=shuffle, batch_size=bs, epochs=2)), want)
+        ix = os.path.join(self.tmp, "ix")
+        first = samples(run_loader(self, remote, index_dir=ix))
+        self.assertEqual(len([f for f in os.listdir(ix) if f.startswith("tfrindex-")]), 3)
+        self.env.clear_log()
+        self.assertEqual(samples(run_loader(self, remote, index_dir=ix)), first)
+        self.assertEqual([e for e in self.env.access_log() if e[0] == "GET" and e[4] == "-"], [])  # no index pass
+
+    def test_damaged_record_names_url_and_record(self):
+        lines = run_loader(self, self.env.url + "/bad.tfrecord", expect_ok=False)
+        self.assertRegex(lines[-1], r"^ERROR LADE_EFORMAT http://127\.0\.0\.1:\d+/bad\.tfrecord: "
+                                    r"record 2 \(at byte \d+\): bad data CRC")
 
 
 class TestHttpFaults(unittest.TestCase):
