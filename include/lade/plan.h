@@ -85,7 +85,13 @@ typedef enum lade_plan_kind {
    * lade_plan_create() and lade_simulate() refuse it: its order is the
    * lade_shards_* API below. It takes the value after the plannable kinds
    * (equal to LADE_PLAN_KIND_COUNT), so that loop never meets it. */
-  LADE_PLAN_SHARDS = LADE_PLAN_KIND_COUNT
+  LADE_PLAN_SHARDS = LADE_PLAN_KIND_COUNT,
+  /* DLIO's sharding (the `plan=dlio` setting, `lade dlio run`): each rank
+   * reads what DLIO's pytorch reader (a contiguous block of the sample range,
+   * the same every epoch) or tensorflow reader (files round-robin to ranks,
+   * records interleaved, a shuffle buffer) reads. Not a permutation of the
+   * regular global batch either: lade_plan_create() refuses it. */
+  LADE_PLAN_DLIO
 } lade_plan_kind_t;
 
 /* Epoch-order solvers for solar. */
@@ -149,7 +155,7 @@ typedef struct lade_plan_settings {
 LADE_API void lade_plan_settings_default(lade_plan_settings_t *s, size_t size);
 
 /* "regular", "regular+lru", "regular+belady", "distcache", "locality", "solar",
- * "shards" for the kinds in enum order (0 .. LADE_PLAN_SHARDS); "unknown"
+ * "shards", "dlio" for the kinds in enum order (0 .. LADE_PLAN_DLIO); "unknown"
  * for any other value. The same names as the loader's `plan` setting. */
 LADE_API const char *lade_plan_kind_name(int kind);
 /* The kind for a name (LADE_PLAN_SHARDS for "shards"), or LADE_EINVAL. */

@@ -8,7 +8,7 @@
 
 #include "lade/plan.h"
 
-/* X(kind, "name") for every kind, LADE_PLAN_REGULAR .. LADE_PLAN_SHARDS. */
+/* X(kind, "name") for every kind, LADE_PLAN_REGULAR .. LADE_PLAN_DLIO. */
 #define LADE__PLAN_KINDS(X)                   \
   X(LADE_PLAN_REGULAR, "regular")             \
   X(LADE_PLAN_REGULAR_LRU, "regular+lru")     \
@@ -16,10 +16,11 @@
   X(LADE_PLAN_DISTCACHE, "distcache")         \
   X(LADE_PLAN_LOCALITY, "locality")           \
   X(LADE_PLAN_SOLAR, "solar")                 \
-  X(LADE_PLAN_SHARDS, "shards")
+  X(LADE_PLAN_SHARDS, "shards")              \
+  X(LADE_PLAN_DLIO, "dlio")
 
 /* Every kind, planned or not. */
-#define LADE__PLAN_KIND_ALL (LADE_PLAN_SHARDS + 1)
+#define LADE__PLAN_KIND_ALL (LADE_PLAN_DLIO + 1)
 
 /* "regular|regular+lru|...|shards", a config enum's choices: the list with
  * a leading '|' per name, less the first. */

@@ -19,13 +19,14 @@ struct lade__cursor {
 int lade__cursor_open(lade__cursor_t **out, const lade__cursor_params_t *in) {
   *out = NULL;
   int kind = in->plan.kind;
-  if (kind < 0 || kind > LADE_PLAN_SHARDS) return lade__fail(LADE_EINVAL, "plan: unknown plan kind %d", kind);
+  if (kind < 0 || kind > LADE_PLAN_DLIO) return lade__fail(LADE_EINVAL, "plan: unknown plan kind %d", kind);
   lade__cursor_t *c = calloc(1, sizeof *c);
   if (!c) return lade__fail(LADE_ENOMEM, "plan cursor: out of memory");
   c->p = *in;
   pthread_mutex_init(&c->mu, NULL);
   int rc = kind == LADE_PLAN_REGULAR  ? lade__order_regular_open(&c->o, &c->p)
            : kind == LADE_PLAN_SHARDS ? lade__order_shards_open(&c->o, &c->p)
+           : kind == LADE_PLAN_DLIO   ? lade__order_dlio_open(&c->o, &c->p)
                                       : lade__order_planned_open(&c->o, &c->p);
   if (rc) {
     lade__cursor_close(c);

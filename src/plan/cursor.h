@@ -69,8 +69,10 @@
 /* Whether a plan kind routes samples (own cache / peer / storage) and keeps
  * a cache model: every kind but regular and shards. */
 static inline bool lade__plan_kind_routed(int kind) {
-  return kind != LADE_PLAN_REGULAR && kind != LADE_PLAN_SHARDS;
+  return kind != LADE_PLAN_REGULAR && kind != LADE_PLAN_SHARDS && kind != LADE_PLAN_DLIO;
 }
+
+enum { LADE__DLIO_PYTORCH = 0, LADE__DLIO_TENSORFLOW = 1 };
 
 typedef struct lade__cursor_params {
   lade_plan_settings_t plan; /* kind, samples, learners (world size), batch_size, epochs, seed, cache (samples)
@@ -84,6 +86,13 @@ typedef struct lade__cursor_params {
   uint64_t shards;
   uint64_t shuffle_buffer;
   uint32_t model_parallel, devices_per_node; /* devices_per_node 0: all ranks on one node */
+  /* dlio (order_dlio.c): DLIO's reader (LADE__DLIO_PYTORCH or
+   * LADE__DLIO_TENSORFLOW), DLIO samples per sample of a source without
+   * shards (a file DLIO reads that often), and tensorflow's interleave
+   * (files read at once, DLIO's read_threads); shuffle_buffer and shuffle
+   * are its sample_shuffle */
+  int dlio_reader;
+  uint32_t dlio_rep, dlio_interleave;
   /* resumed: the run starts at `resume` (lade_position_t, saved at any world
    * size): the rest of its epoch re-striped over this layout (see Resume above) */
   bool resumed;

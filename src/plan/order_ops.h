@@ -1,6 +1,6 @@
 /*
  * order_ops.h - the cursor's one order interface (cursor.h): what a plan
- * cursor asks of the order it hands out, behind a small vtable with three
+ * cursor asks of the order it hands out, behind a small vtable with four
  * implementations, one file each:
  *
  *   order_regular.c  the regular order (regular.h): a pure function of
@@ -10,7 +10,9 @@
  *                    "any tier", and a shard stream before the buffer;
  *   order_planned.c  every planner kind (planner.h): this rank's part of
  *                    each planned step, with routes, admits, evicts and
- *                    sends; the short last step is the regular slice.
+ *                    sends; the short last step is the regular slice;
+ *   order_dlio.c     DLIO's readers' sharding (docs/dlio.md), routes "any
+ *                    tier".
  *
  * The cursor checks the position against the run and holds its lock around
  * every call but stream (which must be pure); an order needs no lock of its
@@ -64,6 +66,7 @@ struct lade__order {
 int lade__order_regular_open(lade__order_t **out, const lade__cursor_params_t *p);
 int lade__order_shards_open(lade__order_t **out, const lade__cursor_params_t *p);
 int lade__order_planned_open(lade__order_t **out, const lade__cursor_params_t *p);
+int lade__order_dlio_open(lade__order_t **out, const lade__cursor_params_t *p);
 
 /* ---- the regular order as a part: order_planned.c's short last step */
 

@@ -89,6 +89,9 @@ static int check_settings(lade_plan_settings_t *s) {
   if (s->kind == LADE_PLAN_SHARDS)
     return lade__fail(LADE_EINVAL, "plan: shards is the loader's shard streaming, not a permutation of the regular "
                       "global batch, so it has no plan to make or simulate (see lade_shards_epoch, docs/plan.md)");
+  if (s->kind == LADE_PLAN_DLIO)
+    return lade__fail(LADE_EINVAL, "plan: dlio is DLIO's sharding for the loader (docs/dlio.md), not a permutation of "
+                      "the regular global batch, so it has no plan to make or simulate");
   if (s->kind < 0 || s->kind >= LADE_PLAN_KIND_COUNT) return lade__fail(LADE_EINVAL, "plan: unknown plan kind %d", s->kind);
   if (s->learners == 0) return lade__fail(LADE_EINVAL, "plan: zero learners");
   if (s->samples == 0) return lade__fail(LADE_EEMPTY, "plan: the dataset has no samples");

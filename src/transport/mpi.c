@@ -1,10 +1,13 @@
 /*
  * mpi.c - the MPI transport (docs/transport.md).
  *
- * One communication thread per process makes every MPI call lade makes (so
- * MPI_THREAD_SERIALIZED is enough when lade initialises MPI itself; when
- * another library did - mpi4py, torch.distributed - MPI must provide
- * MPI_THREAD_MULTIPLE, since that library's calls run beside ours). MPI is
+ * One communication thread per process makes every MPI call lade makes but
+ * the allgathers (the loader's open, lade_loader_allgather), which run on the
+ * caller's thread beside it: lade asks for MPI_THREAD_MULTIPLE when it
+ * initialises MPI itself (with only MPI_THREAD_SERIALIZED the transport runs
+ * and the allgather is refused); when another library did - mpi4py,
+ * torch.distributed - MPI must provide MPI_THREAD_MULTIPLE, since that
+ * library's calls run beside ours. MPI is
  * initialised by that thread only if nobody has, and finalised at process
  * exit only if lade initialised it.
  *
@@ -97,6 +100,7 @@ static struct {
   pthread_cond_t cv;
   pthread_once_t once;
   bool started, stop, we_init, init_done;
+  int prov; /* the thread level MPI provides */
   int init_rc;
   char init_msg[512];
   pthread_t thread;
@@ -488,12 +492,13 @@ static void *comm_main(void *arg) {
   int rc = MPI_SUCCESS;
   char eb[MPI_MAX_ERROR_STRING];
   if (!flag) {
-    rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &prov);
+    rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &prov); /* allgather runs on the caller's thread */
     if (rc == MPI_SUCCESS) g.we_init = true;
   } else {
     MPI_Query_thread(&prov);
   }
   pthread_mutex_lock(&g.mu);
+  g.prov = prov;
   if (rc != MPI_SUCCESS) {
     g.init_rc = LADE_EIO;
     snprintf(g.init_msg, sizeof g.init_msg, "transport mpi: MPI_Init_thread failed: %s", mpi_err(rc, eb));
@@ -675,16 +680,20 @@ static int mpi_allgather(lade__transport_t *d, const void *mine, size_t len, voi
   chan_t *c = (chan_t *)d;
   char eb[MPI_MAX_ERROR_STRING];
   if (len > INT_MAX) return lade__fail(LADE_ERANGE, "transport mpi: an allgather of %zu bytes per rank", len);
+  if (g.prov < MPI_THREAD_MULTIPLE) /* the communication thread's calls run beside this one */
+    return lade__fail(LADE_EUNSUPPORTED, "transport mpi: rank %u: an allgather needs MPI_THREAD_MULTIPLE and this MPI "
+                      "provides thread level %d", c->rank, g.prov);
   MPI_Request req;
   int done = 0;
   int rc = wait_request(MPI_Iallgather(mine, (int)len, MPI_BYTE, all, (int)len, MPI_BYTE, c->comm, &req), &req,
                         lade__now(), c->p.timeout_ms / 1000.0, &done);
   if (rc != MPI_SUCCESS)
-    return lade__fail(LADE_EIO, "transport mpi: rank %u: exchanging the learners' caches failed: %s", c->rank,
+    return lade__fail(LADE_EIO, "transport mpi: rank %u: an allgather over the loader's ranks failed: %s", c->rank,
                       mpi_err(rc, eb));
   if (!done)
-    return lade__fail(LADE_ETIMEOUT, "transport mpi: rank %u: the learners' caches were not exchanged within %u ms "
-                      "(a rank did not reach its loader's open)", c->rank, c->p.timeout_ms);
+    return lade__fail(LADE_ETIMEOUT, "transport mpi: rank %u: an allgather over the loader's ranks did not complete "
+                      "within %u ms (setting peer_timeout_ms): a rank did not reach the same collective (its loader's "
+                      "open, or lade_loader_allgather), or stopped", c->rank, c->p.timeout_ms);
   return 0;
 }
 

@@ -1186,12 +1186,12 @@ static int ucx_allgather(lade__transport_t *d, const void *mine, size_t len, voi
         break;
       }
       rc = lost ? lade__fail(LADE_EIO, "transport ucx: rank %u: rank%s %s%s died (the connection broke) before "
-                             "contributing to allgather %llu of this loader (the learners' surviving caches, at open)",
+                             "contributing to allgather %llu of this loader",
                              c->rank, missing > 1 ? "s" : "", who, missing > 8 ? ", ..." : "",
                              (unsigned long long)seq)
                 : lade__fail(LADE_ETIMEOUT, "transport ucx: rank %u: rank%s %s%s did not contribute to allgather %llu "
-                             "of this loader (the learners' surviving caches, at open) within %u ms (setting "
-                             "peer_timeout_ms): %s did not reach its loader's open, or stopped", c->rank,
+                             "of this loader within %u ms (setting peer_timeout_ms): %s did not reach the same "
+                             "collective (its loader's open, or lade_loader_allgather), or stopped", c->rank,
                              missing > 1 ? "s" : "", who, missing > 8 ? ", ..." : "", (unsigned long long)seq,
                              c->p.timeout_ms, missing > 1 ? "each" : "it");
       break;

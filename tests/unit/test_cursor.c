@@ -212,7 +212,7 @@ static void test_planned(void) {
   lade__cursor_t *c = NULL;
   CHECK(lade__cursor_open(&c, &p) == LADE_EINVAL);
   CHECK(strstr(lade_last_error(), "shuffle=false applies to the regular plan only") != NULL);
-  p.plan.kind = LADE_PLAN_SHARDS + 1;
+  p.plan.kind = LADE_PLAN_DLIO + 1;
   CHECK(lade__cursor_open(&c, &p) == LADE_EINVAL);
   CHECK(c == NULL);
 }
@@ -413,8 +413,108 @@ static void test_resize_twice(void) {
   }
 }
 
+/* dlio (order_dlio.c, docs/dlio.md): DLIO's readers' sharding, exactly. */
+static void test_dlio(void) {
+  /* pytorch: 10 DLIO samples over 4 ranks, batch 1: P = 3, the blocks [0,3),
+   * [3,6), [6,9), [9,10); floor(10 / 4) = 2 steps; the last block wraps */
+  lade__cursor_params_t p = params(LADE_PLAN_DLIO, 0, 4, true);
+  p.plan.samples = 10;
+  p.plan.batch_size = 1;
+  p.dlio_reader = LADE__DLIO_PYTORCH;
+  uint64_t want_pt[4][2] = {{0, 1}, {3, 4}, {6, 7}, {9, 9}};
+  for (uint32_t r = 0; r < 4; r++) {
+    p.rank = r;
+    lade__cursor_t *c = NULL;
+    CHECK_OK(lade__cursor_open(&c, &p));
+    CHECK_EQ_INT(lade__cursor_steps(c), 2);
+    lade__cursor_step_t st = {0};
+    for (uint64_t e = 0; e < 2; e++) /* the same every epoch */
+      for (uint64_t s = 0; s < 2; s++) {
+        CHECK_OK(lade__cursor_get(c, e * 2 + s, &st));
+        CHECK_EQ_INT(st.n, 1);
+        CHECK_EQ_INT(st.idx[0], want_pt[r][s]);
+        CHECK_EQ_INT(st.from[0], LADE__ROUTE_ANY);
+      }
+    lade__cursor_step_free(&st);
+    lade__cursor_close(c);
+  }
+  /* a source without shards, 3 DLIO samples per file: sample g is file g / 3 */
+  p.rank = 1;
+  p.dlio_rep = 3;
+  p.plan.learners = 2;
+  p.plan.samples = 4; /* 12 DLIO samples, P = 6: rank 1 reads 6..11 = files 2, 2, 2, 3, 3, 3 */
+  lade__cursor_t *c = NULL;
+  CHECK_OK(lade__cursor_open(&c, &p));
+  CHECK_EQ_INT(lade__cursor_steps(c), 6);
+  lade__cursor_step_t st = {0};
+  for (uint64_t s = 0; s < 6; s++) {
+    CHECK_OK(lade__cursor_get(c, s, &st));
+    CHECK_EQ_INT(st.idx[0], 2 + s / 3);
+  }
+  lade__cursor_close(c);
+  /* tensorflow: files of 3, 2 and 4 records (shards), one rank, two files at
+   * a time, one record from each in turn, a finished file's slot taking the
+   * next: 0 3 1 4 2 5 6 7 8; batch 3 */
+  const uint64_t off[] = {0, 3, 5, 9};
+  p = params(LADE_PLAN_DLIO, 0, 1, true);
+  p.plan.samples = 9;
+  p.plan.batch_size = 3;
+  p.dlio_reader = LADE__DLIO_TENSORFLOW;
+  p.dlio_interleave = 2;
+  p.shuffle = false;
+  p.shard_offsets = off;
+  p.shards = 3;
+  const uint64_t want_tf[9] = {0, 3, 1, 4, 2, 5, 6, 7, 8};
+  CHECK_OK(lade__cursor_open(&c, &p));
+  for (uint64_t q = 0; q < 3; q++) {
+    CHECK_OK(lade__cursor_get(c, q, &st));
+    for (uint32_t k = 0; k < 3; k++) CHECK_EQ_INT(st.idx[k], want_tf[q * 3 + k]);
+  }
+  lade__cursor_close(c);
+  /* two ranks: rank 1 reads file 1 alone (files i % 2 == 1), 2 records,
+   * floor(9 / 2 / 1) = 4 steps: its stream repeats */
+  p.plan.learners = 2;
+  p.plan.batch_size = 1;
+  p.rank = 1;
+  CHECK_OK(lade__cursor_open(&c, &p));
+  CHECK_EQ_INT(lade__cursor_steps(c), 4);
+  for (uint64_t q = 0; q < 4; q++) {
+    CHECK_OK(lade__cursor_get(c, q, &st));
+    CHECK_EQ_INT(st.idx[0], 3 + q % 2);
+  }
+  lade__cursor_close(c);
+  /* a shuffle buffer reorders within the stream, keyed by the epoch: each
+   * record once per epoch all the same */
+  p.plan.learners = 1;
+  p.rank = 0;
+  p.plan.batch_size = 9;
+  p.shuffle = true;
+  p.shuffle_buffer = 4;
+  CHECK_OK(lade__cursor_open(&c, &p));
+  uint64_t first[9];
+  for (uint64_t e = 0; e < 3; e++) {
+    CHECK_OK(lade__cursor_get(c, e, &st));
+    uint32_t seen = 0;
+    for (uint32_t k = 0; k < 9; k++) seen |= 1u << st.idx[k];
+    CHECK_EQ_INT(seen, 0x1ff);
+    if (!e) memcpy(first, st.idx, sizeof first);
+  }
+  CHECK(memcmp(first, st.idx, sizeof first) != 0 || memcmp(first, want_tf, sizeof first) != 0);
+  lade__cursor_close(c);
+  /* a resume at another world size is refused (DLIO's sharding depends on it) */
+  p.resumed = true;
+  p.resume = (lade_position_t){.epoch = 1, .consumed = 0, .world_size = 2, .batch_size = 9};
+  CHECK(lade__cursor_open(&c, &p) == LADE_EUNSUPPORTED);
+  p.resume.world_size = 1;
+  CHECK_OK(lade__cursor_open(&c, &p));
+  CHECK_EQ_INT(lade__cursor_first(c), 1);
+  lade__cursor_close(c);
+  lade__cursor_step_free(&st);
+}
+
 int main(int argc, char **argv) {
   lade_test_args(argc, argv);
+  RUN(test_dlio);
   RUN(test_regular);
   RUN(test_shards);
   RUN(test_planned);

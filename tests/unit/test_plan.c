@@ -333,12 +333,13 @@ static void test_bad_input(void) {
  * names itself, parses back, and is a value of the loader's `plan` setting;
  * the planner refuses shards by name. */
 static void test_kind_names(void) {
-  const char *want[] = {"regular", "regular+lru", "regular+belady", "distcache", "locality", "solar", "shards"};
+  const char *want[] = {"regular", "regular+lru", "regular+belady", "distcache", "locality", "solar", "shards", "dlio"};
   CHECK_EQ_INT(LADE_PLAN_KIND_COUNT, 6); /* never renumbered: the plannable kinds */
   CHECK_EQ_INT(LADE_PLAN_SHARDS, 6);
+  CHECK_EQ_INT(LADE_PLAN_DLIO, 7);
   lade_config_t *cfg = NULL;
   CHECK_OK(lade_config_create(&cfg));
-  for (int k = 0; k <= LADE_PLAN_SHARDS; k++) {
+  for (int k = 0; k <= LADE_PLAN_DLIO; k++) {
     CHECK(strcmp(lade_plan_kind_name(k), want[k]) == 0);
     CHECK_EQ_INT(lade_plan_kind_parse(want[k]), k);
     char buf[64] = "";
@@ -347,7 +348,7 @@ static void test_kind_names(void) {
     CHECK(strcmp(buf, want[k]) == 0);
   }
   lade_config_destroy(cfg);
-  CHECK(strcmp(lade_plan_kind_name(LADE_PLAN_SHARDS + 1), "unknown") == 0);
+  CHECK(strcmp(lade_plan_kind_name(LADE_PLAN_DLIO + 1), "unknown") == 0);
   CHECK(strcmp(lade_plan_kind_name(-1), "unknown") == 0);
   lade_plan_settings_t s;
   lade_plan_settings_default(&s, sizeof s);
@@ -361,6 +362,10 @@ static void test_kind_names(void) {
   CHECK(pl == NULL);
   lade_sim_epoch_t ep[1];
   CHECK(lade_simulate(&s, sizeof s, NULL, ep, sizeof ep[0], NULL) == LADE_EINVAL);
+  s.kind = LADE_PLAN_DLIO; /* DLIO's sharding is the loader's too */
+  CHECK(lade_plan_create(&pl, &s, sizeof s) == LADE_EINVAL);
+  CHECK(strstr(lade_last_error(), "dlio") && strstr(lade_last_error(), "not a permutation"));
+  CHECK(pl == NULL);
 }
 
 /* The first fields of lade_plan_settings_t, as an older caller compiled them. */
