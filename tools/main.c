@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "ceiling.h"
+#include "dlio.h"
 #include "gen_jpeg.h"
 #include "gen_npy.h"
 #include "lade/lade.h"
@@ -46,6 +47,7 @@ static int usage_main(FILE *f) {
           "  plan               compute a loading plan (which learner loads which sample from where)\n"
           "  simulate           run plans without I/O and report storage/peer/cache traffic\n"
           "  model              evaluate the analytical performance and cost models\n"
+          "  dlio               DLIO / MLPerf Storage workloads: datagen, run (accelerator utilisation), sweep\n"
           "  settings           list every loader setting with its default\n",
           lade_version());
   return f == stderr ? 2 : 0;
@@ -765,6 +767,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "plan")) return lade_tool_plan(argc - 1, argv + 1);
   if (!strcmp(cmd, "simulate")) return lade_tool_simulate(argc - 1, argv + 1);
   if (!strcmp(cmd, "model")) return lade_tool_model(argc - 1, argv + 1);
+  if (!strcmp(cmd, "dlio")) return lade_tool_dlio(argc - 1, argv + 1);
   fprintf(stderr, "lade: unknown command '%s'\n\n", cmd);
   return usage_main(stderr);
 }
