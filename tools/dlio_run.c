@@ -270,34 +270,51 @@ static uint64_t resized_bytes(const dlio_cfg_t *c) {
 }
 
 /* The source: the exact files DLIO reads (its names, the first
- * num_files_train), as a list file for TFRecord; the train folder for npz. */
-static int dataset_source(const dlio_cfg_t *c, const char *out, uint32_t rank, char *src, size_t size, char *err,
-                          size_t errlen) {
+ * num_files_train), as a list file for TFRecord; the train folder for npz.
+ * The list's path is a function of its contents (a cache_dir keys entries
+ * by the source's identity, so the next run finds them), written by rename
+ * so ranks writing it at once never read half of it. */
+static int dataset_source(const dlio_cfg_t *c, uint32_t rank, char *src, size_t size, char *err, size_t errlen) {
   char folder[DLIO_PATH + 16];
   snprintf(folder, sizeof folder, "%s/train", c->data_folder);
   if (c->format == DLIO_FMT_NPZ) {
     snprintf(src, size, "%s%s", folder, strstr(folder, "://") ? "/" : "");
     return 0;
   }
-  snprintf(src, size, "%s/train_files_%u.txt", out, rank);
-  FILE *f = fopen(src, "w");
-  if (!f) {
-    snprintf(err, errlen, "cannot write %s: %s", src, strerror(errno));
+  char name[DLIO_PATH + 256];
+  uint64_t h = 1469598103934665603ull; /* FNV-1a of the names */
+  for (uint64_t i = 0; i < c->num_files_train; i++) {
+    dlio_file_name(c, false, i, name, sizeof name);
+    for (const char *p = name; *p; p++) h = (h ^ (uint8_t)*p) * 1099511628211ull;
+    h = (h ^ '\n') * 1099511628211ull;
+  }
+  const char *tmp = getenv("TMPDIR");
+  char dir[DLIO_PATH], part[DLIO_PATH + 128];
+  snprintf(dir, sizeof dir, "%s/lade-dlio-%u", tmp && tmp[0] ? tmp : "/tmp", (unsigned)geteuid());
+  if (mkdirs(dir)) {
+    snprintf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
     return -1;
   }
-  char name[DLIO_PATH + 256];
+  snprintf(src, size, "%s/train-%016llx.txt", dir, (unsigned long long)h);
+  snprintf(part, sizeof part, "%s.%u.%d", src, rank, (int)getpid());
+  FILE *f = fopen(part, "w");
+  if (!f) {
+    snprintf(err, errlen, "cannot write %s: %s", part, strerror(errno));
+    return -1;
+  }
   for (uint64_t i = 0; i < c->num_files_train; i++) {
     dlio_file_name(c, false, i, name, sizeof name);
     fprintf(f, "%s\n", name);
   }
-  if (fclose(f)) {
-    snprintf(err, errlen, "cannot write %s", src);
+  if (fclose(f) || rename(part, src)) {
+    snprintf(err, errlen, "cannot write %s: %s", src, strerror(errno));
+    unlink(part);
     return -1;
   }
   return 0;
 }
 
-static int make_loader(const dlio_cfg_t *c, const rank_env_t *env, const char *out, lade_loader_t **L, char *err,
+static int make_loader(const dlio_cfg_t *c, const rank_env_t *env, lade_loader_t **L, char *err,
                        size_t errlen) {
   lade_config_t *cfg = NULL;
   if (lade_config_create(&cfg)) {
@@ -305,7 +322,7 @@ static int make_loader(const dlio_cfg_t *c, const rank_env_t *env, const char *o
     return -1;
   }
   char src[DLIO_PATH + 64];
-  int rc = dataset_source(c, out, env->rank, src, sizeof src, err, errlen);
+  int rc = dataset_source(c, env->rank, src, sizeof src, err, errlen);
   bool tf = c->data_loader == DLIO_FW_TENSORFLOW;
   if (!rc) rc = set(cfg, "source", src, err, errlen);
   if (!rc) rc = set(cfg, "source_type", c->format == DLIO_FMT_NPZ ? (strstr(src, "s3://") ? "s3" : "dir")
@@ -548,14 +565,8 @@ int dlio_run(const dlio_cfg_t *c0, char *err, size_t errlen) {
   } else {
     snprintf(out, sizeof out, "%s", c.output_folder);
   }
-  char scratch[DLIO_PATH + 32];
-  snprintf(scratch, sizeof scratch, "%s/.lade", c.output_folder[0] ? c.output_folder : ".");
-  if (mkdirs(scratch)) {
-    snprintf(err, errlen, "cannot create %s: %s", scratch, strerror(errno));
-    return -1;
-  }
   lade_loader_t *L = NULL;
-  if (make_loader(&c, &env, scratch, &L, err, errlen)) return -1;
+  if (make_loader(&c, &env, &L, err, errlen)) return -1;
   int rc = 0;
   /* one output folder for all ranks: rank 0's name */
   char *names = malloc((size_t)env.world * DLIO_PATH);

@@ -730,6 +730,25 @@ static int save_index(diskcache_t *d, const char *name) {
  * the job later (after a last close it raced with) removes INDEX before it
  * changes anything, as every open does.
  */
+static int cmp_ixrec(const void *a, const void *b) {
+  const ixrec_t *x = a, *y = b;
+  return x->key < y->key ? -1 : x->key > y->key ? 1 : x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* One record per key: two ranks that put the same sample at the same moment
+ * both list it (one file stands, the later rename's), and both charged USED,
+ * so the sums still agree; INDEX keeps the later record. */
+static size_t dedup_keys(ixrec_t *r, size_t n) {
+  if (n < 2) return n;
+  qsort(r, n, sizeof *r, cmp_ixrec);
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (k && r[k - 1].key == r[i].key) r[k - 1] = r[i]; /* sorted by seq within a key: the later wins */
+    else r[k++] = r[i];
+  }
+  return k;
+}
+
 static void node_save_index(diskcache_t *d) {
   static _Atomic unsigned nparts;
   char part[64];
@@ -768,7 +787,7 @@ static void node_save_index(diskcache_t *d) {
     free(f);
   }
   if (dir) closedir(dir);
-  if (ok && charged == atomic_load(&d->shared->used)) write_index(d, "INDEX", all, n);
+  if (ok && charged == atomic_load(&d->shared->used)) write_index(d, "INDEX", all, dedup_keys(all, n));
   free(all);
   remove_leftovers(d); /* the parts (nobody else has the folder open) */
 }

@@ -428,14 +428,25 @@ static void test_owner_dead(void) {
  * one is never. */
 static void test_stale_and_live(void) {
   lade__cache_t *live = open_node("job-live", 1 << 16, NULL);
+  int ready[2];
+  CHECK_OK(pipe(ready));
   pid_t pid = fork();
   if (pid == 0) {
+    close(ready[0]);
     lade__cache_t *d = open_node("job-killed", 1 << 16, NULL);
     if (d) put(d, 1);
+    char one = 1;
+    if (write(ready[1], &one, 1) != 1) _exit(1);
     pause();
     _exit(0);
   }
-  while (segments() < 2) usleep(1000);
+  close(ready[1]);
+  /* killed once its segment is whole: a creator killed before its header
+   * is written leaves a file that is stale only after STALE_EMPTY_S (a
+   * loaded machine made that window, polling segments(), a CI flake) */
+  char got = 0;
+  CHECK(read(ready[0], &got, 1) == 1 && got == 1);
+  close(ready[0]);
   kill(pid, SIGKILL);
   waitpid(pid, NULL, 0);
   CHECK(segments() == 2); /* its segment outlives it */
