@@ -359,9 +359,10 @@ def main():
                            ceiling=ceil, au={})
                 cfg = dict(w=w, files=ref_files, index=index, resize=w["resize"], s3=s3, crc_lib=crc_lib,
                            epochs=a.epochs, cap=STEPS_CAP, evict=setup == "local")
+                failed = set()  # a reader below 90% at n is not run at larger n (its maximum is known)
                 for n in counts:
                     for reader in ("reference", "lade-dlio", "lade-plan"):
-                        if reader in skip or (reader == "lade-plan" and n % 4):
+                        if reader in skip or reader in failed or (reader == "lade-plan" and n % 4):
                             continue
                         out = os.path.join(tmp, "out-%s-%s-%s-%d" % (wname, setup, reader, n))
                         t = time.time()
@@ -375,10 +376,13 @@ def main():
                                                evict=setup == "local", cap=False, cache_bytes=dataset_bytes // 2)
                         except Exception as ex:  # a reader that cannot run at n is reported, not fatal
                             print("  %-10s n=%-3d failed: %s" % (reader, n, str(ex)[-600:]), flush=True)
+                            failed.add(reader)
                             continue
                         later = aus[1:] if len(aus) > 1 else aus
                         au = float(np.mean(later)) if reader == "lade-plan" else float(np.mean(aus))
                         row["au"].setdefault(reader, {})[n] = au
+                        if au < 90:
+                            failed.add(reader)
                         print("  %-10s n=%-3d AU %6.2f%%  (epochs %s)  %.0f s" %
                               (reader, n, au, " ".join("%.1f" % x for x in aus), time.time() - t), flush=True)
                 for reader, by_n in row["au"].items():
