@@ -235,7 +235,7 @@ def run_lade(lade, w, data_folder, n, epochs, out, plan=None, s3env=None, evict=
             "dataset.num_samples_per_file=%d" % w["spf"], "dataset.record_length_bytes=%d" % w["rl"],
             "dataset.record_length_bytes_stdev=%d" % w["stdev"], "dataset.record_length_bytes_resize=%d" % w["resize"],
             "train.epochs=%d" % epochs, "output.folder=" + out] + w["extra"]
-    if cap:
+    if cap and STEPS_CAP < 1 << 30:
         cmd.append("train.total_training_steps=%d" % STEPS_CAP)
     if evict:
         cmd.append("lade.evict_cache=1")
@@ -287,6 +287,7 @@ def ceiling_s3(env, keys):
 
 
 def main():
+    global STEPS_CAP
     ap = argparse.ArgumentParser()
     ap.add_argument("--lade", default=os.path.join(ROOT, "build", "lade"))
     ap.add_argument("--workloads", default="unet3d,resnet50")
@@ -296,7 +297,11 @@ def main():
     ap.add_argument("--s3-mb-s", type=float, default=100.0)
     ap.add_argument("--skip", default="", help="readers to skip: reference,lade-dlio,lade-plan")
     ap.add_argument("--json", default="")
+    ap.add_argument("--steps-cap", type=int, default=STEPS_CAP,
+                    help="steps per epoch for reference and lade-dlio (0: DLIO's whole epoch); a capped epoch's "
+                         "read-ahead is discarded by both, which costs a remote link bandwidth")
     a = ap.parse_args()
+    STEPS_CAP = a.steps_cap if a.steps_cap > 0 else 1 << 30
     lade = os.path.abspath(a.lade)
     counts = [int(x) for x in a.counts.split(",")]
     skip = set(a.skip.split(",")) if a.skip else set()

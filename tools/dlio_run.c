@@ -335,7 +335,15 @@ static int make_loader(const dlio_cfg_t *c, const rank_env_t *env, lade_loader_t
   if (!rc) rc = setu(cfg, "seed", c->seed, err, errlen);
   if (!rc) rc = set(cfg, "drop_last", "1", err, errlen);
   if (!rc) rc = setu(cfg, "threads", c->read_threads ? c->read_threads : 1, err, errlen);
-  if (!rc) rc = setu(cfg, "prefetch", c->prefetch_size ? c->prefetch_size : 1, err, errlen);
+  /* DLIO's batches in flight: its torch loader gives each of read_threads
+   * workers prefetch_factor = ceil(prefetch_size / read_threads) batches
+   * (2 when that is 0), tf.data prefetches prefetch_size */
+  uint64_t rt = c->read_threads, depth = c->prefetch_size;
+  if (!tf && rt) {
+    uint64_t pf = (c->prefetch_size + rt - 1) / rt;
+    depth = rt * (pf ? pf : 2);
+  }
+  if (!rc) rc = setu(cfg, "prefetch", depth ? depth : 1, err, errlen);
   if (!rc) rc = set(cfg, "plan", c->plan, err, errlen);
   if (!rc && !strcmp(c->plan, "dlio")) {
     rc = set(cfg, "dlio_reader", tf ? "tensorflow" : "pytorch", err, errlen);
