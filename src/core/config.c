@@ -120,7 +120,8 @@ static const setting_t settings[] = {
      "record: labels -1 (DLIO's files have none); present in some records only: an error (\"\": no labels)"},
     {"tfrecord_compression", T_ENUM, OFF(tfrecord_compression), 0, 0, 0, "auto|none|gzip|zlib", "auto",
      "tfrecord source: the files' compression (auto: gzip for names ending in .gz, zlib for .zlib, else none); "
-     "gzip and zlib files cannot be read at random and are refused at open, saying so: decompress them"},
+     "gzip and zlib files (local, built with zlib) are inflated: in one pass when read in file order (plan=shards, "
+     "shuffle=false), again from a kept point or the start for each read out of order"},
     {"s3_endpoint", T_STR, OFF(s3_endpoint), SZ(s3_endpoint), 0, 0, NULL, "",
      "S3 endpoint URL (\"\": $AWS_ENDPOINT_URL, else https://s3.REGION.amazonaws.com)"},
     {"s3_region", T_STR, OFF(s3_region), SZ(s3_region), 0, 0, NULL, "",

@@ -366,8 +366,15 @@ int lade__tar_index_load(const lade__tar_t *t, lade__tar_index_t *x, const char 
   memcpy(&h, b.data, sizeof h);
   uint64_t sum;
   memcpy(&sum, b.data + b.len - 8, 8);
-  if (memcmp(h.magic, f->magic, 8) != 0 || sum != lade__hash64(b.data, b.len - 8, t->index_seed)) goto out;
+  int comp = -1;
+  for (int k = 0; k < 3 && comp < 0; k++) {
+    const char *m = k ? f->zmagic[k - 1] : f->magic;
+    if (m && memcmp(h.magic, m, 8) == 0) comp = k; /* LADE__GZ_NONE, _GZIP, _ZLIB */
+  }
+  if (comp < 0 || sum != lade__hash64(b.data, b.len - 8, t->index_seed)) goto out;
   if (h.shard_size != v.size || h.mtime_sec != v.a || h.mtime_nsec != v.b) goto out;
+  /* a compressed shard's offsets are in its uncompressed bytes, of no known size */
+  uint64_t end = comp ? UINT64_MAX : h.shard_size;
   size_t per = sizeof(lade__tar_entry_t) + (f->aux ? 8 : 0);
   if (h.count > (b.len - sizeof h) / per || h.names_len != b.len - 8 - sizeof h - h.count * per ||
       (!f->names && h.names_len))
@@ -381,8 +388,8 @@ int lade__tar_index_load(const lade__tar_t *t, lade__tar_index_t *x, const char 
     memcpy(&m, mp + i * sizeof m, sizeof m);
     if (f->aux) memcpy(&aux, ap + i * 8, 8);
     const char *z = f->names && np < nend ? memchr(np, 0, (size_t)(nend - np)) : NULL;
-    if ((f->names && !z) || m.data_off > h.shard_size || h.shard_size - m.data_off < f->tail ||
-        m.size > h.shard_size - m.data_off - f->tail || aux / 8 > m.size ||
+    if ((f->names && !z) || m.data_off > end || end - m.data_off < f->tail || m.size > end - m.data_off - f->tail ||
+        aux / 8 > m.size ||
         (m.cls != LADE__TAR_NO_CLS && (m.cls < 0 || m.cls >= (1 << 24))))
       goto out;
     if (lade__tar_index_push(x, &m, aux, f->names ? np : NULL, f->names ? (size_t)(z - np) : 0) != 0) goto out;
@@ -390,6 +397,7 @@ int lade__tar_index_load(const lade__tar_t *t, lade__tar_index_t *x, const char 
   }
   ok = np == nend;
   x->bind = h.bind;
+  x->comp = comp;
 out:
   lade__buf_free(&b);
   lade__clear_error();
@@ -413,7 +421,9 @@ void lade__tar_index_store(const lade__tar_t *t, const lade__tar_index_t *x, con
   }
   idx_hdr_t h;
   memset(&h, 0, sizeof h);
-  memcpy(h.magic, f->magic, 8);
+  const char *magic = x->comp ? f->zmagic[x->comp - 1] : f->magic;
+  if (!magic) return;
+  memcpy(h.magic, magic, 8);
   h.shard_size = v.size;
   h.mtime_sec = v.a;
   h.mtime_nsec = v.b;

@@ -27,6 +27,7 @@
 
 #include "source.h"
 #include "tarfmt.h"
+#include "tfrec_gzip.h"
 
 #define LADE__TAR_NO_CLS INT64_MIN
 
@@ -56,6 +57,8 @@ typedef struct lade__tar_index {
   size_t n, cap;
   lade__tar_strs_t names; /* per entry, for formats with names (tar: the member's) */
   uint64_t bind; /* the format's bind() of its shard, stored with it (0: none) */
+  int comp;      /* LADE__GZ_*: the shard is one gzip or zlib stream (tfrecord), its offsets are in the
+                  * uncompressed bytes; a stored index says so by its magic (the format's zmagic) */
 } lade__tar_index_t;
 
 /* The version of a shard an index was made from: a local shard's size and
@@ -70,8 +73,9 @@ struct lade__tar;
 /* Appends an entry (name: NULL for formats without names). */
 int lade__tar_index_push(lade__tar_index_t *x, const lade__tar_entry_t *e, uint64_t aux, const char *name, size_t nlen);
 /* Loads a stored index when it is whole (checksum, seeded with
- * t->index_seed), of t's format (its magic) and made from version v of the
- * shard; else -1 and x is empty (no error set). */
+ * t->index_seed), of t's format (its magic, or a zmagic: x->comp says
+ * which) and made from version v of the shard; else -1 and x is empty (no
+ * error set). */
 int lade__tar_index_load(const struct lade__tar *t, lade__tar_index_t *x, const char *path, lade__tar_ver_t v);
 /* Stores it (temp file + rename); a failure only means the next open
  * indexes again. */
@@ -129,6 +133,7 @@ int lade__tar_push_sample(lade__tar_t *t, uint32_t shard, uint64_t off, uint64_t
 typedef struct lade__tar_format {
   const char *name;       /* the source's name: "tar", "tfrecord" */
   const char *magic;      /* 8 bytes: the stored index's format and version */
+  const char *zmagic[2];  /* formats with compressed shards: the magic of a gzip / a zlib shard's index */
   const char *index_name; /* a stored index in index_dir/cache_dir is NAME-HASH.bin */
   const char *shard_kind; /* in messages: "no .tar files in folder X" */
   uint32_t tail;          /* bytes of a sample's span after the bytes max_sample_bytes counts (tfrecord: the CRC) */
@@ -137,6 +142,9 @@ typedef struct lade__tar_format {
   int (*is_shard)(const char *name, size_t len);
   /* A local regular file given as the source is a list file, not a shard. */
   int (*is_list)(const char *path);
+  /* Optional: a shard's compression (LADE__GZ_*) by the settings and its
+   * name; a stored index of another is not used. NULL: none. */
+  int (*compression)(const lade__tar_t *t, const char *shard);
   /* Optional: the format's settings into t->fmt_state and t->index_seed. */
   int (*open)(lade__tar_t *t, const struct lade_config *cfg);
   void (*close)(lade__tar_t *t);

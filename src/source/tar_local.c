@@ -13,6 +13,12 @@
  * (rewritten in place, or another file under its name): thread-safe, no
  * lock. The first KEEP_OPEN shards stay open; later ones are opened per
  * read.
+ *
+ * A compressed shard (a gzip or zlib TFRecord file: its index's comp) is
+ * read through tfrec_gzip.c's cache of inflate cursors instead of a pread
+ * at the record's offset, which is in the uncompressed bytes; reads in file
+ * order cost one pass, reads out of order inflate again (the first restart
+ * from a file's start is warned about, once per source).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -30,6 +36,8 @@
 typedef struct local_state {
   int *fd; /* per shard, or -1: opened per read */
   lade__file_ver_t *ver; /* per shard: the version indexed, checked after every read */
+  uint8_t *comp;         /* per shard: LADE__GZ_* of its index */
+  lade__gz_cache_t *gz;  /* when a shard is compressed */
   size_t n;
 } local_state_t;
 
@@ -123,7 +131,8 @@ static int local_open(lade__tar_t *t, const struct lade_config *cfg, lade__sourc
   l->n = t->shards.n;
   l->fd = malloc((l->n ? l->n : 1) * sizeof *l->fd);
   l->ver = calloc(l->n ? l->n : 1, sizeof *l->ver);
-  if (!l->fd || !l->ver) return lade__fail(LADE_ENOMEM, "%s source: out of memory", t->fmt->name);
+  l->comp = calloc(l->n ? l->n : 1, 1);
+  if (!l->fd || !l->ver || !l->comp) return lade__fail(LADE_ENOMEM, "%s source: out of memory", t->fmt->name);
   for (size_t i = 0; i < l->n; i++) l->fd[i] = -1;
   return 0;
 }
@@ -139,18 +148,53 @@ static int local_index(lade__tar_t *t, const struct lade_config *cfg, size_t i, 
   lade__file_ver_of(&L(t)->ver[i], &st);
   /* a stored index counts when it was made from this shard: its size and
    * mtime, then the headers it sampled (an index copied from another shard
-   * of the same size and mtime has other names there) */
-  if (lade__tar_index_load(t, x, ipath, ver_of_stat(&st)) != 0 || index_bound(t, x, fd) != x->bind) {
+   * of the same size and mtime has other names there); and as compressed
+   * as the settings say the shard is */
+  int comp = t->fmt->compression ? t->fmt->compression(t, shard) : LADE__GZ_NONE;
+  if (lade__tar_index_load(t, x, ipath, ver_of_stat(&st)) != 0 || x->comp != comp ||
+      index_bound(t, x, fd) != x->bind) {
     lade__tar_index_free(x);
     rc = index_build(t, x, fd, (uint64_t)st.st_size, shard);
     if (!rc) x->bind = index_bound(t, x, fd);
     if (!rc) lade__tar_index_store(t, x, ipath, ver_of_stat(&st), cfg);
   }
+  L(t)->comp[i] = (uint8_t)x->comp;
   if (i < KEEP_OPEN)
     L(t)->fd[i] = fd;
   else
     close(fd);
   return rc;
+}
+
+/* Every shard indexed: the inflate cursors when a shard is compressed. */
+static int local_start(lade__tar_t *t) {
+  local_state_t *l = L(t);
+  for (size_t i = 0; i < l->n; i++)
+    if (l->comp[i]) {
+      int rc = lade__gz_cache_create(&l->gz, l->n);
+      return rc ? lade__fail_prefix(rc, "%s: ", lade__tar_strs_at(&t->shards, i)) : 0;
+    }
+  return 0;
+}
+
+/* Sample idx's size bytes at uncompressed offset off of its compressed
+ * shard si, open as fd. */
+static int gz_read(lade__tar_t *t, uint64_t idx, uint32_t si, int fd, uint64_t off, uint8_t *dst, size_t size) {
+  const char *shard = lade__tar_strs_at(&t->shards, si);
+  char what[LADE__PATH_MAX + 64];
+  size_t got = 0;
+  int first = 0;
+  int rc = lade__gz_cache_read(L(t)->gz, si, L(t)->comp[si], fd_pread, &fd, off, dst, size, &got, &first);
+  if (first)
+    fprintf(stderr, "lade: warning: %s: a read out of file order inflates a compressed TFRecord file again from its "
+            "start (a shuffled plan?); plan=shards or shuffle=false read each file once, or decompress the files "
+            "(docs/sources.md)\n", shard);
+  if (rc || got != size) t->fmt->what(t, idx, what, sizeof what);
+  if (rc) return lade__fail_prefix(rc, "%s: %s: ", shard, what);
+  if (got != size)
+    return lade__fail(LADE_EIO, "%s: %s: the uncompressed stream ends after %zu of its %zu bytes (the file changed "
+                      "since it was indexed?)", shard, what, got, size);
+  return 0;
 }
 
 static int local_read(lade__tar_t *t, uint64_t idx, lade__buf_t *out) {
@@ -168,7 +212,11 @@ static int local_read(lade__tar_t *t, uint64_t idx, lade__buf_t *out) {
     if (fd < 0) return fd;
   }
   size_t got = 0;
-  while (got < size) {
+  if (L(t)->comp[si]) {
+    rc = gz_read(t, idx, si, fd, off, out->data, (size_t)size);
+    got = (size_t)size;
+  }
+  while (!rc && got < size) {
     ssize_t n = pread(fd, out->data + got, (size_t)size - got, (off_t)(off + got));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
@@ -208,8 +256,10 @@ static void local_close(lade__tar_t *t) {
   if (l->fd)
     for (size_t i = 0; i < l->n; i++)
       if (l->fd[i] >= 0) close(l->fd[i]);
+  lade__gz_cache_destroy(l->gz);
   free(l->fd);
   free(l->ver);
+  free(l->comp);
   free(l);
   t->be_state = NULL;
 }
@@ -217,6 +267,7 @@ static void local_close(lade__tar_t *t) {
 const lade__tar_backend_t lade__tar_local = {
     .open = local_open,
     .index = local_index,
+    .start = local_start,
     .read = local_read,
     .version = local_version,
     .close = local_close};

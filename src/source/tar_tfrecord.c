@@ -23,8 +23,13 @@
  * index) and is bound to tfrecord_feature and tfrecord_label through the
  * checksum's seed (t->index_seed): other settings index the files again.
  *
- * Compressed files (gzip, zlib: TFRecordOptions) cannot be read at random;
- * they are refused at open with what to do instead (docs/sources.md).
+ * Compressed files (gzip, zlib: TFRecordOptions; by name or by
+ * tfrecord_compression) are one deflate stream each: the pass reads the
+ * uncompressed bytes through an inflating stream (tfrec_gzip.c), so the
+ * index's offsets are in those bytes, and its magic says so (LADETFG1,
+ * LADETFZ1: never taken for an uncompressed file's index, nor the
+ * reverse); local reads go through tfrec_gzip.c's inflate cursors
+ * (tar_local.c). Remote ones are refused, as is any without zlib.
  *
  * Read-only after open: no lock.
  */
@@ -39,6 +44,9 @@
 #include "tfrecfmt.h"
 
 #define IDX_MAGIC "LADETFR1"
+#define IDX_MAGIC_GZIP "LADETFG1" /* a gzip file's: offsets in its uncompressed bytes */
+#define IDX_MAGIC_ZLIB "LADETFZ1"
+#define BIND_HEAD 16384 /* a compressed file's bytes its bind hashes */
 #define BIND_RECORDS 8
 #define LABEL_MAX (1 << 24) /* as tar's .cls values */
 
@@ -68,6 +76,12 @@ static int compression_of(const lade__tar_t *t, const char *shard) {
   return has_suffix(shard, n, ".gz") ? LADE__TFREC_COMP_GZIP
          : has_suffix(shard, n, ".zlib") ? LADE__TFREC_COMP_ZLIB
                                          : LADE__TFREC_COMP_NONE;
+}
+
+/* The same as LADE__GZ_*, for the tar source. */
+static int tfr_compression(const lade__tar_t *t, const char *shard) {
+  int c = compression_of(t, shard);
+  return c == LADE__TFREC_COMP_GZIP ? LADE__GZ_GZIP : c == LADE__TFREC_COMP_ZLIB ? LADE__GZ_ZLIB : LADE__GZ_NONE;
 }
 
 static int tfr_open(lade__tar_t *t, const struct lade_config *cfg) {
@@ -143,33 +157,49 @@ static const char *looks_compressed(const uint8_t *b, long n) {
   return NULL;
 }
 
-static int compressed_error(const char *shard, const char *how) {
-  return lade__fail(LADE_EUNSUPPORTED, "%s: %s-compressed TFRecord: not supported (records cannot be read at random "
-                    "in a compressed stream); decompress it first (%s), or write it with compression_type=None",
-                    shard, how, !strcmp(how, "gzip") ? "gunzip -k FILE" : "zlib-flate -uncompress < FILE > OUT");
+/* A compressed file that cannot be read: why, and what to do. */
+static int compressed_error(const char *shard, int comp, const char *why) {
+  return lade__fail(LADE_EUNSUPPORTED, "%s: %s-compressed TFRecord: %s; decompress it first (%s)", shard,
+                    lade__gz_name(comp), why,
+                    comp == LADE__GZ_GZIP ? "gunzip -k FILE" : "zlib-flate -uncompress < FILE > OUT");
 }
 
 /* One pass over a file: every record's framing (its length CRC), and with
- * a feature or a label set its data (CRC, Example) too. */
+ * a feature or a label set its data (CRC, Example) too. A compressed file
+ * is walked in its uncompressed bytes, through an inflating stream, whose
+ * end may come after any whole record: each record's CRC is read to know
+ * that its data is there. */
 static int tfr_walk(const lade__tar_t *t, lade__tar_index_t *x, lade__tar_pread_fn fn, void *ctx, uint64_t size,
                     const char *shard) {
   const tfr_state_t *st = S(t);
-  int comp = compression_of(t, shard);
-  if (comp == LADE__TFREC_COMP_GZIP || comp == LADE__TFREC_COMP_ZLIB)
-    return compressed_error(shard, comp == LADE__TFREC_COMP_GZIP ? "gzip" : "zlib");
-  uint8_t head[2];
-  long hn = size >= 2 ? fn(ctx, head, 2, 0) : 0;
+  int comp = tfr_compression(t, shard);
+  lade__gz_walk_t *gz = NULL;
+  if (comp && lade__tar_is_url(shard))
+    return compressed_error(shard, comp, "not read remotely (a record is reached only by inflating all before it, "
+                            "a remote file is read by Range requests: copy it to a local file system)");
+  if (comp) {
+    int rc = lade__gz_walk_open(&gz, comp, fn, ctx);
+    char why[256];
+    snprintf(why, sizeof why, "%s", lade_last_error()); /* not lade__fail's own buffer */
+    if (rc) return rc == LADE_EUNSUPPORTED ? compressed_error(shard, comp, why) : lade__fail_prefix(rc, "%s: ", shard);
+    fn = lade__gz_walk_pread;
+    ctx = gz;
+    size = LADE__TFREC_STREAM;
+    x->comp = comp;
+  }
+  uint8_t head[2] = {0, 0};
+  long hn = !comp && size >= 2 ? fn(ctx, head, 2, 0) : 0;
   int need = st->feature[0] || st->label[0];
   lade__tfrec_reader_t r;
   lade__tfrec_init(&r, fn, ctx, size);
   lade__tfrec_record_t rec;
   lade__buf_t b = {0};
+  unsigned long long no = 0, at = 0; /* the record being read */
   int rc;
-  while ((rc = lade__tfrec_next(&r, &rec)) == 1) {
+  while ((no = (unsigned long long)r.record, at = (unsigned long long)r.pos, rc = lade__tfrec_next(&r, &rec)) == 1) {
     uint64_t got = rec.len;
     int64_t cls = LADE__TAR_NO_CLS;
     if (need) {
-      unsigned long long no = (unsigned long long)rec.index, at = (unsigned long long)rec.off;
       if (rec.len > t->max_sample || rec.len >= SIZE_MAX - LADE__TFREC_TAIL) {
         rc = lade__fail(LADE_ERANGE, "record %llu (at byte %llu): %llu bytes, more than max_sample_bytes (%llu)", no,
                         at, (unsigned long long)rec.len, (unsigned long long)t->max_sample);
@@ -183,7 +213,8 @@ static int tfr_walk(const lade__tar_t *t, lade__tar_index_t *x, lade__tar_pread_
       long n = fn(ctx, b.data, want, rec.data_off);
       if (n != (long)want) {
         rc = lade__fail(LADE_EIO, "record %llu (at byte %llu): %s", no, at,
-                        n < 0 ? strerror((int)-n) : "the file ended early (it changed while it was indexed?)");
+                        n < 0 ? strerror((int)-n) : gz ? "its data and CRC run past the end of the uncompressed stream"
+                        : "the file ended early (it changed while it was indexed?)");
         break;
       }
       uint32_t stored, computed;
@@ -196,21 +227,46 @@ static int tfr_walk(const lade__tar_t *t, lade__tar_index_t *x, lade__tar_pread_
         lade__fail_prefix(rc, "record %llu (at byte %llu): ", no, at);
         break;
       }
+    } else if (gz) {
+      uint8_t crc[LADE__TFREC_TAIL];
+      long n = fn(ctx, crc, sizeof crc, rec.data_off + rec.len);
+      if (n != (long)sizeof crc) {
+        rc = lade__fail(LADE_EFORMAT, "record %llu (at byte %llu): its %llu bytes of data and 4-byte CRC run past the "
+                        "end of the uncompressed stream (%llu bytes): truncated?", no, at, (unsigned long long)rec.len,
+                        (unsigned long long)lade__gz_walk_produced(gz));
+        break;
+      }
     }
     rc = lade__tar_index_push(x, &(lade__tar_entry_t){rec.data_off, rec.len, cls}, got, NULL, 0);
     if (rc) break;
   }
   lade__buf_free(&b);
-  if (rc < 0 && r.record == 0 && looks_compressed(head, hn) && comp == LADE__TFREC_COMP_AUTO)
-    return compressed_error(shard, looks_compressed(head, hn));
+  int code = 0;
+  const char *why = lade__gz_walk_error(gz, &code);
+  if (rc < 0 && why) /* the stream's words, not the EIO the record's read saw */
+    rc = lade__fail(code, "%s: record %llu (at byte %llu of the uncompressed stream): %s", shard, no, at, why);
+  lade__gz_walk_close(gz);
+  const char *how = rc < 0 && r.record == 0 ? looks_compressed(head, hn) : NULL;
+  if (how && S(t)->compression == LADE__TFREC_COMP_AUTO)
+    return lade__fail(LADE_EFORMAT, "%s: looks like a %s-compressed TFRecord, but its name does not end in %s: set "
+                      "tfrecord_compression=%s (or rename it)", shard, how, !strcmp(how, "gzip") ? ".gz" : ".zlib",
+                      how);
   if (rc < 0 && strncmp(lade_last_error(), shard, strlen(shard)) != 0) lade__fail_prefix(rc, "%s: ", shard);
   return rc < 0 ? rc : 0;
 }
 
 /* The framing of up to 8 records spread over the index (first and last
- * included): each one's length, length CRC and data CRC. */
+ * included): each one's length, length CRC and data CRC; a compressed
+ * file's first 16 KiB. */
 static uint64_t tfr_bind(const lade__tar_t *t, const lade__tar_index_t *x, lade__tar_pread_fn fn, void *ctx) {
   uint64_t h = lade__hash64(&x->n, sizeof x->n, t->index_seed);
+  if (x->comp) { /* the offsets are not the file's: its first bytes instead (the stream's header and first blocks) */
+    uint8_t b[BIND_HEAD];
+    long n = fn(ctx, b, sizeof b, 0);
+    h = lade__hash64(&n, sizeof n, h);
+    if (n > 0) h = lade__hash64(b, (size_t)n, h);
+    return h ? h : 1;
+  }
   size_t k = LADE__MIN(x->n, (size_t)BIND_RECORDS);
   for (size_t j = 0; j < k; j++) {
     size_t i = k == 1 ? 0 : j * (x->n - 1) / (k - 1);
@@ -339,9 +395,9 @@ static int tfr_finish(lade__tar_t *t, uint64_t idx, lade__buf_t *out) {
 
 static int tfr_is_shard(const char *name, size_t len) { return lade__tfrec_is_name(name, len); }
 
-/* A regular file given as the source: a TFRecord file by its name or its
- * first record header (TF's own files are often named train-00000-of-01024),
- * else a list file of them. */
+/* A regular file given as the source: a TFRecord file by its name, its
+ * first record header (TF's own files are often named train-00000-of-01024)
+ * or a gzip/zlib header, else a list file of them. */
 static int tfr_is_list(const char *path) {
   if (lade__tfrec_is_name(path, strlen(path))) return 0;
   int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -349,18 +405,23 @@ static int tfr_is_list(const char *path) {
   uint8_t h[LADE__TFREC_HEAD];
   ssize_t n = pread(fd, h, sizeof h, 0);
   close(fd);
+  /* gzip, or zlib at its usual levels: not a text file */
+  if (n >= 2 && ((h[0] == 0x1f && h[1] == 0x8b) || (h[0] == 0x78 && (h[1] == 0x01 || h[1] == 0x9c || h[1] == 0xda))))
+    return 0;
   return !(n == (ssize_t)sizeof h && lade__tfrec_masked_crc(h, 8) == lade__tfrec_u32(h + 8));
 }
 
 const lade__tar_format_t lade__tar_fmt_tfrecord = {
     .name = "tfrecord",
     .magic = IDX_MAGIC,
+    .zmagic = {IDX_MAGIC_GZIP, IDX_MAGIC_ZLIB},
     .index_name = "tfrindex",
     .shard_kind = ".tfrecord",
     .tail = LADE__TFREC_TAIL,
     .aux = true,
     .is_shard = tfr_is_shard,
     .is_list = tfr_is_list,
+    .compression = tfr_compression,
     .open = tfr_open,
     .close = tfr_close,
     .walk = tfr_walk,

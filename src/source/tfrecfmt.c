@@ -42,6 +42,7 @@ int lade__tfrec_next(lade__tfrec_reader_t *r, lade__tfrec_record_t *rec) {
   uint8_t h[LADE__TFREC_HEAD];
   size_t want = (size_t)LADE__MIN(left, (uint64_t)LADE__TFREC_HEAD);
   long got = r->pread(r->ctx, h, want, r->pos);
+  if (got == 0 && r->file_size == LADE__TFREC_STREAM) return 0;
   if (got < 0)
     return lade__fail(LADE_EIO, "record %llu (at byte %llu): cannot read its header: %s", no, at, strerror((int)-got));
   if ((size_t)got < LADE__TFREC_HEAD)

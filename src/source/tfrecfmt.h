@@ -33,6 +33,9 @@
 
 #define LADE__TFREC_HEAD 12u /* a record's length and its masked CRC */
 #define LADE__TFREC_TAIL 4u  /* the masked CRC after a record's data */
+/* lade__tfrec_init's file_size for bytes of unknown length (an inflated
+ * stream): they may end after any whole record. */
+#define LADE__TFREC_STREAM UINT64_MAX
 
 /* TFRecord's masked CRC of a CRC-32C: ((c >> 15) | (c << 17)) + 0xa282ead8. */
 uint32_t lade__tfrec_mask(uint32_t crc);
@@ -59,7 +62,8 @@ typedef struct lade__tfrec_record {
 
 void lade__tfrec_init(lade__tfrec_reader_t *r, lade__tar_pread_fn fn, void *ctx, uint64_t file_size);
 /* The next record's header into *rec: its length CRC checked and its data
- * and data CRC inside the file (the data itself is not read). Returns 1
+ * and data CRC inside the file (the data itself is not read; for a
+ * LADE__TFREC_STREAM the caller checks that they are there). Returns 1
  * with a record, 0 at the end of the file (right after a record), or a
  * negative LADE_E* code whose lade_last_error() names the record and its
  * offset ("record 3 (at byte 4113): ..."; not the file): a truncated

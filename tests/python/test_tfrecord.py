@@ -4,11 +4,15 @@ encoder below; no TensorFlow): DLIO's records (`image` random bytes, `size` int6
 with a `label`; one file, a folder and a brace pattern give exactly the bytes written, `.npy`
 bytes through transform=npy equal np.load, the `regular` and `shards` plans deliver each record
 once per epoch, and broken files (a data CRC, a length CRC, a cut record, a length past the end)
-fail naming the file and the record."""
+fail naming the file and the record. gzip and zlib files (gzip.compress / zlib.compress of the
+same bytes, as TFRecordOptions writes them) read back exactly under every plan, and cut or damaged
+streams fail naming the file and the record."""
+import gzip
 import io
 import os
 import random
 import struct
+import zlib
 
 import numpy as np
 import pytest
@@ -336,16 +340,114 @@ def test_missing_feature_and_partial_labels(tmp_path):
     assert f in msg and "record 1 has no int64 feature 'label'" in msg, msg
 
 
-def test_malformed_example_and_compressed(tmp_path):
+def test_malformed_example(tmp_path):
     bad = field(1, 2, field(1, 2, field(1, 2, b"image") + b"\x12\x40\x0a"))  # a length past its message
     f = write_tfrecord(tmp_path / "x.tfrecord", [example({"image": b"ok"}), bad])
     msg = error_of(f)
     assert f in msg and "record 1" in msg and "not a tf.train.Example" in msg, msg
-    gz = tmp_path / "y.tfrecord.gz"
-    import gzip
-    gz.write_bytes(gzip.compress(record(example({"image": b"ok"}))))
-    msg = error_of(str(gz))
-    assert "gzip-compressed TFRecord" in msg and str(gz) in msg, msg
+
+
+# ---------------------------------------------------------------- gzip and zlib files
+
+needs_zlib = pytest.mark.skipif("zlib" not in lade.features(), reason="lade built without zlib")
+
+
+@pytest.mark.skipif("zlib" in lade.features(), reason="lade built with zlib")
+def test_compressed_refused_without_zlib(tmp_path):
+    f = write_compressed(tmp_path / "n.tfrecord.gz", [example({"image": b"ok"})], "gzip")
+    msg = error_of(f)
+    assert msg.startswith(f + ": gzip-compressed TFRecord: ") and "built without zlib" in msg, msg
+
+
+def write_compressed(path, payloads, how, level=6):
+    """TFRecordOptions(compression_type="GZIP"/"ZLIB"): the whole file one stream of the records."""
+    raw = b"".join(record(p) for p in payloads)
+    path.write_bytes(gzip.compress(raw, level) if how == "gzip" else zlib.compress(raw, level))
+    return str(path)
+
+
+@needs_zlib
+@pytest.mark.parametrize("how", ["gzip", "zlib"])
+def test_compressed_files_read_exactly(tmp_path, how):
+    images, labels, recs = dlio_records(60, 31, label=True)
+    f = write_compressed(tmp_path / ("c.tfrecord." + ("gz" if how == "gzip" else "zlib")), recs, how)
+    check(f, images, labels, epochs=2)  # the default plan: shuffled, so reads out of order inflate again
+    check(f, images, labels, epochs=2, plan="shards", shuffle_buffer=10)
+    check(f, images, labels, epochs=1, shuffle=False)
+    with open(f + ".ladeidx", "rb") as h:  # the stored index says the file is compressed, and how
+        assert h.read(8) == (b"LADETFG1" if how == "gzip" else b"LADETFZ1")
+    st = os.stat(f + ".ladeidx")
+    check(f, images, labels, epochs=1, plan="shards")
+    assert os.stat(f + ".ladeidx").st_mtime_ns == st.st_mtime_ns  # taken, not rebuilt
+    # whole records: the pass reads no data, only each record's CRC, to know that it is there
+    check(f, recs, [-1] * 60, epochs=1, tfrecord_feature="", tfrecord_label="", raw_size=max(map(len, recs)))
+
+
+@needs_zlib
+def test_compressed_file_of_many_windows(tmp_path):
+    """8 MB of records in one gzip stream: past a cursor's 2 MiB of kept output, so the shuffled
+    plan's reads resume from kept points; every byte still exact."""
+    rng = random.Random(8)
+    payloads = [rng.randbytes(50000) for _ in range(160)]
+    d = tmp_path / "big"
+    d.mkdir()
+    write_compressed(d / "b.tfrecord.gz", payloads[:100], "gzip", level=1)
+    write_compressed(d / "c.tfrecord.gz", payloads[100:], "gzip", level=1)
+    kw = dict(tfrecord_feature="", tfrecord_label="", raw_size=50000, epochs=2)
+    check(str(d), payloads, [-1] * 160, **kw)
+    check(str(d), payloads, [-1] * 160, plan="shards", shuffle_buffer=20, **kw)
+
+
+@needs_zlib
+def test_compression_setting_on_a_file_without_the_suffix(tmp_path):
+    images, labels, recs = dlio_records(25, 32, label=True)
+    f = write_compressed(tmp_path / "p.tfrecord", recs, "gzip")
+    check(f, images, labels, epochs=1, tfrecord_compression="gzip")
+    # auto goes by the name: the gzip index stored above is not taken for it, and the bytes say what to do
+    msg = error_of(f)
+    assert msg.startswith(f + ": ") and "gzip-compressed TFRecord" in msg and "tfrecord_compression=gzip" in msg, msg
+    # a file named neither .tfrecord nor .gz (TF's train-00000-of-00001): not taken for a list file
+    t = write_compressed(tmp_path / "train-00000-of-00001", recs, "gzip")
+    check(t, images, labels, epochs=1, source_type="tfrecord", tfrecord_compression="gzip")
+    z = write_compressed(tmp_path / "q.tfrecord", recs, "zlib")
+    check(z, images, labels, epochs=1, tfrecord_compression="zlib")
+
+
+@needs_zlib
+@pytest.mark.parametrize("how", ["truncated", "flipped"])
+def test_broken_compressed_file_names_file_and_record(tmp_path, how):
+    _, _, recs = dlio_records(40, 33)
+    raw = b"".join(record(r) for r in recs)
+    data = bytearray(gzip.compress(raw))
+    if how == "truncated":
+        data = data[: len(data) * 2 // 3]
+    else:
+        data[len(data) // 2] ^= 0x55
+    p = tmp_path / "broken.tfrecord.gz"
+    p.write_bytes(bytes(data))
+    for kw in ({}, {"tfrecord_feature": "", "tfrecord_label": ""}):
+        msg = error_of(str(p), **kw)
+        assert msg.startswith(str(p) + ": ") and "record " in msg, msg
+        if how == "truncated":
+            assert "cut short" in msg or "past the end of the uncompressed stream" in msg, msg
+
+
+@needs_zlib
+def test_compressed_file_damaged_after_indexing(tmp_path):
+    """A byte flipped past the bind's first 16 KiB, size and mtime put back: the stored index is
+    taken and a read fails, naming the file and the record."""
+    images, labels, recs = dlio_records(60, 34)
+    f = write_compressed(tmp_path / "d.tfrecord.gz", recs, "gzip")
+    check(f, images, labels, epochs=1)
+    st = os.stat(f)
+    data = bytearray(open(f, "rb").read())
+    assert len(data) > 40000
+    data[len(data) * 2 // 3] ^= 0x55
+    with open(f, "r+b") as h:
+        h.write(bytes(data))
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+    msg = error_of(f, plan="shards")
+    assert msg.startswith(f + ": ") and "record " in msg and "(sample " in msg, msg
 
 
 def test_settings_refused_elsewhere(tmp_path, npy_dir):

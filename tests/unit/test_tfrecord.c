@@ -6,7 +6,10 @@
  * unknown fields of every wire type, groups, a key given twice, lengths
  * past the end, overlong varints), the record walk's errors, and the
  * source end to end through its vtable (bytes, labels, a flipped data bit
- * caught by the read). */
+ * caught by the read), and gzip/zlib files: the inflating walk, the cache
+ * of inflate cursors (in order, behind a ring, after its file's state was
+ * dropped, from four threads, cut or damaged streams), a gzip file
+ * through the source and a remote one refused. */
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +20,14 @@
 #include "harness.h"
 #include "lade/lade.h"
 #include "source/source.h"
+#include "source/tar_impl.h"
+#include "source/tfrec_gzip.h"
 #include "source/tfrecfmt.h"
+
+#ifdef LADE_HAVE_ZLIB
+#include <pthread.h>
+#include <zlib.h>
+#endif
 
 /* ------------------------------------------------------------ encoding */
 
@@ -529,6 +539,283 @@ static void test_source_end_to_end(void) {
   lade__buf_free(&b);
 }
 
+/* ------------------------------------------------ gzip and zlib streams */
+
+/* A remote compressed file: refused by the walk before a byte is read
+ * (a record is reached only by inflating all before it), with or without
+ * zlib. */
+static void test_gzip_remote_refused(void) {
+  struct lade_config cfg;
+  lade__config_defaults(&cfg);
+  lade__tar_t t = {.fmt = &lade__tar_fmt_tfrecord, .max_sample = cfg.max_sample_bytes};
+  CHECK_OK(t.fmt->open(&t, &cfg));
+  lade__tar_index_t x = {0};
+  mem_t m = {(const uint8_t *)"", 0};
+  const char *url = "https://host/a.tfrecord.gz";
+  CHECK(t.fmt->walk(&t, &x, mem_pread, &m, 0, url) == LADE_EUNSUPPORTED);
+  CHECK(strstr(lade_last_error(), "https://host/a.tfrecord.gz: gzip-compressed TFRecord: not read remotely") ==
+        lade_last_error());
+  lade__tar_index_free(&x);
+  t.fmt->close(&t);
+}
+
+#ifdef LADE_HAVE_ZLIB
+#define ZN 48              /* records */
+#define ZREC (150u << 10)  /* bytes of each one's data: 7 MB in all, past a cursor's ring (2 MiB) and first points */
+
+typedef struct zdata {
+  uint8_t *raw, *z;
+  size_t raw_n, z_n;
+  uint64_t off[ZN]; /* each record's data offset in raw */
+} zdata_t;
+
+/* Records of compressible bytes, and their gzip or zlib stream. */
+static void zdata_make(zdata_t *f, int kind) {
+  f->raw_n = ZN * (12 + (size_t)ZREC + 4);
+  f->raw = malloc(f->raw_n);
+  size_t at = 0;
+  uint32_t x = 12345;
+  for (int i = 0; i < ZN; i++) {
+    uint8_t *h = f->raw + at, *d = h + 12;
+    for (int k = 0; k < 8; k++) h[k] = (uint8_t)((uint64_t)ZREC >> (8 * k));
+    uint32_t c = lade__tfrec_masked_crc(h, 8);
+    for (int k = 0; k < 4; k++) h[8 + k] = (uint8_t)(c >> (8 * k));
+    for (size_t j = 0; j < ZREC; j++) {
+      x = x * 1103515245u + 12345u;
+      d[j] = (uint8_t)("tfrecord"[j % 8] + ((x >> 16) & 3));
+    }
+    c = lade__tfrec_masked_crc(d, ZREC);
+    for (int k = 0; k < 4; k++) d[ZREC + k] = (uint8_t)(c >> (8 * k));
+    f->off[i] = at + 12;
+    at += 12 + ZREC + 4;
+  }
+  z_stream zs;
+  memset(&zs, 0, sizeof zs);
+  CHECK(deflateInit2(&zs, 6, Z_DEFLATED, kind == LADE__GZ_GZIP ? 16 + MAX_WBITS : MAX_WBITS, 8,
+                     Z_DEFAULT_STRATEGY) == Z_OK);
+  f->z_n = deflateBound(&zs, (uLong)f->raw_n);
+  f->z = malloc(f->z_n);
+  zs.next_in = f->raw;
+  zs.avail_in = (uInt)f->raw_n;
+  zs.next_out = f->z;
+  zs.avail_out = (uInt)f->z_n;
+  CHECK(deflate(&zs, Z_FINISH) == Z_STREAM_END);
+  f->z_n = zs.total_out;
+  deflateEnd(&zs);
+}
+
+static void zdata_free(zdata_t *f) {
+  free(f->raw);
+  free(f->z);
+}
+
+/* Record i (data and CRC) through the cache, compared with what was written. */
+static int zread(lade__gz_cache_t *z, size_t file, int kind, mem_t *m, const zdata_t *f, int i, int *first) {
+  uint8_t *buf = malloc(ZREC + 4);
+  size_t got = 0;
+  int rc = buf ? lade__gz_cache_read(z, file, kind, mem_pread, m, f->off[i], buf, ZREC + 4, &got, first) : -2;
+  if (!rc && !(got == ZREC + 4 && memcmp(buf, f->raw + f->off[i], got) == 0)) rc = -1;
+  free(buf);
+  return rc;
+}
+
+typedef struct zjob {
+  lade__gz_cache_t *z;
+  const zdata_t *f;
+  size_t file;
+  int bad;
+} zjob_t;
+
+static void *zreader(void *arg) {
+  zjob_t *j = arg;
+  mem_t m = {j->f->z, j->f->z_n};
+  int first;
+  for (int i = 0; i < ZN; i++)
+    if (zread(j->z, j->file, LADE__GZ_GZIP, &m, j->f, i, &first) != 0) j->bad++;
+  return NULL;
+}
+
+static void test_gzip_streams(void) {
+  for (int kind = LADE__GZ_GZIP; kind <= LADE__GZ_ZLIB; kind++) {
+    zdata_t f;
+    zdata_make(&f, kind);
+    mem_t m = {f.z, f.z_n};
+    /* the walk: every record, at its offset in the uncompressed bytes */
+    lade__gz_walk_t *w = NULL;
+    CHECK_OK(lade__gz_walk_open(&w, kind, mem_pread, &m));
+    lade__tfrec_reader_t r;
+    lade__tfrec_init(&r, lade__gz_walk_pread, w, LADE__TFREC_STREAM);
+    lade__tfrec_record_t rec;
+    int n = 0, rc;
+    while ((rc = lade__tfrec_next(&r, &rec)) == 1) {
+      CHECK(n < ZN && rec.data_off == f.off[n] && rec.len == ZREC);
+      n++;
+    }
+    CHECK_OK(rc);
+    CHECK_EQ_INT(n, ZN);
+    CHECK_EQ_INT(lade__gz_walk_produced(w), f.raw_n);
+    lade__gz_walk_close(w);
+
+    /* reads in order: one pass; then behind the ring: from a point */
+    lade__gz_cache_t *z = NULL;
+    CHECK_OK(lade__gz_cache_create(&z, 10));
+    int first = 0;
+    uint64_t restarts = 9, resumes = 9;
+    for (int i = 0; i < ZN; i++) CHECK_OK(zread(z, 0, kind, &m, &f, i, &first));
+    lade__gz_cache_counts(z, &restarts, &resumes);
+    CHECK(restarts == 0 && resumes == 0);
+    CHECK_OK(zread(z, 0, kind, &m, &f, 20, &first));
+    CHECK_OK(zread(z, 0, kind, &m, &f, 21, &first));
+    CHECK_OK(zread(z, 0, kind, &m, &f, 46, &first)); /* the first cursor's ring */
+    lade__gz_cache_counts(z, &restarts, &resumes);
+    CHECK(restarts == 0 && resumes == 1 && first == 0);
+    /* eight other files push file 0 out: its next read starts it again */
+    for (size_t k = 1; k <= 8; k++) CHECK_OK(zread(z, k, kind, &m, &f, 0, &first));
+    CHECK_OK(zread(z, 0, kind, &m, &f, 30, &first));
+    CHECK_EQ_INT(first, 1);
+    CHECK_OK(zread(z, 0, kind, &m, &f, 10, &first));
+    CHECK_EQ_INT(first, 0);
+    lade__gz_cache_counts(z, &restarts, &resumes);
+    CHECK(restarts == 1 && resumes == 2);
+    /* past the stream's end: short */
+    uint8_t tail[16];
+    size_t got = 99;
+    CHECK_OK(lade__gz_cache_read(z, 0, kind, mem_pread, &m, f.raw_n - 2, tail, sizeof tail, &got, &first));
+    CHECK(got == 2 && memcmp(tail, f.raw + f.raw_n - 2, 2) == 0);
+    /* cut in half: the reads past the cut fail, naming the stream's end */
+    mem_t half = {f.z, f.z_n / 2};
+    CHECK(zread(z, 9, kind, &half, &f, 2, &first) == 0);
+    CHECK(zread(z, 9, kind, &half, &f, ZN - 1, &first) == LADE_EFORMAT);
+    CHECK(strstr(lade_last_error(), "stream is cut short") != NULL);
+    lade__gz_cache_destroy(z);
+    zdata_free(&f);
+  }
+  /* four threads reading two files in order, at once */
+  zdata_t f;
+  zdata_make(&f, LADE__GZ_GZIP);
+  lade__gz_cache_t *z = NULL;
+  CHECK_OK(lade__gz_cache_create(&z, 2));
+  pthread_t th[4];
+  zjob_t jobs[4];
+  for (int i = 0; i < 4; i++) {
+    jobs[i] = (zjob_t){z, &f, (size_t)(i % 2), 0};
+    pthread_create(&th[i], NULL, zreader, &jobs[i]);
+  }
+  for (int i = 0; i < 4; i++) {
+    pthread_join(th[i], NULL);
+    CHECK_EQ_INT(jobs[i].bad, 0);
+  }
+  lade__gz_cache_destroy(z);
+  /* a flipped byte in the deflate data: an inflate error, or bytes the
+   * records' CRCs refuse (the source checks them) - never the same bytes */
+  f.z[f.z_n / 3] ^= 0x55;
+  CHECK_OK(lade__gz_cache_create(&z, 1));
+  mem_t m = {f.z, f.z_n};
+  int first, bad = 0;
+  for (int i = 0; i < ZN && !bad; i++) bad = zread(z, 0, LADE__GZ_GZIP, &m, &f, i, &first) != 0;
+  CHECK(bad);
+  lade__gz_cache_destroy(z);
+  zdata_free(&f);
+}
+
+/* A gzip file through the source: bytes, labels, the stored index's magic,
+ * and a file cut short failing at open, naming the file. */
+static void test_gzip_source(void) {
+  const char *d = lade_test_tmpdir("gzsource");
+  char path[512];
+  snprintf(path, sizeof path, "%s/data.tfrecord.gz", d);
+  enc_t file = {.n = 0};
+  uint8_t payload[6][100];
+  for (int i = 0; i < 6; i++) {
+    for (int j = 0; j < 100; j++) payload[i][j] = (uint8_t)(i * 17 + j * 3);
+    enc_t feats = {.n = 0}, f, ex;
+    bytes_feature(&f, payload[i], (size_t)(40 + i * 10));
+    put_entry(&feats, "image", &f);
+    int64_t lab = i % 3;
+    int64_feature(&f, &lab, 1, 1);
+    put_entry(&feats, "label", &f);
+    example_of(&ex, &feats);
+    put_record(&file, ex.b, ex.n);
+  }
+  uint8_t gz[8192 + 64];
+  z_stream zs;
+  memset(&zs, 0, sizeof zs);
+  CHECK(deflateInit2(&zs, 9, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY) == Z_OK);
+  zs.next_in = file.b;
+  zs.avail_in = (uInt)file.n;
+  zs.next_out = gz;
+  zs.avail_out = sizeof gz;
+  CHECK(deflate(&zs, Z_FINISH) == Z_STREAM_END);
+  size_t gz_n = zs.total_out;
+  deflateEnd(&zs);
+  FILE *fp = fopen(path, "wb");
+  fwrite(gz, 1, gz_n, fp);
+  fclose(fp);
+
+  struct lade_config cfg;
+  lade__config_defaults(&cfg);
+  snprintf(cfg.source, sizeof cfg.source, "%s", path);
+  cfg.transform = LADE__XF_RAW;
+  lade__source_t s;
+  lade__buf_t b = {0};
+  for (int pass = 0; pass < 2; pass++) { /* indexed, then from the stored index */
+    CHECK_OK(open_tfr(&s, &cfg));
+    if (!s.impl) break;
+    CHECK_EQ_INT(s.count, 6);
+    CHECK_EQ_INT(s.classes, 3);
+    const int order[] = {5, 0, 3, 1, 4, 2};
+    for (int k = 0; k < 6; k++) {
+      int i = order[k];
+      CHECK_EQ_INT(s.labels[i], i % 3);
+      CHECK_OK(s.ops->read(&s, (uint64_t)i, &b));
+      CHECK(b.len == (size_t)(40 + i * 10) && memcmp(b.data, payload[i], b.len) == 0);
+    }
+    s.ops->close(&s);
+    char ipath[600], magic[9] = "";
+    snprintf(ipath, sizeof ipath, "%s.ladeidx", path);
+    fp = fopen(ipath, "rb");
+    CHECK(fp != NULL);
+    if (fp) {
+      CHECK(fread(magic, 1, 8, fp) == 8);
+      fclose(fp);
+    }
+    CHECK(strcmp(magic, "LADETFG1") == 0);
+  }
+  /* cut short (a new size: indexed again) */
+  fp = fopen(path, "wb");
+  fwrite(gz, 1, gz_n - 20, fp);
+  fclose(fp);
+  CHECK(open_tfr(&s, &cfg) == LADE_EFORMAT);
+  CHECK(strstr(lade_last_error(), path) == lade_last_error());
+  CHECK(strstr(lade_last_error(), "cut short") != NULL);
+  lade__buf_free(&b);
+}
+#else
+static void test_gzip_streams(void) {
+  lade__gz_cache_t *z = NULL;
+  CHECK(lade__gz_cache_create(&z, 1) == LADE_EUNSUPPORTED);
+  CHECK(strstr(lade_last_error(), "without zlib") != NULL);
+}
+
+/* Refused at open, naming the file (the walk stops before reading it). */
+static void test_gzip_source(void) {
+  const char *d = lade_test_tmpdir("gzsource");
+  char path[512];
+  snprintf(path, sizeof path, "%s/data.tfrecord.gz", d);
+  FILE *fp = fopen(path, "wb");
+  fwrite("\x1f\x8b\x08\x00", 1, 4, fp);
+  fclose(fp);
+  struct lade_config cfg;
+  lade__config_defaults(&cfg);
+  snprintf(cfg.source, sizeof cfg.source, "%s", path);
+  cfg.transform = LADE__XF_RAW;
+  lade__source_t s;
+  CHECK(open_tfr(&s, &cfg) == LADE_EUNSUPPORTED);
+  CHECK(strstr(lade_last_error(), path) == lade_last_error());
+  CHECK(strstr(lade_last_error(), "gzip-compressed TFRecord: lade was built without zlib") != NULL);
+}
+#endif
+
 int main(int argc, char **argv) {
   lade_test_args(argc, argv);
   RUN(test_crc32c_vectors);
@@ -538,5 +825,8 @@ int main(int argc, char **argv) {
   RUN(test_malformed_examples);
   RUN(test_record_walk);
   RUN(test_source_end_to_end);
+  RUN(test_gzip_remote_refused);
+  RUN(test_gzip_streams);
+  RUN(test_gzip_source);
   return lade_test_finish();
 }
