@@ -150,11 +150,8 @@ typedef struct shmcache {
 
 /* ---- processes */
 
-/* The start time of pid (field 22 of /proc/PID/stat), 0 when unknown;
- * *state (when given) its state letter (field 3), 0 when unknown. */
-static uint64_t proc_start_state(pid_t pid, char *state) {
+static uint64_t proc_start(pid_t pid) {
   char p[64], buf[1024];
-  if (state) *state = 0;
   snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
   int fd = open(p, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
@@ -164,7 +161,6 @@ static uint64_t proc_start_state(pid_t pid, char *state) {
   buf[n] = 0;
   char *s = strrchr(buf, ')'); /* the command name may hold spaces */
   if (!s) return 0;
-  if (state && s[1] == ' ') *state = s[2];
   /* fields after the name: state(3) ... starttime(22) */
   int field = 2;
   for (char *q = s + 1; *q; q++)
@@ -172,24 +168,17 @@ static uint64_t proc_start_state(pid_t pid, char *state) {
   return 0;
 }
 
-static uint64_t proc_start(pid_t pid) { return proc_start_state(pid, NULL); }
-
 static uint64_t my_pidns(void) {
   struct stat st;
   return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
 }
 
-/* Whether the process (pid, start) still runs. Without /proc, kill(0). A
- * zombie (state Z, or X) runs no more: kill(0) succeeds on it until its
- * parent reaps it, which a PID 1 that does not reap (a container without
- * --init) never does, and its segment must not outlive it. */
+/* Whether the process (pid, start) still runs. Without /proc, kill(0). */
 static bool alive(int32_t pid, uint64_t start) {
   if (pid <= 0) return false;
   if (kill(pid, 0) != 0 && errno == ESRCH) return false;
-  char state = 0;
-  uint64_t now = proc_start_state(pid, &state);
-  if (state == 'Z' || state == 'X') return false;
   if (!start) return true;
+  uint64_t now = proc_start(pid);
   return now == 0 ? access("/proc/self/stat", R_OK) != 0 : now == start;
 }
 

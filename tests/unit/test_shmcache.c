@@ -467,54 +467,6 @@ static void test_stale_and_live(void) {
   CHECK(segments() == 0);
 }
 
-/* A job whose processes are zombies (dead, never reaped: a PID 1 that does
- * not reap, in a container without --init) is a killed job: the next open
- * removes its segment (issue 29, finding 4). The zombie is made on purpose:
- * this process does not wait for its child until the end. */
-static void test_zombie_is_dead(void) {
-  int ready[2];
-  CHECK_OK(pipe(ready));
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(ready[0]);
-    lade__cache_t *d = open_node("job-zombie", 1 << 16, NULL);
-    if (d) put(d, 1);
-    char one = 1;
-    if (write(ready[1], &one, 1) != 1) _exit(1);
-    _exit(0); /* no close: its segment stays, as a killed rank's does */
-  }
-  close(ready[1]);
-  char got = 0;
-  CHECK(read(ready[0], &got, 1) == 1 && got == 1);
-  close(ready[0]);
-  /* a zombie now: kill(pid, 0) still succeeds, /proc says Z */
-  char path[64], buf[512] = "";
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  for (int i = 0; i < 2000; i++) {
-    FILE *f = fopen(path, "r");
-    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-    if (f) fclose(f);
-    buf[n] = 0;
-    char *s = strrchr(buf, ')');
-    if (s && s[1] == ' ' && s[2] == 'Z') break;
-    usleep(1000);
-  }
-  char *s = strrchr(buf, ')');
-  CHECK(s && s[2] == 'Z');
-  CHECK(kill(pid, 0) == 0);
-  CHECK(segments() == 1);
-  int rc;
-  lade__cache_t *next = open_node("job-next", 1 << 16, &rc);
-  CHECK_OK(rc);
-  lade__cache_stats_t st;
-  lade__cache_stats(next, &st);
-  CHECK(st.stale_segments == 1); /* the zombie's, removed */
-  CHECK(segments() == 1);         /* job-next's alone */
-  lade__cache_close(next);
-  CHECK(segments() == 0);
-  waitpid(pid, NULL, 0);
-}
-
 /* Forks another process of `job` that says when it is about to ask, then
  * claim-gets key. It exits 0 when it got `want` (len bytes) without
  * claiming, no sooner than min_s after it said so (else it prints why).
@@ -664,7 +616,6 @@ int main(int argc, char **argv) {
   RUN(test_one_copy_two_processes);
   RUN(test_owner_dead);
   RUN(test_stale_and_live);
-  RUN(test_zombie_is_dead);
   RUN(test_too_big);
   RUN(test_claim_waits_for_the_load);
   RUN(test_claim_waits_for_the_copy);
