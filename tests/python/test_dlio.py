@@ -207,7 +207,10 @@ def test_slow_source_lowers_au_and_formulas_still_hold(lade_cli, tmp_path):
                 "output.folder=%s" % out, "lade.http_concurrency=1", "lade.index_dir=%s" % (tmp_path / "idx"))
     shutil.rmtree(served, ignore_errors=True)
     au, _ = check_metrics(str(out), 1, 2, 2048, r.stdout)
-    assert min(au) < 80, au  # 5 ms of compute behind >= 25 ms requests (read ahead and coalesced later)
+    # 5 ms of compute behind >= 25 ms requests: some step waited for its batch (read ahead and coalesced
+    # later, so by how much varies with the machine's load)
+    loads = [float(r["load_s"]) for r in csv.DictReader(open(out / "0_steps.csv"))]
+    assert max(loads) > 0.02 and min(au) < 97, (au, max(loads))
     assert "fail" in r.stdout
 
 
