@@ -174,7 +174,8 @@ def test_metrics_equal_dlio_formulas_from_the_log(lade_cli, tmp_path):
     assert all(0 < a <= 100 for a in au)
     steps = list(csv.DictReader(open(out / "0_steps.csv")))
     assert len(steps) == 3 * (6 * 8 // 4)
-    assert all(abs(float(s["compute_s"]) - 0.01) < 0.005 for s in steps)
+    # the sleep of computation_time: never shorter, late by the scheduler's wake-up (a loaded machine)
+    assert all(0.0099 <= float(s["compute_s"]) < 0.2 for s in steps), [s["compute_s"] for s in steps]
     for f in ("0_output.json", "0_per_epoch_stats.json", "dlio.log"):
         assert (out / f).exists(), f
     o = json.load(open(out / "0_output.json"))
