@@ -23,6 +23,13 @@ __all__ = ["Loader", "Batch", "Array", "Error", "version", "features", "config_k
 __version__ = _lade.version()
 
 
+def _error(name, message):
+    """lade.Error with the library's code and name (e.name == "LADE_ERANGE"), for a refusal made here."""
+    e = Error(message)
+    e.name, e.code = name, getattr(_lade, name)
+    return e
+
+
 def version():
     """The version of liblade inside this module."""
     return _lade.version()
@@ -232,6 +239,7 @@ class Loader:
         if _ucx_bootstrap(settings, rank, world_size) == "local":
             pairs.append(("transport", "local"))  # the last value of a setting is the one used
         self._pairs = pairs
+        self._start_pos = None  # the position the handle was opened at (load_state_dict)
         self._h = _lade.Loader(pairs)
 
     def __reduce_ex__(self, protocol):
@@ -400,15 +408,95 @@ class Loader:
                    "'settings' (a dict)")
 
     @classmethod
-    def _state_int(cls, state, key, what="load_state_dict"):
+    def _state_int(cls, state, key, where=""):
+        """state[key] as an int (anything with __index__ but bool); `where` names
+        the dict it is in ("position")."""
         v = state[key]
+        field = "%s[%r]" % (where, key) if where else repr(key)
         if isinstance(v, bool):
-            raise Error("%s: '%s' is %r, not an integer; %s" % (what, key, v, cls._STATE_HELP))
+            raise Error("load_state_dict: %s is %r, not an integer; %s" % (field, v, cls._STATE_HELP))
         try:
             return _operator.index(v)
         except TypeError:
-            raise Error("%s: '%s' is %r (%s), not an integer; %s"
-                        % (what, key, v, type(v).__name__, cls._STATE_HELP)) from None
+            raise Error("load_state_dict: %s is %r (%s), not an integer; %s"
+                        % (field, v, type(v).__name__, cls._STATE_HELP)) from None
+
+    # the width of each position field (lade_position_t): a value is checked as written, never wrapped
+    _U32 = ("world_size", "batch_size", "groups", "base_groups", "base_batch")
+
+    def _saved_position(self, saved, epoch, step):
+        """The version 2 state's position as a tuple, every field checked as the
+        user wrote it (type, its C field's width, its own range, and agreement
+        with the state's outer epoch and step) before anything is closed."""
+        if not isinstance(saved, _abc.Mapping):
+            raise Error("load_state_dict: 'position' is %s, not a dict; %s" % (type(saved).__name__, self._STATE_HELP))
+        miss = [k for k in self._POSITION if k not in saved]
+        if miss:
+            raise Error("load_state_dict: the state's position has no %s; %s" % (", ".join(miss), self._STATE_HELP))
+        extra = sorted(str(k) for k in saved if k not in self._POSITION)
+        if extra:
+            raise Error("load_state_dict: the state's position has keys this lade does not know: %s (a state of a "
+                        "newer lade, or edited?); %s" % (", ".join(repr(k) for k in extra), self._STATE_HELP))
+        p = {}
+        for k in self._POSITION:
+            v = p[k] = self._state_int(saved, k, "position")
+            lo, hi, what = ((-2 ** 31, 2 ** 31 - 1, "an int32") if k == "kind" else
+                            (0, 2 ** 32 - 1, "a uint32") if k in self._U32 else (0, 2 ** 64 - 1, "a uint64"))
+            if not lo <= v <= hi:
+                raise _error("LADE_ERANGE", "load_state_dict: position['%s'] %d is out of range: %s, %d to %d"
+                             % (k, v, what, lo, hi))
+        samples, _spe, epochs = self._h.info()
+        shards = self.settings.get("plan") == "shards"
+
+        def bad(k, why, name="LADE_EINVAL"):
+            raise _error(name, "load_state_dict: position['%s'] %d %s" % (k, p[k], why))
+        if p["epoch"] > epochs:
+            bad("epoch", "is out of range: epochs are 0 to %d on this loader (%d epochs; %d is the end)"
+                % (epochs - 1, epochs, epochs), "LADE_ERANGE")
+        if p["shuffle_epoch"] > epochs or (p["epoch"] == epochs) != (p["shuffle_epoch"] == epochs):
+            bad("shuffle_epoch", "is out of range: the epoch order of epoch %d is one of 0 to %d (%d at the end)"
+                % (p["epoch"], epochs - 1, epochs), "LADE_ERANGE")
+        if p["shuffle_epoch"] != p["epoch"] and self.settings.get("plan") != "solar":
+            bad("shuffle_epoch", "is not position['epoch'] %d: only plan solar reorders epochs" % p["epoch"])
+        for k in ("world_size", "batch_size", "groups"):
+            if not p[k]:
+                bad(k, "is not a layout a state is saved at (1 or more)")
+        if p["groups"] > p["world_size"] or p["world_size"] % p["groups"] or (not shards and
+                                                                                p["groups"] != p["world_size"]):
+            bad("groups", "does not fit position['world_size'] %d (%s)" % (
+                p["world_size"], "data-parallel groups divide the ranks" if shards else "one group per rank"))
+        if p["epoch"] == epochs and p["consumed"]:
+            bad("consumed", "at the end of the run (epoch %d): the end has consumed 0" % epochs)
+        dlio = self.settings.get("plan") == "dlio"  # its steps may read each file more than once
+        if p["consumed"] > samples and not dlio:
+            bad("consumed", "is out of range: more than the dataset's %d samples" % samples, "LADE_ERANGE")
+        if p["base_groups"] and not shards:
+            bad("base_groups", "is not 0: only plan shards saves the layout an epoch was resumed from")
+        if bool(p["base_groups"]) != bool(p["base_batch"]) or (not p["base_groups"] and p["base_consumed"]) or \
+                p["base_consumed"] > samples:
+            bad("base_consumed", "does not fit position['base_groups'] %d and position['base_batch'] %d"
+                % (p["base_groups"], p["base_batch"]))
+        # the outer (epoch, step) is the saver's tell(): it must be the position's
+        if epoch != p["epoch"]:
+            raise Error("load_state_dict: the state's epoch %d and its position['epoch'] %d disagree (an edited or "
+                        "merged state?); %s" % (epoch, p["epoch"], self._STATE_HELP))
+        g = p["batch_size"] * (1 if shards else p["world_size"])
+        if p["epoch"] == epochs:
+            most = 0
+        elif dlio:
+            most = 2 ** 64
+        else:  # the saver's steps of an epoch: at most ceil(samples / batch), at one rank
+            most = (samples + p["batch_size"] - 1) // p["batch_size"]
+        # regular and planned kinds: consumed is step x the global batch, give or take the rounding of an epoch
+        # resumed at another layout (fewer than 2 global batches each way, plus DistributedSampler's padding)
+        off = not shards and p["epoch"] < epochs and abs(p["consumed"] - step * g) >= 4 * g
+        if step > most or off:
+            at = ("0 (the end)" if p["epoch"] == epochs else "0 to %d" % most if shards
+                  else "%d or near it" % (p["consumed"] // g))
+            raise Error("load_state_dict: the state's step %d and its position disagree: position['consumed'] %d "
+                        "at %d ranks x batch %d is step %s of epoch %d (an edited or merged state?)"
+                        % (step, p["consumed"], p["world_size"], p["batch_size"], at, p["epoch"]))
+        return tuple(p[k] for k in self._POSITION)
 
     def _position_of(self, state, version, epoch, step):
         """The saved global position as a tuple for _lade.Loader, or None when
@@ -416,14 +504,7 @@ class Loader:
         here = self._h.position()
         mine = dict(zip(self._POSITION, here))
         if version >= 2:
-            saved = state["position"]
-            if not isinstance(saved, _abc.Mapping):
-                raise Error("load_state_dict: 'position' is %s, not a dict; %s"
-                            % (type(saved).__name__, self._STATE_HELP))
-            miss = [k for k in self._POSITION if k not in saved]
-            if miss:
-                raise Error("load_state_dict: the state's position has no %s; %s" % (", ".join(miss), self._STATE_HELP))
-            pos = tuple(self._state_int(saved, k, "load_state_dict: position") for k in self._POSITION)
+            pos = self._saved_position(state["position"], epoch, step)
         else:
             # version 1: (epoch, step) at the saver's world size and batch size
             s = state.get("settings", {})
@@ -469,8 +550,12 @@ class Loader:
         loader is opened again at that position (what it prepared is
         dropped; under MPI every rank must call this together). Anything that
         is not such a state (not a dict, a key missing, a value that is no
-        integer or out of this loader's range, a setting of _CHECKED that
-        differs) raises lade.Error saying what, and changes nothing."""
+        integer or out of its field's or this loader's range, a position that
+        contradicts the state's epoch and step, a setting of _CHECKED that
+        differs) raises lade.Error saying what, and changes nothing: a
+        position the library refuses once the loader is closed reopens it
+        where it stood. Refused while another thread iterates the loader."""
+        self._h.owned("load_state_dict")
         if not isinstance(state, _abc.Mapping):
             raise Error("load_state_dict: got %s, not a dict; %s" % (type(state).__name__, self._STATE_HELP))
         missing = [k for k in ("epoch", "step") if k not in state]
@@ -490,15 +575,37 @@ class Loader:
                 raise Error("load_state_dict: setting '%s' differs (saved %r, this loader %r); only world_size, "
                             "rank and batch_size may change on resume" % (k, saved[k], self.settings.get(k, "")))
         epoch, step = self._state_int(state, "epoch"), self._state_int(state, "step")
+        if version >= 2:  # the outer (epoch, step) as written: checked against the position, never wrapped
+            for k, v in (("epoch", epoch), ("step", step)):
+                if not 0 <= v < 2 ** 64:
+                    raise _error("LADE_ERANGE", "load_state_dict: the state's %s %d is out of range: 0 to %d"
+                                 % (k, v, 2 ** 64 - 1))
         pos = self._position_of(state, version, epoch, step)
         if pos is None:
             self._h.seek(epoch, step, "load_state_dict")
         else:
             # opened again at the position: the cursor re-stripes, a planned kind plans from there
-            old = self._h
-            old.close()
-            self._h = _lade.Loader(self._pairs, pos)
+            self._reopen(pos)
         self._resume = True
+
+    def _reopen(self, pos):
+        """Closes the handle and opens one at `pos`; when the library refuses
+        `pos`, opens one where this loader stood (its own start, then the
+        position it was at) and raises the refusal."""
+        where = self._h.tell()
+        self._h.close()
+        try:
+            self._h = _lade.Loader(self._pairs, pos)
+        except Error as refused:
+            try:
+                h = _lade.Loader(self._pairs, self._start_pos)
+                h.seek(where[0], where[1], "load_state_dict")
+            except Error as again:
+                raise Error("load_state_dict: %s; and opening the loader again where it stood (epoch %d, step %d) "
+                            "failed: %s; the loader is closed" % (refused, where[0], where[1], again)) from refused
+            self._h = h
+            raise
+        self._start_pos = pos
 
     # ---- misc
     def stats(self):

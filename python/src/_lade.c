@@ -608,6 +608,8 @@ typedef struct {
   pid_t pid;       /* the process that created this object (its fetcher thread and loader) */
   lade_position_t position; /* Loader(settings, position): where a resumed loader starts */
   int has_position;
+  int iters;                 /* Iter objects over this loader not yet at their end */
+  unsigned long iter_thread; /* the thread that last created or advanced one of them */
 } LoaderObject;
 
 /* The loader was inherited through fork(): its threads are the parent's. */
@@ -786,6 +788,21 @@ static int loader_ready(LoaderObject *L) {
     return -1;
   }
   return 0;
+}
+
+/* owned(who): raises "in use by another thread" when another thread is in
+ * next() or iterates this loader (an Iter of it, not at its end, last
+ * advanced there): load_state_dict() swaps the handle under that thread. */
+static PyObject *loader_owned(LoaderObject *L, PyObject *args) {
+  const char *who = "loader";
+  if (!PyArg_ParseTuple(args, "|s", &who)) return NULL;
+  if (L->busy || (L->iters > 0 && L->iter_thread != PyThread_get_thread_ident())) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s: loader is in use by another thread (%s)", who,
+             L->busy ? "it waits in next()" : "it iterates the loader");
+    return raise_lade(LADE_ESTATE, msg);
+  }
+  Py_RETURN_NONE;
 }
 
 static PyObject *loader_close(LoaderObject *L, PyObject *unused) {
@@ -1225,6 +1242,8 @@ static PyObject *loader_samples(LoaderObject *L, PyObject *unused) {
 static PyObject *loader_closed(LoaderObject *L, void *c) { return PyBool_FromLong(L->loader == NULL); }
 
 static PyMethodDef loader_methods[] = {
+    {"owned", (PyCFunction)loader_owned, METH_VARARGS,
+     "owned(who): raises lade.Error when another thread is in next() or iterates this loader"},
     {"next", (PyCFunction)loader_next, METH_NOARGS,
      "the next Batch in plan order, or None after the last epoch (GIL released; Ctrl-C interrupts)"},
     {"seek", (PyCFunction)loader_seek, METH_VARARGS,
@@ -1274,7 +1293,15 @@ typedef struct {
   PyObject *conv;
   long long count;
   int meta, close;
+  int live; /* counted in owner->iters: not yet at its end */
 } IterObject;
+
+/* The iterator is at its end (or gone): the loader no longer counts it. */
+static void iter_done(IterObject *it) {
+  if (!it->live) return;
+  it->live = 0;
+  it->owner->iters--;
+}
 
 static PyTypeObject IterType;
 
@@ -1292,22 +1319,33 @@ static PyObject *iter_tp_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
   it->count = count;
   it->meta = meta;
   it->close = close;
+  if (count != 0) {
+    it->live = 1;
+    it->owner->iters++;
+    it->owner->iter_thread = PyThread_get_thread_ident();
+  }
   return (PyObject *)it;
 }
 
 static void iter_dealloc(IterObject *it) {
+  if (it->owner) iter_done(it);
   Py_XDECREF(it->owner);
   Py_XDECREF(it->conv);
   Py_TYPE(it)->tp_free((PyObject *)it);
 }
 
 static PyObject *iter_next(IterObject *it) {
-  if (it->count == 0) return NULL;
+  if (it->count == 0) {
+    iter_done(it);
+    return NULL;
+  }
+  if (it->live) it->owner->iter_thread = PyThread_get_thread_ident();
   PyObject *b = loader_next(it->owner, NULL);
   if (!b) return NULL;
   if (b == Py_None) {
     Py_DECREF(b);
     it->count = 0;
+    iter_done(it);
     return NULL;
   }
   PyObject *out = PyObject_CallOneArg(it->conv, b);
@@ -1332,7 +1370,7 @@ static PyObject *iter_next(IterObject *it) {
     ref_dec(r);
   }
   Py_DECREF(b);
-  if (it->count > 0) it->count--;
+  if (it->count > 0 && --it->count == 0) iter_done(it);
   return out;
 }
 

@@ -412,13 +412,34 @@ static int resolve_position(const struct lade_config *cfg, const lade__source_fa
     why = "seed";
     snprintf(saved, sizeof saved, "%llu", (unsigned long long)pos->seed);
     snprintf(here, sizeof here, "%llu", (unsigned long long)cfg->seed);
-  } else if (!pos->world_size || !pos->batch_size || !pos->groups) {
+  } else if (!pos->world_size || !pos->batch_size || !pos->groups || pos->groups > pos->world_size ||
+             pos->world_size % pos->groups || (pos->kind != LADE_PLAN_SHARDS && pos->groups != pos->world_size)) {
     return lade__fail(LADE_EINVAL, "the resume position names world_size %u, batch_size %u, %u groups: not a saved "
                       "position (lade_loader_position)", pos->world_size, pos->batch_size, pos->groups);
   }
   if (why)
     return lade__fail(LADE_EINVAL, "the resume position was saved with another %s (%s; this loader: %s): only "
                       "world_size and batch_size may change on resume", why, saved, here);
+  /* each field in its own range: a position past the run never ends it silently */
+  uint64_t E = cfg->epochs;
+  if (pos->epoch > E || pos->shuffle_epoch > E || (pos->epoch == E) != (pos->shuffle_epoch == E))
+    return lade__fail(LADE_ERANGE, "the resume position's epoch %llu (epoch order %llu) is out of range: epochs are 0 "
+                      "to %llu on this loader (%llu epochs; %llu is the end)", (unsigned long long)pos->epoch,
+                      (unsigned long long)pos->shuffle_epoch, (unsigned long long)(E ? E - 1 : 0),
+                      (unsigned long long)E, (unsigned long long)E);
+  if (pos->shuffle_epoch != pos->epoch && pos->kind != LADE_PLAN_SOLAR)
+    return lade__fail(LADE_EINVAL, "the resume position's epoch order %llu is not its epoch %llu: only plan solar "
+                      "reorders epochs", (unsigned long long)pos->shuffle_epoch, (unsigned long long)pos->epoch);
+  /* (dlio counts its steps' samples, which may repeat the files: dlio_samples_per_file) */
+  if ((pos->consumed > fa->count && pos->kind != LADE_PLAN_DLIO) || (pos->epoch == E && pos->consumed))
+    return lade__fail(LADE_ERANGE, "the resume position says %llu samples of epoch %llu were consumed: out of range "
+                      "(0 to the dataset's %llu; 0 at the end)", (unsigned long long)pos->consumed,
+                      (unsigned long long)pos->epoch, (unsigned long long)fa->count);
+  if ((pos->base_groups && pos->kind != LADE_PLAN_SHARDS) || !pos->base_groups != !pos->base_batch ||
+      (!pos->base_groups && pos->base_consumed) || pos->base_consumed > fa->count)
+    return lade__fail(LADE_EINVAL, "the resume position's base layout (%u groups of batch %u, %llu consumed) is not "
+                      "one a saved position holds (plan shards only)", pos->base_groups, pos->base_batch,
+                      (unsigned long long)pos->base_consumed);
   cp->resumed = true;
   cp->resume = *pos;
   return 0;

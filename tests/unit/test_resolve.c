@@ -454,40 +454,58 @@ static void test_node_cache(void) {
 }
 
 /* A saved position (lade_config_set_position) reaches the cursor when its
- * plan, dataset size and seed are this loader's; world and batch may differ.
- * Anything else is refused naming what differs. */
+ * plan, dataset size and seed are this loader's and each field is in its own
+ * range; world and batch may differ. Anything else is refused naming what
+ * differs or which field is out of range (issue 29: a position past the run
+ * never ends it silently). */
 static void test_position(void) {
   lade__source_facts_t fa = facts(100, 10, false);
-  const char *kv[] = {"plan=locality", "seed=4", "batch_size=3", "world_size=2", "cache_mem_bytes=1000", NULL};
-  lade_position_t pos = {.epoch = 1, .consumed = 40, .shuffle_epoch = 1, .world_size = 4, .batch_size = 5,
-                         .groups = 4, .kind = LADE_PLAN_LOCALITY, .samples = 100, .seed = 4};
+  const char *kv[] = {"plan=locality", "seed=4", "batch_size=3", "world_size=2", "cache_mem_bytes=1000", "epochs=3",
+                      NULL};
+  const lade_position_t pos = {.epoch = 1, .consumed = 40, .shuffle_epoch = 1, .world_size = 4, .batch_size = 5,
+                               .groups = 4, .kind = LADE_PLAN_LOCALITY, .samples = 100, .seed = 4};
+  lade_position_t p[11];
+  for (int i = 0; i < 11; i++) p[i] = pos;
+  p[0].kind = LADE_PLAN_REGULAR;
+  p[1].samples = 99;
+  p[2].seed = 5;
+  p[3].world_size = 0;
+  p[4].groups = 3;
+  p[5].epoch = p[5].shuffle_epoch = 1ull << 40;
+  p[6].shuffle_epoch = 2;
+  p[7].consumed = 101;
+  p[8].epoch = p[8].shuffle_epoch = 3; /* the end, with samples consumed */
+  p[9].base_groups = 2, p[9].base_batch = 4;
   const struct {
-    const char *field, *text;
-  } bad[] = {{"kind", "another plan (regular; this loader: locality)"},
-             {"samples", "another dataset size (samples) (99; this loader: 100)"},
-             {"seed", "another seed (5; this loader: 4)"},
-             {"world", "not a saved position"}};
-  for (size_t i = 0; i <= sizeof bad / sizeof bad[0]; i++) {
-    lade_position_t p = pos;
-    if (i < 4 && !strcmp(bad[i].field, "kind")) p.kind = LADE_PLAN_REGULAR;
-    if (i < 4 && !strcmp(bad[i].field, "samples")) p.samples = 99;
-    if (i < 4 && !strcmp(bad[i].field, "seed")) p.seed = 5;
-    if (i < 4 && !strcmp(bad[i].field, "world")) p.world_size = 0;
+    int rc;
+    const char *text;
+  } want[] = {{LADE_EINVAL, "another plan (regular; this loader: locality)"},
+              {LADE_EINVAL, "another dataset size (samples) (99; this loader: 100)"},
+              {LADE_EINVAL, "another seed (5; this loader: 4)"},
+              {LADE_EINVAL, "not a saved position"},
+              {LADE_EINVAL, "world_size 4, batch_size 5, 3 groups: not a saved position"},
+              {LADE_ERANGE, "epoch 1099511627776 (epoch order 1099511627776) is out of range: epochs are 0 to 2"},
+              {LADE_EINVAL, "epoch order 2 is not its epoch 1: only plan solar reorders epochs"},
+              {LADE_ERANGE, "101 samples of epoch 1 were consumed: out of range (0 to the dataset's 100"},
+              {LADE_ERANGE, "40 samples of epoch 3 were consumed: out of range (0 to the dataset's 100; 0 at the end"},
+              {LADE_EINVAL, "base layout (2 groups of batch 4, 0 consumed) is not one a saved position holds"},
+              {0, NULL}};
+  for (int i = 0; i < 11; i++) {
     lade_config_t *c = settings(kv);
-    CHECK_OK(lade_config_set_position(c, &p, sizeof p));
+    CHECK_OK(lade_config_set_position(c, &p[i], sizeof p[i]));
     lade__resolved_t r;
     int rc = lade__resolve(c, &fa, &r);
     lade_config_destroy(c);
-    if (i == 4) { /* the saver's world and batch differ: accepted, handed to the cursor */
+    if (!want[i].text) { /* the saver's world and batch differ: accepted, handed to the cursor */
       CHECK_OK(rc);
       CHECK(r.cursor.resumed);
       CHECK(memcmp(&r.cursor.resume, &pos, sizeof pos) == 0);
       continue;
     }
-    CHECK(rc == LADE_EINVAL);
-    if (!strstr(lade_last_error(), bad[i].text))
-      fprintf(stderr, "  wanted \"%s\" in: %s\n", bad[i].text, lade_last_error());
-    CHECK(strstr(lade_last_error(), bad[i].text) != NULL);
+    CHECK_EQ_INT(rc, want[i].rc);
+    if (!strstr(lade_last_error(), want[i].text))
+      fprintf(stderr, "  case %d: wanted \"%s\" in: %s\n", i, want[i].text, lade_last_error());
+    CHECK(strstr(lade_last_error(), want[i].text) != NULL);
   }
   /* without one, nothing is resumed; a short struct is refused */
   lade__resolved_t r;
