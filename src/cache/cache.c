@@ -1,4 +1,5 @@
-/* cache.c - picks the tier (memory without a folder, disk with one) and
+/* cache.c - picks the tier (memory without a folder, disk with one, the
+ * node's shared-memory tier with node_dir and no folder: shmcache.c) and
  * forwards each call through the tier's vtable. */
 #include "cache/cache.h"
 

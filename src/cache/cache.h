@@ -3,7 +3,7 @@
  * index. The engine's fetch path asks the memory tier, then the disk tier,
  * then the source; the DELI prefetcher fills the disk tier ahead of the
  * consumer. Both tiers have a byte capacity that they never exceed, and one
- * of three eviction policies:
+ * of four eviction policies:
  *
  *   fifo         evict in insertion order (DELI's cache)
  *   lru          evict the least recently read or inserted entry

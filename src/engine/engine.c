@@ -38,7 +38,7 @@
  *
  * Interrupts wake the next() calls waiting at that moment (counted in
  * `waiting`, woken through intr_gen); with none waiting nothing happens.
- * fork(): a pthread_atfork child handler bumps g_fork_gen; a loader created
+ * fork(): a pthread_atfork child handler bumps lade__engine_fork_gen (engine_open.c); a loader created
  * under an older value is the parent's, and every entry point returns before
  * touching its lock or threads.
  *

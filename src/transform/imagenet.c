@@ -399,7 +399,8 @@ static void resample_h_from(const coeffs_t *c, const uint8_t *restrict in, uint8
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-#define LADE__HAVE_AVX2_PATH 1
+/* the x86 kernels below: AVX2, and AVX-512 (VNNI, VBMI) chosen at run time by cpuid */
+#define LADE__HAVE_X86_SIMD 1
 /*
  * Two output pixels per 256-bit register, two taps per multiply: pmaddwd on
  * 16-bit lanes {tap a, tap b} per channel gives a*ka + b*kb in 32 bits. The
@@ -562,7 +563,7 @@ static void resample_h_c(const coeffs_t *c, const uint8_t *in, uint8_t *out, int
 /* LADE_NO_SIMD=1: the C loops; LADE_NO_AVX512=1: at most AVX2 (both for
  * tests and comparisons). */
 static resample_h_fn pick_resample_h(void) {
-#ifdef LADE__HAVE_AVX2_PATH
+#ifdef LADE__HAVE_X86_SIMD
   if (getenv("LADE_NO_SIMD")) return resample_h_c;
   if (!getenv("LADE_NO_AVX512") && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
       __builtin_cpu_supports("avx512vnni"))
@@ -574,7 +575,7 @@ static resample_h_fn pick_resample_h(void) {
 
 /* The RGB-row pass that goes with the RGBX one, or NULL. */
 static resample_h_fn pick_resample_h_rgb(resample_h_fn rgbx) {
-#ifdef LADE__HAVE_AVX2_PATH
+#ifdef LADE__HAVE_X86_SIMD
   if (getenv("LADE_NO_RGB")) return NULL;
   if (rgbx == resample_h_vnni) return resample_h_vnni_rgb;
   if (rgbx == resample_h_vbmi) return resample_h_vbmi_rgb;
@@ -584,7 +585,7 @@ static resample_h_fn pick_resample_h_rgb(resample_h_fn rgbx) {
 }
 
 static int resample_h_layout(resample_h_fn f) {
-#ifdef LADE__HAVE_AVX2_PATH
+#ifdef LADE__HAVE_X86_SIMD
   if (f == resample_h_vnni || f == resample_h_vbmi) return LAYOUT_QUADS;
   if (f == resample_h_avx2) return LAYOUT_PAIRS;
 #endif
@@ -604,7 +605,7 @@ LADE__CLONES static void resample_v(const int32_t *restrict k, int taps, const u
   for (size_t i = 0; i < n; i++) out[i] = clip8(acc[i]);
 }
 
-#ifdef LADE__HAVE_AVX2_PATH
+#ifdef LADE__HAVE_X86_SIMD
 /*
  * The vertical pass 64 bytes (16 RGBX pixels) at a time with the sums in
  * four registers through all taps, instead of an accumulator row in memory
@@ -641,7 +642,7 @@ __attribute__((target("avx512f"))) static void resample_v_avx512(const int32_t *
 }
 #endif
 
-#ifdef LADE__HAVE_AVX2_PATH
+#ifdef LADE__HAVE_X86_SIMD
 /* The same with AVX2: 32 bytes (8 pixels) per step in four registers. */
 __attribute__((target("avx2"))) static void resample_v_avx2(const int32_t *restrict k, int taps,
                                                             const uint8_t *restrict rows, size_t stride,
@@ -672,7 +673,7 @@ __attribute__((target("avx2"))) static void resample_v_avx2(const int32_t *restr
 /* The vertical pass for this CPU (LADE_NO_SIMD and LADE_NO_AVX512 as for
  * the horizontal one). */
 static resample_v_fn pick_resample_v(void) {
-#ifdef LADE__HAVE_AVX2_PATH
+#ifdef LADE__HAVE_X86_SIMD
   if (getenv("LADE_NO_SIMD")) return resample_v;
   if (!getenv("LADE_NO_AVX512") && __builtin_cpu_supports("avx512f")) return resample_v_avx512;
   if (__builtin_cpu_supports("avx2")) return resample_v_avx2;
@@ -702,7 +703,7 @@ static void store_f32_lut(const lade__imgdec_t *d, const uint8_t *vrow, int n, b
   }
 }
 
-#ifdef LADE__HAVE_AVX2_PATH
+#ifdef LADE__HAVE_X86_SIMD
 /* (v/255 - mean) / std of one channel's 16 values (see above). */
 __attribute__((target("avx512f"))) static inline __m512 norm16(__m512i v, const float *nc) {
   const __m512 x = _mm512_cvtepi32_ps(v), r255 = _mm512_set1_ps(nc[3]), k255 = _mm512_set1_ps(255.0f);
@@ -766,7 +767,7 @@ static void store_u8_c(const uint8_t *vrow, int n, bool flip, uint8_t *o) {
   }
 }
 
-#ifdef LADE__HAVE_AVX2_PATH
+#ifdef LADE__HAVE_X86_SIMD
 /* 16 pixels per step: one vpermb drops the X bytes (and mirrors, with flip). */
 __attribute__((target("avx512f,avx512bw,avx512vbmi"))) static void store_u8_vbmi(const uint8_t *vrow, int n, bool flip,
                                                                                  uint8_t *o) {
@@ -810,7 +811,7 @@ __attribute__((target("avx2"))) static void store_u8_avx2(const uint8_t *vrow, i
 #endif
 
 static store_u8_fn pick_store_u8(void) {
-#ifdef LADE__HAVE_AVX2_PATH
+#ifdef LADE__HAVE_X86_SIMD
   if (getenv("LADE_NO_SIMD")) return store_u8_c;
   if (!getenv("LADE_NO_AVX512") && !getenv("LADE_NO_VBMI") && __builtin_cpu_supports("avx512vbmi") &&
       __builtin_cpu_supports("avx512bw"))
@@ -850,7 +851,7 @@ static bool store_f32_exact(const lade__imgdec_t *d, store_f32_fn f) {
  * the passes), kept only when exact. */
 static store_f32_fn pick_store_f32(const lade__imgdec_t *d) {
   store_f32_fn f = store_f32_lut;
-#ifdef LADE__HAVE_AVX2_PATH
+#ifdef LADE__HAVE_X86_SIMD
   if (getenv("LADE_NO_SIMD")) return f;
   if (!getenv("LADE_NO_AVX512") && __builtin_cpu_supports("avx512f")) f = store_f32_avx512;
   else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) f = store_f32_avx2;
@@ -859,7 +860,7 @@ static store_f32_fn pick_store_f32(const lade__imgdec_t *d) {
 }
 
 const char *lade__imgdec_store_f32_name(const lade__imgdec_t *d) {
-#ifdef LADE__HAVE_AVX2_PATH
+#ifdef LADE__HAVE_X86_SIMD
   if (d->store_f32 == store_f32_avx512) return "avx512";
   if (d->store_f32 == store_f32_avx2) return "avx2";
 #endif
