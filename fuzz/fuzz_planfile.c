@@ -1,6 +1,6 @@
 /*
  * fuzz_planfile.c - libFuzzer target for the plan file reader
- * (src/plan/planfile.c: lade_plan_file_open, lade_plan_file_step). A plan
+ * (src/planner/planfile.c: lade_plan_file_open, lade_plan_file_step). A plan
  * file is written by `lade plan --out` and read back by `lade plan --in`,
  * possibly on another machine, so its bytes are outside input.
  *

@@ -92,7 +92,7 @@ struct lade_config {
   bool plan_reorder;
   uint32_t plan_imbalance;         /* plan=solar */
   uint64_t shuffle_buffer;         /* plan=shards, plan=dlio (tensorflow) */
-  int dlio_reader;                 /* plan=dlio: LADE__DLIO_PYTORCH or LADE__DLIO_TENSORFLOW (plan/cursor.h) */
+  int dlio_reader;                 /* plan=dlio: LADE__DLIO_PYTORCH or LADE__DLIO_TENSORFLOW (cursor/cursor.h) */
   uint32_t dlio_samples_per_file, dlio_interleave;
   uint32_t model_parallel, devices_per_node;
   uint32_t ranks_per_node; /* 0: detect (transport/topology.h) */

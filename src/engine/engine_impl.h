@@ -19,7 +19,7 @@
 #include "engine/fetch.h"
 #include "engine/resolve.h"
 #include "engine/trace.h"
-#include "plan/cursor.h"
+#include "cursor/cursor.h"
 #include "source/source.h"
 #include "transform/transform.h"
 #include "transport/transport.h"
@@ -118,7 +118,7 @@ struct lade_loader {
   const lade__transform_ops_t *xf;
   void *xf_state;
   lade__sample_shape_t shape;
-  lade__cursor_t *cursor; /* the one source of the order (plan/cursor.h) */
+  lade__cursor_t *cursor; /* the one source of the order (cursor/cursor.h) */
   bool routed;            /* the plan routes samples: steps finish in order (finish_steps_in_order) */
   lade__transport_t *dist;     /* the transport between learners (routed plans under mpirun), or NULL */
   uint64_t evict_q;       /* routed: the next step to finish */

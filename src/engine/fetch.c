@@ -26,7 +26,7 @@
  *   (node-aware plan, node       planned] -> source; admits
  *   cache)
  *
- * Routed plans (every kind but regular and shards; plan/cursor.h): the
+ * Routed plans (every kind but regular and shards; cursor/cursor.h): the
  * plan's tier (memory, else disk) runs the `plan` policy and never evicts
  * by itself. A step's admits are put as its samples are read (each admitted
  * sample is one the learner reads in that step); its evicts are applied

@@ -1,6 +1,6 @@
 /*
  * fetch.h - the fetch stage: where a sample's bytes come from. Each read
- * comes with the route the plan gave it (plan/cursor.h): "any tier" (the
+ * comes with the route the plan gave it (cursor/cursor.h): "any tier" (the
  * regular plan: memory tier, then disk tier, then the source), the own
  * cache, storage, or a peer. It hands a planned batch's misses to a remote
  * source ahead of time (submit), tells the engine which samples can be read
@@ -17,7 +17,7 @@
 
 #include "cache/cache.h"
 #include "transport/transport.h"
-#include "plan/cursor.h"
+#include "cursor/cursor.h"
 #include "source/source.h"
 
 enum { LADE__TIER_STORAGE = 0, LADE__TIER_MEM = 1, LADE__TIER_DISK = 2, LADE__TIER_PEER = 3, LADE__TIER_COUNT = 4 };

@@ -24,7 +24,7 @@
 #include "core/config.h"
 #include "engine/fetch.h"
 #include "transform/transform.h"
-#include "plan/cursor.h"
+#include "cursor/cursor.h"
 #include "transport/topology.h"
 
 /* The transform the engine runs (the `transform` setting, auto resolved). */

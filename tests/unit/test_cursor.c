@@ -1,5 +1,5 @@
-/* test_cursor.c - the plan cursor (src/plan/cursor.h) over its three orders
- * (order_ops.h): regular, shards and planned, each checked against the code
+/* test_cursor.c - the plan cursor (src/cursor/cursor.h) over its three orders
+ * (src/cursor/orders.h): regular, shards and planned, each checked against the code
  * it must agree with (the regular slices, lade_shards_epoch, lade_plan_next)
  * and for what it refuses. */
 #include <stdio.h>
@@ -8,8 +8,8 @@
 
 #include "harness.h"
 #include "lade/plan.h"
-#include "plan/cursor.h"
-#include "plan/regular.h"
+#include "cursor/cursor.h"
+#include "planner/regular.h"
 
 #define N 203
 #define B 5

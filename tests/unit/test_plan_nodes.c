@@ -19,7 +19,7 @@
 #include "core/core.h"
 #include "harness.h"
 #include "lade/plan.h"
-#include "plan/regular.h"
+#include "planner/regular.h"
 
 static int cmp64(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;

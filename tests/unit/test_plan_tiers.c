@@ -8,7 +8,7 @@
  * its capacity; the hierarchy holds exactly what one tier of cache +
  * cache_disk would (the same samples and routes); a sample trained in a step
  * ends on disk only if its next use is no nearer than every next use in its
- * holder's memory (the placement rule of src/plan/tiers.c); and
+ * holder's memory (the placement rule of src/planner/tiers.c); and
  * lade_simulate's per-tier counts equal the replay's. */
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +16,7 @@
 #include "core/core.h"
 #include "harness.h"
 #include "lade/plan.h"
-#include "plan/regular.h"
+#include "planner/regular.h"
 
 static uint64_t route_hash(const lade_plan_step_t *v) {
   uint64_t h = 1469598103934665603ull;

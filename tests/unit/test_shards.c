@@ -1,4 +1,4 @@
-/* test_shards.c - the shards order (src/plan/shards.h): every sample once per
+/* test_shards.c - the shards order (src/planner/shards.h): every sample once per
  * epoch over the groups (plus the documented padding / dropped tails), equal
  * lengths, determinism, independence from threads, the split and the buffer,
  * the model-parallel rank mapping, odd inputs, and the quality metrics. */
@@ -8,7 +8,7 @@
 
 #include "core/core.h"
 #include "harness.h"
-#include "plan/shards.h"
+#include "planner/shards.h"
 
 #define GOLDEN 0x1ef17426d951a7d9ull
 

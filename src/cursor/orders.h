@@ -1,17 +1,17 @@
 /*
- * order_ops.h - the cursor's one order interface (cursor.h): what a plan
+ * orders.h - the cursor's one order interface (cursor.h): what a plan
  * cursor asks of the order it hands out, behind a small vtable with four
  * implementations, one file each:
  *
- *   order_regular.c  the regular order (regular.h): a pure function of
+ *   slices.c         the regular order (planner/regular.h): a pure function of
  *                    (seed, epoch, step, rank), every route "any tier";
- *   order_shards.c   Parax's shard streaming (paper 001) (shards.h): a pure
+ *   shard_stream.c   Parax's shard streaming (paper 001) (shards.h): a pure
  *                    function of (seed, epoch, data-parallel group), routes
  *                    "any tier", and a shard stream before the buffer;
- *   order_planned.c  every planner kind (planner.h): this rank's part of
+ *   planned.c        every planner kind (planner/planner.h): this rank's part of
  *                    each planned step, with routes, admits, evicts and
  *                    sends; the short last step is the regular slice;
- *   order_dlio.c     DLIO's readers' sharding (docs/dlio.md), routes "any
+ *   dlio.c           DLIO's readers' sharding (docs/dlio.md), routes "any
  *                    tier".
  *
  * The cursor checks the position against the run and holds its lock around
@@ -24,7 +24,7 @@
 
 #include "core/core.h"
 #include "cursor.h"
-#include "regular.h"
+#include "planner/regular.h"
 
 typedef struct lade__order lade__order_t;
 
@@ -68,7 +68,7 @@ int lade__order_shards_open(lade__order_t **out, const lade__cursor_params_t *p)
 int lade__order_planned_open(lade__order_t **out, const lade__cursor_params_t *p);
 int lade__order_dlio_open(lade__order_t **out, const lade__cursor_params_t *p);
 
-/* ---- the regular order as a part: order_planned.c's short last step */
+/* ---- the regular order as a part: planned.c's short last step */
 
 typedef struct lade__order_slices {
   lade__plan_params_t rp;  /* the loader's regular order (drop_last as given) */

@@ -1,5 +1,5 @@
 /*
- * order.c - SOLAR's epoch order (paper 002 section 4.2.1). All epochs'
+ * epoch_order.c - SOLAR's epoch order (paper 002 section 4.2.1). All epochs'
  * shuffles are known ahead, so the order in which they are trained can be
  * chosen to maximise reuse: the cost of going from epoch u to epoch v is
  * N(u,v) = |first buffer of v minus last buffer of u| (eq. 1) and the order is

@@ -1,6 +1,6 @@
 /* cursor.c - the plan cursor (cursor.h): one lock and the position checks
  * around the order of the plan kind, which the order interface
- * (order_ops.h) hides: regular, shards or planned, one file each. */
+ * (orders.h) hides: regular, shards or planned, one file each. */
 #include "cursor.h"
 
 #include <assert.h>
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "order_ops.h"
+#include "orders.h"
 
 struct lade__cursor {
   lade__cursor_params_t p;

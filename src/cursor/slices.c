@@ -1,11 +1,11 @@
-/* order_regular.c - the regular order behind the cursor (order_ops.h):
+/* slices.c - the regular order behind the cursor (orders.h):
  * DistributedSampler slices of each epoch's global shuffle (regular.h),
  * every route "any tier". Two epoch permutations stay cached, since get()
  * and the prefetcher's look-ahead may be an epoch apart. Also the slices
- * part that order_planned.c uses for its short last step. */
+ * part that planned.c uses for its short last step. */
 #include <stdlib.h>
 
-#include "order_ops.h"
+#include "orders.h"
 
 int lade__order_slices_init(lade__order_slices_t *r, const lade__cursor_params_t *p) {
   *r = (lade__order_slices_t){.rp = lade__plan_params_of(&p->plan, p->shuffle, p->drop_last)};

@@ -1,5 +1,5 @@
 /*
- * order_dlio.c - DLIO's sharding behind the cursor (order_ops.h,
+ * dlio.c - DLIO's sharding behind the cursor (orders.h,
  * docs/dlio.md): what each emulated accelerator of DLIO (the benchmark
  * MLPerf Storage runs) reads, so that `lade dlio run` does DLIO's I/O with
  * lade's engine. Routes are "any tier".
@@ -35,7 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "order_ops.h"
+#include "orders.h"
 
 typedef struct dlio_order {
   lade__order_t o;

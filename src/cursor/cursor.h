@@ -45,7 +45,7 @@
  * Planned kinds plan from there with empty caches.
  *
  * The three orders (regular, shards, planned) sit behind one interface,
- * order_ops.h, one file each; this file holds the lock and the checks.
+ * orders.h, one file each; this file holds the lock and the checks.
  *
  * Thread-safe: one lock; get() is called by the one planning worker, order
  * and first_use by the prefetcher and the next-use maps.
@@ -86,7 +86,7 @@ typedef struct lade__cursor_params {
   uint64_t shards;
   uint64_t shuffle_buffer;
   uint32_t model_parallel, devices_per_node; /* devices_per_node 0: all ranks on one node */
-  /* dlio (order_dlio.c): DLIO's reader (LADE__DLIO_PYTORCH or
+  /* dlio (dlio.c): DLIO's reader (LADE__DLIO_PYTORCH or
    * LADE__DLIO_TENSORFLOW), DLIO samples per sample of a source without
    * shards (a file DLIO reads that often), and tensorflow's interleave
    * (files read at once, DLIO's read_threads); shuffle_buffer and shuffle

@@ -1,4 +1,4 @@
-/* order_planned.c - every planner kind behind the cursor (order_ops.h): the
+/* planned.c - every planner kind behind the cursor (orders.h): the
  * planner driver (planner.c) positioned at the loader's step, this rank's
  * part of each planned step copied out with its routes, admits, evicts and
  * the samples its cache sends to the other learners.
@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "order_ops.h"
-#include "planner.h"
+#include "orders.h"
+#include "planner/planner.h"
 
 typedef struct planned_order {
   lade__order_t o;

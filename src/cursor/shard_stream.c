@@ -1,5 +1,5 @@
-/* order_shards.c - Parax data loading's shard streaming (paper 001) behind
- * the cursor (order_ops.h, shards.h): each data-parallel group reads its
+/* shard_stream.c - Parax data loading's shard streaming (paper 001) behind
+ * the cursor (orders.h, planner/shards.h): each data-parallel group reads its
  * part of the epoch's shuffled shard list through a shuffle buffer. The
  * order is a pure function of (seed, epoch, group); this group's sequences
  * of two epochs stay cached (O(samples / groups) each), routes are "any
@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "order_ops.h"
-#include "shards.h"
+#include "orders.h"
+#include "planner/shards.h"
 
 typedef struct shards_layout {
   uint32_t groups, batch;

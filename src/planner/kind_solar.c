@@ -1,6 +1,6 @@
 /* kind_solar.c - `solar`, SOLAR's offline shuffle plan (paper 002): the
  * shuffles of all epochs drawn ahead and the epoch order chosen at create
- * (open-path TSP, order.c); node-to-sample remapping (a cached sample
+ * (open-path TSP, epoch_order.c); node-to-sample remapping (a cached sample
  * trains on the learner caching it); load balancing that lets local batch
  * sizes differ by up to `imbalance` and water-fills storage reads; farthest-
  * next-use eviction over disjoint caches (the driver's owner[]), where the
