@@ -26,6 +26,7 @@
 #include "pack.h"
 #include "plan_cli.h"
 #include "probe.h"
+#include "shown.h"
 
 static double now(void) {
   struct timespec ts;
@@ -268,12 +269,12 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
   lade_loader_t *L = NULL;
   double t0 = now();
   if (lade_loader_create(&L, cfg)) {
-    fprintf(stderr, "lade bench: %s\n", lade_last_error());
+    fprintf(stderr, "lade bench: %s\n", lade_tool_error());
     return 1;
   }
   uint64_t nsamples = 0, steps = 0, epochs = 0;
   if (lade_loader_info(L, &nsamples, &steps, &epochs)) {
-    fprintf(stderr, "lade bench: %s\n", lade_last_error());
+    fprintf(stderr, "lade bench: %s\n", lade_tool_error());
     lade_loader_destroy(L);
     return 1;
   }
@@ -291,7 +292,7 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
     lade_batch_t *b = NULL;
     rc = lade_loader_next(L, &b);
     if (rc) {
-      fprintf(stderr, "%slade bench: error: %s\n", tty ? "\n" : "", lade_last_error());
+      fprintf(stderr, "%slade bench: error: %s\n", tty ? "\n" : "", lade_tool_error());
       break;
     }
     if (!b) break;
@@ -364,7 +365,7 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
   static uint64_t pred[MAX_EPOCH_LINES][4];
   memset(pred, 0, sizeof pred);
   if (planned && predict_rank(&ps, prank, (uint64_t)neps, pred)) {
-    fprintf(stderr, "lade bench: the plan's prediction: %s\n", lade_last_error());
+    fprintf(stderr, "lade bench: the plan's prediction: %s\n", lade_tool_error());
     planned = 0;
   }
   double ep_secs[MAX_EPOCH_LINES] = {0};
@@ -572,7 +573,7 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
 
 static int set_or_fail(lade_config_t *cfg, const char *key, const char *value) {
   if (lade_config_set(cfg, key, value)) {
-    fprintf(stderr, "lade: %s\n", lade_last_error());
+    fprintf(stderr, "lade: %s\n", lade_tool_error());
     return -1;
   }
   return 0;
@@ -604,7 +605,7 @@ static int cmd_bench(int argc, char **argv) {
       case 'P': bad = set_or_fail(cfg, "plan", optarg); break;
       case 'S':
         if (lade_config_parse(cfg, optarg)) {
-          fprintf(stderr, "lade: %s\n", lade_last_error());
+          fprintf(stderr, "lade: %s\n", lade_tool_error());
           bad = 1;
         }
         break;
@@ -691,7 +692,7 @@ static int cmd_ls(int argc, char **argv) {
       case 't': bad = set_or_fail(cfg, "transform", optarg); break;
       case 'S':
         if (lade_config_parse(cfg, optarg)) {
-          fprintf(stderr, "lade: %s\n", lade_last_error());
+          fprintf(stderr, "lade: %s\n", lade_tool_error());
           bad = 1;
         }
         break;
@@ -723,18 +724,22 @@ static int cmd_ls(int argc, char **argv) {
   const char **names = rc ? NULL : calloc(nc ? nc : 1, sizeof *names);
   for (uint32_t i = 0; !rc && i < nc; i++)
     if (lade_loader_class_name(L, i, &names[i])) names[i] = NULL; /* a source without names */
+  /* names as the Python module's messages show them (shown.h): a 0xff byte as \xff */
+  static char path[2 * 4096 + 64], shown_path[4 * sizeof path], shown_cls[4 * 4096 + 1];
   if (!rc && classes_only) {
-    for (uint32_t i = 0; i < nc; i++) printf("%u\t%s\n", i, names[i] ? names[i] : "-");
+    for (uint32_t i = 0; i < nc; i++)
+      printf("%u\t%s\n", i, names[i] ? lade_tool_shown(names[i], shown_cls, sizeof shown_cls) : "-");
   } else if (!rc) {
-    static char path[2 * 4096 + 64];
     for (uint64_t i = 0; !rc && i < n; i++) {
       int64_t label = -1;
       rc = lade_loader_sample(L, i, path, sizeof path, &label);
       const char *cls = label >= 0 && (uint64_t)label < nc && names[label] ? names[label] : "-";
-      if (!rc) printf("%llu\t%lld\t%s\t%s\n", (unsigned long long)i, (long long)label, cls, path);
+      if (!rc)
+        printf("%llu\t%lld\t%s\t%s\n", (unsigned long long)i, (long long)label,
+               lade_tool_shown(cls, shown_cls, sizeof shown_cls), lade_tool_shown(path, shown_path, sizeof shown_path));
     }
   }
-  if (rc) fprintf(stderr, "lade ls: %s\n", lade_last_error());
+  if (rc) fprintf(stderr, "lade ls: %s\n", lade_tool_error());
   free(names);
   lade_loader_destroy(L);
   return rc ? 1 : 0;

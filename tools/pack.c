@@ -29,6 +29,7 @@
 
 #include "lade/lade.h"
 #include "pack.h"
+#include "shown.h"
 
 #define BLOCK 512u
 #define MANIFEST ".lade-pack"
@@ -231,7 +232,8 @@ static int put_file(FILE *out, const entry_t *e) {
   if (put_headers(out, e->name, e->size)) return -1;
   FILE *in = fopen(e->path, "rb");
   if (!in) {
-    fprintf(stderr, "lade pack: %s: %s\n", e->path, strerror(errno));
+    char shown[4 * 4096 + 1], *why = strerror(errno);
+    fprintf(stderr, "lade pack: %s: %s\n", lade_tool_shown(e->path, shown, sizeof shown), why);
     return -1;
   }
   static char buf[1 << 20];
@@ -244,7 +246,9 @@ static int put_file(FILE *out, const entry_t *e) {
   int err = ferror(in) || done != e->size || !feof(in);
   fclose(in);
   if (err) {
-    fprintf(stderr, "lade pack: %s: read %llu bytes, the listing said %llu (changed while packing?)\n", e->path,
+    char shown[4 * 4096 + 1];
+    fprintf(stderr, "lade pack: %s: read %llu bytes, the listing said %llu (changed while packing?)\n",
+            lade_tool_shown(e->path, shown, sizeof shown),
             (unsigned long long)done, (unsigned long long)e->size);
     return -1;
   }
@@ -265,7 +269,7 @@ static int feed_get(feed_t *f, uint64_t i, const unsigned char **data, uint64_t 
   if (!f->started) {
     f->started = 1;
     if (i >= f->batch && lade_loader_seek(f->L, 0, i / f->batch)) {
-      fprintf(stderr, "lade pack: %s\n", lade_last_error());
+      fprintf(stderr, "lade pack: %s\n", lade_tool_error());
       return -1;
     }
   }
@@ -273,7 +277,7 @@ static int feed_get(feed_t *f, uint64_t i, const unsigned char **data, uint64_t 
     if (f->b) lade_batch_release(f->b);
     f->b = NULL;
     if (lade_loader_next(f->L, &f->b) || !f->b) {
-      fprintf(stderr, "lade pack: %s\n", f->b ? "" : lade_last_error()[0] ? lade_last_error() : "the dataset ended early");
+      fprintf(stderr, "lade pack: %s\n", f->b ? "" : lade_tool_error()[0] ? lade_tool_error() : "the dataset ended early");
       return -1;
     }
   }
@@ -290,7 +294,9 @@ static int feed_get(feed_t *f, uint64_t i, const unsigned char **data, uint64_t 
 /* A sample's member from bytes already read (an s3:// object). */
 static int put_data(FILE *out, const entry_t *e, const unsigned char *data, uint64_t len) {
   if (len != e->size) {
-    fprintf(stderr, "lade pack: %s: read %llu bytes, the listing said %llu (changed while packing?)\n", e->path,
+    char shown[4 * 4096 + 1];
+    fprintf(stderr, "lade pack: %s: read %llu bytes, the listing said %llu (changed while packing?)\n",
+            lade_tool_shown(e->path, shown, sizeof shown),
             (unsigned long long)len, (unsigned long long)e->size);
     return -1;
   }
@@ -363,7 +369,7 @@ static int list_entries(lade_loader_t *L, const char *root, int remote, entry_t 
   int rc = lade_loader_info(L, &n, NULL, NULL);
   if (!rc) rc = lade_loader_classes(L, &nc);
   if (rc) {
-    fprintf(stderr, "lade pack: %s\n", lade_last_error());
+    fprintf(stderr, "lade pack: %s\n", lade_tool_error());
     return -1;
   }
   entry_t *es = calloc(n ? n : 1, sizeof *es);
@@ -377,7 +383,7 @@ static int list_entries(lade_loader_t *L, const char *root, int remote, entry_t 
   for (uint64_t i = 0; i < n; i++) {
     entry_t *e = &es[i];
     if (lade_loader_sample(L, i, path, sizeof path, &e->label)) {
-      fprintf(stderr, "lade pack: %s\n", lade_last_error());
+      fprintf(stderr, "lade pack: %s\n", lade_tool_error());
       free(prev);
       return -1;
     }
@@ -386,7 +392,7 @@ static int list_entries(lade_loader_t *L, const char *root, int remote, entry_t 
     int under = !strncmp(path, root, rootlen) && path[rootlen] == '/' && path[rootlen + 1];
     if (remote && under) { /* an object under the prefix: its listed size */
       if (lade_loader_sample_bytes(L, i, &e->size)) {
-        fprintf(stderr, "lade pack: %s\n", lade_last_error());
+        fprintf(stderr, "lade pack: %s\n", lade_tool_error());
         free(prev);
         return -1;
       }
@@ -588,7 +594,7 @@ int lade_tool_pack(int argc, char **argv) {
       case 't': transform = optarg; break;
       case 'S':
         if (lade_config_parse(cfg, optarg)) {
-          fprintf(stderr, "lade pack: %s\n", lade_last_error());
+          fprintf(stderr, "lade pack: %s\n", lade_tool_error());
           bad = 1;
         }
         break;
@@ -617,7 +623,7 @@ int lade_tool_pack(int argc, char **argv) {
   if (!bad && (lade_config_set(cfg, "source", src) || lade_config_set(cfg, "transform", transform) ||
                lade_config_set(cfg, "threads", "1") || lade_config_set(cfg, "batch_size", "1") ||
                lade_config_set(cfg, "prefetch", "1"))) {
-    fprintf(stderr, "lade pack: %s\n", lade_last_error());
+    fprintf(stderr, "lade pack: %s\n", lade_tool_error());
     bad = 1;
   }
   if (bad) {
@@ -628,7 +634,7 @@ int lade_tool_pack(int argc, char **argv) {
   lade_loader_t *L = NULL;
   int rc = lade_loader_create(&L, cfg);
   if (rc) {
-    fprintf(stderr, "lade pack: %s\n", lade_last_error());
+    fprintf(stderr, "lade pack: %s\n", lade_tool_error());
     lade_config_destroy(cfg);
     return 1;
   }
@@ -654,7 +660,7 @@ int lade_tool_pack(int argc, char **argv) {
     snprintf(v, sizeof v, "%llu", (unsigned long long)feed.batch);
     if (!bad_set) bad_set = lade_config_set(cfg, "batch_size", v);
     if (bad_set || lade_loader_create(&feed.L, cfg)) {
-      fprintf(stderr, "lade pack: %s\n", lade_last_error());
+      fprintf(stderr, "lade pack: %s\n", lade_tool_error());
       rc = -1;
     }
   }

@@ -31,6 +31,7 @@
 
 #include "lade/lade.h"
 #include "pack.h"
+#include "shown.h"
 
 #ifndef LADE_HAVE_HDF5
 int lade_tool_pack_hdf5(lade_config_t *cfg, const char *src, const char *out, const char *transform) {
@@ -257,7 +258,7 @@ int lade_tool_pack_hdf5(lade_config_t *cfg, const char *src, const char *out, co
       lade_config_set(cfg, "shuffle", "false") || lade_config_set(cfg, "batch_size", bs) ||
       lade_config_set(cfg, "epochs", "1") || lade_config_set(cfg, "drop_last", "false") ||
       lade_config_set(cfg, "rank", "0") || lade_config_set(cfg, "world_size", "1")) {
-    fprintf(stderr, "lade pack: %s\n", lade_last_error());
+    fprintf(stderr, "lade pack: %s\n", lade_tool_error());
     return 2;
   }
   const char *hint = auto_xf ? " (pack --to hdf5 stores fixed-shape arrays: a folder of images has none; use "
@@ -265,7 +266,7 @@ int lade_tool_pack_hdf5(lade_config_t *cfg, const char *src, const char *out, co
                              : "";
   lade_loader_t *L = NULL;
   if (lade_loader_create(&L, cfg)) {
-    fprintf(stderr, "lade pack: %s%s\n", lade_last_error(), hint);
+    fprintf(stderr, "lade pack: %s%s\n", lade_tool_error(), hint);
     return 1;
   }
   uint64_t n = 0;
@@ -273,14 +274,14 @@ int lade_tool_pack_hdf5(lade_config_t *cfg, const char *src, const char *out, co
   lade_batch_t *b = NULL;
   int rc = lade_loader_info(L, &n, NULL, NULL) || lade_loader_classes(L, &classes) || lade_loader_next(L, &b) || !b;
   if (rc) {
-    fprintf(stderr, "lade pack: %s%s\n", lade_last_error(), hint);
+    fprintf(stderr, "lade pack: %s%s\n", lade_tool_error(), hint);
     lade_loader_destroy(L);
     return 1;
   }
   int64_t *labels = calloc(n, sizeof *labels);
   uint64_t sum = 0;
   if (!labels || settings_sum(L, b, src, transform, n, labels, &sum)) {
-    fprintf(stderr, "lade pack: %s\n", labels ? lade_last_error() : "out of memory");
+    fprintf(stderr, "lade pack: %s\n", labels ? lade_tool_error() : "out of memory");
     lade_batch_release(b);
     lade_loader_destroy(L);
     free(labels);
@@ -306,7 +307,7 @@ int lade_tool_pack_hdf5(lade_config_t *cfg, const char *src, const char *out, co
     lade_batch_release(b);
     b = NULL;
     if (lade_loader_seek(L, 0, done / PACK_BATCH) || lade_loader_next(L, &b) || !b) {
-      fprintf(stderr, "lade pack: %s\n", lade_last_error());
+      fprintf(stderr, "lade pack: %s\n", lade_tool_error());
       rc = 1;
     }
   }
@@ -348,7 +349,7 @@ int lade_tool_pack_hdf5(lade_config_t *cfg, const char *src, const char *out, co
       fprintf(stderr, "\rlade pack: sample %llu/%llu", (unsigned long long)pos, (unsigned long long)n);
     }
     if (!rc && pos < n && (lade_loader_next(L, &b) || !b)) {
-      fprintf(stderr, "%slade pack: %s\n", tty ? "\n" : "", b ? lade_last_error() : "the loader ended early");
+      fprintf(stderr, "%slade pack: %s\n", tty ? "\n" : "", b ? lade_tool_error() : "the loader ended early");
       rc = 1;
     }
   }

@@ -19,6 +19,7 @@
 #include "lade/lade.h"
 #include "lade/plan.h"
 #include "plan_cli.h"
+#include "shown.h"
 
 int lade_tool_model_calibrate(const char *dir, double *U, double *R); /* model_calibrate.c */
 
@@ -113,7 +114,7 @@ static int parse(const char *cmd, int argc, char **argv, opts_t *o) {
       if (!strcmp(v, "all")) o->all = 1;
       else {
         int k = lade_plan_kind_parse(v);
-        if (k < 0) return die(cmd, "%s", lade_last_error());
+        if (k < 0) return die(cmd, "%s", lade_tool_error());
         if (k == LADE_PLAN_SHARDS) o->shards = 1; /* its own API, see shards_* */
         else o->s.kind = k;
       }
@@ -332,7 +333,7 @@ static int shards_setup(const char *cmd, const opts_t *o, lade_shards_settings_t
   if (lade_shards_len(st) == 0) {
     free(*off);
     *off = NULL;
-    return die(cmd, "%s", lade_last_error());
+    return die(cmd, "%s", lade_tool_error());
   }
   return 0;
 }
@@ -360,7 +361,7 @@ static int plan_shards(const opts_t *o) {
     for (uint32_t d = 0; d < st.groups; d++) {
       uint64_t n, valid;
       if (lade_shards_epoch(&st, e, d, seq, &n, &valid)) {
-        rc = die("plan", "%s", lade_last_error());
+        rc = die("plan", "%s", lade_tool_error());
         break;
       }
       for (uint64_t t = 0; t * B < n; t++) {
@@ -408,7 +409,7 @@ static int sim_shards(const opts_t *o) {
       lade_shards_rank_t k;
       if (lade_shards_rank((uint32_t)r, (uint32_t)P, (uint32_t)dpn, (uint32_t)M, &k)) {
         free(off);
-        return die("simulate", "%s", lade_last_error());
+        return die("simulate", "%s", lade_tool_error());
       }
       printf("    rank %3llu -> (%u, %u): group %u%s\n", (unsigned long long)r, k.node, k.device, k.group,
              M > 1 && !k.mp_in_node ? " (its model-parallel group spans nodes)" : "");
@@ -433,7 +434,7 @@ static int sim_shards(const opts_t *o) {
       }
       if (lade_shards_quality(&st, e, global, &q)) {
         free(off);
-        return die("simulate", "%s", lade_last_error());
+        return die("simulate", "%s", lade_tool_error());
       }
       printf("  %5llu %-16s %9.4f %9.4f %9.4f %9.2f %9.4f %9.4f %9.4f\n", (unsigned long long)e, name, q.jump_mean,
              q.jump_median, q.same_shard, q.shards_per_batch, q.one_shard_batches, q.rank_autocorr,
@@ -457,7 +458,7 @@ static const char *from_name(int32_t f, uint32_t r, uint32_t rpn, char *buf, siz
  * serves to other nodes; inter-node bytes with --sample-bytes. */
 static int print_counts(const lade_plan_settings_t *s, int json, FILE *out) {
   lade_plan_t *pl;
-  if (lade_plan_create(&pl, s, sizeof *s)) return die("plan", "%s", lade_last_error());
+  if (lade_plan_create(&pl, s, sizeof *s)) return die("plan", "%s", lade_tool_error());
   const lade_plan_settings_t *u = lade_plan_settings(pl);
   uint32_t p = u->learners, rpn = u->ranks_per_node, n = p / rpn;
   uint64_t steps = lade_plan_steps_per_epoch(pl), sb = u->sample_bytes;
@@ -478,7 +479,7 @@ static int print_counts(const lade_plan_settings_t *s, int json, FILE *out) {
       if (lade_plan_next(pl, &v)) {
         free(c);
         lade_plan_destroy(pl);
-        return die("plan", "%s", lade_last_error());
+        return die("plan", "%s", lade_tool_error());
       }
       for (uint32_t r = 0; r < p; r++) {
         for (uint64_t i = v->offset[r]; i < v->offset[r + 1]; i++) {
@@ -578,12 +579,12 @@ int lade_tool_plan(int argc, char **argv) {
   if (o.shards) return plan_shards(&o);
   if (o.in) {
     lade_plan_file_t *f;
-    if (lade_plan_file_open(&f, o.in)) return die("plan", "%s", lade_last_error());
+    if (lade_plan_file_open(&f, o.in)) return die("plan", "%s", lade_tool_error());
     for (uint64_t i = 0; o.dump && i < lade_plan_file_steps(f); i++) {
       const lade_plan_step_t *v;
       if (lade_plan_file_step(f, i, &v)) {
         lade_plan_file_close(f);
-        return die("plan", "%s", lade_last_error());
+        return die("plan", "%s", lade_tool_error());
       }
       dump_step(v, stdout);
     }
@@ -597,7 +598,7 @@ int lade_tool_plan(int argc, char **argv) {
     lade_plan_t *pl;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (lade_plan_create(&pl, &o.s, sizeof o.s)) return die("plan", "%s", lade_last_error());
+    if (lade_plan_create(&pl, &o.s, sizeof o.s)) return die("plan", "%s", lade_tool_error());
     const lade_plan_step_t *v;
     uint64_t n = 0;
     while (lade_plan_next(pl, &v) == 0) n += v->total;
@@ -610,12 +611,12 @@ int lade_tool_plan(int argc, char **argv) {
   }
   if (!o.out && !o.dump && !o.counts) return die("plan", "give --out FILE, --dump, --counts or --time%s", "");
   if (o.out) {
-    if (lade_plan_write(&o.s, sizeof o.s, o.out)) return die("plan", "%s", lade_last_error());
+    if (lade_plan_write(&o.s, sizeof o.s, o.out)) return die("plan", "%s", lade_tool_error());
     fprintf(stderr, "lade plan: wrote %s\n", o.out);
   }
   if (o.dump) {
     lade_plan_t *pl;
-    if (lade_plan_create(&pl, &o.s, sizeof o.s)) return die("plan", "%s", lade_last_error());
+    if (lade_plan_create(&pl, &o.s, sizeof o.s)) return die("plan", "%s", lade_tool_error());
     const lade_plan_step_t *v;
     while (lade_plan_next(pl, &v) == 0) dump_step(v, stdout);
     lade_plan_destroy(pl);
@@ -757,7 +758,7 @@ static int sim_fig6(opts_t *o) {
       if (!ep || !imb || lade_simulate(&s, sizeof s, NULL, ep, sizeof *ep, imb)) {
         free(ep);
         free(imb);
-        return die("simulate", "%s", lade_last_error());
+        return die("simulate", "%s", lade_tool_error());
       }
       size_t n = (size_t)((s.epochs - 1) * steps);
       double *v = imb + steps, mean = 0;
@@ -796,7 +797,7 @@ static int sim_run(const lade_plan_settings_t *s, const lade_sim_costs_t *c, lad
   if (lade_simulate(s, sizeof *s, c, *ep, sizeof **ep, NULL)) {
     free(*ep);
     *ep = NULL;
-    return die("simulate", "%s", lade_last_error());
+    return die("simulate", "%s", lade_tool_error());
   }
   return 0;
 }
@@ -872,7 +873,7 @@ static int sim_orders(opts_t *o) {
   if (!cost || !order || lade_plan_order_costs(&o->s, sizeof o->s, buf, cost)) {
     free(cost);
     free(order);
-    return die("simulate", "%s", lade_last_error());
+    return die("simulate", "%s", lade_tool_error());
   }
   printf("epoch order (paper 002 eq. 1-2): %llu epochs, buffer %llu samples (p x cache)\n", (unsigned long long)E,
          (unsigned long long)buf);
@@ -889,7 +890,7 @@ static int sim_orders(opts_t *o) {
     if (lade_plan_order_solve(cost, E, a, o->s.seed, order, &total)) {
       free(cost);
       free(order);
-      return die("simulate", "%s", lade_last_error());
+      return die("simulate", "%s", lade_tool_error());
     }
     printf("  %-8s %14llu  order:", names[a], (unsigned long long)total);
     for (uint64_t e = 0; e < E && e < 24; e++) printf(" %llu", (unsigned long long)order[e]);
@@ -943,7 +944,7 @@ int lade_tool_simulate(int argc, char **argv) {
     }
     if (lade_simulate(&s, sizeof s, &o.c, all[k], sizeof *all[k], imb)) {
       free(imb);
-      rc = die("simulate", "%s", lade_last_error());
+      rc = die("simulate", "%s", lade_tool_error());
       goto out;
     }
     print_epochs(lade_plan_kind_name(k), &s, all[k]);
@@ -1055,7 +1056,7 @@ static int model_tiers(opts_t *o, const lade_model_params_t *m) {
     s.cache_disk = two ? (uint64_t)(o->disk_frac * (double)s.samples / (double)n) : 0;
     if (two && !s.cache_disk) break;
     lade_sim_epoch_t ep[4];
-    if (lade_simulate(&s, sizeof s, NULL, ep, sizeof ep[0], NULL)) return die("model", "%s", lade_last_error());
+    if (lade_simulate(&s, sizeof s, NULL, ep, sizeof ep[0], NULL)) return die("model", "%s", lade_tool_error());
     double tot = 0, hm = 0, hd = 0, wd = 0;
     for (int e = 1; e <= 2; e++) {
       uint64_t cached = ep[e].from_cache + ep[e].from_node + ep[e].from_peer;
@@ -1068,7 +1069,7 @@ static int model_tiers(opts_t *o, const lade_model_params_t *m) {
     nd.h_disk = hd / tot;
     nd.w_disk = wd / tot;
     lade_model_nodes_result_t x;
-    if (lade_model_nodes_eval(m, &nd, sizeof nd, &x, sizeof x)) return die("model", "%s", lade_last_error());
+    if (lade_model_nodes_eval(m, &nd, sizeof nd, &x, sizeof x)) return die("model", "%s", lade_tool_error());
     printf("  %-14s %9.4f %9.4f %9.4f %9.4f %12.2f %12.2f\n", two ? "memory + disk" : "memory", nd.h_mem, nd.h_disk,
            nd.w_disk, 1 - nd.h_mem - nd.h_disk, x.io_tiers, x.epoch_tiers);
   }
@@ -1089,7 +1090,7 @@ static int model_nodes(opts_t *o, const lade_model_params_t *m) {
   }
   if (o->have_beta) nd.beta = m->beta;
   lade_model_nodes_result_t x;
-  if (lade_model_nodes_eval(m, &nd, sizeof nd, &x, sizeof x)) return die("model", "%s", lade_last_error());
+  if (lade_model_nodes_eval(m, &nd, sizeof nd, &x, sizeof x)) return die("model", "%s", lade_tool_error());
   printf("nodes: r=%g ranks per node, n=%g nodes, R_intra=%g R_inter=%g samples/s per node, beta=%.4f gamma=%.4f%s\n",
          nd.r, x.nodes, nd.R_intra, nd.R_inter, nd.beta, nd.gamma, measured ? " (simulated)" : "");
   printf("  I/O, distributed cache  %12.2f s  (intra-node %.2f s, inter-node %.2f s)\n", x.io_distcache,
@@ -1131,7 +1132,7 @@ int lade_tool_model(int argc, char **argv) {
     double U = 0, R = 0;
     int crc = lade_tool_model_calibrate(o.calibrate, &U, &R);
     if (crc) {
-      const char *e = lade_last_error();
+      const char *e = lade_tool_error();
       fprintf(stderr, "lade model: --calibrate %s: %s\n", o.calibrate, e && *e ? e : lade_strerror(crc));
       return 1;
     }

@@ -34,6 +34,10 @@
  * open file) or not found (a miss); the header's key and checksums are
  * verified, so the bytes served always belong to the key. No other lock is
  * taken while holding mu.
+ *
+ * `held_mu` (taken alone) guards `held`, the caches of this process that lock
+ * their LOCK: flock() is per open file description, so another loader of this
+ * process meets a held LOCK as another process would; the list tells it.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -81,7 +85,43 @@ typedef struct diskcache {
     _Atomic uint64_t seq;  /* insertion sequence numbers, node-wide */
   } *shared;
   char path[LADE__PATH_MAX]; /* the namespace folder */
+  struct diskcache *held_next, **held_prev; /* in `held` while this process (lock_pid) locks LOCK */
+  uint64_t lock_dev, lock_ino;
+  pid_t lock_pid;
 } diskcache_t;
+
+static pthread_mutex_t held_mu = PTHREAD_MUTEX_INITIALIZER;
+static diskcache_t *held;
+
+/* Lists d (it has just locked LOCK), or unlists it. */
+static void held_set(diskcache_t *d, bool on) {
+  struct stat st;
+  pthread_mutex_lock(&held_mu);
+  if (on && fstat(d->lockfd, &st) == 0) {
+    d->lock_dev = st.st_dev, d->lock_ino = st.st_ino, d->lock_pid = getpid(), d->held_prev = &held;
+    if ((d->held_next = held)) held->held_prev = &d->held_next;
+    held = d;
+  } else if (!on && d->held_prev && (*d->held_prev = d->held_next)) {
+    d->held_next->held_prev = d->held_prev;
+  }
+  pthread_mutex_unlock(&held_mu);
+}
+
+/* Whether another loader of this process (not of a parent, whose list a
+ * fork copied) locks the LOCK open as fd. */
+static bool held_here(int fd) {
+  struct stat st;
+  bool found = false;
+  pthread_mutex_lock(&held_mu);
+  for (diskcache_t *h = fstat(fd, &st) == 0 ? held : NULL; h && !found; h = h->held_next)
+    found = h->lock_dev == st.st_dev && h->lock_ino == st.st_ino && h->lock_pid == getpid();
+  pthread_mutex_unlock(&held_mu);
+  return found;
+}
+
+#define SAME_PROCESS_ADVICE                                                                                         \
+  ". Two loaders share one cache_dir when both set node_cache=on and the same job_id, as the ranks of one job on " \
+  "a node do (docs/cache.md, Node cache); else give each loader its own cache_dir"
 
 typedef struct name {
   char s[24];
@@ -158,10 +198,7 @@ static int check_namespace(diskcache_t *d, const char *ns) {
   }
   if (fd >= 0) {
     char *buf = malloc(n + 2);
-    if (!buf) {
-      close(fd);
-      return lade__fail(LADE_ENOMEM, "cache: out of memory");
-    }
+    if (!buf) return close(fd), lade__fail(LADE_ENOMEM, "cache: out of memory");
     ssize_t got = pread(fd, buf, n + 1, 0);
     close(fd);
     bool same = got == (ssize_t)n && memcmp(buf, ns, n) == 0;
@@ -181,7 +218,6 @@ static int check_namespace(diskcache_t *d, const char *ns) {
 
 /* ---- entry files */
 
-
 /* Writes an entry's header and payload into a new file that has no name
  * yet: an O_TMPFILE inode (Linux; a crash frees it, and creating one skips
  * the cost some systems put on creating a named file: 0.7 ms against
@@ -192,13 +228,8 @@ static int check_namespace(diskcache_t *d, const char *ns) {
  * error set. */
 static int write_tmp(diskcache_t *d, const char *tmp, bool reuse, uint64_t key, uint64_t seq, uint64_t ver,
                      const void *data, size_t len) {
-  hdr_t h;
+  hdr_t h = {.key = key, .len = len, .seq = seq, .ver = ver, .sum = lade_checksum(data, len, SUM_SEED)};
   memcpy(h.magic, MAGIC, 8);
-  h.key = key;
-  h.len = len;
-  h.seq = seq;
-  h.ver = ver;
-  h.sum = lade_checksum(data, len, SUM_SEED);
   h.hsum = hdr_sum(&h);
   int fd = -1;
   bool named = true;
@@ -300,12 +331,8 @@ done:
 static uint64_t charged(const diskcache_t *d) {
   return d->node ? atomic_load(&d->shared->used) : d->base.ix.used + d->reserved;
 }
-static void node_add(diskcache_t *d, uint64_t n) {
-  if (d->node) atomic_fetch_add(&d->shared->used, n);
-}
-static void node_sub(diskcache_t *d, uint64_t n) {
-  if (d->node) atomic_fetch_sub(&d->shared->used, n);
-}
+static void node_add(diskcache_t *d, uint64_t n) { if (d->node) atomic_fetch_add(&d->shared->used, n); }
+static void node_sub(diskcache_t *d, uint64_t n) { if (d->node) atomic_fetch_sub(&d->shared->used, n); }
 /* Node mode: takes n bytes of the node's capacity if they fit. */
 static bool node_reserve(diskcache_t *d, uint64_t n) {
   uint64_t u = atomic_load(&d->shared->used);
@@ -379,10 +406,7 @@ static bool header_ok(int fd, uint64_t key, found_t *f) {
   if (pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h) return false;
   if (memcmp(h.magic, MAGIC, 8) != 0 || h.hsum != hdr_sum(&h) || h.key != key) return false;
   if (h.len != (uint64_t)st.st_size - HDR_BYTES) return false;
-  f->key = key;
-  f->len = h.len;
-  f->seq = h.seq;
-  f->ver = h.ver;
+  *f = (found_t){key, h.len, h.seq, h.ver};
   return true;
 }
 
@@ -422,7 +446,6 @@ static int scan(diskcache_t *d, found_t **out, size_t *nout) {
   size_t n = 0, cap = 0;
   int rc = 0;
   struct dirent *de;
-
   for (unsigned sub = 0; sub < 256 && rc == 0; sub++) {
     char sname[4];
     snprintf(sname, sizeof sname, "%02x", sub);
@@ -456,8 +479,7 @@ static int scan(diskcache_t *d, found_t **out, size_t *nout) {
           rc = lade__fail(LADE_ENOMEM, "cache folder %s: out of memory listing entries", d->path);
           break;
         }
-        v = nv;
-        cap = nc;
+        v = nv, cap = nc;
       }
       v[n++] = f;
     }
@@ -468,8 +490,7 @@ static int scan(diskcache_t *d, found_t **out, size_t *nout) {
     return rc;
   }
   if (n) qsort(v, n, sizeof *v, by_seq);
-  *out = v;
-  *nout = n;
+  *out = v, *nout = n;
   return 0;
 }
 
@@ -486,13 +507,13 @@ static void disk_close(lade__cache_t *c) {
   else if (d->opened) node_save_index(d);
   d->closing = d->node && d->opened;
   if (d->shared) munmap(d->shared, sizeof *d->shared);
-  d->shared = NULL;
-  d->node = false;
+  d->shared = NULL, d->node = false;
   if (d->usedfd >= 0) close(d->usedfd);
   lade__centry_t *e;
   while ((e = d->base.ix.head)) drop(d, e, false);
   lade__cache_base_free(&d->base);
   if (d->dirfd >= 0) close(d->dirfd);
+  held_set(d, false);
   if (d->lockfd >= 0) close(d->lockfd); /* releases the flock */
   free(d);
 }
@@ -516,9 +537,7 @@ static int disk_get(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_t *o
   diskcache_t *d = (diskcache_t *)c;
   lade__centry_t *e = lade__cache_pin(c, key, ver);
   if (!e) return d->node ? get_foreign(d, key, ver, out) : LADE_ENOENT;
-
   int res = read_entry(d, key, ver, out);
-
   pthread_mutex_lock(&d->base.mu);
   e->refs--;
   int rc = 0;
@@ -542,8 +561,7 @@ static int disk_get(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_t *o
   pthread_mutex_unlock(&d->base.mu);
   if (rc == LADE_ENOENT) {
     name_t nm = entry_name(key);
-    lade__fail(LADE_ENOENT, "cache file %s/%s: %s", d->path, nm.s,
-               res == READ_BAD ? "corrupt (removed)" : "not found");
+    lade__fail(LADE_ENOENT, "cache file %s/%s: %s", d->path, nm.s, res == READ_BAD ? "corrupt (removed)" : "not found");
   }
   return rc;
 }
@@ -585,11 +603,7 @@ static int disk_put(lade__cache_t *c, uint64_t key, uint64_t ver, const void *da
     return nomem ? lade__fail(LADE_ENOMEM, "disk cache: out of memory") : LADE_EIO;
   }
   int rc = 0;
-  e->key = key;
-  e->len = len;
-  e->charge = charge;
-  e->seq = seq;
-  e->ver = ver;
+  *e = (lade__centry_t){.key = key, .len = len, .charge = charge, .seq = seq, .ver = ver};
   name_t nm = entry_name(key);
 
   pthread_mutex_lock(&d->base.mu);
@@ -672,11 +686,7 @@ static int read_index(diskcache_t *d, const char *name, found_t **out, size_t *n
         v[i] = (found_t){r[i].key, r[i].len, r[i].seq, r[i].ver};
         ok = r[i].len <= MAX_LEN && (total += charge_of(r[i].len)) <= (uint64_t)INT64_MAX;
       }
-      if (ok) {
-        *out = v;
-        *nout = n;
-        v = NULL;
-      }
+      if (ok) *out = v, *nout = n, v = NULL;
     }
   }
   close(fd);
@@ -696,10 +706,8 @@ static int load_index(diskcache_t *d, found_t **out, size_t *nout) {
 
 /* Writes the index file `name` of k records. 0, or -1 with errno set. */
 static int write_index(diskcache_t *d, const char *name, const ixrec_t *r, size_t k) {
-  ixhdr_t h;
+  ixhdr_t h = {.count = k, .sum = lade_checksum(r, k * sizeof *r, IX_SEED)};
   memcpy(h.magic, IX_MAGIC, 8);
-  h.count = k;
-  h.sum = lade_checksum(r, k * sizeof *r, IX_SEED);
   h.hsum = lade_checksum(&h, offsetof(ixhdr_t, hsum), IX_SEED);
   struct iovec iov[2] = {{&h, sizeof h}, {(void *)r, k * sizeof *r}};
   return replace_file(d, name, iov, 2);
@@ -847,6 +855,9 @@ static int node_lock(diskcache_t *d, const lade__cache_opts_t *o) {
   double t_end = lade__now() + o->node_timeout_ms / 1000.0;
   while (flock(d->lockfd, LOCK_SH | LOCK_NB) != 0) {
     if (errno != EWOULDBLOCK) return lade__fail(LADE_EIO, "cache folder %s: cannot lock LOCK: %s", d->path, strerror(errno));
+    if (lade__now() > t_end && held_here(d->lockfd))
+      return lade__fail(LADE_ESTATE, "cache folder %s: in use by another loader in this process, without the node "
+                        "cache (LOCK is held by it)" SAME_PROCESS_ADVICE, d->path);
     if (lade__now() > t_end)
       return lade__fail(LADE_ETIMEOUT, "cache folder %s: LOCK held exclusively for more than peer_timeout_ms (%u ms): "
                         "another process is listing it", d->path, o->node_timeout_ms);
@@ -890,13 +901,9 @@ int lade__diskcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
   if (!d) return lade__fail(LADE_ENOMEM, "disk cache: out of memory");
   d->dirfd = d->lockfd = d->usedfd = -1;
   int rc = lade__cache_base_init(&d->base, &disk_ops, o, "disk cache");
-  if (rc) {
-    free(d);
-    return rc;
-  }
+  if (rc) return free(d), rc;
   found_t *f = NULL;
   size_t nf = 0;
-
   int len = snprintf(d->path, sizeof d->path, "%s/%016llx", o->dir,
                      (unsigned long long)lade_checksum(ns, strlen(ns), NS_SEED));
   if (len < 0 || (size_t)len >= sizeof d->path) {
@@ -921,16 +928,20 @@ int lade__diskcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
     rc = node_lock(d, o);
     if (rc) goto fail;
   } else if (flock(d->lockfd, LOCK_EX | LOCK_NB) != 0) {
-    if (errno == EWOULDBLOCK)
-      rc = lade__fail(LADE_ESTATE,
-                      "cache folder %s: in use by another process (LOCK is held). Two processes cannot share one "
-                      "cache_dir unless they are ranks of one job on one node with the node cache on (node_cache, "
-                      "docs/cache.md); else give each rank its own folder (e.g. cache_dir=/scratch/lade-$RANK)",
-                      d->path);
+    int e = errno;
+    if (e == EWOULDBLOCK && held_here(d->lockfd))
+      rc = lade__fail(LADE_ESTATE, "cache folder %s: in use by another loader in this process (LOCK is held by it)"
+                      SAME_PROCESS_ADVICE, d->path);
+    else if (e == EWOULDBLOCK)
+      rc = lade__fail(LADE_ESTATE, "cache folder %s: in use by another process (LOCK is held). Two processes cannot "
+                      "share one cache_dir unless they are ranks of one job on one node with the node cache on "
+                      "(node_cache, docs/cache.md); else give each rank its own folder (e.g. "
+                      "cache_dir=/scratch/lade-$RANK)", d->path);
     else
-      rc = lade__fail(LADE_EIO, "cache folder %s: cannot lock LOCK: %s", d->path, strerror(errno));
+      rc = lade__fail(LADE_EIO, "cache folder %s: cannot lock LOCK: %s", d->path, strerror(e));
     goto fail;
   }
+  held_set(d, true);
   if (d->node && !d->first) { /* the first process of the node listed the folder and owns what it found */
     if ((rc = check_namespace(d, ns))) goto fail;
     /* an INDEX here was merged by a last close this open raced with: this
@@ -953,11 +964,8 @@ int lade__diskcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
       /* a key listed twice: no clean close wrote this INDEX; scan instead */
       lade__centry_t *e;
       while ((e = d->base.ix.head)) drop(d, e, false);
-      free(f);
-      f = NULL;
-      indexed = false;
-      d->base.st.from_index = 0;
-      d->seq = 0;
+      free(f), f = NULL, indexed = false;
+      d->base.st.from_index = 0, d->seq = 0;
       if ((rc = scan(d, &f, &nf))) goto fail;
       i = (size_t)-1;
       continue;
@@ -967,11 +975,8 @@ int lade__diskcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
       rc = lade__fail(LADE_ENOMEM, "cache folder %s: out of memory", d->path);
       goto fail;
     }
-    e->key = f[i].key;
-    e->len = f[i].len;
-    e->charge = charge_of(f[i].len);
-    e->seq = f[i].seq;
-    e->ver = f[i].ver;
+    *e = (lade__centry_t){.key = f[i].key, .len = f[i].len, .charge = charge_of(f[i].len), .seq = f[i].seq,
+                          .ver = f[i].ver};
     if ((rc = lade__cindex_insert(&d->base.ix, e)) != 0) {
       free(e);
       goto fail;
@@ -979,8 +984,7 @@ int lade__diskcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
     node_add(d, e->charge);
     if (e->seq > d->seq) d->seq = e->seq;
   }
-  free(f);
-  f = NULL;
+  free(f), f = NULL;
   evict_to(d, 0, NULL);
   if (d->node) { /* ready: the others of the job may join */
     atomic_store(&d->shared->seq, d->seq);

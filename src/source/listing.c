@@ -360,11 +360,22 @@ int lade__file_check(int fd, const lade__file_ver_t *v, const char *shown) {
   if (fstat(fd, &st) != 0) return lade__fail(LADE_EIO, "cannot stat %s: %s", shown, strerror(errno));
   lade__file_ver_t now;
   lade__file_ver_of(&now, &st);
-  if (now.dev == v->dev && now.ino == v->ino && now.size == v->size && now.mtime_s == v->mtime_s &&
-      now.mtime_ns == v->mtime_ns && now.ctime_s == v->ctime_s && now.ctime_ns == v->ctime_ns)
-    return 0;
-  const char *what = now.dev != v->dev || now.ino != v->ino ? "another file"
-                     : now.size != v->size                   ? "its size"
+  bool same_file = now.dev == v->dev && now.ino == v->ino;
+  bool same_bytes = same_file && now.size == v->size && now.mtime_s == v->mtime_s && now.mtime_ns == v->mtime_ns;
+  if (same_bytes && now.ctime_s == v->ctime_s && now.ctime_ns == v->ctime_ns) return 0;
+  /* Unlinked (replaced by rename, or removed) with its size and mtime as
+   * open saw them: the unlink moved ctime, not a byte, and the descriptor
+   * still reads the old bytes, so the epoch goes on with them. A rewrite
+   * moves mtime (caught above) or, mtime put back, ctime while the file is
+   * still linked (caught below). */
+  if (same_bytes && st.st_nlink == 0) return 0;
+  if (!same_file) /* a descriptor opened per read: the name now opens another file */
+    return lade__fail(LADE_EIO,
+                      "%s changed since it was opened: it was replaced (its name now opens another file: inode %llu, "
+                      "was %llu); a loader reads the files as it listed them: create the loader again to read the "
+                      "new one",
+                      shown, (unsigned long long)now.ino, (unsigned long long)v->ino);
+  const char *what = now.size != v->size                                  ? "its size"
                      : now.mtime_s != v->mtime_s || now.mtime_ns != v->mtime_ns ? "its mtime"
                                                                                 : "its ctime";
   return lade__fail(LADE_EIO,

@@ -19,8 +19,11 @@
  * What np.load reads loads: zero-size samples (a folder of float32[0], a
  * stacked (3, 0)) give batches of shape (B, 0) as np.stack makes them;
  * Python 2 headers ((1L, 2L)) parse. A stacked file with 0 rows is an empty
- * dataset (an error, as an empty folder is), and a sample of more than
- * LADE__NPY_SAMPLE_DIMS dimensions is refused naming the file and the limit.
+ * dataset (an error, as an empty folder is). A sample of more than
+ * LADE__NPY_SAMPLE_DIMS dimensions has no batch shape (lade_batch_t's fixed
+ * arrays): it is refused naming the file, the limit and why, except with
+ * transform=raw, which takes each sample as .npy bytes and needs no shape (a
+ * stacked file's row header is written up to LADE_MAX_DIMS dimensions).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -73,6 +76,26 @@ static int parse_expected(const struct lade_config *cfg, const char *what, const
   return 0;
 }
 
+/* A sample of ndim > LADE__NPY_SAMPLE_DIMS dimensions (of the array h in
+ * file what): why it is refused, and the ways that work. */
+static int too_many_dims(const char *what, const lade__npy_header_t *h, int ndim, bool stacked, bool raw_works) {
+  char shape[LADE__NPY_MAX_DIMS * 22 + 8];
+  size_t n = 0;
+  for (int i = 0; i < h->ndim && n < sizeof shape; i++)
+    n += (size_t)snprintf(shape + n, sizeof shape - n, "%s%lld", i ? ", " : "", (long long)h->shape[i]);
+  return lade__fail(LADE_ESHAPE,
+                    "%s: samples of %d dimensions; a lade batch holds at most %d sample dimensions: lade_batch_t's "
+                    "shape and strides are fixed arrays of LADE_MAX_DIMS (%d) entries in the C ABI, one of them the "
+                    "batch dimension (the array's shape is (%s); numpy allows 32 dimensions, 64 from numpy 2; DLPack "
+                    "has no limit). Save the arrays with at most %d sample dimensions (%s, the shape restored after "
+                    "loading)%s",
+                    what, ndim, LADE__NPY_SAMPLE_DIMS, LADE_MAX_DIMS, shape, LADE__NPY_SAMPLE_DIMS,
+                    stacked ? "a.reshape(len(a), -1)" : "a.reshape(-1)",
+                    raw_works ? ", or read each sample as the bytes of a .npy with transform=raw (a uint8 row: "
+                                "np.load(io.BytesIO(row)))"
+                              : "");
+}
+
 static int read_header_fd(int fd, const char *what, uint8_t *buf, lade__npy_header_t *h) {
   ssize_t n = pread(fd, buf, HDR_MAX, 0);
   if (n < 0) return lade__fail(LADE_EIO, "cannot read %s: %s", what, strerror(errno));
@@ -90,6 +113,7 @@ static int npy_open(lade__source_t *s, const struct lade_config *cfg) {
   snprintf(m->root, sizeof m->root, "%s", cfg->source);
   struct stat st;
   int rc = 0;
+  bool wide = false; /* samples of more than LADE__NPY_SAMPLE_DIMS dimensions (transform=raw): untyped */
   if (stat(cfg->source, &st) != 0) {
     rc = lade__fail(LADE_ENOENT, "dataset %s: %s", cfg->source, strerror(errno));
     goto fail;
@@ -114,7 +138,11 @@ static int npy_open(lade__source_t *s, const struct lade_config *cfg) {
       rc = lade__fail(LADE_EEMPTY, "%s: the stacked array has 0 samples", cfg->source);
       goto fail;
     }
-    rc = lade__npy_check_sample_dims(m->hdr.ndim - 1, cfg->source);
+    /* transform=raw: a row of any rank a .npy header can be written for */
+    int sd = m->hdr.ndim - 1;
+    wide = sd > LADE__NPY_SAMPLE_DIMS;
+    bool raw = cfg->transform == LADE__XF_RAW && sd <= LADE_MAX_DIMS;
+    rc = wide && !raw ? too_many_dims(cfg->source, &m->hdr, sd, true, sd <= LADE_MAX_DIMS) : 0;
     if (!rc) rc = parse_expected(cfg, cfg->source, &m->hdr, 1);
     if (rc) goto fail;
     if ((uint64_t)st.st_size < m->hdr.header_len + m->hdr.payload_bytes) {
@@ -124,9 +152,9 @@ static int npy_open(lade__source_t *s, const struct lade_config *cfg) {
     }
     s->count = (uint64_t)m->hdr.shape[0];
     m->sample_bytes = m->hdr.payload_bytes / (size_t)m->hdr.shape[0];
-    s->ndim = m->hdr.ndim - 1;
-    for (int i = 1; i < m->hdr.ndim; i++) s->shape[i - 1] = m->hdr.shape[i];
-    int hl = lade__npy_write_header(m->row_hdr, sizeof m->row_hdr, m->hdr.dtype, s->ndim, s->shape);
+    s->ndim = wide ? 0 : sd; /* wide (raw): no typed sample */
+    for (int i = 0; i < s->ndim; i++) s->shape[i] = m->hdr.shape[i + 1];
+    int hl = lade__npy_write_header(m->row_hdr, sizeof m->row_hdr, m->hdr.dtype, sd, m->hdr.shape + 1);
     if (hl < 0) {
       rc = lade__fail_prefix(hl, "%s: ", cfg->source);
       goto fail;
@@ -164,7 +192,9 @@ static int npy_open(lade__source_t *s, const struct lade_config *cfg) {
     rc = read_header_fd(fd, what, m->hdr_bytes, &m->hdr);
     close(fd);
     if (rc) goto fail;
-    rc = lade__npy_check_sample_dims(m->hdr.ndim, what);
+    /* transform=raw: the files' bytes, of any rank */
+    wide = m->hdr.ndim > LADE__NPY_SAMPLE_DIMS;
+    rc = wide && cfg->transform != LADE__XF_RAW ? too_many_dims(what, &m->hdr, m->hdr.ndim, false, true) : 0;
     if (!rc) rc = parse_expected(cfg, what, &m->hdr, 0);
     if (rc) goto fail;
     s->count = m->list.count;
@@ -172,10 +202,10 @@ static int npy_open(lade__source_t *s, const struct lade_config *cfg) {
     s->classes = m->list.classes;
     s->class_names = (const char *const *)m->list.class_names;
     m->sample_bytes = m->hdr.payload_bytes;
-    s->ndim = m->hdr.ndim;
-    for (int i = 0; i < m->hdr.ndim; i++) s->shape[i] = m->hdr.shape[i];
+    s->ndim = wide ? 0 : m->hdr.ndim;
+    for (int i = 0; i < s->ndim; i++) s->shape[i] = m->hdr.shape[i];
   }
-  s->dtype = m->hdr.dtype;
+  s->dtype = wide ? 0 : m->hdr.dtype;
   s->payload_bytes = m->sample_bytes;
   s->impl = m;
   return 0;

@@ -226,9 +226,11 @@ typedef struct lade__file_ver {
   int64_t mtime_s, mtime_ns, ctime_s, ctime_ns;
 } lade__file_ver_t;
 void lade__file_ver_of(lade__file_ver_t *v, const struct stat *st);
-/* After a read through fd: 0 when fd's file still is version v, else
- * LADE_EIO naming `shown` and what changed (the bytes just read may be the
- * new ones: the caller discards them). One fstat(); thread-safe. */
+/* After a read through fd: 0 when fd's file still is version v, or is v
+ * unlinked since (replaced by rename: st_nlink 0, size and mtime unchanged,
+ * the old bytes still read), else LADE_EIO naming `shown` and what changed
+ * (the bytes just read may be the new ones: the caller discards them), or
+ * that fd (opened per read) is another file. One fstat(); thread-safe. */
 int lade__file_check(int fd, const lade__file_ver_t *v, const char *shown);
 /* lade__read_file_max() with no limit. */
 int lade__read_file_at(int dirfd, const char *rel, const char *shown_root, lade__buf_t *out);
