@@ -39,6 +39,7 @@
 #include <lade/plan.h>
 
 #include "dlio.h"
+#include "shown.h"
 
 #ifdef LADE_HAVE_MPI
 #include <mpi.h>
@@ -251,7 +252,7 @@ static int write_rank_files(const dlio_cfg_t *c, const char *out, uint32_t rank,
 
 static int set(lade_config_t *cfg, const char *k, const char *v, char *err, size_t errlen) {
   if (lade_config_set(cfg, k, v) == 0) return 0;
-  snprintf(err, errlen, "setting %s=%s: %s", k, v, lade_last_error());
+  snprintf(err, errlen, "setting %s=%s: %s", k, v, lade_tool_error());
   return -1;
 }
 
@@ -318,7 +319,7 @@ static int make_loader(const dlio_cfg_t *c, const rank_env_t *env, lade_loader_t
                        size_t errlen) {
   lade_config_t *cfg = NULL;
   if (lade_config_create(&cfg)) {
-    snprintf(err, errlen, "%s", lade_last_error());
+    snprintf(err, errlen, "%s", lade_tool_error());
     return -1;
   }
   char src[DLIO_PATH + 64];
@@ -367,7 +368,7 @@ static int make_loader(const dlio_cfg_t *c, const rank_env_t *env, lade_loader_t
   }
   for (size_t i = 0; !rc && i < c->nlade_sets; i++) rc = set(cfg, c->lade_sets[i][0], c->lade_sets[i][1], err, errlen);
   if (!rc && lade_loader_create(L, cfg)) {
-    snprintf(err, errlen, "rank %u: %s", env->rank, lade_last_error());
+    snprintf(err, errlen, "rank %u: %s", env->rank, lade_tool_error());
     rc = -1;
   }
   lade_config_destroy(cfg);
@@ -376,7 +377,7 @@ static int make_loader(const dlio_cfg_t *c, const rank_env_t *env, lade_loader_t
 
 static int barrier(lade_loader_t *L, char *err, size_t errlen) {
   if (lade_loader_allgather(L, NULL, 0, NULL) == 0) return 0;
-  snprintf(err, errlen, "barrier: %s", lade_last_error());
+  snprintf(err, errlen, "barrier: %s", lade_tool_error());
   return -1;
 }
 
@@ -580,13 +581,13 @@ int dlio_run(const dlio_cfg_t *c0, char *err, size_t errlen) {
   char *names = malloc((size_t)env.world * DLIO_PATH);
   if (!names) rc = -1, snprintf(err, errlen, "out of memory");
   if (!rc && lade_loader_allgather(L, out, DLIO_PATH, names))
-    rc = -1, snprintf(err, errlen, "sharing the output folder: %s", lade_last_error());
+    rc = -1, snprintf(err, errlen, "sharing the output folder: %s", lade_tool_error());
   if (!rc) snprintf(out, sizeof out, "%s", names);
   free(names);
   if (!rc && mkdirs(out)) rc = -1, snprintf(err, errlen, "cannot create output folder %s: %s", out, strerror(errno));
   uint64_t samples = 0, steps = 0;
   if (!rc && lade_loader_info(L, &samples, &steps, NULL))
-    rc = -1, snprintf(err, errlen, "%s", lade_last_error());
+    rc = -1, snprintf(err, errlen, "%s", lade_tool_error());
   uint64_t expect_files = c.num_files_train;
   uint64_t expect = c.format == DLIO_FMT_NPZ ? expect_files : expect_files * c.num_samples_per_file;
   if (!rc && samples != expect)
@@ -641,7 +642,7 @@ int dlio_run(const dlio_cfg_t *c0, char *err, size_t errlen) {
       break;
     }
     if (e && run_steps < steps && lade_loader_seek(L, e, 0)) { /* a capped epoch's rest is skipped */
-      snprintf(err, errlen, "%s", lade_last_error());
+      snprintf(err, errlen, "%s", lade_tool_error());
       rc = -1;
       break;
     }
@@ -654,7 +655,7 @@ int dlio_run(const dlio_cfg_t *c0, char *err, size_t errlen) {
       lade_batch_t *b = NULL;
       if (lade_loader_next(L, &b) || !b) {
         snprintf(err, errlen, "rank %u epoch %llu step %llu: %s", env.rank, (unsigned long long)(e + 1),
-                 (unsigned long long)(s + 1), b ? "" : lade_last_error());
+                 (unsigned long long)(s + 1), b ? "" : lade_tool_error());
         rc = -1;
         break;
       }
@@ -700,7 +701,7 @@ int dlio_run(const dlio_cfg_t *c0, char *err, size_t errlen) {
   if (!rc && (!mine || !all)) rc = -1, snprintf(err, errlen, "out of memory");
   for (uint64_t e = 0; !rc && e < E; e++) mine[e] = (gathered_t){ep[e].au, ep[e].throughput};
   if (!rc && lade_loader_allgather(L, mine, E * sizeof *mine, all))
-    rc = -1, snprintf(err, errlen, "gathering the metrics: %s", lade_last_error());
+    rc = -1, snprintf(err, errlen, "gathering the metrics: %s", lade_tool_error());
   lade_stats_t st;
   memset(&st, 0, sizeof st);
   if (!rc) lade_loader_stats(L, &st, sizeof st);
@@ -709,7 +710,7 @@ int dlio_run(const dlio_cfg_t *c0, char *err, size_t errlen) {
   rs.mem_gb = host_mem_gb();
   memcpy(rs.bytes_by_source, st.bytes_by_source, sizeof rs.bytes_by_source);
   if (!rc && (!rsall || lade_loader_allgather(L, &rs, sizeof rs, rsall)))
-    rc = -1, snprintf(err, errlen, "gathering the hosts: %s", rsall ? lade_last_error() : "out of memory");
+    rc = -1, snprintf(err, errlen, "gathering the hosts: %s", rsall ? lade_tool_error() : "out of memory");
   if (!rc && write_rank_files(&c, out, env.rank, ep, E, t_origin))
     rc = -1, snprintf(err, errlen, "cannot write the rank files in %s: %s", out, strerror(errno));
   if (!rc && env.rank == 0) {

@@ -171,8 +171,10 @@ int lade__npy_parse(const uint8_t *data, size_t len, lade__npy_header_t *out) {
 int lade__npy_check_sample_dims(int ndim, const char *what) {
   if (ndim <= LADE__NPY_SAMPLE_DIMS) return 0;
   return lade__fail(LADE_ESHAPE,
-                    "%s: samples of %d dimensions; a lade batch holds at most %d sample dimensions (LADE_MAX_DIMS "
-                    "%d counts the batch dimension too): reshape the arrays",
+                    "%s: samples of %d dimensions; a lade batch holds at most %d sample dimensions: lade_batch_t's "
+                    "shape and strides are fixed arrays of LADE_MAX_DIMS (%d) entries in the C ABI, one of them the "
+                    "batch dimension (numpy allows 32, 64 from numpy 2): reshape the arrays to at most that many and "
+                    "restore the shape after loading",
                     what, ndim, LADE__NPY_SAMPLE_DIMS, LADE_MAX_DIMS);
 }
 
