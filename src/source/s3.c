@@ -32,7 +32,7 @@
 #include <unistd.h>
 
 #include "source.h"
-#include "source/http.h"
+#include "http/http.h"
 #include "source/labels.h"
 #include "source/s3auth.h"
 #include "source/s3xml.h"
@@ -457,8 +457,7 @@ static bool s3_ready(lade__source_t *s, uint64_t idx) {
 
 static void s3_stats(lade__source_t *s, lade__source_stats_t *out) {
   s3_impl_t *d = s->impl;
-  memset(out, 0, sizeof *out);
-  if (d && d->http) lade__http_stats(d->http, out);
+  lade__remote_stats(d ? d->http : NULL, out);
 }
 
 static int s3_read(lade__source_t *s, uint64_t idx, lade__buf_t *out) {
@@ -511,14 +510,13 @@ static int resolve(s3_impl_t *d, const struct lade_config *cfg, lade__source_t *
   d->max_sample = cfg->max_sample_bytes;
   d->listing_ttl = cfg->listing_ttl;
   lade__http_opts_t o;
-  lade__s3_http_opts(&d->w, cfg, &o);
+  lade__s3_http_opts(&d->w, cfg, owner, &o);
   o.what = "s3 source";
   o.ctx = d;
   o.url = s3_url_of;
   o.name = s3_name_of;
   o.stale = s3_stale;
   o.note = listing_note;
-  o.src = owner;
   return lade__http_create(&d->http, &o);
 }
 

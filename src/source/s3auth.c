@@ -59,8 +59,9 @@ int lade__s3_url(const lade__s3_where_t *w, const char *key, const char *query, 
   return n < 0 || (size_t)n >= size ? -1 : 0;
 }
 
-void lade__s3_http_opts(const lade__s3_where_t *w, const struct lade_config *cfg, lade__http_opts_t *o) {
-  lade__http_opts_from_config(o, cfg);
+void lade__s3_http_opts(const lade__s3_where_t *w, const struct lade_config *cfg, lade__source_t *src,
+                        lade__http_opts_t *o) {
+  lade__remote_http_opts(o, cfg, src);
   o->headers = w->headers;
   o->userpwd = w->userpwd;
   o->sigv4 = w->sigv4;

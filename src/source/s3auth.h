@@ -11,7 +11,7 @@
 #define LADE__S3AUTH_H
 
 #include "core/config.h"
-#include "source/http.h"
+#include "source/remote.h"
 #include "source/s3xml.h"
 
 typedef struct lade__s3_where {
@@ -35,11 +35,12 @@ void lade__s3_where_free(lade__s3_where_t *w);
 int lade__s3_url_encode(char *dst, size_t size, const char *src, int keep_slash);
 /* The URL of key (the bucket's when NULL), with ?query when not NULL. -1: too long. */
 int lade__s3_url(const lade__s3_where_t *w, const char *key, const char *query, char *url, size_t size);
-/* The http module's options for requests to w: lade__http_opts_from_config's
- * (timeouts, retries, concurrency, caps, CA file) plus signing and S3's
- * error words; the caller sets what, ctx, url, name, src and any other
- * hook. Borrows w's and cfg's strings. */
-void lade__s3_http_opts(const lade__s3_where_t *w, const struct lade_config *cfg, lade__http_opts_t *o);
+/* The http module's options for requests to w: lade__remote_http_opts's
+ * (timeouts, retries, concurrency, caps, CA file, src's on_ready) plus
+ * signing and S3's error words; the caller sets what, ctx, url, name and any
+ * other hook. Borrows w's and cfg's strings. */
+void lade__s3_http_opts(const lade__s3_where_t *w, const struct lade_config *cfg, lade__source_t *src,
+                        lade__http_opts_t *o);
 /* Lists every object under prefix (paginated ListObjectsV2, blocking, on h),
  * calling push per object in the server's order. Pages must end with their
  * closing tag (else fetched again) and never repeat a continuation token.

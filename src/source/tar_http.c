@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "core/coalesce.h"
-#include "source/http.h"
+#include "source/remote.h"
 #include "source/s3auth.h"
 #include "tar_impl.h"
 
@@ -91,16 +91,15 @@ static int remote_http(lade__tar_t *t, const struct lade_config *cfg, lade__sour
   if (H(t)->s3) {
     int rc = lade__s3_where_init(&H(t)->w, cfg, first);
     if (rc) return rc;
-    lade__s3_http_opts(&H(t)->w, cfg, &o);
+    lade__s3_http_opts(&H(t)->w, cfg, s, &o);
   } else {
-    lade__http_opts_from_config(&o, cfg);
+    lade__remote_http_opts(&o, cfg, s);
   }
   o.what = "tar source";
   o.ctx = t;
   o.url = shard_url;
   o.name = shard_name;
   o.pin = shard_pin;
-  o.src = s;
   H(t)->gap = cfg->coalesce_gap_bytes;
   H(t)->max_req = LADE__MIN(cfg->max_sample_bytes, (uint64_t)16 << 20);
   return lade__http_create(&H(t)->http, &o);
@@ -311,8 +310,7 @@ static bool http_ready(lade__tar_t *t, uint64_t idx) {
 }
 
 static void http_stats(lade__tar_t *t, lade__source_stats_t *out) {
-  memset(out, 0, sizeof *out);
-  if (H(t) && H(t)->http) lade__http_stats(H(t)->http, out);
+  lade__remote_stats(H(t) ? H(t)->http : NULL, out);
 }
 
 

@@ -23,8 +23,8 @@ int main(void) {
 }
 #else
 #include "core/config.h"
-#include "source/http_impl.h"
-#include "source/source.h"
+#include "http/http_impl.h"
+#include "source/remote.h"
 
 static int url_of(void *ctx, uint64_t obj, char *url, size_t size) {
   (void)ctx;
@@ -419,8 +419,7 @@ static void test_blocking_retries(void) {
   CHECK_EQ_INT(lade__http_blocking_again(h, &v, 2, "http://x/a", &rng, &rc), 0);
   CHECK_EQ_INT(rc, LADE_EREMOTE);
   CHECK(strcmp(lade_last_error(), "http://x/a: HTTP 503 after 2 retries") == 0);
-  lade__source_stats_t st;
-  memset(&st, 0, sizeof st);
+  lade__http_stats_t st;
   lade__http_stats(h, &st);
   CHECK_EQ_INT(st.retries, 2);
   v.kind = LADE__HTTP_FINAL;
@@ -739,7 +738,7 @@ static void test_settings(void) {
   CHECK_EQ_INT(lade_config_set(c, "s3_retrys", "1"), LADE_EINVAL);
   lade__http_opts_t o;
   memset(&o, 0xff, sizeof o);
-  lade__http_opts_from_config(&o, c);
+  lade__remote_http_opts(&o, c, NULL);
   CHECK_EQ_INT(o.retries, 3);
   CHECK_EQ_INT(o.timeout_ms, 1234);
   CHECK_EQ_INT(o.connect_timeout_ms, 321);
@@ -749,7 +748,7 @@ static void test_settings(void) {
   CHECK_EQ_INT(o.max_body, 5555);
   CHECK(o.ca_file && strcmp(o.ca_file, "/etc/ca.pem") == 0);
   CHECK(o.what == NULL && o.url == NULL && o.name == NULL && o.error_body == NULL && o.headers == NULL &&
-        o.userpwd == NULL && o.src == NULL);
+        o.userpwd == NULL && o.arrived == NULL);
   lade_config_destroy(c);
 }
 

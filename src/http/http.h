@@ -20,9 +20,6 @@
 #include "core/buf.h"
 
 struct curl_slist;
-struct lade_config;
-struct lade__source;
-struct lade__source_stats;
 
 typedef struct lade__http lade__http_t;
 
@@ -73,8 +70,10 @@ typedef struct lade__http_opts {
    * Called on the loop thread as each request starts, without the lock:
    * it reads what open() built. */
   const char *(*pin)(void *ctx, uint64_t obj, uint64_t *size);
-  /* The source whose on_ready() is called when submitted samples arrive. */
-  struct lade__source *src;
+  /* Optional: called on the loop thread, with no lock held, when submitted
+   * samples have arrived (a source's on_ready), with arrived_ctx. */
+  void (*arrived)(void *arrived_ctx);
+  void *arrived_ctx;
 } lade__http_opts_t;
 
 /* A slice of a reply's body that is one sample's bytes. */
@@ -95,13 +94,6 @@ typedef struct lade__http_get {
   uint32_t nparts;
   const lade__http_part_t *parts;
 } lade__http_get_t;
-
-/* Zeroes *o and fills what every source's requests take from its settings:
- * http_timeout_ms, http_connect_timeout_ms, http_retries,
- * http_retry_base_ms, http_concurrency, http_max_concurrency,
- * max_sample_bytes and tls_ca_file (borrowed from cfg). The caller adds
- * `what`, the hooks, and any headers or signing. */
-void lade__http_opts_from_config(lade__http_opts_t *o, const struct lade_config *cfg);
 
 /* A handle for blocking GETs (lade__http_get_blocking: listings, index
  * passes); the loop starts with lade__http_start. *o is copied (its
@@ -130,9 +122,17 @@ bool lade__http_ready(lade__http_t *h, uint64_t idx);
  * queued batches and waits. The body is swapped into *out (no copy).
  * Thread-safe. */
 int lade__http_read(lade__http_t *h, uint64_t idx, const lade__http_get_t *g, lade__buf_t *out);
-/* Fills the traffic counters of *out (get_requests, list_requests, retries,
- * bytes, in_flight, concurrency). Thread-safe. */
-void lade__http_stats(lade__http_t *h, struct lade__source_stats *out);
+/* The traffic counters of a handle. */
+typedef struct lade__http_stats {
+  uint64_t get_requests;  /* GET requests sent, retries included */
+  uint64_t list_requests; /* blocking GETs of listings */
+  uint64_t retries;       /* requests retried after a transient error */
+  uint64_t bytes;         /* body bytes received */
+  uint32_t in_flight;     /* requests in flight now */
+  uint32_t concurrency;   /* the current limit on requests in flight */
+} lade__http_stats_t;
+/* Fills *out. Thread-safe. */
+void lade__http_stats(lade__http_t *h, lade__http_stats_t *out);
 
 /* A blocking GET of url into out, on the caller's thread, with the same
  * retries, caps and messages (listings, label files): `shown` names it in

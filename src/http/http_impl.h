@@ -24,7 +24,7 @@
 #include <pthread.h>
 
 #include "core/core.h"
-#include "source/http.h"
+#include "http/http.h"
 
 #define LADE__HTTP_BACKOFF_CAP_MS 20000.0
 #define LADE__HTTP_MIN_AUTO 4

@@ -9,7 +9,7 @@
  * measured byte rate.
  *
  * Locking: h->mu as in http.c; curl is never called with it held, and the
- * source's on_ready() is called with no lock.
+ * arrived hook (a source's on_ready) is called with no lock.
  */
 #ifdef LADE_HAVE_CURL
 
@@ -17,8 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "source.h"
-#include "source/http_impl.h"
+#include "http/http_impl.h"
 
 lade__http_req_t *lade__http_req_new(lade__http_t *h, const lade__http_get_t *g, lade__http_waiter_t *w) {
   lade__http_req_t *r = h->free_reqs;
@@ -394,8 +393,7 @@ void *lade__http_loop_main(void *arg) {
     int left;
     while ((m = curl_multi_info_read(h->multi, &left)))
       if (m->msg == CURLMSG_DONE) finish(h, m->easy_handle, m->data.result, &rng, &notify);
-    lade__source_t *s = h->o.src;
-    if (notify && s && s->on_ready) s->on_ready(s->on_ready_ctx);
+    if (notify && h->o.arrived) h->o.arrived(h->o.arrived_ctx);
     pthread_mutex_lock(&h->mu);
     lade__http_tune(h, lade__now());
     int more = (h->urgent.n || h->queue.n || (h->bg.n && h->bg_in_flight < bg_cap(h))) && h->in_flight < h->limit;

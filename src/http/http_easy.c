@@ -19,7 +19,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "source/http_impl.h"
+#include "http/http_impl.h"
 
 /* The most body bytes r may hold: its cap for a 2xx reply, a few KiB of an
  * error reply. */

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "source/http_impl.h"
+#include "http/http_impl.h"
 
 int lade__http_table_init(lade__http_t *h, uint64_t n_idx) {
   h->n_idx = n_idx;

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "source/http_impl.h"
+#include "http/http_impl.h"
 
 int lade__http_get_blocking(lade__http_t *h, const char *url, const char *shown, lade__buf_t *out, uint64_t cap,
                             int is_list, int (*cut)(const lade__buf_t *b, char *what, size_t size)) {

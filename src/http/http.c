@@ -39,21 +39,20 @@
  * Locking: `mu` guards the queues, the result table, wants, counters and the
  * concurrency limit; `cv` is broadcast when a result or a waiter's answer
  * arrives. The loop thread never calls curl while holding `mu`, and calls
- * on_ready() with no lock held. Only the loop thread touches the multi handle
+ * the arrived hook with no lock held. Only the loop thread touches the multi handle
  * (curl_multi_wakeup is the one call made from other threads). The hooks
  * run under `mu` (one lock: no order to keep).
  */
 #ifdef LADE_HAVE_CURL
 
-#include "source/http.h"
+#include "http/http.h"
 
 #include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "source.h"
-#include "source/http_impl.h"
+#include "http/http_impl.h"
 
 static pthread_once_t g_curl_once = PTHREAD_ONCE_INIT;
 static CURLcode g_curl_init_rc;
@@ -111,7 +110,7 @@ bool lade__http_ready(lade__http_t *h, uint64_t idx) {
   return ready;
 }
 
-void lade__http_stats(lade__http_t *h, lade__source_stats_t *out) {
+void lade__http_stats(lade__http_t *h, lade__http_stats_t *out) {
   pthread_mutex_lock(&h->mu);
   out->get_requests = h->get_requests;
   out->list_requests = h->list_requests;
@@ -191,18 +190,6 @@ void lade__http_destroy(lade__http_t *h) {
   pthread_mutex_destroy(&h->mu);
   pthread_cond_destroy(&h->cv);
   free(h);
-}
-
-void lade__http_opts_from_config(lade__http_opts_t *o, const struct lade_config *cfg) {
-  memset(o, 0, sizeof *o);
-  o->timeout_ms = cfg->http_timeout_ms;
-  o->connect_timeout_ms = cfg->http_connect_timeout_ms;
-  o->retries = cfg->http_retries;
-  o->retry_base_ms = cfg->http_retry_base_ms;
-  o->fixed_conc = cfg->http_concurrency;
-  o->max_conc = cfg->http_max_concurrency;
-  o->max_body = cfg->max_sample_bytes;
-  o->ca_file = cfg->tls_ca_file; /* copied by lade__http_create */
 }
 
 int lade__http_create(lade__http_t **out, const lade__http_opts_t *o) {

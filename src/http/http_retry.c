@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "source/http_impl.h"
+#include "http/http_impl.h"
 
 int lade__http_curl_retryable(CURLcode c) {
   switch (c) {
