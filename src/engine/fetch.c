@@ -52,10 +52,10 @@
  * already) and clears the other one.
  *
  * Locks: `mu` guards the consumer position, the prefetcher's position, the
- * in-flight set, the read-ahead positions and the flags; `nu_mu` guards the
- * next-use maps (nextuse.c) and is taken inside a cache tier's lock, so
- * nothing calls into a cache tier while holding nu_mu. Order: cache lock,
- * then nu_mu; mu is never held while calling a cache tier or the source,
+ * in-flight set, the read-ahead positions and the flags; the next-use maps
+ * (nextuse.h) have their own lock, taken inside a cache tier's lock, so
+ * nothing calls into a cache tier while holding it. Order: cache lock,
+ * then the maps' lock; mu is never held while calling a cache tier or the source,
  * and the engine's callback (on_ready) is called with no lock held.
  * plan_mu orders an evict's adm_q check and its evict against an admit's put.
  */
@@ -147,6 +147,14 @@ static void make_chains(lade__fetch_t *f) {
 
 /* ---------------------------------------------------------------- open */
 
+/* The read-ahead's `wanted`: not the prefetcher's, not in a tier. The
+ * prefetcher's set is asked first: it leaves the set only after its put, so
+ * a sample it just fetched is found in one or the other. */
+static bool wanted_ahead(void *ctx, uint64_t idx) {
+  lade__fetch_t *f = ctx;
+  return !lade__prefetch_inflight(f, idx) && !lade__fetch_resident(f, idx);
+}
+
 int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
   *out = NULL;
   lade__fetch_t *f = calloc(1, sizeof *f);
@@ -163,7 +171,10 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
   pthread_cond_init(&f->cv_inflight, NULL);
   pthread_cond_init(&f->cv_admit, NULL);
   pthread_mutex_init(&f->plan_mu, NULL);
-  int rc = lade__nextuse_open(f);
+  /* no memory for the maps: LRU, the next best without them */
+  if (f->conf.next_use && !lade__nextuse_open(&f->nu, p->cursor, f->samples_n, p->steps, p->batch, f->conf.epochs))
+    f->conf.policy = LADE__CACHE_LRU;
+  int rc = 0;
   const lade__fetch_conf_t *c = &f->conf;
   bool any = c->mem_capacity || c->cache_dir[0];
   if (!rc && f->routed && any) {
@@ -181,7 +192,7 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
   }
   if (!rc && c->mem_capacity) {
     lade__cache_opts_t o = {.dir = NULL, .ns = c->source, .capacity = c->mem_capacity, .policy = c->policy,
-                            .next_use = lade__nextuse, .next_use_ctx = f};
+                            .next_use = lade__nextuse, .next_use_ctx = &f->nu};
     char ns[LADE__PATH_MAX + 128];
     if (c->node_cache) { /* one per node: its name says which job and which dataset it holds */
       dataset_ns(f, ns, sizeof ns);
@@ -199,7 +210,7 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
     char ns[LADE__PATH_MAX + 128];
     dataset_ns(f, ns, sizeof ns);
     lade__cache_opts_t o = {.dir = c->cache_dir, .ns = ns, .capacity = c->disk_capacity, .policy = c->policy,
-                            .next_use = lade__nextuse, .next_use_ctx = f};
+                            .next_use = lade__nextuse, .next_use_ctx = &f->nu};
     if (c->node_disk) { /* one folder for the node's ranks of this job */
       o.node_job = c->job_key;
       o.node_timeout_ms = c->node_timeout_ms;
@@ -214,7 +225,14 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
   f->pdisk = f->routed && c->two_tiers && f->mem ? f->disk : NULL;
   if (!rc && c->node_plan) lade__shmcache_mark_step(f->mem, c->node_local, lade__cursor_first(p->cursor));
   make_chains(f);
-  if (!rc) lade__readahead_open(f);
+  if (!rc) {
+    lade__readahead_params_t rp = {.src = p->src, .ops = p->ops, .cursor = p->cursor, .steps = p->steps,
+                                   .batch = p->batch, .epochs = c->epochs, .window = (uint64_t)c->window,
+                                   .ra_steps = c->ra_steps, .ra_samples = c->ra_samples,
+                                   .mean_bytes = c->mean_bytes, .routed = f->routed, .peers = p->dist != NULL,
+                                   .tiers = f->mem || f->disk, .wanted = wanted_ahead, .ctx = f};
+    lade__readahead_open(&f->ra, &rp);
+  }
   if (!rc) rc = lade__prefetch_start(f);
   if (rc) {
     lade__fetch_close(f);
@@ -269,7 +287,8 @@ void lade__fetch_close(lade__fetch_t *f) {
   lade__prefetch_join(f);
   lade__cache_close(f->mem);
   lade__cache_close(f->disk);
-  lade__nextuse_close(f);
+  lade__nextuse_close(&f->nu);
+  lade__readahead_close(&f->ra);
   free((void *)f->adm_q);
   free((void *)f->adm_pending);
   free((void *)f->adm_tier);
@@ -485,13 +504,13 @@ int lade__fetch_read(lade__fetch_t *f, uint64_t idx, uint64_t q, int32_t route, 
          : f->conf.node_plan && (uint32_t)route - f->conf.node_base < f->conf.node_ranks ? LADE__CHAIN_NODE
                                                                                          : LADE__CHAIN_PEER;
   else
-    lade__nextuse_mark(f, idx, q);
+    lade__nextuse_mark(&f->nu, idx, q);
   return read_chain(f, &f->chain[ch], idx, q, route, out, tier, note);
 }
 
 int lade__fetch_view(lade__fetch_t *f, uint64_t idx, uint64_t q, int32_t route, lade__fetch_view_t *v) {
   if (!f->conf.node_cache || !f->mem || (f->routed && route != LADE__ROUTE_ANY)) return LADE_ENOENT;
-  lade__nextuse_mark(f, idx, q);
+  lade__nextuse_mark(&f->nu, idx, q);
   const void *p = NULL;
   int rc = lade__cache_view(f->mem, idx, lade__fetch_version(f, idx), &p, &v->len, &v->token);
   v->data = p;
@@ -547,10 +566,10 @@ void lade__fetch_step_planned(lade__fetch_t *f, const lade__cursor_step_t *st) {
     }
   if (f->pdisk)
     for (uint32_t i = 0; i < st->nmove; i++) atomic_fetch_add_explicit(&f->mv_n[st->move[i]], 1, memory_order_release);
-  if (f->nu_on) {
+  if (f->nu.on) {
     uint64_t e = f->p.steps ? st->q / f->p.steps : 0;
-    lade__nextuse_ensure(f, e);
-    lade__nextuse_ensure(f, e + 1);
+    lade__nextuse_ensure(&f->nu, e);
+    lade__nextuse_ensure(&f->nu, e + 1);
   }
   if (f->pf_on) {
     /* before asking whether the prefetcher has its samples in flight: from
@@ -564,11 +583,11 @@ void lade__fetch_step_planned(lade__fetch_t *f, const lade__cursor_step_t *st) {
     uint64_t keep[512];
     uint32_t k = 0;
     for (uint32_t i = 0; i < n; i++) {
-      if (lade__readahead_reads_storage(f, st->from[i]) && !lade__fetch_resident(f, idx[i])) keep[k++] = idx[i];
+      if (lade__readahead_reads_storage(&f->ra, st->from[i]) && !lade__fetch_resident(f, idx[i])) keep[k++] = idx[i];
       if (k == 512 || i + 1 == n) f->p.ops->plan_batch(f->p.src, keep, k), k = 0;
     }
   }
-  lade__readahead_step(f, st);
+  lade__readahead_step(&f->ra, st);
 }
 
 int lade__fetch_serve(void *ctx, uint64_t idx, uint64_t q, int nonblock, lade__buf_t *out) {
@@ -700,7 +719,7 @@ bool lade__fetch_ready(lade__fetch_t *f, uint64_t idx) {
 /* ----------------------------------------------------------- consumer */
 
 void lade__fetch_consumed(lade__fetch_t *f, uint64_t pos) {
-  lade__nextuse_consumed(f, pos);
+  lade__nextuse_consumed(&f->nu, pos);
   pthread_mutex_lock(&f->mu);
   f->consumed = pos;
   pthread_cond_broadcast(&f->cv_pf);
@@ -724,7 +743,7 @@ void lade__fetch_seek(lade__fetch_t *f, uint64_t pos) {
   f->pf_pos = pos;
   uint64_t q = f->p.batch ? pos / f->p.batch : 0;
   f->plan_hi = q;
-  lade__readahead_seek(f, q);
+  lade__readahead_seek(&f->ra, q);
   pthread_mutex_unlock(&f->mu);
   lade__fetch_consumed(f, pos);
 }

@@ -13,8 +13,8 @@
 
 #include "cache/cache.h"
 #include "engine/fetch.h"
-
-#define LADE__NMAPS 3
+#include "engine/nextuse.h"
+#include "engine/readahead.h"
 
 /* A small multiset of sample indices (open addressing, backward-shift
  * deletion): the prefetcher's requests in flight. */
@@ -87,26 +87,15 @@ struct lade__fetch {
   pthread_t pf_thread;
   uint64_t pf_pos; /* the prefetcher fetched every position below this (that it is responsible for) */
   lade__idxset_t inflight;
-  /* remote read-ahead (readahead.c): the samples of steps up to
-   * conf.ra_steps past the one being planned are requested as soon as it is
-   * planned (non-routed plans without the prefetcher); with the prefetcher,
-   * conf.ra_samples bounds its submitted-but-unread samples instead */
-  uint64_t ra_next; /* the first step not yet requested (under mu) */
-  /* plan=shards over a remote source: read ahead in the shard stream's
-   * order (front to back, what the shuffle buffer consumes), so a shard is
-   * read with few large Range requests however the buffer mixes it */
-  bool sr_on;
-  uint64_t sr_count, sr_cap, sr_ahead; /* stream samples an epoch, the buffer, samples read past it */
-  uint64_t sr_next;                    /* global stream position (epoch * sr_count + pos) not yet requested (mu) */
+  /* remote read-ahead (readahead.h; its own lock): the samples of steps up
+   * to conf.ra_steps past the one being planned are requested as soon as it
+   * is planned (non-routed plans without the prefetcher); with the
+   * prefetcher, conf.ra_samples bounds its submitted-but-unread samples
+   * instead; plan=shards reads the shard stream in its order */
+  lade__readahead_t ra;
   uint64_t plan_hi; /* 1 + the latest step the engine planned (under mu): the prefetcher leaves those to it */
 
-  /* clairvoyant next-use maps (nextuse.c): local position within the epoch, per sample */
-  pthread_mutex_t nu_mu;
-  uint32_t *nu_map[LADE__NMAPS]; /* of epochs nu_ep[i] (UINT64_MAX: empty) */
-  uint64_t nu_ep[LADE__NMAPS];
-  uint64_t nu_cursor;
-  bool nu_on;
-  _Atomic uint32_t *used; /* epoch + 1 of each sample's latest read (0: never) */
+  lade__nextuse_t nu; /* clairvoyant next-use maps (nextuse.h): its own lock, the tiers' next_use context */
 
   /* routed plans: the plan's tier follows the plan */
   bool routed;
@@ -141,21 +130,6 @@ struct lade__fetch {
 /* fetch.c */
 bool lade__fetch_resident(lade__fetch_t *f, uint64_t idx);
 uint64_t lade__fetch_version(lade__fetch_t *f, uint64_t idx);
-
-/* nextuse.c: the maps of epochs e (made by the planning worker, never the
- * consumer), the cache tiers' next_use callback, and a read's mark. */
-int lade__nextuse_open(lade__fetch_t *f);
-void lade__nextuse_close(lade__fetch_t *f);
-void lade__nextuse_ensure(lade__fetch_t *f, uint64_t e);
-uint64_t lade__nextuse(void *ctx, uint64_t key);
-void lade__nextuse_mark(lade__fetch_t *f, uint64_t idx, uint64_t q);
-void lade__nextuse_consumed(lade__fetch_t *f, uint64_t pos);
-
-/* readahead.c */
-void lade__readahead_open(lade__fetch_t *f);
-void lade__readahead_step(lade__fetch_t *f, const lade__cursor_step_t *st);
-bool lade__readahead_reads_storage(const lade__fetch_t *f, int32_t route);
-void lade__readahead_seek(lade__fetch_t *f, uint64_t q); /* under mu */
 
 /* prefetch.c */
 int lade__prefetch_start(lade__fetch_t *f);
