@@ -51,13 +51,15 @@
  * admits again leaves that admit's tier alone (the admit may have been put
  * already) and clears the other one.
  *
- * Locks: `mu` guards the consumer position, the prefetcher's position, the
- * in-flight set, the read-ahead positions and the flags; the next-use maps
- * (nextuse.h) have their own lock, taken inside a cache tier's lock, so
- * nothing calls into a cache tier while holding it. Order: cache lock,
- * then the maps' lock; mu is never held while calling a cache tier or the source,
- * and the engine's callback (on_ready) is called with no lock held.
- * plan_mu orders an evict's adm_q check and its evict against an admit's put.
+ * The bookkeeping of both (adm_q, adm_pending, adm_tier, mv_n, done_q)
+ * is the plan tier's (plantier.h), with its locks.
+ *
+ * Locks: this file holds none of its own. Each piece it composes owns its
+ * lock (nextuse.h, readahead.h, prefetch.h, plantier.h, each says its rule
+ * at its top); no piece calls another or this file while holding its lock,
+ * except that a cache tier calls the next-use maps under the tier's lock
+ * (order: cache lock, then the maps' lock). The engine's callback
+ * (on_ready) is called with no lock held.
  */
 #include "engine/fetch.h"
 
@@ -71,7 +73,6 @@
 #include "core/core.h"
 #include "engine/fetch_impl.h"
 
-#define ADMIT_WAIT_S 1
 
 /* The dataset's identity for the disk tier: where the source is (a URI as
  * given, a local path made absolute, symlinks resolved, so two datasets
@@ -121,15 +122,15 @@ static void make_chains(lade__fetch_t *f) {
   hop_add(c, LADE__HOP_CACHE, f->disk,
           LADE__HOP_VERSIONED | LADE__HOP_TOUCH | (pf ? LADE__HOP_WAIT_PF : 0) | (pf || routed ? 0 : LADE__HOP_FILL));
   hop_add(c, LADE__HOP_SOURCE, NULL, 0);
-  unsigned own = LADE__HOP_WAIT_ADMIT | LADE__HOP_PLANNED | LADE__HOP_FILL | (f->pdisk ? LADE__HOP_WAIT_MOVE : 0);
+  unsigned own = LADE__HOP_WAIT_ADMIT | LADE__HOP_PLANNED | LADE__HOP_FILL | (f->pt.disk ? LADE__HOP_WAIT_MOVE : 0);
   c = &f->chain[LADE__CHAIN_OWN];
-  hop_add(c, LADE__HOP_CACHE, f->ptier, own);
-  hop_add(c, LADE__HOP_CACHE, f->pdisk, LADE__HOP_PLANNED);
+  hop_add(c, LADE__HOP_CACHE, f->pt.tier, own);
+  hop_add(c, LADE__HOP_CACHE, f->pt.disk, LADE__HOP_PLANNED);
   hop_add(c, LADE__HOP_SOURCE, NULL, 0);
   c->admits = true;
   c = &f->chain[LADE__CHAIN_OWN_DISK];
-  hop_add(c, LADE__HOP_CACHE, f->pdisk, own);
-  hop_add(c, LADE__HOP_CACHE, f->pdisk ? f->ptier : NULL, LADE__HOP_PLANNED);
+  hop_add(c, LADE__HOP_CACHE, f->pt.disk, own);
+  hop_add(c, LADE__HOP_CACHE, f->pt.disk ? f->pt.tier : NULL, LADE__HOP_PLANNED);
   hop_add(c, LADE__HOP_SOURCE, NULL, 0);
   c->admits = true;
   c = &f->chain[LADE__CHAIN_STORAGE];
@@ -140,7 +141,7 @@ static void make_chains(lade__fetch_t *f) {
   c->admits = true;
   c->note = f->p.dist ? LADE__ROUTE_MET : LADE__ROUTE_PEER_STORAGE;
   c = &f->chain[LADE__CHAIN_NODE];
-  hop_add(c, LADE__HOP_CACHE, f->conf.node_plan ? f->ptier : NULL, LADE__HOP_WAIT_NODE | LADE__HOP_PLANNED);
+  hop_add(c, LADE__HOP_CACHE, f->conf.node_plan ? f->pt.tier : NULL, LADE__HOP_WAIT_NODE | LADE__HOP_PLANNED);
   hop_add(c, LADE__HOP_SOURCE, NULL, 0);
   c->admits = true;
 }
@@ -152,8 +153,10 @@ static void make_chains(lade__fetch_t *f) {
  * a sample it just fetched is found in one or the other. */
 static bool wanted_ahead(void *ctx, uint64_t idx) {
   lade__fetch_t *f = ctx;
-  return !lade__prefetch_inflight(f, idx) && !lade__fetch_resident(f, idx);
+  return !lade__prefetch_inflight(&f->pf, idx) && !lade__fetch_resident(f, idx);
 }
+
+static uint64_t version_of(void *ctx, uint64_t idx) { return lade__fetch_version(ctx, idx); }
 
 int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
   *out = NULL;
@@ -166,30 +169,11 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
   f->total = f->per_epoch * f->conf.epochs;
   f->remote = p->ops->submit != NULL;
   f->routed = f->conf.routed;
-  pthread_mutex_init(&f->mu, NULL);
-  pthread_cond_init(&f->cv_pf, NULL);
-  pthread_cond_init(&f->cv_inflight, NULL);
-  pthread_cond_init(&f->cv_admit, NULL);
-  pthread_mutex_init(&f->plan_mu, NULL);
   /* no memory for the maps: LRU, the next best without them */
   if (f->conf.next_use && !lade__nextuse_open(&f->nu, p->cursor, f->samples_n, p->steps, p->batch, f->conf.epochs))
     f->conf.policy = LADE__CACHE_LRU;
   int rc = 0;
   const lade__fetch_conf_t *c = &f->conf;
-  bool any = c->mem_capacity || c->cache_dir[0];
-  if (!rc && f->routed && any) {
-    f->adm_q = calloc(f->samples_n, sizeof *f->adm_q);
-    f->adm_pending = calloc(f->samples_n, sizeof *f->adm_pending);
-    bool two = c->two_tiers;
-    if (two) {
-      f->adm_tier = calloc(f->samples_n, sizeof *f->adm_tier);
-      f->mv_n = calloc(f->samples_n, sizeof *f->mv_n);
-      atomic_store(&f->done_q, lade__cursor_first(p->cursor));
-    }
-    if (!f->adm_q || !f->adm_pending || (two && (!f->adm_tier || !f->mv_n)))
-      rc = lade__fail(LADE_ENOMEM, "plan=%s: out of memory for the cache's admit table of %llu samples",
-                      lade_plan_kind_name(lade__cursor_kind(p->cursor)), (unsigned long long)f->samples_n);
-  }
   if (!rc && c->mem_capacity) {
     lade__cache_opts_t o = {.dir = NULL, .ns = c->source, .capacity = c->mem_capacity, .policy = c->policy,
                             .next_use = lade__nextuse, .next_use_ctx = &f->nu};
@@ -221,8 +205,10 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
     if (!rc && f->routed && !c->warm) lade__cache_clear(f->disk);
   }
   f->pf_on = !rc && c->prefetcher && f->disk;
-  f->ptier = f->routed ? (f->mem ? f->mem : f->disk) : NULL;
-  f->pdisk = f->routed && c->two_tiers && f->mem ? f->disk : NULL;
+  if (!rc && f->routed)
+    rc = lade__plantier_open(&f->pt, f->mem ? f->mem : f->disk, c->two_tiers && f->mem ? f->disk : NULL,
+                             f->samples_n, lade__cursor_first(p->cursor),
+                             lade_plan_kind_name(lade__cursor_kind(p->cursor)));
   if (!rc && c->node_plan) lade__shmcache_mark_step(f->mem, c->node_local, lade__cursor_first(p->cursor));
   make_chains(f);
   if (!rc) {
@@ -233,7 +219,14 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
                                    .tiers = f->mem || f->disk, .wanted = wanted_ahead, .ctx = f};
     lade__readahead_open(&f->ra, &rp);
   }
-  if (!rc) rc = lade__prefetch_start(f);
+  if (!rc && f->pf_on) {
+    lade__prefetch_params_t pp = {.src = p->src, .ops = p->ops, .cursor = p->cursor, .disk = f->disk,
+                                  .batch = p->batch, .steps = p->steps, .epochs = c->epochs,
+                                  .window = (uint64_t)c->window, .fetch_size = c->fetch_size,
+                                  .threshold = c->threshold, .ra_samples = c->ra_samples,
+                                  .version = version_of, .ctx = f};
+    rc = lade__prefetch_start(&f->pf, &pp);
+  }
   if (rc) {
     lade__fetch_close(f);
     return rc;
@@ -273,38 +266,27 @@ void lade__fetch_drop(lade__fetch_t *f, uint64_t key) {
 
 void lade__fetch_quiesce(lade__fetch_t *f) {
   if (!f) return;
-  pthread_mutex_lock(&f->mu);
-  f->stop = true;
-  pthread_cond_broadcast(&f->cv_pf);
-  pthread_cond_broadcast(&f->cv_inflight);
-  pthread_cond_broadcast(&f->cv_admit);
-  pthread_mutex_unlock(&f->mu);
+  atomic_store(&f->stop, true);
+  lade__plantier_quiesce(&f->pt);
+  lade__prefetch_quiesce(&f->pf);
 }
 
 void lade__fetch_close(lade__fetch_t *f) {
   if (!f) return;
   lade__fetch_quiesce(f);
-  lade__prefetch_join(f);
+  lade__prefetch_close(&f->pf);
   lade__cache_close(f->mem);
   lade__cache_close(f->disk);
   lade__nextuse_close(&f->nu);
   lade__readahead_close(&f->ra);
-  free((void *)f->adm_q);
-  free((void *)f->adm_pending);
-  free((void *)f->adm_tier);
-  free((void *)f->mv_n);
+  lade__plantier_close(&f->pt);
   free(f->send_idx);
   free(f->send_dst);
-  pthread_mutex_destroy(&f->mu);
-  pthread_cond_destroy(&f->cv_pf);
-  pthread_cond_destroy(&f->cv_inflight);
-  pthread_cond_destroy(&f->cv_admit);
-  pthread_mutex_destroy(&f->plan_mu);
   free(f);
 }
 
 bool lade__fetch_cached(const lade__fetch_t *f) { return f->mem || f->disk; }
-bool lade__fetch_every_step(const lade__fetch_t *f) { return f->pdisk != NULL || f->conf.node_plan; }
+bool lade__fetch_every_step(const lade__fetch_t *f) { return f->pt.disk != NULL || f->conf.node_plan; }
 bool lade__fetch_async(const lade__fetch_t *f) { return f->remote || f->pf_on; }
 
 /* ---------------------------------------------------------------- reads */
@@ -312,62 +294,6 @@ bool lade__fetch_async(const lade__fetch_t *f) { return f->remote || f->pf_on; }
 static void count(lade__fetch_t *f, int tier, size_t len) {
   atomic_fetch_add_explicit(&f->samples[tier], 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&f->bytes[tier], len, memory_order_relaxed);
-}
-
-/* Waits (bounded) while a planned admit of idx has not been put; true when
- * it was put meanwhile, so the cache is worth asking again. */
-static bool wait_admit(lade__fetch_t *f, uint64_t idx) {
-  if (!atomic_load_explicit(&f->adm_pending[idx], memory_order_acquire)) return false;
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  ts.tv_sec += ADMIT_WAIT_S;
-  pthread_mutex_lock(&f->mu);
-  while (!f->stop && atomic_load_explicit(&f->adm_pending[idx], memory_order_acquire))
-    if (pthread_cond_timedwait(&f->cv_admit, &f->mu, &ts) == ETIMEDOUT) break;
-  pthread_mutex_unlock(&f->mu);
-  return !atomic_load_explicit(&f->adm_pending[idx], memory_order_acquire);
-}
-
-/* Two tiers: whether a read of idx for step q must wait for earlier steps'
- * moves (fetch_impl.h: mv_n, done_q). */
-static bool move_pending(lade__fetch_t *f, uint64_t idx, uint64_t q) {
-  return atomic_load_explicit(&f->mv_n[idx], memory_order_acquire) &&
-         atomic_load_explicit(&f->done_q, memory_order_acquire) < q;
-}
-
-/* Waits (bounded) while move_pending, so the read finds the sample in the
- * tier the plan says. */
-static void wait_move(lade__fetch_t *f, uint64_t idx, uint64_t q) {
-  if (!move_pending(f, idx, q)) return;
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  ts.tv_sec += ADMIT_WAIT_S;
-  pthread_mutex_lock(&f->mu);
-  while (!f->stop && move_pending(f, idx, q))
-    if (pthread_cond_timedwait(&f->cv_admit, &f->mu, &ts) == ETIMEDOUT) break;
-  pthread_mutex_unlock(&f->mu);
-}
-
-/* The tier an admit of idx goes to: the plan's (two tiers: its admit's). */
-static lade__cache_t *admit_tier(lade__fetch_t *f, uint64_t idx) {
-  if (f->pdisk && atomic_load_explicit(&f->adm_tier[idx], memory_order_relaxed) == LADE_TIER_DISK) return f->pdisk;
-  return f->ptier;
-}
-
-static void end_admit(lade__fetch_t *f, uint64_t idx) {
-  atomic_store_explicit(&f->adm_pending[idx], 0, memory_order_release);
-  pthread_mutex_lock(&f->mu);
-  pthread_cond_broadcast(&f->cv_admit);
-  pthread_mutex_unlock(&f->mu);
-}
-
-/* A put into a tier; the plan's tier takes it under plan_mu (an evict of
- * the same sample checks adm_q under it). */
-static void put(lade__fetch_t *f, lade__cache_t *t, uint64_t idx, uint64_t ver, const lade__buf_t *b) {
-  bool planned = f->routed && (t == f->ptier || t == f->pdisk);
-  if (planned) pthread_mutex_lock(&f->plan_mu);
-  lade__cache_put_ver(t, idx, ver, b->data, b->len);
-  if (planned) pthread_mutex_unlock(&f->plan_mu);
 }
 
 /* An intra-node handoff of a node-aware plan: the node's rank `route`
@@ -384,7 +310,7 @@ static bool node_get(lade__fetch_t *f, lade__cache_t *c, uint64_t idx, uint64_t 
     uint64_t mark = lade__shmcache_step_of(c, owner);
     if (mark >= q) return lade__cache_get_ver(c, idx, ver, out) == 0;
     if (t_end == 0) t_end = lade__now() + f->conf.node_timeout_ms / 1000.0;
-    if (f->stop) return false;
+    if (atomic_load(&f->stop)) return false;
     if (lade__now() > t_end) {
       *fail = lade__fail(LADE_ETIMEOUT, "sample %llu of step %llu did not arrive from rank %d of this node within "
                          "peer_timeout_ms (%u ms): it has not put it into the node's cache and has finished only the "
@@ -404,7 +330,7 @@ static bool hop_get(lade__fetch_t *f, const lade__hop_t *h, uint64_t idx, uint64
                     lade__buf_t *out, bool *claimed, int *fail) {
   if (h->flags & LADE__HOP_CLAIM) return lade__cache_get_claim(h->cache, idx, ver, out, claimed) == 0;
   if (h->flags & LADE__HOP_WAIT_NODE) return node_get(f, h->cache, idx, q, route, ver, out, fail);
-  if (h->flags & LADE__HOP_WAIT_MOVE) wait_move(f, idx, q);
+  if (h->flags & LADE__HOP_WAIT_MOVE) lade__plantier_wait_move(&f->pt, idx, q);
   for (int pass = 0;; pass++) {
     if (lade__cache_get_ver(h->cache, idx, ver, out) == 0) return true;
     /* the prefetcher may be fetching this very sample: wait for it rather
@@ -413,10 +339,10 @@ static bool hop_get(lade__fetch_t *f, const lade__hop_t *h, uint64_t idx, uint64
      * left its set between the miss above and this look at the set (it
      * leaves the set only after the put) */
     if ((h->flags & LADE__HOP_WAIT_PF) && pass == 0) {
-      lade__prefetch_wait(f, idx);
+      lade__prefetch_wait(&f->pf, idx);
       continue;
     }
-    if ((h->flags & LADE__HOP_WAIT_ADMIT) && wait_admit(f, idx)) continue;
+    if ((h->flags & LADE__HOP_WAIT_ADMIT) && lade__plantier_wait_admit(&f->pt, idx)) continue;
     return false;
   }
 }
@@ -458,8 +384,7 @@ static int read_chain(lade__fetch_t *f, const lade__chain_t *c, uint64_t idx, ui
   bool admit = false;
   if (i < c->n && c->hop[i].kind != LADE__HOP_CACHE) { /* the last hop: the source or a peer */
     bool peer = c->hop[i].kind == LADE__HOP_PEER;
-    admit = c->admits && f->ptier && atomic_load_explicit(&f->adm_q[idx], memory_order_relaxed) == q + 1 &&
-            atomic_load_explicit(&f->adm_pending[idx], memory_order_acquire);
+    admit = c->admits && lade__plantier_admitting(&f->pt, idx, q);
     lade__clear_error();
     rc = peer ? lade__transport_recv(f->p.dist, q, idx, (uint32_t)route, out) : f->p.ops->read(f->p.src, idx, out);
     if (!rc && peer && f->p.src->sizes && out->len != f->p.src->sizes[idx]) {
@@ -477,19 +402,19 @@ static int read_chain(lade__fetch_t *f, const lade__chain_t *c, uint64_t idx, ui
     }
   }
   if (!rc) { /* the bytes go to the hops before the one that had them, as marked */
-    lade__cache_t *at = admit ? admit_tier(f, idx) : NULL;
+    lade__cache_t *at = admit ? lade__plantier_admit_tier(&f->pt, idx) : NULL;
     for (int j = 0; j < i && j < c->n; j++) {
       const lade__hop_t *h = &c->hop[j];
       if (!(h->flags & LADE__HOP_FILL) || ((h->flags & LADE__HOP_VERSIONED) && !known)) continue;
       if (h->cache == at) at = NULL;
-      put(f, h->cache, idx, ver, out);
+      lade__plantier_put(&f->pt, h->cache, idx, ver, out->data, out->len);
     }
     if (at) { /* an admit of this step */
-      put(f, at, idx, ver, out);
-      if (f->pdisk) atomic_fetch_add_explicit(&f->admits[at == f->pdisk], 1, memory_order_relaxed);
+      lade__plantier_put(&f->pt, at, idx, ver, out->data, out->len);
+      if (f->pt.disk) atomic_fetch_add_explicit(&f->pt.admits[at == f->pt.disk], 1, memory_order_relaxed);
     }
   }
-  if (admit) end_admit(f, idx);
+  if (admit) lade__plantier_end_admit(&f->pt, idx);
   if (claim && rc) lade__cache_release(claim, idx); /* a put ended it otherwise */
   return rc;
 }
@@ -499,7 +424,7 @@ int lade__fetch_read(lade__fetch_t *f, uint64_t idx, uint64_t q, int32_t route, 
   int ch = LADE__CHAIN_ANY;
   if (f->routed && route != LADE__ROUTE_ANY)
     ch = route == LADE_FROM_CACHE       ? LADE__CHAIN_OWN
-         : route == LADE__ROUTE_OWN_DISK ? (f->pdisk ? LADE__CHAIN_OWN_DISK : LADE__CHAIN_OWN)
+         : route == LADE__ROUTE_OWN_DISK ? (f->pt.disk ? LADE__CHAIN_OWN_DISK : LADE__CHAIN_OWN)
          : route == LADE_FROM_STORAGE    ? LADE__CHAIN_STORAGE
          : f->conf.node_plan && (uint32_t)route - f->conf.node_base < f->conf.node_ranks ? LADE__CHAIN_NODE
                                                                                          : LADE__CHAIN_PEER;
@@ -557,28 +482,13 @@ void lade__fetch_step_planned(lade__fetch_t *f, const lade__cursor_step_t *st) {
     fprintf(stderr, "lade: %s\n", lade_last_error());
     lade__clear_error();
   }
-  if (f->ptier)
-    for (uint32_t i = 0; i < st->nadmit; i++) {
-      uint64_t x = st->admit[i];
-      if (f->pdisk) atomic_store_explicit(&f->adm_tier[x], st->admit_tier[i], memory_order_relaxed);
-      atomic_store_explicit(&f->adm_q[x], st->q + 1, memory_order_relaxed);
-      atomic_store_explicit(&f->adm_pending[x], 1, memory_order_release);
-    }
-  if (f->pdisk)
-    for (uint32_t i = 0; i < st->nmove; i++) atomic_fetch_add_explicit(&f->mv_n[st->move[i]], 1, memory_order_release);
+  lade__plantier_planned(&f->pt, st);
   if (f->nu.on) {
     uint64_t e = f->p.steps ? st->q / f->p.steps : 0;
     lade__nextuse_ensure(&f->nu, e);
     lade__nextuse_ensure(&f->nu, e + 1);
   }
-  if (f->pf_on) {
-    /* before asking whether the prefetcher has its samples in flight: from
-     * now on it does not take them (it checks plan_hi under mu as it adds) */
-    pthread_mutex_lock(&f->mu);
-    if (st->q + 1 > f->plan_hi) f->plan_hi = st->q + 1;
-    if (++f->planned <= (uint64_t)f->conf.window) pthread_cond_broadcast(&f->cv_pf);
-    pthread_mutex_unlock(&f->mu);
-  }
+  lade__prefetch_planned(&f->pf, st->q);
   if (f->p.ops->plan_batch) { /* a local source that coalesces reads (hdf5); cached samples are not read */
     uint64_t keep[512];
     uint32_t k = 0;
@@ -592,14 +502,15 @@ void lade__fetch_step_planned(lade__fetch_t *f, const lade__cursor_step_t *st) {
 
 int lade__fetch_serve(void *ctx, uint64_t idx, uint64_t q, int nonblock, lade__buf_t *out) {
   lade__fetch_t *f = ctx;
-  lade__cache_t *t = f->ptier ? f->ptier : f->mem;
+  lade__plantier_t *pt = &f->pt;
+  lade__cache_t *t = pt->tier ? pt->tier : f->mem;
   uint64_t ver = t && t == f->disk ? lade__fetch_version(f, idx) : 0;
-  if (f->pdisk) { /* two tiers: where an earlier step's move put it, memory first */
-    if (nonblock && move_pending(f, idx, q)) return LADE__DIST_AGAIN;
-    wait_move(f, idx, q);
+  if (pt->disk) { /* two tiers: where an earlier step's move put it, memory first */
+    if (nonblock && lade__plantier_move_pending(pt, idx, q)) return LADE__DIST_AGAIN;
+    lade__plantier_wait_move(pt, idx, q);
     ver = lade__fetch_version(f, idx);
     if (lade__cache_get_ver(t, idx, ver, out) == 0) return 0;
-    if (lade__cache_get_ver(f->pdisk, idx, ver, out) == 0) {
+    if (lade__cache_get_ver(pt->disk, idx, ver, out) == 0) {
       atomic_fetch_add_explicit(&f->served_disk, 1, memory_order_relaxed);
       return 0;
     }
@@ -607,12 +518,11 @@ int lade__fetch_serve(void *ctx, uint64_t idx, uint64_t q, int nonblock, lade__b
     return 0;
   }
   /* admitted by a step whose read has not put it yet: ask again later */
-  if (nonblock && f->adm_pending && atomic_load_explicit(&f->adm_pending[idx], memory_order_acquire))
-    return LADE__DIST_AGAIN;
-  if (t && f->adm_pending && wait_admit(f, idx)) {
-    t = f->pdisk ? admit_tier(f, idx) : t;
+  if (nonblock && lade__plantier_pending(pt, idx)) return LADE__DIST_AGAIN;
+  if (t && lade__plantier_wait_admit(pt, idx)) {
+    t = pt->disk ? lade__plantier_admit_tier(pt, idx) : t;
     if (lade__cache_get_ver(t, idx, ver, out) == 0) {
-      if (t == f->pdisk) atomic_fetch_add_explicit(&f->served_disk, 1, memory_order_relaxed);
+      if (t == pt->disk) atomic_fetch_add_explicit(&f->served_disk, 1, memory_order_relaxed);
       return 0;
     }
   }
@@ -620,35 +530,6 @@ int lade__fetch_serve(void *ctx, uint64_t idx, uint64_t q, int nonblock, lade__b
    * resumed run): the peer still gets the right bytes, from storage */
   atomic_fetch_add_explicit(&f->served_storage, 1, memory_order_relaxed);
   return f->p.ops->read(f->p.src, idx, out);
-}
-
-/* Two tiers: step st's moves, after its evicts. A sample a later planned
- * step admits again is copied but kept where it was too: reads before that
- * admit find it in the moved-to tier, and the evict before the admit drops
- * the copy the admit's tier does not keep. A sample not in the tier it
- * leaves (a refused put, a fallback) is not moved; reads of it fall back. */
-static void do_moves(lade__fetch_t *f, const lade__cursor_step_t *st) {
-  lade__buf_t b = {0};
-  for (uint32_t i = 0; i < st->nmove; i++) {
-    uint64_t x = st->move[i];
-    bool up = st->move_to[i] == LADE_TIER_MEM;
-    lade__cache_t *to = up ? f->ptier : f->pdisk, *from = up ? f->pdisk : f->ptier;
-    uint64_t ver = lade__fetch_version(f, x);
-    pthread_mutex_lock(&f->plan_mu);
-    bool readmit = atomic_load_explicit(&f->adm_q[x], memory_order_relaxed) > st->q + 1;
-    if (lade__cache_get_ver(from, x, ver, &b) == 0) {
-      lade__cache_put_ver(to, x, ver, b.data, b.len);
-      if (!readmit) lade__cache_evict(from, x);
-      atomic_fetch_add_explicit(up ? &f->moves_up : &f->moves_down, 1, memory_order_relaxed);
-    }
-    lade__clear_error();
-    pthread_mutex_unlock(&f->plan_mu);
-    uint16_t n = atomic_load_explicit(&f->mv_n[x], memory_order_relaxed);
-    while (n && !atomic_compare_exchange_weak_explicit(&f->mv_n[x], &n, (uint16_t)(n - 1), memory_order_release,
-                                                       memory_order_relaxed)) {
-    } /* 0 after a seek cleared it */
-  }
-  lade__buf_free(&b);
 }
 
 /* A node-aware plan's node cache: this rank has read every sample of step
@@ -675,44 +556,15 @@ int lade__fetch_step_done(lade__fetch_t *f, const lade__cursor_step_t *st) {
     fprintf(stderr, "lade: %s\n", lade_last_error()); /* the receiver reports it too, naming this rank */
     lade__clear_error();
   }
-  if (!f->ptier) return 0;
+  if (!f->pt.tier) return 0;
   int rc = f->conf.node_plan ? node_step_done(f, st) : 0;
-  if (rc) return rc;
-  for (uint32_t i = 0; i < st->nevict; i++) {
-    uint64_t x = st->evict[i];
-    /* admitted by this step too (evicted, then admitted again: the kinds
-     * cancel an admit followed by an evict in one step) or by a later one:
-     * the admit wins (two tiers: the admit's tier keeps it, the other
-     * drops it) */
-    pthread_mutex_lock(&f->plan_mu);
-    bool readmit = atomic_load_explicit(&f->adm_q[x], memory_order_relaxed) >= st->q + 1;
-    if (!f->pdisk) {
-      if (!readmit) lade__cache_evict(f->ptier, x);
-    } else {
-      lade__cache_t *keep = readmit ? admit_tier(f, x) : NULL;
-      if (keep != f->ptier) lade__cache_evict(f->ptier, x);
-      if (keep != f->pdisk) lade__cache_evict(f->pdisk, x);
-    }
-    pthread_mutex_unlock(&f->plan_mu);
-  }
-  for (uint32_t i = 0; i < st->nadmit; i++) { /* admits whose read failed or was substituted */
-    uint64_t x = st->admit[i];
-    if (atomic_load_explicit(&f->adm_q[x], memory_order_relaxed) == st->q + 1 &&
-        atomic_load_explicit(&f->adm_pending[x], memory_order_acquire))
-      end_admit(f, x);
-  }
-  if (!f->pdisk) return 0;
-  if (st->nmove) do_moves(f, st);
-  atomic_store_explicit(&f->done_q, st->q + 1, memory_order_release); /* the reads waiting for it go on */
-  pthread_mutex_lock(&f->mu);
-  pthread_cond_broadcast(&f->cv_admit);
-  pthread_mutex_unlock(&f->mu);
-  return 0;
+  if (!rc) lade__plantier_done(&f->pt, st, version_of, f);
+  return rc;
 }
 
 bool lade__fetch_ready(lade__fetch_t *f, uint64_t idx) {
   if (lade__fetch_resident(f, idx)) return true;
-  if (lade__prefetch_inflight(f, idx)) return false;
+  if (lade__prefetch_inflight(&f->pf, idx)) return false;
   return f->p.ops->ready ? f->p.ops->ready(f->p.src, idx) : true;
 }
 
@@ -720,31 +572,17 @@ bool lade__fetch_ready(lade__fetch_t *f, uint64_t idx) {
 
 void lade__fetch_consumed(lade__fetch_t *f, uint64_t pos) {
   lade__nextuse_consumed(&f->nu, pos);
-  pthread_mutex_lock(&f->mu);
-  f->consumed = pos;
-  pthread_cond_broadcast(&f->cv_pf);
-  pthread_mutex_unlock(&f->mu);
+  lade__prefetch_consumed(&f->pf, pos);
   /* messages of delivered steps nobody read (a seek, a substitute) */
   if (f->p.dist && f->p.batch) lade__transport_forget_below(f->p.dist, pos / f->p.batch);
 }
 
 void lade__fetch_seek(lade__fetch_t *f, uint64_t pos) {
-  pthread_mutex_lock(&f->mu);
-  /* the admits of abandoned steps will not come: nobody waits for them */
-  if (f->adm_pending)
-    for (uint64_t i = 0; i < f->samples_n; i++) atomic_store_explicit(&f->adm_pending[i], 0, memory_order_relaxed);
-  if (f->conf.node_plan && f->mem) lade__shmcache_mark_step(f->mem, f->conf.node_local, f->p.batch ? pos / f->p.batch : 0);
-  if (f->mv_n) { /* the moves of abandoned steps will not be done */
-    for (uint64_t i = 0; i < f->samples_n; i++) atomic_store_explicit(&f->mv_n[i], 0, memory_order_relaxed);
-    atomic_store(&f->done_q, f->p.batch ? pos / f->p.batch : 0);
-  }
-  pthread_cond_broadcast(&f->cv_admit);
-  f->seek_gen++;
-  f->pf_pos = pos;
   uint64_t q = f->p.batch ? pos / f->p.batch : 0;
-  f->plan_hi = q;
+  if (f->conf.node_plan && f->mem) lade__shmcache_mark_step(f->mem, f->conf.node_local, q);
+  lade__plantier_seek(&f->pt, q); /* the admits and moves of abandoned steps will not come */
+  lade__prefetch_seek(&f->pf, pos, q);
   lade__readahead_seek(&f->ra, q);
-  pthread_mutex_unlock(&f->mu);
   lade__fetch_consumed(f, pos);
 }
 
@@ -757,18 +595,18 @@ void lade__fetch_stats(lade__fetch_t *f, lade__fetch_stats_t *out) {
     out->bytes[t] = atomic_load(&f->bytes[t]);
   }
   out->misses = atomic_load(&f->misses);
-  out->prefetched = atomic_load(&f->prefetched);
-  out->prefetch_errors = atomic_load(&f->pf_errors);
-  out->waited_prefetch = atomic_load(&f->waited);
+  out->prefetched = atomic_load(&f->pf.prefetched);
+  out->prefetch_errors = atomic_load(&f->pf.errors);
+  out->waited_prefetch = atomic_load(&f->pf.waited);
   out->plan_hits = atomic_load(&f->plan_hits);
   out->plan_fallbacks = atomic_load(&f->plan_fallbacks);
   out->plan_peer = atomic_load(&f->plan_peer);
   out->served_from_storage = atomic_load(&f->served_storage);
   out->served_from_disk = atomic_load(&f->served_disk);
-  out->admits[0] = atomic_load(&f->admits[0]);
-  out->admits[1] = atomic_load(&f->admits[1]);
-  out->moves_up = atomic_load(&f->moves_up);
-  out->moves_down = atomic_load(&f->moves_down);
+  out->admits[0] = atomic_load(&f->pt.admits[0]);
+  out->admits[1] = atomic_load(&f->pt.admits[1]);
+  out->moves_up = atomic_load(&f->pt.moves_up);
+  out->moves_down = atomic_load(&f->pt.moves_down);
   if (f->p.dist) lade__transport_stats(f->p.dist, &out->dist);
   if (f->disk) {
     lade__cache_stats_t cs;

@@ -1,9 +1,10 @@
 /*
- * fetch_impl.h - the fetch stage's state, shared by its files (fetch.c: open,
- * chains of tiers, plan hooks, stats; nextuse.c: clairvoyant next-use maps;
- * readahead.c: remote requests ahead of the workers; prefetch.c: the DELI
- * prefetcher). Nothing outside src/engine/fetch*.c, nextuse.c, readahead.c
- * and prefetch.c includes it. The locks are described in fetch.c.
+ * fetch_impl.h - the fetch stage's own state (fetch.c: open, chains of
+ * tiers, reads, plan hooks, stats), which composes four pieces, each owning
+ * its struct and lock and taking only its params and callbacks, never this
+ * struct: the next-use maps (nextuse.h), the remote read-ahead
+ * (readahead.h), DELI's prefetcher (prefetch.h) and the tier a routed plan
+ * drives (plantier.h). Only fetch.c includes it.
  */
 #ifndef LADE__FETCH_IMPL_H
 #define LADE__FETCH_IMPL_H
@@ -14,15 +15,9 @@
 #include "cache/cache.h"
 #include "engine/fetch.h"
 #include "engine/nextuse.h"
+#include "engine/plantier.h"
+#include "engine/prefetch.h"
 #include "engine/readahead.h"
-
-/* A small multiset of sample indices (open addressing, backward-shift
- * deletion): the prefetcher's requests in flight. */
-typedef struct lade__idxset {
-  uint64_t *key;
-  uint32_t *count;
-  size_t cap, n; /* cap: power of two */
-} lade__idxset_t;
 
 /* One hop of a chain: where a read looks, and what it does with bytes that
  * a later hop found. */
@@ -76,50 +71,26 @@ struct lade__fetch {
   bool remote;             /* the source has submit() */
   lade__chain_t chain[LADE__CHAIN_COUNT];
 
-  pthread_mutex_t mu;
-  pthread_cond_t cv_pf;       /* the prefetcher waits here */
-  pthread_cond_t cv_inflight; /* readers wait for the prefetcher's request of their sample */
-  uint64_t consumed;          /* the consumer took every position below this */
-  uint64_t planned;           /* batches the engine planned (submitted) since open */
-  uint64_t seek_gen;
-  bool stop;
-  bool pf_on, pf_started;
-  pthread_t pf_thread;
-  uint64_t pf_pos; /* the prefetcher fetched every position below this (that it is responsible for) */
-  lade__idxset_t inflight;
+  /* the pieces: each owns its struct and lock (their headers) */
+  bool pf_on;         /* DELI's prefetcher fills the disk tier (conf.prefetcher with a disk tier) */
+  lade__prefetch_t pf;
+  lade__nextuse_t nu; /* clairvoyant next-use maps: the tiers' next_use context */
   /* remote read-ahead (readahead.h; its own lock): the samples of steps up
    * to conf.ra_steps past the one being planned are requested as soon as it
    * is planned (non-routed plans without the prefetcher); with the
    * prefetcher, conf.ra_samples bounds its submitted-but-unread samples
    * instead; plan=shards reads the shard stream in its order */
   lade__readahead_t ra;
-  uint64_t plan_hi; /* 1 + the latest step the engine planned (under mu): the prefetcher leaves those to it */
 
-  lade__nextuse_t nu; /* clairvoyant next-use maps (nextuse.h): its own lock, the tiers' next_use context */
-
-  /* routed plans: the plan's tier follows the plan */
+  /* routed plans: the plan's tier follows the plan (plantier.h: its tables and locks) */
   bool routed;
-  _Atomic uint64_t *adm_q;      /* q + 1 of the latest planned step admitting each sample (0: none) */
-  _Atomic uint8_t *adm_pending; /* 1 while that admit has not been put */
-  pthread_cond_t cv_admit;      /* with mu: a pending admit ended */
-  pthread_mutex_t plan_mu;      /* orders an evict's adm_q check and its evict against an admit's put */
-  lade__cache_t *ptier;         /* the tier the plan drives: mem, else disk (NULL: no cache) */
-  /* two tiers (conf.two_tiers): ptier is memory, pdisk the disk tier; each
-   * admit's tier, and the moves between them: mv_n counts a sample's moves
-   * planned and not done yet; done_q is q + 1 of the last step whose
-   * lade__fetch_step_done ended (steps end in order). A read of step q of a
-   * sample with moves pending waits (cv_admit) until done_q >= q: every move
-   * of an earlier step is then done, and none of step q or later is waited
-   * for (that could wait for the read itself) */
-  lade__cache_t *pdisk;
-  _Atomic uint8_t *adm_tier;
-  _Atomic uint16_t *mv_n;
-  _Atomic uint64_t done_q;
+  lade__plantier_t pt;
+  atomic_bool stop; /* the stage is closing: a node handoff's poll ends */
 
   _Atomic uint64_t samples[LADE__TIER_COUNT], bytes[LADE__TIER_COUNT];
-  _Atomic uint64_t misses, prefetched, pf_errors, waited;
+  _Atomic uint64_t misses;
   _Atomic uint64_t plan_hits, plan_fallbacks, plan_peer, served_storage;
-  _Atomic uint64_t served_disk, admits[2], moves_up, moves_down;
+  _Atomic uint64_t served_disk;
   /* a node-aware plan's node cache (conf.node_plan): the step's sends less those to the node's ranks (the
    * planning worker's; one at a time) */
   uint64_t *send_idx;
@@ -130,11 +101,5 @@ struct lade__fetch {
 /* fetch.c */
 bool lade__fetch_resident(lade__fetch_t *f, uint64_t idx);
 uint64_t lade__fetch_version(lade__fetch_t *f, uint64_t idx);
-
-/* prefetch.c */
-int lade__prefetch_start(lade__fetch_t *f);
-void lade__prefetch_join(lade__fetch_t *f);
-bool lade__prefetch_inflight(lade__fetch_t *f, uint64_t idx);
-bool lade__prefetch_wait(lade__fetch_t *f, uint64_t idx); /* true when it waited */
 
 #endif

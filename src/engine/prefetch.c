@@ -18,16 +18,16 @@
  * sample the prefetcher has in flight waits for it instead of sending a
  * second request (lade__prefetch_wait).
  *
- * Lock: the fetch stage's mu guards the positions, the in-flight set and
- * the flags; it is never held while calling a cache tier or the source.
+ * Lock: the piece's own `mu` (prefetch.h) guards the positions, the
+ * in-flight set and the flags; it is never held while calling a cache tier,
+ * the source, the cursor or the fetch stage's callback.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/core.h"
-#include "engine/fetch_impl.h"
-
+#include "engine/prefetch.h"
 
 static int idxset_init(lade__idxset_t *s, size_t want) {
   size_t cap = 64;
@@ -80,101 +80,132 @@ static void idxset_del(lade__idxset_t *s, uint64_t k) {
   }
 }
 
-bool lade__prefetch_inflight(lade__fetch_t *f, uint64_t idx) {
-  if (!f->pf_on) return false;
-  pthread_mutex_lock(&f->mu);
-  bool r = idxset_has(&f->inflight, idx);
-  pthread_mutex_unlock(&f->mu);
+bool lade__prefetch_inflight(lade__prefetch_t *pf, uint64_t idx) {
+  if (!pf->on) return false;
+  pthread_mutex_lock(&pf->mu);
+  bool r = idxset_has(&pf->inflight, idx);
+  pthread_mutex_unlock(&pf->mu);
   return r;
 }
 
-bool lade__prefetch_wait(lade__fetch_t *f, uint64_t idx) {
+bool lade__prefetch_wait(lade__prefetch_t *pf, uint64_t idx) {
+  if (!pf->on) return false;
   bool waited = false;
-  pthread_mutex_lock(&f->mu);
-  while (!f->stop && idxset_has(&f->inflight, idx)) {
+  pthread_mutex_lock(&pf->mu);
+  while (!pf->stop && idxset_has(&pf->inflight, idx)) {
     waited = true;
-    pthread_cond_wait(&f->cv_inflight, &f->mu);
+    pthread_cond_wait(&pf->cv_inflight, &pf->mu);
   }
-  pthread_mutex_unlock(&f->mu);
-  if (waited) atomic_fetch_add_explicit(&f->waited, 1, memory_order_relaxed);
+  pthread_mutex_unlock(&pf->mu);
+  if (waited) atomic_fetch_add_explicit(&pf->waited, 1, memory_order_relaxed);
   return waited;
 }
 
+void lade__prefetch_planned(lade__prefetch_t *pf, uint64_t q) {
+  if (!pf->on) return;
+  /* before the fetch stage asks whether the thread has the step's samples in
+   * flight: from now on it does not take them (it checks plan_hi as it adds) */
+  pthread_mutex_lock(&pf->mu);
+  if (q + 1 > pf->plan_hi) pf->plan_hi = q + 1;
+  if (++pf->planned <= pf->p.window) pthread_cond_broadcast(&pf->cv_work);
+  pthread_mutex_unlock(&pf->mu);
+}
+
+void lade__prefetch_consumed(lade__prefetch_t *pf, uint64_t pos) {
+  if (!pf->on) return;
+  pthread_mutex_lock(&pf->mu);
+  pf->consumed = pos;
+  pthread_cond_broadcast(&pf->cv_work);
+  pthread_mutex_unlock(&pf->mu);
+}
+
+void lade__prefetch_seek(lade__prefetch_t *pf, uint64_t pos, uint64_t q) {
+  if (!pf->on) return;
+  pthread_mutex_lock(&pf->mu);
+  pf->seek_gen++;
+  pf->pos = pos;
+  pf->plan_hi = q;
+  pf->consumed = pos;
+  pthread_cond_broadcast(&pf->cv_work);
+  pthread_mutex_unlock(&pf->mu);
+}
+
 static void *prefetch_main(void *arg) {
-  lade__fetch_t *f = arg;
-  uint64_t B = f->p.batch;
+  lade__prefetch_t *pf = arg;
+  const lade__prefetch_params_t *p = &pf->p;
+  uint64_t B = p->batch;
   /* pending: the samples submitted and not yet read, in plan order (a ring
    * of up to two windows, so the next window is in flight while the last
    * one is still arriving and the source never runs dry between windows) */
-  size_t cap = (size_t)f->conf.fetch_size * 2, head = 0, n = 0;
+  size_t cap = (size_t)p->fetch_size * 2, head = 0, n = 0;
   /* of the ring's first entries, nsub are submitted: at most ra_samples
    * unread at once (a whole window in one submit overflowed the remote
    * source's table of unread results, which then dropped the very samples
    * needed next, and made the first sample wait for the whole window) */
-  size_t nsub = 0, chunk = f->conf.ra_samples ? (size_t)LADE__MAX(f->conf.ra_samples / 2, 1) : cap;
+  size_t nsub = 0, chunk = p->ra_samples ? (size_t)LADE__MAX(p->ra_samples / 2, 1) : cap;
   uint64_t *batch = malloc(B * sizeof *batch);
-  uint64_t *want = malloc(LADE__MAX(f->conf.fetch_size, (uint64_t)LADE__MIN(chunk, cap)) * sizeof *want);
+  uint64_t *want = malloc(LADE__MAX(p->fetch_size, (uint64_t)LADE__MIN(chunk, cap)) * sizeof *want);
   uint64_t *ring = malloc(cap * sizeof *ring);
   lade__buf_t buf = {0};
   if (!batch || !want || !ring) {
     /* without its memory the prefetcher does nothing; reads still work */
-    atomic_fetch_add_explicit(&f->pf_errors, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pf->errors, 1, memory_order_relaxed);
     free(batch);
     free(want);
     free(ring);
     return NULL;
   }
   /* the engine fetches its own window (prefetch + 1 batches) itself */
-  uint64_t window = (uint64_t)(f->conf.window) * B;
-  uint64_t first = LADE__MIN((uint64_t)f->conf.window, f->p.steps * f->conf.epochs);
-  pthread_mutex_lock(&f->mu);
-  uint64_t gen = f->seek_gen;
+  uint64_t window = p->window * B;
+  uint64_t first = LADE__MIN(p->window, p->steps * p->epochs);
+  pthread_mutex_lock(&pf->mu);
+  uint64_t gen = pf->seek_gen;
   for (;;) {
-    if (f->stop) break;
+    if (pf->stop) break;
     /* start once the engine's first window is submitted: a remote source
      * starts requests in submission order, so speculative ones sent before
      * would hold every connection while the first batch waits */
-    if (f->planned < first && f->consumed == 0) {
-      pthread_cond_wait(&f->cv_pf, &f->mu);
+    if (pf->planned < first && pf->consumed == 0) {
+      pthread_cond_wait(&pf->cv_work, &pf->mu);
       continue;
     }
-    if (f->seek_gen != gen) { /* a seek: what is pending belongs to the old position */
-      for (; n; n--, head = (head + 1) % cap) idxset_del(&f->inflight, ring[head]);
+    if (pf->seek_gen != gen) { /* a seek: what is pending belongs to the old position */
+      for (; n; n--, head = (head + 1) % cap) idxset_del(&pf->inflight, ring[head]);
       head = 0;
       nsub = 0;
-      gen = f->seek_gen;
-      pthread_cond_broadcast(&f->cv_inflight);
+      gen = pf->seek_gen;
+      pthread_cond_broadcast(&pf->cv_inflight);
     }
-    uint64_t lo = f->consumed + window;
-    if (f->pf_pos < lo) f->pf_pos = lo; /* the consumer overtook us: skip ahead */
-    if (f->pf_pos < f->total && f->pf_pos - f->consumed <= f->conf.threshold + window && n + f->conf.fetch_size <= cap) {
+    uint64_t lo = pf->consumed + window;
+    if (pf->pos < lo) pf->pos = lo; /* the consumer overtook us: skip ahead */
+    if (pf->pos < pf->total && pf->pos - pf->consumed <= p->threshold + window && n + p->fetch_size <= cap) {
       /* DELI's trigger: the samples fetched (or in flight) ahead of the
        * consumer fell to the threshold: fetch the next fetch_size */
-      uint64_t start = f->pf_pos, end = LADE__MIN(start + f->conf.fetch_size, f->total);
-      f->pf_pos = end;
-      pthread_mutex_unlock(&f->mu);
+      uint64_t start = pf->pos, end = LADE__MIN(start + p->fetch_size, pf->total);
+      pf->pos = end;
+      pthread_mutex_unlock(&pf->mu);
       /* the window's samples in plan order, minus those cached or repeated */
       size_t k = 0;
       for (uint64_t q = start / B; q * B < end; q++) {
         uint32_t cnt, valid;
-        if (lade__cursor_order(f->p.cursor, q, batch, &cnt, &valid) != 0) break;
+        if (lade__cursor_order(p->cursor, q, batch, &cnt, &valid) != 0) break;
         for (uint64_t i = 0; i < cnt; i++) {
           uint64_t pos = q * B + i;
-          if (pos < start || pos >= end || lade__cache_contains(f->disk, batch[i])) continue;
-          pthread_mutex_lock(&f->mu);
+          if (pos < start || pos >= end || lade__cache_contains(p->disk, batch[i])) continue;
+          pthread_mutex_lock(&pf->mu);
           /* a step the engine planned meanwhile is the engine's to fetch */
-          bool added = q >= f->plan_hi && idxset_add(&f->inflight, batch[i]);
-          pthread_mutex_unlock(&f->mu);
+          bool added = q >= pf->plan_hi && idxset_add(&pf->inflight, batch[i]);
+          pthread_mutex_unlock(&pf->mu);
           if (added) want[k++] = batch[i];
         }
       }
       for (size_t j = 0; j < k; j++) ring[(head + n + j) % cap] = want[j];
-      pthread_mutex_lock(&f->mu);
+      pthread_mutex_lock(&pf->mu);
       n += k;
       continue;
     }
     if (n == 0) {
-      pthread_cond_wait(&f->cv_pf, &f->mu);
+      pthread_cond_wait(&pf->cv_work, &pf->mu);
       continue;
     }
     if (nsub < n && nsub <= chunk) {
@@ -184,35 +215,35 @@ static void *prefetch_main(void *arg) {
       size_t k = LADE__MIN(chunk, n - nsub);
       for (size_t j = 0; j < k; j++) want[j] = ring[(head + nsub + j) % cap];
       nsub += k;
-      pthread_mutex_unlock(&f->mu);
-      if (f->p.ops->submit) f->p.ops->submit(f->p.src, want, k, 1);
-      pthread_mutex_lock(&f->mu);
+      pthread_mutex_unlock(&pf->mu);
+      if (p->ops->submit) p->ops->submit(p->src, want, k, 1);
+      pthread_mutex_lock(&pf->mu);
       continue;
     }
     uint64_t idx = ring[head];
-    pthread_mutex_unlock(&f->mu);
-    uint64_t ver = lade__fetch_version(f, idx);
-    if (f->p.ops->read(f->p.src, idx, &buf) == 0) {
-      if (ver != LADE__VERSION_UNKNOWN) lade__cache_put_ver(f->disk, idx, ver, buf.data, buf.len);
-      atomic_fetch_add_explicit(&f->prefetched, 1, memory_order_relaxed);
+    pthread_mutex_unlock(&pf->mu);
+    uint64_t ver = p->version(p->ctx, idx);
+    if (p->ops->read(p->src, idx, &buf) == 0) {
+      if (ver != LADE__VERSION_UNKNOWN) lade__cache_put_ver(p->disk, idx, ver, buf.data, buf.len);
+      atomic_fetch_add_explicit(&pf->prefetched, 1, memory_order_relaxed);
     } else {
-      atomic_fetch_add_explicit(&f->pf_errors, 1, memory_order_relaxed); /* the worker's own read reports it */
+      atomic_fetch_add_explicit(&pf->errors, 1, memory_order_relaxed); /* the worker's own read reports it */
     }
-    pthread_mutex_lock(&f->mu);
-    if (f->seek_gen == gen) { /* else the seek branch above drops the ring, this one included */
-      idxset_del(&f->inflight, idx);
+    pthread_mutex_lock(&pf->mu);
+    if (pf->seek_gen == gen) { /* else the seek branch above drops the ring, this one included */
+      idxset_del(&pf->inflight, idx);
       head = (head + 1) % cap;
       n--;
       nsub--;
     }
-    pthread_cond_broadcast(&f->cv_inflight);
-    pthread_mutex_unlock(&f->mu);
-    if (f->p.src->on_ready) f->p.src->on_ready(f->p.src->on_ready_ctx);
-    pthread_mutex_lock(&f->mu);
+    pthread_cond_broadcast(&pf->cv_inflight);
+    pthread_mutex_unlock(&pf->mu);
+    if (p->src->on_ready) p->src->on_ready(p->src->on_ready_ctx);
+    pthread_mutex_lock(&pf->mu);
   }
-  for (; n; n--, head = (head + 1) % cap) idxset_del(&f->inflight, ring[head]);
-  pthread_cond_broadcast(&f->cv_inflight);
-  pthread_mutex_unlock(&f->mu);
+  for (; n; n--, head = (head + 1) % cap) idxset_del(&pf->inflight, ring[head]);
+  pthread_cond_broadcast(&pf->cv_inflight);
+  pthread_mutex_unlock(&pf->mu);
   lade__buf_free(&buf);
   free(batch);
   free(want);
@@ -221,17 +252,44 @@ static void *prefetch_main(void *arg) {
 }
 
 
-int lade__prefetch_start(lade__fetch_t *f) {
-  if (!f->pf_on) return 0;
-  if (idxset_init(&f->inflight, 2 * f->conf.fetch_size) != 0) return lade__fail(LADE_ENOMEM, "prefetcher: out of memory");
-  if (pthread_create(&f->pf_thread, NULL, prefetch_main, f) != 0)
-    return lade__fail(LADE_ETHREAD, "cannot start the prefetcher thread: %s", strerror(errno));
-  f->pf_started = true;
+int lade__prefetch_start(lade__prefetch_t *pf, const lade__prefetch_params_t *p) {
+  *pf = (lade__prefetch_t){.p = *p, .total = p->steps * p->batch * p->epochs};
+  if (idxset_init(&pf->inflight, 2 * p->fetch_size) != 0) {
+    idxset_free(&pf->inflight);
+    return lade__fail(LADE_ENOMEM, "prefetcher: out of memory");
+  }
+  pthread_mutex_init(&pf->mu, NULL);
+  pthread_cond_init(&pf->cv_work, NULL);
+  pthread_cond_init(&pf->cv_inflight, NULL);
+  if (pthread_create(&pf->thread, NULL, prefetch_main, pf) != 0) {
+    int e = errno;
+    pthread_mutex_destroy(&pf->mu);
+    pthread_cond_destroy(&pf->cv_work);
+    pthread_cond_destroy(&pf->cv_inflight);
+    idxset_free(&pf->inflight);
+    *pf = (lade__prefetch_t){0};
+    return lade__fail(LADE_ETHREAD, "cannot start the prefetcher thread: %s", strerror(e));
+  }
+  pf->on = true;
   return 0;
 }
 
-/* After stop was set and broadcast. */
-void lade__prefetch_join(lade__fetch_t *f) {
-  if (f->pf_started) pthread_join(f->pf_thread, NULL);
-  idxset_free(&f->inflight);
+void lade__prefetch_quiesce(lade__prefetch_t *pf) {
+  if (!pf->on) return;
+  pthread_mutex_lock(&pf->mu);
+  pf->stop = true;
+  pthread_cond_broadcast(&pf->cv_work);
+  pthread_cond_broadcast(&pf->cv_inflight);
+  pthread_mutex_unlock(&pf->mu);
+}
+
+void lade__prefetch_close(lade__prefetch_t *pf) {
+  if (!pf->on) return;
+  lade__prefetch_quiesce(pf);
+  pthread_join(pf->thread, NULL);
+  idxset_free(&pf->inflight);
+  pthread_mutex_destroy(&pf->mu);
+  pthread_cond_destroy(&pf->cv_work);
+  pthread_cond_destroy(&pf->cv_inflight);
+  *pf = (lade__prefetch_t){0};
 }

@@ -1,0 +1,82 @@
+/*
+ * prefetch.h - DELI's prefetcher, a piece the fetch stage composes
+ * (fetch.c): a thread that fetches this learner's future samples into the
+ * disk tier ahead of the consumer (prefetch.c says how and why). The piece
+ * owns its struct, its thread and its lock; of the fetch stage it knows one
+ * callback, `version`, and the fetch stage tells it what the engine does
+ * (planned, consumed, seek, quiesce).
+ */
+#ifndef LADE__PREFETCH_H
+#define LADE__PREFETCH_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cache/cache.h"
+#include "cursor/cursor.h"
+#include "source/source.h"
+
+/* A small multiset of sample indices (open addressing, backward-shift
+ * deletion): the prefetcher's requests in flight. */
+typedef struct lade__idxset {
+  uint64_t *key;
+  uint32_t *count;
+  size_t cap, n; /* cap: power of two */
+} lade__idxset_t;
+
+typedef struct lade__prefetch_params {
+  lade__source_t *src; /* borrowed, as the fetch stage's */
+  const lade__source_ops_t *ops;
+  lade__cursor_t *cursor;
+  lade__cache_t *disk;   /* the tier it fills (borrowed) */
+  uint64_t batch, steps, epochs;
+  uint64_t window;       /* the engine's window of batches: the engine fetches those itself */
+  uint64_t fetch_size, threshold; /* DELI's: samples per fetch, and the trigger */
+  uint64_t ra_samples;   /* at most this many submitted and unread at once (0: a window) */
+  /* the version a sample's disk entry is put with (LADE__VERSION_UNKNOWN: not put) */
+  uint64_t (*version)(void *ctx, uint64_t idx);
+  void *ctx;
+} lade__prefetch_params_t;
+
+typedef struct lade__prefetch {
+  lade__prefetch_params_t p;
+  bool on;       /* started: the calls below do nothing otherwise */
+  pthread_t thread;
+  uint64_t total; /* positions in the run */
+  /* `mu` guards what follows; it is never held while calling a cache tier,
+   * the source, the cursor or the callback, and nothing else is locked
+   * under it */
+  pthread_mutex_t mu;
+  pthread_cond_t cv_work;     /* the thread waits here */
+  pthread_cond_t cv_inflight; /* readers wait for its request of their sample */
+  bool stop;
+  uint64_t consumed; /* the consumer took every position below this */
+  uint64_t planned;  /* steps the engine planned since open */
+  uint64_t plan_hi;  /* 1 + the latest step the engine planned: the thread leaves those to it */
+  uint64_t seek_gen;
+  uint64_t pos;      /* it fetched every position below this (that it is responsible for) */
+  lade__idxset_t inflight;
+  _Atomic uint64_t prefetched, errors, waited; /* counters: stats */
+} lade__prefetch_t;
+
+/* Starts the thread. Returns 0 or a negative code (no memory, no thread);
+ * lade__prefetch_close() either way. */
+int lade__prefetch_start(lade__prefetch_t *pf, const lade__prefetch_params_t *p);
+/* Stops waits and the thread's work at once (a closing loader). */
+void lade__prefetch_quiesce(lade__prefetch_t *pf);
+/* Quiesces, joins the thread, frees. On a zeroed struct: nothing. */
+void lade__prefetch_close(lade__prefetch_t *pf);
+/* Whether sample idx is in flight (the thread will put it). */
+bool lade__prefetch_inflight(lade__prefetch_t *pf, uint64_t idx);
+/* Waits while sample idx is in flight; true when it waited. */
+bool lade__prefetch_wait(lade__prefetch_t *pf, uint64_t idx);
+/* The engine planned step q: its samples are the engine's to fetch. */
+void lade__prefetch_planned(lade__prefetch_t *pf, uint64_t q);
+/* The consumer took every position below pos. */
+void lade__prefetch_consumed(lade__prefetch_t *pf, uint64_t pos);
+/* The engine moved to position pos (step q): what is pending belongs to the old position. */
+void lade__prefetch_seek(lade__prefetch_t *pf, uint64_t pos, uint64_t q);
+
+#endif
