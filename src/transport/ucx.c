@@ -14,16 +14,24 @@
  * (the Python module gathers them over torch.distributed) or, at the first
  * loader's open, through a rendezvous folder: each rank writes
  * lade-<job>.<rank> atomically (a temporary file renamed) and reads the
- * others', bounded by timeout_ms. An endpoint to every peer is created then,
- * with peer error handling, so a peer that dies fails its endpoint. The host
- * names give the nodes (node_leads).
+ * others', bounded by timeout_ms; what is not a whole address file of a
+ * live writer there (garbage, half-written, a FIFO, one a killed rank left)
+ * is waited on, the owner's rename replacing it. An endpoint to every peer
+ * is created then, with peer error handling, so a peer that dies fails its
+ * endpoint. The host names give the nodes (node_leads).
  *
  * Each loader is a channel: the nth loader with this transport in a process
  * is channel n on every rank (loaders are opened in the same order on every
  * rank, as MPI's collective communicator duplication requires too). Messages
- * are tagged [channel 24 bits | type 8 | sender rank 32], so a channel probes
- * only its own; a message for a channel this rank has not opened yet waits
- * in UCX's unexpected queue. Opening sends the settings check to every peer
+ * are tagged [channel 24 bits | type 8 | sender rank 32]; the thread takes
+ * every message off UCX's queue (recv_any) and hands it to its channel,
+ * keeps one for a channel this rank has yet to open, and drops one for a
+ * closed channel (left in UCX, a large one would hold its sender's close
+ * until the timeout). An open that fails tells every peer (ABORT) which
+ * ranks it missed; one of those ranks that opens that channel later takes
+ * the next number, as its peers' next loader did (its own loader before
+ * failed before it opened the transport, so its count fell behind theirs),
+ * and the numbers agree again. Opening sends the settings check to every peer
  * and waits (bounded) for every peer's (the allgather mpi.c makes). DATA,
  * GRANT (backpressure) and DONE (close) are mpi.c's messages, with the same
  * header, checksum, window and bounds (the bookkeeping both share:
@@ -41,6 +49,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,9 +66,8 @@
 #define MSG_MAGIC LADE__PUSHQ_MAGIC
 #define CHAN_SHIFT 40
 #define TYPE_SHIFT 32
-#define CHAN_MASK (0xffffffull << CHAN_SHIFT)
 #define MAX_CHECKS 62
-enum { T_DATA = 1, T_DONE, T_GRANT, T_CHECK, T_GATHER };
+enum { T_DATA = 1, T_DONE, T_GRANT, T_CHECK, T_GATHER, T_ABORT };
 enum { OPENING = LADE__PUSHQ_OPENING, OPEN = LADE__PUSHQ_OPEN, CLOSING = LADE__PUSHQ_CLOSING,
        CLOSED = LADE__PUSHQ_CLOSED };
 
@@ -122,6 +130,8 @@ typedef struct chan {
   size_t nsends, sends_cap, nrecvs, recvs_cap;
   double opened_at;
   bool checks_sent;
+  bool skip;      /* a peer gave up opening this channel waiting for this rank: take the next number */
+  uint32_t skips; /* how many times */
   lade__buf_t sbuf;
 } chan_t;
 
@@ -142,6 +152,8 @@ static struct {
   pthread_t thread;
   chan_t *chans;
   uint32_t next_chan;
+  pending_t *stray, *outs; /* receives for no open channel (recv_any); sends of no channel (aborts) */
+  size_t nstray, stray_cap, nouts, outs_cap;
   char rdv_file[4096]; /* this rank's rendezvous file, removed at exit */
 } g = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
@@ -425,60 +437,125 @@ static int make_dirs(const char *dir) {
   return mkdir(p, 0777) != 0 && errno != EEXIST ? -1 : 0;
 }
 
+/* This process, as the rendezvous file names its writer: "pid:boot_id:pid
+ * namespace", so a reader on the same machine and in the same namespace can
+ * tell a file left by a killed process (kill(pid, 0) fails) from a live one. */
+static void proc_id(char *out, size_t cap) {
+  char boot[64] = "-";
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (f && fscanf(f, "%36[0-9a-f-]", boot) != 1) snprintf(boot, sizeof boot, "-");
+  if (f) fclose(f);
+  struct stat st = {0};
+  stat("/proc/self/ns/pid", &st);
+  snprintf(out, cap, "%ld:%s:%llu", (long)getpid(), boot, (unsigned long long)st.st_ino);
+}
+
+/* Reads rank r's address file at path, "lade-ucx 1 WORLD HEX@HOST [ID]\n".
+ * Returns 1 with addr[r] filled (malloc'd); 0 when it is not there, or not
+ * usable (yet), with why saying what is wrong for the error at the timeout:
+ * not a regular file (a FIFO would block the open), unreadable, oversized,
+ * half-written (no end of line), garbage, or left by a process of this
+ * machine that has exited; the owner's rename replaces any of these. Else
+ * fails: a folder at that name (nothing replaces it) or another world size. */
+static int rdv_read(const char *path, uint32_t rank, uint32_t r, uint32_t world, char **addr, char *why, size_t cap) {
+  enum { MAX = 65536 };
+  char txt[48] = "", me[128], theirs[128], boot[64] = "";
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) != 0) {
+    if (errno != ENOENT) snprintf(why, cap, "%s cannot be read: %s", path, strerror(errno));
+    if (fd >= 0) close(fd);
+    return 0;
+  }
+  char *buf = S_ISREG(st.st_mode) ? malloc(MAX) : NULL;
+  ssize_t n = 0, k = 1;
+  while (buf && n < MAX - 1 && (k = read(fd, buf + n, MAX - 1 - (size_t)n)) > 0) n += k;
+  close(fd);
+  if (S_ISDIR(st.st_mode))
+    return lade__fail(LADE_EINVAL, "transport ucx: rank %u: rendezvous: %s, the address file of rank %u, is a "
+                      "directory: remove it", rank, path, r);
+  if (!buf || k < 0 || n >= MAX - 1) {
+    snprintf(why, cap, "%s is %s", path, !S_ISREG(st.st_mode) ? "not a regular file" : !buf ? "not read (out of "
+             "memory)" : k < 0 ? "unreadable" : "too large for an address file");
+    free(buf);
+    return 0;
+  }
+  buf[n] = 0;
+  for (size_t i = 0; i < sizeof txt - 1 && i < (size_t)n; i++) txt[i] = buf[i] >= ' ' && buf[i] < 127 ? buf[i] : '?';
+  unsigned ver = 0, w = 0;
+  int a0 = 0, a1 = 0, h0 = 0, h1 = 0, end = 0;
+  long pid = 0;
+  unsigned long long ns = 0;
+  bool line = n && buf[n - 1] == '\n'; /* a file half-written by something else lacks its end */
+  if (sscanf(buf, "lade-ucx %u %u %n%*[0-9a-f]%n@%n%*[^ \n]%n", &ver, &w, &a0, &a1, &h0, &h1) == 2 && ver == 1 &&
+      w != world && a0 && line) {
+    free(buf);
+    return lade__fail(LADE_EINVAL, "transport ucx: rendezvous: rank %u runs a world of %u ranks (%s), this rank "
+                      "(%u) one of %u (setting 'world_size')", r, w, path, rank, world);
+  }
+  if (h1 && buf[h1] == ' ') sscanf(buf + h1, " %ld:%63[0-9a-f-]:%llu%n", &pid, boot, &ns, &end);
+  end += h1;
+  if (!h1 || ver != 1 || w != world || (a1 - a0) % 2 || h1 == h0 || buf[end] != '\n' || buf[end + 1]) {
+    snprintf(why, cap, "%s is %s ('%s')", path, line ? "not a lade address file" : "incomplete (no end of line)", txt);
+    free(buf);
+    return 0;
+  }
+  /* a file of a process of this machine (boot id) and pid namespace that has exited: left by a killed rank */
+  proc_id(me, sizeof me);
+  snprintf(theirs, sizeof theirs, "%s:%llu", boot, ns);
+  if (pid > 0 && strlen(boot) == 36 && !strcmp(strchr(me, ':') + 1, theirs) && kill((pid_t)pid, 0) != 0 &&
+      errno == ESRCH) {
+    snprintf(why, cap, "%s was left by process %ld of this machine, which has exited (killed before it could remove "
+             "it)", path, pid);
+    free(buf);
+    return 0;
+  }
+  addr[r] = strndup(buf + a0, (size_t)(h1 - a0));
+  free(buf);
+  return addr[r] ? 1 : lade__fail(LADE_ENOMEM, "transport ucx: out of memory");
+}
+
 /* Exchanges the addresses through a folder every rank can reach: writes
  * this rank's (temporary file, renamed), reads the others', bounded. Fills
  * addr[r] (malloc'd). Called without g.mu. */
 static int rendezvous(const char *dir, const char *job_id, uint32_t rank, uint32_t world, uint32_t timeout_ms,
                       const char *mine, char **addr) {
-  char job[256], path[4096], tmp[4200];
+  char job[256], path[4096], tmp[4200], id[128], why[4400] = "";
   int rc = job_name(job_id, job, sizeof job);
   if (rc) return rc;
   if (make_dirs(dir) != 0)
     return lade__fail(LADE_EIO, "transport ucx: rendezvous_dir %s: %s", dir, strerror(errno));
   snprintf(path, sizeof path, "%s/lade-%s.%u", dir, job, rank);
   snprintf(tmp, sizeof tmp, "%s/.lade-%s.%u.tmp%ld", dir, job, rank, (long)getpid());
+  proc_id(id, sizeof id);
   FILE *f = fopen(tmp, "w");
   if (!f) return lade__fail(LADE_EIO, "transport ucx: rendezvous: cannot write %s: %s", tmp, strerror(errno));
-  int bad = fprintf(f, "lade-ucx 1 %u %s\n", world, mine) < 0;
+  int bad = fprintf(f, "lade-ucx 1 %u %s %s\n", world, mine, id) < 0;
   bad |= fclose(f) != 0;
   if (bad || rename(tmp, path) != 0) {
+    rc = lade__fail(LADE_EIO, "transport ucx: rank %u: rendezvous: cannot write its address file %s: %s", rank, path,
+                    strerror(errno));
     unlink(tmp);
-    return lade__fail(LADE_EIO, "transport ucx: rendezvous: cannot write %s: %s", path, strerror(errno));
+    return rc;
   }
   snprintf(g.rdv_file, sizeof g.rdv_file, "%s", path);
   static bool registered;
   if (!registered) atexit(remove_rdv_file);
   registered = true;
   double t0 = lade__now();
-  uint32_t have = 0;
-  char *line = NULL;
-  size_t cap = 0;
+  uint32_t have = 1;
   long wait_ns = 1000000;
+  addr[rank] = strdup(mine);
+  if (!addr[rank]) return lade__fail(LADE_ENOMEM, "transport ucx: out of memory");
   while (have < world) {
-    for (uint32_t r = 0; r < world && !rc; r++) {
+    why[0] = 0;
+    for (uint32_t r = 0; r < world && rc >= 0; r++) {
       if (addr[r]) continue;
       snprintf(path, sizeof path, "%s/lade-%s.%u", dir, job, r);
-      FILE *in = fopen(path, "r");
-      if (!in) continue;
-      ssize_t n = getline(&line, &cap, in);
-      fclose(in);
-      unsigned ver = 0, w = 0;
-      int off = 0;
-      if (n <= 0 || sscanf(line, "lade-ucx %u %u %n", &ver, &w, &off) != 2 || ver != 1 || !off) {
-        rc = lade__fail(LADE_EINVAL, "transport ucx: rendezvous: %s is not a lade address file", path);
-        break;
-      }
-      if (w != world) {
-        rc = lade__fail(LADE_EINVAL, "transport ucx: rendezvous: rank %u runs a world of %u ranks (%s), this rank "
-                        "(%u) one of %u (setting 'world_size')", r, w, path, rank, world);
-        break;
-      }
-      line[strcspn(line, "\n")] = 0;
-      addr[r] = strdup(line + off);
-      if (!addr[r]) rc = lade__fail(LADE_ENOMEM, "transport ucx: out of memory");
-      have++;
+      rc = rdv_read(path, rank, r, world, addr, why[0] ? NULL : why, why[0] ? 0 : sizeof why);
+      have += rc > 0;
     }
-    if (rc || have == world) break;
+    if (rc < 0 || have == world) break;
     if (lade__now() - t0 > timeout_ms / 1000.0) {
       char who[512] = "";
       size_t len = 0;
@@ -488,15 +565,14 @@ static int rendezvous(const char *dir, const char *job_id, uint32_t rank, uint32
           len += (size_t)snprintf(who + len, sizeof who - len, "%s%u", len ? ", " : "", r);
       rc = lade__fail(LADE_ETIMEOUT, "transport ucx: rank %u: rank%s %s%s did not write %s address to %s/lade-%s.<rank> "
                       "within %u ms (setting peer_timeout_ms): not started, or its loader failed before opening the "
-                      "transport", rank, missing > 1 ? "s" : "", who, missing > 8 ? ", ..." : "",
-                      missing > 1 ? "their" : "its", dir, job, timeout_ms);
+                      "transport%s%s", rank, missing > 1 ? "s" : "", who, missing > 8 ? ", ..." : "",
+                      missing > 1 ? "their" : "its", dir, job, timeout_ms, why[0] ? "; " : "", why);
       break;
     }
     nap(wait_ns);
     if (wait_ns < 50000000) wait_ns *= 2;
   }
-  free(line);
-  return rc;
+  return rc < 0 ? rc : 0;
 }
 
 /* ------------------------------------------------------------ the thread (under g.mu) */
@@ -511,29 +587,26 @@ static bool room(pending_t **v, size_t n, size_t *cap) {
   return true;
 }
 
-/* Posts one message; buf is owned by the send from here on. Returns 0 or a
- * UCX status (the message was not sent; buf freed). */
-static ucs_status_t post(chan_t *c, uint32_t dst, int type, uint8_t *buf, size_t len) {
-  if (g.ep_status[dst] != UCS_OK) {
+/* Posts one message, its request kept in v; buf is owned by the send from
+ * here on. Returns 0 or a UCX status (the message was not sent; buf freed). */
+static ucs_status_t post_in(pending_t **v, size_t *n, size_t *cap, uint32_t dst, ucp_tag_t tag, uint8_t *buf,
+                           size_t len) {
+  if (g.ep_status[dst] != UCS_OK || !room(v, *n, cap)) {
     free(buf);
-    return g.ep_status[dst];
-  }
-  if (!room(&c->sends, c->nsends, &c->sends_cap)) {
-    free(buf);
-    return UCS_ERR_NO_MEMORY;
+    return g.ep_status[dst] != UCS_OK ? g.ep_status[dst] : UCS_ERR_NO_MEMORY;
   }
   ucp_request_param_t prm = {.op_attr_mask = 0};
-  void *req = U.ucp_tag_send_nbx(g.ep[dst], buf, len, tag_of(c->id, type, c->rank), &prm);
-  if (req == NULL) {
-    free(buf);
-    return UCS_OK;
-  }
-  if (UCS_PTR_IS_ERR(req)) {
+  void *req = U.ucp_tag_send_nbx(g.ep[dst], buf, len, tag, &prm);
+  if (req == NULL || UCS_PTR_IS_ERR(req)) {
     free(buf);
     return UCS_PTR_STATUS(req);
   }
-  c->sends[c->nsends++] = (pending_t){.req = req, .buf = buf, .len = len};
+  (*v)[(*n)++] = (pending_t){.req = req, .buf = buf, .len = len};
   return UCS_OK;
+}
+
+static ucs_status_t post(chan_t *c, uint32_t dst, int type, uint8_t *buf, size_t len) {
+  return post_in(&c->sends, &c->nsends, &c->sends_cap, dst, tag_of(c->id, type, c->rank), buf, len);
 }
 
 static int chan_grants(chan_t *c) {
@@ -621,6 +694,10 @@ static void gather_take_locked(chan_t *c, uint32_t src, uint8_t *buf, size_t len
 static void deliver(chan_t *c, ucp_tag_t tag, uint8_t *buf, size_t len) {
   int type = (int)((tag >> TYPE_SHIFT) & 0xff);
   uint32_t src = (uint32_t)(tag & 0xffffffffu);
+  if ((uint32_t)(tag >> CHAN_SHIFT) != c->id) { /* for the number this channel had before it skipped */
+    free(buf);
+    return;
+  }
   pthread_mutex_lock(&c->mu);
   if (src >= c->world) {
     free(buf);
@@ -636,6 +713,18 @@ static void deliver(chan_t *c, ucp_tag_t tag, uint8_t *buf, size_t len) {
     c->done_from[src] = 1;
   } else if (type == T_GATHER) {
     gather_take_locked(c, src, buf, len);
+  } else if (type == T_ABORT) { /* src gave up opening this channel: [n, the ranks it missed..., its error] */
+    uint32_t n = 0, r;
+    bool me = false;
+    if (len >= sizeof n) memcpy(&n, buf, sizeof n);
+    if (n > c->world || len < (n + 1) * sizeof n) n = 0, len = sizeof n;
+    for (uint32_t i = 0; i < n; i++) me |= (memcpy(&r, buf + (i + 1) * sizeof r, sizeof r), r) == c->rank;
+    const char *why = (const char *)buf + (n + 1) * sizeof n;
+    int wl = (int)(len - (n + 1) * sizeof n), pre = wl > 15 && !memcmp(why, "transport ucx: ", 15) ? 15 : 0;
+    if (c->state == OPENING && me) c->skip = true; /* this rank came late: the others' next loader is this one */
+    else chan_fail_locked(c, "transport ucx: rank %u: rank %u gave up on this loader: %.*s", c->rank, src,
+                          wl - pre, why + pre);
+    free(buf);
   } else if (type == T_CHECK) {
     /* [count, values...]; a malformed one counts as a check of another
      * length, so it is named as a difference */
@@ -672,35 +761,84 @@ static void deliver(chan_t *c, ucp_tag_t tag, uint8_t *buf, size_t len) {
   pthread_mutex_unlock(&c->mu);
 }
 
-/* Receives what arrived for this channel; completes receives in flight.
- * Returns how many messages. */
-static int chan_recvs(chan_t *c) {
-  int got = 0;
-  for (int k = 0; k < 256; k++) {
-    ucp_tag_recv_info_t info;
-    ucp_tag_message_h msg = U.ucp_tag_probe_nb(g.worker, tag_of(c->id, 0, 0), CHAN_MASK, 1, &info);
-    if (!msg) break;
-    uint8_t *buf = malloc(info.length ? info.length : 1);
-    if (!buf || !room(&c->recvs, c->nrecvs, &c->recvs_cap)) {
-      free(buf);
-      pthread_mutex_lock(&c->mu);
-      chan_fail_locked(c, "transport ucx: out of memory for a %zu-byte message", info.length);
-      pthread_mutex_unlock(&c->mu);
-      return got;
-    }
-    ucp_request_param_t prm = {.op_attr_mask = 0};
-    void *req = U.ucp_tag_msg_recv_nbx(g.worker, buf, info.length, msg, &prm);
-    if (UCS_PTR_IS_ERR(req)) {
-      free(buf);
-      pthread_mutex_lock(&c->mu);
-      chan_fail_locked(c, "transport ucx: rank %u: receiving a message from rank %u failed: %s", c->rank,
-                       (uint32_t)(info.sender_tag & 0xffffffffu), U.ucs_status_string(UCS_PTR_STATUS(req)));
-      pthread_mutex_unlock(&c->mu);
-      return got;
-    }
-    c->recvs[c->nrecvs++] = (pending_t){.req = req, .buf = buf, .len = info.length, .tag = info.sender_tag};
-    got++;
+/* The channel open here (not closed) with number id; under g.mu. */
+static chan_t *chan_live(uint32_t id) {
+  for (chan_t *c = g.chans; c; c = c->next) {
+    pthread_mutex_lock(&c->mu);
+    bool live = c->id == id && c->state != CLOSED;
+    pthread_mutex_unlock(&c->mu);
+    if (live) return c;
   }
+  return NULL;
+}
+
+/* Receives every message that arrived, whatever its channel (under g.mu):
+ * into its channel's receives when that is open here, else aside (strays):
+ * kept for a channel this rank has yet to open (a peer's settings check or
+ * abort comes first) until it opens, dropped for a closed one (a peer's late
+ * grant, data or DONE), which in UCX's unexpected queue would stay for good,
+ * the sender's large sends never completing (its close waiting out its
+ * timeout). Completes the strays and the sends of no channel. */
+static int recv_any(void) {
+  int got = 0;
+  for (int k = 0; k < 256; k++, got++) {
+    ucp_tag_recv_info_t info;
+    ucp_tag_message_h msg = U.ucp_tag_probe_nb(g.worker, 0, 0, 1, &info);
+    if (!msg) break;
+    chan_t *c = chan_live((uint32_t)(info.sender_tag >> CHAN_SHIFT));
+    pending_t **v = c ? &c->recvs : &g.stray;
+    size_t *n = c ? &c->nrecvs : &g.nstray, *cap = c ? &c->recvs_cap : &g.stray_cap;
+    uint8_t *buf = malloc(info.length ? info.length : 1);
+    ucp_request_param_t prm = {.op_attr_mask = 0};
+    void *req = buf && room(v, *n, cap) ? U.ucp_tag_msg_recv_nbx(g.worker, buf, info.length, msg, &prm)
+                                        : UCS_STATUS_PTR(UCS_ERR_NO_MEMORY);
+    if (!UCS_PTR_IS_ERR(req)) {
+      (*v)[(*n)++] = (pending_t){.req = req, .buf = buf, .len = info.length, .tag = info.sender_tag};
+      continue;
+    }
+    free(buf);
+    if (!c) continue;
+    pthread_mutex_lock(&c->mu);
+    chan_fail_locked(c, "transport ucx: rank %u: receiving a %zu-byte message from rank %u failed: %s", c->rank,
+                     info.length, (uint32_t)(info.sender_tag & 0xffffffffu), U.ucs_status_string(UCS_PTR_STATUS(req)));
+    pthread_mutex_unlock(&c->mu);
+  }
+  for (size_t i = 0; i < g.nstray;) {
+    pending_t *p = &g.stray[i];
+    ucs_status_t s = p->req ? U.ucp_request_check_status(p->req) : UCS_OK;
+    if (s == UCS_INPROGRESS) {
+      i++;
+      continue;
+    }
+    if (p->req) U.ucp_request_free(p->req);
+    p->req = NULL;
+    uint32_t id = (uint32_t)(p->tag >> CHAN_SHIFT);
+    chan_t *c = s == UCS_OK ? chan_live(id) : NULL;
+    if (!c && s == UCS_OK && id > g.next_chan) { /* kept, received */
+      i++;
+      continue;
+    }
+    pending_t done = *p;
+    *p = g.stray[--g.nstray];
+    if (c) deliver(c, done.tag, done.buf, done.len);
+    else free(done.buf);
+  }
+  for (size_t i = 0; i < g.nouts;) {
+    if (U.ucp_request_check_status(g.outs[i].req) == UCS_INPROGRESS) {
+      i++;
+      continue;
+    }
+    U.ucp_request_free(g.outs[i].req);
+    free(g.outs[i].buf);
+    g.outs[i] = g.outs[--g.nouts];
+  }
+  return got;
+}
+
+/* Receives (recv_any) and completes this channel's receives in flight.
+ * Returns how many messages arrived. */
+static int chan_recvs(chan_t *c) {
+  int got = recv_any();
   for (size_t i = 0; i < c->nrecvs;) {
     pending_t *p = &c->recvs[i];
     ucs_status_t s = p->req ? U.ucp_request_check_status(p->req) : UCS_OK;
@@ -786,6 +924,29 @@ static int chan_gather(chan_t *c) {
   return 1;
 }
 
+/* This rank gives up opening channel c (why: its error): every peer is
+ * told, with the ranks whose settings check had not come; one of those that
+ * opens this channel later takes the next number instead (it came late:
+ * the others' next loader is its), the others fail at once naming why.
+ * Under g.mu, not c->mu. */
+static void chan_abort(chan_t *c, const char *why) {
+  size_t wl = strlen(why), n = 0;
+  uint32_t *v = malloc((c->world + 1) * sizeof *v + wl);
+  if (!v) return;
+  pthread_mutex_lock(&c->mu);
+  for (uint32_t r = 0; r < c->world; r++)
+    if (r != c->rank && c->checks_in[(size_t)r * (MAX_CHECKS + 1)] == ~0ull) v[1 + n++] = r;
+  pthread_mutex_unlock(&c->mu);
+  v[0] = (uint32_t)n;
+  size_t len = (n + 1) * sizeof *v + wl;
+  memcpy(v + n + 1, why, wl);
+  for (uint32_t r = 0; r < c->world; r++) {
+    uint8_t *m = r == c->rank ? NULL : malloc(len);
+    if (m) post_in(&g.outs, &g.nouts, &g.outs_cap, r, tag_of(c->id, T_ABORT, c->rank), memcpy(m, v, len), len);
+  }
+  free(v);
+}
+
 /* Opening, one pass: the settings check goes to every peer once; the open
  * completes when every peer's has come (compared: the first difference is
  * named, as mpi.c names it), or fails past the timeout naming the ranks
@@ -807,6 +968,20 @@ static void chan_open_step(chan_t *c) {
   chan_recvs(c);
   chan_complete(c);
   pthread_mutex_lock(&c->mu);
+  if (c->skip && !c->pq.fatal) {
+    /* a peer gave up this number waiting for this rank (whose loader before
+     * failed before it opened the transport, or came late): the numbers are
+     * the process's count of loaders, so this one takes the next, as the
+     * peers' next loader does, and they agree again */
+    c->skip = false;
+    c->skips++;
+    c->checks_sent = false;
+    for (uint32_t r = 0; r < c->world; r++) c->checks_in[(size_t)r * (MAX_CHECKS + 1)] = ~0ull;
+    pthread_mutex_unlock(&c->mu);
+    chan_abort(c, "it came late to this loader, which a peer had given up on, and went on to the next");
+    c->id = ++g.next_chan;
+    return;
+  }
   uint32_t missing = 0, lost = 0;
   char who[512] = "";
   size_t len = 0;
@@ -818,8 +993,9 @@ static void chan_open_step(chan_t *c) {
   if (missing && (lost || lade__now() - c->opened_at > c->p.timeout_ms / 1000.0))
     chan_fail_locked(c, "transport ucx: rank %u: rank%s %s%s did not open %s loader within %u ms (setting "
                      "peer_timeout_ms)%s: every rank must create its loader, with the same settings, in the same "
-                     "order", c->rank, missing > 1 ? "s" : "", who, missing > 8 ? ", ..." : "",
-                     missing > 1 ? "their" : "its", c->p.timeout_ms, lost ? " (a connection broke: it died)" : "");
+                     "order%s", c->rank, missing > 1 ? "s" : "", who, missing > 8 ? ", ..." : "",
+                     missing > 1 ? "their" : "its", c->p.timeout_ms, lost ? " (a connection broke: it died)" : "",
+                     c->skips ? " (this rank had come late to their loader before, and waited for their next)" : "");
   for (uint32_t r = 0; r < c->world && !missing && !c->pq.fatal; r++) {
     const uint64_t *row = &c->checks_in[(size_t)r * (MAX_CHECKS + 1)];
     for (uint32_t i = 0; i < n && r != c->rank && !c->pq.fatal; i++) {
@@ -845,8 +1021,11 @@ static void chan_open_step(chan_t *c) {
   if (c->pq.fatal) c->state = CLOSED;
   else if (!missing) c->state = OPEN;
   if (c->pq.fatal) {
+    char why[sizeof c->pq.fatal_msg];
+    snprintf(why, sizeof why, "%s", c->pq.fatal_msg);
     pthread_mutex_unlock(&c->mu);
     cancel_pending(c);
+    chan_abort(c, why);
     pthread_mutex_lock(&c->mu);
   }
   pthread_cond_broadcast(&c->cv);
@@ -903,6 +1082,7 @@ static void *comm_main(void *arg) {
     }
     int work = 0;
     for (int k = 0; k < 64 && U.ucp_worker_progress(g.worker); k++) work++;
+    work += recv_any(); /* also with no loader open: what comes for closed ones is dropped */
     for (chan_t *c = g.chans; c; c = c->next) {
       pthread_mutex_lock(&c->mu);
       int state = c->state;
