@@ -374,6 +374,120 @@ static int read_dist(const kvs_t *s, const char *base, dlio_dist_t *d, char *err
   return 0;
 }
 
+/* A key DLIO's configuration does not have: the parts of a distribution
+ * and the sections pass, a section lade does not emulate and any other
+ * key are a warning. */
+static void unknown_key(dlio_cfg_t *c, const kv_t *kv, const char *w) {
+  /* the parts of a distribution, and sections */
+  if (!strncmp(kv->key, "train.computation_time.", 23) || !strncmp(kv->key, "reader.preprocess_time.", 23))
+    return;
+  const key_t_ *sec = section_not_emulated(kv->key);
+  if (sec) {
+    fprintf(stderr, "lade dlio: warning: %s%s is not emulated: %s\n", kv->key, w, sec->choices);
+    c->warnings++;
+    return;
+  }
+  if (!kv->val) { /* a section: its keys say more */
+    static const char *const sections[] = {"model", "framework", "workflow", "storage", "dataset", "reader",
+                                           "data_reader", "train", "metric", "output", "output.metric", NULL};
+    bool known = false;
+    for (int j = 0; sections[j]; j++) known |= !strcmp(kv->key, sections[j]);
+    if (known) return;
+  }
+  fprintf(stderr, "lade dlio: warning: unknown key %s%s is ignored (DLIO's configuration has no such key)\n",
+          kv->key, w);
+  c->warnings++;
+}
+
+/* The value of key k (kv, w: where it was given) into its field of c; the
+ * storage keys into storage_type and storage_root (32 and DLIO_PATH bytes),
+ * read after all keys. */
+static int set_key(dlio_cfg_t *c, const key_t_ *k, const kv_t *kv, const char *w, char *storage_type,
+                   char *storage_root, char *err, size_t errlen) {
+  void *dst = (char *)c + k->off;
+  const char *v = kv->val;
+  int bad = 0;
+  switch (k->t) {
+    case K_STR:
+      if (!strcmp(k->key, "storage.storage_root")) snprintf(storage_root, DLIO_PATH, "%s", v);
+      else if (strlen(v) >= k->size) bad = 1;
+      else snprintf(dst, k->size, "%s", v);
+      break;
+    case K_U64: bad = parse_u64(v, dst); break;
+    case K_U32: {
+      uint64_t u;
+      bad = parse_u64(v, &u) || u > UINT32_MAX;
+      if (!bad) *(uint32_t *)dst = (uint32_t)u;
+      break;
+    }
+    case K_I64: {
+      double d;
+      bad = parse_f64(v, &d) || d != floor(d) || fabs(d) > 9e18;
+      if (!bad) *(int64_t *)dst = (int64_t)d;
+      break;
+    }
+    case K_F64: bad = parse_f64(v, dst) || *(double *)dst < 0; break;
+    case K_BOOL: bad = parse_bool(v, dst); break;
+    case K_ENUM: {
+      int e = enum_index(k->choices, v);
+      if (!strcmp(k->key, "storage.storage_type")) {
+        bad = e < 0;
+        snprintf(storage_type, 32, "%s", v);
+      } else if (e < 0) {
+        bad = 1;
+      } else {
+        *(int *)dst = e;
+      }
+      break;
+    }
+    case K_DIST: break; /* read_dist, after all keys */
+    case K_NOT:
+      fprintf(stderr, "lade dlio: warning: %s%s = %s is not emulated: %s\n", kv->key, w, v, k->choices);
+      c->warnings++;
+      break;
+    case K_NOTE:
+      fprintf(stderr, "lade dlio: note: %s%s = %s: %s\n", kv->key, w, v, k->choices);
+      break;
+  }
+  if (bad && k->t == K_ENUM)
+    return fail(err, errlen, "%s%s: '%s' is not one of %s%s", kv->key, w, v, k->choices,
+                !strcmp(k->key, "dataset.format") ? " (the formats lade reads as DLIO writes them)" : "");
+  if (bad && k->t == K_STR) return fail(err, errlen, "%s%s: '%s' is longer than %zu bytes", kv->key, w, v, k->size - 1);
+  if (bad)
+    return fail(err, errlen, "%s%s: '%s' is not %s", kv->key, w, v,
+                k->t == K_BOOL  ? "a boolean (True/False)"
+                : k->t == K_F64 ? "a number >= 0"
+                : k->t == K_I64 ? "an integer"
+                                : "a whole number >= 0");
+  return 0;
+}
+
+/* lade's own keys (lade.*): the plan, evict_cache, log_samples, and any
+ * other as a loader setting. */
+static int apply_lade(dlio_cfg_t *c, const kvs_t *s, char *err, size_t errlen) {
+  for (size_t i = 0; i < s->n; i++) {
+    const kv_t *kv = &s->a[i];
+    if (strncmp(kv->key, "lade.", 5) || !kv->val) continue;
+    const char *k = kv->key + 5;
+    if (!strcmp(k, "plan")) {
+      if (strlen(kv->val) >= sizeof c->plan) return fail(err, errlen, "lade.plan: '%s' is too long", kv->val);
+      snprintf(c->plan, sizeof c->plan, "%s", kv->val);
+    } else if (!strcmp(k, "evict_cache") || !strcmp(k, "log_samples")) {
+      if (parse_bool(kv->val, k[0] == 'e' ? &c->evict_cache : &c->log_samples))
+        return fail(err, errlen, "%s: '%s' is not a boolean", kv->key, kv->val);
+    } else {
+      void *a = realloc(c->lade_sets, (c->nlade_sets + 1) * sizeof *c->lade_sets);
+      if (!a) return fail(err, errlen, "out of memory");
+      c->lade_sets = a;
+      if (strlen(k) >= 512 || strlen(kv->val) >= 512) return fail(err, errlen, "%s: too long", kv->key);
+      snprintf(c->lade_sets[c->nlade_sets][0], 512, "%s", k);
+      snprintf(c->lade_sets[c->nlade_sets][1], 512, "%s", kv->val);
+      c->nlade_sets++;
+    }
+  }
+  return 0;
+}
+
 static int apply(dlio_cfg_t *c, const kvs_t *s, char *err, size_t errlen) {
   char storage_type[32] = "", storage_root[DLIO_PATH] = "";
   for (size_t i = 0; i < s->n; i++) {
@@ -383,85 +497,13 @@ static int apply(dlio_cfg_t *c, const kvs_t *s, char *err, size_t errlen) {
     if (!strncmp(kv->key, "lade.", 5)) continue; /* lade's own, below */
     const key_t_ *k = find_key(kv->key);
     if (!k) {
-      /* the parts of a distribution, and sections */
-      if (!strncmp(kv->key, "train.computation_time.", 23) || !strncmp(kv->key, "reader.preprocess_time.", 23))
-        continue;
-      const key_t_ *sec = section_not_emulated(kv->key);
-      if (sec) {
-        fprintf(stderr, "lade dlio: warning: %s%s is not emulated: %s\n", kv->key, w, sec->choices);
-        c->warnings++;
-        continue;
-      }
-      if (!kv->val) { /* a section: its keys say more */
-        static const char *const sections[] = {"model", "framework", "workflow", "storage", "dataset", "reader",
-                                               "data_reader", "train", "metric", "output", "output.metric", NULL};
-        bool known = false;
-        for (int j = 0; sections[j]; j++) known |= !strcmp(kv->key, sections[j]);
-        if (known) continue;
-      }
-      fprintf(stderr, "lade dlio: warning: unknown key %s%s is ignored (DLIO's configuration has no such key)\n",
-              kv->key, w);
-      c->warnings++;
+      unknown_key(c, kv, w);
       continue;
     }
     if (!kv->val && k->t != K_NOT && k->t != K_NOTE && strcmp(k->key, "model") != 0)
       return fail(err, errlen, "%s%s: expected a value, found a section", kv->key, w);
     if (!kv->val) continue;
-    void *dst = (char *)c + k->off;
-    const char *v = kv->val;
-    int bad = 0;
-    switch (k->t) {
-      case K_STR:
-        if (!strcmp(k->key, "storage.storage_root")) snprintf(storage_root, sizeof storage_root, "%s", v);
-        else if (strlen(v) >= k->size) bad = 1;
-        else snprintf(dst, k->size, "%s", v);
-        break;
-      case K_U64: bad = parse_u64(v, dst); break;
-      case K_U32: {
-        uint64_t u;
-        bad = parse_u64(v, &u) || u > UINT32_MAX;
-        if (!bad) *(uint32_t *)dst = (uint32_t)u;
-        break;
-      }
-      case K_I64: {
-        double d;
-        bad = parse_f64(v, &d) || d != floor(d) || fabs(d) > 9e18;
-        if (!bad) *(int64_t *)dst = (int64_t)d;
-        break;
-      }
-      case K_F64: bad = parse_f64(v, dst) || *(double *)dst < 0; break;
-      case K_BOOL: bad = parse_bool(v, dst); break;
-      case K_ENUM: {
-        int e = enum_index(k->choices, v);
-        if (!strcmp(k->key, "storage.storage_type")) {
-          bad = e < 0;
-          snprintf(storage_type, sizeof storage_type, "%s", v);
-        } else if (e < 0) {
-          bad = 1;
-        } else {
-          *(int *)dst = e;
-        }
-        break;
-      }
-      case K_DIST: break; /* read_dist below */
-      case K_NOT:
-        fprintf(stderr, "lade dlio: warning: %s%s = %s is not emulated: %s\n", kv->key, w, v, k->choices);
-        c->warnings++;
-        break;
-      case K_NOTE:
-        fprintf(stderr, "lade dlio: note: %s%s = %s: %s\n", kv->key, w, v, k->choices);
-        break;
-    }
-    if (bad && k->t == K_ENUM)
-      return fail(err, errlen, "%s%s: '%s' is not one of %s%s", kv->key, w, v, k->choices,
-                  !strcmp(k->key, "dataset.format") ? " (the formats lade reads as DLIO writes them)" : "");
-    if (bad && k->t == K_STR) return fail(err, errlen, "%s%s: '%s' is longer than %zu bytes", kv->key, w, v, k->size - 1);
-    if (bad)
-      return fail(err, errlen, "%s%s: '%s' is not %s", kv->key, w, v,
-                  k->t == K_BOOL  ? "a boolean (True/False)"
-                  : k->t == K_F64 ? "a number >= 0"
-                  : k->t == K_I64 ? "an integer"
-                                  : "a whole number >= 0");
+    if (set_key(c, k, kv, w, storage_type, storage_root, err, errlen)) return -1;
   }
   if (read_dist(s, "train.computation_time", &c->computation_time, err, errlen) ||
       read_dist(s, "reader.preprocess_time", &c->preprocess_time, err, errlen))
@@ -486,28 +528,7 @@ static int apply(dlio_cfg_t *c, const kvs_t *s, char *err, size_t errlen) {
   if (!c->num_files_train && c->train) return fail(err, errlen, "dataset.num_files_train: 0 files to train on");
   if (c->record_length < 1) return fail(err, errlen, "dataset.record_length_bytes: %g is less than one byte",
                                         c->record_length);
-  /* lade's own keys */
-  for (size_t i = 0; i < s->n; i++) {
-    const kv_t *kv = &s->a[i];
-    if (strncmp(kv->key, "lade.", 5) || !kv->val) continue;
-    const char *k = kv->key + 5;
-    if (!strcmp(k, "plan")) {
-      if (strlen(kv->val) >= sizeof c->plan) return fail(err, errlen, "lade.plan: '%s' is too long", kv->val);
-      snprintf(c->plan, sizeof c->plan, "%s", kv->val);
-    } else if (!strcmp(k, "evict_cache") || !strcmp(k, "log_samples")) {
-      if (parse_bool(kv->val, k[0] == 'e' ? &c->evict_cache : &c->log_samples))
-        return fail(err, errlen, "%s: '%s' is not a boolean", kv->key, kv->val);
-    } else {
-      void *a = realloc(c->lade_sets, (c->nlade_sets + 1) * sizeof *c->lade_sets);
-      if (!a) return fail(err, errlen, "out of memory");
-      c->lade_sets = a;
-      if (strlen(k) >= 512 || strlen(kv->val) >= 512) return fail(err, errlen, "%s: too long", kv->key);
-      snprintf(c->lade_sets[c->nlade_sets][0], 512, "%s", k);
-      snprintf(c->lade_sets[c->nlade_sets][1], 512, "%s", kv->val);
-      c->nlade_sets++;
-    }
-  }
-  return 0;
+  return apply_lade(c, s, err, errlen);
 }
 
 int dlio_cfg_load(dlio_cfg_t *c, const char *yaml_path, int noverrides, char **overrides, char *err, size_t errlen) {

@@ -547,6 +547,232 @@ typedef struct rank_sum {
   uint64_t bytes_by_source[4];
 } rank_sum_t;
 
+/* DLIO's output folder: output.folder, or its Hydra default
+ * hydra_log/MODEL/DATE-TIME on this rank's clock (rank 0's name is shared
+ * once the loader's transport is up: share_output). out: DLIO_PATH bytes. */
+static void output_name(const dlio_cfg_t *c, char *out) {
+  bool default_out = !c->output_folder[0];
+  if (default_out) {
+    time_t t = time(NULL);
+    struct tm tm;
+    localtime_r(&t, &tm);
+    char d[32];
+    strftime(d, sizeof d, "%Y-%m-%d-%H-%M-%S", &tm);
+    snprintf(out, DLIO_PATH, "hydra_log/%s/%s", c->model, d);
+  } else {
+    snprintf(out, DLIO_PATH, "%s", c->output_folder);
+  }
+}
+
+/* One output folder for all ranks: rank 0's name into out (DLIO_PATH
+ * bytes), created. */
+static int share_output(lade_loader_t *L, const rank_env_t *env, char *out, char *err, size_t errlen) {
+  int rc = 0;
+  char *names = malloc((size_t)env->world * DLIO_PATH);
+  if (!names) rc = -1, snprintf(err, errlen, "out of memory");
+  if (!rc && lade_loader_allgather(L, out, DLIO_PATH, names))
+    rc = -1, snprintf(err, errlen, "sharing the output folder: %s", lade_tool_error());
+  if (!rc) snprintf(out, DLIO_PATH, "%s", names);
+  free(names);
+  if (!rc && mkdirs(out)) rc = -1, snprintf(err, errlen, "cannot create output folder %s: %s", out, strerror(errno));
+  return rc;
+}
+
+/* The loader against the workload: the samples it holds, and its *steps
+ * per epoch against DLIO's, *max_steps = floor(files x samples per file /
+ * batch / ranks), of which *run_steps run (train.total_training_steps). */
+static int check_steps(const dlio_cfg_t *c, const rank_env_t *env, lade_loader_t *L, uint64_t *steps,
+                       uint64_t *max_steps, uint64_t *run_steps, char *err, size_t errlen) {
+  uint64_t samples = 0;
+  if (lade_loader_info(L, &samples, steps, NULL)) {
+    snprintf(err, errlen, "%s", lade_tool_error());
+    return -1;
+  }
+  uint64_t expect_files = c->num_files_train;
+  uint64_t expect = c->format == DLIO_FMT_NPZ ? expect_files : expect_files * c->num_samples_per_file;
+  if (samples != expect) {
+    snprintf(err, errlen, "%s holds %llu %s, the workload says %llu (dataset.num_files_train=%llu%s): run `lade "
+             "dlio datagen` with the same settings, or give the count the folder holds",
+             c->data_folder, (unsigned long long)samples, c->format == DLIO_FMT_NPZ ? "files" : "records",
+             (unsigned long long)expect, (unsigned long long)c->num_files_train,
+             c->format == DLIO_FMT_NPZ ? "" : " x dataset.num_samples_per_file");
+    return -1;
+  }
+  *max_steps = c->num_files_train * c->num_samples_per_file / c->batch_size / env->world;
+  *run_steps = c->total_training_steps > 0 && (uint64_t)c->total_training_steps < *max_steps
+                   ? (uint64_t)c->total_training_steps : *max_steps;
+  if (*steps < *run_steps) {
+    snprintf(err, errlen, "the loader has %llu steps per epoch, DLIO's workload %llu (plan %s)",
+             (unsigned long long)*steps, (unsigned long long)*run_steps, c->plan);
+    return -1;
+  }
+  if (*run_steps < 3) {
+    snprintf(err, errlen, "%llu steps per epoch: DLIO's metrics need at least 3 (its throughput counts steps "
+             "- 2); give more files or a smaller batch", (unsigned long long)*run_steps);
+    return -1;
+  }
+  return 0;
+}
+
+/* Rank 0's first lines. */
+static void print_start(const dlio_cfg_t *c, const rank_env_t *env, uint64_t max_steps) {
+  char ts[40];
+  stamp(ts, sizeof ts);
+  printf("[OUTPUT] %s Running DLIO with lade %s [Training] with %u process(es)\n", ts, lade_version(), env->world);
+  printf("[OUTPUT] %s Max steps per epoch: %llu = %llu * %llu / %u / %u (samples per file * num files / batch size "
+         "/ comm size)\n", ts, (unsigned long long)max_steps, (unsigned long long)c->num_samples_per_file,
+         (unsigned long long)c->num_files_train, c->batch_size, env->world);
+  printf("[OUTPUT] %s lade: plan %s, %u read threads per rank, source %s\n", ts, c->plan, c->read_threads,
+         c->data_folder);
+  fflush(stdout);
+}
+
+/* Epoch e (DLIO: its one block) of run_steps steps into r: each step takes
+ * a batch (load), sleeps the computation time (compute), and meets the
+ * other ranks at a barrier; then the block's metrics. */
+static int run_epoch(const dlio_cfg_t *c, const rank_env_t *env, lade_loader_t *L, evictor_t *evict, uint64_t e,
+                     uint64_t steps, uint64_t run_steps, epoch_rec_t *r, char *err, size_t errlen) {
+  int rc = 0;
+  r->load = calloc(run_steps, sizeof(double));
+  r->proc = calloc(run_steps, sizeof(double));
+  r->compute = calloc(run_steps, sizeof(double));
+  r->barrier = calloc(run_steps, sizeof(double));
+  r->benter = calloc(run_steps, sizeof(double));
+  r->samples = c->log_samples ? calloc(run_steps * c->batch_size, sizeof(uint64_t)) : NULL;
+  if (!r->load || !r->proc || !r->compute || !r->barrier || !r->benter || (c->log_samples && !r->samples)) {
+    snprintf(err, errlen, "out of memory");
+    return -1;
+  }
+  if (e && run_steps < steps && lade_loader_seek(L, e, 0)) { /* a capped epoch's rest is skipped */
+    snprintf(err, errlen, "%s", lade_tool_error());
+    return -1;
+  }
+  stamp(r->start, sizeof r->start);
+  if (env->rank == 0) printf("[OUTPUT] %s Starting epoch %llu: %llu steps expected\n", r->start,
+                             (unsigned long long)(e + 1), (unsigned long long)run_steps);
+  r->t0 = now_s();
+  double t_load = r->t0;
+  for (uint64_t s = 0; s < run_steps; s++) {
+    lade_batch_t *b = NULL;
+    if (lade_loader_next(L, &b) || !b) {
+      snprintf(err, errlen, "rank %u epoch %llu step %llu: %s", env->rank, (unsigned long long)(e + 1),
+               (unsigned long long)(s + 1), b ? "" : lade_tool_error());
+      return -1;
+    }
+    double t_loaded = now_s();
+    r->load[s] = t_loaded - t_load;
+    double t_c = now_s();
+    sleep_s(dlio_dist_draw(&c->computation_time, c->seed, env->rank, e * run_steps + s));
+    double t_done = now_s();
+    r->compute[s] = t_done - t_c;
+    r->proc[s] = t_done - t_load;
+    if (c->evict_cache) evict_batch(evict, L, b);
+    for (uint32_t k = 0; r->samples && k < b->valid && k < c->batch_size; k++)
+      r->samples[s * c->batch_size + k] = b->indices[k];
+    lade_batch_release(b);
+    double t_b = now_s();
+    if ((rc = barrier(L, err, errlen)) != 0) return rc;
+    t_load = now_s();
+    r->barrier[s] = t_load - t_b;
+    r->benter[s] = t_b;
+    r->steps = s + 1;
+  }
+  r->t1 = now_s();
+  stamp(r->end, sizeof r->end);
+  block_metrics(r, c);
+  rc = barrier(L, err, errlen);
+  if (env->rank == 0) {
+    printf("[OUTPUT] %s Ending block 1 - %llu steps completed in %.2f s\n", r->end, (unsigned long long)r->steps,
+           r->t1 - r->t0);
+    printf("[OUTPUT] %s Epoch %llu - Block 1 [Training] Accelerator Utilization [AU] (%%): %.4f\n", r->end,
+           (unsigned long long)(e + 1), r->au);
+    printf("[OUTPUT] %s Epoch %llu - Block 1 [Training] Throughput (samples/second): %.4f\n", r->end,
+           (unsigned long long)(e + 1), r->throughput * env->world);
+    printf("[OUTPUT] %s Ending epoch %llu - %llu steps completed in %.2f s\n", r->end, (unsigned long long)(e + 1),
+           (unsigned long long)r->steps, r->t1 - r->t0);
+    fflush(stdout);
+  }
+  return rc;
+}
+
+/* Every rank's per-epoch AU and throughput (*all: E per rank) and its host
+ * and bytes by source (*rsall) to every rank; *st: this rank's stats. The
+ * caller frees *all and *rsall. */
+static int gather(const dlio_cfg_t *c, const rank_env_t *env, lade_loader_t *L, const epoch_rec_t *ep,
+                  gathered_t **all, rank_sum_t **rsall, lade_stats_t *st, char *err, size_t errlen) {
+  uint64_t E = c->epochs;
+  gathered_t *mine = calloc(E, sizeof *mine);
+  *all = calloc(E * env->world, sizeof **all);
+  int rc = 0;
+  if (!mine || !*all) rc = -1, snprintf(err, errlen, "out of memory");
+  for (uint64_t e = 0; !rc && e < E; e++) mine[e] = (gathered_t){ep[e].au, ep[e].throughput};
+  if (!rc && lade_loader_allgather(L, mine, E * sizeof *mine, *all))
+    rc = -1, snprintf(err, errlen, "gathering the metrics: %s", lade_tool_error());
+  free(mine);
+  if (rc) return rc;
+  lade_loader_stats(L, st, sizeof *st);
+  rank_sum_t rs = {0};
+  *rsall = calloc(env->world, sizeof **rsall);
+  gethostname(rs.host, sizeof rs.host - 1);
+  rs.mem_gb = host_mem_gb();
+  memcpy(rs.bytes_by_source, st->bytes_by_source, sizeof rs.bytes_by_source);
+  if (!*rsall || lade_loader_allgather(L, &rs, sizeof rs, *rsall))
+    rc = -1, snprintf(err, errlen, "gathering the hosts: %s", *rsall ? lade_tool_error() : "out of memory");
+  return rc;
+}
+
+/* Rank 0: the metrics over all ranks (AU averaged, throughput summed per
+ * epoch) on stdout and in the log, lade's bytes by source, summary.json. */
+static void report(const dlio_cfg_t *c, const rank_env_t *env, const char *out, const char *start, FILE *log,
+                   const gathered_t *all, const rank_sum_t *rsall, const lade_stats_t *st) {
+  uint64_t E = c->epochs;
+  double *au = calloc(E, sizeof *au), *tp = calloc(E, sizeof *tp);
+  uint32_t hosts = 0;
+  for (uint32_t i = 0; i < env->world; i++) {
+    bool seen = false;
+    for (uint32_t j = 0; j < i; j++) seen |= !strcmp(rsall[i].host, rsall[j].host);
+    hosts += !seen;
+  }
+  for (uint64_t e = 0; au && tp && e < E; e++) {
+    for (uint32_t k = 0; k < env->world; k++) {
+      au[e] += all[k * E + e].au;
+      tp[e] += all[k * E + e].throughput;
+    }
+    au[e] /= env->world;
+  }
+  const char *verdict = mean_of(au, E) >= c->au * 100 ? "success" : "fail";
+  char end[40];
+  stamp(end, sizeof end);
+  printf("[OUTPUT] %s Saved outputs in %s\n", end, out);
+  print_metric(stdout, c, env->world, au, tp, E, verdict);
+  if (log) {
+    fprintf(log, "[OUTPUT] %s Saved outputs in %s\n", end, out);
+    print_metric(log, c, env->world, au, tp, E, verdict);
+  }
+  /* lade's own account: where the bytes came from, over all ranks */
+  uint64_t by[4] = {0};
+  for (uint32_t k = 0; k < env->world; k++)
+    for (int i = 0; i < 4; i++) by[i] += rsall[k].bytes_by_source[i];
+  printf("[LADE] plan %s: bytes from storage %.1f MB, memory cache %.1f MB, disk cache %.1f MB, peers %.1f MB "
+         "(all ranks)\n", c->plan, by[0] / 1e6, by[1] / 1e6, by[2] / 1e6, by[3] / 1e6);
+  fflush(stdout);
+  write_summary(c, out, env->world, hosts, au, tp, E, start, end, verdict, st, c->plan);
+  free(au);
+  free(tp);
+}
+
+static void free_epochs(epoch_rec_t *ep, uint64_t n) {
+  for (uint64_t e = 0; ep && e < n; e++) {
+    free(ep[e].load);
+    free(ep[e].proc);
+    free(ep[e].compute);
+    free(ep[e].barrier);
+    free(ep[e].benter);
+    free(ep[e].samples);
+  }
+  free(ep);
+}
+
 int dlio_run(const dlio_cfg_t *c0, char *err, size_t errlen);
 int dlio_run(const dlio_cfg_t *c0, char *err, size_t errlen) {
   dlio_cfg_t c = *c0;
@@ -560,52 +786,13 @@ int dlio_run(const dlio_cfg_t *c0, char *err, size_t errlen) {
     fprintf(stderr, "lade dlio: warning: reader.preprocess_time is not emulated (a sleep per sample in the reader)\n");
   char start[40];
   stamp(start, sizeof start);
-  /* the output folder (DLIO's Hydra default: hydra_log/MODEL/DATE-TIME,
-   * rank 0's clock, shared below once the loader's transport is up) */
   char out[DLIO_PATH];
-  bool default_out = !c.output_folder[0];
-  if (default_out) {
-    time_t t = time(NULL);
-    struct tm tm;
-    localtime_r(&t, &tm);
-    char d[32];
-    strftime(d, sizeof d, "%Y-%m-%d-%H-%M-%S", &tm);
-    snprintf(out, sizeof out, "hydra_log/%s/%s", c.model, d);
-  } else {
-    snprintf(out, sizeof out, "%s", c.output_folder);
-  }
+  output_name(&c, out);
   lade_loader_t *L = NULL;
   if (make_loader(&c, &env, &L, err, errlen)) return -1;
-  int rc = 0;
-  /* one output folder for all ranks: rank 0's name */
-  char *names = malloc((size_t)env.world * DLIO_PATH);
-  if (!names) rc = -1, snprintf(err, errlen, "out of memory");
-  if (!rc && lade_loader_allgather(L, out, DLIO_PATH, names))
-    rc = -1, snprintf(err, errlen, "sharing the output folder: %s", lade_tool_error());
-  if (!rc) snprintf(out, sizeof out, "%s", names);
-  free(names);
-  if (!rc && mkdirs(out)) rc = -1, snprintf(err, errlen, "cannot create output folder %s: %s", out, strerror(errno));
-  uint64_t samples = 0, steps = 0;
-  if (!rc && lade_loader_info(L, &samples, &steps, NULL))
-    rc = -1, snprintf(err, errlen, "%s", lade_tool_error());
-  uint64_t expect_files = c.num_files_train;
-  uint64_t expect = c.format == DLIO_FMT_NPZ ? expect_files : expect_files * c.num_samples_per_file;
-  if (!rc && samples != expect)
-    rc = -1, snprintf(err, errlen, "%s holds %llu %s, the workload says %llu (dataset.num_files_train=%llu%s): run `lade "
-                      "dlio datagen` with the same settings, or give the count the folder holds",
-                      c.data_folder, (unsigned long long)samples, c.format == DLIO_FMT_NPZ ? "files" : "records",
-                      (unsigned long long)expect, (unsigned long long)c.num_files_train,
-                      c.format == DLIO_FMT_NPZ ? "" : " x dataset.num_samples_per_file");
-  /* DLIO's steps: floor(files x samples per file / batch / ranks) */
-  uint64_t max_steps = c.num_files_train * c.num_samples_per_file / c.batch_size / env.world;
-  uint64_t run_steps = c.total_training_steps > 0 && (uint64_t)c.total_training_steps < max_steps
-                           ? (uint64_t)c.total_training_steps : max_steps;
-  if (!rc && steps < run_steps)
-    rc = -1, snprintf(err, errlen, "the loader has %llu steps per epoch, DLIO's workload %llu (plan %s)",
-                      (unsigned long long)steps, (unsigned long long)run_steps, c.plan);
-  if (!rc && run_steps < 3)
-    rc = -1, snprintf(err, errlen, "%llu steps per epoch: DLIO's metrics need at least 3 (its throughput counts steps "
-                      "- 2); give more files or a smaller batch", (unsigned long long)run_steps);
+  uint64_t steps = 0, max_steps = 0, run_steps = 0;
+  int rc = share_output(L, &env, out, err, errlen);
+  if (!rc) rc = check_steps(&c, &env, L, &steps, &max_steps, &run_steps, err, errlen);
   FILE *log = NULL;
   if (!rc) {
     char lp[DLIO_PATH + 300];
@@ -614,153 +801,26 @@ int dlio_run(const dlio_cfg_t *c0, char *err, size_t errlen) {
   }
   epoch_rec_t *ep = rc ? NULL : calloc(c.epochs, sizeof *ep);
   if (!rc && !ep) rc = -1, snprintf(err, errlen, "out of memory");
-  if (!rc && env.rank == 0) {
-    char ts[40];
-    stamp(ts, sizeof ts);
-    printf("[OUTPUT] %s Running DLIO with lade %s [Training] with %u process(es)\n", ts, lade_version(), env.world);
-    printf("[OUTPUT] %s Max steps per epoch: %llu = %llu * %llu / %u / %u (samples per file * num files / batch size "
-           "/ comm size)\n", ts, (unsigned long long)max_steps, (unsigned long long)c.num_samples_per_file,
-           (unsigned long long)c.num_files_train, c.batch_size, env.world);
-    printf("[OUTPUT] %s lade: plan %s, %u read threads per rank, source %s\n", ts, c.plan, c.read_threads,
-           c.data_folder);
-    fflush(stdout);
-  }
+  if (!rc && env.rank == 0) print_start(&c, &env, max_steps);
   evictor_t evict = {0};
   if (!rc && c.evict_cache && evictor_start(&evict)) rc = -1, snprintf(err, errlen, "cannot start the evictor");
   if (!rc) rc = barrier(L, err, errlen);
   double t_origin = now_s();
-  for (uint64_t e = 0; !rc && e < c.epochs; e++) {
-    epoch_rec_t *r = &ep[e];
-    r->load = calloc(run_steps, sizeof(double));
-    r->proc = calloc(run_steps, sizeof(double));
-    r->compute = calloc(run_steps, sizeof(double));
-    r->barrier = calloc(run_steps, sizeof(double));
-    r->benter = calloc(run_steps, sizeof(double));
-    r->samples = c.log_samples ? calloc(run_steps * c.batch_size, sizeof(uint64_t)) : NULL;
-    if (!r->load || !r->proc || !r->compute || !r->barrier || !r->benter || (c.log_samples && !r->samples)) {
-      rc = -1, snprintf(err, errlen, "out of memory");
-      break;
-    }
-    if (e && run_steps < steps && lade_loader_seek(L, e, 0)) { /* a capped epoch's rest is skipped */
-      snprintf(err, errlen, "%s", lade_tool_error());
-      rc = -1;
-      break;
-    }
-    stamp(r->start, sizeof r->start);
-    if (env.rank == 0) printf("[OUTPUT] %s Starting epoch %llu: %llu steps expected\n", r->start,
-                              (unsigned long long)(e + 1), (unsigned long long)run_steps);
-    r->t0 = now_s();
-    double t_load = r->t0;
-    for (uint64_t s = 0; s < run_steps; s++) {
-      lade_batch_t *b = NULL;
-      if (lade_loader_next(L, &b) || !b) {
-        snprintf(err, errlen, "rank %u epoch %llu step %llu: %s", env.rank, (unsigned long long)(e + 1),
-                 (unsigned long long)(s + 1), b ? "" : lade_tool_error());
-        rc = -1;
-        break;
-      }
-      double t_loaded = now_s();
-      r->load[s] = t_loaded - t_load;
-      double t_c = now_s();
-      sleep_s(dlio_dist_draw(&c.computation_time, c.seed, env.rank, e * run_steps + s));
-      double t_done = now_s();
-      r->compute[s] = t_done - t_c;
-      r->proc[s] = t_done - t_load;
-      if (c.evict_cache) evict_batch(&evict, L, b);
-      for (uint32_t k = 0; r->samples && k < b->valid && k < c.batch_size; k++)
-        r->samples[s * c.batch_size + k] = b->indices[k];
-      lade_batch_release(b);
-      double t_b = now_s();
-      if ((rc = barrier(L, err, errlen)) != 0) break;
-      t_load = now_s();
-      r->barrier[s] = t_load - t_b;
-      r->benter[s] = t_b;
-      r->steps = s + 1;
-    }
-    if (rc) break;
-    r->t1 = now_s();
-    stamp(r->end, sizeof r->end);
-    block_metrics(r, &c);
-    rc = barrier(L, err, errlen);
-    if (env.rank == 0) {
-      printf("[OUTPUT] %s Ending block 1 - %llu steps completed in %.2f s\n", r->end, (unsigned long long)r->steps,
-             r->t1 - r->t0);
-      printf("[OUTPUT] %s Epoch %llu - Block 1 [Training] Accelerator Utilization [AU] (%%): %.4f\n", r->end,
-             (unsigned long long)(e + 1), r->au);
-      printf("[OUTPUT] %s Epoch %llu - Block 1 [Training] Throughput (samples/second): %.4f\n", r->end,
-             (unsigned long long)(e + 1), r->throughput * env.world);
-      printf("[OUTPUT] %s Ending epoch %llu - %llu steps completed in %.2f s\n", r->end, (unsigned long long)(e + 1),
-             (unsigned long long)r->steps, r->t1 - r->t0);
-      fflush(stdout);
-    }
-  }
+  for (uint64_t e = 0; !rc && e < c.epochs; e++)
+    rc = run_epoch(&c, &env, L, &evict, e, steps, run_steps, &ep[e], err, errlen);
   if (c.evict_cache) evictor_stop(&evict);
-  /* every rank's per-epoch AU and throughput to every rank */
-  uint64_t E = c.epochs;
-  gathered_t *mine = rc ? NULL : calloc(E, sizeof *mine), *all = rc ? NULL : calloc(E * env.world, sizeof *all);
-  if (!rc && (!mine || !all)) rc = -1, snprintf(err, errlen, "out of memory");
-  for (uint64_t e = 0; !rc && e < E; e++) mine[e] = (gathered_t){ep[e].au, ep[e].throughput};
-  if (!rc && lade_loader_allgather(L, mine, E * sizeof *mine, all))
-    rc = -1, snprintf(err, errlen, "gathering the metrics: %s", lade_tool_error());
+  gathered_t *all = NULL;
+  rank_sum_t *rsall = NULL;
   lade_stats_t st;
   memset(&st, 0, sizeof st);
-  if (!rc) lade_loader_stats(L, &st, sizeof st);
-  rank_sum_t rs = {0}, *rsall = rc ? NULL : calloc(env.world, sizeof *rsall);
-  gethostname(rs.host, sizeof rs.host - 1);
-  rs.mem_gb = host_mem_gb();
-  memcpy(rs.bytes_by_source, st.bytes_by_source, sizeof rs.bytes_by_source);
-  if (!rc && (!rsall || lade_loader_allgather(L, &rs, sizeof rs, rsall)))
-    rc = -1, snprintf(err, errlen, "gathering the hosts: %s", rsall ? lade_tool_error() : "out of memory");
-  if (!rc && write_rank_files(&c, out, env.rank, ep, E, t_origin))
+  if (!rc) rc = gather(&c, &env, L, ep, &all, &rsall, &st, err, errlen);
+  if (!rc && write_rank_files(&c, out, env.rank, ep, c.epochs, t_origin))
     rc = -1, snprintf(err, errlen, "cannot write the rank files in %s: %s", out, strerror(errno));
-  if (!rc && env.rank == 0) {
-    double *au = calloc(E, sizeof *au), *tp = calloc(E, sizeof *tp);
-    uint32_t hosts = 0;
-    for (uint32_t i = 0; i < env.world; i++) {
-      bool seen = false;
-      for (uint32_t j = 0; j < i; j++) seen |= !strcmp(rsall[i].host, rsall[j].host);
-      hosts += !seen;
-    }
-    for (uint64_t e = 0; au && tp && e < E; e++) {
-      for (uint32_t k = 0; k < env.world; k++) {
-        au[e] += all[k * E + e].au;
-        tp[e] += all[k * E + e].throughput;
-      }
-      au[e] /= env.world;
-    }
-    const char *verdict = mean_of(au, E) >= c.au * 100 ? "success" : "fail";
-    char end[40];
-    stamp(end, sizeof end);
-    printf("[OUTPUT] %s Saved outputs in %s\n", end, out);
-    print_metric(stdout, &c, env.world, au, tp, E, verdict);
-    if (log) {
-      fprintf(log, "[OUTPUT] %s Saved outputs in %s\n", end, out);
-      print_metric(log, &c, env.world, au, tp, E, verdict);
-    }
-    /* lade's own account: where the bytes came from, over all ranks */
-    uint64_t by[4] = {0};
-    for (uint32_t k = 0; k < env.world; k++)
-      for (int i = 0; i < 4; i++) by[i] += rsall[k].bytes_by_source[i];
-    printf("[LADE] plan %s: bytes from storage %.1f MB, memory cache %.1f MB, disk cache %.1f MB, peers %.1f MB "
-           "(all ranks)\n", c.plan, by[0] / 1e6, by[1] / 1e6, by[2] / 1e6, by[3] / 1e6);
-    fflush(stdout);
-    write_summary(&c, out, env.world, hosts, au, tp, E, start, end, verdict, &st, c.plan);
-    free(au);
-    free(tp);
-  }
+  if (!rc && env.rank == 0) report(&c, &env, out, start, log, all, rsall, &st);
   if (log) fclose(log);
-  free(mine);
   free(all);
   free(rsall);
-  for (uint64_t e = 0; ep && e < c.epochs; e++) {
-    free(ep[e].load);
-    free(ep[e].proc);
-    free(ep[e].compute);
-    free(ep[e].barrier);
-    free(ep[e].benter);
-    free(ep[e].samples);
-  }
-  free(ep);
+  free_epochs(ep, c.epochs);
   lade_loader_destroy(L);
   return rc;
 }

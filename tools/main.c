@@ -1,6 +1,7 @@
 /*
  * main.c - the `lade` command: gen, bench, demo, ls (here), pack (pack.c,
- * pack_hdf5.c), probe (probe.c) and plan, simulate, model (plan_cli.c). Uses the public header only.
+ * pack_hdf5.c), probe (probe.c), dlio (dlio*.c) and plan, simulate, model
+ * (plan_cli.c, plan_simulate.c, plan_model.c). Uses the public header only.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -265,310 +266,378 @@ static char **ceiling_paths(lade_loader_t *L, const char *dir, uint64_t nsamples
   return paths;
 }
 
-static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
-  lade_loader_t *L = NULL;
-  double t0 = now();
-  if (lade_loader_create(&L, cfg)) {
-    fprintf(stderr, "lade bench: %s\n", lade_tool_error());
-    return 1;
-  }
-  uint64_t nsamples = 0, steps = 0, epochs = 0;
-  if (lade_loader_info(L, &nsamples, &steps, &epochs)) {
-    fprintf(stderr, "lade bench: %s\n", lade_tool_error());
-    lade_loader_destroy(L);
-    return 1;
-  }
-  uint64_t total = steps * epochs;
-  if (o->max_batches && o->max_batches < total) total = o->max_batches;
+enum { MAX_EPOCH_T = 64, MAX_EPOCH_LINES = 64 };
+
+/* One `lade bench` run, shared by its parts: what the run loop counts
+ * (bench_loop), what the loader reports after it and the ceiling
+ * (bench_finish), the plan's prediction and every rank's sums
+ * (bench_predict, bench_aggregate), and the report of all of it. */
+typedef struct bench_run {
+  lade_loader_t *L;
+  uint64_t nsamples, total; /* samples in the dataset; batches to take */
+  uint64_t sum, batches, samples, out_bytes;
+  double t0, first, elapsed, t_end; /* create; the first batch after it; the run's time; its end */
+  double ep_start[MAX_EPOCH_T + 1]; /* when each epoch's first batch came (epoch 0: create) */
+  char shape[128];
+  const char *dtype;
+  lade_stats_t st;
+  lade_epoch_stats_t eps[MAX_EPOCH_LINES];
+  int neps;
+  lade_plan_settings_t ps;
+  uint32_t prank;
+  int planned;
+  char transform[64];
+  lade_tool_ceiling_t cl;
+  char cpu[256];
+  uint64_t pred[MAX_EPOCH_LINES][4];
+  double ep_secs[MAX_EPOCH_LINES];
+  /* every rank's counts summed (under mpirun): cache, peer, storage, the
+   * plan's three, fallbacks; the slowest rank's epoch time, the waits summed */
+  uint64_t agg[MAX_EPOCH_LINES][7];
+  double agg_t[MAX_EPOCH_LINES], agg_w[MAX_EPOCH_LINES];
+  int aggregated, my_rank;
+  double rate, mbs_in, mbs_out;
+} bench_run_t;
+
+/* An epoch's samples by the plan's routes: the own cache (memory and disk
+ * tiers), peers (intra-node handoffs read from the node's shared cache too:
+ * docs/plan.md, Nodes); storage is samples_by_source[0] - plan_peer_storage. */
+static uint64_t cached(const lade_epoch_stats_t *e) {
+  return e->samples_by_source[1] + e->samples_by_source[2] - e->plan_node_reads;
+}
+static uint64_t peered(const lade_epoch_stats_t *e) {
+  return e->samples_by_source[3] + e->plan_peer_storage + e->plan_node_reads;
+}
+
+/* Takes the run's batches (r->total) from r->L, counting and checksumming
+ * them, with a progress bar on a terminal or else a line per finished
+ * epoch; returns 0 or the loader's error (said). */
+static int bench_loop(bench_run_t *r, const bench_opts_t *o) {
   int tty = isatty(2) && !o->json;
-  uint64_t sum = 0, batches = 0, samples = 0, out_bytes = 0, last_epoch = 0;
-  double first = 0, last_report = t0;
-  enum { MAX_EPOCH_T = 64 };
-  double ep_start[MAX_EPOCH_T + 1] = {t0}; /* when each epoch's first batch came (epoch 0: create) */
+  uint64_t last_epoch = 0;
+  double last_report = r->t0;
   int rc = 0;
-  char shape[128] = "";
-  const char *dtype = "";
-  while (batches < total) {
+  while (r->batches < r->total) {
     lade_batch_t *b = NULL;
-    rc = lade_loader_next(L, &b);
+    rc = lade_loader_next(r->L, &b);
     if (rc) {
       fprintf(stderr, "%slade bench: error: %s\n", tty ? "\n" : "", lade_tool_error());
       break;
     }
     if (!b) break;
-    if (batches == 0) {
-      first = now() - t0;
+    if (r->batches == 0) {
+      r->first = now() - r->t0;
       size_t n = 0;
       for (int i = 0; i < b->ndim; i++)
-        n += (size_t)snprintf(shape + n, sizeof shape - n, "%s%lld", i ? "x" : "", (long long)b->shape[i]);
-      dtype = lade_dtype_name(b->dtype);
+        n += (size_t)snprintf(r->shape + n, sizeof r->shape - n, "%s%lld", i ? "x" : "", (long long)b->shape[i]);
+      r->dtype = lade_dtype_name(b->dtype);
     }
-    if (o->checksum) sum = lade_checksum(b->data, b->nbytes, sum);
-    samples += (uint64_t)b->shape[0];
-    out_bytes += b->nbytes;
-    batches++;
+    if (o->checksum) r->sum = lade_checksum(b->data, b->nbytes, r->sum);
+    r->samples += (uint64_t)b->shape[0];
+    r->out_bytes += b->nbytes;
+    r->batches++;
     uint64_t ep = b->epoch;
-    if (ep > 0 && ep < MAX_EPOCH_T && ep_start[ep] == 0) ep_start[ep] = now();
+    if (ep > 0 && ep < MAX_EPOCH_T && r->ep_start[ep] == 0) r->ep_start[ep] = now();
     lade_batch_release(b);
     if (o->step_ms > 0) {
       struct timespec ts = {(time_t)(o->step_ms / 1e3), (long)(fmod(o->step_ms, 1e3) * 1e6)};
       nanosleep(&ts, NULL);
     }
     double t = now();
-    if (tty && (t - last_report > 0.2 || batches == total)) {
-      progress((double)batches / (double)total, (double)samples / (t - t0), batches == total);
+    if (tty && (t - last_report > 0.2 || r->batches == r->total)) {
+      progress((double)r->batches / (double)r->total, (double)r->samples / (t - r->t0), r->batches == r->total);
       last_report = t;
     } else if (!tty && !o->json) {
       /* a plain line per finished epoch (the batch just counted may be the
        * first of the next one) */
       if (ep != last_epoch)
         printf("epoch %llu done: %llu batches, %.0f samples/s so far\n", (unsigned long long)last_epoch,
-               (unsigned long long)(batches - 1), (double)samples / (t - t0));
-      if (batches == total)
+               (unsigned long long)(r->batches - 1), (double)r->samples / (t - r->t0));
+      if (r->batches == r->total)
         printf("epoch %llu done: %llu batches, %.0f samples/s so far\n", (unsigned long long)ep,
-               (unsigned long long)batches, (double)samples / (t - t0));
+               (unsigned long long)r->batches, (double)r->samples / (t - r->t0));
       last_epoch = ep;
     }
   }
-  double elapsed = now() - t0;
-  double t_end = now();
-  lade_stats_t st;
-  lade_loader_stats(L, &st, sizeof(lade_stats_t));
-  enum { MAX_EPOCH_LINES = 64 };
-  lade_epoch_stats_t eps[MAX_EPOCH_LINES];
-  int neps = 0;
-  while (neps < MAX_EPOCH_LINES && lade_loader_epoch_stats(L, (uint64_t)neps, &eps[neps], sizeof(lade_epoch_stats_t)) == 0) neps++;
-  lade_plan_settings_t ps;
-  uint32_t prank = 0;
-  int planned = !lade_loader_plan_settings(L, &ps, sizeof ps, &prank) && ps.kind != LADE_PLAN_REGULAR && ps.kind < LADE_PLAN_KIND_COUNT;
-  char transform[64] = "";
-  lade_config_get(cfg, "transform", transform, sizeof transform);
-  lade_tool_ceiling_t cl = {.threads = (int)st.threads};
-  char cpu[256];
-  lade_tool_cpu_model(cpu, sizeof cpu);
+  return rc;
+}
+
+/* After the run (rc: its status): the loader's stats, per epoch too, its
+ * plan, the CPU model; then the loader is destroyed and, after a run
+ * without error, the ceiling measured with nothing beside it. */
+static void bench_finish(bench_run_t *r, lade_config_t *cfg, const bench_opts_t *o, int rc) {
+  lade_loader_stats(r->L, &r->st, sizeof(lade_stats_t));
+  while (r->neps < MAX_EPOCH_LINES &&
+         lade_loader_epoch_stats(r->L, (uint64_t)r->neps, &r->eps[r->neps], sizeof(lade_epoch_stats_t)) == 0)
+    r->neps++;
+  r->planned = !lade_loader_plan_settings(r->L, &r->ps, sizeof r->ps, &r->prank) &&
+               r->ps.kind != LADE_PLAN_REGULAR && r->ps.kind < LADE_PLAN_KIND_COUNT;
+  lade_config_get(cfg, "transform", r->transform, sizeof r->transform);
+  r->cl.threads = (int)r->st.threads;
+  lade_tool_cpu_model(r->cpu, sizeof r->cpu);
   uint64_t nceil = 0;
   int ceiling = o->ceiling;
-  if (ceiling && planned_world(L) > 1) {
-    snprintf(cl.why, sizeof cl.why, "%u ranks share the machine", planned_world(L));
+  if (ceiling && planned_world(r->L) > 1) {
+    snprintf(r->cl.why, sizeof r->cl.why, "%u ranks share the machine", planned_world(r->L));
     ceiling = 0;
   }
-  char **cpaths = !rc && ceiling ? ceiling_paths(L, o->dir, nsamples, &nceil, cl.why, sizeof cl.why) : NULL;
-  lade_loader_destroy(L);
+  char **cpaths =
+      !rc && ceiling ? ceiling_paths(r->L, o->dir, r->nsamples, &nceil, r->cl.why, sizeof r->cl.why) : NULL;
+  lade_loader_destroy(r->L);
   if (cpaths) { /* after the loader is gone: nothing else runs beside it */
-    lade_tool_ceiling((const char *const *)cpaths, nceil, (int)st.threads, !strncmp(transform, "imagenet", 8), &cl);
+    lade_tool_ceiling((const char *const *)cpaths, nceil, (int)r->st.threads, !strncmp(r->transform, "imagenet", 8),
+                      &r->cl);
     for (uint64_t i = 0; i < nceil; i++) free(cpaths[i]);
     free(cpaths);
   }
-  for (char *c = cl.why; *c; c++) /* it goes into JSON as it is */
+  for (char *c = r->cl.why; *c; c++) /* it goes into JSON as it is */
     if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20) *c = '?';
-  if (rc) return 1;
-  static uint64_t pred[MAX_EPOCH_LINES][4];
-  memset(pred, 0, sizeof pred);
-  if (planned && predict_rank(&ps, prank, (uint64_t)neps, pred)) {
+}
+
+/* The plan's prediction for this rank (none when it fails: said) and each
+ * epoch's time, from when its first batch came to the next one's. */
+static void bench_predict(bench_run_t *r) {
+  if (r->planned && predict_rank(&r->ps, r->prank, (uint64_t)r->neps, r->pred)) {
     fprintf(stderr, "lade bench: the plan's prediction: %s\n", lade_tool_error());
-    planned = 0;
+    r->planned = 0;
   }
-  double ep_secs[MAX_EPOCH_LINES] = {0};
-  for (int e = 0; e < neps && e < MAX_EPOCH_T; e++) {
-    double next = e + 1 < MAX_EPOCH_T && e + 1 < neps && ep_start[e + 1] > 0 ? ep_start[e + 1] : t_end;
-    ep_secs[e] = next - ep_start[e];
+  for (int e = 0; e < r->neps && e < MAX_EPOCH_T; e++) {
+    double next = e + 1 < MAX_EPOCH_T && e + 1 < r->neps && r->ep_start[e + 1] > 0 ? r->ep_start[e + 1] : r->t_end;
+    r->ep_secs[e] = next - r->ep_start[e];
   }
-  /* by the plan's routes: the own cache (memory and disk tiers), peers (intra-node handoffs read from the node's
-   * shared cache too: docs/plan.md, Nodes), storage */
-#define CACHED(e) (eps[e].samples_by_source[1] + eps[e].samples_by_source[2] - eps[e].plan_node_reads)
-#define PEERED(e) (eps[e].samples_by_source[3] + eps[e].plan_peer_storage + eps[e].plan_node_reads)
-  /* every rank's counts summed (under mpirun): cache, peer, storage, the
-   * plan's three, fallbacks; the slowest rank's epoch time, the waits summed */
-  static uint64_t agg[MAX_EPOCH_LINES][7];
-  static double agg_t[MAX_EPOCH_LINES], agg_w[MAX_EPOCH_LINES];
-  int aggregated = 0, my_rank = 0;
+}
+
+/* Under mpirun with a plan: every rank's counts summed into r->agg (the
+ * epoch times: the slowest rank's; the waits summed), r->aggregated set. */
+static void bench_aggregate(bench_run_t *r) {
 #ifdef LADE_HAVE_MPI
-  if (planned && g_cli_mpi == 2) {
+  if (r->planned && g_cli_mpi == 2) {
     static uint64_t mine[MAX_EPOCH_LINES][7];
     double t[MAX_EPOCH_LINES], w[MAX_EPOCH_LINES];
-    for (int e = 0; e < neps; e++) {
-      uint64_t v[7] = {CACHED(e), PEERED(e),
-                       eps[e].samples_by_source[0] - eps[e].plan_peer_storage, pred[e][PRED_CACHE],
-                       pred[e][PRED_PEER], pred[e][PRED_STORAGE], eps[e].plan_fallbacks};
+    for (int e = 0; e < r->neps; e++) {
+      uint64_t v[7] = {cached(&r->eps[e]), peered(&r->eps[e]),
+                       r->eps[e].samples_by_source[0] - r->eps[e].plan_peer_storage, r->pred[e][PRED_CACHE],
+                       r->pred[e][PRED_PEER], r->pred[e][PRED_STORAGE], r->eps[e].plan_fallbacks};
       memcpy(mine[e], v, sizeof v);
-      t[e] = ep_secs[e];
-      w[e] = eps[e].wait_seconds;
+      t[e] = r->ep_secs[e];
+      w[e] = r->eps[e].wait_seconds;
     }
-    MPI_Comm_rank(MPI_COMM_WORLD, &my_rank);
-    aggregated = MPI_Allreduce(mine, agg, neps * 7, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS &&
-                 MPI_Allreduce(t, agg_t, neps, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD) == MPI_SUCCESS &&
-                 MPI_Allreduce(w, agg_w, neps, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r->my_rank);
+    r->aggregated = MPI_Allreduce(mine, r->agg, r->neps * 7, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS &&
+                    MPI_Allreduce(t, r->agg_t, r->neps, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD) == MPI_SUCCESS &&
+                    MPI_Allreduce(w, r->agg_w, r->neps, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD) == MPI_SUCCESS;
   }
 #endif
-  int tiers = st.samples_by_source[1] || st.samples_by_source[2] || st.cache_misses || st.prefetched;
-  int remote = st.get_requests || st.list_requests;
-  double rate = elapsed > 0 ? (double)samples / elapsed : 0;
-  double mbs_in = elapsed > 0 ? (double)st.bytes_read / elapsed / 1e6 : 0;
-  double mbs_out = elapsed > 0 ? (double)out_bytes / elapsed / 1e6 : 0;
+}
+
+/* The report as one JSON object on stdout. */
+static void bench_report_json(const bench_run_t *r, const bench_opts_t *o) {
   char sumtxt[32] = "null";
-  if (o->checksum) snprintf(sumtxt, sizeof sumtxt, "\"%016llx\"", (unsigned long long)sum);
-  if (o->json) {
-    printf("{\"dataset\":\"%s\",\"transform\":\"%s\",\"samples_in_dataset\":%llu,\"batches\":%llu,\"samples\":%llu,"
-           "\"batch_shape\":\"%s\",\"dtype\":\"%s\",\"seconds\":%.6f,\"samples_per_s\":%.1f,\"read_mb_per_s\":%.2f,"
-           "\"output_mb_per_s\":%.2f,\"first_batch_ms\":%.3f,\"peak_rss_mib\":%.1f,\"pool_mib\":%.1f,\"threads\":%u,"
-           "\"read_s\":%.4f,\"transform_s\":%.4f,\"collate_s\":%.4f,\"wait_s\":%.4f,\"latency_p50_ms\":%.3f,"
-           "\"latency_p90_ms\":%.3f,\"latency_p99_ms\":%.3f,\"substituted\":%llu,\"checksum\":%s,"
-           "\"samples_by_source\":[%llu,%llu,%llu],\"bytes_by_source\":[%llu,%llu,%llu],\"cache_misses\":%llu,"
-           "\"prefetched\":%llu,\"get_requests\":%llu,\"list_requests\":%llu,\"retries\":%llu,"
-           "\"remote_bytes\":%llu,\"concurrency\":%u,\"fetch_size\":%llu,\"prefetch_threshold\":%llu,\"rank\":%u,\"world\":%u,"
-           "\"node\":%u,\"nodes\":%u,\"local_rank\":%u,\"ranks_per_node\":%u,\"peer_sent\":%llu,\"peer_sent_bytes\":%llu,\"peer_served_from_storage\":%llu,"
-           "\"node_cache_used_bytes\":%llu,\"node_cache_segment_bytes\":%llu,\"node_cache_entries\":%llu,"
-           "\"node_cache_hits\":%llu,\"node_cache_ranks\":%u,",
-           o->dir, transform, (unsigned long long)nsamples, (unsigned long long)batches, (unsigned long long)samples,
-           shape, dtype, elapsed, rate, mbs_in, mbs_out, first * 1e3, peak_rss_mib(),
-           (double)st.peak_pool_bytes / 1048576.0, st.threads, st.stage_seconds[LADE_STAGE_READ],
-           st.stage_seconds[LADE_STAGE_TRANSFORM], st.stage_seconds[LADE_STAGE_COLLATE],
-           st.stage_seconds[LADE_STAGE_WAIT], st.batch_latency_p50 * 1e3, st.batch_latency_p90 * 1e3,
-           st.batch_latency_p99 * 1e3, (unsigned long long)st.substituted, sumtxt,
-           (unsigned long long)st.samples_by_source[0], (unsigned long long)st.samples_by_source[1],
-           (unsigned long long)st.samples_by_source[2], (unsigned long long)st.bytes_by_source[0],
-           (unsigned long long)st.bytes_by_source[1], (unsigned long long)st.bytes_by_source[2],
-           (unsigned long long)st.cache_misses, (unsigned long long)st.prefetched, (unsigned long long)st.get_requests,
-           (unsigned long long)st.list_requests, (unsigned long long)st.retries, (unsigned long long)st.remote_bytes,
-           st.concurrency, (unsigned long long)st.fetch_size, (unsigned long long)st.prefetch_threshold, prank,
-           ps.learners, st.node, st.nodes, st.local_rank, st.ranks_per_node, (unsigned long long)st.peer_messages_sent,
-           (unsigned long long)st.peer_bytes_sent, (unsigned long long)st.peer_served_from_storage,
-           (unsigned long long)st.node_cache_used_bytes, (unsigned long long)st.node_cache_segment_bytes,
-           (unsigned long long)st.node_cache_entries, (unsigned long long)st.node_cache_hits, st.node_cache_ranks);
-    /* a plan's two tiers and the node's shared plan cache (docs/plan.md) */
-    printf("\"plan_admits_mem\":%llu,\"plan_admits_disk\":%llu,\"plan_moves_up\":%llu,\"plan_moves_down\":%llu,"
-           "\"plan_node_reads\":%llu,\"cache_corrupt\":%llu,\"cache_stale\":%llu,\"epochs\":[",
-           (unsigned long long)st.plan_admits_mem, (unsigned long long)st.plan_admits_disk,
-           (unsigned long long)st.plan_moves_up, (unsigned long long)st.plan_moves_down,
-           (unsigned long long)st.plan_node_reads, (unsigned long long)st.cache_corrupt,
-           (unsigned long long)st.cache_stale);
-    for (int e = 0; e < neps; e++) {
-      if (planned)
-        printf("%s{\"plan\":\"%s\",\"cache\":%llu,\"peer\":%llu,\"storage\":%llu,\"fallbacks\":%llu,"
-               "\"predicted_cache\":%llu,\"predicted_peer\":%llu,\"predicted_storage\":%llu,\"handoff\":%llu,"
-               "\"predicted_handoff\":%llu,",
-               e ? "," : "", lade_plan_kind_name(ps.kind), (unsigned long long)CACHED(e),
-               (unsigned long long)PEERED(e),
-               (unsigned long long)(eps[e].samples_by_source[0] - eps[e].plan_peer_storage),
-               (unsigned long long)eps[e].plan_fallbacks, (unsigned long long)pred[e][PRED_CACHE],
-               (unsigned long long)pred[e][PRED_PEER], (unsigned long long)pred[e][PRED_STORAGE],
-               (unsigned long long)(eps[e].peer_samples_node + eps[e].plan_node_reads),
-               (unsigned long long)pred[e][PRED_HANDOFF]);
-      double es = ep_secs[e];
-      printf("%s\"epoch\":%d,\"seconds\":%.4f,\"peer_bytes\":%llu,\"miss_rate\":%.4f,\"wait_s\":%.4f,\"get_requests\":%llu,\"list_requests\":%llu,"
-             "\"remote_bytes\":%llu,\"samples_by_source\":[%llu,%llu,%llu],\"bytes_by_source\":[%llu,%llu,%llu]}",
-             planned ? "" : e ? ",{" : "{", e, es, (unsigned long long)eps[e].bytes_by_source[3], eps[e].miss_rate,
-             eps[e].wait_seconds,
-             (unsigned long long)eps[e].get_requests,
-             (unsigned long long)eps[e].list_requests, (unsigned long long)eps[e].remote_bytes,
-             (unsigned long long)eps[e].samples_by_source[0], (unsigned long long)eps[e].samples_by_source[1],
-             (unsigned long long)eps[e].samples_by_source[2], (unsigned long long)eps[e].bytes_by_source[0],
-             (unsigned long long)eps[e].bytes_by_source[1], (unsigned long long)eps[e].bytes_by_source[2]);
-    }
-    printf("]");
-    if (aggregated) {
-      printf(",\"aggregate\":[");
-      for (int e = 0; e < neps; e++)
-        printf("%s{\"epoch\":%d,\"seconds\":%.4f,\"wait_s\":%.4f,\"cache\":%llu,\"peer\":%llu,\"storage\":%llu,"
-               "\"predicted_cache\":%llu,\"predicted_peer\":%llu,\"predicted_storage\":%llu,\"fallbacks\":%llu}",
-               e ? "," : "", e, agg_t[e], agg_w[e], (unsigned long long)agg[e][0], (unsigned long long)agg[e][1],
-               (unsigned long long)agg[e][2], (unsigned long long)agg[e][3], (unsigned long long)agg[e][4],
-               (unsigned long long)agg[e][5], (unsigned long long)agg[e][6]);
-      printf("]");
-    }
-    printf(",\"cpu\":\"%s\"", cpu);
-    if (o->ceiling) {
-      printf(",\"ceiling\":{\"files\":%llu,\"threads\":%d,\"read_per_s\":%.1f,\"decode_per_s\":%.1f,"
-             "\"fraction_of_read\":%.4f,\"fraction_of_decode\":%.4f,\"why\":\"%s\"}",
-             (unsigned long long)cl.files, cl.threads, cl.read_per_s, cl.decode_per_s,
-             cl.read_per_s > 0 ? rate / cl.read_per_s : 0.0, cl.decode_per_s > 0 ? rate / cl.decode_per_s : 0.0,
-             cl.why);
-    }
-    printf("}\n");
-  } else {
-    printf("dataset      %s (%llu samples), transform %s, batches %s %s\n", o->dir, (unsigned long long)nsamples,
-           transform, shape, dtype);
-    printf("throughput   %.0f samples/s, %.1f MB/s read, %.1f MB/s delivered (%llu batches in %.3f s, %u threads)\n",
-           rate, mbs_in, mbs_out, (unsigned long long)batches, elapsed, st.threads);
-    printf("first batch  %.2f ms after create\n", first * 1e3);
-    printf("memory       peak RSS %.1f MiB, batch pool %.1f MiB\n", peak_rss_mib(),
-           (double)st.peak_pool_bytes / 1048576.0);
-    printf("stages       read %.3f s, transform %.3f s (summed over threads); collate %.4f s; consumer wait %.3f s\n",
-           st.stage_seconds[LADE_STAGE_READ], st.stage_seconds[LADE_STAGE_TRANSFORM],
-           st.stage_seconds[LADE_STAGE_COLLATE], st.stage_seconds[LADE_STAGE_WAIT]);
-    printf("batch time   p50 %.2f ms, p90 %.2f ms, p99 %.2f ms, max %.2f ms\n", st.batch_latency_p50 * 1e3,
-           st.batch_latency_p90 * 1e3, st.batch_latency_p99 * 1e3, st.batch_latency_max * 1e3);
-    if (st.substituted) printf("substituted  %llu bad samples (on_error=skip)\n", (unsigned long long)st.substituted);
-    int local_reads = remote && !st.list_requests && !st.remote_bytes; /* a local source counting its reads (hdf5) */
-    if (local_reads)
-      printf("reads        %llu issued, %.3f per sample\n", (unsigned long long)st.get_requests,
-             samples ? (double)st.get_requests / (double)samples : 0.0);
-    else if (remote)
-      printf("remote       %llu GET, %llu LIST, %llu retries, %.1f MB received, %u requests in flight allowed\n",
-             (unsigned long long)st.get_requests, (unsigned long long)st.list_requests,
-             (unsigned long long)st.retries, (double)st.remote_bytes / 1e6, st.concurrency);
-    if (tiers) {
-      printf("tiers        storage %llu, memory %llu, disk %llu samples; %llu misses", (unsigned long long)st.samples_by_source[0],
-             (unsigned long long)st.samples_by_source[1], (unsigned long long)st.samples_by_source[2],
-             (unsigned long long)st.cache_misses);
-      if (st.cache_stale || st.cache_corrupt)
-        printf(" (%llu stale: the sample changed since it was stored; %llu corrupt)", (unsigned long long)st.cache_stale,
-               (unsigned long long)st.cache_corrupt);
-      if (st.fetch_size)
-        printf("; prefetcher stored %llu (fetch %llu, threshold %llu)", (unsigned long long)st.prefetched,
-               (unsigned long long)st.fetch_size, (unsigned long long)st.prefetch_threshold);
-      printf("\n");
-    }
-    if (tiers || (remote && !local_reads))
-      for (int e = 0; e < neps; e++)
-        printf("epoch %-6d miss rate %.3f, consumer wait %.3f s, %llu GET, %llu LIST, %.1f MB from storage, "
-               "%.1f MB memory, %.1f MB disk\n",
-               e, eps[e].miss_rate, eps[e].wait_seconds, (unsigned long long)eps[e].get_requests,
-               (unsigned long long)eps[e].list_requests, (double)eps[e].bytes_by_source[0] / 1e6,
-               (double)eps[e].bytes_by_source[1] / 1e6, (double)eps[e].bytes_by_source[2] / 1e6);
-    if (planned) {
-      printf("plan         %s, rank %u of %u: per epoch, samples from this rank's cache / peers / storage, measured "
-             "(predicted by the plan)%s\n", lade_plan_kind_name(ps.kind), prank, ps.learners,
-             st.plan_peer_storage ? "; no transport: peer samples were read from storage" : "");
-      if (st.peer_messages_sent)
-        printf("transport    sent %llu samples (%.1f MB) to peers, %llu of them read from storage\n",
-               (unsigned long long)st.peer_messages_sent, (double)st.peer_bytes_sent / 1e6,
-               (unsigned long long)st.peer_served_from_storage);
-      for (int e = 0; e < neps; e++)
-        printf("epoch %-6d cache %llu (%llu), peer %llu (%llu), storage %llu (%llu), fallbacks %llu, consumer wait "
-               "%.3f s\n",
-               e, (unsigned long long)CACHED(e), (unsigned long long)pred[e][PRED_CACHE],
-               (unsigned long long)PEERED(e),
-               (unsigned long long)pred[e][PRED_PEER],
-               (unsigned long long)(eps[e].samples_by_source[0] - eps[e].plan_peer_storage),
-               (unsigned long long)pred[e][PRED_STORAGE], (unsigned long long)eps[e].plan_fallbacks,
-               eps[e].wait_seconds);
-    }
-    if (aggregated && my_rank == 0) {
-      printf("all ranks    %s, %u ranks: per epoch, samples from the ranks' caches / peers / storage, measured "
-             "(predicted), the slowest rank's epoch time and the consumer waits summed\n", lade_plan_kind_name(ps.kind),
-             ps.learners);
-      for (int e = 0; e < neps; e++)
-        printf("epoch %-6d cache %llu (%llu), peer %llu (%llu), storage %llu (%llu), fallbacks %llu, %.3f s, wait "
-               "%.3f s\n",
-               e, (unsigned long long)agg[e][0], (unsigned long long)agg[e][3], (unsigned long long)agg[e][1],
-               (unsigned long long)agg[e][4], (unsigned long long)agg[e][2], (unsigned long long)agg[e][5],
-               (unsigned long long)agg[e][6], agg_t[e], agg_w[e]);
-    }
-    if (o->checksum) printf("checksum     %016llx\n", (unsigned long long)sum);
-    printf("cpu          %s\n", cpu);
-    if (o->ceiling && cl.read_per_s > 0) {
-      printf("ceiling      bare read %.0f files/s", cl.read_per_s);
-      if (cl.decode_per_s > 0) printf(", bare whole-image JPEG decode %.0f images/s", cl.decode_per_s);
-      printf(" (%llu files, %d threads); lade is at %.2fx of the read", (unsigned long long)cl.files,
-             cl.threads, rate / cl.read_per_s);
-      if (cl.decode_per_s > 0) printf(", %.2fx of the decode", rate / cl.decode_per_s);
-      printf("%s%s\n", cl.why[0] ? "; decode not measured: " : "", cl.why);
-    } else if (o->ceiling) {
-      printf("ceiling      not measured: %s\n", cl.why);
-    }
+  if (o->checksum) snprintf(sumtxt, sizeof sumtxt, "\"%016llx\"", (unsigned long long)r->sum);
+  printf("{\"dataset\":\"%s\",\"transform\":\"%s\",\"samples_in_dataset\":%llu,\"batches\":%llu,\"samples\":%llu,"
+         "\"batch_shape\":\"%s\",\"dtype\":\"%s\",\"seconds\":%.6f,\"samples_per_s\":%.1f,\"read_mb_per_s\":%.2f,"
+         "\"output_mb_per_s\":%.2f,\"first_batch_ms\":%.3f,\"peak_rss_mib\":%.1f,\"pool_mib\":%.1f,\"threads\":%u,"
+         "\"read_s\":%.4f,\"transform_s\":%.4f,\"collate_s\":%.4f,\"wait_s\":%.4f,\"latency_p50_ms\":%.3f,"
+         "\"latency_p90_ms\":%.3f,\"latency_p99_ms\":%.3f,\"substituted\":%llu,\"checksum\":%s,"
+         "\"samples_by_source\":[%llu,%llu,%llu],\"bytes_by_source\":[%llu,%llu,%llu],\"cache_misses\":%llu,"
+         "\"prefetched\":%llu,\"get_requests\":%llu,\"list_requests\":%llu,\"retries\":%llu,"
+         "\"remote_bytes\":%llu,\"concurrency\":%u,\"fetch_size\":%llu,\"prefetch_threshold\":%llu,\"rank\":%u,\"world\":%u,"
+         "\"node\":%u,\"nodes\":%u,\"local_rank\":%u,\"ranks_per_node\":%u,\"peer_sent\":%llu,\"peer_sent_bytes\":%llu,\"peer_served_from_storage\":%llu,"
+         "\"node_cache_used_bytes\":%llu,\"node_cache_segment_bytes\":%llu,\"node_cache_entries\":%llu,"
+         "\"node_cache_hits\":%llu,\"node_cache_ranks\":%u,",
+         o->dir, r->transform, (unsigned long long)r->nsamples, (unsigned long long)r->batches,
+         (unsigned long long)r->samples, r->shape, r->dtype, r->elapsed, r->rate, r->mbs_in, r->mbs_out, r->first * 1e3,
+         peak_rss_mib(), (double)r->st.peak_pool_bytes / 1048576.0, r->st.threads, r->st.stage_seconds[LADE_STAGE_READ],
+         r->st.stage_seconds[LADE_STAGE_TRANSFORM], r->st.stage_seconds[LADE_STAGE_COLLATE],
+         r->st.stage_seconds[LADE_STAGE_WAIT], r->st.batch_latency_p50 * 1e3, r->st.batch_latency_p90 * 1e3,
+         r->st.batch_latency_p99 * 1e3, (unsigned long long)r->st.substituted, sumtxt,
+         (unsigned long long)r->st.samples_by_source[0], (unsigned long long)r->st.samples_by_source[1],
+         (unsigned long long)r->st.samples_by_source[2], (unsigned long long)r->st.bytes_by_source[0],
+         (unsigned long long)r->st.bytes_by_source[1], (unsigned long long)r->st.bytes_by_source[2],
+         (unsigned long long)r->st.cache_misses, (unsigned long long)r->st.prefetched,
+         (unsigned long long)r->st.get_requests, (unsigned long long)r->st.list_requests,
+         (unsigned long long)r->st.retries, (unsigned long long)r->st.remote_bytes, r->st.concurrency,
+         (unsigned long long)r->st.fetch_size, (unsigned long long)r->st.prefetch_threshold, r->prank, r->ps.learners,
+         r->st.node, r->st.nodes, r->st.local_rank, r->st.ranks_per_node, (unsigned long long)r->st.peer_messages_sent,
+         (unsigned long long)r->st.peer_bytes_sent, (unsigned long long)r->st.peer_served_from_storage,
+         (unsigned long long)r->st.node_cache_used_bytes, (unsigned long long)r->st.node_cache_segment_bytes,
+         (unsigned long long)r->st.node_cache_entries, (unsigned long long)r->st.node_cache_hits,
+         r->st.node_cache_ranks);
+  /* a plan's two tiers and the node's shared plan cache (docs/plan.md) */
+  printf("\"plan_admits_mem\":%llu,\"plan_admits_disk\":%llu,\"plan_moves_up\":%llu,\"plan_moves_down\":%llu,"
+         "\"plan_node_reads\":%llu,\"cache_corrupt\":%llu,\"cache_stale\":%llu,\"epochs\":[",
+         (unsigned long long)r->st.plan_admits_mem, (unsigned long long)r->st.plan_admits_disk,
+         (unsigned long long)r->st.plan_moves_up, (unsigned long long)r->st.plan_moves_down,
+         (unsigned long long)r->st.plan_node_reads, (unsigned long long)r->st.cache_corrupt,
+         (unsigned long long)r->st.cache_stale);
+  for (int e = 0; e < r->neps; e++) {
+    if (r->planned)
+      printf("%s{\"plan\":\"%s\",\"cache\":%llu,\"peer\":%llu,\"storage\":%llu,\"fallbacks\":%llu,"
+             "\"predicted_cache\":%llu,\"predicted_peer\":%llu,\"predicted_storage\":%llu,\"handoff\":%llu,"
+             "\"predicted_handoff\":%llu,",
+             e ? "," : "", lade_plan_kind_name(r->ps.kind), (unsigned long long)cached(&r->eps[e]),
+             (unsigned long long)peered(&r->eps[e]),
+             (unsigned long long)(r->eps[e].samples_by_source[0] - r->eps[e].plan_peer_storage),
+             (unsigned long long)r->eps[e].plan_fallbacks, (unsigned long long)r->pred[e][PRED_CACHE],
+             (unsigned long long)r->pred[e][PRED_PEER], (unsigned long long)r->pred[e][PRED_STORAGE],
+             (unsigned long long)(r->eps[e].peer_samples_node + r->eps[e].plan_node_reads),
+             (unsigned long long)r->pred[e][PRED_HANDOFF]);
+    double es = r->ep_secs[e];
+    printf("%s\"epoch\":%d,\"seconds\":%.4f,\"peer_bytes\":%llu,\"miss_rate\":%.4f,\"wait_s\":%.4f,\"get_requests\":%llu,\"list_requests\":%llu,"
+           "\"remote_bytes\":%llu,\"samples_by_source\":[%llu,%llu,%llu],\"bytes_by_source\":[%llu,%llu,%llu]}",
+           r->planned ? "" : e ? ",{" : "{", e, es, (unsigned long long)r->eps[e].bytes_by_source[3],
+           r->eps[e].miss_rate, r->eps[e].wait_seconds, (unsigned long long)r->eps[e].get_requests,
+           (unsigned long long)r->eps[e].list_requests, (unsigned long long)r->eps[e].remote_bytes,
+           (unsigned long long)r->eps[e].samples_by_source[0], (unsigned long long)r->eps[e].samples_by_source[1],
+           (unsigned long long)r->eps[e].samples_by_source[2], (unsigned long long)r->eps[e].bytes_by_source[0],
+           (unsigned long long)r->eps[e].bytes_by_source[1], (unsigned long long)r->eps[e].bytes_by_source[2]);
   }
-  return 0;
+  printf("]");
+  if (r->aggregated) {
+    printf(",\"aggregate\":[");
+    for (int e = 0; e < r->neps; e++)
+      printf("%s{\"epoch\":%d,\"seconds\":%.4f,\"wait_s\":%.4f,\"cache\":%llu,\"peer\":%llu,\"storage\":%llu,"
+             "\"predicted_cache\":%llu,\"predicted_peer\":%llu,\"predicted_storage\":%llu,\"fallbacks\":%llu}",
+             e ? "," : "", e, r->agg_t[e], r->agg_w[e], (unsigned long long)r->agg[e][0],
+             (unsigned long long)r->agg[e][1], (unsigned long long)r->agg[e][2], (unsigned long long)r->agg[e][3],
+             (unsigned long long)r->agg[e][4], (unsigned long long)r->agg[e][5], (unsigned long long)r->agg[e][6]);
+    printf("]");
+  }
+  printf(",\"cpu\":\"%s\"", r->cpu);
+  if (o->ceiling) {
+    printf(",\"ceiling\":{\"files\":%llu,\"threads\":%d,\"read_per_s\":%.1f,\"decode_per_s\":%.1f,"
+           "\"fraction_of_read\":%.4f,\"fraction_of_decode\":%.4f,\"why\":\"%s\"}",
+           (unsigned long long)r->cl.files, r->cl.threads, r->cl.read_per_s, r->cl.decode_per_s,
+           r->cl.read_per_s > 0 ? r->rate / r->cl.read_per_s : 0.0,
+           r->cl.decode_per_s > 0 ? r->rate / r->cl.decode_per_s : 0.0, r->cl.why);
+  }
+  printf("}\n");
+}
+
+/* The report as text lines on stdout. */
+static void bench_report_text(const bench_run_t *r, const bench_opts_t *o) {
+  int tiers = r->st.samples_by_source[1] || r->st.samples_by_source[2] || r->st.cache_misses || r->st.prefetched;
+  int remote = r->st.get_requests || r->st.list_requests;
+  printf("dataset      %s (%llu samples), transform %s, batches %s %s\n", o->dir, (unsigned long long)r->nsamples,
+         r->transform, r->shape, r->dtype);
+  printf("throughput   %.0f samples/s, %.1f MB/s read, %.1f MB/s delivered (%llu batches in %.3f s, %u threads)\n",
+         r->rate, r->mbs_in, r->mbs_out, (unsigned long long)r->batches, r->elapsed, r->st.threads);
+  printf("first batch  %.2f ms after create\n", r->first * 1e3);
+  printf("memory       peak RSS %.1f MiB, batch pool %.1f MiB\n", peak_rss_mib(),
+         (double)r->st.peak_pool_bytes / 1048576.0);
+  printf("stages       read %.3f s, transform %.3f s (summed over threads); collate %.4f s; consumer wait %.3f s\n",
+         r->st.stage_seconds[LADE_STAGE_READ], r->st.stage_seconds[LADE_STAGE_TRANSFORM],
+         r->st.stage_seconds[LADE_STAGE_COLLATE], r->st.stage_seconds[LADE_STAGE_WAIT]);
+  printf("batch time   p50 %.2f ms, p90 %.2f ms, p99 %.2f ms, max %.2f ms\n", r->st.batch_latency_p50 * 1e3,
+         r->st.batch_latency_p90 * 1e3, r->st.batch_latency_p99 * 1e3, r->st.batch_latency_max * 1e3);
+  if (r->st.substituted)
+    printf("substituted  %llu bad samples (on_error=skip)\n", (unsigned long long)r->st.substituted);
+  /* a local source counting its reads (hdf5) */
+  int local_reads = remote && !r->st.list_requests && !r->st.remote_bytes;
+  if (local_reads)
+    printf("reads        %llu issued, %.3f per sample\n", (unsigned long long)r->st.get_requests,
+           r->samples ? (double)r->st.get_requests / (double)r->samples : 0.0);
+  else if (remote)
+    printf("remote       %llu GET, %llu LIST, %llu retries, %.1f MB received, %u requests in flight allowed\n",
+           (unsigned long long)r->st.get_requests, (unsigned long long)r->st.list_requests,
+           (unsigned long long)r->st.retries, (double)r->st.remote_bytes / 1e6, r->st.concurrency);
+  if (tiers) {
+    printf("tiers        storage %llu, memory %llu, disk %llu samples; %llu misses",
+           (unsigned long long)r->st.samples_by_source[0], (unsigned long long)r->st.samples_by_source[1],
+           (unsigned long long)r->st.samples_by_source[2], (unsigned long long)r->st.cache_misses);
+    if (r->st.cache_stale || r->st.cache_corrupt)
+      printf(" (%llu stale: the sample changed since it was stored; %llu corrupt)",
+             (unsigned long long)r->st.cache_stale, (unsigned long long)r->st.cache_corrupt);
+    if (r->st.fetch_size)
+      printf("; prefetcher stored %llu (fetch %llu, threshold %llu)", (unsigned long long)r->st.prefetched,
+             (unsigned long long)r->st.fetch_size, (unsigned long long)r->st.prefetch_threshold);
+    printf("\n");
+  }
+  if (tiers || (remote && !local_reads))
+    for (int e = 0; e < r->neps; e++)
+      printf("epoch %-6d miss rate %.3f, consumer wait %.3f s, %llu GET, %llu LIST, %.1f MB from storage, "
+             "%.1f MB memory, %.1f MB disk\n",
+             e, r->eps[e].miss_rate, r->eps[e].wait_seconds, (unsigned long long)r->eps[e].get_requests,
+             (unsigned long long)r->eps[e].list_requests, (double)r->eps[e].bytes_by_source[0] / 1e6,
+             (double)r->eps[e].bytes_by_source[1] / 1e6, (double)r->eps[e].bytes_by_source[2] / 1e6);
+  if (r->planned) {
+    printf("plan         %s, rank %u of %u: per epoch, samples from this rank's cache / peers / storage, measured "
+           "(predicted by the plan)%s\n", lade_plan_kind_name(r->ps.kind), r->prank, r->ps.learners,
+           r->st.plan_peer_storage ? "; no transport: peer samples were read from storage" : "");
+    if (r->st.peer_messages_sent)
+      printf("transport    sent %llu samples (%.1f MB) to peers, %llu of them read from storage\n",
+             (unsigned long long)r->st.peer_messages_sent, (double)r->st.peer_bytes_sent / 1e6,
+             (unsigned long long)r->st.peer_served_from_storage);
+    for (int e = 0; e < r->neps; e++)
+      printf("epoch %-6d cache %llu (%llu), peer %llu (%llu), storage %llu (%llu), fallbacks %llu, consumer wait "
+             "%.3f s\n",
+             e, (unsigned long long)cached(&r->eps[e]), (unsigned long long)r->pred[e][PRED_CACHE],
+             (unsigned long long)peered(&r->eps[e]),
+             (unsigned long long)r->pred[e][PRED_PEER],
+             (unsigned long long)(r->eps[e].samples_by_source[0] - r->eps[e].plan_peer_storage),
+             (unsigned long long)r->pred[e][PRED_STORAGE], (unsigned long long)r->eps[e].plan_fallbacks,
+             r->eps[e].wait_seconds);
+  }
+  if (r->aggregated && r->my_rank == 0) {
+    printf("all ranks    %s, %u ranks: per epoch, samples from the ranks' caches / peers / storage, measured "
+           "(predicted), the slowest rank's epoch time and the consumer waits summed\n",
+           lade_plan_kind_name(r->ps.kind), r->ps.learners);
+    for (int e = 0; e < r->neps; e++)
+      printf("epoch %-6d cache %llu (%llu), peer %llu (%llu), storage %llu (%llu), fallbacks %llu, %.3f s, wait "
+             "%.3f s\n",
+             e, (unsigned long long)r->agg[e][0], (unsigned long long)r->agg[e][3], (unsigned long long)r->agg[e][1],
+             (unsigned long long)r->agg[e][4], (unsigned long long)r->agg[e][2], (unsigned long long)r->agg[e][5],
+             (unsigned long long)r->agg[e][6], r->agg_t[e], r->agg_w[e]);
+  }
+  if (o->checksum) printf("checksum     %016llx\n", (unsigned long long)r->sum);
+  printf("cpu          %s\n", r->cpu);
+  if (o->ceiling && r->cl.read_per_s > 0) {
+    printf("ceiling      bare read %.0f files/s", r->cl.read_per_s);
+    if (r->cl.decode_per_s > 0) printf(", bare whole-image JPEG decode %.0f images/s", r->cl.decode_per_s);
+    printf(" (%llu files, %d threads); lade is at %.2fx of the read", (unsigned long long)r->cl.files,
+           r->cl.threads, r->rate / r->cl.read_per_s);
+    if (r->cl.decode_per_s > 0) printf(", %.2fx of the decode", r->rate / r->cl.decode_per_s);
+    printf("%s%s\n", r->cl.why[0] ? "; decode not measured: " : "", r->cl.why);
+  } else if (o->ceiling) {
+    printf("ceiling      not measured: %s\n", r->cl.why);
+  }
+}
+
+static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
+  bench_run_t *r = calloc(1, sizeof *r); /* some 20 KB */
+  if (!r) {
+    fprintf(stderr, "lade bench: out of memory\n");
+    return 1;
+  }
+  r->t0 = now();
+  r->ep_start[0] = r->t0;
+  r->dtype = "";
+  uint64_t steps = 0, epochs = 0;
+  int rc = 1;
+  if (lade_loader_create(&r->L, cfg)) {
+    fprintf(stderr, "lade bench: %s\n", lade_tool_error());
+  } else if (lade_loader_info(r->L, &r->nsamples, &steps, &epochs)) {
+    fprintf(stderr, "lade bench: %s\n", lade_tool_error());
+    lade_loader_destroy(r->L);
+  } else {
+    r->total = steps * epochs;
+    if (o->max_batches && o->max_batches < r->total) r->total = o->max_batches;
+    rc = bench_loop(r, o);
+    r->elapsed = now() - r->t0;
+    r->t_end = now();
+    bench_finish(r, cfg, o, rc);
+  }
+  if (!rc) {
+    bench_predict(r);
+    bench_aggregate(r);
+    r->rate = r->elapsed > 0 ? (double)r->samples / r->elapsed : 0;
+    r->mbs_in = r->elapsed > 0 ? (double)r->st.bytes_read / r->elapsed / 1e6 : 0;
+    r->mbs_out = r->elapsed > 0 ? (double)r->out_bytes / r->elapsed / 1e6 : 0;
+    if (o->json) bench_report_json(r, o);
+    else bench_report_text(r, o);
+  }
+  free(r);
+  return rc ? 1 : 0;
 }
 
 static int set_or_fail(lade_config_t *cfg, const char *key, const char *value) {

@@ -572,35 +572,105 @@ static int write_shard(const char *outdir, uint64_t k, const shard_t *s, const e
   return rc;
 }
 
-int lade_tool_pack(int argc, char **argv) {
+/* lade pack's options into cfg (--set), *to, *transform and *shard_size;
+ * returns 0, 1 for a bad one (said), or 2 for --help. */
+static int pack_options(int argc, char **argv, lade_config_t *cfg, const char **to, const char **transform,
+                        uint64_t *shard_size) {
   static const struct option opts[] = {{"to", required_argument, 0, 'o'},        {"shard-size", required_argument, 0, 's'},
                                        {"transform", required_argument, 0, 't'}, {"set", required_argument, 0, 'S'},
                                        {"help", no_argument, 0, 'h'},            {0, 0, 0, 0}};
-  lade_config_t *cfg = NULL;
-  if (lade_config_create(&cfg)) return 1;
-  const char *to = NULL, *transform = "auto";
-  uint64_t shard_size = 0;
   int c, bad = 0;
   optind = 1;
   while (!bad && (c = getopt_long(argc, argv, "o:s:t:S:h", opts, NULL)) != -1) {
     switch (c) {
-      case 'o': to = optarg; break;
+      case 'o': *to = optarg; break;
       case 's':
-        if (parse_size(optarg, &shard_size)) {
+        if (parse_size(optarg, shard_size)) {
           fprintf(stderr, "lade pack: --shard-size '%s': want bytes, or a number with KB MB GB KiB MiB GiB\n", optarg);
           bad = 1;
         }
         break;
-      case 't': transform = optarg; break;
+      case 't': *transform = optarg; break;
       case 'S':
         if (lade_config_parse(cfg, optarg)) {
           fprintf(stderr, "lade pack: %s\n", lade_tool_error());
           bad = 1;
         }
         break;
-      case 'h': lade_config_destroy(cfg); return usage_pack(stdout);
+      case 'h': return 2;
       default: bad = 1;
     }
+  }
+  return bad;
+}
+
+/* An s3:// dataset's bytes come from a second loader (feed->L, from cfg):
+ * the raw transform in index order, a slot as large as the largest object,
+ * batches of up to 64 samples or 64 MiB. */
+static int open_feed(lade_config_t *cfg, const entry_t *es, uint64_t n, feed_t *feed) {
+  uint64_t most = 1;
+  for (uint64_t i = 0; i < n; i++) most = es[i].size > most ? es[i].size : most;
+  uint64_t per = (64u << 20) / most;
+  feed->batch = per < 1 ? 1 : per > 64 ? 64 : per;
+  char v[32];
+  snprintf(v, sizeof v, "%llu", (unsigned long long)most);
+  int bad_set = lade_config_set(cfg, "transform", "raw") || lade_config_set(cfg, "raw_size", v) ||
+                lade_config_set(cfg, "shuffle", "false") || lade_config_set(cfg, "epochs", "1") ||
+                lade_config_set(cfg, "drop_last", "false") || lade_config_set(cfg, "threads", "2") ||
+                lade_config_set(cfg, "prefetch", "2");
+  snprintf(v, sizeof v, "%llu", (unsigned long long)feed->batch);
+  if (!bad_set) bad_set = lade_config_set(cfg, "batch_size", v);
+  if (bad_set || lade_loader_create(&feed->L, cfg)) {
+    fprintf(stderr, "lade pack: %s\n", lade_tool_error());
+    return -1;
+  }
+  return 0;
+}
+
+/* The plan: shard boundaries from the sizes alone (*nshards of them; NULL
+ * when out of memory). */
+static shard_t *plan_shards(const entry_t *es, uint64_t n, uint64_t shard_size, uint64_t *nshards) {
+  shard_t *sh = calloc(n ? n : 1, sizeof *sh);
+  *nshards = 0;
+  for (uint64_t i = 0; sh && i < n; i++) {
+    uint64_t b = sample_bytes(&es[i]);
+    if (*nshards && sh[*nshards - 1].bytes + b <= shard_size) {
+      sh[*nshards - 1].bytes += b;
+      sh[*nshards - 1].last = i;
+    } else {
+      sh[(*nshards)++] = (shard_t){i, i, 2 * BLOCK + b};
+    }
+  }
+  return sh;
+}
+
+static void print_packed(const shard_t *sh, uint64_t nshards, uint64_t n, uint64_t kept, const char *outdir) {
+  uint64_t total = 0;
+  for (uint64_t k = 0; k < nshards; k++) total += sh[k].bytes;
+  printf("packed %llu samples into %llu shards (%llu bytes) in %s", (unsigned long long)n,
+         (unsigned long long)nshards, (unsigned long long)total, outdir);
+  if (kept) printf("; kept %llu complete shards of an earlier run", (unsigned long long)kept);
+  printf("\n");
+}
+
+static void free_entries(entry_t *es, uint64_t n) {
+  for (uint64_t i = 0; es && i < n; i++) {
+    free(es[i].path);
+    free(es[i].name);
+    free(es[i].cls);
+  }
+  free(es);
+}
+
+int lade_tool_pack(int argc, char **argv) {
+  lade_config_t *cfg = NULL;
+  if (lade_config_create(&cfg)) return 1;
+  const char *to = NULL, *transform = "auto";
+  uint64_t shard_size = 0;
+  int bad = pack_options(argc, argv, cfg, &to, &transform, &shard_size);
+  if (bad == 2) {
+    lade_config_destroy(cfg);
+    return usage_pack(stdout);
   }
   if (!bad && to && !strcmp(to, "hdf5")) { /* pack_hdf5.c */
     if (argc - optind != 2 || shard_size) {
@@ -642,43 +712,13 @@ int lade_tool_pack(int argc, char **argv) {
   uint64_t n = 0;
   rc = list_entries(L, src, remote, &es, &n);
   lade_loader_destroy(L);
-  /* an s3:// dataset's bytes come from a second loader: the raw transform
-   * in index order, a slot as large as the largest object, batches of up to
-   * 64 samples or 64 MiB */
   feed_t feed = {0};
-  if (!rc && remote) {
-    uint64_t most = 1;
-    for (uint64_t i = 0; i < n; i++) most = es[i].size > most ? es[i].size : most;
-    uint64_t per = (64u << 20) / most;
-    feed.batch = per < 1 ? 1 : per > 64 ? 64 : per;
-    char v[32];
-    snprintf(v, sizeof v, "%llu", (unsigned long long)most);
-    int bad_set = lade_config_set(cfg, "transform", "raw") || lade_config_set(cfg, "raw_size", v) ||
-                  lade_config_set(cfg, "shuffle", "false") || lade_config_set(cfg, "epochs", "1") ||
-                  lade_config_set(cfg, "drop_last", "false") || lade_config_set(cfg, "threads", "2") ||
-                  lade_config_set(cfg, "prefetch", "2");
-    snprintf(v, sizeof v, "%llu", (unsigned long long)feed.batch);
-    if (!bad_set) bad_set = lade_config_set(cfg, "batch_size", v);
-    if (bad_set || lade_loader_create(&feed.L, cfg)) {
-      fprintf(stderr, "lade pack: %s\n", lade_tool_error());
-      rc = -1;
-    }
-  }
+  if (!rc && remote) rc = open_feed(cfg, es, n, &feed);
   lade_config_destroy(cfg);
 
-  /* the plan: shard boundaries from the sizes alone */
-  shard_t *sh = rc ? NULL : calloc(n ? n : 1, sizeof *sh);
   uint64_t nshards = 0;
+  shard_t *sh = rc ? NULL : plan_shards(es, n, shard_size, &nshards);
   if (!rc && !sh) rc = -1;
-  for (uint64_t i = 0; !rc && i < n; i++) {
-    uint64_t b = sample_bytes(&es[i]);
-    if (nshards && sh[nshards - 1].bytes + b <= shard_size) {
-      sh[nshards - 1].bytes += b;
-      sh[nshards - 1].last = i;
-    } else {
-      sh[nshards++] = (shard_t){i, i, 2 * BLOCK + b};
-    }
-  }
   uint64_t sum = rc ? 0 : settings_sum(es, n, shard_size, transform, src);
   if (!rc && mkdir(outdir, 0777) && errno != EEXIST) {
     fprintf(stderr, "lade pack: %s: %s\n", outdir, strerror(errno));
@@ -693,22 +733,10 @@ int lade_tool_pack(int argc, char **argv) {
     if (!rc) rc = write_manifest(outdir, sum, sh, k + 1);
   }
   if (tty && kept < nshards) fputc('\n', stderr);
-  if (!rc) {
-    uint64_t total = 0;
-    for (uint64_t k = 0; k < nshards; k++) total += sh[k].bytes;
-    printf("packed %llu samples into %llu shards (%llu bytes) in %s", (unsigned long long)n,
-           (unsigned long long)nshards, (unsigned long long)total, outdir);
-    if (kept) printf("; kept %llu complete shards of an earlier run", (unsigned long long)kept);
-    printf("\n");
-  }
+  if (!rc) print_packed(sh, nshards, n, kept, outdir);
   if (feed.b) lade_batch_release(feed.b);
   lade_loader_destroy(feed.L);
-  for (uint64_t i = 0; es && i < n; i++) {
-    free(es[i].path);
-    free(es[i].name);
-    free(es[i].cls);
-  }
-  free(es);
+  free_entries(es, n);
   free(sh);
   return rc ? 1 : 0;
 }

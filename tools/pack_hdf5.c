@@ -235,7 +235,10 @@ static const char *out_taken(const char *out) {
   return ours ? NULL : "is an HDF5 file that lade pack did not write";
 }
 
-int lade_tool_pack_hdf5(lade_config_t *cfg, const char *src, const char *out, const char *transform) {
+/* Refuses an OUT that is not ours and an HDF5 SRC, then sets up cfg for
+ * the pack: unshuffled batches of PACK_BATCH, one epoch, one rank. Returns
+ * 0 or the exit status (said). */
+static int pack_setup(lade_config_t *cfg, const char *src, const char *out, const char *transform) {
   int auto_xf = !strcmp(transform, "auto");
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
   const char *taken = out_taken(out);
@@ -261,57 +264,17 @@ int lade_tool_pack_hdf5(lade_config_t *cfg, const char *src, const char *out, co
     fprintf(stderr, "lade pack: %s\n", lade_tool_error());
     return 2;
   }
-  const char *hint = auto_xf ? " (pack --to hdf5 stores fixed-shape arrays: a folder of images has none; use "
-                               "--transform imagenet-eval --set image_dtype=uint8 to store decoded HxWxC images)"
-                             : "";
-  lade_loader_t *L = NULL;
-  if (lade_loader_create(&L, cfg)) {
-    fprintf(stderr, "lade pack: %s%s\n", lade_tool_error(), hint);
-    return 1;
-  }
-  uint64_t n = 0;
-  uint32_t classes = 0;
-  lade_batch_t *b = NULL;
-  int rc = lade_loader_info(L, &n, NULL, NULL) || lade_loader_classes(L, &classes) || lade_loader_next(L, &b) || !b;
-  if (rc) {
-    fprintf(stderr, "lade pack: %s%s\n", lade_tool_error(), hint);
-    lade_loader_destroy(L);
-    return 1;
-  }
-  int64_t *labels = calloc(n, sizeof *labels);
-  uint64_t sum = 0;
-  if (!labels || settings_sum(L, b, src, transform, n, labels, &sum)) {
-    fprintf(stderr, "lade pack: %s\n", labels ? lade_tool_error() : "out of memory");
-    lade_batch_release(b);
-    lade_loader_destroy(L);
-    free(labels);
-    return 1;
-  }
-  size_t plen = strlen(out) + 6;
-  char *part = malloc(plen);
-  snprintf(part, plen, "%s.part", out);
-  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-  hid_t ft = file_type(b->dtype), mt = ft >= 0 ? mem_type(b->dtype, ft) : -1, dset = -1;
-  uint64_t done = 0;
-  hid_t f = ft >= 0 ? reopen_part(part, sum, n, &dset, &done) : -1;
-  int resumed = f >= 0 && done > 0;
-  if (f < 0 && ft >= 0) f = create_part(part, b, n, labels, classes != 0, sum, ft, &dset);
-  if (f < 0 || mt < 0) {
-    fprintf(stderr, "lade pack: cannot %s %s (%s batches)\n", ft < 0 ? "store" : "create", part,
-            lade_dtype_name(b->dtype));
-    rc = 1;
-  }
-  /* committed counts are multiples of the batch size, except the last */
-  done -= done % PACK_BATCH;
-  if (!rc && done && done < n) {
-    lade_batch_release(b);
-    b = NULL;
-    if (lade_loader_seek(L, 0, done / PACK_BATCH) || lade_loader_next(L, &b) || !b) {
-      fprintf(stderr, "lade pack: %s\n", lade_tool_error());
-      rc = 1;
-    }
-  }
-  hid_t fsp = rc ? -1 : H5Dget_space(dset);
+  return 0;
+}
+
+/* Writes batch b (at sample done) and the loader's batches after it into
+ * dset (file space fsp) of f, the .part file, up to sample n; commits the
+ * count about once a second (see the top of the file). *bp: the batch not
+ * yet written, if any, for the caller to release. Returns 0 or 1 (said). */
+static int write_batches(lade_loader_t *L, lade_batch_t **bp, hid_t f, hid_t dset, hid_t mt, hid_t fsp,
+                         const char *part, uint64_t n, uint64_t done) {
+  lade_batch_t *b = *bp;
+  int rc = 0;
   const char *stop_env = getenv("LADE_PACK_STOP_AFTER");
   uint64_t stop_after = stop_env ? strtoull(stop_env, NULL, 10) : 0;
   int tty = isatty(2);
@@ -353,7 +316,67 @@ int lade_tool_pack_hdf5(lade_config_t *cfg, const char *src, const char *out, co
       rc = 1;
     }
   }
-  if (tty) fputc('\n', stderr);
+  *bp = b;
+  return rc;
+}
+
+int lade_tool_pack_hdf5(lade_config_t *cfg, const char *src, const char *out, const char *transform) {
+  int rc = pack_setup(cfg, src, out, transform);
+  if (rc) return rc;
+  const char *hint = !strcmp(transform, "auto")
+                         ? " (pack --to hdf5 stores fixed-shape arrays: a folder of images has none; use "
+                           "--transform imagenet-eval --set image_dtype=uint8 to store decoded HxWxC images)"
+                         : "";
+  lade_loader_t *L = NULL;
+  if (lade_loader_create(&L, cfg)) {
+    fprintf(stderr, "lade pack: %s%s\n", lade_tool_error(), hint);
+    return 1;
+  }
+  uint64_t n = 0;
+  uint32_t classes = 0;
+  lade_batch_t *b = NULL;
+  rc = lade_loader_info(L, &n, NULL, NULL) || lade_loader_classes(L, &classes) || lade_loader_next(L, &b) || !b;
+  if (rc) {
+    fprintf(stderr, "lade pack: %s%s\n", lade_tool_error(), hint);
+    lade_loader_destroy(L);
+    return 1;
+  }
+  int64_t *labels = calloc(n, sizeof *labels);
+  uint64_t sum = 0;
+  if (!labels || settings_sum(L, b, src, transform, n, labels, &sum)) {
+    fprintf(stderr, "lade pack: %s\n", labels ? lade_tool_error() : "out of memory");
+    lade_batch_release(b);
+    lade_loader_destroy(L);
+    free(labels);
+    return 1;
+  }
+  size_t plen = strlen(out) + 6;
+  char *part = malloc(plen);
+  snprintf(part, plen, "%s.part", out);
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  hid_t ft = file_type(b->dtype), mt = ft >= 0 ? mem_type(b->dtype, ft) : -1, dset = -1;
+  uint64_t done = 0;
+  hid_t f = ft >= 0 ? reopen_part(part, sum, n, &dset, &done) : -1;
+  int resumed = f >= 0 && done > 0;
+  if (f < 0 && ft >= 0) f = create_part(part, b, n, labels, classes != 0, sum, ft, &dset);
+  if (f < 0 || mt < 0) {
+    fprintf(stderr, "lade pack: cannot %s %s (%s batches)\n", ft < 0 ? "store" : "create", part,
+            lade_dtype_name(b->dtype));
+    rc = 1;
+  }
+  /* committed counts are multiples of the batch size, except the last */
+  done -= done % PACK_BATCH;
+  if (!rc && done && done < n) {
+    lade_batch_release(b);
+    b = NULL;
+    if (lade_loader_seek(L, 0, done / PACK_BATCH) || lade_loader_next(L, &b) || !b) {
+      fprintf(stderr, "lade pack: %s\n", lade_tool_error());
+      rc = 1;
+    }
+  }
+  hid_t fsp = rc ? -1 : H5Dget_space(dset);
+  if (!rc) rc = write_batches(L, &b, f, dset, mt, fsp, part, n, done);
+  if (isatty(2)) fputc('\n', stderr);
   lade_batch_release(b);
   lade_loader_destroy(L);
   if (fsp >= 0) H5Sclose(fsp);

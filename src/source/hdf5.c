@@ -557,6 +557,56 @@ static hid_t open_dataset(lade__h5_t *m, const char *name, const char *setting) 
   return d;
 }
 
+/* open_locked's labels: the named dataset (hdf5_labels), or "labels" when
+ * present (none is fine); one per sample of the data dataset, m->dims[0]. */
+static int open_labels(lade__source_t *s, lade__h5_t *m) {
+  char msg[200];
+  bool given = m->lname[0] != '\0';
+  if (!given && H5Lexists(m->file, "labels", H5P_DEFAULT) > 0) snprintf(m->lname, sizeof m->lname, "labels");
+  H5Eclear2(H5E_DEFAULT);
+  if (!m->lname[0]) return 0;
+  hid_t ld = open_dataset(m, m->lname, "hdf5_labels");
+  if (ld < 0) return LADE_EFORMAT;
+  int rc = 0;
+  hid_t lt = H5Dget_type(ld), ls = H5Dget_space(ld);
+  hsize_t ldims[LADE_MAX_DIMS + 1];
+  int lrank = ls >= 0 ? H5Sget_simple_extent_ndims(ls) : -1;
+  if (lrank >= 1 && lrank <= LADE_MAX_DIMS) H5Sget_simple_extent_dims(ls, ldims, NULL);
+  if (lt < 0 || H5Tget_class(lt) != H5T_INTEGER) {
+    rc = lade__fail(LADE_EFORMAT, "%s: label dataset '%s' has a %s type; labels must be integers", m->path, m->lname,
+                    lt < 0 ? "unreadable" : class_name(H5Tget_class(lt)));
+  } else if (lrank != 1) {
+    rc = lade__fail(LADE_ESHAPE, "%s: label dataset '%s' has %d dimensions; labels must be 1-D (one per sample)",
+                    m->path, m->lname, lrank);
+  } else if (ldims[0] != m->dims[0]) {
+    rc = lade__fail(LADE_ESHAPE, "%s: label dataset '%s' has %llu entries, dataset '%s' has %llu samples", m->path,
+                    m->lname, (unsigned long long)ldims[0], m->dname, (unsigned long long)m->dims[0]);
+  }
+  int64_t *tmp = rc ? NULL : malloc((size_t)ldims[0] * sizeof *tmp);
+  if (!rc && (!tmp || !(m->labels = malloc((size_t)ldims[0] * sizeof *m->labels))))
+    rc = lade__fail(LADE_ENOMEM, "%s: out of memory for %llu labels", m->path, (unsigned long long)ldims[0]);
+  if (!rc && H5Dread(ld, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, tmp) < 0)
+    rc = lade__fail(LADE_EFORMAT, "%s: cannot read label dataset '%s': %s", m->path, m->lname, h5_msg(msg));
+  if (!rc) {
+    atomic_fetch_add_explicit(&m->reads, 1, memory_order_relaxed);
+    int64_t top = -1;
+    for (uint64_t i = 0; !rc && i < ldims[0]; i++) {
+      if (tmp[i] < 0 || tmp[i] > INT32_MAX)
+        rc = lade__fail(LADE_ERANGE, "%s: label dataset '%s': entry %llu is %lld; labels are 0..2^31-1", m->path,
+                        m->lname, (unsigned long long)i, (long long)tmp[i]);
+      m->labels[i] = (int32_t)tmp[i];
+      if (tmp[i] > top) top = tmp[i];
+    }
+    s->labels = m->labels;
+    s->classes = (uint32_t)(top + 1);
+  }
+  free(tmp);
+  if (lt >= 0) H5Tclose(lt);
+  if (ls >= 0) H5Sclose(ls);
+  H5Dclose(ld);
+  return rc;
+}
+
 static int open_locked(lade__source_t *s, lade__h5_t *m) {
   char msg[200];
   m->file = H5Fopen(m->path, H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -632,52 +682,7 @@ static int open_locked(lade__source_t *s, lade__h5_t *m) {
     if (rc) return rc;
     if (m->chunk_cache && m->allow_fast) lade__h5_chunk_detect(m);
   }
-
-  /* labels: the named dataset, or "labels" when present */
-  bool given = m->lname[0] != '\0';
-  if (!given && H5Lexists(m->file, "labels", H5P_DEFAULT) > 0) snprintf(m->lname, sizeof m->lname, "labels");
-  H5Eclear2(H5E_DEFAULT);
-  if (!m->lname[0]) return 0;
-  hid_t ld = open_dataset(m, m->lname, "hdf5_labels");
-  if (ld < 0) return LADE_EFORMAT;
-  int rc = 0;
-  hid_t lt = H5Dget_type(ld), ls = H5Dget_space(ld);
-  hsize_t ldims[LADE_MAX_DIMS + 1];
-  int lrank = ls >= 0 ? H5Sget_simple_extent_ndims(ls) : -1;
-  if (lrank >= 1 && lrank <= LADE_MAX_DIMS) H5Sget_simple_extent_dims(ls, ldims, NULL);
-  if (lt < 0 || H5Tget_class(lt) != H5T_INTEGER) {
-    rc = lade__fail(LADE_EFORMAT, "%s: label dataset '%s' has a %s type; labels must be integers", m->path, m->lname,
-                    lt < 0 ? "unreadable" : class_name(H5Tget_class(lt)));
-  } else if (lrank != 1) {
-    rc = lade__fail(LADE_ESHAPE, "%s: label dataset '%s' has %d dimensions; labels must be 1-D (one per sample)",
-                    m->path, m->lname, lrank);
-  } else if (ldims[0] != m->dims[0]) {
-    rc = lade__fail(LADE_ESHAPE, "%s: label dataset '%s' has %llu entries, dataset '%s' has %llu samples", m->path,
-                    m->lname, (unsigned long long)ldims[0], m->dname, (unsigned long long)m->dims[0]);
-  }
-  int64_t *tmp = rc ? NULL : malloc((size_t)ldims[0] * sizeof *tmp);
-  if (!rc && (!tmp || !(m->labels = malloc((size_t)ldims[0] * sizeof *m->labels))))
-    rc = lade__fail(LADE_ENOMEM, "%s: out of memory for %llu labels", m->path, (unsigned long long)ldims[0]);
-  if (!rc && H5Dread(ld, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, tmp) < 0)
-    rc = lade__fail(LADE_EFORMAT, "%s: cannot read label dataset '%s': %s", m->path, m->lname, h5_msg(msg));
-  if (!rc) {
-    atomic_fetch_add_explicit(&m->reads, 1, memory_order_relaxed);
-    int64_t top = -1;
-    for (uint64_t i = 0; !rc && i < ldims[0]; i++) {
-      if (tmp[i] < 0 || tmp[i] > INT32_MAX)
-        rc = lade__fail(LADE_ERANGE, "%s: label dataset '%s': entry %llu is %lld; labels are 0..2^31-1", m->path,
-                        m->lname, (unsigned long long)i, (long long)tmp[i]);
-      m->labels[i] = (int32_t)tmp[i];
-      if (tmp[i] > top) top = tmp[i];
-    }
-    s->labels = m->labels;
-    s->classes = (uint32_t)(top + 1);
-  }
-  free(tmp);
-  if (lt >= 0) H5Tclose(lt);
-  if (ls >= 0) H5Sclose(ls);
-  H5Dclose(ld);
-  return rc;
+  return open_labels(s, m);
 }
 
 static void close_locked(lade__h5_t *m) {
