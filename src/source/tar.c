@@ -39,236 +39,9 @@
 #include "tar_impl.h"
 
 #define IDX_MAGIC "LADETAR2" /* 2: with the shard binding (bind) */
-#define MAX_SHARDS 10000000u /* a brace pattern naming more is refused */
 #define CLS_MAX 64u /* bytes of a .cls member */
 
-int lade__tar_strs_push(lade__tar_strs_t *s, const char *p, size_t n) {
-  int rc = lade__reserve_bytes(&s->a, &s->cap, s->len + n + 1, 4096, "tar source");
-  if (!rc && s->n == s->ncap) {
-    size_t cap = s->ncap ? s->ncap * 2 : 64;
-    rc = lade__resize_u64(&s->off, cap, "tar source");
-    if (!rc) s->ncap = cap;
-  }
-  if (rc) return rc;
-  s->off[s->n++] = s->len;
-  memcpy(s->a + s->len, p, n);
-  s->a[s->len + n] = '\0';
-  s->len += n + 1;
-  return 0;
-}
-
-void lade__tar_strs_free(lade__tar_strs_t *s) {
-  free(s->a);
-  free(s->off);
-  memset(s, 0, sizeof *s);
-}
-
-/* ------------------------------------------------------------ shard list */
-
-int lade__tar_has_suffix(const char *s, const char *suf) {
-  size_t a = strlen(s), b = strlen(suf);
-  return a >= b && strcmp(s + a - b, suf) == 0;
-}
-
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
-/* The shards directly in folder root (.tar files; .tfrecord files), sorted
- * byte-wise. */
-static int list_folder(const lade__tar_t *t, lade__tar_strs_t *out, const char *root) {
-  DIR *d = opendir(root);
-  if (!d) return lade__fail(LADE_EIO, "cannot read folder %s: %s", root, strerror(errno));
-  lade__tar_strs_t tmp = {0};
-  int rc = 0;
-  struct dirent *e;
-  while (!rc && (e = readdir(d)) != NULL) {
-    if (e->d_name[0] == '.' || !t->fmt->is_shard(e->d_name, strlen(e->d_name))) continue;
-    rc = lade__tar_strs_push(&tmp, e->d_name, strlen(e->d_name));
-  }
-  closedir(d);
-  char **v = rc || !tmp.n ? NULL : malloc(tmp.n * sizeof *v);
-  if (!rc && tmp.n && !v) rc = lade__fail(LADE_ENOMEM, "tar source: out of memory");
-  if (!rc && !tmp.n) rc = lade__fail(LADE_EEMPTY, "no %s files in folder %s", t->fmt->shard_kind, root);
-  if (!rc) {
-    for (size_t i = 0; i < tmp.n; i++) v[i] = tmp.a + tmp.off[i];
-    qsort(v, tmp.n, sizeof *v, cmp_str);
-    char path[LADE__PATH_MAX * 2];
-    for (size_t i = 0; !rc && i < tmp.n; i++) {
-      lade__path_join(path, sizeof path, root, v[i]);
-      rc = lade__tar_strs_push(out, path, strlen(path));
-    }
-  }
-  free(v);
-  lade__tar_strs_free(&tmp);
-  return rc;
-}
-
-/* Reads a small whole file (a list file, a stored index) into b; errors
- * name the file as given. */
-static int read_small(const char *path, uint64_t max, lade__buf_t *b) {
-  struct stat st;
-  int fd = lade__open_regular(AT_FDCWD, path, path, &st);
-  if (fd < 0) return fd;
-  int rc = 0;
-  if ((uint64_t)st.st_size > max)
-    rc = lade__fail(LADE_ERANGE, "%s: %llu bytes, more than the %llu expected", path, (unsigned long long)st.st_size,
-                    (unsigned long long)max);
-  if (!rc) rc = lade__buf_reserve(b, (size_t)st.st_size + 1);
-  size_t got = 0;
-  while (!rc && got < (size_t)st.st_size) {
-    ssize_t n = pread(fd, b->data + got, (size_t)st.st_size - got, (off_t)got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) rc = lade__fail(LADE_EIO, "cannot read %s: %s", path, strerror(errno));
-    if (n == 0) rc = lade__fail(LADE_EIO, "%s changed while it was read", path);
-    if (n > 0) got += (size_t)n;
-  }
-  close(fd);
-  b->len = rc ? 0 : got;
-  return rc;
-}
-
-/* A remote shard's name: an http(s):// URL or an s3:// object. */
-int lade__tar_is_url(const char *s) {
-  return !strncmp(s, "http://", 7) || !strncmp(s, "https://", 8) || !strncmp(s, "s3://", 5);
-}
-
-/* The lines of a shard list `file` (its bytes in b): one shard per line;
- * blank lines and lines starting with '#' skipped; a URL is kept as it is,
- * another relative path is relative to `base` (the list's folder or URL
- * folder, which ends with '/' for a URL). */
-int lade__tar_list_lines(lade__tar_strs_t *out, const lade__buf_t *b, const char *base, const char *file) {
-  int rc = 0;
-  size_t pos = 0;
-  uint64_t line = 0;
-  while (!rc && pos < b->len) {
-    line++;
-    uint8_t *nl = memchr(b->data + pos, '\n', b->len - pos);
-    size_t end = nl ? (size_t)(nl - b->data) : b->len, s = pos, e = end;
-    pos = end + 1;
-    while (s < e && (b->data[s] == ' ' || b->data[s] == '\t')) s++;
-    while (e > s && (b->data[e - 1] == ' ' || b->data[e - 1] == '\t' || b->data[e - 1] == '\r')) e--;
-    if (s == e || b->data[s] == '#') continue;
-    if (memchr(b->data + s, 0, e - s) || e - s >= LADE__PATH_MAX) {
-      rc = lade__fail(LADE_EFORMAT, "shard list %s, line %llu: not a path", file, (unsigned long long)line);
-      break;
-    }
-    char rel[LADE__PATH_MAX], path[LADE__PATH_MAX * 2];
-    memcpy(rel, b->data + s, e - s);
-    rel[e - s] = '\0';
-    if (rel[0] == '/' || lade__tar_is_url(rel))
-      snprintf(path, sizeof path, "%s", rel);
-    else if (lade__tar_is_url(base))
-      snprintf(path, sizeof path, "%s%s", base, rel);
-    else
-      lade__path_join(path, sizeof path, base, rel);
-    rc = lade__tar_strs_push(out, path, strlen(path));
-  }
-  if (!rc && out->n == 0) rc = lade__fail(LADE_EEMPTY, "shard list %s names no shards", file);
-  return rc;
-}
-
-/* A local list file (lade__tar_list_lines). */
-static int list_file(lade__tar_strs_t *out, const char *file) {
-  lade__buf_t b = {0};
-  int rc = read_small(file, 64u << 20, &b);
-  if (rc) {
-    lade__buf_free(&b);
-    return rc;
-  }
-  char dir[LADE__PATH_MAX];
-  const char *slash = strrchr(file, '/');
-  snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - file) : 1, slash ? file : ".");
-  if (slash == file) snprintf(dir, sizeof dir, "/");
-  rc = lade__tar_list_lines(out, &b, dir, file);
-  lade__buf_free(&b);
-  return rc;
-}
-
-static int parse_u64(const char *s, size_t n, uint64_t *v) {
-  if (!n || n > 18) return -1;
-  uint64_t x = 0;
-  for (size_t i = 0; i < n; i++) {
-    if (s[i] < '0' || s[i] > '9') return -1;
-    x = x * 10 + (uint64_t)(s[i] - '0');
-  }
-  *v = x;
-  return 0;
-}
-
-/* Expands the first {a..b} or {x,y,z} of pat (then the rest, recursively),
- * as the braceexpand package WebDataset uses: a numeric range keeps the
- * width of an endpoint written with a leading zero. */
-int lade__tar_brace_expand(lade__tar_strs_t *out, const char *pat, const char *whole) {
-  const char *o = strchr(pat, '{');
-  if (!o) {
-    if (out->n >= MAX_SHARDS) return lade__fail(LADE_ERANGE, "brace pattern %s gives more than %u shards", whole, MAX_SHARDS);
-    return lade__tar_strs_push(out, pat, strlen(pat));
-  }
-  const char *c = strchr(o, '}');
-  if (!c || memchr(o + 1, '{', (size_t)(c - o - 1)))
-    return lade__fail(LADE_EINVAL, "brace pattern %s: unbalanced or nested braces", whole);
-  const char *body = o + 1;
-  size_t blen = (size_t)(c - body), plen = (size_t)(o - pat);
-  char *buf = malloc(strlen(pat) + 64);
-  if (!buf) return lade__fail(LADE_ENOMEM, "tar source: out of memory");
-  int rc = 0;
-  const char *dots = NULL;
-  for (size_t i = 0; i + 1 < blen; i++)
-    if (body[i] == '.' && body[i + 1] == '.') {
-      dots = body + i;
-      break;
-    }
-  uint64_t a, b;
-  if (dots && parse_u64(body, (size_t)(dots - body), &a) == 0 && parse_u64(dots + 2, (size_t)(c - dots - 2), &b) == 0) {
-    size_t wa = (size_t)(dots - body), wb = (size_t)(c - dots - 2);
-    int pad = (wa > 1 && body[0] == '0') || (wb > 1 && dots[2] == '0');
-    int width = pad ? (int)(wa > wb ? wa : wb) : 0;
-    if ((a <= b ? b - a : a - b) >= MAX_SHARDS) {
-      free(buf);
-      return lade__fail(LADE_ERANGE, "brace pattern %s gives more than %u shards", whole, MAX_SHARDS);
-    }
-    for (uint64_t k = a;; k = a <= b ? k + 1 : k - 1) {
-      snprintf(buf, strlen(pat) + 64, "%.*s%0*llu%s", (int)plen, pat, width, (unsigned long long)k, c + 1);
-      rc = lade__tar_brace_expand(out, buf, whole);
-      if (rc || k == b) break;
-    }
-  } else {
-    const char *s = body;
-    for (;;) {
-      const char *comma = memchr(s, ',', (size_t)(c - s));
-      const char *e = comma ? comma : c;
-      snprintf(buf, strlen(pat) + 64, "%.*s%.*s%s", (int)plen, pat, (int)(e - s), s, c + 1);
-      rc = lade__tar_brace_expand(out, buf, whole);
-      if (rc || !comma) break;
-      s = comma + 1;
-    }
-  }
-  free(buf);
-  return rc;
-}
-
-/* ------------------------------------------------------------- the index */
-
-void lade__tar_index_free(lade__tar_index_t *x) {
-  free(x->m);
-  free(x->aux);
-  lade__tar_strs_free(&x->names);
-  memset(x, 0, sizeof *x);
-}
-
-int lade__tar_index_push(lade__tar_index_t *x, const lade__tar_entry_t *e, uint64_t aux, const char *name, size_t nlen) {
-  if (x->n == x->cap) {
-    size_t cap = x->cap ? x->cap * 2 : 256;
-    lade__tar_entry_t *m = realloc(x->m, cap * sizeof *m);
-    if (m) x->m = m;
-    uint64_t *a = realloc(x->aux, cap * sizeof *a);
-    if (a) x->aux = a;
-    if (!m || !a) return lade__fail(LADE_ENOMEM, "tar source: out of memory");
-    x->cap = cap;
-  }
-  x->aux[x->n] = aux;
-  x->m[x->n++] = *e;
-  return name ? lade__tar_strs_push(&x->names, name, nlen) : 0;
-}
+/* ------------------------------------------------------- the tar format */
 
 static int index_push(lade__tar_index_t *x, uint64_t off, uint64_t size, int64_t cls, const char *name, size_t nlen) {
   return lade__tar_index_push(x, &(lade__tar_entry_t){off, size, cls}, 0, name, nlen);
@@ -287,7 +60,7 @@ static int parse_cls(const uint8_t *d, size_t n, int64_t *v) {
   while (s < e && (d[s] == ' ' || d[s] == '\t' || d[s] == '\n' || d[s] == '\r')) s++;
   while (e > s && (d[e - 1] == ' ' || d[e - 1] == '\t' || d[e - 1] == '\n' || d[e - 1] == '\r')) e--;
   uint64_t x;
-  if (parse_u64((const char *)d + s, e - s, &x) != 0 || x >= (1u << 24)) return -1;
+  if (lade__tar_parse_u64((const char *)d + s, e - s, &x) != 0 || x >= (1u << 24)) return -1;
   *v = (int64_t)x;
   return 0;
 }
@@ -344,118 +117,55 @@ static uint64_t tar_bind(const lade__tar_t *t, const lade__tar_index_t *x, lade_
   return h ? h : 1;
 }
 
-typedef struct idx_hdr {
-  char magic[8];
-  uint64_t shard_size, mtime_sec, mtime_nsec;
-  uint64_t count, names_len;
-  uint64_t bind;
-} idx_hdr_t;
+/* ------------------------------------------------------- local shard lists */
 
-/* Loads a stored index when it is whole (checksum), of this format and
- * settings (magic; t->index_seed seeds the checksum) and made from this
- * version of the shard; else returns -1 and x is empty. The stored form is
- * the header, the entries, their aux values (formats with aux), then the
- * names (formats with names), then the checksum. */
-int lade__tar_index_load(const lade__tar_t *t, lade__tar_index_t *x, const char *path, lade__tar_ver_t v) {
-  const lade__tar_format_t *f = t->fmt;
-  lade__buf_t b = {0};
-  int ok = 0;
-  if (read_small(path, 1ull << 34, &b) != 0) goto out;
-  idx_hdr_t h;
-  if (b.len < sizeof h + 8) goto out;
-  memcpy(&h, b.data, sizeof h);
-  uint64_t sum;
-  memcpy(&sum, b.data + b.len - 8, 8);
-  int comp = -1;
-  for (int k = 0; k < 3 && comp < 0; k++) {
-    const char *m = k ? f->zmagic[k - 1] : f->magic;
-    if (m && memcmp(h.magic, m, 8) == 0) comp = k; /* LADE__GZ_NONE, _GZIP, _ZLIB */
-  }
-  if (comp < 0 || sum != lade__hash64(b.data, b.len - 8, t->index_seed)) goto out;
-  if (h.shard_size != v.size || h.mtime_sec != v.a || h.mtime_nsec != v.b) goto out;
-  /* a compressed shard's offsets are in its uncompressed bytes, of no known size */
-  uint64_t end = comp ? UINT64_MAX : h.shard_size;
-  size_t per = sizeof(lade__tar_entry_t) + (f->aux ? 8 : 0);
-  if (h.count > (b.len - sizeof h) / per || h.names_len != b.len - 8 - sizeof h - h.count * per ||
-      (!f->names && h.names_len))
-    goto out;
-  const uint8_t *mp = b.data + sizeof h, *ap = mp + h.count * sizeof(lade__tar_entry_t);
-  const char *names = (const char *)mp + h.count * per, *np = names, *nend = names + h.names_len;
-  if (h.names_len && nend[-1] != '\0') goto out;
-  for (uint64_t i = 0; i < h.count; i++) {
-    lade__tar_entry_t m;
-    uint64_t aux = 0;
-    memcpy(&m, mp + i * sizeof m, sizeof m);
-    if (f->aux) memcpy(&aux, ap + i * 8, 8);
-    const char *z = f->names && np < nend ? memchr(np, 0, (size_t)(nend - np)) : NULL;
-    if ((f->names && !z) || m.data_off > end || end - m.data_off < f->tail || m.size > end - m.data_off - f->tail ||
-        aux / 8 > m.size ||
-        (m.cls != LADE__TAR_NO_CLS && (m.cls < 0 || m.cls >= (1 << 24))))
-      goto out;
-    if (lade__tar_index_push(x, &m, aux, f->names ? np : NULL, f->names ? (size_t)(z - np) : 0) != 0) goto out;
-    if (f->names) np = z + 1;
-  }
-  ok = np == nend;
-  x->bind = h.bind;
-  x->comp = comp;
-out:
-  lade__buf_free(&b);
-  lade__clear_error();
-  if (!ok) lade__tar_index_free(x);
-  return ok ? 0 : -1;
-}
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-/* Stores the index (temp file + rename, so a reader never sees half of it).
- * A failure (read-only folder) is not an error: the next open indexes again. */
-const char *lade__tar_index_dir(const struct lade_config *cfg) {
-  return cfg->index_dir[0] ? cfg->index_dir : cfg->cache_dir[0] ? cfg->cache_dir : NULL;
-}
-
-void lade__tar_index_store(const lade__tar_t *t, const lade__tar_index_t *x, const char *path, lade__tar_ver_t v,
-                           const struct lade_config *cfg) {
-  const lade__tar_format_t *f = t->fmt;
-  const char *dir = lade__tar_index_dir(cfg);
-  if (dir && lade__mkdir_private(dir) != 0) {
-    lade__clear_error();
-    return;
+/* The shards directly in folder root (.tar files; .tfrecord files), sorted
+ * byte-wise. */
+static int list_folder(const lade__tar_t *t, lade__tar_strs_t *out, const char *root) {
+  DIR *d = opendir(root);
+  if (!d) return lade__fail(LADE_EIO, "cannot read folder %s: %s", root, strerror(errno));
+  lade__tar_strs_t tmp = {0};
+  int rc = 0;
+  struct dirent *e;
+  while (!rc && (e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.' || !t->fmt->is_shard(e->d_name, strlen(e->d_name))) continue;
+    rc = lade__tar_strs_push(&tmp, e->d_name, strlen(e->d_name));
   }
-  idx_hdr_t h;
-  memset(&h, 0, sizeof h);
-  const char *magic = x->comp ? f->zmagic[x->comp - 1] : f->magic;
-  if (!magic) return;
-  memcpy(h.magic, magic, 8);
-  h.shard_size = v.size;
-  h.mtime_sec = v.a;
-  h.mtime_nsec = v.b;
-  h.count = x->n;
-  h.names_len = f->names ? x->names.len : 0;
-  h.bind = x->bind;
-  size_t entries = x->n * sizeof(lade__tar_entry_t), auxes = f->aux ? x->n * 8 : 0;
-  size_t total = sizeof h + entries + auxes + h.names_len + 8;
-  uint8_t *b = malloc(total);
-  if (!b) return;
-  memcpy(b, &h, sizeof h);
-  if (x->n) memcpy(b + sizeof h, x->m, entries);
-  if (auxes) memcpy(b + sizeof h + entries, x->aux, auxes);
-  if (h.names_len) memcpy(b + sizeof h + entries + auxes, x->names.a, h.names_len);
-  uint64_t sum = lade__hash64(b, total - 8, t->index_seed);
-  memcpy(b + total - 8, &sum, 8);
-  char tmp[LADE__PATH_MAX + 160];
-  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd >= 0) {
-    size_t done = 0;
-    while (done < total) {
-      ssize_t n = write(fd, b + done, total - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      done += (size_t)n;
+  closedir(d);
+  char **v = rc || !tmp.n ? NULL : malloc(tmp.n * sizeof *v);
+  if (!rc && tmp.n && !v) rc = lade__fail(LADE_ENOMEM, "tar source: out of memory");
+  if (!rc && !tmp.n) rc = lade__fail(LADE_EEMPTY, "no %s files in folder %s", t->fmt->shard_kind, root);
+  if (!rc) {
+    for (size_t i = 0; i < tmp.n; i++) v[i] = tmp.a + tmp.off[i];
+    qsort(v, tmp.n, sizeof *v, cmp_str);
+    char path[LADE__PATH_MAX * 2];
+    for (size_t i = 0; !rc && i < tmp.n; i++) {
+      lade__path_join(path, sizeof path, root, v[i]);
+      rc = lade__tar_strs_push(out, path, strlen(path));
     }
-    int bad = done != total;
-    if (close(fd) != 0) bad = 1;
-    if (bad || rename(tmp, path) != 0) unlink(tmp);
   }
-  free(b);
+  free(v);
+  lade__tar_strs_free(&tmp);
+  return rc;
+}
+
+/* A local list file (lade__tar_list_lines). */
+static int list_file(lade__tar_strs_t *out, const char *file) {
+  lade__buf_t b = {0};
+  int rc = lade__tar_read_small(file, 64u << 20, &b);
+  if (rc) {
+    lade__buf_free(&b);
+    return rc;
+  }
+  char dir[LADE__PATH_MAX];
+  const char *slash = strrchr(file, '/');
+  snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - file) : 1, slash ? file : ".");
+  if (slash == file) snprintf(dir, sizeof dir, "/");
+  rc = lade__tar_list_lines(out, &b, dir, file);
+  lade__buf_free(&b);
+  return rc;
 }
 
 /* --------------------------------------------------------------- samples */
@@ -477,32 +187,6 @@ static int ext_rank(const char *ext, int want) {
   return -1;
 }
 
-int lade__tar_push_sample(lade__tar_t *t, uint32_t shard, uint64_t off, uint64_t size, uint64_t span, int32_t label,
-                          const char *name) {
-  if (t->count == t->cap) {
-    uint64_t cap = t->cap ? t->cap * 2 : 1024;
-    uint32_t *s = realloc(t->shard, cap * sizeof *s);
-    if (s) t->shard = s;
-    uint64_t *o = realloc(t->off, cap * sizeof *o);
-    if (o) t->off = o;
-    uint64_t *z = realloc(t->sizes, cap * sizeof *z);
-    if (z) t->sizes = z;
-    int32_t *l = realloc(t->labels, cap * sizeof *l);
-    if (l) t->labels = l;
-    uint64_t *p = t->fmt->tail ? realloc(t->span, cap * sizeof *p) : NULL;
-    if (p) t->span = p;
-    if (!s || !o || !z || !l || (t->fmt->tail && !p))
-      return lade__fail(LADE_ENOMEM, "%s source: out of memory", t->fmt->name);
-    t->cap = cap;
-  }
-  t->shard[t->count] = shard;
-  t->off[t->count] = off;
-  t->sizes[t->count] = size;
-  if (t->span) t->span[t->count] = span ? span : size;
-  t->labels[t->count] = label; /* the .cls value, or -1 (none) for now */
-  t->count++;
-  return name ? lade__tar_strs_push(&t->names, name, strlen(name)) : 0;
-}
 
 /* Length of the key of a member name (up to the first '.' of its last
  * component), or 0 when the last component has no '.' (not a sample's). */
@@ -627,7 +311,7 @@ int lade__tar_source_remote(const char *source) {
     return 0;
   lade__tar_strs_t one = {0};
   lade__buf_t b = {0};
-  int remote = read_small(source, 64u << 20, &b) == 0 && lade__tar_list_lines(&one, &b, ".", source) == 0 &&
+  int remote = lade__tar_read_small(source, 64u << 20, &b) == 0 && lade__tar_list_lines(&one, &b, ".", source) == 0 &&
                lade__tar_is_url(lade__tar_strs_at(&one, 0));
   lade__clear_error();
   lade__buf_free(&b);

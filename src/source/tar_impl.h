@@ -92,6 +92,10 @@ int lade__tar_has_suffix(const char *s, const char *suf);
 int lade__tar_brace_expand(lade__tar_strs_t *out, const char *pat, const char *whole);
 /* The shards of a list file's bytes b; relative lines are relative to base. */
 int lade__tar_list_lines(lade__tar_strs_t *out, const lade__buf_t *b, const char *base, const char *file);
+/* Up to max bytes of a local file into b (tar_list.c). */
+int lade__tar_read_small(const char *path, uint64_t max, lade__buf_t *b);
+/* A decimal number of n characters (no sign, no spaces), 0 or -1. */
+int lade__tar_parse_u64(const char *s, size_t n, uint64_t *v);
 
 struct lade__tar_backend;
 struct lade__tar_format;

@@ -1,0 +1,181 @@
+/*
+ * tar_index.c - a shard's index (tar_impl.h: every member's data offset and
+ * size, the value of each .cls, the format's aux values and names) and its
+ * stored, checksummed form keyed by the shard's version; the samples'
+ * arrays an index is added to (lade__tar_push_sample). Below tar.c, the
+ * formats (tar.c's tar, tar_tfrecord.c) and the backends, which call it; it
+ * calls none of them (a format's walk and bind come in through t->fmt).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tar_impl.h"
+
+typedef struct idx_hdr {
+  char magic[8];
+  uint64_t shard_size, mtime_sec, mtime_nsec;
+  uint64_t count, names_len;
+  uint64_t bind;
+} idx_hdr_t;
+
+void lade__tar_index_free(lade__tar_index_t *x) {
+  free(x->m);
+  free(x->aux);
+  lade__tar_strs_free(&x->names);
+  memset(x, 0, sizeof *x);
+}
+
+int lade__tar_index_push(lade__tar_index_t *x, const lade__tar_entry_t *e, uint64_t aux, const char *name, size_t nlen) {
+  if (x->n == x->cap) {
+    size_t cap = x->cap ? x->cap * 2 : 256;
+    lade__tar_entry_t *m = realloc(x->m, cap * sizeof *m);
+    if (m) x->m = m;
+    uint64_t *a = realloc(x->aux, cap * sizeof *a);
+    if (a) x->aux = a;
+    if (!m || !a) return lade__fail(LADE_ENOMEM, "tar source: out of memory");
+    x->cap = cap;
+  }
+  x->aux[x->n] = aux;
+  x->m[x->n++] = *e;
+  return name ? lade__tar_strs_push(&x->names, name, nlen) : 0;
+}
+
+/* Loads a stored index when it is whole (checksum), of this format and
+ * settings (magic; t->index_seed seeds the checksum) and made from this
+ * version of the shard; else returns -1 and x is empty. The stored form is
+ * the header, the entries, their aux values (formats with aux), then the
+ * names (formats with names), then the checksum. */
+int lade__tar_index_load(const lade__tar_t *t, lade__tar_index_t *x, const char *path, lade__tar_ver_t v) {
+  const lade__tar_format_t *f = t->fmt;
+  lade__buf_t b = {0};
+  int ok = 0;
+  if (lade__tar_read_small(path, 1ull << 34, &b) != 0) goto out;
+  idx_hdr_t h;
+  if (b.len < sizeof h + 8) goto out;
+  memcpy(&h, b.data, sizeof h);
+  uint64_t sum;
+  memcpy(&sum, b.data + b.len - 8, 8);
+  int comp = -1;
+  for (int k = 0; k < 3 && comp < 0; k++) {
+    const char *m = k ? f->zmagic[k - 1] : f->magic;
+    if (m && memcmp(h.magic, m, 8) == 0) comp = k; /* LADE__GZ_NONE, _GZIP, _ZLIB */
+  }
+  if (comp < 0 || sum != lade__hash64(b.data, b.len - 8, t->index_seed)) goto out;
+  if (h.shard_size != v.size || h.mtime_sec != v.a || h.mtime_nsec != v.b) goto out;
+  /* a compressed shard's offsets are in its uncompressed bytes, of no known size */
+  uint64_t end = comp ? UINT64_MAX : h.shard_size;
+  size_t per = sizeof(lade__tar_entry_t) + (f->aux ? 8 : 0);
+  if (h.count > (b.len - sizeof h) / per || h.names_len != b.len - 8 - sizeof h - h.count * per ||
+      (!f->names && h.names_len))
+    goto out;
+  const uint8_t *mp = b.data + sizeof h, *ap = mp + h.count * sizeof(lade__tar_entry_t);
+  const char *names = (const char *)mp + h.count * per, *np = names, *nend = names + h.names_len;
+  if (h.names_len && nend[-1] != '\0') goto out;
+  for (uint64_t i = 0; i < h.count; i++) {
+    lade__tar_entry_t m;
+    uint64_t aux = 0;
+    memcpy(&m, mp + i * sizeof m, sizeof m);
+    if (f->aux) memcpy(&aux, ap + i * 8, 8);
+    const char *z = f->names && np < nend ? memchr(np, 0, (size_t)(nend - np)) : NULL;
+    if ((f->names && !z) || m.data_off > end || end - m.data_off < f->tail || m.size > end - m.data_off - f->tail ||
+        aux / 8 > m.size ||
+        (m.cls != LADE__TAR_NO_CLS && (m.cls < 0 || m.cls >= (1 << 24))))
+      goto out;
+    if (lade__tar_index_push(x, &m, aux, f->names ? np : NULL, f->names ? (size_t)(z - np) : 0) != 0) goto out;
+    if (f->names) np = z + 1;
+  }
+  ok = np == nend;
+  x->bind = h.bind;
+  x->comp = comp;
+out:
+  lade__buf_free(&b);
+  lade__clear_error();
+  if (!ok) lade__tar_index_free(x);
+  return ok ? 0 : -1;
+}
+
+/* Stores the index (temp file + rename, so a reader never sees half of it).
+ * A failure (read-only folder) is not an error: the next open indexes again. */
+const char *lade__tar_index_dir(const struct lade_config *cfg) {
+  return cfg->index_dir[0] ? cfg->index_dir : cfg->cache_dir[0] ? cfg->cache_dir : NULL;
+}
+
+void lade__tar_index_store(const lade__tar_t *t, const lade__tar_index_t *x, const char *path, lade__tar_ver_t v,
+                           const struct lade_config *cfg) {
+  const lade__tar_format_t *f = t->fmt;
+  const char *dir = lade__tar_index_dir(cfg);
+  if (dir && lade__mkdir_private(dir) != 0) {
+    lade__clear_error();
+    return;
+  }
+  idx_hdr_t h;
+  memset(&h, 0, sizeof h);
+  const char *magic = x->comp ? f->zmagic[x->comp - 1] : f->magic;
+  if (!magic) return;
+  memcpy(h.magic, magic, 8);
+  h.shard_size = v.size;
+  h.mtime_sec = v.a;
+  h.mtime_nsec = v.b;
+  h.count = x->n;
+  h.names_len = f->names ? x->names.len : 0;
+  h.bind = x->bind;
+  size_t entries = x->n * sizeof(lade__tar_entry_t), auxes = f->aux ? x->n * 8 : 0;
+  size_t total = sizeof h + entries + auxes + h.names_len + 8;
+  uint8_t *b = malloc(total);
+  if (!b) return;
+  memcpy(b, &h, sizeof h);
+  if (x->n) memcpy(b + sizeof h, x->m, entries);
+  if (auxes) memcpy(b + sizeof h + entries, x->aux, auxes);
+  if (h.names_len) memcpy(b + sizeof h + entries + auxes, x->names.a, h.names_len);
+  uint64_t sum = lade__hash64(b, total - 8, t->index_seed);
+  memcpy(b + total - 8, &sum, 8);
+  char tmp[LADE__PATH_MAX + 160];
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    size_t done = 0;
+    while (done < total) {
+      ssize_t n = write(fd, b + done, total - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      done += (size_t)n;
+    }
+    int bad = done != total;
+    if (close(fd) != 0) bad = 1;
+    if (bad || rename(tmp, path) != 0) unlink(tmp);
+  }
+  free(b);
+}
+
+
+int lade__tar_push_sample(lade__tar_t *t, uint32_t shard, uint64_t off, uint64_t size, uint64_t span, int32_t label,
+                          const char *name) {
+  if (t->count == t->cap) {
+    uint64_t cap = t->cap ? t->cap * 2 : 1024;
+    uint32_t *s = realloc(t->shard, cap * sizeof *s);
+    if (s) t->shard = s;
+    uint64_t *o = realloc(t->off, cap * sizeof *o);
+    if (o) t->off = o;
+    uint64_t *z = realloc(t->sizes, cap * sizeof *z);
+    if (z) t->sizes = z;
+    int32_t *l = realloc(t->labels, cap * sizeof *l);
+    if (l) t->labels = l;
+    uint64_t *p = t->fmt->tail ? realloc(t->span, cap * sizeof *p) : NULL;
+    if (p) t->span = p;
+    if (!s || !o || !z || !l || (t->fmt->tail && !p))
+      return lade__fail(LADE_ENOMEM, "%s source: out of memory", t->fmt->name);
+    t->cap = cap;
+  }
+  t->shard[t->count] = shard;
+  t->off[t->count] = off;
+  t->sizes[t->count] = size;
+  if (t->span) t->span[t->count] = span ? span : size;
+  t->labels[t->count] = label; /* the .cls value, or -1 (none) for now */
+  t->count++;
+  return name ? lade__tar_strs_push(&t->names, name, strlen(name)) : 0;
+}
