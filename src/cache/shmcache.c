@@ -43,9 +43,9 @@
  *
  * Segments are named lade-<job key digest>-<dataset/settings digest>; open
  * removes segments whose creator and every attached process are dead
- * (pid + start time, same pid namespace), never a live one, and unlinks
- * only the inode it checked (flock on the segment + inode compare). No
- * other lock is taken while holding the mutex.
+ * (pid + start time, same pid namespace; a zombie is dead), never a live
+ * one, and unlinks only the inode it checked (flock on the segment + inode
+ * compare). No other lock is taken while holding the mutex.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -144,16 +144,21 @@ typedef struct shmcache {
   _Atomic bool broken;    /* its lock was held past timeout_ms once: no longer used (seg_lock) */
   uint8_t *tmp;           /* plan mode: a record being moved */
   uint64_t tmp_cap;
+  uint64_t test_stop_put; /* test hook LADE_TEST_HOOK_STOP_IN_NODE_LOCK (open): 0, unused */
+  uint64_t test_puts;     /* under mu */
   char path[LADE__PATH_MAX];
   char dir[LADE__PATH_MAX];
 } shmcache_t;
 
 /* ---- processes */
 
-static uint64_t proc_start(pid_t pid) {
-  char p[64], buf[1024];
-  snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
-  int fd = open(p, O_RDONLY | O_CLOEXEC);
+/* The start time (field 22) of the stat file at path (/proc/PID/stat or
+ * /proc/PID/task/TID/stat), 0 when unknown; *state its state letter (field
+ * 3), 0 when unknown. */
+static uint64_t stat_of(const char *path, char *state) {
+  char buf[1024];
+  *state = 0;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
   ssize_t n = read(fd, buf, sizeof buf - 1);
   close(fd);
@@ -161,6 +166,7 @@ static uint64_t proc_start(pid_t pid) {
   buf[n] = 0;
   char *s = strrchr(buf, ')'); /* the command name may hold spaces */
   if (!s) return 0;
+  if (s[1] == ' ') *state = s[2];
   /* fields after the name: state(3) ... starttime(22) */
   int field = 2;
   for (char *q = s + 1; *q; q++)
@@ -168,17 +174,57 @@ static uint64_t proc_start(pid_t pid) {
   return 0;
 }
 
+static uint64_t proc_start(pid_t pid) {
+  char p[64], state;
+  snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
+  return stat_of(p, &state);
+}
+
+static bool exited(char state) { return state == 'Z' || state == 'X'; }
+
+/* Whether any thread of pid, whose leader thread has exited (state Z),
+ * still runs. /proc/PID/stat shows the leader's state alone: Z while the
+ * process runs on in its other threads (its main thread called
+ * pthread_exit) or while its threads are still being torn down by an exit
+ * that has not finished. Only when no thread is left but exited ones is
+ * the process a zombie, dead for good. */
+static bool threads_run(pid_t pid) {
+  char p[64];
+  snprintf(p, sizeof p, "/proc/%d/task", (int)pid);
+  DIR *d = opendir(p);
+  if (!d) return false; /* reaped meanwhile */
+  bool run = false;
+  struct dirent *de;
+  while (!run && (de = readdir(d))) {
+    if (de->d_name[0] == '.') continue;
+    char t[96], state;
+    snprintf(t, sizeof t, "/proc/%d/task/%.20s/stat", (int)pid, de->d_name);
+    stat_of(t, &state);
+    run = state && !exited(state); /* gone meanwhile (no state): exited */
+  }
+  closedir(d);
+  return run;
+}
+
 static uint64_t my_pidns(void) {
   struct stat st;
   return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
 }
 
-/* Whether the process (pid, start) still runs. Without /proc, kill(0). */
+/* Whether the process (pid, start) still runs. Without /proc, kill(0). A
+ * zombie (every thread exited, the process not yet reaped by its parent)
+ * runs no more, though kill(0) succeeds on it: ranks SIGKILLed under a PID 1
+ * that does not reap (a container without --init) stay zombies for good,
+ * and their segment must not outlive them. A stopped process (SIGSTOP,
+ * state T) runs. */
 static bool alive(int32_t pid, uint64_t start) {
   if (pid <= 0) return false;
   if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  char p[64], state;
+  snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
+  uint64_t now = stat_of(p, &state);
+  if (exited(state) && !threads_run(pid)) return false;
   if (!start) return true;
-  uint64_t now = proc_start(pid);
   return now == 0 ? access("/proc/self/stat", R_OK) != 0 : now == start;
 }
 
@@ -555,6 +601,8 @@ static int shm_put(lade__cache_t *c, uint64_t key, uint64_t ver, const void *dat
   h->used += charge;
   h->entries++;
   h->seq++;
+  /* test hook: a process stopped (SIGSTOP) while it holds the lock, halfway through a put */
+  if (s->test_stop_put && ++s->test_puts == s->test_stop_put) raise(SIGSTOP);
   seg_unlock(s);
 
   memcpy((uint8_t *)r + REC_HDR, data, len);
@@ -912,6 +960,10 @@ int lade__shmcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
   s->fd = -1;
   s->att = -1;
   s->timeout_ms = o->node_timeout_ms;
+  /* a test hook (tests/python/test_node_cache.py, tests/unit/test_shmcache.c): this process's Nth put
+   * stops it (SIGSTOP) while it holds the lock, as a debugger or a job scheduler's suspend can */
+  const char *stop = getenv("LADE_TEST_HOOK_STOP_IN_NODE_LOCK");
+  s->test_stop_put = stop ? strtoull(stop, NULL, 10) : 0;
   int rc = lade__cache_base_init(&s->base, &shm_ops, o, "node cache");
   if (rc) {
     free(s);

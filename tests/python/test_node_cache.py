@@ -159,6 +159,94 @@ def test_stale_segment_removed_live_one_kept(lade_cli, npy_dir, shm_dir):
     assert glob.glob(os.path.join(shm_dir, "lade-*")) == []
 
 
+def proc_state(pid):
+    """The state letter of pid (field 3 of /proc/PID/stat): Z a zombie (exited, not reaped), T stopped."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rpartition(")")[2].split()[0]
+
+
+def wait_state(pid, want, timeout=60):
+    t_end = time.monotonic() + timeout
+    while proc_state(pid) != want:
+        assert time.monotonic() < t_end, f"pid {pid} is {proc_state(pid)}, not {want}"
+        time.sleep(0.01)
+
+
+def test_zombie_ranks_segment_removed(lade_cli, npy_dir, shm_dir):
+    """Issue 29, finding 4: a killed job's ranks left as zombies (exited, never reaped: a PID 1 that does not reap,
+    a container without --init) hold its segment no more: the next job's open removes it. This test is that
+    parent: it kills both ranks and does not wait for them until the end."""
+    ps = [start(args(lade_cli, npy_dir, r, 2, "ranks_per_node=2", "cache_mem_bytes=4000000", "job_id=zombies",
+                     f"shm_dir={shm_dir}", epochs=20, step_ms=20)) for r in range(2)]
+    try:
+        while not glob.glob(os.path.join(shm_dir, "lade-*")):
+            assert all(p.poll() is None for p in ps), [p.communicate() for p in ps]
+            time.sleep(0.01)
+        time.sleep(0.3)
+        for p in ps:
+            os.kill(p.pid, signal.SIGKILL)  # not p.send_signal: it would reap a rank that happened to exit
+        for p in ps:
+            wait_state(p.pid, "Z")
+        assert len(glob.glob(os.path.join(shm_dir, "lade-*"))) == 1
+        d = finish(start(args(lade_cli, npy_dir, 0, 1, "node_cache=on", "cache_mem_bytes=4000000", "job_id=next",
+                              f"shm_dir={shm_dir}", epochs=1)))
+        assert d["node_cache_entries"] == len(dataset_bytes(npy_dir))
+        assert [proc_state(p.pid) for p in ps] == ["Z", "Z"]  # zombies all along
+        # the zombies' segment removed by the next job's open, the next job's own by its close: /dev/shm is clean
+        assert glob.glob(os.path.join(shm_dir, "lade-*")) == []
+    finally:
+        for p in ps:
+            p.kill()
+            p.communicate()
+
+
+def segment_ready(shm):
+    """Whether a segment in shm is ready: its header (magic, layout, state) says state 1, which its creator sets
+    once it is attached."""
+    for f in glob.glob(os.path.join(shm, "lade-*")):
+        with open(f, "rb") as h:
+            head = h.read(16)
+        if head[:8] == b"LADESHM1" and int.from_bytes(head[12:16], "little") == 1:
+            return True
+    return False
+
+
+def test_rank_stopped_holding_the_lock(lade_cli, npy_dir, shm_dir):
+    """A rank stopped (SIGSTOP: a debugger, a scheduler's suspend) while it holds the node cache's lock, halfway
+    through a put (the library's test hook LADE_TEST_HOOK_STOP_IN_NODE_LOCK=N stops it in its Nth put): the
+    other rank waits peer_timeout_ms once, says so, reads from storage from then on and finishes with the files'
+    bytes while the stopped one stays stopped; resumed, that one finishes with the files' bytes too, nothing
+    corrupt, and removes the segment as the last out."""
+    ref = reference(lade_cli, npy_dir, 2, epochs=8)
+    a = [args(lade_cli, npy_dir, r, 2, "ranks_per_node=2", "cache_mem_bytes=4000000", "job_id=stop",
+              f"shm_dir={shm_dir}", "peer_timeout_ms=500", epochs=8, step_ms=30) for r in range(2)]
+    r0 = start(a[0])
+    # rank 1 starts once rank 0 is attached (a rank that opens while the lock is held fails, after
+    # peer_timeout_ms, with the same message: test_shmcache test_stopped_holding_the_lock)
+    while not segment_ready(shm_dir):
+        assert r0.poll() is None, r0.communicate()
+        time.sleep(0.01)
+    r1 = subprocess.Popen(a[1], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          env=dict(ENV, LADE_TEST_HOOK_STOP_IN_NODE_LOCK="3"))
+    try:
+        wait_state(r1.pid, "T")
+        assert r0.poll() is None, "rank 0 finished before rank 1 stopped"
+        t0 = time.monotonic()
+        out, err = r0.communicate(timeout=120)
+        took = time.monotonic() - t0
+        assert r0.returncode == 0, err
+        assert proc_state(r1.pid) == "T"  # rank 0 finished while rank 1 stayed stopped, holding the lock
+        assert "held for more than peer_timeout_ms (500 ms)" in err and "stops using the node cache" in err, err
+        d0 = json.loads(out)
+        print(f"rank 0 finished {took:.2f} s after rank 1 stopped holding the lock")
+    finally:
+        os.kill(r1.pid, signal.SIGCONT)
+    d1 = finish(r1)
+    assert [d0["checksum"], d1["checksum"]] == ref
+    assert d0["cache_corrupt"] == d1["cache_corrupt"] == 0
+    assert glob.glob(os.path.join(shm_dir, "lade-*")) == []
+
+
 def _small_tmpfs():
     """A private 1 MiB tmpfs (root and mount), else None."""
     d = tempfile.mkdtemp(prefix="lade-tmpfs-")
@@ -316,11 +404,24 @@ import lade
 ds, out, extra = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 h = hashlib.sha256()
+
+
+def barrier(name):
+    # returns once every rank got here: a rank that finished reading keeps the node's segment (and sees the
+    # others' puts) until they finished too. Without it, under load, a rank that started over a second after the
+    # other found the segment gone (the other had read everything and closed), or one took its stats before the
+    # other's last puts (node_cache_entries below n)
+    open(os.path.join(out, "%s-%d" % (name, rank)), "w").close()
+    while not all(os.path.exists(os.path.join(out, "%s-%d" % (name, r))) for r in range(world)):
+        time.sleep(0.01)
+
+
 with lade.Loader(ds, batch_size=10, epochs=2, rank=rank, world_size=world, output="numpy", threads=2, **extra) as L:
     for e in range(2):
         for x, y in L:
             h.update(x.tobytes())
             time.sleep(0.005)
+    barrier("read")
     s = L.stats()
 keys = ("cache_misses", "node_cache_entries", "node_cache_used_bytes", "ranks_per_node", "local_rank")
 json.dump(dict(sha=h.hexdigest(), **{k: s[k] for k in keys}), open(os.path.join(out, "%d.json" % rank), "w"))

@@ -2,9 +2,13 @@
  * cache"): processes of one job share one copy; bytes always the put's under
  * concurrent puts, evictions and SIGKILLed processes; a process dying with
  * the lock held empties the cache and the others go on; a killed job's
- * segment is removed by the next open, a live one never; too small a tmpfs
- * is an error at open. */
+ * segment is removed by the next open, a live one never (its unreaped
+ * zombies are dead; a process whose main thread exited, or that is
+ * stopped, lives); a process stopped holding the lock holds the others up
+ * for peer_timeout_ms at most and corrupts nothing; too small a tmpfs is an
+ * error at open. */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -467,6 +471,193 @@ static void test_stale_and_live(void) {
   CHECK(segments() == 0);
 }
 
+/* The state letter of pid (field 3 of /proc/PID/stat) once it is one of
+ * `want` (polled up to 5 s), else the last one read (0: none). */
+static char state_of(pid_t pid, const char *want) {
+  char path[64], buf[512], st = 0;
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  for (int i = 0; i < 5000; i++) {
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f) fclose(f);
+    buf[n] = 0;
+    char *s = strrchr(buf, ')');
+    st = s && s[1] == ' ' ? s[2] : 0;
+    if (st && strchr(want, st)) break;
+    usleep(1000);
+  }
+  return st;
+}
+
+/* Forks a process that opens `job`, puts key 1 and says so on the pipe it
+ * returns the read end of, then runs `then`. */
+static pid_t start_holder(const char *job, void (*then)(lade__cache_t *, int), int *said) {
+  int ready[2];
+  CHECK_OK(pipe(ready));
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(ready[0]);
+    lade__cache_t *d = open_node(job, 1 << 16, NULL);
+    if (!d || put(d, 1)) _exit(1);
+    then(d, ready[1]);
+    _exit(0);
+  }
+  close(ready[1]);
+  char got = 0;
+  CHECK(read(ready[0], &got, 1) == 1 && got == 1);
+  *said = ready[0];
+  return pid;
+}
+
+static void say_and_exit(lade__cache_t *d, int fd) {
+  (void)d;
+  char one = 1;
+  if (write(fd, &one, 1) != 1) _exit(1);
+  _exit(0); /* no close: its segment stays, as a killed rank's does */
+}
+
+/* A job whose processes are zombies (exited, never reaped: a PID 1 that
+ * does not reap, in a container without --init) is a killed job: the next
+ * open removes its segment (issue 29, finding 4). The zombie is made on
+ * purpose: this process does not wait for its child until the end. */
+static void test_zombie_is_dead(void) {
+  int said;
+  pid_t pid = start_holder("job-zombie", say_and_exit, &said);
+  close(said);
+  CHECK_EQ_INT(state_of(pid, "Z"), 'Z'); /* a zombie now: kill(pid, 0) still succeeds */
+  CHECK(kill(pid, 0) == 0);
+  CHECK(segments() == 1);
+  int rc;
+  lade__cache_t *next = open_node("job-next", 1 << 16, &rc);
+  CHECK_OK(rc);
+  lade__cache_stats_t st;
+  lade__cache_stats(next, &st);
+  CHECK_EQ_INT(st.stale_segments, 1); /* the zombie's, removed */
+  CHECK(segments() == 1);              /* job-next's alone */
+  lade__cache_close(next);
+  CHECK(segments() == 0);
+  waitpid(pid, NULL, 0);
+}
+
+static int g_go[2]; /* test_leader_exited_threads_run: the parent's word to go on */
+static lade__cache_t *g_held;
+
+static void *wait_then_close(void *arg) {
+  (void)arg;
+  char go;
+  if (read(g_go[0], &go, 1) != 1) _exit(1);
+  lade__cache_close(g_held);
+  _exit(0);
+}
+
+static void main_thread_exits(lade__cache_t *d, int fd) {
+  g_held = d;
+  pthread_t t;
+  if (pthread_create(&t, NULL, wait_then_close, NULL)) _exit(1);
+  char one = 1;
+  if (write(fd, &one, 1) != 1) _exit(1);
+  pthread_exit(NULL); /* /proc/PID/stat says Z from now on; its other thread runs on */
+}
+
+/* A process whose main thread exited while another runs on (pthread_exit in
+ * main; also a process in the midst of exiting) shows state Z in
+ * /proc/PID/stat, the leader thread's state: it lives, and so does its
+ * segment. The earlier zombie test (state Z alone) took it for dead. */
+static void test_leader_exited_threads_run(void) {
+  int said;
+  CHECK_OK(pipe(g_go));
+  pid_t pid = start_holder("job-leader", main_thread_exits, &said);
+  CHECK_EQ_INT(state_of(pid, "Z"), 'Z');
+  int rc;
+  lade__cache_t *next = open_node("job-next", 1 << 16, &rc);
+  CHECK_OK(rc);
+  lade__cache_stats_t st;
+  lade__cache_stats(next, &st);
+  CHECK_EQ_INT(st.stale_segments, 0);
+  CHECK(segments() == 2);
+  lade__cache_t *same = open_node("job-leader", 1 << 16, &rc); /* the same job: its entry is there */
+  CHECK_OK(rc);
+  lade__buf_t b = {0};
+  CHECK(lade__cache_get(same, 1, &b) == 0 && pok(1, &b));
+  lade__node_cache_stats_t ns;
+  lade__shmcache_node_stats(same, &ns);
+  CHECK_EQ_INT(ns.attached, 2);
+  /* go on: its thread closes (not the last out) and the process ends */
+  char one = 1;
+  CHECK(write(g_go[1], &one, 1) == 1);
+  int wst;
+  waitpid(pid, &wst, 0);
+  CHECK(WIFEXITED(wst) && WEXITSTATUS(wst) == 0);
+  lade__shmcache_node_stats(same, &ns);
+  CHECK_EQ_INT(ns.attached, 1);
+  close(said);
+  close(g_go[0]);
+  close(g_go[1]);
+  lade__buf_free(&b);
+  lade__cache_close(same);
+  lade__cache_close(next);
+  CHECK(segments() == 0);
+}
+
+/* A process stopped (SIGSTOP: a debugger, a scheduler's suspend) while it
+ * holds the lock halfway through a put (the test hook
+ * LADE_TEST_HOOK_STOP_IN_NODE_LOCK places the stop): another process's call
+ * waits peer_timeout_ms at most and fails (that process reads from storage
+ * from then on), an open fails as long, clearly; once resumed the stopped
+ * put ends and every entry is its put's bytes, nothing recovered. */
+static void test_stopped_holding_the_lock(void) {
+  lade__cache_opts_t o = {.ns = "test://node", .capacity = 1 << 16, .policy = LADE__CACHE_FIFO,
+                          .node_dir = g_dir, .node_job = "job-stop", .node_slots = 1024, .node_timeout_ms = 300};
+  lade__cache_t *c = NULL;
+  CHECK_OK(lade__cache_open(&c, &o));
+  if (!c) return;
+  for (uint64_t k = 0; k < 10; k++) CHECK_OK(put(c, k));
+  pid_t pid = fork();
+  if (pid == 0) {
+    setenv("LADE_TEST_HOOK_STOP_IN_NODE_LOCK", "2", 1);
+    lade__cache_t *d = NULL;
+    int bad = lade__cache_open(&d, &o) != 0 || put(d, 20) != 0 || put(d, 21) != 0; /* stops in its second put */
+    lade__buf_t b = {0};
+    for (uint64_t k = 0; !bad && k < 22; k++) bad |= (k < 10 || k >= 20) && (lade__cache_get(d, k, &b) || !pok(k, &b));
+    lade__buf_free(&b);
+    lade__cache_close(d);
+    _exit(bad);
+  }
+  int wst;
+  CHECK(waitpid(pid, &wst, WUNTRACED) == pid && WIFSTOPPED(wst));
+  CHECK_EQ_INT(state_of(pid, "T"), 'T');
+  lade__buf_t b = {0};
+  double t0 = lade__now();
+  CHECK_EQ_INT(lade__cache_get(c, 1, &b), LADE_ETIMEOUT);
+  double waited = lade__now() - t0;
+  CHECK(strstr(lade_last_error(), "peer_timeout_ms") != NULL);
+  t0 = lade__now();
+  CHECK_EQ_INT(lade__cache_put(c, 30, "x", 1), LADE_ETIMEOUT); /* at once from now on */
+  double again = lade__now() - t0;
+  int rc;
+  t0 = lade__now();
+  lade__cache_t *late = NULL; /* an open (a rank that starts now) fails as clearly */
+  rc = lade__cache_open(&late, &o);
+  double opened = lade__now() - t0;
+  CHECK(late == NULL && rc == LADE_ETIMEOUT);
+  fprintf(stderr, "  a call waited %.2f s, the next %.4f s, an open %.2f s\n", waited, again, opened);
+  CHECK(waited >= 0.25 && waited < 3.0 && again < 0.05 && opened >= 0.25 && opened < 3.0);
+  kill(pid, SIGCONT);
+  waitpid(pid, &wst, 0);
+  CHECK(WIFEXITED(wst) && WEXITSTATUS(wst) == 0);
+  lade__cache_t *after = NULL; /* a fresh handle: every entry the put's bytes, the stopped put's too */
+  CHECK_OK(lade__cache_open(&after, &o));
+  for (uint64_t k = 0; after && k < 22; k++)
+    CHECK_EQ_INT(lade__cache_get(after, k, &b) == 0 && pok(k, &b), k < 10 || k >= 20);
+  lade__node_cache_stats_t ns;
+  if (after) lade__shmcache_node_stats(after, &ns);
+  CHECK(after && ns.entries == 12 && ns.recovered == 0 && ns.corrupt == 0);
+  lade__buf_free(&b);
+  lade__cache_close(c); /* out without the lock it no longer takes */
+  lade__cache_close(after); /* the last out: removes it */
+  CHECK(segments() == 0);
+}
+
 /* Forks another process of `job` that says when it is about to ask, then
  * claim-gets key. It exits 0 when it got `want` (len bytes) without
  * claiming, no sooner than min_s after it said so (else it prints why).
@@ -616,6 +807,9 @@ int main(int argc, char **argv) {
   RUN(test_one_copy_two_processes);
   RUN(test_owner_dead);
   RUN(test_stale_and_live);
+  RUN(test_zombie_is_dead);
+  RUN(test_leader_exited_threads_run);
+  RUN(test_stopped_holding_the_lock);
   RUN(test_too_big);
   RUN(test_claim_waits_for_the_load);
   RUN(test_claim_waits_for_the_copy);
