@@ -169,7 +169,8 @@ typedef struct lade__node_cache_stats {
   uint32_t attached;      /* live processes attached */
   char path[LADE__PATH_MAX];
 } lade__node_cache_stats_t;
-/* c must be a node tier (opened with node_dir). */
+/* The node tier's calls below take any handle: on another tier (or NULL)
+ * they do nothing (stats all 0, a step mark of UINT64_MAX). */
 void lade__shmcache_node_stats(lade__cache_t *c, lade__node_cache_stats_t *out);
 /* Tests only: takes the node tier's lock and returns holding it, so a test
  * process can die holding it (the others then recover: shmcache.c). */

@@ -45,23 +45,6 @@ void lade__cindex_free(lade__cindex_t *ix) {
   *ix = (lade__cindex_t){0};
 }
 
-int lade__cache_base_init(lade__cache_t *c, const lade__cache_ops_t *ops, const lade__cache_opts_t *o,
-                          const char *what) {
-  int rc = lade__cindex_init(&c->ix, o);
-  if (rc) return rc;
-  if (pthread_mutex_init(&c->mu, NULL) != 0) {
-    lade__cindex_free(&c->ix);
-    return lade__fail(LADE_ETHREAD, "%s: cannot create its lock", what);
-  }
-  c->ops = ops;
-  return 0;
-}
-
-void lade__cache_base_free(lade__cache_t *c) {
-  lade__cindex_free(&c->ix);
-  pthread_mutex_destroy(&c->mu);
-}
-
 lade__centry_t *lade__cindex_find(const lade__cindex_t *ix, uint64_t key) {
   for (size_t i = home(ix, key);; i = (i + 1) & (ix->nslot - 1)) {
     lade__centry_t *e = ix->slot[i];

@@ -53,7 +53,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "cache/cindex.h"
+#include "cache/tier.h"
 
 #define HDR_BYTES 56
 #define MAX_LEN ((uint64_t)INT64_MAX - HDR_BYTES - BLOCK) /* longest payload a file can hold: charge_of never wraps */

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/cindex.h"
+#include "cache/tier.h"
 
 #define LADE__MEMCACHE_OVERHEAD 64
 

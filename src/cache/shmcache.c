@@ -64,7 +64,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cache/cindex.h"
+#include "cache/tier.h"
+#include "core/proc.h"
 
 #define SEG_MAGIC "LADESHM1"
 #define SEG_LAYOUT 2u
@@ -149,84 +150,6 @@ typedef struct shmcache {
   char path[LADE__PATH_MAX];
   char dir[LADE__PATH_MAX];
 } shmcache_t;
-
-/* ---- processes */
-
-/* The start time (field 22) of the stat file at path (/proc/PID/stat or
- * /proc/PID/task/TID/stat), 0 when unknown; *state its state letter (field
- * 3), 0 when unknown. */
-static uint64_t stat_of(const char *path, char *state) {
-  char buf[1024];
-  *state = 0;
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0) return 0;
-  buf[n] = 0;
-  char *s = strrchr(buf, ')'); /* the command name may hold spaces */
-  if (!s) return 0;
-  if (s[1] == ' ') *state = s[2];
-  /* fields after the name: state(3) ... starttime(22) */
-  int field = 2;
-  for (char *q = s + 1; *q; q++)
-    if (*q == ' ' && ++field == 22) return strtoull(q + 1, NULL, 10);
-  return 0;
-}
-
-static uint64_t proc_start(pid_t pid) {
-  char p[64], state;
-  snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
-  return stat_of(p, &state);
-}
-
-static bool exited(char state) { return state == 'Z' || state == 'X'; }
-
-/* Whether any thread of pid, whose leader thread has exited (state Z),
- * still runs. /proc/PID/stat shows the leader's state alone: Z while the
- * process runs on in its other threads (its main thread called
- * pthread_exit) or while its threads are still being torn down by an exit
- * that has not finished. Only when no thread is left but exited ones is
- * the process a zombie, dead for good. */
-static bool threads_run(pid_t pid) {
-  char p[64];
-  snprintf(p, sizeof p, "/proc/%d/task", (int)pid);
-  DIR *d = opendir(p);
-  if (!d) return false; /* reaped meanwhile */
-  bool run = false;
-  struct dirent *de;
-  while (!run && (de = readdir(d))) {
-    if (de->d_name[0] == '.') continue;
-    char t[96], state;
-    snprintf(t, sizeof t, "/proc/%d/task/%.20s/stat", (int)pid, de->d_name);
-    stat_of(t, &state);
-    run = state && !exited(state); /* gone meanwhile (no state): exited */
-  }
-  closedir(d);
-  return run;
-}
-
-static uint64_t my_pidns(void) {
-  struct stat st;
-  return stat("/proc/self/ns/pid", &st) == 0 ? (uint64_t)st.st_ino : 0;
-}
-
-/* Whether the process (pid, start) still runs. Without /proc, kill(0). A
- * zombie (every thread exited, the process not yet reaped by its parent)
- * runs no more, though kill(0) succeeds on it: ranks SIGKILLed under a PID 1
- * that does not reap (a container without --init) stay zombies for good,
- * and their segment must not outlive them. A stopped process (SIGSTOP,
- * state T) runs. */
-static bool alive(int32_t pid, uint64_t start) {
-  if (pid <= 0) return false;
-  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
-  char p[64], state;
-  snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
-  uint64_t now = stat_of(p, &state);
-  if (exited(state) && !threads_run(pid)) return false;
-  if (!start) return true;
-  return now == 0 ? access("/proc/self/stat", R_OK) != 0 : now == start;
-}
 
 /* ---- the robust mutex */
 
@@ -322,6 +245,12 @@ static rec_t *rec_at(shmcache_t *s, uint64_t pos) { return (rec_t *)(s->arena + 
 static uint64_t charge_of(uint64_t len) { return (REC_HDR + len + ALIGN - 1) / ALIGN * ALIGN; }
 uint64_t lade__shmcache_charge(uint64_t len) { return charge_of(len); }
 
+static const lade__cache_ops_t shm_ops;
+
+/* c as the node tier, or NULL when c is another tier (or NULL): the
+ * lade__shmcache_* calls take any handle and do nothing with another's. */
+static shmcache_t *node_tier(lade__cache_t *c) { return c && c->ops == &shm_ops ? (shmcache_t *)c : NULL; }
+
 /* Removes the entry of slot e: its record becomes dead (the tail skips it),
  * its bytes no longer count. */
 static void remove_entry(shmcache_t *s, slot_t *e) {
@@ -350,11 +279,11 @@ static bool evict_tail(shmcache_t *s) {
     return true;
   }
   /* a payload still being copied in, by a live writer: its bytes are not free yet */
-  if (r->busy && alive(r->writer, 0)) return false;
+  if (r->busy && lade__proc_alive(r->writer, 0)) return false;
   if (r->kind == REC_LIVE) {
     slot_t *e = slot_find(s, r->key);
     if (e && e->pos == t) {
-      if (e->state == SLOT_WRITING && alive(e->writer, 0)) return false;
+      if (e->state == SLOT_WRITING && lade__proc_alive(e->writer, 0)) return false;
       remove_entry(s, e);
       atomic_fetch_add_explicit(&h->evictions, 1, memory_order_relaxed);
     }
@@ -397,7 +326,7 @@ static int lookup(shmcache_t *s, uint64_t key, uint64_t ver, lade__buf_t *out, b
      * (WRITING, the put that ends a claim): they come soon, wait for them */
     if (claim && e && (e->state == SLOT_LOADING || e->state == SLOT_WRITING)) {
       if (t_end == 0) t_end = lade__now() + s->timeout_ms / 1000.0;
-      if (alive(e->writer, 0) && lade__now() < t_end) {
+      if (lade__proc_alive(e->writer, 0) && lade__now() < t_end) {
         seg_unlock(s);
         struct timespec ts = {0, 200000};
         nanosleep(&ts, NULL);
@@ -681,13 +610,14 @@ static void shm_stats(lade__cache_t *c, lade__cache_stats_t *out) {
 }
 
 void lade__shmcache_node_stats(lade__cache_t *c, lade__node_cache_stats_t *out) {
-  shmcache_t *s = (shmcache_t *)c;
-  seg_hdr_t *h = s->h;
+  shmcache_t *s = node_tier(c);
   memset(out, 0, sizeof *out);
+  if (!s) return;
+  seg_hdr_t *h = s->h;
   if (seg_lock(s) == 0) {
     out->entries = h->entries;
     out->used = h->used;
-    for (int i = 0; i < MAX_ATTACH; i++) out->attached += alive(atomic_load(&h->att[i].pid), h->att[i].start);
+    for (int i = 0; i < MAX_ATTACH; i++) out->attached += lade__proc_alive(atomic_load(&h->att[i].pid), h->att[i].start);
     seg_unlock(s);
   }
   out->capacity = h->arena_bytes;
@@ -704,16 +634,18 @@ void lade__shmcache_node_stats(lade__cache_t *c, lade__node_cache_stats_t *out) 
   snprintf(out->path, sizeof out->path, "%s", s->path);
 }
 
-void lade__shmcache_hold_lock_for_test(lade__cache_t *c) { seg_lock((shmcache_t *)c); }
+void lade__shmcache_hold_lock_for_test(lade__cache_t *c) {
+  if (node_tier(c)) seg_lock(node_tier(c));
+}
 
 void lade__shmcache_mark_step(lade__cache_t *c, uint32_t local, uint64_t mark) {
-  shmcache_t *s = (shmcache_t *)c;
-  if (local < MAX_ATTACH) atomic_store_explicit(&s->h->step_mark[local], mark, memory_order_release);
+  shmcache_t *s = node_tier(c);
+  if (s && local < MAX_ATTACH) atomic_store_explicit(&s->h->step_mark[local], mark, memory_order_release);
 }
 
 uint64_t lade__shmcache_step_of(lade__cache_t *c, uint32_t local) {
-  shmcache_t *s = (shmcache_t *)c;
-  return local < MAX_ATTACH ? atomic_load_explicit(&s->h->step_mark[local], memory_order_acquire) : UINT64_MAX;
+  shmcache_t *s = node_tier(c);
+  return s && local < MAX_ATTACH ? atomic_load_explicit(&s->h->step_mark[local], memory_order_acquire) : UINT64_MAX;
 }
 
 int lade__shmcache_wait_steps(lade__cache_t *c, uint32_t ranks, uint64_t mark, uint32_t timeout_ms, uint32_t *late) {
@@ -754,13 +686,13 @@ static bool seg_stale(int fd) {
   bool stale;
   if (!h || memcmp(h->magic, SEG_MAGIC, 8) != 0) {
     stale = time(NULL) - st.st_mtime > STALE_EMPTY_S;
-  } else if (h->pidns != my_pidns()) {
+  } else if (h->pidns != lade__proc_pidns()) {
     stale = false; /* another container's: we cannot see its processes */
   } else if (atomic_load(&h->state) != SEG_READY) {
-    stale = !alive(h->creator_pid, h->creator_start);
+    stale = !lade__proc_alive(h->creator_pid, h->creator_start);
   } else {
     stale = true; /* ready: it is live while any attached process is */
-    for (int i = 0; i < MAX_ATTACH && stale; i++) stale = !alive(atomic_load(&h->att[i].pid), h->att[i].start);
+    for (int i = 0; i < MAX_ATTACH && stale; i++) stale = !lade__proc_alive(atomic_load(&h->att[i].pid), h->att[i].start);
   }
   if (h) munmap(h, sizeof *h);
   return stale;
@@ -839,8 +771,8 @@ static int create_seg(shmcache_t *s, const lade__cache_opts_t *o, uint64_t diges
   h0.digest = digest;
   h0.plan = o->policy == LADE__CACHE_PLAN;
   h0.creator_pid = (int32_t)getpid();
-  h0.creator_start = proc_start(getpid());
-  h0.pidns = my_pidns();
+  h0.creator_start = lade__proc_start(getpid());
+  h0.pidns = lade__proc_pidns();
   snprintf(h0.name, sizeof h0.name, "%s", strrchr(s->path, '/') + 1);
   if (pwrite(s->fd, &h0, sizeof h0, 0) != (ssize_t)sizeof h0)
     return lade__fail(LADE_EIO, "node cache %s: cannot write its header: %s", s->path, strerror(errno));
@@ -880,7 +812,7 @@ static int join_seg(shmcache_t *s, uint64_t digest, uint32_t timeout_ms) {
                             (long long)st.st_size, h0.total_bytes);
         return map_seg(s, h0.total_bytes);
       }
-      if (!alive(h0.creator_pid, h0.creator_start)) return LADE_ENOENT;
+      if (!lade__proc_alive(h0.creator_pid, h0.creator_start)) return LADE_ENOENT;
       /* reserving a large segment takes its time (tmpfs zeroes its pages: about 4 GB/s measured): a live
        * creator gets a second per GB beyond the timeout */
       double reserve = (double)h0.total_bytes / 1e9;
@@ -901,12 +833,12 @@ static int attach_self(shmcache_t *s) {
   int rc = seg_lock(s);
   if (rc) return rc;
   int32_t me = (int32_t)getpid();
-  uint64_t start = proc_start(getpid());
+  uint64_t start = lade__proc_start(getpid());
   s->att = -1;
   for (int i = 0; i < MAX_ATTACH && s->att < 0; i++) {
     attach_t *a = &s->h->att[i];
     int32_t p = atomic_load(&a->pid);
-    if (p == 0 || (p != me && !alive(p, a->start))) {
+    if (p == 0 || (p != me && !lade__proc_alive(p, a->start))) {
       a->start = start;
       atomic_store(&a->pid, me);
       s->att = i;
@@ -927,7 +859,7 @@ static void detach(shmcache_t *s) {
   if (seg_lock(s) == 0) {
     atomic_store(&s->h->att[s->att].pid, 0);
     bool last = true;
-    for (int i = 0; i < MAX_ATTACH && last; i++) last = !alive(atomic_load(&s->h->att[i].pid), s->h->att[i].start);
+    for (int i = 0; i < MAX_ATTACH && last; i++) last = !lade__proc_alive(atomic_load(&s->h->att[i].pid), s->h->att[i].start);
     if (last) unlink_same(s->path, s->fd);
     seg_unlock(s);
   } else { /* its lock is held without end: out all the same, so an open finds it stale once the holder dies */
