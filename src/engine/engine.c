@@ -58,14 +58,6 @@
 
 #include "engine/engine_impl.h"
 
-int lade__engine_fail_forked(const lade_loader_t *L, const char *fn) {
-  return lade__fail(LADE_ESTATE,
-                    "%s: this loader was created in process %d, and this process (%d) is a fork() of it; a loader "
-                    "cannot be used across fork(): create one in this process (its threads setting parallelises "
-                    "loading)",
-                    fn, (int)L->pid, (int)getpid());
-}
-
 /* Per-worker transform state, made by each worker for itself. */
 static int worker_prepare(worker_t *w) {
   lade_loader_t *L = w->L;
@@ -402,7 +394,7 @@ static slot_t *take_free_slot_locked(lade_loader_t *L) {
   return s;
 }
 
-void *lade__engine_worker_main(void *arg) {
+static void *worker_main(void *arg) {
   worker_t *w = arg;
   lade_loader_t *L = w->L;
   pthread_mutex_lock(&L->mu);
@@ -507,6 +499,30 @@ void *lade__engine_worker_main(void *arg) {
   if (w->wstate_ok && L->xf && L->xf->worker_free) L->xf->worker_free(L->xf_state, w->wstate);
   lade__buf_free(&w->buf);
   return NULL;
+}
+
+/* lade_loader_create: the loader opened (engine_open.c), then its workers started. */
+int lade_loader_create(lade_loader_t **out, const lade_config_t *cfg) {
+  lade_loader_t *L = NULL;
+  int rc = lade__engine_open(&L, cfg);
+  if (rc) return rc;
+  for (uint32_t i = 0; i < L->nworkers; i++) {
+    worker_t *w = &L->workers[i];
+    w->L = L;
+    w->id = i;
+    if (pthread_create(&w->thread, NULL, worker_main, w) != 0) {
+      pthread_mutex_lock(&L->mu);
+      L->stop = true;
+      pthread_cond_broadcast(&L->cv_work);
+      pthread_mutex_unlock(&L->mu);
+      for (uint32_t j = 0; j < i; j++) pthread_join(L->workers[j].thread, NULL);
+      lade__engine_free_all(L);
+      return lade__fail(LADE_ETHREAD, "cannot start worker thread %u: %s", i, strerror(errno));
+    }
+    L->started++;
+  }
+  *out = L;
+  return 0;
 }
 
 /* The per-epoch counters of epoch e, grown on demand. Locked. */

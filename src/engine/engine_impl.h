@@ -184,7 +184,7 @@ static inline bool forked(const lade_loader_t *L) {
   return L->fork_gen != atomic_load_explicit(&lade__engine_fork_gen, memory_order_relaxed);
 }
 
-int lade__engine_fail_forked(const lade_loader_t *L, const char *fn);
+int lade__engine_fail_forked(const lade_loader_t *L, const char *fn); /* engine_open.c */
 
 /* The slot scheduled for q, or NULL. Locked. */
 static inline slot_t *slot_of(lade_loader_t *L, uint64_t q) {
@@ -193,6 +193,10 @@ static inline slot_t *slot_of(lade_loader_t *L, uint64_t q) {
 }
 
 /* engine_open.c */
+/* lade_loader_create but the workers: the loader opened (source, settings,
+ * transport, cursor, fetch stage, transform, pool), nworkers workers
+ * allocated and not started (engine.c starts them). */
+int lade__engine_open(lade_loader_t **out, const lade_config_t *cfg);
 void *lade__engine_pool_alloc(lade_loader_t *L, size_t size);
 void lade__engine_slot_free(lade_loader_t *L, slot_t *s);
 /* Closes the stages only running workers use: the transport, the fetch stage
@@ -205,7 +209,6 @@ void lade__engine_close_stages(lade_loader_t *L);
 /* Frees everything: the stages (if still open), the pool and the loader. */
 void lade__engine_free_all(lade_loader_t *L);
 /* engine.c */
-void *lade__engine_worker_main(void *arg);
 /* Epoch e's counters, made (zeroed) when missing; NULL when out of memory. Locked. */
 struct epoch_acc *lade__engine_epoch_acc(lade_loader_t *L, uint64_t e);
 /* Epoch e's counters, or NULL when none were made. Locked. */

@@ -433,7 +433,15 @@ static int open_pipeline(lade_loader_t *L, lade__buf_t *buf) {
 
 /* ----------------------------------------------------------------- API */
 
-int lade_loader_create(lade_loader_t **out, const lade_config_t *cfg) {
+int lade__engine_fail_forked(const lade_loader_t *L, const char *fn) {
+  return lade__fail(LADE_ESTATE,
+                    "%s: this loader was created in process %d, and this process (%d) is a fork() of it; a loader "
+                    "cannot be used across fork(): create one in this process (its threads setting parallelises "
+                    "loading)",
+                    fn, (int)L->pid, (int)getpid());
+}
+
+int lade__engine_open(lade_loader_t **out, const lade_config_t *cfg) {
   if (!out || !cfg) return lade__fail(LADE_EINVAL, "lade_loader_create: NULL argument");
   *out = NULL;
   const lade__source_ops_t *ops = NULL;
@@ -490,21 +498,6 @@ int lade_loader_create(lade_loader_t **out, const lade_config_t *cfg) {
   if (rc) {
     lade__engine_free_all(L);
     return rc;
-  }
-  for (uint32_t i = 0; i < L->nworkers; i++) {
-    worker_t *w = &L->workers[i];
-    w->L = L;
-    w->id = i;
-    if (pthread_create(&w->thread, NULL, lade__engine_worker_main, w) != 0) {
-      pthread_mutex_lock(&L->mu);
-      L->stop = true;
-      pthread_cond_broadcast(&L->cv_work);
-      pthread_mutex_unlock(&L->mu);
-      for (uint32_t j = 0; j < i; j++) pthread_join(L->workers[j].thread, NULL);
-      lade__engine_free_all(L);
-      return lade__fail(LADE_ETHREAD, "cannot start worker thread %u: %s", i, strerror(errno));
-    }
-    L->started++;
   }
   *out = L;
   return 0;
