@@ -8,7 +8,7 @@
  * Locks. Debian's libhdf5 is the serial build: not thread-safe, and it keeps
  * global state (the ID tables, the chunk cache, the error stack) that any
  * call may touch. So every H5* call of this file and of hdf5_chunk.c runs
- * with the one global `h5_mu` held (lade__h5_lock), whichever loader it
+ * with the one global lock held (lade__h5_lock, hdf5_lock.c), whichever loader it
  * serves; the reads of all worker threads
  * are serialised (docs/sources.md measures what that costs). `st->mu` guards
  * one source's stage (below). Order: st->mu is never held while taking
@@ -53,19 +53,6 @@
 
 #define RUN_MAX_BYTES ((size_t)16 << 20) /* the largest hyperslab one staged run reads */
 #define STAGE_MIN_BYTES ((size_t)64 << 20)
-
-static pthread_mutex_t h5_mu = PTHREAD_MUTEX_INITIALIZER;
-
-void lade__h5_lock(lade__h5_guard_t *g) {
-  pthread_mutex_lock(&h5_mu);
-  H5Eget_auto2(H5E_DEFAULT, &g->func, &g->data);
-  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-}
-
-void lade__h5_unlock(lade__h5_guard_t *g) {
-  H5Eset_auto2(H5E_DEFAULT, g->func, g->data);
-  pthread_mutex_unlock(&h5_mu);
-}
 
 /* The innermost message of libhdf5's error stack (call with h5_mu held). */
 static herr_t walk_cb(unsigned n, const H5E_error2_t *e, void *ctx) {
