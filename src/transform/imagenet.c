@@ -1,8 +1,10 @@
 /*
  * imagenet.c - the image pipeline behind the imagenet transforms: the
- * torchvision crop parameters, the format dispatch by content (magic bytes,
- * never the file name), and the resample/flip/normalise stages that every
- * decoder backend shares (imgjpeg.c, imgpng.c; contract in imgpipe.h).
+ * torchvision crop parameters and the resample/flip/normalise stages that
+ * every decoder backend shares (imgjpeg.c, imgpng.c; contract in
+ * imgpipe.h). The format dispatch by content and the decoder's entry points
+ * are imgdecode.c, above the backends and this file; this file calls no
+ * backend.
  *
  * Why it looks like this: a training crop usually covers a fraction of the
  * image and is then shrunk to 224x224, so decoding the whole picture at full
@@ -118,8 +120,6 @@ struct lade__imgdec {
   resample_v_fn resample_v;
 };
 
-static const lade__imgbackend_t *const backends[2] = {&lade__img_jpeg, &lade__img_png};
-
 /* The coefficient layout a horizontal pass reads besides k. */
 enum { LAYOUT_C, LAYOUT_PAIRS, LAYOUT_QUADS };
 
@@ -144,7 +144,7 @@ int lade__imgpipe_grow(void *pp, size_t *cap, size_t need) {
   return 0;
 }
 
-int lade__imgdec_create(lade__imgdec_t **out) {
+int lade__imgpipe_new(lade__imgdec_t **out) {
   static const float mean[3] = {0.485f, 0.456f, 0.406f}, stdv[3] = {0.229f, 0.224f, 0.225f};
   *out = NULL;
   lade__imgdec_t *d = calloc(1, sizeof(*d));
@@ -165,10 +165,10 @@ int lade__imgdec_create(lade__imgdec_t **out) {
   return 0;
 }
 
-void lade__imgdec_destroy(lade__imgdec_t *d) {
+void **lade__imgpipe_codec_state(lade__imgdec_t *d, int i) { return &d->be_state[i]; }
+
+void lade__imgpipe_free(lade__imgdec_t *d) {
   if (!d) return;
-  for (int i = 0; i < 2; i++)
-    if (d->be_state[i]) backends[i]->destroy(d->be_state[i]);
   void *bufs[] = {d->tmp, d->vrow, d->acc, d->ch.k, d->ch.bounds, d->ch.pre, d->ch.k2, d->ch.k4, d->ch.qidx,
                   d->cv.k, d->cv.bounds, d->cv.pre, d->cv.k2, d->cv.k4, d->cv.qidx};
   for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) lade__aligned_free(bufs[i]);
@@ -176,56 +176,6 @@ void lade__imgdec_destroy(lade__imgdec_t *d) {
 }
 
 void lade__imgdec_set_decode_scale(lade__imgdec_t *d, bool on) { d->decode_scale = on; }
-
-/*
- * Format by content. torchvision's ImageFolder accepts .jpg .jpeg .png .ppm
- * .bmp .pgm .tif .tiff .webp by name; real datasets hold PNGs named .JPEG
- * and the like, so the name decides nothing here.
- */
-static const char *sniff_other(const uint8_t *p, size_t n) {
-  if (n >= 6 && (memcmp(p, "GIF87a", 6) == 0 || memcmp(p, "GIF89a", 6) == 0)) return "GIF";
-  if (n >= 2 && p[0] == 'B' && p[1] == 'M') return "BMP";
-  if (n >= 4 && (memcmp(p, "II*\0", 4) == 0 || memcmp(p, "MM\0*", 4) == 0)) return "TIFF";
-  if (n >= 12 && memcmp(p, "RIFF", 4) == 0 && memcmp(p + 8, "WEBP", 4) == 0) return "WebP";
-  if (n >= 3 && p[0] == 'P' && p[1] >= '1' && p[1] <= '7' && (p[2] == ' ' || p[2] == '\n' || p[2] == '\r' || p[2] == '\t'))
-    return p[1] == '1' || p[1] == '4' ? "PBM" : p[1] == '2' || p[1] == '5' ? "PGM" : p[1] == '7' ? "PAM" : "PPM";
-  if (n >= 12 && memcmp(p, "\0\0\0\x0cjP  \r\n\x87\n", 12) == 0) return "JPEG 2000";
-  if (n >= 4 && memcmp(p, "\0\0\1\0", 4) == 0) return "ICO";
-  if (n >= 12 && memcmp(p + 4, "ftyp", 4) == 0) return "HEIF/AVIF";
-  return NULL;
-}
-
-static int pick_backend(lade__imgdec_t *d, const uint8_t *p, size_t n, const lade__imgbackend_t **be, void **st) {
-  int i;
-  if (!p || n == 0) return lade__fail(LADE_EFORMAT, "not an image (JPEG or PNG): empty file");
-  if (n >= 2 && p[0] == 0xFF && p[1] == 0xD8)
-    i = 0;
-  else if (n >= 8 && memcmp(p, "\x89PNG\r\n\x1a\n", 8) == 0)
-    i = 1;
-  else {
-    const char *other = sniff_other(p, n);
-    if (other)
-      return lade__fail(LADE_EUNSUPPORTED, "%s image: only JPEG and PNG are decoded (convert the file)", other);
-    char hex[3 * 8 + 1] = "";
-    for (size_t k = 0, at = 0; k < n && k < 8; k++) at += (size_t)snprintf(hex + at, sizeof hex - at, "%s%02x", k ? " " : "", p[k]);
-    return lade__fail(LADE_EFORMAT, "not an image (JPEG or PNG): the file starts with %s", hex);
-  }
-  *be = backends[i];
-  if (!d->be_state[i]) {
-    int rc = backends[i]->create(&d->be_state[i]);
-    if (rc) return rc;
-  }
-  *st = d->be_state[i];
-  return 0;
-}
-
-int lade__img_size(lade__imgdec_t *d, const uint8_t *buf, size_t len, int *width, int *height) {
-  const lade__imgbackend_t *be;
-  void *st;
-  int rc = pick_backend(d, buf, len, &be, &st);
-  if (rc) return rc;
-  return be->size(st, buf, len, width, height);
-}
 
 static double tri_filter(double x) {
   if (x < 0) x = -x;
@@ -939,7 +889,7 @@ void lade__imgpipe_row_rgb(lade__imgdec_t *d, int r, const uint8_t *rgb) {
 }
 
 /* Vertical pass, one output row at a time; then flip and store. */
-static void imgpipe_finish(lade__imgdec_t *d, bool flip, int dtype, void *out) {
+void lade__imgpipe_finish(lade__imgdec_t *d, bool flip, int dtype, void *out) {
   const int out_size = d->out_size, ksize = d->cv.ksize;
   const size_t orow = (size_t)out_size * 4;
   int32_t *acc = d->acc;
@@ -956,30 +906,4 @@ static void imgpipe_finish(lade__imgdec_t *d, bool flip, int dtype, void *out) {
       d->store_f32(d, vrow, out_size, flip, o0, o0 + plane, o0 + 2 * plane);
     }
   }
-}
-
-static int run(lade__imgdec_t *d, const uint8_t *buf, size_t len, const lade__imgbox_t *b, int out_size, bool flip,
-               int dtype, void *out) {
-  if (out_size <= 0 || out_size > 65535) return lade__fail(LADE_EINVAL, "bad output size %d", out_size);
-  if (dtype != LADE_DTYPE_UINT8 && dtype != LADE_DTYPE_FLOAT32)
-    return lade__fail(LADE_EINVAL, "image dtype must be uint8 or float32, not %s", lade_dtype_name(dtype));
-  const lade__imgbackend_t *be;
-  void *st;
-  int rc = pick_backend(d, buf, len, &be, &st);
-  if (rc) return rc;
-  if ((rc = be->decode(st, d, buf, len, b, out_size)) != 0) return rc;
-  imgpipe_finish(d, flip, dtype, out);
-  return 0;
-}
-
-int lade__imgdec_crop(lade__imgdec_t *d, const uint8_t *buf, size_t len, int top, int left, int h, int w,
-                      int out_size, bool flip, int dtype, void *out) {
-  lade__imgbox_t b = {top, left, h, w, true};
-  return run(d, buf, len, &b, out_size, flip, dtype, out);
-}
-
-int lade__imgdec_resize_crop(lade__imgdec_t *d, const uint8_t *buf, size_t len, double top, double left, double h,
-                             double w, int out_size, bool flip, int dtype, void *out) {
-  lade__imgbox_t b = {top, left, h, w, false};
-  return run(d, buf, len, &b, out_size, flip, dtype, out);
 }

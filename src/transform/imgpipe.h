@@ -75,4 +75,14 @@ void lade__imgpipe_row_rgb(lade__imgdec_t *d, int r, const uint8_t *rgb);
 /* Scratch that only grows and does not keep its contents; 64-byte aligned. */
 int lade__imgpipe_grow(void *pp, size_t *cap, size_t need);
 
+/* ---- the decoder's side (imgdecode.c) */
+/* A pipeline (the decoder's state) with its SIMD passes chosen for this CPU. */
+int lade__imgpipe_new(lade__imgdec_t **out);
+/* Frees it; the backends' states first (lade__imgpipe_codec_state). */
+void lade__imgpipe_free(lade__imgdec_t *d);
+/* Backend i's state (NULL until the decoder creates it on first use). */
+void **lade__imgpipe_codec_state(lade__imgdec_t *d, int i);
+/* The vertical pass, then flip and store into out (after a backend's decode). */
+void lade__imgpipe_finish(lade__imgdec_t *d, bool flip, int dtype, void *out);
+
 #endif
