@@ -588,6 +588,10 @@ static void shm_clear(lade__cache_t *c) {
   seg_unlock(s);
 }
 
+/* The segment's counters both stats calls report, as the cache's stats and as the node's. */
+#define SHM_COUNTERS(X) X(hits) X(misses) X(inserts) X(evictions) X(rejected) X(corrupt)
+#define LOAD_COUNTER(f) out->f = atomic_load(&h->f);
+
 static void shm_stats(lade__cache_t *c, lade__cache_stats_t *out) {
   shmcache_t *s = (shmcache_t *)c;
   seg_hdr_t *h = s->h;
@@ -597,12 +601,7 @@ static void shm_stats(lade__cache_t *c, lade__cache_stats_t *out) {
     out->used = h->used;
     seg_unlock(s);
   }
-  out->hits = atomic_load(&h->hits);
-  out->misses = atomic_load(&h->misses);
-  out->inserts = atomic_load(&h->inserts);
-  out->evictions = atomic_load(&h->evictions);
-  out->rejected = atomic_load(&h->rejected);
-  out->corrupt = atomic_load(&h->corrupt);
+  SHM_COUNTERS(LOAD_COUNTER)
   out->stale = atomic_load(&h->stale);
   out->bytes_written = atomic_load(&h->bytes_written);
   out->capacity = h->arena_bytes;
@@ -622,12 +621,7 @@ void lade__shmcache_node_stats(lade__cache_t *c, lade__node_cache_stats_t *out) 
   }
   out->capacity = h->arena_bytes;
   out->segment_bytes = h->total_bytes;
-  out->hits = atomic_load(&h->hits);
-  out->misses = atomic_load(&h->misses);
-  out->inserts = atomic_load(&h->inserts);
-  out->evictions = atomic_load(&h->evictions);
-  out->rejected = atomic_load(&h->rejected);
-  out->corrupt = atomic_load(&h->corrupt);
+  SHM_COUNTERS(LOAD_COUNTER)
   out->recovered = atomic_load(&h->recovered);
   out->waited = atomic_load(&h->waited);
   out->moved = atomic_load(&h->moved);

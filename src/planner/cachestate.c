@@ -103,15 +103,19 @@ void lade__hmap_del(lade__hmap_t *m, uint64_t key) {
   m->keys[i] = LADE__HMAP_EMPTY;
 }
 
+static void swap(lade__kheap_t *h, uint64_t a, uint64_t b) {
+  uint64_t tk = h->key[a], tv = h->val[a];
+  h->key[a] = h->key[b];
+  h->val[a] = h->val[b];
+  h->key[b] = tk;
+  h->val[b] = tv;
+}
+
 static void sift_up(lade__kheap_t *h, uint64_t i) {
   while (i > 0) {
     uint64_t p = (i - 1) / 2;
     if (h->key[p] >= h->key[i]) return;
-    uint64_t tk = h->key[p], tv = h->val[p];
-    h->key[p] = h->key[i];
-    h->val[p] = h->val[i];
-    h->key[i] = tk;
-    h->val[i] = tv;
+    swap(h, p, i);
     i = p;
   }
 }
@@ -122,11 +126,7 @@ static void sift_down(lade__kheap_t *h, uint64_t i) {
     if (l < h->n && h->key[l] > h->key[m]) m = l;
     if (r < h->n && h->key[r] > h->key[m]) m = r;
     if (m == i) return;
-    uint64_t tk = h->key[m], tv = h->val[m];
-    h->key[m] = h->key[i];
-    h->val[m] = h->val[i];
-    h->key[i] = tk;
-    h->val[i] = tv;
+    swap(h, m, i);
     i = m;
   }
 }

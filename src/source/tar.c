@@ -556,47 +556,16 @@ static void tar_stats(lade__source_t *s, lade__source_stats_t *out) {
 }
 #endif
 
-const lade__source_ops_t lade__source_tar = {
-    .name = "tar",
-    .open = tar_open,
-    .close = tar_close,
-    .read = tar_read,
-    .describe = tar_describe,
-    .version = tar_version};
+/* The four faces of the source: tar shards or TFRecord files (select.c
+ * picks by the source), local or remote (remote: submit/ready/stats/reserve,
+ * so the engine keeps many Range requests in flight). */
+#define TAR_OPS(nm, open_fn) .name = nm, .open = open_fn, .close = tar_close, .read = tar_read, \
+                             .describe = tar_describe, .version = tar_version
+#define TAR_REMOTE_OPS .submit = tar_submit, .ready = tar_ready, .stats = tar_stats, .reserve = tar_reserve
 
-/* TFRecord files: the same source with the tfrecord format (select.c picks it). */
-const lade__source_ops_t lade__source_tfrecord = {
-    .name = "tfrecord",
-    .open = tfr_open,
-    .close = tar_close,
-    .read = tar_read,
-    .describe = tar_describe,
-    .version = tar_version};
-
+const lade__source_ops_t lade__source_tar = {TAR_OPS("tar", tar_open)};
+const lade__source_ops_t lade__source_tfrecord = {TAR_OPS("tfrecord", tfr_open)};
 #ifdef LADE_HAVE_CURL
-/* Remote shards: the same source, with submit/ready/stats so the engine
- * keeps many Range requests in flight (select.c picks it). */
-const lade__source_ops_t lade__source_tar_remote = {
-    .name = "tar",
-    .open = tar_open,
-    .close = tar_close,
-    .read = tar_read,
-    .describe = tar_describe,
-    .version = tar_version,
-    .submit = tar_submit,
-    .ready = tar_ready,
-    .stats = tar_stats,
-    .reserve = tar_reserve};
-
-const lade__source_ops_t lade__source_tfrecord_remote = {
-    .name = "tfrecord",
-    .open = tfr_open,
-    .close = tar_close,
-    .read = tar_read,
-    .describe = tar_describe,
-    .version = tar_version,
-    .submit = tar_submit,
-    .ready = tar_ready,
-    .stats = tar_stats,
-    .reserve = tar_reserve};
+const lade__source_ops_t lade__source_tar_remote = {TAR_OPS("tar", tar_open), TAR_REMOTE_OPS};
+const lade__source_ops_t lade__source_tfrecord_remote = {TAR_OPS("tfrecord", tfr_open), TAR_REMOTE_OPS};
 #endif
