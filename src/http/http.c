@@ -75,9 +75,8 @@ int lade__http_submit(lade__http_t *h, const lade__http_get_t *g, size_t n, int 
     uint32_t np = g[i].nparts ? g[i].nparts : 1;
     for (uint32_t k = 0; k < np && !rc; k++) {
       uint64_t idx = g[i].nparts ? g[i].parts[k].idx : g[i].obj;
-      if (idx >= h->n_idx)
-        rc = lade__fail(LADE_ERANGE, "%s: sample %llu out of range (%llu samples)", h->o.what, (unsigned long long)idx,
-                        (unsigned long long)h->n_idx);
+      if (!lade__http_table_has(&h->tab, idx))
+        rc = lade__fail(LADE_ERANGE, "%s: sample %llu out of range", h->o.what, (unsigned long long)idx);
     }
     if (rc) break;
     lade__http_req_t *r = lade__http_req_new(h, &g[i], NULL);
@@ -85,7 +84,7 @@ int lade__http_submit(lade__http_t *h, const lade__http_get_t *g, size_t n, int 
       rc = lade__fail(LADE_ENOMEM, "%s: out of memory", h->o.what);
       break;
     }
-    for (uint32_t k = 0; k < r->get.nparts; k++) h->wants[r->get.parts[k].idx]++;
+    for (uint32_t k = 0; k < r->get.nparts; k++) lade__http_table_want(&h->tab, r->get.parts[k].idx);
     r->bg = background != 0;
     lade__http_fifo_push(background ? &h->bg : &h->queue, r);
   }
@@ -96,16 +95,15 @@ int lade__http_submit(lade__http_t *h, const lade__http_get_t *g, size_t n, int 
 
 void lade__http_reserve(lade__http_t *h, uint64_t results, uint64_t bytes) {
   pthread_mutex_lock(&h->mu);
-  if (results > h->res_max_count) h->res_max_count = (size_t)LADE__MIN(results, (uint64_t)SIZE_MAX / 2);
-  if (bytes > h->res_max_bytes) h->res_max_bytes = (size_t)LADE__MIN(bytes, (uint64_t)SIZE_MAX / 2);
+  lade__http_table_reserve(&h->tab, results, bytes);
   pthread_mutex_unlock(&h->mu);
 }
 
 bool lade__http_ready(lade__http_t *h, uint64_t idx) {
   assert(h->thread_started);
-  if (idx >= h->n_idx) return true;
+  if (!lade__http_table_has(&h->tab, idx)) return true;
   pthread_mutex_lock(&h->mu);
-  bool ready = h->res[idx] != NULL || h->wants[idx] == 0;
+  bool ready = lade__http_table_ready(&h->tab, idx);
   pthread_mutex_unlock(&h->mu);
   return ready;
 }
@@ -122,15 +120,15 @@ void lade__http_stats(lade__http_t *h, lade__http_stats_t *out) {
 }
 
 int lade__http_read(lade__http_t *h, uint64_t idx, const lade__http_get_t *g, lade__buf_t *out) {
-  assert(h->thread_started && idx < h->n_idx);
+  assert(h->thread_started && lade__http_table_has(&h->tab, idx));
   pthread_mutex_lock(&h->mu);
   for (;;) {
     int rc;
-    if (lade__http_result_take(h, idx, out, &rc)) {
+    if (lade__http_result_take(&h->tab, idx, out, &rc)) {
       pthread_mutex_unlock(&h->mu);
       return rc;
     }
-    if (h->wants[idx] == 0 || h->stop) break;
+    if (lade__http_table_wants(&h->tab, idx) == 0 || h->stop) break;
     pthread_cond_wait(&h->cv, &h->mu);
   }
   char name[1536];
@@ -157,9 +155,9 @@ int lade__http_read(lade__http_t *h, uint64_t idx, const lade__http_get_t *g, la
   int rc = w->rc;
   if (rc) {
     lade__set_error_text(w->msg);
-    lade__http_buf_recycle(h, &w->body);
+    lade__http_buf_recycle(&h->tab, &w->body);
   } else {
-    lade__http_hand_over(h, &w->body, out);
+    lade__http_hand_over(&h->tab, &w->body, out);
   }
   pthread_mutex_unlock(&h->mu);
   free(w);
@@ -184,8 +182,7 @@ void lade__http_destroy(lade__http_t *h) {
     free(r->body.data);
     free(r);
   }
-  for (size_t i = 0; i < h->n_free_bufs; i++) free(h->free_bufs[i].data);
-  lade__http_table_free(h);
+  lade__http_table_free(&h->tab);
   free(h->ca_file);
   pthread_mutex_destroy(&h->mu);
   pthread_cond_destroy(&h->cv);
@@ -218,7 +215,8 @@ int lade__http_create(lade__http_t **out, const lade__http_opts_t *o) {
 
 int lade__http_start(lade__http_t *h, uint64_t n_idx) {
   assert(!h->thread_started && !h->multi);
-  int rc = lade__http_table_init(h, n_idx);
+  int rc = lade__http_table_init(&h->tab, n_idx, LADE__MAX(h->o.max_conc, h->o.fixed_conc), h->o.what, h->o.name,
+                                 h->o.ctx);
   if (rc) return rc;
   h->multi = curl_multi_init();
   if (!h->multi) return lade__fail(LADE_ENOMEM, "%s: out of memory", h->o.what);

@@ -88,6 +88,22 @@ typedef struct lade__http_req {
   struct lade__http_req *next, *prev; /* a queue, or the active list while in flight */
 } lade__http_req_t;
 
+/* The results of submitted requests by sample index (http_table.c owns
+ * every field; the others call its functions). Guarded by the handle's mu:
+ * every function is called with it held. */
+typedef struct lade__http_table {
+  const char *what;                     /* the source in messages */
+  void (*name)(void *ctx, uint64_t obj, char *buf, size_t size); /* an object's name (the opts' hook) */
+  void *name_ctx;
+  uint64_t n_idx;                       /* results are keyed by sample index 0..n_idx-1 */
+  uint32_t *wants;                      /* per index: parts submitted and not read yet */
+  lade__http_result_t **res;            /* per index: arrived results, arrival order */
+  lade__http_result_t *oldest, *newest; /* every stored result */
+  size_t count, bytes, max_count, max_bytes;
+  lade__buf_t free_bufs[32];            /* bodies' memory kept for later bodies */
+  size_t n_free_bufs;
+} lade__http_table_t;
+
 typedef struct lade__http_fifo {
   lade__http_req_t *head, *tail;
   size_t n;
@@ -96,7 +112,6 @@ typedef struct lade__http_fifo {
 struct lade__http {
   lade__http_opts_t o;
   char *ca_file; /* o.ca_file points here: the resolved CA bundle, NULL for libcurl's default */
-  uint64_t n_idx; /* results are keyed by sample index 0..n_idx-1 */
   pthread_t thread;
   int thread_started;
   CURLM *multi;
@@ -108,13 +123,7 @@ struct lade__http {
   lade__http_req_t *free_reqs;
   CURL **free_easy;
   size_t n_free_easy, cap_free_easy;
-  lade__buf_t free_bufs[32];
-  size_t n_free_bufs;
-  /* results: per index wants and arrived results */
-  uint32_t *wants;
-  lade__http_result_t **res;
-  lade__http_result_t *res_oldest, *res_newest;
-  size_t res_count, res_bytes, res_max_count, res_max_bytes;
+  lade__http_table_t tab; /* the results by sample index (http_table.c; under mu) */
   /* counters and tuning */
   uint64_t get_requests, list_requests, retried, bytes, truncated, throttled, refreshed;
   uint32_t in_flight, limit;
@@ -222,21 +231,35 @@ void lade__http_req_headers_free(lade__http_req_t *r);
 /* ---------------------------------------------- http_table.c: the results */
 
 /* Allocates the wants and results of sample indexes 0..n_idx-1 and sets
- * the default bounds. 0 or LADE_ENOMEM (message set). */
-int lade__http_table_init(lade__http_t *h, uint64_t n_idx);
-/* Frees every stored result and the table. */
-void lade__http_table_free(lade__http_t *h);
-/* Stores a submitted request's outcome, one result per part (locked); the
- * oldest unread results are dropped with their wants past the bounds. */
-void lade__http_result_store(lade__http_t *h, lade__http_req_t *q, int rc, const char *msg);
-/* Takes the oldest result of idx (locked): 1 with *rc its code (message
- * set) and, on success, the body swapped into *out; 0 when none is stored. */
-int lade__http_result_take(lade__http_t *h, uint64_t idx, lade__buf_t *out, int *rc);
-/* Keeps b's memory for later bodies, or frees it (locked); b is emptied. */
-void lade__http_buf_recycle(lade__http_t *h, lade__buf_t *b);
+ * the default bounds (4 x conc + 1024 results, 512 MiB). 0 or LADE_ENOMEM
+ * (message set). */
+int lade__http_table_init(lade__http_table_t *t, uint64_t n_idx, uint32_t conc, const char *what,
+                          void (*name)(void *ctx, uint64_t obj, char *buf, size_t size), void *name_ctx);
+/* Frees every stored result, the kept buffers and the table. */
+void lade__http_table_free(lade__http_table_t *t);
+/* Whether idx is one of the table's sample indexes. */
+bool lade__http_table_has(const lade__http_table_t *t, uint64_t idx);
+/* One more part of idx submitted. */
+void lade__http_table_want(lade__http_table_t *t, uint64_t idx);
+/* Parts of idx submitted and not read yet. */
+uint32_t lade__http_table_wants(const lade__http_table_t *t, uint64_t idx);
+/* Whether a read of idx would not wait: a result is stored, or none is wanted. */
+bool lade__http_table_ready(const lade__http_table_t *t, uint64_t idx);
+/* Raises the bounds on arrived, unread results to at least these. */
+void lade__http_table_reserve(lade__http_table_t *t, uint64_t results, uint64_t bytes);
+/* Stores a submitted request's outcome, one result per part; the oldest
+ * unread results are dropped with their wants past the bounds. */
+void lade__http_result_store(lade__http_table_t *t, lade__http_req_t *q, int rc, const char *msg);
+/* Takes the oldest result of idx: 1 with *rc its code (message set) and,
+ * on success, the body swapped into *out; 0 when none is stored. */
+int lade__http_result_take(lade__http_table_t *t, uint64_t idx, lade__buf_t *out, int *rc);
+/* Keeps b's memory for later bodies, or frees it; b is emptied. */
+void lade__http_buf_recycle(lade__http_table_t *t, lade__buf_t *b);
+/* A kept buffer into *b (empty), if one is kept. */
+void lade__http_buf_reuse(lade__http_table_t *t, lade__buf_t *b);
 /* Hands `b` to the caller's buffer by swapping (no copy); the caller's old
- * buffer is recycled for later bodies (locked). */
-void lade__http_hand_over(lade__http_t *h, lade__buf_t *b, lade__buf_t *out);
+ * buffer is recycled for later bodies. */
+void lade__http_hand_over(lade__http_table_t *t, lade__buf_t *b, lade__buf_t *out);
 
 /* ------------------------------------------------- http_loop.c: the thread */
 

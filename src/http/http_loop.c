@@ -41,7 +41,7 @@ lade__http_req_t *lade__http_req_new(lade__http_t *h, const lade__http_get_t *g,
     r->get.parts = p;
   }
   r->waiter = w;
-  if (h->n_free_bufs) r->body = h->free_bufs[--h->n_free_bufs];
+  lade__http_buf_reuse(&h->tab, &r->body);
   return r;
 }
 
@@ -55,7 +55,7 @@ static void parts_free(lade__http_req_t *r) {
 }
 
 void lade__http_req_release(lade__http_t *h, lade__http_req_t *r) {
-  lade__http_buf_recycle(h, &r->body);
+  lade__http_buf_recycle(&h->tab, &r->body);
   lade__http_req_headers_free(r);
   parts_free(r);
   if (r->get.parts != &r->one) free((void *)r->get.parts);
@@ -196,7 +196,7 @@ static void answer(lade__http_t *h, lade__http_req_t *r, int rc, const char *msg
     memset(&r->body, 0, sizeof r->body);
     w->done = 1;
   } else {
-    lade__http_result_store(h, r, rc, rc ? msg : NULL);
+    lade__http_result_store(&h->tab, r, rc, rc ? msg : NULL);
   }
   lade__http_req_release(h, r);
   pthread_cond_broadcast(&h->cv);

@@ -510,14 +510,14 @@ static void put(lade__http_t *h, const lade__http_get_t *g, const char *body, in
   lade__http_req_t *q = lade__http_req_new(h, g, NULL);
   CHECK(q != NULL);
   if (!q) return;
-  for (uint32_t k = 0; k < q->get.nparts; k++) h->wants[q->get.parts[k].idx]++;
+  for (uint32_t k = 0; k < q->get.nparts; k++) h->tab.wants[q->get.parts[k].idx]++;
   if (body) {
     size_t n = strlen(body);
     CHECK_OK(lade__buf_reserve(&q->body, n + 1));
     memcpy(q->body.data, body, n);
     q->body.len = n;
   }
-  lade__http_result_store(h, q, rc, msg);
+  lade__http_result_store(&h->tab, q, rc, msg);
   lade__http_req_release(h, q);
 }
 
@@ -529,7 +529,7 @@ static void put_one(lade__http_t *h, uint64_t idx, const char *body) {
 /* Takes idx's oldest result: 1 and its bytes in *out, or 0 when none. */
 static int take(lade__http_t *h, uint64_t idx, lade__buf_t *out, int *rc) {
   *rc = -999;
-  return lade__http_result_take(h, idx, out, rc);
+  return lade__http_result_take(&h->tab, idx, out, rc);
 }
 
 static int body_is(const lade__buf_t *b, const char *s) {
@@ -538,7 +538,7 @@ static int body_is(const lade__buf_t *b, const char *s) {
 
 static void test_table_put_take(void) {
   lade__http_t *h = handle(0, 1, 0);
-  CHECK_OK(lade__http_table_init(h, 8));
+  CHECK_OK(lade__http_table_init(&h->tab, 8, LADE__MAX(h->o.max_conc, h->o.fixed_conc), h->o.what, h->o.name, h->o.ctx));
   lade__buf_t out = {0};
   int rc;
   CHECK_EQ_INT(take(h, 3, &out, &rc), 0);
@@ -546,32 +546,32 @@ static void test_table_put_take(void) {
   lade__http_get_t g = {.obj = 3, .expect = UINT64_MAX};
   lade__http_req_t *q = lade__http_req_new(h, &g, NULL);
   CHECK(q != NULL);
-  h->wants[3]++;
+  h->tab.wants[3]++;
   CHECK_OK(lade__buf_reserve(&q->body, 6));
   memcpy(q->body.data, "hello", 5);
   q->body.len = 5;
   const uint8_t *arrived = q->body.data;
-  lade__http_result_store(h, q, 0, NULL);
+  lade__http_result_store(&h->tab, q, 0, NULL);
   lade__http_req_release(h, q);
-  CHECK_EQ_INT(h->res_count, 1);
-  CHECK(h->res[3] != NULL && h->wants[3] == 1);
+  CHECK_EQ_INT(h->tab.count, 1);
+  CHECK(h->tab.res[3] != NULL && h->tab.wants[3] == 1);
   CHECK_EQ_INT(take(h, 3, &out, &rc), 1);
   CHECK_EQ_INT(rc, 0);
   CHECK(body_is(&out, "hello"));
   CHECK(out.data == arrived);
-  CHECK_EQ_INT(h->wants[3], 0);
-  CHECK_EQ_INT(h->res_count, 0);
-  CHECK_EQ_INT(h->res_bytes, 0);
+  CHECK_EQ_INT(h->tab.wants[3], 0);
+  CHECK_EQ_INT(h->tab.count, 0);
+  CHECK_EQ_INT(h->tab.bytes, 0);
   CHECK_EQ_INT(take(h, 3, &out, &rc), 0);
 
   /* the caller's old buffer is kept for the next body, and a new request
    * receives into it */
-  size_t kept = h->n_free_bufs;
+  size_t kept = h->tab.n_free_bufs;
   put_one(h, 4, "abc");
   CHECK_EQ_INT(take(h, 4, &out, &rc), 1);
   CHECK(body_is(&out, "abc"));
-  CHECK_EQ_INT(h->n_free_bufs, kept + 1);
-  const uint8_t *recycled = h->free_bufs[h->n_free_bufs - 1].data;
+  CHECK_EQ_INT(h->tab.n_free_bufs, kept + 1);
+  const uint8_t *recycled = h->tab.free_bufs[h->tab.n_free_bufs - 1].data;
   CHECK(recycled == arrived);
   q = lade__http_req_new(h, &g, NULL);
   CHECK(q != NULL && q->body.data == recycled && q->body.len == 0);
@@ -591,27 +591,27 @@ static void test_table_put_take(void) {
  * one coalesced reply become one result each (copied out of the body). */
 static void test_table_repeats_and_parts(void) {
   lade__http_t *h = handle(0, 1, 0);
-  CHECK_OK(lade__http_table_init(h, 8));
+  CHECK_OK(lade__http_table_init(&h->tab, 8, LADE__MAX(h->o.max_conc, h->o.fixed_conc), h->o.what, h->o.name, h->o.ctx));
   lade__buf_t out = {0};
   int rc;
   put_one(h, 5, "first");
   put_one(h, 5, "second");
-  CHECK_EQ_INT(h->wants[5], 2);
+  CHECK_EQ_INT(h->tab.wants[5], 2);
   CHECK_EQ_INT(take(h, 5, &out, &rc), 1);
   CHECK(body_is(&out, "first"));
-  CHECK_EQ_INT(h->wants[5], 1);
+  CHECK_EQ_INT(h->tab.wants[5], 1);
   CHECK_EQ_INT(take(h, 5, &out, &rc), 1);
   CHECK(body_is(&out, "second"));
-  CHECK_EQ_INT(h->wants[5], 0);
+  CHECK_EQ_INT(h->tab.wants[5], 0);
   CHECK_EQ_INT(take(h, 5, &out, &rc), 0);
 
   /* bytes 100.. of a shard: sample 1 at 0..3, sample 2 at 5..9, sample 1 again */
   lade__http_part_t parts[] = {{1, 0, 3}, {2, 5, 4}, {1, 0, 3}};
   lade__http_get_t g = {.obj = 0, .off = 100, .len = 9, .expect = 9, .nparts = 3, .parts = parts};
   put(h, &g, "abcdefghi", 0, NULL);
-  CHECK_EQ_INT(h->wants[1], 2);
-  CHECK_EQ_INT(h->wants[2], 1);
-  CHECK_EQ_INT(h->res_count, 3);
+  CHECK_EQ_INT(h->tab.wants[1], 2);
+  CHECK_EQ_INT(h->tab.wants[2], 1);
+  CHECK_EQ_INT(h->tab.count, 3);
   CHECK_EQ_INT(take(h, 2, &out, &rc), 1);
   CHECK_EQ_INT(rc, 0);
   CHECK(body_is(&out, "fghi"));
@@ -639,9 +639,9 @@ static void test_table_repeats_and_parts(void) {
     CHECK_EQ_INT(take(h, i, &out, &rc), 1);
     CHECK_EQ_INT(rc, LADE_ENOENT);
     CHECK(strcmp(lade_last_error(), "obj9: HTTP 404") == 0);
-    CHECK_EQ_INT(h->wants[i], 0);
+    CHECK_EQ_INT(h->tab.wants[i], 0);
   }
-  CHECK_EQ_INT(h->res_count, 0);
+  CHECK_EQ_INT(h->tab.count, 0);
   lade__buf_free(&out);
   lade__http_destroy(h);
 }
@@ -650,30 +650,30 @@ static void test_table_repeats_and_parts(void) {
  * dropped with their want (a later read fetches again); the newest stays. */
 static void test_table_bound(void) {
   lade__http_t *h = handle(0, 1, 0);
-  CHECK_OK(lade__http_table_init(h, 8));
-  CHECK_EQ_INT(h->res_max_count, 4 * 16 + 1024); /* 4 x max_conc + 1024 */
-  CHECK_EQ_INT(h->res_max_bytes, (size_t)512 << 20);
+  CHECK_OK(lade__http_table_init(&h->tab, 8, LADE__MAX(h->o.max_conc, h->o.fixed_conc), h->o.what, h->o.name, h->o.ctx));
+  CHECK_EQ_INT(h->tab.max_count, 4 * 16 + 1024); /* 4 x max_conc + 1024 */
+  CHECK_EQ_INT(h->tab.max_bytes, (size_t)512 << 20);
   /* reserve raises the bounds, never lowers them */
   lade__http_reserve(h, 10, 1);
-  CHECK_EQ_INT(h->res_max_count, 4 * 16 + 1024);
-  CHECK_EQ_INT(h->res_max_bytes, (size_t)512 << 20);
+  CHECK_EQ_INT(h->tab.max_count, 4 * 16 + 1024);
+  CHECK_EQ_INT(h->tab.max_bytes, (size_t)512 << 20);
   lade__http_reserve(h, 5000, (uint64_t)1 << 30);
-  CHECK_EQ_INT(h->res_max_count, 5000);
-  CHECK_EQ_INT(h->res_max_bytes, (size_t)1 << 30);
+  CHECK_EQ_INT(h->tab.max_count, 5000);
+  CHECK_EQ_INT(h->tab.max_bytes, (size_t)1 << 30);
 
-  h->res_max_count = 3;
+  h->tab.max_count = 3;
   for (uint64_t i = 0; i < 5; i++) put_one(h, i, "xy");
-  CHECK_EQ_INT(h->res_count, 3);
-  CHECK(h->res[0] == NULL && h->res[1] == NULL);
-  CHECK_EQ_INT(h->wants[0], 0);
-  CHECK_EQ_INT(h->wants[1], 0);
-  for (uint64_t i = 2; i < 5; i++) CHECK(h->res[i] != NULL && h->wants[i] == 1);
-  CHECK(h->res_oldest == h->res[2] && h->res_newest == h->res[4]);
+  CHECK_EQ_INT(h->tab.count, 3);
+  CHECK(h->tab.res[0] == NULL && h->tab.res[1] == NULL);
+  CHECK_EQ_INT(h->tab.wants[0], 0);
+  CHECK_EQ_INT(h->tab.wants[1], 0);
+  for (uint64_t i = 2; i < 5; i++) CHECK(h->tab.res[i] != NULL && h->tab.wants[i] == 1);
+  CHECK(h->tab.oldest == h->tab.res[2] && h->tab.newest == h->tab.res[4]);
 
   /* one want of a repeated sample is dropped, the other kept */
   put_one(h, 2, "again");
-  CHECK_EQ_INT(h->res_count, 3);
-  CHECK_EQ_INT(h->wants[2], 1);
+  CHECK_EQ_INT(h->tab.count, 3);
+  CHECK_EQ_INT(h->tab.wants[2], 1);
   lade__buf_t out = {0};
   int rc;
   CHECK_EQ_INT(take(h, 2, &out, &rc), 1);
@@ -681,17 +681,17 @@ static void test_table_bound(void) {
   CHECK_EQ_INT(take(h, 2, &out, &rc), 0);
 
   /* a byte bound smaller than one body keeps only the newest */
-  h->res_max_count = 100;
-  h->res_max_bytes = 1;
+  h->tab.max_count = 100;
+  h->tab.max_bytes = 1;
   put_one(h, 6, "newest");
-  CHECK_EQ_INT(h->res_count, 1);
-  CHECK(h->res[6] != NULL && h->res[3] == NULL && h->res[4] == NULL);
-  CHECK_EQ_INT(h->wants[3], 0);
-  CHECK_EQ_INT(h->wants[4], 0);
-  CHECK_EQ_INT(h->res_bytes, h->res[6]->body.cap);
+  CHECK_EQ_INT(h->tab.count, 1);
+  CHECK(h->tab.res[6] != NULL && h->tab.res[3] == NULL && h->tab.res[4] == NULL);
+  CHECK_EQ_INT(h->tab.wants[3], 0);
+  CHECK_EQ_INT(h->tab.wants[4], 0);
+  CHECK_EQ_INT(h->tab.bytes, h->tab.res[6]->body.cap);
   CHECK_EQ_INT(take(h, 6, &out, &rc), 1);
   CHECK(body_is(&out, "newest"));
-  CHECK_EQ_INT(h->res_bytes, 0);
+  CHECK_EQ_INT(h->tab.bytes, 0);
   lade__buf_free(&out);
   lade__http_destroy(h); /* frees what is left unread (ASan checks) */
 }
