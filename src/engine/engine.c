@@ -185,7 +185,7 @@ static int note_read(lade_loader_t *L, int rc) {
  * of the epoch's samples were bad. Takes mu (rare path). */
 static int note_bad_sample(lade_loader_t *L, uint64_t epoch) {
   pthread_mutex_lock(&L->mu);
-  struct epoch_acc *a = lade__engine_epoch_acc(L, epoch);
+  struct epoch_acc *a = lade__epochs_acc(&L->epochs, epoch);
   uint64_t bad = a ? ++a->bad : 0;
   pthread_mutex_unlock(&L->mu);
   double limit = L->cfg.skip_max_fraction * (double)(L->steps * L->cfg.batch_size);
@@ -525,46 +525,9 @@ int lade_loader_create(lade_loader_t **out, const lade_config_t *cfg) {
   return 0;
 }
 
-/* The per-epoch counters of epoch e, grown on demand. Locked. */
-/* The first entry of L->ep whose epoch is >= e (L->nep when none). Epochs
- * mostly go up one at a time, so the last entry is tried first. */
-static uint64_t epoch_pos(const lade_loader_t *L, uint64_t e) {
-  if (L->nep == 0 || L->ep[L->nep - 1].epoch < e) return L->nep;
-  if (L->ep[L->nep - 1].epoch == e) return L->nep - 1;
-  uint64_t lo = 0, hi = L->nep - 1;
-  while (lo < hi) {
-    uint64_t mid = lo + (hi - lo) / 2;
-    if (L->ep[mid].epoch < e) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}
-
-struct epoch_acc *lade__engine_epoch_find(lade_loader_t *L, uint64_t e) {
-  uint64_t i = epoch_pos(L, e);
-  return i < L->nep && L->ep[i].epoch == e ? &L->ep[i] : NULL;
-}
-
-struct epoch_acc *lade__engine_epoch_acc(lade_loader_t *L, uint64_t e) {
-  uint64_t i = epoch_pos(L, e);
-  if (i < L->nep && L->ep[i].epoch == e) return &L->ep[i];
-  if (L->nep == L->ep_cap) {
-    uint64_t n = L->ep_cap ? L->ep_cap * 2 : 16;
-    struct epoch_acc *p = realloc(L->ep, n * sizeof *p);
-    if (!p) return NULL;
-    L->ep = p;
-    L->ep_cap = n;
-  }
-  memmove(&L->ep[i + 1], &L->ep[i], (L->nep - i) * sizeof *L->ep);
-  L->nep++;
-  memset(&L->ep[i], 0, sizeof *L->ep);
-  L->ep[i].epoch = e;
-  return &L->ep[i];
-}
-
 /* Accounts a delivered batch to its epoch. Locked. */
 static void account_batch(lade_loader_t *L, slot_t *s) {
-  struct epoch_acc *a = lade__engine_epoch_acc(L, s->seq / L->steps);
+  struct epoch_acc *a = lade__epochs_acc(&L->epochs, s->seq / L->steps);
   if (!a) return; /* no memory for counters: the batch is still delivered */
   if (!a->started) {
     a->started = true;
@@ -703,7 +666,7 @@ int lade_loader_next(lade_loader_t *L, lade_batch_t **out) {
   L->t_wait += waited;
   uint64_t consumed = L->next_deliver * L->cfg.batch_size;
   if (*out) {
-    struct epoch_acc *a = lade__engine_epoch_acc(L, (*out)->epoch);
+    struct epoch_acc *a = lade__epochs_acc(&L->epochs, (*out)->epoch);
     if (a) a->wait += waited;
   }
   pthread_mutex_unlock(&L->mu);

@@ -16,6 +16,7 @@
 
 #include "core/config.h"
 #include "core/core.h"
+#include "engine/epochs.h"
 #include "engine/fetch.h"
 #include "engine/resolve.h"
 #include "engine/trace.h"
@@ -164,20 +165,7 @@ struct lade_loader {
   uint64_t pool_bytes, peak_pool_bytes;
   lade__trace_t *trace;
   _Atomic uint32_t fail_run; /* on_error=skip: failed reads in a row, any worker (a success resets it) */
-  /* per-epoch counters of the epochs touched, sorted by epoch (one entry per
-   * epoch a batch or sample of was seen: a seek to epoch 10^8 adds one entry,
-   * not 10^8), guarded by mu */
-  struct epoch_acc {
-    uint64_t epoch;
-    uint64_t batches, samples[LADE__TIER_COUNT], bytes[LADE__TIER_COUNT];
-    double wait;
-    uint64_t bad; /* samples of this epoch that failed (on_error=skip replaced them) */
-    uint64_t plan_fallbacks, plan_peer;
-    uint64_t peer_node, peer_node_bytes, node_reads;
-    bool started;
-    lade__source_stats_t at_start; /* the source's counters at the epoch's first batch */
-  } *ep;
-  uint64_t nep, ep_cap;
+  lade__epochs_t epochs; /* per-epoch counters (epochs.h), guarded by mu */
 };
 
 static inline bool forked(const lade_loader_t *L) {
@@ -209,9 +197,5 @@ void lade__engine_close_stages(lade_loader_t *L);
 /* Frees everything: the stages (if still open), the pool and the loader. */
 void lade__engine_free_all(lade_loader_t *L);
 /* engine.c */
-/* Epoch e's counters, made (zeroed) when missing; NULL when out of memory. Locked. */
-struct epoch_acc *lade__engine_epoch_acc(lade_loader_t *L, uint64_t e);
-/* Epoch e's counters, or NULL when none were made. Locked. */
-struct epoch_acc *lade__engine_epoch_find(lade_loader_t *L, uint64_t e);
 
 #endif

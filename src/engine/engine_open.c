@@ -70,7 +70,7 @@ void lade__engine_free_all(lade_loader_t *L) {
   free(L->hfree);
   free(L->slots);
   free(L->sched);
-  free(L->ep);
+  lade__epochs_free(&L->epochs);
   pthread_mutex_destroy(&L->mu);
   pthread_cond_destroy(&L->cv_work);
   pthread_cond_destroy(&L->cv_ready);

@@ -101,13 +101,13 @@ static int fill_epoch_stats(lade_loader_t *L, uint64_t epoch, lade_epoch_stats_t
   if (forked(L)) return lade__engine_fail_forked(L, "lade_loader_epoch_stats");
   out->epoch = epoch;
   pthread_mutex_lock(&L->mu);
-  const struct epoch_acc *cur = lade__engine_epoch_find(L, epoch);
+  const struct epoch_acc *cur = lade__epochs_find(&L->epochs, epoch);
   if (!cur || !cur->started) {
     pthread_mutex_unlock(&L->mu);
     return lade__fail(LADE_ERANGE, "epoch %llu has not started", (unsigned long long)epoch);
   }
   struct epoch_acc a = *cur;
-  const struct epoch_acc *next = epoch < UINT64_MAX ? lade__engine_epoch_find(L, epoch + 1) : NULL;
+  const struct epoch_acc *next = epoch < UINT64_MAX ? lade__epochs_find(&L->epochs, epoch + 1) : NULL;
   bool have_next = next && next->started;
   lade__source_stats_t end = have_next ? next->at_start : (lade__source_stats_t){0};
   pthread_mutex_unlock(&L->mu);
