@@ -209,7 +209,11 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
     rc = lade__plantier_open(&f->pt, f->mem ? f->mem : f->disk, c->two_tiers && f->mem ? f->disk : NULL,
                              f->samples_n, lade__cursor_first(p->cursor),
                              lade_plan_kind_name(lade__cursor_kind(p->cursor)));
-  if (!rc && c->node_plan) lade__shmcache_mark_step(f->mem, c->node_local, lade__cursor_first(p->cursor));
+  if (!rc && c->node_plan) {
+    f->np = (lade__nodeplan_t){.node = f->mem, .dist = p->dist, .base = c->node_base, .ranks = c->node_ranks,
+                               .local = c->node_local, .timeout_ms = c->node_timeout_ms};
+    lade__nodeplan_mark(&f->np, lade__cursor_first(p->cursor));
+  }
   make_chains(f);
   if (!rc) {
     lade__readahead_params_t rp = {.src = p->src, .ops = p->ops, .cursor = p->cursor, .steps = p->steps,
@@ -280,8 +284,7 @@ void lade__fetch_close(lade__fetch_t *f) {
   lade__nextuse_close(&f->nu);
   lade__readahead_close(&f->ra);
   lade__plantier_close(&f->pt);
-  free(f->send_idx);
-  free(f->send_dst);
+  lade__nodeplan_close(&f->np);
   free(f);
 }
 
@@ -296,40 +299,12 @@ static void count(lade__fetch_t *f, int tier, size_t len) {
   atomic_fetch_add_explicit(&f->bytes[tier], len, memory_order_relaxed);
 }
 
-/* An intra-node handoff of a node-aware plan: the node's rank `route`
- * admitted idx in a step before q and puts it as it reads it; polls until
- * the entry is there, or that rank has finished every step before q (its
- * put is done or was refused: a last look, then storage). A rank that does
- * neither within peer_timeout_ms fails the read, naming it (*fail). */
-static bool node_get(lade__fetch_t *f, lade__cache_t *c, uint64_t idx, uint64_t q, int32_t route, uint64_t ver,
-                     lade__buf_t *out, int *fail) {
-  uint32_t owner = (uint32_t)route - f->conf.node_base;
-  double t_end = 0;
-  for (;;) {
-    if (lade__cache_contains(c, idx) && lade__cache_get_ver(c, idx, ver, out) == 0) return true;
-    uint64_t mark = lade__shmcache_step_of(c, owner);
-    if (mark >= q) return lade__cache_get_ver(c, idx, ver, out) == 0;
-    if (t_end == 0) t_end = lade__now() + f->conf.node_timeout_ms / 1000.0;
-    if (atomic_load(&f->stop)) return false;
-    if (lade__now() > t_end) {
-      *fail = lade__fail(LADE_ETIMEOUT, "sample %llu of step %llu did not arrive from rank %d of this node within "
-                         "peer_timeout_ms (%u ms): it has not put it into the node's cache and has finished only the "
-                         "steps before %llu (stopped, or far behind)", (unsigned long long)idx,
-                         (unsigned long long)q, route, f->conf.node_timeout_ms, (unsigned long long)mark);
-      lade__transport_lost(f->p.dist, (uint32_t)route);
-      return false;
-    }
-    struct timespec ts = {0, 100000};
-    nanosleep(&ts, NULL);
-  }
-}
-
 /* A cache hop: a hit, after the waits its flags ask for. *claimed: the
  * node cache's miss was claimed (CLAIM): the read must put it or release. */
 static bool hop_get(lade__fetch_t *f, const lade__hop_t *h, uint64_t idx, uint64_t q, int32_t route, uint64_t ver,
                     lade__buf_t *out, bool *claimed, int *fail) {
   if (h->flags & LADE__HOP_CLAIM) return lade__cache_get_claim(h->cache, idx, ver, out, claimed) == 0;
-  if (h->flags & LADE__HOP_WAIT_NODE) return node_get(f, h->cache, idx, q, route, ver, out, fail);
+  if (h->flags & LADE__HOP_WAIT_NODE) return lade__nodeplan_get(&f->np, idx, q, route, ver, out, fail, &f->stop);
   if (h->flags & LADE__HOP_WAIT_MOVE) lade__plantier_wait_move(&f->pt, idx, q);
   for (int pass = 0;; pass++) {
     if (lade__cache_get_ver(h->cache, idx, ver, out) == 0) return true;
@@ -426,8 +401,8 @@ int lade__fetch_read(lade__fetch_t *f, uint64_t idx, uint64_t q, int32_t route, 
     ch = route == LADE_FROM_CACHE       ? LADE__CHAIN_OWN
          : route == LADE__ROUTE_OWN_DISK ? (f->pt.disk ? LADE__CHAIN_OWN_DISK : LADE__CHAIN_OWN)
          : route == LADE_FROM_STORAGE    ? LADE__CHAIN_STORAGE
-         : f->conf.node_plan && (uint32_t)route - f->conf.node_base < f->conf.node_ranks ? LADE__CHAIN_NODE
-                                                                                         : LADE__CHAIN_PEER;
+         : lade__nodeplan_is_node_rank(&f->np, route) ? LADE__CHAIN_NODE
+                                                         : LADE__CHAIN_PEER;
   else
     lade__nextuse_mark(&f->nu, idx, q);
   return read_chain(f, &f->chain[ch], idx, q, route, out, tier, note);
@@ -457,27 +432,10 @@ void lade__fetch_step_planned(lade__fetch_t *f, const lade__cursor_step_t *st) {
   /* push what the other learners read from this cache in this step (with
    * the node's cache, the other nodes'); a failure to queue (memory) shows
    * at the receivers, which time out naming this rank */
-  const uint64_t *sidx = st->send_idx;
-  const uint32_t *sdst = st->send_dst;
-  uint32_t nsend = st->nsend;
-  if (f->conf.node_plan && nsend) {
-    if (nsend > f->send_cap) {
-      free(f->send_idx);
-      free(f->send_dst);
-      f->send_idx = malloc(nsend * sizeof *f->send_idx);
-      f->send_dst = malloc(nsend * sizeof *f->send_dst);
-      f->send_cap = f->send_idx && f->send_dst ? nsend : 0;
-    }
-    uint32_t k = 0;
-    for (uint32_t i = 0; i < nsend && f->send_cap; i++)
-      if (st->send_dst[i] - f->conf.node_base >= f->conf.node_ranks) {
-        f->send_idx[k] = st->send_idx[i];
-        f->send_dst[k++] = st->send_dst[i];
-      }
-    sidx = f->send_idx;
-    sdst = f->send_dst;
-    nsend = k; /* out of memory: none sent, the receivers time out naming this rank */
-  }
+  const uint64_t *sidx;
+  const uint32_t *sdst;
+  uint32_t nsend;
+  lade__nodeplan_sends(&f->np, st, &sidx, &sdst, &nsend);
   if (f->p.dist && nsend && lade__transport_send(f->p.dist, st->q, sdst, sidx, nsend) != 0) {
     fprintf(stderr, "lade: %s\n", lade_last_error());
     lade__clear_error();
@@ -532,24 +490,6 @@ int lade__fetch_serve(void *ctx, uint64_t idx, uint64_t q, int nonblock, lade__b
   return f->p.ops->read(f->p.src, idx, out);
 }
 
-/* A node-aware plan's node cache: this rank has read every sample of step
- * st; its evicts wait until every rank of the node has too (one of them may
- * still read from the node's cache what this rank's plan evicts). A rank
- * that falls behind by peer_timeout_ms fails this one, naming it. */
-static int node_step_done(lade__fetch_t *f, const lade__cursor_step_t *st) {
-  lade__shmcache_mark_step(f->mem, f->conf.node_local, st->q + 1);
-  uint32_t late = 0;
-  if (!st->nevict ||
-      lade__shmcache_wait_steps(f->mem, f->conf.node_ranks, st->q + 1, f->conf.node_timeout_ms, &late) == 0)
-    return 0;
-  int rc = lade__fail(LADE_ETIMEOUT, "step %llu: no word from rank %u of this node: it has not finished reading "
-                       "the step within peer_timeout_ms (%u ms), so this rank cannot evict from the node's cache what "
-                       "it may still read (stopped, or far behind)", (unsigned long long)st->q,
-                       f->conf.node_base + late, f->conf.node_timeout_ms);
-  lade__transport_lost(f->p.dist, f->conf.node_base + late);
-  return rc;
-}
-
 int lade__fetch_step_done(lade__fetch_t *f, const lade__cursor_step_t *st) {
   /* the sends of this step read the cache as it was at the step's start */
   if (f->p.dist && st->nsend && lade__transport_wait_served(f->p.dist, st->q) != 0) {
@@ -557,7 +497,7 @@ int lade__fetch_step_done(lade__fetch_t *f, const lade__cursor_step_t *st) {
     lade__clear_error();
   }
   if (!f->pt.tier) return 0;
-  int rc = f->conf.node_plan ? node_step_done(f, st) : 0;
+  int rc = lade__nodeplan_step_done(&f->np, st);
   if (!rc) lade__plantier_done(&f->pt, st, version_of, f);
   return rc;
 }
@@ -579,7 +519,7 @@ void lade__fetch_consumed(lade__fetch_t *f, uint64_t pos) {
 
 void lade__fetch_seek(lade__fetch_t *f, uint64_t pos) {
   uint64_t q = f->p.batch ? pos / f->p.batch : 0;
-  if (f->conf.node_plan && f->mem) lade__shmcache_mark_step(f->mem, f->conf.node_local, q);
+  lade__nodeplan_mark(&f->np, q);
   lade__plantier_seek(&f->pt, q); /* the admits and moves of abandoned steps will not come */
   lade__prefetch_seek(&f->pf, pos, q);
   lade__readahead_seek(&f->ra, q);

@@ -3,8 +3,9 @@
  * tiers, reads, plan hooks, stats), which composes four pieces, each owning
  * its struct and lock and taking only its params and callbacks, never this
  * struct: the next-use maps (nextuse.h), the remote read-ahead
- * (readahead.h), DELI's prefetcher (prefetch.h) and the tier a routed plan
- * drives (plantier.h). Only fetch.c includes it.
+ * (readahead.h), DELI's prefetcher (prefetch.h), the tier a routed plan
+ * drives (plantier.h) and a node-aware plan's handoffs (nodeplan.h). Only
+ * fetch.c includes it.
  */
 #ifndef LADE__FETCH_IMPL_H
 #define LADE__FETCH_IMPL_H
@@ -15,6 +16,7 @@
 #include "cache/cache.h"
 #include "engine/fetch.h"
 #include "engine/nextuse.h"
+#include "engine/nodeplan.h"
 #include "engine/plantier.h"
 #include "engine/prefetch.h"
 #include "engine/readahead.h"
@@ -85,17 +87,13 @@ struct lade__fetch {
   /* routed plans: the plan's tier follows the plan (plantier.h: its tables and locks) */
   bool routed;
   lade__plantier_t pt;
+  lade__nodeplan_t np; /* a node-aware plan's handoffs through the node cache (nodeplan.h) */
   atomic_bool stop; /* the stage is closing: a node handoff's poll ends */
 
   _Atomic uint64_t samples[LADE__TIER_COUNT], bytes[LADE__TIER_COUNT];
   _Atomic uint64_t misses;
   _Atomic uint64_t plan_hits, plan_fallbacks, plan_peer, served_storage;
   _Atomic uint64_t served_disk;
-  /* a node-aware plan's node cache (conf.node_plan): the step's sends less those to the node's ranks (the
-   * planning worker's; one at a time) */
-  uint64_t *send_idx;
-  uint32_t *send_dst;
-  uint32_t send_cap;
 };
 
 /* fetch.c */
