@@ -17,22 +17,10 @@
 
 #include "core/core.h"
 #include "lade/lade.h"
+#include "fuzz_mem.h"
 #include "source/tfrecfmt.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-typedef struct mem {
-  const uint8_t *p;
-  size_t n;
-} mem_t;
-
-static long mem_pread(void *ctx, void *buf, size_t len, uint64_t off) {
-  mem_t *m = ctx;
-  if (off >= m->n) return 0;
-  size_t k = m->n - (size_t)off < len ? m->n - (size_t)off : len;
-  memcpy(buf, m->p + off, k);
-  return (long)k;
-}
 
 static int inside(const uint8_t *p, size_t n, const uint8_t *base, size_t size) {
   return p >= base && n <= size && (size_t)(p - base) <= size - n;
