@@ -402,28 +402,30 @@ static PyObject *loader_seek(LoaderObject *L, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+/* The (epoch, step) of the next batch: a pending one (put back, not
+ * consumed), else the loader's. 0, or -1 with the error raised. */
+static int next_pos(LoaderObject *L, uint64_t *e, uint64_t *s) {
+  if (L->pending) {
+    *e = (uint64_t)L->pending->batch->epoch;
+    *s = (uint64_t)L->pending->batch->step;
+    return 0;
+  }
+  int rc = lade_loader_tell(L->loader, e, s);
+  return rc ? (raise_last(rc), -1) : 0;
+}
+
 static PyObject *loader_tell(LoaderObject *L, PyObject *unused) {
-  if (loader_ready(L)) return NULL;
-  if (L->pending) return Py_BuildValue("(KK)", (unsigned long long)L->pending->batch->epoch,
-                                       (unsigned long long)L->pending->batch->step);
   uint64_t e = 0, s = 0;
-  int rc = lade_loader_tell(L->loader, &e, &s);
-  if (rc) return raise_last(rc);
+  if (loader_ready(L) || next_pos(L, &e, &s)) return NULL;
   return Py_BuildValue("(KK)", (unsigned long long)e, (unsigned long long)s);
 }
 
 /* position(): the global position of the next batch as the tuple
  * Loader(settings, position) takes (lade_position_t's fields in order). */
 static PyObject *loader_position(LoaderObject *L, PyObject *unused) {
-  if (loader_ready(L)) return NULL;
   uint64_t e = 0, s = 0;
-  int rc = 0;
-  if (L->pending) {
-    e = (uint64_t)L->pending->batch->epoch;
-    s = (uint64_t)L->pending->batch->step;
-  } else if ((rc = lade_loader_tell(L->loader, &e, &s)) != 0) {
-    return raise_last(rc);
-  }
+  if (loader_ready(L) || next_pos(L, &e, &s)) return NULL;
+  int rc;
   lade_position_t p;
   char err[1024] = "";
   Py_BEGIN_ALLOW_THREADS rc = lade_loader_position(L->loader, e, s, &p, sizeof p);
