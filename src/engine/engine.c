@@ -6,11 +6,10 @@
  * prepared ahead; the one of q is found at sched[q % window], so delivery in
  * plan order is a matter of waiting on one slot. A slot (a batch buffer)
  * cycles FREE -> PLANNING -> FILLING -> READY -> HELD (by the caller) -> FREE.
- * The pool starts at `window` slots and grows only while the caller holds
- * more than two batches (see pool_target; capped by pool_max), and shrinks
- * again as they
- * are released: a caller that keeps batches (torch.cat of a whole epoch)
- * costs exactly the memory it keeps, and never deadlocks the loader. Worker
+ * The slots are the batch pool's (pool.h): it starts at `window` slots and
+ * grows only while the caller holds more than two batches, and shrinks again
+ * as they are released: a caller that keeps batches (torch.cat of a whole
+ * epoch) costs exactly the memory it keeps, and never deadlocks the loader. Worker
  * threads share one queue of work that
  * is implicit in the slots: a worker claims the next unclaimed sample of the
  * oldest FILLING slot, so all workers converge on the batch the consumer
@@ -30,11 +29,8 @@
  * transport: lade__engine_close_stages), so a reopened cache_dir is free at
  * once; the slots and the loader struct are freed by whoever drops the last
  * reference (destroy or the last lade_batch_release).
- * The caller holds handles (handle_t, whose first member is the
- * lade_batch_t view), not slots: a handle lives as long as the loader and is
- * reused oldest-released-first after HANDLE_QUARANTINE others, so a second
- * release of a batch finds its handle not held and touches nothing, and a
- * slot freed when the pool shrinks is never reached through a stale handle.
+ * The caller holds the pool's handles, not slots (pool.h: why a second
+ * release, or a stale handle, touches nothing).
  *
  * Interrupts wake the next() calls waiting at that moment (counted in
  * `waiting`, woken through intr_gen); with none waiting nothing happens.
@@ -42,7 +38,7 @@
  * under an older value is the parent's, and every entry point returns before
  * touching its lock or threads.
  *
- * Lock: `mu` guards the slot list, every slot's state/claim/done counters,
+ * Lock: `mu` guards the pool (pool.h), every slot's state/claim/done counters,
  * sched, the cursors (next_sched, next_deliver), flags and the latency ring. Per-worker stats
  * are written by their worker and read by lade_loader_stats() as relaxed
  * atomics (WSTAT_ADD/WSTAT). The trace file has its own lock,
@@ -76,19 +72,11 @@ static int worker_prepare(worker_t *w) {
  * Called unlocked by the one worker that set L->planning. */
 static int plan_slot(lade_loader_t *L, slot_t *s, uint64_t q) {
   uint32_t B = lade__cursor_max_batch(L->cursor); /* batch_size, or more under solar's plan_imbalance */
-  if (!s->data) {
-    size_t cap = (size_t)B * L->shape.bytes;
-    s->data = lade__engine_pool_alloc(L, cap);
-    s->labels = malloc(B * sizeof *s->labels);
-    s->indices = malloc(B * sizeof *s->indices);
-    s->sizes = malloc(B * sizeof *s->sizes);
-    s->taken = malloc(B);
-    if (!s->data || !s->labels || !s->indices || !s->sizes || !s->taken)
-      return lade__fail(LADE_ENOMEM, "out of memory for a batch buffer of %zu bytes", cap);
-    s->cap = cap;
+  size_t added = lade__pool_buffers(&L->pool, s, B, L->shape.bytes);
+  if (added == SIZE_MAX) return LADE_ENOMEM;
+  if (added) {
     pthread_mutex_lock(&L->mu);
-    L->pool_bytes += cap;
-    if (L->pool_bytes > L->peak_pool_bytes) L->peak_pool_bytes = L->pool_bytes;
+    lade__pool_account(&L->pool, added);
     pthread_mutex_unlock(&L->mu);
   }
   int rc = lade__cursor_get(L->cursor, q, &s->cs);
@@ -346,54 +334,6 @@ static void finish_steps_in_order(lade_loader_t *L) {
   }
 }
 
-/* The buffers the pool may have now: prefetch + 1, or, while the caller
- * holds more than two batches, what it holds plus prefetch - 1 (at least
- * one) to prepare ahead. A `for` loop holds two at each next() (the batch
- * of the last iteration until the loop variable is rebound, and the one
- * just handed out), as it did when the pool was fixed at prefetch + 1.
- * Locked. */
-static uint32_t pool_target(const lade_loader_t *L) {
-  uint32_t ahead = LADE__MAX(L->cfg.prefetch, 2u) - 1;
-  return LADE__MAX(L->window, L->held + ahead);
-}
-
-/* A FREE slot for the next batch to plan, or a new one when every buffer is
- * busy because the caller holds batches (never for slots a seek left
- * finishing: they come back by themselves). NULL when none can be had now.
- * Marks the slot PLANNING. Locked. */
-static slot_t *take_free_slot_locked(lade_loader_t *L) {
-  for (uint32_t i = 0; i < L->nslots; i++) {
-    slot_t *s = L->slots[i];
-    if (s->state == SLOT_FREE) {
-      s->state = SLOT_PLANNING;
-      return s;
-    }
-  }
-  if (L->nslots >= pool_target(L)) return NULL;
-  if (L->cfg.pool_max && L->nslots >= L->cfg.pool_max) return NULL;
-  if (L->nslots == L->slots_cap) {
-    uint32_t cap = L->slots_cap * 2;
-    slot_t **p = realloc(L->slots, cap * sizeof *p);
-    if (!p) return NULL; /* the caller's next release frees a slot */
-    L->slots = p;
-    L->slots_cap = cap;
-  }
-  slot_t *s = calloc(1, sizeof *s);
-  if (!s) return NULL;
-  s->L = L;
-  s->state = SLOT_PLANNING;
-  L->slots[L->nslots++] = s;
-  if (!L->warned_growth) {
-    L->warned_growth = true;
-    fprintf(stderr,
-            "lade: warning: the caller holds %u batches, so the batch pool grows past prefetch+1 = %u buffers "
-            "(%.1f MB each); memory now grows with every batch kept. Copy what you keep (tensor.clone()) or "
-            "release it; the setting pool_max caps the pool.\n",
-            L->held, L->window, (double)L->cfg.batch_size * (double)L->shape.bytes / 1e6);
-  }
-  return s;
-}
-
 static void *worker_main(void *arg) {
   worker_t *w = arg;
   lade_loader_t *L = w->L;
@@ -415,7 +355,7 @@ static void *worker_main(void *arg) {
      * and nobody else is planning */
     slot_t *fs = NULL;
     if (!L->planning && L->next_sched < L->total && L->next_sched < L->next_deliver + L->window &&
-        (fs = take_free_slot_locked(L)) != NULL) {
+        (fs = lade__pool_take(&L->pool, (size_t)L->cfg.batch_size * L->shape.bytes)) != NULL) {
       uint64_t q = L->next_sched;
       slot_t *s = fs;
       L->planning = true;
@@ -545,36 +485,6 @@ static void account_batch(lade_loader_t *L, slot_t *s) {
   }
 }
 
-/* A handle for the batch about to be handed out: the oldest released one
- * once HANDLE_QUARANTINE others were released after it, else a new one.
- * Locked. */
-static handle_t *handle_get(lade_loader_t *L) {
-  if (L->hfree_len > HANDLE_QUARANTINE) {
-    handle_t *h = L->hfree[L->hfree_head];
-    L->hfree_head = (L->hfree_head + 1) % L->handles_cap;
-    L->hfree_len--;
-    return h;
-  }
-  if (L->nhandles == L->handles_cap) {
-    uint32_t cap = L->handles_cap ? 2 * L->handles_cap : 16;
-    handle_t **a = realloc(L->handles, cap * sizeof *a);
-    if (!a) return NULL;
-    L->handles = a;
-    handle_t **ring = malloc(cap * sizeof *ring);
-    if (!ring) return NULL;
-    for (uint32_t i = 0; i < L->hfree_len; i++) ring[i] = L->hfree[(L->hfree_head + i) % L->handles_cap];
-    free(L->hfree);
-    L->hfree = ring;
-    L->hfree_head = 0;
-    L->handles_cap = cap;
-  }
-  handle_t *h = calloc(1, sizeof *h);
-  if (!h) return NULL;
-  h->L = L;
-  L->handles[L->nhandles++] = h;
-  return h;
-}
-
 static void fill_view(lade_loader_t *L, slot_t *s, lade_batch_t *v) {
   v->size = sizeof *v;
   v->data = s->data;
@@ -622,19 +532,14 @@ int lade_loader_next(lade_loader_t *L, lade_batch_t **out) {
           continue;
         }
         double tc = lade__now();
-        handle_t *h = handle_get(L);
+        handle_t *h = lade__pool_hand_out(&L->pool, s);
         if (!h) {
           rc = lade__fail(LADE_ENOMEM, "lade_loader_next: out of memory for a batch handle");
           break;
         }
         account_batch(L, s);
         fill_view(L, s, &h->view);
-        h->slot = s;
-        h->seq = s->seq;
-        h->held = true;
-        s->state = SLOT_HELD;
         L->sched[L->next_deliver % L->window] = NULL;
-        L->held++;
         L->next_deliver++;
         pthread_cond_broadcast(&L->cv_work); /* the window moved: one more batch may be planned */
         L->batches++;
@@ -644,11 +549,11 @@ int lade_loader_next(lade_loader_t *L, lade_batch_t **out) {
         *out = &h->view;
         break;
       }
-      if (!s && L->cfg.pool_max && L->held >= L->cfg.pool_max) {
+      if (!s && L->cfg.pool_max && L->pool.held >= L->cfg.pool_max) {
         rc = lade__fail(LADE_ESTATE,
                         "the caller holds %u batches, as many as the setting pool_max (%u) allows: release a batch "
                         "(or copy what you keep, e.g. tensor.clone()) before asking for the next one",
-                        L->held, L->cfg.pool_max);
+                        L->pool.held, L->cfg.pool_max);
         break;
       }
     }
@@ -694,30 +599,13 @@ void lade_batch_release(lade_batch_t *batch) {
             e, st);
     return;
   }
-  slot_t *s = h->slot;
-  h->held = false;
-  h->slot = NULL;
-  L->hfree[(L->hfree_head + L->hfree_len) % L->handles_cap] = h;
-  L->hfree_len++;
-  assert(s->state == SLOT_HELD);
-  s->state = SLOT_FREE;
-  L->held--;
-  bool last = L->destroyed && L->held == 0;
-  slot_t *drop = NULL;
-  if (!L->destroyed && L->nslots > pool_target(L)) {
-    /* the pool grew while the caller held batches: give this buffer back */
-    for (uint32_t i = 0; i < L->nslots; i++)
-      if (L->slots[i] == s) {
-        L->slots[i] = L->slots[--L->nslots];
-        drop = s;
-        L->pool_bytes -= s->cap;
-        break;
-      }
-  }
+  assert(h->slot->state == SLOT_HELD);
+  slot_t *drop = lade__pool_take_back(&L->pool, h, L->destroyed);
+  bool last = L->destroyed && L->pool.held == 0;
   pthread_cond_broadcast(&L->cv_work);
   pthread_cond_broadcast(&L->cv_ready);
   pthread_mutex_unlock(&L->mu);
-  if (drop) lade__engine_slot_free(L, drop);
+  if (drop) lade__pool_slot_free(&L->pool, drop);
   if (last) lade__engine_free_all(L);
 }
 
@@ -744,8 +632,8 @@ int lade_loader_seek(lade_loader_t *L, uint64_t epoch, uint64_t step) {
                     (unsigned long long)(L->first % L->steps));
   } else if (!rc) {
     uint64_t q = epoch * L->steps + step;
-    for (uint32_t i = 0; i < L->nslots; i++) {
-      slot_t *s = L->slots[i];
+    for (uint32_t i = 0; i < L->pool.n; i++) {
+      slot_t *s = L->pool.slots[i];
       if (s->state == SLOT_READY) {
         s->state = SLOT_FREE;
       } else if (s->state == SLOT_FILLING) {
@@ -856,7 +744,7 @@ void lade_loader_destroy(lade_loader_t *L) {
   lade__engine_close_stages(L);
   pthread_mutex_lock(&L->mu);
   L->destroyed = true;
-  bool last = L->held == 0;
+  bool last = L->pool.held == 0;
   pthread_mutex_unlock(&L->mu);
   if (last) lade__engine_free_all(L);
 }

@@ -3,7 +3,9 @@
  * engine.c (the pipeline's threads and the consumer's calls; its opening
  * comment is the design and the lock rules), engine_open.c (opening and
  * closing: the source, the settings resolved, transport, cursor, fetch
- * stage, transform) and engine_stats.c (counters and the listing).
+ * stage, transform) and engine_stats.c (counters and the listing). The
+ * batch buffers and the caller's handles are a piece of their own
+ * (pool.h), under the loader's mu.
  */
 #ifndef LADE__ENGINE_IMPL_H
 #define LADE__ENGINE_IMPL_H
@@ -18,6 +20,7 @@
 #include "core/core.h"
 #include "engine/epochs.h"
 #include "engine/fetch.h"
+#include "engine/pool.h"
 #include "engine/resolve.h"
 #include "engine/trace.h"
 #include "cursor/cursor.h"
@@ -25,52 +28,8 @@
 #include "transform/transform.h"
 #include "transport/transport.h"
 
-enum { SLOT_FREE = 0, SLOT_PLANNING, SLOT_FILLING, SLOT_READY, SLOT_HELD };
-
 #define LAT_RING 4096
 #define MAX_SUBST_TRIES 64
-
-typedef struct slot {
-  struct lade_loader *L;
-  uint8_t *data;
-  size_t cap;
-  int64_t *labels;
-  int64_t *indices;
-  uint32_t *sizes;
-  uint64_t seq;
-  uint32_t n, valid, claimed, done; /* n <= batch_size: the last step may be short */
-  int state;
-  bool stale;        /* a seek made this batch obsolete: free it once done */
-  int err;           /* first sample error (on_error=fail) */
-  char errmsg[1200];
-  uint32_t substituted;
-  double t_sched;
-  /* remote sources: samples are claimed in arrival order, not index order */
-  uint8_t *taken;
-  uint32_t first_free;  /* every sample before it is taken */
-  uint64_t tier_samples[LADE__TIER_COUNT], tier_bytes[LADE__TIER_COUNT]; /* guarded by mu */
-  uint64_t plan_fallbacks, plan_peer; /* guarded by mu: reads that did not follow the plan's route */
-  uint64_t peer_node, peer_node_bytes; /* guarded by mu: peer samples from a rank of this node */
-  uint64_t node_reads;                 /* guarded by mu: intra-node handoffs read from the node's cache */
-  lade__cursor_step_t cs;             /* the plan's step: samples, routes, admits, evicts */
-  bool finishing;                     /* its evicts are being applied (routed plans) */
-} slot_t;
-
-/* The handle a caller holds: a lade_batch_t* is the view of one handle.
- * Handles are apart from slots so that a stale pointer never reaches a
- * slot's buffer: a handle lives until the loader is freed, is reused only
- * after HANDLE_QUARANTINE other handles were released after it, and a
- * release of a handle that is not held touches nothing (see
- * lade_batch_release). */
-typedef struct handle {
-  lade_batch_t view; /* must stay first: lade_batch_t* <-> handle_t* */
-  struct lade_loader *L;
-  slot_t *slot; /* the batch's slot while held; NULL once released */
-  uint64_t seq; /* the batch it was last handed out for */
-  bool held;
-} handle_t;
-
-#define HANDLE_QUARANTINE 64
 
 /* Bumped in the child of every fork() (pthread_atfork): a loader made under
  * an older value belongs to a parent process; its threads and locks do not
@@ -137,20 +96,13 @@ struct lade_loader {
   int fatal;
   char fatal_msg[1200];
 
-  slot_t **slots;  /* every batch buffer of the pool (each slot allocated alone: views stay put) */
-  uint32_t nslots, slots_cap;
-  uint32_t window; /* prefetch + 1 batches prepared ahead */
-  slot_t **sched;  /* window entries: the slot of scheduled, undelivered q at q % window */
+  lade__pool_t pool; /* the batch buffers and the caller's handles (pool.h), under mu */
+  uint32_t window;   /* prefetch + 1 batches prepared ahead */
+  slot_t **sched;    /* window entries: the slot of scheduled, undelivered q at q % window */
   uint64_t next_sched, next_deliver;
   uint64_t first;         /* the run's first step: 0, or a resumed run's (lade_config_set_position) */
-  uint32_t held;
-  handle_t **handles; /* every handle made (freed with the loader) */
-  uint32_t nhandles, handles_cap;
-  handle_t **hfree;   /* released handles, a FIFO ring: reused oldest first */
-  uint32_t hfree_head, hfree_len;
   bool destroyed;
   bool stages_closed; /* lade__engine_close_stages() ran */
-  bool warned_growth;
 
   worker_t *workers;
   uint32_t nworkers, started;
@@ -162,7 +114,6 @@ struct lade_loader {
   uint64_t node_reads;                 /* guarded by mu: intra-node handoffs read from the node's cache */
   double lat[LAT_RING];
   uint64_t nlat;
-  uint64_t pool_bytes, peak_pool_bytes;
   lade__trace_t *trace;
   _Atomic uint32_t fail_run; /* on_error=skip: failed reads in a row, any worker (a success resets it) */
   lade__epochs_t epochs; /* per-epoch counters (epochs.h), guarded by mu */
@@ -185,8 +136,6 @@ static inline slot_t *slot_of(lade_loader_t *L, uint64_t q) {
  * transport, cursor, fetch stage, transform, pool), nworkers workers
  * allocated and not started (engine.c starts them). */
 int lade__engine_open(lade_loader_t **out, const lade_config_t *cfg);
-void *lade__engine_pool_alloc(lade_loader_t *L, size_t size);
-void lade__engine_slot_free(lade_loader_t *L, slot_t *s);
 /* Closes the stages only running workers use: the transport, the fetch stage
  * (cache tiers, the disk cache's folder lock, prefetcher threads), the
  * transform, the source's files, the cursor and the trace; wipes the

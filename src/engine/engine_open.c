@@ -21,30 +21,6 @@ static void register_atfork(void) { pthread_atfork(NULL, NULL, on_fork_child); }
 
 /* ------------------------------------------------------------ allocation */
 
-void *lade__engine_pool_alloc(lade_loader_t *L, size_t size) {
-  if (L->cfg.has_allocator) return L->cfg.allocator.alloc(L->cfg.allocator.ctx, size, 4096);
-  return lade__aligned_alloc(size, 4096);
-}
-
-static void pool_free(lade_loader_t *L, void *p, size_t size) {
-  if (!p) return;
-  if (L->cfg.has_allocator)
-    L->cfg.allocator.free(L->cfg.allocator.ctx, p, size);
-  else
-    lade__aligned_free(p);
-}
-
-void lade__engine_slot_free(lade_loader_t *L, slot_t *s) {
-  if (!s) return;
-  pool_free(L, s->data, s->cap);
-  free(s->labels);
-  free(s->indices);
-  free(s->sizes);
-  free(s->taken);
-  lade__cursor_step_free(&s->cs);
-  free(s);
-}
-
 void lade__engine_close_stages(lade_loader_t *L) {
   if (L->stages_closed) return;
   L->stages_closed = true;
@@ -64,11 +40,7 @@ void lade__engine_close_stages(lade_loader_t *L) {
 
 void lade__engine_free_all(lade_loader_t *L) {
   lade__engine_close_stages(L);
-  for (uint32_t i = 0; i < L->nslots; i++) lade__engine_slot_free(L, L->slots[i]);
-  for (uint32_t i = 0; i < L->nhandles; i++) free(L->handles[i]);
-  free(L->handles);
-  free(L->hfree);
-  free(L->slots);
+  lade__pool_close(&L->pool);
   free(L->sched);
   lade__epochs_free(&L->epochs);
   pthread_mutex_destroy(&L->mu);
@@ -462,21 +434,11 @@ int lade__engine_open(lade_loader_t **out, const lade_config_t *cfg) {
   pthread_cond_init(&L->cv_work, NULL);
   pthread_cond_init(&L->cv_ready, NULL);
   L->window = cfg->prefetch + 1;
-  L->slots_cap = L->window;
-  L->slots = calloc(L->slots_cap, sizeof *L->slots);
   L->sched = calloc(L->window, sizeof *L->sched);
-  if (!L->slots || !L->sched) {
+  rc = L->sched ? lade__pool_open(&L->pool, L, cfg) : lade__fail(LADE_ENOMEM, "lade_loader_create: out of memory");
+  if (rc) {
     lade__engine_free_all(L);
-    return lade__fail(LADE_ENOMEM, "lade_loader_create: out of memory");
-  }
-  for (uint32_t i = 0; i < L->window; i++) {
-    slot_t *s = calloc(1, sizeof *s);
-    if (!s) {
-      lade__engine_free_all(L);
-      return lade__fail(LADE_ENOMEM, "lade_loader_create: out of memory");
-    }
-    s->L = L;
-    L->slots[L->nslots++] = s;
+    return rc;
   }
   if (cfg->trace[0]) {
     rc = lade__trace_open(&L->trace, cfg->trace);
