@@ -23,12 +23,19 @@ Workloads, scaled to a 2-core machine (computation_time and batch unchanged, rec
   resnet50_h100  TFRecord, records 114,660 B / 8 (14.3 KB), 48 files x 400 records, batch 400, 0.224 s
                  (reader.data_loader=pytorch for both readers: the same sharding as the reference)
 
+Epochs as the workload files run them: 5 (train.epochs), each whole (train.total_training_steps unset, DLIO's
+default); the pass mark is DLIO's, the mean AU over the epochs. A capped epoch (--steps-cap) ends every epoch with
+a seek that throws the read-ahead away, so both readers start each epoch cold and the first step's spread between
+ranks (which DLIO's formula keeps: only the first step's own time is excluded, not its barrier) dominates a
+scaled epoch of 8 steps; that measured the start of an epoch, not the storage.
+
 The storage ceiling is the raw bandwidth of a plain parallel read of all the files (16 threads, cold) in the same
 run, divided by one accelerator's demand (batch x mean record bytes / computation_time): the most accelerators
 the storage alone could feed at AU 100%.
 
     /usr/bin/python3 bench/dlio_vs_reference.py [--lade build/lade] [--workloads unet3d,resnet50]
-                                                [--setups local,s3] [--counts 1,2,4,8,16] [--epochs 3]
+                                                [--setups local,s3] [--counts 1,2,4,8,16] [--epochs 5]
+                                                [--steps-cap 0] [--keep]
 """
 import argparse
 import ctypes
@@ -56,7 +63,7 @@ WORKLOADS = {
     "resnet50": dict(yaml="resnet50_h100.yaml", fmt="tfrecord", files=48, spf=400, rl=114660 // 8, stdev=0,
                      resize=150528 // 8, batch=400, compute=0.224, threads=8, extra=["reader.data_loader=pytorch"]),
 }
-STEPS_CAP = 8  # steps per epoch for the reference and lade-dlio (DLIO's train.total_training_steps)
+STEPS_CAP = 1 << 30  # steps per epoch for the reference and lade-dlio (DLIO's train.total_training_steps): none
 
 
 # ------------------------------------------------------------------ DLIO's metrics
@@ -293,11 +300,12 @@ def main():
     ap.add_argument("--workloads", default="unet3d,resnet50")
     ap.add_argument("--setups", default="local,s3")
     ap.add_argument("--counts", default="1,2,4,8,16")
-    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--epochs", type=int, default=5, help="epochs per run (5: the workload files' train.epochs)")
     ap.add_argument("--s3-mb-s", type=float, default=100.0)
     ap.add_argument("--skip", default="", help="readers to skip: reference,lade-dlio,lade-plan")
     ap.add_argument("--json", default="")
-    ap.add_argument("--steps-cap", type=int, default=STEPS_CAP,
+    ap.add_argument("--keep", action="store_true", help="keep the data and every run's output folder (printed)")
+    ap.add_argument("--steps-cap", type=int, default=0,
                     help="steps per epoch for reference and lade-dlio (0: DLIO's whole epoch); a capped epoch's "
                          "read-ahead is discarded by both, which costs a remote link bandwidth")
     a = ap.parse_args()
@@ -414,7 +422,10 @@ def main():
                 if env:
                     env.stop()
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if a.keep:
+            print("kept: %s (data, and out-WORKLOAD-SETUP-READER-N with each run's per-step logs)" % tmp)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
     if a.json:
         json.dump(results, open(a.json, "w"), indent=2)
 
