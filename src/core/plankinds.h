@@ -25,6 +25,6 @@
 /* "regular|regular+lru|...|shards", a config enum's choices: the list with
  * a leading '|' per name, less the first. */
 #define LADE__PLAN_KIND_BAR_(kind, name) "|" name
-#define LADE__PLAN_KIND_CHOICES (LADE__PLAN_KINDS(LADE__PLAN_KIND_BAR_) + 1)
+#define LADE__PLAN_KIND_CHOICES (&(LADE__PLAN_KINDS(LADE__PLAN_KIND_BAR_))[1])
 
 #endif
