@@ -33,7 +33,7 @@ cmake --build build-tsan -j"$jobs" --target test_engine test_fetch test_plan_exe
 # the hdf5 source's stage and libhdf5 lock under 4 workers (exit 77 = skipped, no libhdf5)
 cmake --build build-tsan -j"$jobs" --target test_hdf5 && (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R "^test_hdf5$")
 # the cache tiers' own threads test
-cmake --build build-tsan -j"$jobs" --target test_cache && (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R "^test_cache$")
+cmake --build build-tsan -j"$jobs" --target test_cache test_memcache && (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R "^(test_cache|test_memcache)$")
 
 echo "== the S3 integration test (s3rver, faultproxy, fakes3) under ThreadSanitizer"
 cmake --build build-tsan -j"$jobs" --target s3_check lade_cli

@@ -64,6 +64,8 @@ typedef struct lade__cache_opts {
                              * with dir: the disk tier's folder is shared by the node's processes of this job */
   uint64_t node_slots;      /* index slots to make room for (rounded up to a power of two; entries <= 3/4 of them) */
   uint32_t node_timeout_ms; /* how long a process waits for another to finish making the segment */
+  uint32_t claim_timeout_ms; /* memory tier: the longest a claim-get waits for another thread's read of the
+                              * sample (lade__cache_get_claim); 0: 60 s, peer_timeout_ms's default */
 } lade__cache_opts_t;
 
 typedef struct lade__cache lade__cache_t;
@@ -90,13 +92,19 @@ int lade__cache_get(lade__cache_t *c, uint64_t key, lade__buf_t *out);
  * bytes read after a change are never stored under the older version. */
 int lade__cache_get_ver(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_t *out);
 
-/* lade__cache_get_ver that, on a miss of the node tier, makes the node's
- * other processes wait for this one's read of the sample (single flight:
- * the ranks of a model-parallel group read each sample once). A process
- * that misses a sample another one is reading waits for its put (bounded by
- * node_timeout_ms; not when the reader died) and gets it. *claimed: this
- * caller must read the sample and put it (the put ends the claim) or call
- * lade__cache_release. Other tiers: lade__cache_get_ver, never claimed. */
+/* lade__cache_get_ver that, on a miss, makes the others wait for this
+ * caller's read of the sample (single flight). The node tier: the node's
+ * other processes (the ranks of a model-parallel group read each sample
+ * once); a process that misses a sample another one is reading waits for
+ * its put (bounded by node_timeout_ms; not when the reader died) and gets
+ * it. The memory tier: the process's other threads (the fetch workers, at
+ * an epoch's boundary); a thread that misses a sample another one is
+ * reading waits for its put or release (bounded by claim_timeout_ms; past
+ * it, a miss without a claim). *claimed: this caller must read the sample
+ * and put it (any put of the key ends the claim, stored or refused) or call
+ * lade__cache_release (the memory tier: from the same thread); a waiter
+ * whose loader released gets a miss, claimed. The disk tier:
+ * lade__cache_get_ver, never claimed. */
 int lade__cache_get_claim(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_t *out, bool *claimed);
 void lade__cache_release(lade__cache_t *c, uint64_t key);
 
@@ -150,6 +158,7 @@ typedef struct lade__cache_stats {
   uint64_t used;          /* bytes charged against capacity now */
   uint64_t capacity;
   uint64_t stale_segments; /* node tier: segments of dead jobs this open removed */
+  uint64_t waited;         /* claim-gets that waited for another's read of the sample, then hit */
 } lade__cache_stats_t;
 
 void lade__cache_stats(lade__cache_t *c, lade__cache_stats_t *out);

@@ -606,6 +606,7 @@ static void shm_stats(lade__cache_t *c, lade__cache_stats_t *out) {
   out->bytes_written = atomic_load(&h->bytes_written);
   out->capacity = h->arena_bytes;
   out->stale_segments = s->stale_removed;
+  out->waited = atomic_load(&h->waited);
 }
 
 void lade__shmcache_node_stats(lade__cache_t *c, lade__node_cache_stats_t *out) {

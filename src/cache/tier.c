@@ -55,8 +55,7 @@ bool lade__cache_contains(lade__cache_t *c, uint64_t key) {
   return r;
 }
 
-lade__centry_t *lade__cache_pin(lade__cache_t *c, uint64_t key, uint64_t ver) {
-  pthread_mutex_lock(&c->mu);
+lade__centry_t *lade__cache_pin_locked(lade__cache_t *c, uint64_t key, uint64_t ver) {
   lade__centry_t *e = lade__cindex_find(&c->ix, key);
   if (e && e->ver != ver) { /* the sample changed since it was stored */
     c->ops->drop(c, e);
@@ -66,9 +65,14 @@ lade__centry_t *lade__cache_pin(lade__cache_t *c, uint64_t key, uint64_t ver) {
   if (e) {
     e->refs++;
     lade__cindex_touch(&c->ix, e);
-  } else {
-    c->st.misses++;
   }
+  return e;
+}
+
+lade__centry_t *lade__cache_pin(lade__cache_t *c, uint64_t key, uint64_t ver) {
+  pthread_mutex_lock(&c->mu);
+  lade__centry_t *e = lade__cache_pin_locked(c, key, ver);
+  if (!e) c->st.misses++;
   pthread_mutex_unlock(&c->mu);
   return e;
 }

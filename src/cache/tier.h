@@ -54,6 +54,8 @@ void lade__cache_base_free(lade__cache_t *c);
  * `stale` and `misses`, and NULL returned. Takes and releases the tier's
  * lock; the caller unpins under it. */
 lade__centry_t *lade__cache_pin(lade__cache_t *c, uint64_t key, uint64_t ver);
+/* lade__cache_pin with the tier's lock held, counting no miss. */
+lade__centry_t *lade__cache_pin_locked(lade__cache_t *c, uint64_t key, uint64_t ver);
 
 
 int lade__memcache_open(lade__cache_t **out, const lade__cache_opts_t *o);

@@ -8,7 +8,7 @@
  * wins, the hops before it marked FILL get them, a hit refreshes the hops
  * after it marked TOUCH. The write-back rules are data on the chain:
  *
- *   any tier (the regular plan)  memory [fill unless routed] -> disk
+ *   any tier (the regular plan)  memory [claim and fill unless routed] -> disk
  *                                [versioned, touch, wait for the prefetcher,
  *                                fill unless the prefetcher fills it or
  *                                routed] -> source
@@ -25,6 +25,14 @@
  *   peer K of this node          the node's segment [wait for K's admit,
  *   (node-aware plan, node       planned] -> source; admits
  *   cache)
+ *
+ * Claims (issue 30): the memory hop of "any tier" claims its miss
+ * (lade__cache_get_claim), so another worker of this process (at an
+ * epoch's boundary, the next step's) or another rank of the node (the node
+ * cache) that misses the same sample waits for this read instead of reading
+ * storage too. read_chain ends the claim on every path: the hop is FILL, so
+ * a read that found the bytes (disk tier or source) puts them, and the put
+ * ends it, stored or refused; a failed read releases it.
  *
  * Routed plans (every kind but regular and shards; cursor/cursor.h): the
  * plan's tier (memory, else disk) runs the `plan` policy and never evicts
@@ -118,7 +126,7 @@ static void hop_add(lade__chain_t *c, int kind, lade__cache_t *cache, unsigned f
 static void make_chains(lade__fetch_t *f) {
   bool routed = f->routed, pf = f->pf_on;
   lade__chain_t *c = &f->chain[LADE__CHAIN_ANY];
-  hop_add(c, LADE__HOP_CACHE, f->mem, routed ? 0 : LADE__HOP_FILL | (f->conf.node_cache ? LADE__HOP_CLAIM : 0));
+  hop_add(c, LADE__HOP_CACHE, f->mem, routed ? 0 : LADE__HOP_FILL | LADE__HOP_CLAIM);
   hop_add(c, LADE__HOP_CACHE, f->disk,
           LADE__HOP_VERSIONED | LADE__HOP_TOUCH | (pf ? LADE__HOP_WAIT_PF : 0) | (pf || routed ? 0 : LADE__HOP_FILL));
   hop_add(c, LADE__HOP_SOURCE, NULL, 0);
@@ -300,7 +308,7 @@ static void count(lade__fetch_t *f, int tier, size_t len) {
 }
 
 /* A cache hop: a hit, after the waits its flags ask for. *claimed: the
- * node cache's miss was claimed (CLAIM): the read must put it or release. */
+ * memory tier's miss was claimed (CLAIM): the read must put it or release. */
 static bool hop_get(lade__fetch_t *f, const lade__hop_t *h, uint64_t idx, uint64_t q, int32_t route, uint64_t ver,
                     lade__buf_t *out, bool *claimed, int *fail) {
   if (h->flags & LADE__HOP_CLAIM) return lade__cache_get_claim(h->cache, idx, ver, out, claimed) == 0;
@@ -337,7 +345,10 @@ static int read_chain(lade__fetch_t *f, const lade__chain_t *c, uint64_t idx, ui
     bool claimed = false;
     int fail = 0;
     bool hit = hop_get(f, h, idx, q, route, ver, out, &claimed, &fail);
-    if (fail) return fail;
+    if (fail) {
+      if (claim) lade__cache_release(claim, idx);
+      return fail;
+    }
     if (claimed) claim = h->cache;
     if (!hit) {
       /* the plan's cache does not hold it: a fallback unless the next hop is the own cache's other tier */
@@ -390,7 +401,8 @@ static int read_chain(lade__fetch_t *f, const lade__chain_t *c, uint64_t idx, ui
     }
   }
   if (admit) lade__plantier_end_admit(&f->pt, idx);
-  if (claim && rc) lade__cache_release(claim, idx); /* a put ended it otherwise */
+  /* a put ended it otherwise (the claiming hop is FILL: every read that found the bytes put them there) */
+  if (claim && rc) lade__cache_release(claim, idx);
   return rc;
 }
 

@@ -31,8 +31,9 @@ enum {
   LADE__HOP_WAIT_PF = 1u << 3,    /* on a miss, wait for the prefetcher's request of the sample, ask again */
   LADE__HOP_WAIT_ADMIT = 1u << 4, /* on a miss, wait for the plan's pending admit of the sample, ask again */
   LADE__HOP_PLANNED = 1u << 5,    /* the plan's own cache: hits and fallbacks are counted against the plan */
-  LADE__HOP_CLAIM = 1u << 6,      /* the node cache: a miss claims the sample, so the node's other ranks wait for
-                                   * this read instead of reading it too (lade__cache_get_claim) */
+  LADE__HOP_CLAIM = 1u << 6,      /* the memory tier (the node's or this process's): a miss claims the sample, so
+                                   * the node's other ranks and this process's other workers wait for this read
+                                   * instead of reading it too (lade__cache_get_claim) */
   LADE__HOP_WAIT_MOVE = 1u << 7,  /* two tiers: wait for an earlier step's pending move of the sample first */
   LADE__HOP_WAIT_NODE = 1u << 8,  /* a node-aware plan's node cache: a miss waits for the node's rank that admits
                                    * the sample (the route) until it is put or that rank is past its admit */

@@ -359,9 +359,10 @@ def test_rank_from_torch_distributed(tmp_path, monkeypatch):
 
 
 def test_cache_stats_and_epoch_stats(npy_dir):
-    # a memory tier big enough for the dataset: epoch 0 from storage, epoch 1 from memory (one worker: with
-    # two, the epochs' boundary steps are read at once and a sample in both may count in either epoch)
-    with lade.Loader(npy_dir, batch_size=50, threads=1, epochs=2, output="numpy", cache_mem_bytes=10_000_000) as L:
+    # a memory tier big enough for the dataset: epoch 0 from storage, epoch 1 from memory; two workers read
+    # the epochs' boundary steps at once, and a sample in both is read from storage once (the memory tier's
+    # claim, issue 30), by either step: so the storage reads are exact, their split between the epochs is not
+    with lade.Loader(npy_dir, batch_size=50, threads=2, epochs=2, output="numpy", cache_mem_bytes=10_000_000) as L:
         for _ in range(2):
             for _ in L:
                 pass
@@ -372,10 +373,11 @@ def test_cache_stats_and_epoch_stats(npy_dir):
     # sample 0 is read once at open (the .npy header) through the tiers: its batch then hits memory
     assert st["samples_by_source"][0] == 299 and st["samples_by_source"][1] == 301
     assert st["cache_misses"] == 300 and st["get_requests"] == 0 and st["fetch_size"] == 0
-    assert e0["samples_by_source"][:2] == (299, 1) and e0["batches"] == 6
-    assert abs(e0["miss_rate"] - 299 / 300) < 1e-12
-    assert e1["miss_rate"] == 0.0 and e1["samples_by_source"][1] == 300
-    assert e1["bytes_by_source"][1] == e0["bytes_by_source"][0] + e0["bytes_by_source"][1] > 0
+    late = e1["samples_by_source"][0]  # boundary samples the next epoch's first step read first (at most 50)
+    assert e0["samples_by_source"][:2] == (299 - late, 1 + late) and e0["batches"] == 6 and late <= 50
+    assert abs(e0["miss_rate"] - (299 - late) / 300) < 1e-12
+    assert e1["samples_by_source"][:2] == (late, 300 - late) and abs(e1["miss_rate"] - late / 300) < 1e-12
+    assert sum(e1["bytes_by_source"][:2]) == sum(e0["bytes_by_source"][:2]) > 0
     assert e0["wait_seconds"] >= 0 and e1["get_requests"] == 0
 
 
