@@ -447,6 +447,32 @@ class TestS3(unittest.TestCase):
             lines, _ = self.run_check("source", "s3://lade/mixed", cache_dir=cache, listing_ttl=0)
             self.assertEqual(self.parse_kv(lines, "STATS")["list_requests"], 1)
 
+    def test_listing_once_per_node(self):
+        # issue 30: four ranks of a node (four processes sharing cache_dir, started together) list the bucket
+        # once between them: one rank's pages, every rank the same listing
+        ENV.proxy(latency_ms=20)
+        with tempfile.TemporaryDirectory() as tmp:
+            kw = dict(cache_dir=os.path.join(tmp, "cache"), listing_ttl=3600)
+            s = {"source": "s3://lade/many", "s3_session_token": SESSION_TOKEN}
+            s.update(ENV.lade_settings())
+            s.update({k: str(v) for k, v in kw.items()})
+            args = [S3_CHECK, "source"] + ["%s=%s" % kv for kv in s.items()]
+            env = dict(os.environ, S3_CHECK_IDX="0")  # the listing is the point: one GET each
+            procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                     for _ in range(4)]
+            outs = [p.communicate(timeout=300) for p in procs]
+            for p, (out, err) in zip(procs, outs):
+                self.assertEqual(p.returncode, 0, (out + err)[-3000:])
+                self.assertNotIn("Sanitizer", out + err)
+                self.assertEqual(self.parse_kv(out.splitlines(), "LISTED")["count"], 1100)
+            listings = {tuple(x for x in out.splitlines() if x.startswith("O ")) for out, _ in outs}
+            self.assertEqual(len(listings), 1, "the ranks' listings differ")
+            self.assertEqual(len(listings.pop()), 1100)
+            c = ENV.counts()
+            self.assertEqual(c["list"], 2, "four ranks of a node sent %d ListObjectsV2 pages, one rank's are 2"
+                             % c["list"])
+            self.assertEqual(sum(self.parse_kv(out.splitlines(), "LISTED")["list_requests"] for out, _ in outs), 2)
+
     def test_label_file(self):
         with tempfile.TemporaryDirectory() as tmp:
             lf = os.path.join(tmp, "labels.txt")
