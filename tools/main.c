@@ -45,6 +45,7 @@ static int usage_main(FILE *f) {
           "  demo               generate ./lade-demo if absent and benchmark it\n"
           "  ls SOURCE          list the samples as the loader sees them\n"
           "  pack DIR --to tar  write a dataset as WebDataset tar shards (--to hdf5: one HDF5 file)\n"
+          "  index SHARD...     write each shard's sidecar index (SHARD.ladeidx) for remote opens\n"
           "  probe FILE.h5      time per-sample vs coalesced HDF5 reads; prints the hdf5_gap to use\n"
           "  plan               compute a loading plan (which learner loads which sample from where)\n"
           "  simulate           run plans without I/O and report storage/peer/cache traffic\n"
@@ -837,6 +838,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "settings")) return cmd_settings(argc - 1, argv + 1);
   if (!strcmp(cmd, "ls")) return cmd_ls(argc - 1, argv + 1);
   if (!strcmp(cmd, "pack")) return lade_tool_pack(argc - 1, argv + 1);
+  if (!strcmp(cmd, "index")) return lade_tool_index(argc - 1, argv + 1);
   if (!strcmp(cmd, "probe")) return lade_tool_probe(argc - 1, argv + 1);
   if (!strcmp(cmd, "plan")) return lade_tool_plan(argc - 1, argv + 1);
   if (!strcmp(cmd, "simulate")) return lade_tool_simulate(argc - 1, argv + 1);

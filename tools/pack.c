@@ -13,7 +13,11 @@
  * written to OUT/.shard-NNNNNN.tar.tmp and renamed when complete; the
  * manifest is rewritten (tmp + rename) after each rename. The bytes are
  * deterministic: mtime 0, uid/gid 0, mode 0644, no user names, no padding
- * to a 10 KiB record (two zero blocks end each shard).
+ * to a 10 KiB record (two zero blocks end each shard). Beside each shard
+ * goes its sidecar index, OUT/shard-NNNNNN.tar.ladeidx
+ * (lade_shard_index_write, after the rename and before the manifest lists
+ * the shard; deterministic too: bound by size and headers, not mtime), so
+ * a remote open of the shards need not read them whole.
  */
 #include <ctype.h>
 #include <dirent.h>
@@ -69,7 +73,10 @@ static int usage_pack(FILE *f) {
           "SIZE: bytes, or with KB/MB/GB (10^3..) or KiB/MiB/GiB (2^10..); a shard is at most\n"
           "SIZE bytes except that a sample larger than that gets a shard of its own.\n"
           "POSIX ustar (pax headers for longer names), mtime 0, uid/gid 0, mode 0644: packing\n"
-          "twice gives the same bytes. Resumable: complete shards are listed in OUT/.lade-pack;\n"
+          "twice gives the same bytes. Each shard gets its sidecar index beside it,\n"
+          "shard-NNNNNN.tar.ladeidx: copied with the shards to a web server or a bucket, it\n"
+          "spares a remote open from reading every shard whole (see `lade index`).\n"
+          "Resumable: complete shards are listed in OUT/.lade-pack;\n"
           "a second run with the same settings keeps them and goes on from the first missing\n"
           "or incomplete one. A progress line goes to stderr when it is a terminal.\n\n"
           "--to hdf5: writes the samples the loader delivers for SRC (a folder of .npy files or\n"
@@ -504,6 +511,9 @@ static void remove_stale(const char *outdir, uint64_t nshards) {
     int stale = 0;
     if (sscanf(de->d_name, "shard-%6llu.tar%n", &idx, &end) == 1 && end == 16 && !de->d_name[end])
       stale = idx >= nshards;
+    else if (sscanf(de->d_name, "shard-%6llu.tar.ladeidx%n", &idx, &end) == 1 && end == 24 &&
+             (!de->d_name[end] || !strncmp(de->d_name + end, ".tmp.", 5))) /* a sidecar, or one half-written */
+      stale = de->d_name[end] || idx >= nshards;
     else if (sscanf(de->d_name, ".shard-%6llu.tar.tmp%n", &idx, &end) == 1 && end == 21 && !de->d_name[end])
       stale = 1;
     if (stale) {
@@ -521,6 +531,33 @@ static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The shard's sidecar index beside it (docs/sources.md, "Sidecar indexes"). */
+static int write_sidecar(const char *path) {
+  if (!lade_shard_index_write(NULL, path)) return 0;
+  fprintf(stderr, "lade pack: %s\n", lade_tool_error());
+  return -1;
+}
+
+/* A kept shard without its sidecar (a run killed between the two). */
+static int sidecar_missing(const char *outdir, uint64_t k) {
+  char name[64];
+  snprintf(name, sizeof name, "shard-%06llu.tar", (unsigned long long)k);
+  char *path = join(outdir, name);
+  if (!path) return -1;
+  size_t n = strlen(path);
+  char *side = malloc(n + 9);
+  struct stat st;
+  int rc = -1;
+  if (side) {
+    memcpy(side, path, n);
+    memcpy(side + n, ".ladeidx", 9);
+    rc = stat(side, &st) == 0 ? 0 : write_sidecar(path);
+  }
+  free(side);
+  free(path);
+  return rc;
 }
 
 static int write_shard(const char *outdir, uint64_t k, const shard_t *s, const entry_t *es, uint64_t n,
@@ -567,6 +604,7 @@ static int write_shard(const char *outdir, uint64_t k, const shard_t *s, const e
     fprintf(stderr, "lade pack: %s: %s\n", path, strerror(errno));
     rc = -1;
   }
+  if (!rc) rc = write_sidecar(path);
   free(path);
   free(tmp);
   return rc;
@@ -727,6 +765,7 @@ int lade_tool_pack(int argc, char **argv) {
   uint64_t kept = rc ? 0 : kept_shards(outdir, sum, sh, nshards);
   if (!rc && write_manifest(outdir, sum, sh, kept)) rc = -1;
   if (!rc) remove_stale(outdir, nshards);
+  for (uint64_t k = 0; !rc && k < kept; k++) rc = sidecar_missing(outdir, k);
   int tty = isatty(2);
   for (uint64_t k = kept; !rc && k < nshards; k++) {
     rc = write_shard(outdir, k, &sh[k], es, n, nshards, tty, remote ? &feed : NULL);

@@ -5,6 +5,8 @@
 #include "lade/lade.h"
 
 int lade_tool_pack(int argc, char **argv);
+/* `lade index SHARD...` (index.c): the sidecar index beside each shard. */
+int lade_tool_index(int argc, char **argv);
 
 /* `lade pack SRC --to hdf5 OUT.h5` (pack_hdf5.c): cfg holds the --set
  * settings (borrowed); returns the exit status. */

@@ -465,6 +465,22 @@ LADE_API uint64_t lade_checksum(const void *data, size_t size, uint64_t seed);
  */
 LADE_API uint32_t lade_crc32c(const void *data, size_t size, uint32_t crc);
 
+/*
+ * Writes the sidecar index of a local WebDataset tar shard (or TFRecord
+ * file) beside it, as SHARD.ladeidx: every member's offset and size, bound
+ * to the shard by its size and a hash of sampled member headers, never by
+ * its mtime, so it stays valid when both files are copied (to a web server,
+ * an S3 bucket, another disk). A remote open fetches it instead of reading
+ * the shard whole (docs/sources.md, "Sidecar indexes"); `lade pack` and
+ * `lade index` call this. cfg (borrowed; NULL: the defaults) gives
+ * source_type (tfrecord, else by the name: .tfrecord files are TFRecord)
+ * and tfrecord_feature / tfrecord_label, which a TFRecord index depends
+ * on. Returns 0, or a negative code with lade_last_error() naming the
+ * shard (a broken tar: its member) or the file that could not be written.
+ * Thread-safe.
+ */
+LADE_API int lade_shard_index_write(const lade_config_t *cfg, const char *shard);
+
 /* ---------------------------------------------------------------- metrics */
 
 enum { LADE_STAGE_READ = 0, LADE_STAGE_TRANSFORM, LADE_STAGE_COLLATE, LADE_STAGE_WAIT, LADE_STAGE_COUNT };
@@ -488,6 +504,8 @@ typedef struct lade_stats {
   uint32_t concurrency;          /* remote requests allowed in flight now (tuned or set) */
   uint64_t get_requests;         /* GET requests sent to the object store, retries included */
   uint64_t list_requests;        /* LIST requests sent (0 when the listing came from cache_dir) */
+  uint64_t sidecar_rejected;     /* remote shards whose sidecar index (SHARD.ladeidx) was not theirs or was
+                                  * damaged: read whole to index them instead (docs/sources.md) */
   uint64_t retries;              /* remote requests retried after a transient error */
   uint64_t remote_bytes;         /* body bytes received from the object store (prefetcher included) */
   uint64_t cache_misses;         /* samples read from storage while a cache tier was on */

@@ -492,8 +492,9 @@ static PyObject *stats_dict(const lade_stats_t *s) {
       "threads", (unsigned int)s->threads);
   if (!d) return NULL;
   PyObject *more = Py_BuildValue(
-      "{sIsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsIsIsIsI}", "concurrency", (unsigned int)s->concurrency, "get_requests",
-      (unsigned long long)s->get_requests, "list_requests", (unsigned long long)s->list_requests, "retries",
+      "{sIsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsKsIsIsIsI}", "concurrency", (unsigned int)s->concurrency, "get_requests",
+      (unsigned long long)s->get_requests, "list_requests", (unsigned long long)s->list_requests, "sidecar_rejected",
+      (unsigned long long)s->sidecar_rejected, "retries",
       (unsigned long long)s->retries, "remote_bytes", (unsigned long long)s->remote_bytes, "cache_misses",
       (unsigned long long)s->cache_misses, "prefetched", (unsigned long long)s->prefetched, "cache_corrupt",
       (unsigned long long)s->cache_corrupt, "fetch_size", (unsigned long long)s->fetch_size, "prefetch_threshold",

@@ -45,6 +45,7 @@ static int fill_stats(lade_loader_t *L, lade_stats_t *out) {
     out->concurrency = fs.src.concurrency;
     out->get_requests = fs.src.get_requests;
     out->list_requests = fs.src.list_requests;
+    out->sidecar_rejected = fs.src.sidecar_rejected;
     out->retries = fs.src.retries;
     out->remote_bytes = fs.src.bytes;
     out->cache_misses = fs.misses;

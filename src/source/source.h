@@ -135,6 +135,7 @@ typedef struct lade__source_ops {
 typedef struct lade__source_stats {
   uint64_t get_requests;   /* GET requests sent, retries included; hdf5: H5Dread calls (reads issued) */
   uint64_t list_requests;  /* LIST requests sent (0 when the listing came from the cache) */
+  uint64_t sidecar_rejected; /* tar: remote shards whose sidecar index was ignored (not theirs, damaged) */
   uint64_t retries;        /* requests retried after a transient error */
   uint64_t bytes;          /* body bytes received */
   uint32_t in_flight;      /* requests in flight now */

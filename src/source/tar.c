@@ -18,7 +18,7 @@
  * come from is a backend (tar_impl.h): tar_local.c (pread) or tar_http.c
  * (Range requests over http(s):// and s3://).
  *
- * Threads: open() indexes up to INDEX_THREADS shards at once (index_all);
+ * Threads: open() indexes up to the backend's index_threads shards at once (index_all);
  * `index_job_t.mu` guards only which shard is taken next, each thread
  * writes its own shard's slots, and the samples are added in shard order
  * by the opening thread after the joins. After open, reads need no lock.
@@ -331,15 +331,16 @@ static int tar_shards(const lade__tar_t *t, lade__tar_strs_t *out, const char *s
   return lade__tar_strs_push(out, src, strlen(src));
 }
 
-/* Indexing the shards at open: up to INDEX_THREADS at once (a remote shard's
- * index is one streamed GET, a first open on a parallel file system one
- * sequential read per shard: both wait on latency), in windows of
- * INDEX_WINDOW shards whose indexes are then added in shard order, so the
- * samples and the first error are those of the sequential pass and the
- * memory is a window's indexes. Measured: open of 5 remote shards (200 MB
- * at 20 ms per request) 0.45 s sequential, see docs/sources.md. */
-#define INDEX_THREADS 4
-#define INDEX_WINDOW 64
+/* Indexing the shards at open: up to the backend's index_threads at once
+ * (a remote shard's index is a few requests, or one streamed GET, a first
+ * open on a parallel file system one sequential read per shard: both wait
+ * on latency), in windows of shards whose indexes are then added in shard
+ * order, so the samples and the first error are those of the sequential
+ * pass and the memory is a window's indexes. Measured: open of 5 remote
+ * shards (200 MB at 20 ms per request) 0.45 s sequential, see
+ * docs/sources.md; 1,000 remote shards with sidecars: bench/RESULTS.md. */
+#define INDEX_THREADS_MAX 64
+#define INDEX_WINDOW 64 /* shards, or 2 per thread when more */
 
 typedef struct index_job {
   lade__tar_t *t;
@@ -365,7 +366,8 @@ static void *index_worker(void *arg) {
 }
 
 static int index_all(lade__tar_t *t, const struct lade_config *cfg) {
-  size_t W = LADE__MIN((size_t)INDEX_WINDOW, t->shards.n ? t->shards.n : 1);
+  size_t nthreads = LADE__MAX(LADE__MIN((size_t)t->be->index_threads, (size_t)INDEX_THREADS_MAX), (size_t)1);
+  size_t W = LADE__MIN(LADE__MAX((size_t)INDEX_WINDOW, 2 * nthreads), t->shards.n ? t->shards.n : 1);
   index_job_t j = {.t = t, .cfg = cfg};
   j.x = calloc(W, sizeof *j.x);
   j.rc = calloc(W, sizeof *j.rc);
@@ -376,9 +378,9 @@ static int index_all(lade__tar_t *t, const struct lade_config *cfg) {
     j.base = base;
     j.n = LADE__MIN(W, t->shards.n - base);
     j.next = 0;
-    pthread_t th[INDEX_THREADS];
+    pthread_t th[INDEX_THREADS_MAX];
     size_t nth = 0;
-    for (; nth < LADE__MIN((size_t)INDEX_THREADS, j.n) - 1; nth++) /* and this thread */
+    for (; nth < LADE__MIN(nthreads, j.n) - 1; nth++) /* and this thread */
       if (pthread_create(&th[nth], NULL, index_worker, &j) != 0) break;
     index_worker(&j);
     for (size_t i = 0; i < nth; i++) pthread_join(th[i], NULL);
@@ -569,3 +571,30 @@ const lade__source_ops_t lade__source_tfrecord = {TAR_OPS("tfrecord", tfr_open)}
 const lade__source_ops_t lade__source_tar_remote = {TAR_OPS("tar", tar_open), TAR_REMOTE_OPS};
 const lade__source_ops_t lade__source_tfrecord_remote = {TAR_OPS("tfrecord", tfr_open), TAR_REMOTE_OPS};
 #endif
+
+/* lade.h's lade_shard_index_write: the sidecar index beside a local shard
+ * (tar_local.c writes it), in the format the settings and the name choose. */
+int lade_shard_index_write(const lade_config_t *cfg, const char *shard) {
+  lade_config_t *own = NULL;
+  if (!shard) return lade__fail(LADE_EINVAL, "lade_shard_index_write: no shard");
+  if (!cfg) {
+    int rc = lade_config_create(&own);
+    if (rc) return rc;
+    cfg = own;
+  }
+  int rc = 0;
+  if (lade__tar_is_url(shard))
+    rc = lade__fail(LADE_EINVAL, "%s: a URL; a sidecar index is written beside a local shard, then copied with it",
+                    shard);
+  int tfr = cfg->source_type == LADE__SRC_TFRECORD ||
+            (cfg->source_type == LADE__SRC_AUTO && lade__tfrec_is_name(shard, strlen(shard)));
+  lade__tar_t t = {.fmt = tfr ? &lade__tar_fmt_tfrecord : &lade__tar_fmt_tar, .max_sample = cfg->max_sample_bytes};
+  if (!rc && t.fmt->open) rc = t.fmt->open(&t, cfg);
+  char out[LADE__PATH_MAX + 64];
+  if (!rc && snprintf(out, sizeof out, "%s" LADE__TAR_SIDECAR_SUFFIX, shard) >= (int)sizeof out)
+    rc = lade__fail(LADE_ERANGE, "%s: path too long", shard);
+  if (!rc) rc = lade__tar_local_sidecar(&t, shard, out);
+  if (t.fmt->close) t.fmt->close(&t);
+  lade_config_destroy(own);
+  return rc;
+}

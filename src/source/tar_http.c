@@ -9,15 +9,22 @@
  * open() lists the shards a URL names (a brace pattern, one .tar, a list
  * file on the server, an s3:// prefix's .tar objects). A shard's index comes
  * from index_dir or cache_dir when made from its current version (one HEAD: size and
- * ETag, else Last-Modified), else from one streamed GET parsed as it
- * arrives. Reads are Range requests; submit() coalesces the neighbours of
+ * ETag, else Last-Modified), else from its sidecar SHARD.ladeidx (one GET,
+ * sent with the HEAD) when the sidecar is bound to it (its size, then the
+ * format's bind() over Range requests of the sampled headers), else from
+ * one streamed GET parsed as it arrives. The sidecar GETs and the binding
+ * Ranges of every shard go through a second http handle, open_http, many
+ * in flight, that lives until start(). Reads are Range requests; submit() coalesces the neighbours of
  * one shard into one request (the chunk loading of SOLAR, Sun et al.,
  * for tar members). Every request of a shard, its index pass included, is
  * pinned to that HEAD's size and validator (the http module's pin hook:
  * If-Match, the reply's Content-Range and ETag checked), so offsets from
  * one version are never read against the bytes of another.
  * The per-sample arrays of lade__tar_t are read-only after open; the http
- * module does its own locking.
+ * module does its own locking. During open, index threads write only their
+ * own shard's slots of http_state_t (shard_ver, shard_size, shard_val) and
+ * add to `rejected` atomically; open_http is created before them and
+ * destroyed by start() after them.
  */
 #ifdef LADE_HAVE_CURL
 
@@ -25,6 +32,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <sys/stat.h>
 
 #include "core/coalesce.h"
 #include "source/remote.h"
@@ -42,7 +51,19 @@ typedef struct http_state {
    * Range request is pinned to it (the pin hook, docs/http.md) */
   uint64_t *shard_size;
   char **shard_val;
+  lade__http_opts_t o;     /* http's options, for open_http */
+  lade__http_t *open_http; /* open only: sidecar GETs (obj SIDE0 + shard) and binding Ranges (obj shard) */
+  uint64_t open_requests, open_bytes; /* open_http's counters, once it is gone */
+  uint64_t rejected;       /* sidecars ignored (atomic) */
+  pthread_mutex_t probe_mu; /* the index threads' one probe (sidecars_wanted) */
+  int probe;               /* 0: not made, 1: sidecars are asked for, 2: the first shard has none */
 } http_state_t;
+
+/* The open handle's results, by key: shard i's binding reads are
+ * i * BIND_READS + k, its sidecar SIDE0 + i (also its object number, so a
+ * whole-body GET is one part keyed by its object). */
+#define BIND_READS 32 /* the most reads a format's bind() makes (tar 8, tfrecord 16) */
+#define SIDE0(t) ((uint64_t)(t)->shards.n * BIND_READS)
 
 static http_state_t *H(const lade__tar_t *t) { return t->be_state; }
 
@@ -64,14 +85,22 @@ static int name_url(const lade__tar_t *t, const char *name, char *url, size_t si
   return n < 0 || (size_t)n >= size ? -1 : 0;
 }
 
+/* Object obj's name: a shard's, or the sidecar's of shard obj - SIDE0. */
+static int obj_name(const lade__tar_t *t, uint64_t obj, char *buf, size_t size) {
+  int side = obj >= SIDE0(t);
+  int n = snprintf(buf, size, "%s%s", lade__tar_strs_at(&t->shards, side ? obj - SIDE0(t) : obj),
+                   side ? LADE__TAR_SIDECAR_SUFFIX : "");
+  return n < 0 || (size_t)n >= size ? -1 : 0;
+}
+
 static int shard_url(void *ctx, uint64_t obj, char *url, size_t size) {
   const lade__tar_t *t = ctx;
-  return name_url(t, lade__tar_strs_at(&t->shards, obj), url, size);
+  char name[LADE__PATH_MAX + 64];
+  return obj_name(t, obj, name, sizeof name) ? -1 : name_url(t, name, url, size);
 }
 
 static void shard_name(void *ctx, uint64_t obj, char *buf, size_t size) {
-  const lade__tar_t *t = ctx;
-  snprintf(buf, size, "%s", lade__tar_strs_at(&t->shards, obj));
+  obj_name(ctx, obj, buf, size);
 }
 
 /* The version a shard's offsets come from: its Range requests carry
@@ -79,6 +108,8 @@ static void shard_name(void *ctx, uint64_t obj, char *buf, size_t size) {
  * once open() has indexed every shard. */
 static const char *shard_pin(void *ctx, uint64_t obj, uint64_t *size) {
   const lade__tar_t *t = ctx;
+  *size = UINT64_MAX;
+  if (obj >= SIDE0(t)) return NULL; /* a sidecar: any version (it is bound to its shard by what it says) */
   *size = H(t)->shard_size[obj];
   return H(t)->shard_val[obj];
 }
@@ -102,6 +133,7 @@ static int remote_http(lade__tar_t *t, const struct lade_config *cfg, lade__sour
   o.pin = shard_pin;
   H(t)->gap = cfg->coalesce_gap_bytes;
   H(t)->max_req = LADE__MIN(cfg->max_sample_bytes, (uint64_t)16 << 20);
+  H(t)->o = o;
   return lade__http_create(&H(t)->http, &o);
 }
 
@@ -153,38 +185,234 @@ static int remote_shards(lade__tar_t *t, const char *src) {
   return rc;
 }
 
-/* A remote shard's index: from index_dir (else cache_dir) when it was made from the shard's
- * current version (a HEAD: size and ETag or Last-Modified), else one
- * streamed GET of the shard whose headers are parsed as they arrive. */
+/* ------------------------------------------------------ sidecar indexes */
+
+/* The reads a format's bind() makes, recorded by a first call (every read
+ * answered in full, with zeros), fetched all at once, then served in the
+ * same order to a second call. */
+typedef struct bind_reads {
+  uint64_t off[BIND_READS];
+  size_t len[BIND_READS];
+  lade__buf_t got[BIND_READS];
+  size_t n, served;
+} bind_reads_t;
+
+static long record_pread(void *ctx, void *dst, size_t len, uint64_t off) {
+  bind_reads_t *r = ctx;
+  if (r->n == BIND_READS) return -1;
+  r->off[r->n] = off;
+  r->len[r->n++] = len;
+  memset(dst, 0, len);
+  return (long)len;
+}
+
+/* A read other than the one recorded fails, so the bind differs: never a
+ * sidecar trusted on bytes that were not compared. */
+static long served_pread(void *ctx, void *dst, size_t len, uint64_t off) {
+  bind_reads_t *r = ctx;
+  size_t k = r->served++;
+  if (k >= r->n || r->off[k] != off || r->len[k] != len) return -1;
+  size_t n = LADE__MIN(len, r->got[k].len);
+  if (n) memcpy(dst, r->got[k].data, n);
+  return (long)n;
+}
+
+/* The recorded reads of shard i (cut at its size), all in flight at once
+ * on open_http; 0 or the first error
+ * (412: the shard changed since the HEAD; the retries ran out). */
+static int fetch_reads(lade__tar_t *t, size_t i, bind_reads_t *r) {
+  http_state_t *h = H(t);
+  lade__span_t sp[BIND_READS];
+  lade__run_t runs[BIND_READS];
+  size_t order[BIND_READS], m = 0;
+  for (size_t k = 0; k < r->n; k++) {
+    uint64_t end = LADE__MIN(r->off[k] + r->len[k], h->shard_size[i]);
+    if (r->off[k] >= end) continue; /* past the end: served as 0 bytes */
+    size_t at = m++;
+    while (at && sp[at - 1].off > r->off[k]) sp[at] = sp[at - 1], order[at] = order[at - 1], at--;
+    sp[at] = (lade__span_t){0, r->off[k], end - r->off[k]};
+    order[at] = k;
+  }
+  /* only reads that overlap share a request: a gap between sampled headers
+   * is a shard's data, which is what a sidecar spares */
+  size_t nr = lade__coalesce(sp, m, 0, h->max_req, runs);
+  lade__http_part_t parts[BIND_READS];
+  lade__http_get_t gets[BIND_READS];
+  for (size_t g = 0; g < nr; g++) {
+    const lade__run_t *u = &runs[g];
+    for (size_t q = u->first; q < u->first + u->count; q++)
+      parts[q] = (lade__http_part_t){i * BIND_READS + order[q], sp[q].off - u->start, sp[q].len};
+    gets[g] = (lade__http_get_t){.obj = i, .off = u->start, .len = u->end - u->start, .expect = u->end - u->start,
+                                 .nparts = (uint32_t)u->count, .parts = parts + u->first};
+  }
+  int rc = nr ? lade__http_submit(h->open_http, gets, nr, 0) : 0;
+  for (size_t q = 0; !rc && q < m; q++) { /* every want taken, so none is left in the table */
+    lade__http_get_t one = {.obj = i, .off = sp[q].off, .len = sp[q].len, .expect = sp[q].len, .nparts = 1,
+                            .parts = &parts[q]};
+    int e = lade__http_read(h->open_http, parts[q].idx, &one, &r->got[order[q]]);
+    if (e && !rc) rc = e;
+  }
+  return rc;
+}
+
+/* A sidecar not used for its shard: counted, and said once, naming both. */
+static void reject(lade__tar_t *t, const char *shown, const char *why) {
+  __atomic_fetch_add(&H(t)->rejected, 1, __ATOMIC_RELAXED);
+  fprintf(stderr, "lade: warning: %s" LADE__TAR_SIDECAR_SUFFIX ": sidecar index not used for %s: %s; indexing the "
+          "shard by reading it whole\n", shown, shown, why);
+}
+
+/* Shard i's index from its sidecar, fetched (the GET sent before the HEAD)
+ * into b: 0 when it is the shard's (x filled), 1 when it is missing or not
+ * the shard's (x empty: index the shard as before), or an error reading
+ * the shard's sampled headers. */
+static int sidecar_index(lade__tar_t *t, size_t i, lade__buf_t *b, lade__tar_index_t *x) {
+  const char *shown = lade__tar_strs_at(&t->shards, i);
+  const char *why = NULL;
+  lade__tar_ver_t v = {H(t)->shard_size[i], 0, 0};
+  if (lade__tar_index_parse(t, x, b->data, b->len, v, true, &why) != 0) {
+    reject(t, shown, why);
+    return 1;
+  }
+  if (x->comp) {
+    lade__tar_index_free(x);
+    reject(t, shown, "it describes a compressed file");
+    return 1;
+  }
+  bind_reads_t r;
+  memset(&r, 0, sizeof r);
+  t->fmt->bind(t, x, record_pread, &r);
+  size_t nb = r.n; /* then the end-of-archive block, after the binding's reads */
+  uint64_t toff;
+  size_t tlen;
+  if (lade__tar_index_tail(t, x, H(t)->shard_size[i], &toff, &tlen) != 0) {
+    lade__tar_index_free(x);
+    reject(t, shown, "its last member does not end the shard");
+    return 1;
+  }
+  if (tlen && nb < BIND_READS) r.off[r.n] = toff, r.len[r.n++] = tlen;
+  int rc = fetch_reads(t, i, &r);
+  size_t n = r.n;
+  r.n = nb;
+  uint64_t bind = rc ? 0 : t->fmt->bind(t, x, served_pread, &r);
+  int zeros = 1;
+  for (size_t k = 0; !rc && n > nb && k < r.got[nb].len; k++) zeros &= r.got[nb].data[k] == 0;
+  for (size_t k = 0; k < BIND_READS; k++) lade__buf_free(&r.got[k]);
+  if (rc) {
+    lade__tar_index_free(x);
+    return rc;
+  }
+  if (bind == x->bind && !zeros) {
+    lade__tar_index_free(x);
+    reject(t, shown, "a member follows its last one (the shard grew within its end padding)");
+    return 1;
+  }
+  if (bind != x->bind) {
+    lade__tar_index_free(x);
+    reject(t, shown, "its sampled member headers differ from the shard's (another shard's index, or the shard was "
+           "rewritten after it)");
+    return 1;
+  }
+  return 0;
+}
+
+/* The sidecar GET of shard i, taken from open_http: 0 with its bytes in
+ * b, or 1 (missing: 404, or it could not be read: said). */
+static int sidecar_get(lade__tar_t *t, size_t i, lade__buf_t *b) {
+  uint64_t key = SIDE0(t) + i;
+  lade__http_get_t g = {.obj = key, .expect = UINT64_MAX};
+  int rc = lade__http_read(H(t)->open_http, key, &g, b);
+  if (!rc) return 0;
+  if (rc != LADE_ENOENT)
+    fprintf(stderr, "lade: warning: %s; indexing the shard by reading it whole\n", lade_last_error());
+  lade__clear_error();
+  return 1;
+}
+
+/* Whether a shard without a stored index asks for its sidecar. Sidecars are
+ * asked for when the first shard has one (lade pack and lade index write
+ * one beside every shard): the first index thread that would ask sends one
+ * HEAD of the first shard's sidecar, and the others wait for its answer, so
+ * a dataset without sidecars costs one HEAD per open, not a 404 GET per
+ * shard. A HEAD that fails otherwise (a 403 for a missing key on S3 without
+ * ListBucket, a timeout) asks per shard. One shard: its GET is the probe. */
+static int sidecars_wanted(lade__tar_t *t) {
+  http_state_t *h = H(t);
+  pthread_mutex_lock(&h->probe_mu);
+  if (!h->probe) {
+    char name[LADE__PATH_MAX + 64], url[8192], val[256];
+    uint64_t size = 0;
+    h->probe = 1;
+    if (t->shards.n > 1 && !obj_name(t, SIDE0(t), name, sizeof name) && !name_url(t, name, url, sizeof url) &&
+        lade__http_head(h->http, url, name, &size, val, sizeof val) == LADE_ENOENT)
+      h->probe = 2;
+    lade__clear_error();
+  }
+  int want = h->probe == 1;
+  pthread_mutex_unlock(&h->probe_mu);
+  return want;
+}
+
+/* A remote shard's index: from index_dir (else cache_dir) when it was made
+ * from the shard's current version (a HEAD: size and ETag or
+ * Last-Modified), else from its sidecar when that is the shard's, else one
+ * streamed GET of the shard whose headers are parsed as they arrive. The
+ * sidecar's GET goes out before the HEAD, unless index_dir holds an index
+ * of this URL (then it is asked only when that one is stale). */
 static int http_index(lade__tar_t *t, const struct lade_config *cfg, size_t i, lade__tar_index_t *x) {
   const char *shown = lade__tar_strs_at(&t->shards, i);
   char url[8192];
   if (name_url(t, shown, url, sizeof url))
     return lade__fail(LADE_EINVAL, "%s: not in the bucket of the first shard (s3://%s), or too long", shown,
                       H(t)->w.bucket);
+  char ipath[LADE__PATH_MAX + 64] = "";
+  const char *dir = lade__tar_index_dir(cfg);
+  struct stat st;
+  if (dir)
+    snprintf(ipath, sizeof ipath, "%s/%s-%016llx.bin", dir, t->fmt->index_name,
+             (unsigned long long)lade__hash64(url, strlen(url), 0x7461726964780000ull)); /* endpoint included */
+  lade__http_get_t side = {.obj = SIDE0(t) + i, .expect = UINT64_MAX};
+  int asked = H(t)->open_http && !(ipath[0] && stat(ipath, &st) == 0) && sidecars_wanted(t);
+  int rc = asked ? lade__http_submit(H(t)->open_http, &side, 1, 0) : 0;
   uint64_t size = 0;
   char val[256];
-  int rc = lade__http_head(H(t)->http, url, shown, &size, val, sizeof val);
-  if (rc) return rc;
+  if (!rc) rc = lade__http_head(H(t)->http, url, shown, &size, val, sizeof val);
+  lade__buf_t b = {0};
+  if (rc) {
+    if (asked) { /* its want taken, the HEAD's error kept */
+      char *msg = lade__strdup(lade_last_error());
+      sidecar_get(t, i, &b);
+      lade__set_error_text(msg ? msg : "tar source: HEAD failed");
+      free(msg);
+    }
+    lade__buf_free(&b);
+    return rc;
+  }
   /* b = 2: never equal to a local shard's nanoseconds field by accident of a hash */
   lade__tar_ver_t v = {size, lade__hash64(val, strlen(val), 0x7661), (uint64_t)2 << 32};
   H(t)->shard_ver[i] = lade__hash64(&v, sizeof v, 0x76657273);
   H(t)->shard_size[i] = size;
-  if (!(H(t)->shard_val[i] = strdup(val))) return lade__fail(LADE_ENOMEM, "%s: out of memory", shown);
-  char ipath[LADE__PATH_MAX + 64] = "";
-  const char *dir = lade__tar_index_dir(cfg);
-  if (dir) {
-    snprintf(ipath, sizeof ipath, "%s/%s-%016llx.bin", dir, t->fmt->index_name,
-             (unsigned long long)lade__hash64(url, strlen(url), 0x7461726964780000ull)); /* endpoint included */
-    if (lade__tar_index_load(t, x, ipath, v) == 0) return 0;
+  if (!(H(t)->shard_val[i] = strdup(val))) rc = lade__fail(LADE_ENOMEM, "%s: out of memory", shown);
+  int found = !rc && ipath[0] && lade__tar_index_load(t, x, ipath, v) == 0;
+  if (!rc && !found && !asked && H(t)->open_http && sidecars_wanted(t)) asked = !(rc = lade__http_submit(H(t)->open_http, &side, 1, 0));
+  int got = asked && sidecar_get(t, i, &b) == 0;
+  if (!rc && !found && got) {
+    rc = sidecar_index(t, i, &b, x);
+    found = rc == 0;
+    if (rc == 1) rc = 0;
   }
-  lade__http_stream_t *st = NULL;
-  rc = lade__http_stream_open(H(t)->http, url, shown, size, val, &st);
+  lade__buf_free(&b);
+  if (rc || found) {
+    if (!rc && got && ipath[0]) lade__tar_index_store(t, x, ipath, v, cfg);
+    return rc;
+  }
+  lade__http_stream_t *s = NULL;
+  rc = lade__http_stream_open(H(t)->http, url, shown, size, val, &s);
   if (!rc) {
-    rc = t->fmt->walk(t, x, lade__http_stream_pread, st, size, shown);
-    if (rc && lade__http_stream_error(st)) rc = lade__http_stream_error(st); /* the network's words, not EIO's */
+    rc = t->fmt->walk(t, x, lade__http_stream_pread, s, size, shown);
+    if (rc && lade__http_stream_error(s)) rc = lade__http_stream_error(s); /* the network's words, not EIO's */
   }
-  lade__http_stream_close(st);
+  lade__http_stream_close(s);
   if (!rc && ipath[0]) lade__tar_index_store(t, x, ipath, v, cfg);
   return rc;
 }
@@ -309,14 +537,45 @@ static bool http_ready(lade__tar_t *t, uint64_t idx) {
   return idx >= t->count || lade__http_ready(H(t)->http, idx);
 }
 
+/* The open's requests (HEADs, index passes, sidecars and their binding
+ * Ranges) are list_requests; get_requests are the samples'. */
 static void http_stats(lade__tar_t *t, lade__source_stats_t *out) {
   lade__remote_stats(H(t) ? H(t)->http : NULL, out);
+  if (!H(t)) return;
+  out->list_requests += H(t)->open_requests;
+  out->bytes += H(t)->open_bytes;
+  out->sidecar_rejected = __atomic_load_n(&H(t)->rejected, __ATOMIC_RELAXED);
+}
+
+/* The open's handle, once every shard is indexed: its counters kept. */
+static void open_http_close(http_state_t *h) {
+  if (!h->open_http) return;
+  lade__http_stats_t st;
+  lade__http_stats(h->open_http, &st);
+  h->open_requests += st.get_requests;
+  h->open_bytes += st.bytes;
+  lade__http_destroy(h->open_http);
+  h->open_http = NULL;
+}
+
+/* The open's handle: the sidecars and the Ranges that bind them, small
+ * requests, as many in flight as http_max_concurrency allows (not tuned:
+ * the open is short); a sidecar may be larger than max_sample_bytes. */
+static int open_http_start(lade__tar_t *t) {
+  lade__http_opts_t o = H(t)->o;
+  o.fixed_conc = LADE__MAX(o.max_conc, o.fixed_conc);
+  o.max_body = (uint64_t)1 << 30;
+  o.arrived = NULL;
+  o.arrived_ctx = NULL;
+  int rc = lade__http_create(&H(t)->open_http, &o);
+  return rc ? rc : lade__http_start(H(t)->open_http, SIDE0(t) + t->shards.n);
 }
 
 
 static int http_open(lade__tar_t *t, const struct lade_config *cfg, lade__source_t *s) {
   http_state_t *h = calloc(1, sizeof *h);
   if (!h) return lade__fail(LADE_ENOMEM, "tar source: out of memory");
+  pthread_mutex_init(&h->probe_mu, NULL);
   t->be_state = h;
   const char *first = lade__tar_is_url(cfg->source) ? cfg->source : lade__tar_strs_at(&t->shards, 0);
   int rc = remote_http(t, cfg, s, first);
@@ -326,10 +585,14 @@ static int http_open(lade__tar_t *t, const struct lade_config *cfg, lade__source
               !(h->shard_size = calloc(ns, sizeof *h->shard_size)) ||
               !(h->shard_val = calloc(ns, sizeof *h->shard_val))))
     rc = lade__fail(LADE_ENOMEM, "tar source: out of memory");
+  if (!rc) rc = open_http_start(t);
   return rc;
 }
 
-static int http_start(lade__tar_t *t) { return lade__http_start(H(t)->http, t->count); }
+static int http_start(lade__tar_t *t) {
+  open_http_close(H(t));
+  return lade__http_start(H(t)->http, t->count);
+}
 
 static void http_reserve(lade__tar_t *t, uint64_t samples, uint64_t bytes) {
   lade__http_reserve(H(t)->http, samples, bytes);
@@ -338,17 +601,20 @@ static void http_reserve(lade__tar_t *t, uint64_t samples, uint64_t bytes) {
 static void http_close(lade__tar_t *t) {
   http_state_t *h = H(t);
   if (!h) return;
-  lade__http_destroy(h->http); /* first: its thread reads the shard list */
+  lade__http_destroy(h->open_http); /* first: their threads read the shard list */
+  lade__http_destroy(h->http);
   lade__s3_where_free(&h->w);
   free(h->shard_ver);
   free(h->shard_size);
   for (size_t i = 0; h->shard_val && i < t->shards.n; i++) free(h->shard_val[i]);
   free(h->shard_val);
+  pthread_mutex_destroy(&h->probe_mu);
   free(h);
   t->be_state = NULL;
 }
 
 const lade__tar_backend_t lade__tar_http = {
+    .index_threads = 64, /* each waits on a HEAD and its sidecar, or streams a shard */
     .open = http_open,
     .index = http_index,
     .start = http_start,

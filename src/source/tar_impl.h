@@ -70,6 +70,15 @@ typedef struct lade__tar_ver {
 
 struct lade__tar;
 
+/* The version a sidecar index carries (lade__tar_local_sidecar: `lade
+ * pack`, `lade index`, docs/sources.md "Sidecar indexes"): the shard's size
+ * and this mark where a local index has the shard's mtime, which a copy
+ * does not keep (never a nanoseconds field, nor a remote ETag's 2 << 32).
+ * Such an index is bound to its shard by its size and bind() alone. */
+#define LADE__TAR_SIDECAR_A 0x6c61646573696465ull /* "ladeside" */
+#define LADE__TAR_SIDECAR_B ((uint64_t)3 << 32)
+#define LADE__TAR_SIDECAR_SUFFIX ".ladeidx"
+
 /* Appends an entry (name: NULL for formats without names). */
 int lade__tar_index_push(lade__tar_index_t *x, const lade__tar_entry_t *e, uint64_t aux, const char *name, size_t nlen);
 /* Loads a stored index when it is whole (checksum, seeded with
@@ -77,10 +86,27 @@ int lade__tar_index_push(lade__tar_index_t *x, const lade__tar_entry_t *e, uint6
  * which) and made from version v of the shard; else -1 and x is empty (no
  * error set). */
 int lade__tar_index_load(const struct lade__tar *t, lade__tar_index_t *x, const char *path, lade__tar_ver_t v);
-/* Stores it (temp file + rename); a failure only means the next open
- * indexes again. */
-void lade__tar_index_store(const struct lade__tar *t, const lade__tar_index_t *x, const char *path, lade__tar_ver_t v,
-                           const struct lade_config *cfg);
+/* The checks of lade__tar_index_load on the bytes of a stored index
+ * (data, len), with any_version: only v.size is compared (a sidecar
+ * fetched beside a remote shard: the mtime or validator it was stored with
+ * belongs to another copy). 0, or -1 with x empty and *why (optional) the
+ * reason in words. Pure. */
+int lade__tar_index_parse(const struct lade__tar *t, lade__tar_index_t *x, const uint8_t *data, size_t len,
+                          lade__tar_ver_t v, bool any_version, const char **why);
+/* Where a shard whose index is x (all its members, a sidecar says) must
+ * end, for the binding of a sidecar, which no mtime guards: a member
+ * appended within a tar's end padding keeps the size and every sampled
+ * header. A tar: [*off, *off + *len) must be zeros (the end-of-archive
+ * block after the last member; *len 0: nothing to read); a TFRecord file:
+ * the last record's CRC ends the file. 0, or -1: x cannot be the whole
+ * shard. Pure. */
+int lade__tar_index_tail(const struct lade__tar *t, const lade__tar_index_t *x, uint64_t size, uint64_t *off,
+                         size_t *len);
+/* Stores it (temp file + rename; cfg NULL: no folder to make): 0, or -1
+ * with errno set; a failure at open only means the next open indexes
+ * again. */
+int lade__tar_index_store(const struct lade__tar *t, const lade__tar_index_t *x, const char *path, lade__tar_ver_t v,
+                          const struct lade_config *cfg);
 void lade__tar_index_free(lade__tar_index_t *x);
 /* The folder that keeps indexes: index_dir, else cache_dir, else NULL. */
 const char *lade__tar_index_dir(const struct lade_config *cfg);
@@ -181,6 +207,10 @@ extern const lade__tar_format_t lade__tar_fmt_tfrecord;
 
 /* A shard backend. */
 typedef struct lade__tar_backend {
+  /* Shards indexed at once by open (tar.c's index_all): each index() waits
+   * on latency (a file system's, a server's), so a remote backend takes
+   * many. */
+  uint32_t index_threads;
   /* Sets up for t->shards (a backend whose source names its shards itself,
    * a URL, lists them into t->shards first). */
   int (*open)(lade__tar_t *t, const struct lade_config *cfg, lade__source_t *s);
@@ -202,6 +232,10 @@ typedef struct lade__tar_backend {
 } lade__tar_backend_t;
 
 extern const lade__tar_backend_t lade__tar_local;
+/* Writes the sidecar index of local shard `shard` to `out` (tar_local.c):
+ * one pass over it, its bind(), stored with the LADE__TAR_SIDECAR_*
+ * version. Errors name the shard or `out`. */
+int lade__tar_local_sidecar(const lade__tar_t *t, const char *shard, const char *out);
 #ifdef LADE_HAVE_CURL
 extern const lade__tar_backend_t lade__tar_http;
 #endif

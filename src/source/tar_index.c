@@ -45,35 +45,41 @@ int lade__tar_index_push(lade__tar_index_t *x, const lade__tar_entry_t *e, uint6
   return name ? lade__tar_strs_push(&x->names, name, nlen) : 0;
 }
 
-/* Loads a stored index when it is whole (checksum), of this format and
- * settings (magic; t->index_seed seeds the checksum) and made from this
- * version of the shard; else returns -1 and x is empty. The stored form is
- * the header, the entries, their aux values (formats with aux), then the
- * names (formats with names), then the checksum. */
-int lade__tar_index_load(const lade__tar_t *t, lade__tar_index_t *x, const char *path, lade__tar_ver_t v) {
+/* Parses a stored index's bytes: whole (checksum), of this format and
+ * settings (magic; t->index_seed seeds the checksum), made from version v
+ * of the shard (only its size when any_version: a sidecar, whose mtime or
+ * validator fields describe another copy of the shard) and inside it;
+ * else -1, x empty and *why the first check that failed. The stored form
+ * is the header, the entries, their aux values (formats with aux), then
+ * the names (formats with names), then the checksum. Pure: no I/O. */
+int lade__tar_index_parse(const lade__tar_t *t, lade__tar_index_t *x, const uint8_t *data, size_t len,
+                          lade__tar_ver_t v, bool any_version, const char **why) {
   const lade__tar_format_t *f = t->fmt;
-  lade__buf_t b = {0};
-  int ok = 0;
-  if (lade__tar_read_small(path, 1ull << 34, &b) != 0) goto out;
+  const char *w = "shorter than an index header";
   idx_hdr_t h;
-  if (b.len < sizeof h + 8) goto out;
-  memcpy(&h, b.data, sizeof h);
+  if (len < sizeof h + 8) goto out;
+  memcpy(&h, data, sizeof h);
   uint64_t sum;
-  memcpy(&sum, b.data + b.len - 8, 8);
+  memcpy(&sum, data + len - 8, 8);
   int comp = -1;
   for (int k = 0; k < 3 && comp < 0; k++) {
     const char *m = k ? f->zmagic[k - 1] : f->magic;
     if (m && memcmp(h.magic, m, 8) == 0) comp = k; /* LADE__GZ_NONE, _GZIP, _ZLIB */
   }
-  if (comp < 0 || sum != lade__hash64(b.data, b.len - 8, t->index_seed)) goto out;
-  if (h.shard_size != v.size || h.mtime_sec != v.a || h.mtime_nsec != v.b) goto out;
+  w = "not a lade index of this format (its magic)";
+  if (comp < 0) goto out;
+  w = "its checksum fails (truncated, damaged, or made with other tfrecord_* settings)";
+  if (sum != lade__hash64(data, len - 8, t->index_seed)) goto out;
+  w = any_version ? "made for a shard of another size" : "made from another version of the shard (size or mtime)";
+  if (h.shard_size != v.size || (!any_version && (h.mtime_sec != v.a || h.mtime_nsec != v.b))) goto out;
+  w = "an entry outside the shard";
   /* a compressed shard's offsets are in its uncompressed bytes, of no known size */
   uint64_t end = comp ? UINT64_MAX : h.shard_size;
   size_t per = sizeof(lade__tar_entry_t) + (f->aux ? 8 : 0);
-  if (h.count > (b.len - sizeof h) / per || h.names_len != b.len - 8 - sizeof h - h.count * per ||
+  if (h.count > (len - sizeof h) / per || h.names_len != len - 8 - sizeof h - h.count * per ||
       (!f->names && h.names_len))
     goto out;
-  const uint8_t *mp = b.data + sizeof h, *ap = mp + h.count * sizeof(lade__tar_entry_t);
+  const uint8_t *mp = data + sizeof h, *ap = mp + h.count * sizeof(lade__tar_entry_t);
   const char *names = (const char *)mp + h.count * per, *np = names, *nend = names + h.names_len;
   if (h.names_len && nend[-1] != '\0') goto out;
   for (uint64_t i = 0; i < h.count; i++) {
@@ -89,14 +95,43 @@ int lade__tar_index_load(const lade__tar_t *t, lade__tar_index_t *x, const char 
     if (lade__tar_index_push(x, &m, aux, f->names ? np : NULL, f->names ? (size_t)(z - np) : 0) != 0) goto out;
     if (f->names) np = z + 1;
   }
-  ok = np == nend;
+  if (np != nend) goto out;
   x->bind = h.bind;
   x->comp = comp;
+  if (why) *why = NULL;
+  return 0;
 out:
+  lade__clear_error();
+  lade__tar_index_free(x);
+  if (why) *why = w;
+  return -1;
+}
+
+int lade__tar_index_load(const lade__tar_t *t, lade__tar_index_t *x, const char *path, lade__tar_ver_t v) {
+  lade__buf_t b = {0};
+  int rc = lade__tar_read_small(path, 1ull << 34, &b) == 0 ? lade__tar_index_parse(t, x, b.data, b.len, v, false, NULL)
+                                                            : -1;
   lade__buf_free(&b);
   lade__clear_error();
-  if (!ok) lade__tar_index_free(x);
-  return ok ? 0 : -1;
+  if (rc) lade__tar_index_free(x);
+  return rc;
+}
+
+int lade__tar_index_tail(const lade__tar_t *t, const lade__tar_index_t *x, uint64_t size, uint64_t *off,
+                         size_t *len) {
+  *off = 0;
+  *len = 0;
+  if (!x->n) return 0;
+  const lade__tar_entry_t *m = &x->m[x->n - 1];
+  if (m->data_off > size || m->size > size - m->data_off) return -1;
+  uint64_t end = m->data_off + m->size;
+  if (!t->fmt->names) /* a TFRecord file: its last record's CRC ends it */
+    return end <= size && size - end == t->fmt->tail ? 0 : -1;
+  end = (end + 511) / 512 * 512; /* a tar: the data's padding, then the end-of-archive zero block */
+  if (end > size) return end - size < 512 ? 0 : -1; /* no padding at the end: writers that omit it */
+  *off = end;
+  *len = (size_t)LADE__MIN(size - end, (uint64_t)512);
+  return 0;
 }
 
 /* Stores the index (temp file + rename, so a reader never sees half of it).
@@ -105,18 +140,18 @@ const char *lade__tar_index_dir(const struct lade_config *cfg) {
   return cfg->index_dir[0] ? cfg->index_dir : cfg->cache_dir[0] ? cfg->cache_dir : NULL;
 }
 
-void lade__tar_index_store(const lade__tar_t *t, const lade__tar_index_t *x, const char *path, lade__tar_ver_t v,
-                           const struct lade_config *cfg) {
+int lade__tar_index_store(const lade__tar_t *t, const lade__tar_index_t *x, const char *path, lade__tar_ver_t v,
+                          const struct lade_config *cfg) {
   const lade__tar_format_t *f = t->fmt;
-  const char *dir = lade__tar_index_dir(cfg);
+  const char *dir = cfg ? lade__tar_index_dir(cfg) : NULL;
   if (dir && lade__mkdir_private(dir) != 0) {
     lade__clear_error();
-    return;
+    return -1;
   }
   idx_hdr_t h;
   memset(&h, 0, sizeof h);
   const char *magic = x->comp ? f->zmagic[x->comp - 1] : f->magic;
-  if (!magic) return;
+  if (!magic) return -1;
   memcpy(h.magic, magic, 8);
   h.shard_size = v.size;
   h.mtime_sec = v.a;
@@ -127,7 +162,8 @@ void lade__tar_index_store(const lade__tar_t *t, const lade__tar_index_t *x, con
   size_t entries = x->n * sizeof(lade__tar_entry_t), auxes = f->aux ? x->n * 8 : 0;
   size_t total = sizeof h + entries + auxes + h.names_len + 8;
   uint8_t *b = malloc(total);
-  if (!b) return;
+  if (!b) return -1;
+  int bad = 1;
   memcpy(b, &h, sizeof h);
   if (x->n) memcpy(b + sizeof h, x->m, entries);
   if (auxes) memcpy(b + sizeof h + entries, x->aux, auxes);
@@ -145,11 +181,17 @@ void lade__tar_index_store(const lade__tar_t *t, const lade__tar_index_t *x, con
       if (n <= 0) break;
       done += (size_t)n;
     }
-    int bad = done != total;
+    bad = done != total;
     if (close(fd) != 0) bad = 1;
-    if (bad || rename(tmp, path) != 0) unlink(tmp);
+    if (!bad && rename(tmp, path) != 0) bad = 1;
+    if (bad) {
+      int e = errno;
+      unlink(tmp);
+      errno = e;
+    }
   }
   free(b);
+  return bad ? -1 : 0;
 }
 
 

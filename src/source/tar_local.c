@@ -106,6 +106,19 @@ static uint64_t index_bound(const lade__tar_t *t, const lade__tar_index_t *x, in
   return t->fmt->bind(t, x, fd_pread, &fd);
 }
 
+/* A sidecar's shard ends where its index says (lade__tar_index_tail). */
+static int tail_ok(const lade__tar_t *t, const lade__tar_index_t *x, int fd, uint64_t size) {
+  uint64_t off;
+  size_t len;
+  uint8_t b[512];
+  if (lade__tar_index_tail(t, x, size, &off, &len) != 0) return 0;
+  if (!len) return 1;
+  if (fd_pread(&fd, b, len, off) != (long)len) return 0;
+  for (size_t k = 0; k < len; k++)
+    if (b[k]) return 0;
+  return 1;
+}
+
 static void index_path(const lade__tar_t *t, char *out, size_t size, const struct lade_config *cfg, const char *shard) {
   const char *dir = lade__tar_index_dir(cfg);
   if (dir) {
@@ -151,8 +164,17 @@ static int local_index(lade__tar_t *t, const struct lade_config *cfg, size_t i, 
    * of the same size and mtime has other names there); and as compressed
    * as the settings say the shard is */
   int comp = t->fmt->compression ? t->fmt->compression(t, shard) : LADE__GZ_NONE;
-  if (lade__tar_index_load(t, x, ipath, ver_of_stat(&st)) != 0 || x->comp != comp ||
-      index_bound(t, x, fd) != x->bind) {
+  int found = lade__tar_index_load(t, x, ipath, ver_of_stat(&st)) == 0;
+  /* a sidecar (lade pack, lade index) beside the shard: bound by size and
+   * the sampled headers alone, and kept as it is (byte-stable, and the
+   * dataset's folder may be read-only) */
+  lade__tar_ver_t side = {(uint64_t)st.st_size, LADE__TAR_SIDECAR_A, LADE__TAR_SIDECAR_B};
+  if (!found) {
+    char spath[LADE__PATH_MAX + 64];
+    snprintf(spath, sizeof spath, "%s" LADE__TAR_SIDECAR_SUFFIX, shard);
+    found = lade__tar_index_load(t, x, spath, side) == 0 && tail_ok(t, x, fd, (uint64_t)st.st_size);
+  }
+  if (!found || x->comp != comp || index_bound(t, x, fd) != x->bind) {
     lade__tar_index_free(x);
     rc = index_build(t, x, fd, (uint64_t)st.st_size, shard);
     if (!rc) x->bind = index_bound(t, x, fd);
@@ -163,6 +185,26 @@ static int local_index(lade__tar_t *t, const struct lade_config *cfg, size_t i, 
     L(t)->fd[i] = fd;
   else
     close(fd);
+  return rc;
+}
+
+int lade__tar_local_sidecar(const lade__tar_t *t, const char *shard, const char *out) {
+  struct stat st;
+  int fd = lade__open_regular(AT_FDCWD, shard, shard, &st);
+  if (fd < 0) return fd;
+  lade__tar_index_t x = {0};
+  int comp = t->fmt->compression ? t->fmt->compression(t, shard) : LADE__GZ_NONE;
+  int rc = comp ? lade__fail(LADE_EUNSUPPORTED, "%s: a compressed file: no sidecar index (remote compressed files "
+                             "are not read; decompress it)", shard)
+                : index_build(t, &x, fd, (uint64_t)st.st_size, shard);
+  if (!rc) {
+    x.bind = index_bound(t, &x, fd);
+    lade__tar_ver_t side = {(uint64_t)st.st_size, LADE__TAR_SIDECAR_A, LADE__TAR_SIDECAR_B};
+    if (lade__tar_index_store(t, &x, out, side, NULL) != 0)
+      rc = lade__fail(LADE_EIO, "cannot write %s: %s", out, strerror(errno));
+  }
+  lade__tar_index_free(&x);
+  close(fd);
   return rc;
 }
 
@@ -265,6 +307,7 @@ static void local_close(lade__tar_t *t) {
 }
 
 const lade__tar_backend_t lade__tar_local = {
+    .index_threads = 4,
     .open = local_open,
     .index = local_index,
     .start = local_start,

@@ -1,0 +1,339 @@
+"""Sidecar indexes (docs/sources.md, "Sidecar indexes"): `lade pack` writes SHARD.tar.ladeidx beside each
+shard and `lade index` writes it for shards other tools wrote; a remote open (nginx over http://, s3rver
+over s3://) fetches it instead of streaming the shard, after checking it is the shard's (its size, then
+its sampled member headers by Range). A sidecar that is not the shard's (another shard's of the same
+size, a truncated one, a shard rewritten after it) is ignored, counted in sidecar_rejected, said once on
+stderr, and the shard read whole as before; the bytes always equal Python's tarfile's."""
+import glob
+import io
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+
+import pytest
+
+import lade
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "http"))
+import httpenv  # noqa: E402
+import s3env  # noqa: E402  (tests/s3, put on the path by httpenv)
+import tfrecord_files  # noqa: E402
+
+BIND = 9  # Ranges that bind a tar sidecar: 8 sampled member headers (tar.c), the end-of-archive block
+
+
+# ---------------------------------------------------------------- shards and references
+
+def write_shard(path, members):
+    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as t:
+        for name, data in members:
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            ti.mtime = 1700000000
+            t.addfile(ti, io.BytesIO(data))
+    return str(path)
+
+
+def members_of(prefix, n, seed, flip=False):
+    """n samples PREFIX_i.bin (+ .cls); flip: other bytes of the same sizes."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        data = bytes(rng.getrandbits(8) for _ in range(rng.randint(100, 3000)))
+        if flip:
+            data = bytes(b ^ 0x5A for b in data)
+        out.append(("%s_%03d.bin" % (prefix, i), data))
+        out.append(("%s_%03d.cls" % (prefix, i), b"%d" % (i % 3)))
+    return out
+
+
+def reference(path):
+    """(key, label, bytes) per sample of a shard, read with tarfile (members KEY.bin/.npy and KEY.cls)."""
+    groups = []
+    with tarfile.open(path) as t:
+        for m in t.getmembers():
+            if not m.isfile():
+                continue
+            key, ext = m.name.split(".", 1)
+            if not groups or groups[-1][0] != key:
+                groups.append((key, {}))
+            groups[-1][1][ext] = t.extractfile(m).read()
+    return [(k, int(d["cls"]) if "cls" in d else -1, next(v for e, v in d.items() if e != "cls"))
+            for k, d in groups]
+
+
+def load(source, **kw):
+    """{index: bytes} of one unshuffled epoch, the samples' names, and the loader's stats."""
+    got = {}
+    with lade.Loader(source, transform="raw", batch_size=5, epochs=1, shuffle=False, threads=2, output="numpy",
+                     meta=True, raw_size=4096, **kw) as L:
+        names = L.samples
+        for d, lab, b in L.stream():
+            for row, i in zip(d, b.indices.tolist()):
+                got[i] = bytes(row)
+        st = L.stats()
+    return got, names, st
+
+
+def check_same(source, shard_names, local_paths, **kw):
+    """The batches of `source` (shards shard_names) equal tarfile's reading of local_paths."""
+    got, names, st = load(source, **kw)
+    ref = []
+    for shown, path in zip(shard_names, local_paths):
+        ref += [(shown + "/" + k, lab, data) for k, lab, data in reference(path)]
+    assert names == [(p, lab) for p, lab, _ in ref]
+    assert sorted(got) == list(range(len(ref)))
+    for i, (_, _, data) in enumerate(ref):
+        assert got[i][:len(data)] == data and not got[i][len(data):].strip(b"\0")
+    return st
+
+
+def run_cli(cli, *args):
+    r = subprocess.run([cli] + [str(a) for a in args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory, lade_cli):
+    """A folder of shards: 3 from `lade pack` (npy samples), 3 written by tarfile and indexed by
+    `lade index`; every one with its sidecar."""
+    root = tmp_path_factory.mktemp("sidecar")
+    src = root / "npy"
+    run_cli(lade_cli, "gen", "npy", src, "--count", "60", "--shape", "4,8", "--seed", "3")
+    packed = root / "packed"
+    run_cli(lade_cli, "pack", src, "--to", "tar", "--shard-size", "45KB", packed)
+    p = sorted(glob.glob(str(packed / "shard-*.tar")))
+    assert len(p) >= 3, p
+    other = root / "other"
+    other.mkdir()
+    t = [write_shard(other / ("t-%d.tar" % k), members_of("s%d" % k, 12 + 3 * k, k)) for k in range(3)]
+    r = run_cli(lade_cli, "index", *t)
+    assert r.stdout.split() == [x + ".ladeidx" for x in t]
+    return {"root": root, "packed": p, "other": t}
+
+
+def test_pack_and_index_write_sidecars_used_locally(shards, lade_cli):
+    for s in shards["packed"] + shards["other"]:
+        assert os.path.getsize(s + ".ladeidx") > 0
+    # the same bytes for a second pack (a sidecar holds no mtime)
+    again = shards["root"] / "again"
+    run_cli(lade_cli, "pack", shards["root"] / "npy", "--to", "tar", "--shard-size", "45KB", again)
+    for s in shards["packed"]:
+        with open(s + ".ladeidx", "rb") as a, open(str(again / os.path.basename(s)) + ".ladeidx", "rb") as b:
+            assert a.read() == b.read()
+    # a local open uses them as they are: not rebuilt, not rewritten
+    for group in ("packed", "other"):
+        before = {s: os.stat(s + ".ladeidx") for s in shards[group]}
+        check_same(shards[group][0] if len(shards[group]) == 1 else os.path.dirname(shards[group][0]),
+                   shards[group], shards[group])
+        for s, st in before.items():
+            now = os.stat(s + ".ladeidx")
+            assert (now.st_ino, now.st_mtime_ns) == (st.st_ino, st.st_mtime_ns), s
+
+
+def test_index_refuses_urls_and_broken_shards(shards, lade_cli, tmp_path):
+    r = subprocess.run([lade_cli, "index", "http://127.0.0.1:9/x.tar"], stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 1 and "http://127.0.0.1:9/x.tar: a URL" in r.stderr
+    bad = tmp_path / "cut.tar"
+    bad.write_bytes(open(shards["other"][0], "rb").read()[:3000])
+    r = subprocess.run([lade_cli, "index", bad], stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 1 and str(bad) in r.stderr and not os.path.exists(str(bad) + ".ladeidx")
+
+
+# ---------------------------------------------------------------- http:// (nginx)
+
+def served(root, d):
+    """A copy of folder d under root (the server's), mtimes not kept: a sidecar must not need them."""
+    out = os.path.join(root, os.path.basename(d))
+    os.mkdir(out)
+    for f in os.listdir(d):
+        shutil.copyfile(os.path.join(d, f), os.path.join(out, f))
+    return out
+
+
+def log_counts(log, n):
+    heads = [r for r in log if r[0] == "HEAD" and not r[1].endswith(".ladeidx")]  # the shards' (not the probe)
+    whole = [r for r in log if r[0] == "GET" and r[1].endswith(".tar") and r[4] == "-"]
+    sides = [r for r in log if r[0] == "GET" and r[1].endswith(".ladeidx")]
+    ranges = [r for r in log if r[0] == "GET" and r[1].endswith(".tar") and r[4] != "-"]
+    return len(heads), len(whole), len(sides), len(ranges)
+
+
+@pytest.fixture(scope="module")
+def nginx(shards, tmp_path_factory):
+    why = httpenv.missing()
+    if why:
+        pytest.skip(why)
+    root = tempfile.mkdtemp(prefix="lade-sidecar-www-")
+    os.chmod(root, 0o755)  # nginx's worker runs as another user when started by root
+    served(root, os.path.dirname(shards["packed"][0]))
+    served(root, os.path.dirname(shards["other"][0]))
+    try:
+        with httpenv.NginxEnv(root) as env:
+            yield env, root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.parametrize("group", ["packed", "other"])
+def test_http_sidecar_used(shards, nginx, group, capfd):
+    env, root = nginx
+    local = shards[group]
+    sub = os.path.basename(os.path.dirname(local[0]))
+    urls = ["%s/%s/%s" % (env.url, sub, os.path.basename(s)) for s in local]
+    lst = os.path.join(root, "%s.txt" % group)
+    with open(lst, "w") as f:
+        f.write("\n".join(urls) + "\n")
+    env.clear_log()
+    st = check_same(lst, urls, local, coalesce_gap_bytes=0)
+    n = len(local)
+    heads, whole, sides, ranges = log_counts(env.access_log(), n)
+    assert (heads, whole, sides) == (n, 0, n)  # no shard read whole: one sidecar GET each
+    assert ranges == st["get_requests"] + BIND * n  # the samples' Ranges and the binding Ranges
+    probe = 1 if n > 1 else 0  # the HEAD of the first shard's sidecar: are there sidecars at all
+    assert st["list_requests"] == heads + probe + sides + BIND * n
+    assert st["sidecar_rejected"] == 0
+    assert "sidecar" not in capfd.readouterr().err
+
+
+def test_http_without_sidecars_reads_shards_whole(shards, nginx):
+    """The path before sidecars, and for servers without them: a 404 for the sidecar, one whole GET."""
+    env, root = nginx
+    d = os.path.join(root, "bare")
+    os.mkdir(d)
+    for s in shards["other"]:
+        shutil.copyfile(s, os.path.join(d, os.path.basename(s)))
+    urls = ["%s/bare/%s" % (env.url, os.path.basename(s)) for s in shards["other"]]
+    env.clear_log()
+    st = check_same(urls[0], urls[:1], shards["other"][:1])
+    log = env.access_log()
+    assert [r[2] for r in log if r[1].endswith(".ladeidx")] == [404]
+    assert log_counts(log, 1)[:2] == (1, 1) and st["sidecar_rejected"] == 0
+    # many shards: one HEAD of the first shard's sidecar (404) says the dataset has none, so no shard's is
+    # asked for (not a 404 GET per shard)
+    n = len(urls)
+    assert n > 1
+    lst = os.path.join(root, "bare.txt")
+    with open(lst, "w") as f:
+        f.write("\n".join(urls) + "\n")
+    env.clear_log()
+    st = check_same(lst, urls, shards["other"])
+    log = env.access_log()
+    assert [(r[0], r[2]) for r in log if r[1].endswith(".ladeidx")] == [("HEAD", 404)]
+    heads, whole, sides, _ = log_counts(log, n)
+    assert (heads, whole, sides) == (n, n, 0) and st["sidecar_rejected"] == 0
+
+
+def test_http_wrong_sidecars_ignored(shards, nginx, capfd, tmp_path, lade_cli):
+    """Another shard's sidecar (same size, other bytes), a truncated one, a shard rewritten after its
+    sidecar (same size, renamed members; another size): each ignored, counted, said once; the bytes
+    still tarfile's. A shard rewritten with other bytes in the same members (the same headers) keeps
+    its index right: its sidecar is used, and serves the new bytes."""
+    env, root = nginx
+    d = os.path.join(root, "wrong")
+    os.mkdir(d)
+    local = tmp_path / "wrong"
+    local.mkdir()
+    names = ["a.tar", "b.tar", "c.tar", "d.tar", "e.tar", "f.tar"]
+    paths = [str(local / n) for n in names]
+    write_shard(paths[0], members_of("a", 20, 7))
+    write_shard(paths[1], [(n.replace("a_", "b_"), x) for n, x in members_of("a", 20, 7, flip=True)])
+    assert os.path.getsize(paths[0]) == os.path.getsize(paths[1])
+    for k in range(2, 6):
+        write_shard(paths[k], members_of(names[k][0], 20, k))
+    run_cli(lade_cli, "index", *paths)
+    shutil.copyfile(paths[0] + ".ladeidx", paths[1] + ".ladeidx")  # b: a's sidecar
+    side = open(paths[2] + ".ladeidx", "rb").read()
+    open(paths[2] + ".ladeidx", "wb").write(side[:len(side) // 2])  # c: truncated
+    write_shard(paths[3], members_of("d", 20, 3, flip=True))  # d: other bytes, the same headers
+    write_shard(paths[4], [(n.replace("e_", "E_"), x) for n, x in members_of("e", 20, 4)])  # e: renamed members
+    size_f = os.path.getsize(paths[5])
+    write_shard(paths[5], members_of("f", 21, 5))  # f: a sample appended (in tar's end padding: the same size)
+    assert os.path.getsize(paths[5]) == size_f
+    for p in paths:
+        for f in (p, p + ".ladeidx"):
+            shutil.copyfile(f, os.path.join(d, os.path.basename(f)))
+    urls = ["%s/wrong/%s" % (env.url, n) for n in names]
+    env.clear_log()
+    capfd.readouterr()
+    st = check_same("%s/wrong/{a,b,c,d,e,f}.tar" % env.url, urls, paths)
+    err = capfd.readouterr().err
+    assert st["sidecar_rejected"] == 4
+    heads, whole, sides, _ = log_counts(env.access_log(), 6)
+    assert (heads, whole, sides) == (6, 4, 6)
+    assert urls[0] not in err and urls[3] not in err
+    why = {1: "sampled member headers differ", 2: "checksum", 4: "sampled member headers differ",
+           5: "a member follows its last one"}
+    for k, w in why.items():
+        said = [ln for ln in err.splitlines() if "sidecar index not used for %s:" % urls[k] in ln]
+        assert len(said) == 1 and w in said[0], (k, err)
+    # the same again: the rejections are the open's, not remembered
+    assert check_same("%s/wrong/{a,b,c,d,e,f}.tar" % env.url, urls, paths)["sidecar_rejected"] == 4
+
+
+def test_http_tfrecord_sidecar(nginx, lade_cli, tmp_path):
+    env, root = nginx
+    d = os.path.join(root, "tfr")
+    local = str(tmp_path / "tfr")
+    rng = random.Random(5)
+    tfrecord_files.write_dlio(local, 2, 20, lambda f, i: bytes(rng.getrandbits(8) for _ in range(300 + i)))
+    files = sorted(glob.glob(os.path.join(local, "img_*.tfrecord")))
+    run_cli(lade_cli, "index", *files)
+    os.mkdir(d)
+    for f in files:
+        for x in (f, f + ".ladeidx"):
+            shutil.copyfile(x, os.path.join(d, os.path.basename(x)))
+    want, _, _ = load(local + "/img_{0..1}_of_2.tfrecord", source_type="tfrecord")
+    env.clear_log()
+    got, _, st = load(env.url + "/tfr/img_{0..1}_of_2.tfrecord", source_type="tfrecord")
+    assert got == want and st["sidecar_rejected"] == 0
+    log = env.access_log()
+    assert not [r for r in log if r[0] == "GET" and r[1].endswith(".tfrecord") and r[4] == "-"]
+    assert len([r for r in log if r[0] == "GET" and r[1].endswith(".ladeidx")]) == 2
+    assert [r[0] for r in log if r[0] == "HEAD" and r[1].endswith(".ladeidx")] == ["HEAD"]  # the probe
+
+
+# ---------------------------------------------------------------- s3:// (s3rver behind the proxy)
+
+def test_s3_sidecar_used_and_rejected(shards, capfd):
+    why = s3env.missing()
+    if why:
+        pytest.skip(why)
+    local = shards["packed"] + shards["other"]
+    with s3env.S3Env() as env:
+        keys = ["side/%d.tar" % k for k in range(len(local))]
+        for k, s in zip(keys, local):
+            env.put(k, open(s, "rb").read())
+            env.put(k + ".ladeidx", open(s + ".ladeidx", "rb").read())
+        names = ["s3://%s/%s" % (env.bucket, k) for k in keys]
+        n = len(keys)
+        env.reset()
+        capfd.readouterr()
+        st = check_same("s3://%s/side" % env.bucket, names, local, source_type="tar", coalesce_gap_bytes=0,
+                        **env.lade_settings())
+        c = env.counts()
+        assert c["sig_failures"] == 0 and c["head"] == n + 1 and st["sidecar_rejected"] == 0  # + the probe
+        assert [c["by_key"].get("/%s/%s.ladeidx" % (env.bucket, k), 0) for k in keys] == [1] * n
+        # every GET is a sidecar, a binding Range or a sample's Range: no shard read whole
+        assert c["get"] == n + BIND * n + st["get_requests"]
+        # the LIST, the probe (HEAD of the first sidecar), HEADs, sidecars, binding Ranges
+        assert st["list_requests"] == 1 + (n > 1) + n + n + BIND * n
+        # another shard's sidecar: ignored, counted, said; the bytes are still the shard's
+        env.put(keys[1] + ".ladeidx", open(local[0] + ".ladeidx", "rb").read())
+        env.reset()
+        st = check_same("s3://%s/side" % env.bucket, names, local, source_type="tar", coalesce_gap_bytes=0,
+                        **env.lade_settings())
+        assert st["sidecar_rejected"] == 1
+        err = capfd.readouterr().err
+        assert re.search(r"%s\.ladeidx: sidecar index not used for %s: (made for a shard of another size|its "
+                         r"sampled member headers differ)" % (re.escape(names[1]), re.escape(names[1])), err), err
+        # shard 1 read whole once; its binding Ranges sent only when the sizes agree
+        same = os.path.getsize(local[0]) == os.path.getsize(local[1])
+        assert env.counts()["get"] == n + BIND * (n - (0 if same else 1)) + 1 + st["get_requests"]
