@@ -328,7 +328,11 @@ def main():
                    "dataset.num_samples_per_file=%d" % w["spf"], "dataset.record_length_bytes=%d" % w["rl"],
                    "dataset.record_length_bytes_stdev=%d" % w["stdev"]]
             subprocess.run(gen, check=True, capture_output=True)
-            files = sorted(os.path.join(data, "train", f) for f in os.listdir(os.path.join(data, "train")))
+            # the data files (lade's datagen writes a sidecar index beside each TFRecord file: uploaded with it,
+            # used by lade's reader, never read by the reference, as DLIO lists only *.FORMAT)
+            names = sorted(os.listdir(os.path.join(data, "train")))
+            files = [os.path.join(data, "train", f) for f in names if f.endswith("." + w["fmt"])]
+            sidecars = [os.path.join(data, "train", f) for f in names if f.endswith(".ladeidx")]
             sizes = [os.path.getsize(f) for f in files]
             if w["fmt"] == "npz":
                 index = [(i, None) for i in range(len(files))]
@@ -355,6 +359,8 @@ def main():
                         k = "%s/train/%s" % (wname, os.path.basename(f))
                         env.put(k, open(f, "rb").read())
                         keys.append(k)
+                    for f in sidecars:
+                        env.put("%s/train/%s" % (wname, os.path.basename(f)), open(f, "rb").read())
                     env.proxy(bandwidth_mb_s=a.s3_mb_s)
                     bw = ceiling_s3(env, keys)
                     folder = "s3://%s/%s" % (env.bucket, wname)

@@ -647,6 +647,20 @@ static int make_folders(const dlio_cfg_t *c, char *err, size_t errlen) {
   return 0;
 }
 
+/* A TFRecord file's sidecar index, NAME.ladeidx (docs/sources.md, "Sidecar
+ * indexes"): lade's reader of these files in a bucket (or behind a web
+ * server) fetches it instead of reading each file whole at open. DLIO's own
+ * reader lists only names ending in the format, so it never sees it. The
+ * settings are the ones `lade dlio run` reads the files with. */
+static int write_sidecar(const char *name, char *err, size_t errlen) {
+  lade_config_t *cfg = NULL;
+  int rc = lade_config_create(&cfg) || lade_config_set(cfg, "source_type", "tfrecord") ||
+           lade_shard_index_write(cfg, name);
+  if (rc) snprintf(err, errlen, "datagen: %s: its sidecar index: %s", name, lade_last_error());
+  lade_config_destroy(cfg);
+  return rc ? -1 : 0;
+}
+
 /* One file, as NAME.tmp renamed to NAME once whole. */
 static int write_file(const dlio_cfg_t *c, const char *name, uint64_t file, uint64_t d1, uint64_t d2, uint8_t *buf,
                       uint64_t *bytes, char *err, size_t errlen) {
@@ -677,7 +691,7 @@ static int write_file(const dlio_cfg_t *c, const char *name, uint64_t file, uint
     return -1;
   }
   *bytes += out_pos(&o);
-  return 0;
+  return c->format == DLIO_FMT_TFRECORD ? write_sidecar(name, err, errlen) : 0;
 }
 
 /* The sizes that would overflow 64 bits (or a write) are refused up front. */

@@ -324,6 +324,16 @@ def test_tfrecord(check, tmp_path):
             assert max(image) <= 254
             images.add(image)
     assert len(images) == 8 * 3  # a fresh payload per record
+    # each file has its sidecar index (lade's remote reader fetches it instead of reading the file whole;
+    # DLIO lists only *.tfrecord), the same bytes `lade index` writes for that file
+    cli = os.environ.get("LADE_CLI", "")
+    for f in files:
+        side = open(f + ".ladeidx", "rb").read()
+        assert side[:8] == b"LADETFR1"
+        if os.access(cli, os.X_OK):
+            os.unlink(f + ".ladeidx")
+            subprocess.run([cli, "index", f], check=True, capture_output=True)
+            assert open(f + ".ladeidx", "rb").read() == side, f
 
 
 def test_crc32c_reference():
