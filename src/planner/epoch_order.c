@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "hugemem.h"
 #include "lade/plan.h"
 #include "planner.h"
 #include "regular.h"
@@ -30,7 +31,7 @@ int lade_plan_order_costs(const lade_plan_settings_t *in, size_t size, uint64_t 
   uint64_t used = lade__plan_steps(&rp) * (uint64_t)s.batch_size * s.learners;
   uint64_t buf = LADE__MIN(buffer, used);
   uint64_t words = (n + 63) / 64;
-  uint64_t *perm = malloc(n * sizeof *perm);
+  uint64_t *perm = lade__plan_calloc_huge(n, sizeof *perm);
   uint64_t *first = calloc(E * words, sizeof *first);
   uint64_t *last = calloc(E * words, sizeof *last);
   if (!perm || !first || !last) {

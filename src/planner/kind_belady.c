@@ -22,8 +22,8 @@ static int belady_create(lade_plan_t *pl) {
   if (rc) return rc;
   uint64_t N = pl->N, *perm;
   LADE__PLAN_ALLOC(k->heaps, pl->p);
-  LADE__PLAN_ALLOC(k->inv_all, pl->s.epochs * N);
-  LADE__PLAN_ALLOC(perm, N);
+  LADE__PLAN_ALLOC_HUGE(k->inv_all, pl->s.epochs * N);
+  LADE__PLAN_ALLOC_HUGE(perm, N);
   for (uint64_t e = 0; e < pl->s.epochs; e++) {
     lade__shuffle_epoch(&pl->rp, e, perm);
     for (uint64_t i = 0; i < N; i++) k->inv_all[e * N + perm[i]] = (uint32_t)i;

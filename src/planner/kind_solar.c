@@ -22,10 +22,17 @@
 
 #include "planner.h"
 
+/* What phase 2 reads of a sample, in one cache line: at millions of samples
+ * each visit is a cache miss, so one struct instead of three arrays. */
+typedef struct sstate {
+  uint64_t key;  /* the live eviction key while cached */
+  uint32_t next; /* position in the shuffle of the next training epoch */
+  int32_t owner; /* = the driver's owner[s] (solar_own/solar_disown keep both) */
+} sstate_t;
+
 typedef struct solar {
-  uint64_t *key;           /* N: the live eviction key of each cached sample */
-  uint32_t *inv_next;      /* N: positions in the shuffle of the next training epoch */
-  uint64_t inv_next_epoch; /* training epoch whose successor's inverse is in inv_next (NONE: none) */
+  sstate_t *st;            /* N */
+  uint64_t inv_next_epoch; /* training epoch whose successor's inverse is in st[].next (NONE: none) */
   uint64_t *perm_tmp;      /* N */
   lade__kheap_t *heaps;    /* one per node: (next use, sample), stale entries skipped */
   uint64_t *rd_tmp;        /* G: one learner's storage reads, sorted */
@@ -33,6 +40,11 @@ typedef struct solar {
   uint8_t *mark;           /* G: 1 kept on its holder's node, 2 placed */
   uint32_t *seed_inv;      /* N, warm starts only: positions in the shuffle of the epoch after the start's */
 } solar_t;
+
+/* Prefetch distances (entries ahead) of the loops over a step's samples, a
+ * heap's entries and a permutation: the per-sample state they touch (owner,
+ * key, next use) is N entries, at millions of samples a cache miss each. */
+enum { AHEAD = 32, AHEAD_INV = 32 };
 
 static int solar_create(lade_plan_t *pl) {
   solar_t *k = calloc(1, sizeof *k);
@@ -45,9 +57,8 @@ static int solar_create(lade_plan_t *pl) {
   uint64_t N = pl->N;
   int rc = lade__plan_owners_init(pl, 1);
   if (rc) return rc;
-  LADE__PLAN_ALLOC(k->key, N);
-  LADE__PLAN_ALLOC(k->inv_next, N);
-  LADE__PLAN_ALLOC(k->perm_tmp, N);
+  LADE__PLAN_ALLOC_HUGE(k->st, N);
+  LADE__PLAN_ALLOC_HUGE(k->perm_tmp, N);
   LADE__PLAN_ALLOC(k->heaps, pl->p);
   LADE__PLAN_ALLOC(k->vcnt, pl->p);
   LADE__PLAN_ALLOC(k->nquota, pl->p);
@@ -69,7 +80,20 @@ static int solar_create(lade_plan_t *pl) {
 static void solar_reset(lade_plan_t *pl) {
   solar_t *k = pl->ks;
   for (uint32_t m = 0; m < pl->n_nodes; m++) k->heaps[m].n = 0;
+  for (uint64_t s = 0; s < pl->N; s++) k->st[s].owner = -1; /* as the driver's owner[] */
   k->inv_next_epoch = LADE__PLAN_NONE;
+}
+
+/* lade__plan_own and lade__plan_disown, with st[].owner kept equal to owner[]. */
+static void solar_own(lade_plan_t *pl, solar_t *k, uint32_t r, uint64_t s) {
+  lade__plan_own(pl, r, s);
+  k->st[s].owner = (int32_t)r;
+}
+
+static void solar_disown(lade_plan_t *pl, solar_t *k, uint64_t s) {
+  assert(k->st[s].owner == pl->owner[s]);
+  lade__plan_disown(pl, s);
+  k->st[s].owner = -1;
 }
 
 /* SOLAR load balancing: local batch sizes b_r in [lo, hi] summing to G that
@@ -147,27 +171,54 @@ static void coalesce(lade_plan_t *pl, solar_t *k, lade__plan_out_t *out) {
   }
 }
 
+/* inv[perm[i]] = i */
+static void invert(const uint64_t *perm, uint64_t n, uint32_t *inv) {
+  for (uint64_t i = 0; i < n; i++) {
+    if (i + AHEAD_INV < n) __builtin_prefetch(&inv[perm[i + AHEAD_INV]], 1);
+    inv[perm[i]] = (uint32_t)i;
+  }
+}
+
 static void solar_prepare_epoch(lade_plan_t *pl, solar_t *k) {
   if (k->inv_next_epoch == pl->epoch) return;
   k->inv_next_epoch = pl->epoch;
   if (pl->epoch + 1 >= pl->s.epochs) return;
   lade__shuffle_epoch(&pl->rp, pl->order[pl->epoch + 1], k->perm_tmp);
-  for (uint64_t i = 0; i < pl->N; i++) k->inv_next[k->perm_tmp[i]] = (uint32_t)i;
+  for (uint64_t i = 0; i < pl->N; i++) { /* st[perm[i]].next = i */
+    if (i + AHEAD_INV < pl->N) __builtin_prefetch(&k->st[k->perm_tmp[i + AHEAD_INV]], 1);
+    k->st[k->perm_tmp[i]].next = (uint32_t)i;
+  }
 }
 
+/* At the epoch's last step: the next epoch's permutation (in perm_tmp since
+ * solar_prepare_epoch) goes to the regular order, which would shuffle it again. */
+static void solar_hand_over(lade_plan_t *pl, solar_t *k) {
+  if (pl->step + 1 == pl->steps && k->inv_next_epoch == pl->epoch && pl->epoch + 1 < pl->s.epochs)
+    lade__regular_adopt(pl->reg, pl->order[pl->epoch + 1], &k->perm_tmp);
+}
+
+
 /* Whether sample s is cached on node m. */
-static int on_node(const lade_plan_t *pl, uint64_t s, uint32_t m) {
-  return pl->owner[s] >= 0 && lade__plan_node_of(pl, (uint32_t)pl->owner[s]) == m;
+static int on_node(const lade_plan_t *pl, const solar_t *k, uint64_t s, uint32_t m) {
+  int32_t o = k->st[s].owner;
+  return o >= 0 && lade__plan_node_of(pl, (uint32_t)o) == m;
 }
 
 static int solar_valid_top(lade_plan_t *pl, solar_t *k, uint32_t m) {
   lade__kheap_t *h = &k->heaps[m];
   while (h->n) {
     uint64_t s = h->val[0];
-    if (on_node(pl, s, m) && k->key[s] == h->key[0]) return 1;
+    if (on_node(pl, k, s, m) && k->st[s].key == h->key[0]) return 1;
     lade__kheap_pop(h);
   }
   return 0;
+}
+
+/* The output slot a sample cached by rank o will take (p ranks' batches: scattered writes). */
+static inline void prefetch_slot(const lade_plan_t *pl, lade__plan_out_t *out, int32_t o) {
+  if (o < 0) return;
+  __builtin_prefetch(&out->samples[out->off[o] + pl->kept[o]], 1);
+  __builtin_prefetch(&out->from[out->off[o] + pl->kept[o]], 1);
 }
 
 static int solar_step(lade_plan_t *pl, lade__plan_out_t *out) {
@@ -199,6 +250,7 @@ static int solar_step(lade_plan_t *pl, lade__plan_out_t *out) {
   }
   /* ... there to the rank that admitted it, while that rank has room ... */
   for (uint64_t i = 0; i < G; i++) {
+    if (i + AHEAD < G) prefetch_slot(pl, out, pl->holder[i + AHEAD]);
     int32_t o = pl->holder[i];
     if (k->mark[i] && pl->kept[o] < pl->quota[o]) {
       uint64_t at = out->off[o] + pl->kept[o]++;
@@ -238,23 +290,24 @@ static int solar_step(lade_plan_t *pl, lade__plan_out_t *out) {
     uint32_t m = q / rpn;
     lade__kheap_t *h = &k->heaps[m];
     for (uint64_t i = out->off[q]; i < out->off[q + 1]; i++) {
+      if (i + AHEAD < G) __builtin_prefetch(&k->st[out->samples[i + AHEAD]]);
       uint64_t s = out->samples[i];
-      uint64_t nk = last ? LADE__PLAN_INF_KEY : (pl->epoch + 1) * pl->used + k->inv_next[s];
-      if (on_node(pl, s, m)) { /* hit (on this node), or a duplicate just admitted */
+      uint64_t nk = last ? LADE__PLAN_INF_KEY : (pl->epoch + 1) * pl->used + k->st[s].next;
+      if (on_node(pl, k, s, m)) { /* hit (on this node), or a duplicate just admitted */
         if (nk == LADE__PLAN_INF_KEY) {
           lade__tiers_remove(pl, m, s);
-          lade__plan_disown(pl, s);
-        } else if (k->key[s] != nk) {
-          k->key[s] = nk;
+          solar_disown(pl, k, s);
+        } else if (k->st[s].key != nk) {
+          k->st[s].key = nk;
           int rc = lade__kheap_push(h, nk, s);
           if (!rc) rc = lade__tiers_rekey(pl, m, s, nk);
           if (rc) return rc;
         }
         continue;
       }
-      if (pl->owner[s] >= 0) { /* moved: its holder's node had no room in its batches */
-        lade__tiers_remove(pl, lade__plan_node_of(pl, (uint32_t)pl->owner[s]), s);
-        lade__plan_disown(pl, s);
+      if (k->st[s].owner >= 0) { /* moved: its holder's node had no room in its batches */
+        lade__tiers_remove(pl, lade__plan_node_of(pl, (uint32_t)k->st[s].owner), s);
+        solar_disown(pl, k, s);
       }
       if (nk == LADE__PLAN_INF_KEY || !C) continue;
       if (pl->ncount[m] >= C) {
@@ -262,18 +315,19 @@ static int solar_step(lade_plan_t *pl, lade__plan_out_t *out) {
         uint64_t victim = h->val[0];
         lade__kheap_pop(h);
         lade__tiers_remove(pl, m, victim);
-        lade__plan_disown(pl, victim);
+        solar_disown(pl, k, victim);
       }
-      lade__plan_own(pl, q, s);
-      k->key[s] = nk;
+      solar_own(pl, k, q, s);
+      k->st[s].key = nk;
       int rc = lade__kheap_push(h, nk, s);
       if (!rc) rc = lade__tiers_place(pl, m, s, nk);
       if (rc) return rc;
       if (h->n > 2 * pl->ncount[m] + 64) { /* compact: drop the stale entries */
         uint64_t w = 0;
         for (uint64_t j = 0; j < h->n; j++) {
+          if (j + AHEAD < h->n) __builtin_prefetch(&k->st[h->val[j + AHEAD]]);
           uint64_t x = h->val[j];
-          if (on_node(pl, x, m) && k->key[x] == h->key[j]) {
+          if (on_node(pl, k, x, m) && k->st[x].key == h->key[j]) {
             h->key[w] = h->key[j];
             h->val[w++] = x;
           }
@@ -283,7 +337,8 @@ static int solar_step(lade_plan_t *pl, lade__plan_out_t *out) {
       }
     }
   }
-  return lade__tiers_rebalance(pl, k->key);
+  solar_hand_over(pl, k);
+  return lade__tiers_rebalance(pl, &k->st[0].key, sizeof *k->st / sizeof k->st[0].key);
 }
 
 static void solar_destroy(lade_plan_t *pl) {
@@ -293,8 +348,7 @@ static void solar_destroy(lade_plan_t *pl) {
     for (uint32_t m = 0; m < pl->p; m++) lade__kheap_free(&k->heaps[m]);
     free(k->heaps);
   }
-  free(k->key);
-  free(k->inv_next);
+  free(k->st);
   free(k->perm_tmp);
   free(k->rd_tmp);
   free(k->vcnt);
@@ -311,15 +365,15 @@ static void solar_destroy(lade_plan_t *pl) {
  * keeps it. */
 static int solar_seed(lade_plan_t *pl, uint32_t r, uint64_t s) {
   solar_t *k = pl->ks;
-  if (pl->owner[s] >= 0 || pl->ucount[r] >= pl->s.cache) return 0;
+  if (k->st[s].owner >= 0 || pl->ucount[r] >= pl->s.cache) return 0;
   uint64_t e = pl->epoch, E = pl->s.epochs;
   if (k->inv_next_epoch != LADE__PLAN_NONE - 1) { /* the inverses of the start's epoch and the next, once per reset */
-    if (!k->seed_inv) LADE__PLAN_ALLOC(k->seed_inv, pl->N);
+    if (!k->seed_inv) LADE__PLAN_ALLOC_HUGE(k->seed_inv, pl->N);
     lade__shuffle_epoch(&pl->rp, lade__plan_shuffle_epoch(pl, e), k->perm_tmp);
-    for (uint64_t i = 0; i < pl->N; i++) k->inv_next[k->perm_tmp[i]] = (uint32_t)i;
+    for (uint64_t i = 0; i < pl->N; i++) k->st[k->perm_tmp[i]].next = (uint32_t)i;
     if (e + 1 < E) {
       lade__shuffle_epoch(&pl->rp, lade__plan_shuffle_epoch(pl, e + 1), k->perm_tmp);
-      for (uint64_t i = 0; i < pl->N; i++) k->seed_inv[k->perm_tmp[i]] = (uint32_t)i;
+      invert(k->perm_tmp, pl->N, k->seed_inv);
     }
     k->inv_next_epoch = LADE__PLAN_NONE - 1;
   }
@@ -327,11 +381,11 @@ static int solar_seed(lade_plan_t *pl, uint32_t r, uint64_t s) {
   uint64_t ahead = pl->s.resume && e == pl->s.resume_epoch
                        ? pl->s.resume_consumed + (pl->step - pl->rest_first) * pl->G : pl->step * pl->G;
   uint64_t key;
-  if (k->inv_next[s] >= ahead) key = e * pl->used + k->inv_next[s];
+  if (k->st[s].next >= ahead) key = e * pl->used + k->st[s].next;
   else if (e + 1 < E) key = (e + 1) * pl->used + k->seed_inv[s];
   else return 0;
-  lade__plan_own(pl, r, s);
-  k->key[s] = key;
+  solar_own(pl, k, r, s);
+  k->st[s].key = key;
   return lade__kheap_push(&k->heaps[r], key, s);
 }
 

@@ -88,10 +88,10 @@ int lade__plan_node_add(lade_plan_t *pl, uint32_t r, uint64_t s, uint64_t key, u
 /* ---------------------------------------------------------------- disjoint caches */
 
 int lade__plan_owners_init(lade_plan_t *pl, int cancel) {
-  LADE__PLAN_ALLOC(pl->owner, pl->N);
+  LADE__PLAN_ALLOC_HUGE(pl->owner, pl->N);
   if (cancel) {
-    LADE__PLAN_ALLOC(pl->adm_serial, pl->N);
-    LADE__PLAN_ALLOC(pl->pend, pl->N);
+    LADE__PLAN_ALLOC_HUGE(pl->adm_serial, pl->N);
+    LADE__PLAN_ALLOC_HUGE(pl->pend, pl->N);
   }
   return 0;
 }
@@ -120,6 +120,7 @@ void lade__plan_disown(lade_plan_t *pl, uint64_t s) {
 uint64_t lade__plan_count_holders(lade_plan_t *pl) {
   memset(pl->cnt, 0, pl->n_nodes * sizeof *pl->cnt);
   for (uint64_t i = 0; i < pl->G; i++) {
+    if (i + 16 < pl->G) __builtin_prefetch(&pl->owner[pl->gb[i + 16]]); /* N entries: a cache miss each */
     int32_t o = pl->owner[pl->gb[i]];
     pl->holder[i] = o;
     if (o >= 0) pl->cnt[(uint32_t)o / pl->rpn]++;

@@ -35,6 +35,7 @@
 
 #include "cachestate.h"
 #include "core/core.h"
+#include "hugemem.h"
 #include "lade/plan.h"
 #include "regular.h"
 
@@ -50,6 +51,16 @@
   do {                                                                                      \
     size_t n_ = (size_t)(n);                                                                \
     (ptr) = calloc(n_ ? n_ : 1, sizeof *(ptr));                                             \
+    if (!(ptr))                                                                             \
+      return lade__fail(LADE_ENOMEM, "plan: out of memory (%s, %llu entries)", #ptr,        \
+                        (unsigned long long)(n));                                           \
+  } while (0)
+
+/* LADE__PLAN_ALLOC for an array of one entry per sample, which the plan
+ * reaches at random: on huge pages (hugemem.h). Released with free(). */
+#define LADE__PLAN_ALLOC_HUGE(ptr, n)                                                       \
+  do {                                                                                      \
+    (ptr) = lade__plan_calloc_huge((size_t)(n), sizeof *(ptr));                             \
     if (!(ptr))                                                                             \
       return lade__fail(LADE_ENOMEM, "plan: out of memory (%s, %llu entries)", #ptr,        \
                         (unsigned long long)(n));                                           \
@@ -224,6 +235,7 @@ void lade__tiers_free(lade_plan_t *pl);
 int lade__tiers_place(lade_plan_t *pl, uint32_t holder, uint64_t s, uint64_t key);
 void lade__tiers_remove(lade_plan_t *pl, uint32_t holder, uint64_t s);
 int lade__tiers_rekey(lade_plan_t *pl, uint32_t holder, uint64_t s, uint64_t key);
-int lade__tiers_rebalance(lade_plan_t *pl, const uint64_t *key);
+/* key[s * stride]: the next-use key of cached sample s (a field of a kind's per-sample struct) */
+int lade__tiers_rebalance(lade_plan_t *pl, const uint64_t *key, size_t stride);
 
 #endif

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "hugemem.h"
 #include "lade/plan.h"
 #include "regular.h"
 
@@ -11,6 +12,7 @@ struct lade__regular {
   uint64_t *perm;     /* permutation of perm_epoch */
   uint64_t perm_epoch;
   bool have_perm;
+  uint64_t shuffles;  /* permutations drawn (lade__regular_shuffles) */
 };
 
 lade__plan_params_t lade__plan_params_of(const lade_plan_settings_t *s, bool shuffle, bool drop_last) {
@@ -48,14 +50,30 @@ int lade__plan_check(const lade__plan_params_t *p) {
   return 0;
 }
 
+/* Fisher-Yates from the end, as always; the swap partners j are drawn
+ * SHUFFLE_AHEAD positions early (the RNG's sequence is the same: one draw per
+ * i, in order) so that perm[j] is prefetched: at millions of samples every
+ * swap is a cache miss, and this overlaps them (about 3x faster at 14.2M). */
+enum { SHUFFLE_AHEAD = 32 };
+
 void lade__shuffle_epoch(const lade__plan_params_t *p, uint64_t epoch, uint64_t *perm) {
   uint64_t n = p->samples;
   for (uint64_t i = 0; i < n; i++) perm[i] = i;
   if (!p->shuffle || n < 2) return;
   lade__rng_t r;
   lade__rng_init(&r, p->seed, epoch, LADE__RNG_SHUFFLE);
+  uint64_t js[SHUFFLE_AHEAD], next = n - 1; /* js[i % AHEAD]: the partner of i, drawn for i down to next+1 */
+  for (; next > 0 && n - 1 - next < SHUFFLE_AHEAD; next--) {
+    js[next % SHUFFLE_AHEAD] = lade__rng_below(&r, next + 1);
+    __builtin_prefetch(&perm[js[next % SHUFFLE_AHEAD]], 1);
+  }
   for (uint64_t i = n - 1; i > 0; i--) {
-    uint64_t j = lade__rng_below(&r, i + 1);
+    uint64_t j = js[i % SHUFFLE_AHEAD];
+    if (next > 0) { /* i's slot is free now: draw next's partner into it (next = i - AHEAD) */
+      js[next % SHUFFLE_AHEAD] = lade__rng_below(&r, next + 1);
+      __builtin_prefetch(&perm[js[next % SHUFFLE_AHEAD]], 1);
+      next--;
+    }
     uint64_t t = perm[i];
     perm[i] = perm[j];
     perm[j] = t;
@@ -89,7 +107,7 @@ int lade__regular_create(lade__regular_t **out, const lade__plan_params_t *p) {
   lade__regular_t *r = calloc(1, sizeof *r);
   if (!r) return lade__fail(LADE_ENOMEM, "plan: out of memory");
   r->p = *p;
-  r->perm = malloc(p->samples * sizeof *r->perm);
+  r->perm = lade__plan_calloc_huge(p->samples, sizeof *r->perm);
   if (!r->perm) {
     free(r);
     return lade__fail(LADE_ENOMEM, "plan: out of memory for a permutation of %llu samples",
@@ -108,6 +126,15 @@ void lade__regular_destroy(lade__regular_t *r) {
 const lade__plan_params_t *lade__regular_params(const lade__regular_t *r) { return &r->p; }
 
 uint64_t lade__regular_cached_epoch(const lade__regular_t *r) { return r->have_perm ? r->perm_epoch : UINT64_MAX; }
+uint64_t lade__regular_shuffles(const lade__regular_t *r) { return r->shuffles; }
+
+void lade__regular_adopt(lade__regular_t *r, uint64_t epoch, uint64_t **perm) {
+  uint64_t *old = r->perm;
+  r->perm = *perm;
+  *perm = old;
+  r->perm_epoch = epoch;
+  r->have_perm = true;
+}
 
 static int check_pos(lade__regular_t *r, uint64_t epoch, uint64_t step) {
   if (epoch >= r->p.epochs || step >= lade__plan_steps(&r->p))
@@ -116,15 +143,23 @@ static int check_pos(lade__regular_t *r, uint64_t epoch, uint64_t step) {
                       (unsigned long long)lade__plan_steps(&r->p));
   if (!r->have_perm || r->perm_epoch != epoch) {
     lade__shuffle_epoch(&r->p, epoch, r->perm);
+    r->shuffles++;
     r->perm_epoch = epoch;
     r->have_perm = true;
   }
   return 0;
 }
 
+/* out[i] = perm[(start + i) % n], in runs that wrap at n */
 static void copy_range(const lade__regular_t *r, uint64_t start, uint64_t count, uint64_t *out) {
-  uint64_t n = r->p.samples;
-  for (uint64_t i = 0; i < count; i++) out[i] = r->perm[(start + i) % n];
+  uint64_t n = r->p.samples, at = start % n;
+  while (count) {
+    uint64_t run = LADE__MIN(count, n - at);
+    memcpy(out, r->perm + at, run * sizeof *out);
+    out += run;
+    count -= run;
+    at = 0;
+  }
 }
 
 int lade__regular_global(lade__regular_t *r, uint64_t epoch, uint64_t step, uint64_t *out) {
@@ -150,12 +185,13 @@ int lade__regular_rest(lade__regular_t *r, uint64_t epoch, uint64_t consumed, ui
                       (unsigned long long)r->p.epochs);
   if (!r->have_perm || r->perm_epoch != epoch) {
     lade__shuffle_epoch(&r->p, epoch, r->perm);
+    r->shuffles++;
     r->perm_epoch = epoch;
     r->have_perm = true;
   }
   /* past the rest's M positions the padding wraps to the epoch's start, as
    * the regular order pads: the same repeats however the epoch was cut */
-  for (uint64_t i = 0; i < count; i++) out[i] = r->perm[(consumed + start + i) % n];
+  copy_range(r, consumed + start, count, out);
   return 0;
 }
 

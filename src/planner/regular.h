@@ -65,6 +65,14 @@ void lade__regular_destroy(lade__regular_t *r);
 const lade__plan_params_t *lade__regular_params(const lade__regular_t *r);
 /* The epoch whose permutation r holds now, UINT64_MAX for none. */
 uint64_t lade__regular_cached_epoch(const lade__regular_t *r);
+/* How many permutations r has drawn itself (not adopted): O(N) each, the
+ * planner's largest cost per epoch at millions of samples. */
+uint64_t lade__regular_shuffles(const lade__regular_t *r);
+/* Hands r the permutation of `epoch` (lade__shuffle_epoch of r's parameters)
+ * that a caller computed ahead in *perm, and gives r's old buffer back in
+ * *perm (N entries, its contents undefined): a planner that looks one epoch
+ * ahead saves r the same shuffle. */
+void lade__regular_adopt(lade__regular_t *r, uint64_t epoch, uint64_t **perm);
 /* The G = B*p indices of global batch (epoch, step). */
 int lade__regular_global(lade__regular_t *r, uint64_t epoch, uint64_t step, uint64_t *out);
 /* Positions of an epoch's (padded) order that are trained on: floor(N/G)*G

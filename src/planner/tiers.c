@@ -30,7 +30,7 @@ enum { MOVE_UP = 3, MOVE_DOWN = -3 };
 int lade__tiers_init(lade_plan_t *pl) {
   lade__tiers_t *t = &pl->tiers;
   if (!pl->s.cache_disk) return 0;
-  LADE__PLAN_ALLOC(t->tier, pl->N);
+  LADE__PLAN_ALLOC_HUGE(t->tier, pl->N);
   LADE__PLAN_ALLOC(t->mcount, pl->n_nodes);
   LADE__PLAN_ALLOC(t->dcount, pl->n_nodes);
   LADE__PLAN_ALLOC(t->mem, pl->n_nodes);
@@ -93,13 +93,13 @@ int lade__tiers_rekey(lade_plan_t *pl, uint32_t m, uint64_t s, uint64_t key) {
 }
 
 /* Memory's farthest next use on holder m, stale entries dropped; 0 when empty. */
-static int mem_top(lade_plan_t *pl, const uint64_t *key, uint32_t m, uint64_t *s, uint64_t *k) {
+static int mem_top(lade_plan_t *pl, const uint64_t *key, size_t stride, uint32_t m, uint64_t *s, uint64_t *k) {
   lade__tiers_t *t = &pl->tiers;
   lade__kheap_t *h = &t->mem[m];
   while (h->n) {
     uint64_t x = h->val[0];
     int32_t o = pl->owner[x];
-    if (o >= 0 && (uint32_t)o / pl->rpn == m && t->tier[x] == LADE_TIER_MEM && key[x] == h->key[0]) {
+    if (o >= 0 && (uint32_t)o / pl->rpn == m && t->tier[x] == LADE_TIER_MEM && key[x * stride] == h->key[0]) {
       *s = x;
       *k = h->key[0];
       return 1;
@@ -125,7 +125,7 @@ static int move(lade_plan_t *pl, uint32_t m, uint64_t s, uint8_t tier, uint64_t 
   return tier == LADE_TIER_MEM ? lade__kheap_push(&t->mem[m], key, s) : 0;
 }
 
-int lade__tiers_rebalance(lade_plan_t *pl, const uint64_t *key) {
+int lade__tiers_rebalance(lade_plan_t *pl, const uint64_t *key, size_t stride) {
   lade__tiers_t *t = &pl->tiers;
   if (!t->tier) return 0;
   int rc = 0;
@@ -134,11 +134,11 @@ int lade__tiers_rebalance(lade_plan_t *pl, const uint64_t *key) {
     if (pl->owner[s] < 0 || t->tier[s] != LADE_TIER_DISK) continue; /* evicted since, or in memory */
     uint32_t m = lade__plan_node_of(pl, (uint32_t)pl->owner[s]);
     if (t->mcount[m] < pl->s.cache) {
-      rc = move(pl, m, s, LADE_TIER_MEM, key[s]);
-    } else if (mem_top(pl, key, m, &ms, &mk) && key[s] < mk) {
+      rc = move(pl, m, s, LADE_TIER_MEM, key[s * stride]);
+    } else if (mem_top(pl, key, stride, m, &ms, &mk) && key[s * stride] < mk) {
       lade__kheap_pop(&t->mem[m]);
       rc = move(pl, m, ms, LADE_TIER_DISK, mk);
-      if (!rc) rc = move(pl, m, s, LADE_TIER_MEM, key[s]);
+      if (!rc) rc = move(pl, m, s, LADE_TIER_MEM, key[s * stride]);
     }
   }
   t->ntouched = 0;
@@ -150,7 +150,7 @@ int lade__tiers_rebalance(lade_plan_t *pl, const uint64_t *key) {
     for (uint64_t i = 0; i < h->n; i++) {
       uint64_t x = h->val[i];
       int32_t o = pl->owner[x];
-      if (o >= 0 && (uint32_t)o / pl->rpn == m && t->tier[x] == LADE_TIER_MEM && key[x] == h->key[i]) {
+      if (o >= 0 && (uint32_t)o / pl->rpn == m && t->tier[x] == LADE_TIER_MEM && key[x * stride] == h->key[i]) {
         h->key[w] = h->key[i];
         h->val[w++] = x;
       }

@@ -7,6 +7,7 @@
 #include "core/core.h"
 #include "harness.h"
 #include "lade/plan.h"
+#include "planner/planner.h"
 #include "planner/regular.h"
 
 static int cmp64(const void *a, const void *b) {
@@ -483,6 +484,53 @@ static void test_sized_structs(void) {
   CHECK(memcmp(cost, cost_old, sizeof cost) == 0);
 }
 
+/* Planning cost grows with epochs by O(N) shuffles, not by steps: the
+ * regular order draws each epoch's permutation once, and solar, which
+ * draws the next epoch's ahead for its next-use keys, hands it over, so the
+ * driver's order draws only the first (counted, not timed). The shuffle
+ * that draws its swap partners ahead (to prefetch them) is the textbook
+ * Fisher-Yates on the same RNG draws, at sizes below and above its lookahead. */
+static void test_plan_growth(void) {
+  for (uint64_t n = 1; n <= 300; n += n < 40 ? 1 : 37) {
+    lade__plan_params_t rp = {n, 1, 1, 1, 9, true, true};
+    uint64_t *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+    lade__shuffle_epoch(&rp, 3, a);
+    for (uint64_t i = 0; i < n; i++) b[i] = i;
+    lade__rng_t r;
+    lade__rng_init(&r, 9, 3, LADE__RNG_SHUFFLE);
+    for (uint64_t i = n - 1; i > 0; i--) {
+      uint64_t j = lade__rng_below(&r, i + 1), t = b[i];
+      b[i] = b[j];
+      b[j] = t;
+    }
+    CHECK(memcmp(a, b, n * sizeof *a) == 0);
+    free(a);
+    free(b);
+  }
+  const int kinds[] = {LADE_PLAN_REGULAR, LADE_PLAN_DISTCACHE, LADE_PLAN_LOCALITY, LADE_PLAN_SOLAR};
+  for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+    for (uint32_t rpn = 1; rpn <= 2; rpn++) {
+      lade_plan_settings_t s;
+      lade_plan_settings_default(&s, sizeof s);
+      s.kind = kinds[i];
+      s.samples = 1000;
+      s.learners = 4;
+      s.ranks_per_node = rpn;
+      s.batch_size = 8;
+      s.epochs = 6;
+      s.cache = 100;
+      lade_plan_t *pl = NULL;
+      CHECK_OK(lade_plan_create(&pl, &s, sizeof s));
+      if (!pl) continue;
+      const lade_plan_step_t *v;
+      uint64_t steps = 0;
+      while (lade_plan_next(pl, &v) == 0) steps++;
+      CHECK_EQ_INT(steps, 6 * lade_plan_steps_per_epoch(pl));
+      CHECK_EQ_INT(lade__regular_shuffles(pl->reg), kinds[i] == LADE_PLAN_SOLAR ? 1 : 6);
+      lade_plan_destroy(pl);
+    }
+}
+
 int main(int argc, char **argv) {
   lade_test_args(argc, argv);
   RUN(test_kind_names);
@@ -492,5 +540,6 @@ int main(int argc, char **argv) {
   RUN(test_bad_input);
   RUN(test_targets);
   RUN(test_invariants_all_plans);
+  RUN(test_plan_growth);
   return lade_test_finish();
 }
