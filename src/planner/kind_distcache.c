@@ -24,14 +24,8 @@ static int distcache_step(lade_plan_t *pl, lade__plan_out_t *out) {
 }
 
 
-/* Warm start: a sample survives in the first cache that holds it, while there is room. */
-static int distcache_seed(lade_plan_t *pl, uint32_t r, uint64_t s) {
-  if (pl->owner[s] < 0 && pl->ucount[r] < pl->s.cache) lade__plan_own(pl, r, s);
-  return 0;
-}
-
 const lade__plan_ops_t lade__kind_distcache = {
     .create = distcache_create,
     .step = distcache_step,
-    .seed = distcache_seed,
+    .seed = lade__plan_seed_first_holder, /* warm start: models.c */
 };

@@ -172,15 +172,9 @@ static void locality_destroy(lade_plan_t *pl) {
 }
 
 
-/* Warm start: a sample survives in the first cache that holds it, while there is room. */
-static int locality_seed(lade_plan_t *pl, uint32_t r, uint64_t s) {
-  if (pl->owner[s] < 0 && pl->ucount[r] < pl->s.cache) lade__plan_own(pl, r, s);
-  return 0;
-}
-
 const lade__plan_ops_t lade__kind_locality = {
     .create = locality_create,
     .step = locality_step,
     .destroy = locality_destroy,
-    .seed = locality_seed,
+    .seed = lade__plan_seed_first_holder, /* warm start: models.c */
 };

@@ -107,6 +107,11 @@ void lade__plan_own(lade_plan_t *pl, uint32_t r, uint64_t s) {
   }
 }
 
+int lade__plan_seed_first_holder(lade_plan_t *pl, uint32_t r, uint64_t s) {
+  if (pl->owner[s] < 0 && pl->ucount[r] < pl->s.cache) lade__plan_own(pl, r, s);
+  return 0;
+}
+
 void lade__plan_disown(lade_plan_t *pl, uint64_t s) {
   uint32_t r = (uint32_t)pl->owner[s];
   assert(pl->owner[s] >= 0);

@@ -207,6 +207,10 @@ static inline int32_t lade__plan_route(const lade_plan_t *pl, uint32_t r, uint64
 int lade__plan_owners_init(lade_plan_t *pl, int cancel);
 void lade__plan_own(lade_plan_t *pl, uint32_t r, uint64_t s);
 void lade__plan_disown(lade_plan_t *pl, uint64_t s);
+/* The warm start of the kinds whose caches are disjoint and keep what they
+ * hold (distcache, locality; their ops' seed): a survivor stays in the
+ * first cache that holds it, while that cache has room. */
+int lade__plan_seed_first_holder(lade_plan_t *pl, uint32_t r, uint64_t s);
 /* Cached samples of gb per node (holder[i] = owner rank or -1, cnt[node])
  * and the deficit sum over nodes of max(0, ranks_per_node * B - cnt[node])
  * (with ranks_per_node 1: per learner, its share B). */
