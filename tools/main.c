@@ -26,6 +26,7 @@
 #endif
 #include "pack.h"
 #include "plan_cli.h"
+#include "plan_warm.h"
 #include "probe.h"
 #include "shown.h"
 
@@ -146,6 +147,7 @@ static int usage_bench(FILE *f) {
           "  --seed S          shuffle and augmentation seed (default 0)\n"
           "  --plan NAME       %s (default regular);\n"
           "                    prints per epoch where samples came from beside the plan's prediction\n"
+          "                    (from a warm start when cache_dir holds what an earlier run left)\n"
           "                    (options: --set plan_balance=..., plan_reorder=..., plan_order=...)\n"
           "  --set KEY=VALUE   any loader setting (repeatable; `lade settings` lists them)\n"
           "  --max-batches N   stop after N batches\n"
@@ -189,12 +191,14 @@ static void progress(double frac, double rate, int done) {
 
 /* The plan's prediction for one rank: per epoch, samples from its own cache,
  * from peers and from storage (lade_plan_step_t.from), by the same planner
- * the loader runs; PRED_HANDOFF: of the peer samples, those from a rank of
- * its own node (a node-aware plan's intra-node handoffs). */
+ * the loader runs, from the caches w gives at the start (NULL: empty; a warm
+ * restart, plan_warm.h); PRED_HANDOFF: of the peer samples, those from a
+ * rank of its own node (a node-aware plan's intra-node handoffs). */
 enum { PRED_CACHE = 0, PRED_PEER, PRED_STORAGE, PRED_HANDOFF };
-static int predict_rank(const lade_plan_settings_t *s, uint32_t rank, uint64_t epochs, uint64_t (*pred)[4]) {
+static int predict_rank(const lade_plan_settings_t *s, const lade_tool_warm_t *w, uint32_t rank, uint64_t epochs,
+                        uint64_t (*pred)[4]) {
   lade_plan_t *pl = NULL;
-  int rc = lade_plan_create(&pl, s, sizeof *s);
+  int rc = lade_tool_plan_open(s, w, &pl);
   const lade_plan_step_t *v = NULL;
   while (!rc && (rc = lade_plan_next(pl, &v)) == 0 && v->epoch < epochs)
     for (uint64_t i = v->offset[rank]; i < v->offset[rank + 1]; i++) {
@@ -298,6 +302,12 @@ typedef struct bench_run {
   double agg_t[MAX_EPOCH_LINES], agg_w[MAX_EPOCH_LINES];
   int aggregated, my_rank;
   double rate, mbs_in, mbs_out;
+  /* a warm start: what cache_dir held of the dataset (warm_samples samples)
+   * before the loader opened it (bench_warm_before); warm_on: the
+   * prediction starts from it, warm_handed samples handed to the plan */
+  lade_tool_warm_t warm;
+  uint64_t warm_samples, warm_handed;
+  int warm_on;
 } bench_run_t;
 
 /* An epoch's samples by the plan's routes: the own cache (memory and disk
@@ -395,10 +405,38 @@ static void bench_finish(bench_run_t *r, lade_config_t *cfg, const bench_opts_t 
     if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20) *c = '?';
 }
 
-/* The plan's prediction for this rank (none when it fails: said) and each
- * epoch's time, from when its first batch came to the next one's. */
+/* A planned kind's loader that reopens its cache_dir (no cache_mem_bytes)
+ * starts from what the folder holds of the dataset (docs/plan.md "Warm
+ * restarts"): read here, before the loader opens (and changes) it. */
+static void bench_warm_before(bench_run_t *r, const lade_config_t *cfg) {
+  char dir[4096], mem[32], plan[64], src[4096], why[1024];
+  if (lade_config_get(cfg, "cache_dir", dir, sizeof dir) || !dir[0] ||
+      lade_config_get(cfg, "cache_mem_bytes", mem, sizeof mem) || strcmp(mem, "0") ||
+      lade_config_get(cfg, "plan", plan, sizeof plan) || !strcmp(plan, "regular") ||
+      lade_config_get(cfg, "source", src, sizeof src))
+    return;
+  if (lade_tool_warm_of_source(dir, src, &r->warm_samples, &r->warm, why, sizeof why))
+    fprintf(stderr, "lade bench: note: the plan's prediction assumes empty caches: %s\n", why);
+}
+
+/* The plan's prediction for this rank (none when it fails: said), from a
+ * warm start when the loader made one, and each epoch's time, from when its
+ * first batch came to the next one's. The loader takes the entries of its
+ * namespace, of this many samples; several ranks would need every rank's
+ * folder (exchanged by the loader, not read here). */
 static void bench_predict(bench_run_t *r) {
-  if (r->planned && predict_rank(&r->ps, r->prank, (uint64_t)r->neps, r->pred)) {
+  const lade_tool_warm_t *w = NULL;
+  if (r->planned && r->warm.total && r->warm_samples == r->nsamples) {
+    if (r->ps.learners == 1) {
+      w = &r->warm;
+      r->warm_on = 1;
+      r->warm_handed = lade_tool_warm_handed(w, r->ps.cache);
+    } else {
+      fprintf(stderr, "lade bench: note: with %u ranks the plan's prediction assumes empty caches (a warm start "
+              "needs every rank's cache_dir)\n", r->ps.learners);
+    }
+  }
+  if (r->planned && predict_rank(&r->ps, w, r->prank, (uint64_t)r->neps, r->pred)) {
     fprintf(stderr, "lade bench: the plan's prediction: %s\n", lade_tool_error());
     r->planned = 0;
   }
@@ -464,6 +502,9 @@ static void bench_report_json(const bench_run_t *r, const bench_opts_t *o) {
          (unsigned long long)r->st.node_cache_used_bytes, (unsigned long long)r->st.node_cache_segment_bytes,
          (unsigned long long)r->st.node_cache_entries, (unsigned long long)r->st.node_cache_hits,
          r->st.node_cache_ranks);
+  /* the plan's cache in samples, and the samples a warm start handed it (docs/plan.md "Warm restarts") */
+  printf("\"plan_cache\":%llu,\"warm_start\":%llu,", (unsigned long long)(r->planned ? r->ps.cache : 0),
+         (unsigned long long)r->warm_handed);
   /* a plan's two tiers and the node's shared plan cache (docs/plan.md) */
   printf("\"plan_admits_mem\":%llu,\"plan_admits_disk\":%llu,\"plan_moves_up\":%llu,\"plan_moves_down\":%llu,"
          "\"plan_node_reads\":%llu,\"cache_corrupt\":%llu,\"cache_stale\":%llu,\"epochs\":[",
@@ -562,8 +603,12 @@ static void bench_report_text(const bench_run_t *r, const bench_opts_t *o) {
              (unsigned long long)r->eps[e].list_requests, (double)r->eps[e].bytes_by_source[0] / 1e6,
              (double)r->eps[e].bytes_by_source[1] / 1e6, (double)r->eps[e].bytes_by_source[2] / 1e6);
   if (r->planned) {
+    char warm[96] = "";
+    if (r->warm_on)
+      snprintf(warm, sizeof warm, " from a warm start: %llu samples in cache_dir",
+               (unsigned long long)r->warm_handed);
     printf("plan         %s, rank %u of %u: per epoch, samples from this rank's cache / peers / storage, measured "
-           "(predicted by the plan)%s\n", lade_plan_kind_name(r->ps.kind), r->prank, r->ps.learners,
+           "(predicted by the plan%s)%s\n", lade_plan_kind_name(r->ps.kind), r->prank, r->ps.learners, warm,
            r->st.plan_peer_storage ? "; no transport: peer samples were read from storage" : "");
     if (r->st.peer_messages_sent)
       printf("transport    sent %llu samples (%.1f MB) to peers, %llu of them read from storage\n",
@@ -615,6 +660,7 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
   r->dtype = "";
   uint64_t steps = 0, epochs = 0;
   int rc = 1;
+  bench_warm_before(r, cfg);
   if (lade_loader_create(&r->L, cfg)) {
     fprintf(stderr, "lade bench: %s\n", lade_tool_error());
   } else if (lade_loader_info(r->L, &r->nsamples, &steps, &epochs)) {
@@ -637,6 +683,7 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
     if (o->json) bench_report_json(r, o);
     else bench_report_text(r, o);
   }
+  lade_tool_warm_free(&r->warm);
   free(r);
   return rc ? 1 : 0;
 }

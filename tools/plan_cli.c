@@ -28,9 +28,9 @@ static const char *from_name(int32_t f, uint32_t r, uint32_t rpn, char *buf, siz
 /* Per epoch, one JSON line per learner and per node of where its samples
  * come from (lade_plan_route_class), its admits, evicts and the samples it
  * serves to other nodes; inter-node bytes with --sample-bytes. */
-int lade_tool_plan_counts(const lade_plan_settings_t *s, int json, FILE *out) {
+int lade_tool_plan_counts(const lade_plan_settings_t *s, const lade_tool_warm_t *w, int json, FILE *out) {
   lade_plan_t *pl;
-  if (lade_plan_create(&pl, s, sizeof *s)) return die("plan", "%s", lade_tool_error());
+  if (lade_tool_plan_open(s, w, &pl)) return die("plan", "%s", lade_tool_error());
   const lade_plan_settings_t *u = lade_plan_settings(pl);
   uint32_t p = u->learners, rpn = u->ranks_per_node, n = p / rpn;
   uint64_t steps = lade_plan_steps_per_epoch(pl), sb = u->sample_bytes;
@@ -124,13 +124,66 @@ static void dump_step(const lade_plan_step_t *v, FILE *out) {
   }
 }
 
+/* lade plan's work once its options are read (w: the --warm caches). */
+static int plan_run(const opts_t *o, const lade_tool_warm_t *w) {
+  if (o->shards) return lade_tool_plan_shards(o);
+  if (o->nwarm && (o->in || o->out))
+    return die("plan", "--warm: a plan file holds a run from empty caches; use --dump or --counts%s", "");
+  if (o->in) {
+    lade_plan_file_t *f;
+    if (lade_plan_file_open(&f, o->in)) return die("plan", "%s", lade_tool_error());
+    for (uint64_t i = 0; o->dump && i < lade_plan_file_steps(f); i++) {
+      const lade_plan_step_t *v;
+      if (lade_plan_file_step(f, i, &v)) {
+        lade_plan_file_close(f);
+        return die("plan", "%s", lade_tool_error());
+      }
+      dump_step(v, stdout);
+    }
+    if (!o->dump)
+      printf("%s: plan %s, %llu steps, checksum ok\n", o->in, lade_plan_kind_name(lade_plan_file_settings(f)->kind),
+             (unsigned long long)lade_plan_file_steps(f));
+    lade_plan_file_close(f);
+    return 0;
+  }
+  if (o->timeit) { /* planning speed: every step computed, nothing written */
+    lade_plan_t *pl;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (lade_tool_plan_open(&o->s, w, &pl)) return die("plan", "%s", lade_tool_error());
+    const lade_plan_step_t *v;
+    uint64_t n = 0;
+    while (lade_plan_next(pl, &v) == 0) n += v->total;
+    lade_plan_destroy(pl);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    printf("plan %s: %llu sample assignments in %.3f s = %.1f M/s (one thread)\n", lade_plan_kind_name(o->s.kind),
+           (unsigned long long)n, s, (double)n / s / 1e6);
+    return 0;
+  }
+  if (!o->out && !o->dump && !o->counts) return die("plan", "give --out FILE, --dump, --counts or --time%s", "");
+  if (o->out) {
+    if (lade_plan_write(&o->s, sizeof o->s, o->out)) return die("plan", "%s", lade_tool_error());
+    fprintf(stderr, "lade plan: wrote %s\n", o->out);
+  }
+  if (o->dump) {
+    lade_plan_t *pl;
+    if (lade_tool_plan_open(&o->s, w, &pl)) return die("plan", "%s", lade_tool_error());
+    const lade_plan_step_t *v;
+    while (lade_plan_next(pl, &v) == 0) dump_step(v, stdout);
+    lade_plan_destroy(pl);
+  }
+  if (o->counts) return lade_tool_plan_counts(&o->s, w, 1, stdout);
+  return 0;
+}
+
 int lade_tool_plan(int argc, char **argv) {
   opts_t o;
   lade_tool_plan_defaults(&o);
   int rc = lade_tool_plan_parse("plan", argc, argv, &o);
   if (rc == 1) {
     printf("usage: lade plan --plan NAME --samples N --learners P --batch-size B --epochs E [--cache C]\n"
-           "                 [--seed S] (--out FILE | --dump)\n"
+           "                 [--seed S] [--warm PATH ...] (--out FILE | --dump | --counts)\n"
            "       lade plan --in FILE [--dump]    check (and print) a plan file\n"
            "       lade plan ... --time            measure planning speed (assignments/s)\n"
            "Computes which learner trains on which sample at every (epoch, step) and where each\n"
@@ -141,6 +194,8 @@ int lade_tool_plan(int argc, char **argv) {
            "--counts prints, per epoch, one JSON line per learner {\"epoch\",\"rank\",\"node\",\"own\",\"handoff\",\n"
            "\"inter\",\"storage\",\"admits\",\"evicts\",\"served\"} and per node {\"epoch\",\"node\",\"cache\",\"handoff\",\n"
            "\"in\",\"storage\",\"admits\",\"evicts\",\"out\",\"inter_bytes\"} (bytes with --sample-bytes).\n"
+           "--warm PATH predicts a loader restarted on its cache_dir: the plan starts from the caches that\n"
+           "survived (a cache folder or a listing, below), seeded as the loader seeds it (not with --out).\n"
            "With --plan shards (--dump only), one line per (epoch, step, data-parallel group):\n"
            "{\"epoch\",\"step\",\"group\",\"ranks\":[...],\"samples\":[...],\"padding\":K}, the last K samples\n"
            "repeating the group's first ones.\n\n");
@@ -148,51 +203,9 @@ int lade_tool_plan(int argc, char **argv) {
     return 0;
   }
   if (rc) return rc;
-  if (o.shards) return lade_tool_plan_shards(&o);
-  if (o.in) {
-    lade_plan_file_t *f;
-    if (lade_plan_file_open(&f, o.in)) return die("plan", "%s", lade_tool_error());
-    for (uint64_t i = 0; o.dump && i < lade_plan_file_steps(f); i++) {
-      const lade_plan_step_t *v;
-      if (lade_plan_file_step(f, i, &v)) {
-        lade_plan_file_close(f);
-        return die("plan", "%s", lade_tool_error());
-      }
-      dump_step(v, stdout);
-    }
-    if (!o.dump)
-      printf("%s: plan %s, %llu steps, checksum ok\n", o.in, lade_plan_kind_name(lade_plan_file_settings(f)->kind),
-             (unsigned long long)lade_plan_file_steps(f));
-    lade_plan_file_close(f);
-    return 0;
-  }
-  if (o.timeit) { /* planning speed: every step computed, nothing written */
-    lade_plan_t *pl;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    if (lade_plan_create(&pl, &o.s, sizeof o.s)) return die("plan", "%s", lade_tool_error());
-    const lade_plan_step_t *v;
-    uint64_t n = 0;
-    while (lade_plan_next(pl, &v) == 0) n += v->total;
-    lade_plan_destroy(pl);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
-    printf("plan %s: %llu sample assignments in %.3f s = %.1f M/s (one thread)\n", lade_plan_kind_name(o.s.kind),
-           (unsigned long long)n, s, (double)n / s / 1e6);
-    return 0;
-  }
-  if (!o.out && !o.dump && !o.counts) return die("plan", "give --out FILE, --dump, --counts or --time%s", "");
-  if (o.out) {
-    if (lade_plan_write(&o.s, sizeof o.s, o.out)) return die("plan", "%s", lade_tool_error());
-    fprintf(stderr, "lade plan: wrote %s\n", o.out);
-  }
-  if (o.dump) {
-    lade_plan_t *pl;
-    if (lade_plan_create(&pl, &o.s, sizeof o.s)) return die("plan", "%s", lade_tool_error());
-    const lade_plan_step_t *v;
-    while (lade_plan_next(pl, &v) == 0) dump_step(v, stdout);
-    lade_plan_destroy(pl);
-  }
-  if (o.counts) return lade_tool_plan_counts(&o.s, 1, stdout);
-  return 0;
+  lade_tool_warm_t w = {0};
+  rc = lade_tool_warm_load("plan", &o, &w);
+  if (!rc) rc = plan_run(&o, &w);
+  lade_tool_warm_free(&w);
+  return rc;
 }

@@ -110,6 +110,13 @@ static int parse_plan(const char *cmd, const char *a, const char *v, opts_t *o) 
       if (*end && !*c) return die(cmd, "--buffer: trailing comma in '%s'", v);
     }
   }
+  else if (!strcmp(a, "--warm")) {
+    if (!v) return die(cmd, "%s needs a cache folder or a listing (see --help)", a);
+    if (o->nwarm == WARM_MAX)
+      return die(cmd, "--warm: at most 256 of them; a listing of LEARNER SAMPLE lines names any number of learners%s",
+                 "");
+    o->warm[o->nwarm++] = v;
+  }
   else if (!strcmp(a, "--out")) { if (!v) return die(cmd, "%s needs a file", a); o->out = v; }
   else if (!strcmp(a, "--in")) { if (!v) return die(cmd, "%s needs a file", a); o->in = v; }
   else if (!strcmp(a, "--plot")) { if (!v) return die(cmd, "%s needs a file", a); o->plot = v; }
@@ -260,6 +267,18 @@ int lade_tool_plan_parse(const char *cmd, int argc, char **argv, opts_t *o) {
   return 0;
 }
 
+int lade_tool_warm_load(const char *cmd, const opts_t *o, lade_tool_warm_t *w) {
+  if (!o->nwarm) return 0;
+  if (o->shards) return die(cmd, "--warm: the shards order keeps no caches%s", "");
+  if (o->s.cache_disk) /* docs/plan.md "Warm restarts": the loader's two tiers start empty */
+    return die(cmd, "--warm: a plan with two tiers (--cache-disk) starts with empty caches in the loader%s", "");
+  for (int k = 0; k < o->nwarm; k++) {
+    int rc = lade_tool_warm_add(cmd, o->warm[k], (uint32_t)k, o->s.samples, o->s.learners, w);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
 const char *lade_tool_plan_names(const char *sep) {
   static char buf[256];
   size_t n = 0;
@@ -291,6 +310,10 @@ static const char *common_help =
     "  --no-coalesce      solar: do not coalesce adjacent storage reads\n"
     "  --resume E:C[:S]   start inside epoch E with empty caches, its first C positions trained on before\n"
     "                     (shuffle epoch S, default E), e.g. at another world size (docs/plan.md \"Resume\")\n"
+    "  --warm PATH        start from caches that survived, as a loader restarted on its cache_dir does\n"
+    "                     (docs/plan.md \"Warm restarts\"); the k-th --warm is learner k's: a loader's\n"
+    "                     cache folder (its cache_dir, or the dataset's folder in it) or a listing, one\n"
+    "                     cached sample a line: SAMPLE, or LEARNER SAMPLE to name the learner (# comments)\n"
     "  --plan shards      paper 001 shard streaming (docs/plan.md), with:\n"
     "    --shard-size K | --shards S   shards of K samples (default 1000) or S shards of equal size\n"
     "    --buffer b[,b..]  shuffle buffer sizes (plan: the first; simulate: each, default 0,1000,10000)\n"

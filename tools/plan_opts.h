@@ -10,6 +10,9 @@
 #include <stdio.h>
 
 #include "lade/plan.h"
+#include "plan_warm.h"
+
+enum { WARM_MAX = 256 }; /* --warm options; a listing of LEARNER SAMPLE lines names any number of learners */
 
 typedef struct opts {
   lade_plan_settings_t s;
@@ -28,6 +31,9 @@ typedef struct opts {
   uint64_t shard_size, nshards, model_parallel, devices_per_node;
   uint64_t buffers[16];
   int nbuffers;
+  /* --warm PATH, in order: the k-th is learner k's cache unless a listing names the learners (plan_warm.h) */
+  const char *warm[WARM_MAX];
+  int nwarm;
 } opts_t;
 
 /* "lade CMD: " and fmt (one %s, arg) on stderr; returns 2, the exit status of a usage error. */
@@ -51,12 +57,17 @@ int lade_tool_plan_parse(const char *cmd, int argc, char **argv, opts_t *o);
  * (" | all" where --plan all is taken). */
 void lade_tool_plan_help(const char *all_suffix);
 
+/* The caches every --warm names (none: w stays empty), checked against the
+ * plan's samples and learners; returns 0 or 2 (said on stderr, naming the
+ * file and line). */
+int lade_tool_warm_load(const char *cmd, const opts_t *o, lade_tool_warm_t *w);
+
 /* ---------------------------------------------------------------- the commands' parts */
 
 /* Per epoch, per learner and per node: where the samples come from, admits,
- * evicts, samples served (plan_cli.c); JSON lines to out, or a table on
- * stdout. Returns 0 or 2. */
-int lade_tool_plan_counts(const lade_plan_settings_t *s, int json, FILE *out);
+ * evicts, samples served (plan_cli.c), from the caches w gives at the start
+ * (NULL: empty); JSON lines to out, or a table on stdout. Returns 0 or 2. */
+int lade_tool_plan_counts(const lade_plan_settings_t *s, const lade_tool_warm_t *w, int json, FILE *out);
 
 /* lade plan --plan shards and lade simulate --plan shards (plan_shards_cli.c);
  * return the exit status. */

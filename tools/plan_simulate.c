@@ -29,13 +29,18 @@ static double quant(const double *v, size_t n, double q) {
   return i + 1 < n ? v[i] * (1 - f) + v[i + 1] * f : v[i];
 }
 
-static void print_epochs(const char *name, const lade_plan_settings_t *s, const lade_sim_epoch_t *ep) {
+static void print_epochs(const char *name, const lade_plan_settings_t *s, const lade_sim_epoch_t *ep,
+                         const lade_tool_warm_t *w) {
   int nodes = s->ranks_per_node > 1 && (s->kind == LADE_PLAN_DISTCACHE || s->kind == LADE_PLAN_LOCALITY ||
                                          s->kind == LADE_PLAN_SOLAR); /* planned per node: the handoff column */
   printf("plan %s: N=%llu p=%u B=%u cache=%llu/%s epochs=%llu", name, (unsigned long long)s->samples, s->learners,
          s->batch_size, (unsigned long long)s->cache, nodes ? "node" : "learner", (unsigned long long)s->epochs);
   if (nodes) printf(" ranks_per_node=%u (peer: between nodes)", s->ranks_per_node);
   if (s->cache_disk) printf(" cache_disk=%llu", (unsigned long long)s->cache_disk);
+  if (w) /* the samples handed to the plan; a kind keeps those it would have admitted */
+    printf(" warm=%llu", (unsigned long long)lade_tool_warm_handed(w, s->cache_bytes && s->sample_bytes
+                                                                           ? s->cache_bytes / s->sample_bytes
+                                                                           : s->cache));
   printf("\n  %5s %12s %12s %12s", "epoch", "storage", "peer", "cache");
   if (nodes) printf(" %12s", "handoff");
   printf(" %10s %9s %10s %9s %9s %11s\n", "requests", "numPFS", "numPFSmax", "imbal%", "batch", "time_s");
@@ -129,6 +134,18 @@ static int sim_run(const lade_plan_settings_t *s, const lade_sim_costs_t *c, lad
     return die("simulate", "%s", lade_tool_error());
   }
   return 0;
+}
+
+/* lade_simulate, or with --warm the same over a plan seeded as the loader
+ * seeds it at a warm restart (plan_warm.c); LADE_E* as lade_simulate. */
+static int sim_one(const lade_plan_settings_t *s, const lade_sim_costs_t *c, const lade_tool_warm_t *w,
+                   lade_sim_epoch_t *out, double *imb) {
+  if (!w) return lade_simulate(s, sizeof *s, c, out, sizeof *out, imb);
+  lade_plan_t *pl = NULL;
+  int rc = lade_tool_plan_open(s, w, &pl);
+  if (!rc) rc = lade_tool_simulate_plan(pl, c, out, imb);
+  lade_plan_destroy(pl);
+  return rc;
 }
 
 static int sim_ablation(opts_t *o) {
@@ -236,7 +253,8 @@ int lade_tool_simulate(int argc, char **argv) {
   int rc = lade_tool_plan_parse("simulate", argc, argv, &o);
   if (rc == 1) {
     printf("usage: lade simulate --plan NAME|all --samples N --learners P --batch-size B --epochs E [--cache C]\n"
-           "                     [--seed S] [--plot FILE.svg] [--box] [--fig6] [--ablation] [--orders]\n"
+           "                     [--seed S] [--warm PATH ...] [--plot FILE.svg] [--box] [--fig6] [--ablation]\n"
+           "                     [--orders]\n"
            "Runs plans without I/O and reports per epoch: samples from storage, peers and own cache,\n"
            "storage requests after coalescing, numPFS (per step the largest storage load of any learner,\n"
            "mean and max), the imbalance traffic %% of paper 000, the local batch sizes, the modelled time.\n"
@@ -247,6 +265,8 @@ int lade_tool_simulate(int argc, char **argv) {
            "  --counts       per-learner and per-node counts of each epoch (always with --ranks-per-node > 1):\n"
            "                 own cache, intra-node handoffs, inter-node peers, storage, admits, evicts, samples\n"
            "                 served to other nodes, inter-node bytes (with --sample-bytes)\n"
+           "  --warm PATH    per epoch what a loader restarted on its cache_dir reads: the plan starts from\n"
+           "                 the caches that survived (a cache folder or a listing, below; docs/plan.md)\n"
            "  --plot F.svg   draw storage reads per epoch by plan (or the --fig6/--ablation picture), gnuplot\n"
            "  --storage-rate R --peer-rate Rc --cache-rate X --train-rate V   samples/s for the time model\n"
            "                 (defaults 20000 aggregate, 5000, 50000, 400 per learner)\n\n");
@@ -254,6 +274,12 @@ int lade_tool_simulate(int argc, char **argv) {
     return 0;
   }
   if (rc) return rc;
+  if (o.nwarm && (o.fig6 || o.ablation || o.orders))
+    return die("simulate", "--warm applies to the table of a plan (or --plan all), not to --fig6, --ablation or "
+               "--orders%s", "");
+  lade_tool_warm_t w = {0};
+  if ((rc = lade_tool_warm_load("simulate", &o, &w))) return rc;
+  const lade_tool_warm_t *warm = o.nwarm ? &w : NULL;
   if (o.shards) return lade_tool_simulate_shards(&o);
   if (o.fig6) return sim_fig6(&o);
   if (o.ablation) return sim_ablation(&o);
@@ -271,13 +297,13 @@ int lade_tool_simulate(int argc, char **argv) {
       uint64_t steps = G ? (s.drop_last ? s.samples / G : (s.samples + G - 1) / G) : 0;
       imb = calloc(s.epochs * steps + 1, sizeof *imb);
     }
-    if (lade_simulate(&s, sizeof s, &o.c, all[k], sizeof *all[k], imb)) {
+    if (!all[k] || sim_one(&s, &o.c, warm, all[k], imb)) {
       free(imb);
-      rc = die("simulate", "%s", lade_tool_error());
+      rc = die("simulate", "%s", all[k] ? lade_tool_error() : "out of memory");
       goto out;
     }
-    print_epochs(lade_plan_kind_name(k), &s, all[k]);
-    if ((s.ranks_per_node > 1 || o.counts) && (rc = lade_tool_plan_counts(&s, 0, stdout))) {
+    print_epochs(lade_plan_kind_name(k), &s, all[k], warm);
+    if ((s.ranks_per_node > 1 || o.counts) && (rc = lade_tool_plan_counts(&s, warm, 0, stdout))) {
       free(imb);
       goto out;
     }
@@ -311,6 +337,7 @@ int lade_tool_simulate(int argc, char **argv) {
     free(sc.p);
   }
 out:
+  lade_tool_warm_free(&w);
   for (int k = 0; k < LADE_PLAN_KIND_COUNT; k++) free(all[k]);
   free(all);
   free(data.p);

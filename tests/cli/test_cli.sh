@@ -116,6 +116,55 @@ hits = sum(e["cache"] for e in d["epochs"][1:])
 print("ok" if ok and len(d["epochs"]) == 3 and hits > 0 else "bad: %s" % d["epochs"])' "$kind")
   check "lade bench --plan $kind: measured routes equal the plan's" test "$verdict" = ok
 done
+# warm starts (docs/plan.md "Warm restarts"): a planned kind's second run on the same cache_dir starts from what
+# the first left (stopped in epoch 1 of 3: a farthest-next-use kind empties its cache as its run nears the end).
+# lade bench predicts it; so do lade plan --warm and lade simulate --warm before it, given the folder (a copy taken
+# between the runs) or a listing of its entries: each equals what the second run measures
+for kind in regular+lru regular+belady distcache locality solar; do
+  rm -rf "$tmp/wc" "$tmp/wc0"
+  run=("$lade" bench "$tmp/pl" --plan "$kind" --epochs 3 --batch-size 10 --set drop_last=true --no-ceiling --json
+       --set cache_dir="$tmp/wc" --set cache_disk_bytes=245760)
+  if ! { "${run[@]}" --max-batches 60 >"$tmp/w1.json" && cp -a "$tmp/wc" "$tmp/wc0" && "${run[@]}" >"$tmp/w2.json"; }; then
+    bad "warm start, $kind: lade bench failed"; continue
+  fi
+  c=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["plan_cache"])' "$tmp/w2.json")
+  pargs=(--plan "$kind" --samples 400 --learners 1 --batch-size 10 --epochs 3 --cache "$c" --no-coalesce)
+  find "$tmp/wc0" -type f | grep -E '/[0-9a-f]{16}$' | sed 's#.*/##' | while read -r h; do echo $((16#$h)); done \
+    >"$tmp/wl.txt"
+  if ! { "$lade" plan "${pargs[@]}" --warm "$tmp/wc0" --counts >"$tmp/wp.jsonl" &&
+         "$lade" plan "${pargs[@]}" --warm "$tmp/wl.txt" --counts >"$tmp/wq.jsonl" &&
+         "$lade" simulate "${pargs[@]}" --warm "$tmp/wc0" >"$tmp/ws.txt"; }; then
+    bad "warm start, $kind: lade plan/simulate --warm failed"; continue
+  fi
+  verdict=$(/usr/bin/python3 - "$tmp/w1.json" "$tmp/w2.json" "$tmp/wp.jsonl" "$tmp/wq.jsonl" "$tmp/ws.txt" <<'PY'
+import json, sys
+w1, w2 = (json.load(open(f)) for f in sys.argv[1:3])
+p = [json.loads(l) for l in open(sys.argv[3]) if '"rank"' in l]
+q = [json.loads(l) for l in open(sys.argv[4]) if '"rank"' in l]
+sim = [l.split() for l in open(sys.argv[5]) if l.split() and l.split()[0].isdigit()]
+got = [(e["cache"], e["storage"]) for e in w2["epochs"]]
+why = []
+if not all((e["cache"], e["peer"], e["storage"]) == (e["predicted_cache"], e["predicted_peer"], e["predicted_storage"])
+           and e["fallbacks"] == 0 for e in w1["epochs"][:1] + w2["epochs"]):  # the first run's epoch 1 is cut
+    why.append("bench: measured != predicted: %s" % (w1["epochs"][:1] + w2["epochs"]))
+if w1["warm_start"] != 0 or w2["warm_start"] == 0 or w2["epochs"][0]["cache"] == 0:
+    why.append("warm_start %d then %d, epoch 0 hits %d" % (w1["warm_start"], w2["warm_start"], w2["epochs"][0]["cache"]))
+if w2["epochs"][0]["storage"] >= w1["epochs"][0]["storage"]:
+    why.append("the warm run's epoch 0 reads no less from storage")
+if [(x["own"], x["storage"]) for x in p] != got: why.append("plan --warm DIR: %s, measured %s" % (p, got))
+if p != q: why.append("plan --warm LISTING differs from DIR")
+if [(int(r[3]), int(r[1])) for r in sim] != got: why.append("simulate --warm: %s, measured %s" % (sim, got))
+print("; ".join(why) or "ok")
+PY
+)
+  check "warm start, $kind: lade bench, plan --warm and simulate --warm predict the second run: $verdict" \
+    test "$verdict" = ok
+done
+out=$("$lade" plan "${pargs[@]}" --samples 300 --warm "$tmp/wc0" --counts 2>&1); rc=$?
+check "plan --warm: a cache folder of another dataset size is named" test $rc -eq 2 -a \
+  -n "$(echo "$out" | grep -F "$tmp/wc0: no dataset of --samples 300" | grep '400 samples')"
+out=$("$lade" plan "${pargs[@]}" --warm "$tmp/wc0"/*/ --counts 2>&1 >/dev/null); rc=$?
+check "plan --warm takes the dataset's folder in a cache_dir too" test $rc -eq 0 -a -z "$out"
 out=$("$lade" bench "$tmp/pl" --plan locality --set cache_mem_bytes=20000 --epochs 2 --batch-size 10)
 check "lade bench --plan prints the plan section" test -n "$(echo "$out" | grep '^plan         locality')"
 out=$("$lade" bench "$tmp/pl" --plan nonsense 2>&1); rc=$?

@@ -194,5 +194,48 @@ rows = {l.split("  ")[1].strip(): l.split() for l in open(sys.argv[1]) if l.star
 mem, both = rows["memory"], rows["memory + disk"]
 assert float(both[-2]) < float(mem[-2]) and float(both[-5]) > 0 and float(mem[-5]) == 0  # I/O s; h_disk
 PY
+# --warm (docs/plan.md "Warm restarts"): the caches at the start from listings (tests/cli/test_cli.sh: from a loader's
+# cache folder, against the loader's warm run). A listing per learner equals one of LEARNER SAMPLE lines; the samples
+# the learners hold come from their caches in epoch 0; an empty listing simulates as no --warm (every kind)
+printf '# learner 0 holds\n5\n7 # a comment\n\n9\n9\n' >"$T/w0.txt"
+printf '11\n13\n' >"$T/w1.txt"
+printf '0 5\n0 7\n1 13\n0 9\n1 11\n' >"$T/wall.txt"
+: >"$T/wnone.txt"
+args="--plan locality --samples 96 --learners 2 --batch-size 4 --epochs 2 --cache 24"
+"$LADE" plan $args --warm "$T/w0.txt" --warm "$T/w1.txt" --dump >"$T/w.jsonl" || bad "warm: dump exit"
+"$LADE" plan $args --warm "$T/wall.txt" --dump | cmp -s - "$T/w.jsonl" && ok "warm: listings per learner = LEARNER SAMPLE" \
+  || bad "warm: listings per learner differ from LEARNER SAMPLE lines"
+"$LADE" simulate $args --warm "$T/wall.txt" >"$T/w.sim" || bad "warm: simulate exit"
+python3 - "$T/w.jsonl" "$T/w.sim" <<'PY' && ok "warm: the caches at the start serve epoch 0" || bad "warm: $(cat "$T/w.sim")"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+sim = [l.split() for l in open(sys.argv[2]) if l.split() and l.split()[0].isdigit()]
+held = {0: {5, 7, 9}, 1: {11, 13}}
+hits = [(r["learner"], s) for r in rows if r["epoch"] == 0 for s, f in zip(r["samples"], r["from"]) if f == "cache"]
+assert sorted(hits) == sorted((l, s) for l in held for s in held[l]), hits
+assert int(sim[0][3]) == 5 and int(sim[0][1]) == 96 - 5, sim
+assert " warm=5" in open(sys.argv[2]).readline()
+PY
+same=1
+for kind in regular regular+lru regular+belady distcache locality solar; do
+  a="--plan $kind --samples 600 --learners 4 --batch-size 8 --epochs 3 --cache 40 --imbalance 2 --no-drop-last"
+  "$LADE" simulate $a | grep -v '^plan ' >"$T/wc.sim" && "$LADE" simulate $a --warm "$T/wnone.txt" | grep -v '^plan ' \
+    >"$T/ww.sim" && [ "$(wc -l <"$T/wc.sim")" -ge 4 ] && cmp -s "$T/wc.sim" "$T/ww.sim" || same=0
+done
+[ $same = 1 ] && ok "warm: an empty listing simulates as no --warm" || bad "warm: an empty listing changes simulate"
+printf '0 5\n3 1\n' >"$T/wb1.txt"
+printf '5\n500\n' >"$T/wb2.txt"
+printf '5 x\n' >"$T/wb3.txt"
+mkdir -p "$T/notcache/sub"
+expect_fail "warm: learner out of range" "wb1.txt:2: learner 3 is not below --learners 2" "$LADE" plan $args --warm "$T/wb1.txt" --dump
+expect_fail "warm: sample out of range" "wb2.txt:2: sample 500 is not below --samples 96" "$LADE" simulate $args --warm "$T/wb2.txt"
+expect_fail "warm: a line that is not numbers" "wb3.txt:1: a line is SAMPLE or LEARNER SAMPLE.*'5 x'" "$LADE" plan $args --warm "$T/wb3.txt" --dump
+expect_fail "warm: a learner's listing past the learners" "w0.txt:2: a line of one sample is learner 2's" \
+  "$LADE" plan $args --warm "$T/w0.txt" --warm "$T/w1.txt" --warm "$T/w0.txt" --dump
+expect_fail "warm: a folder that is not a cache" "notcache: not a lade cache folder" "$LADE" plan $args --warm "$T/notcache" --dump
+expect_fail "warm: a missing path" "nothere: No such file" "$LADE" simulate $args --warm "$T/nothere"
+expect_fail "warm: no plan file" "plan file holds a run from empty caches" "$LADE" plan $args --warm "$T/w0.txt" --out "$T/w.plan"
+expect_fail "warm: two tiers start empty" "two tiers" "$LADE" simulate --plan solar --samples 96 --learners 2 --batch-size 4 --cache 8 --cache-disk 16 --warm "$T/w0.txt"
+expect_fail "warm: not for --fig6" "not to --fig6" "$LADE" simulate --fig6 --warm "$T/w0.txt"
 for c in plan simulate model; do "$LADE" $c --help >/dev/null && ok "$c --help" || bad "$c --help"; done
 exit $fail
