@@ -96,16 +96,15 @@ static int tar_walk(const lade__tar_t *tt, lade__tar_index_t *x, lade__tar_pread
   return rc < 0 ? rc : 0;
 }
 
-#define BIND_MEMBERS 8
-
 /* The header block of up to 8 members spread over the index (first and
- * last included) and the data of those that are .cls members. */
+ * last included: lade__tar_bind_at) and the data of those that are .cls
+ * members. */
 static uint64_t tar_bind(const lade__tar_t *t, const lade__tar_index_t *x, lade__tar_pread_fn fn, void *ctx) {
   (void)t;
   uint64_t h = lade__hash64(&x->n, sizeof x->n, 0x62696e6474617200ull);
-  size_t k = LADE__MIN(x->n, (size_t)BIND_MEMBERS);
+  size_t k = LADE__MIN(x->n, (size_t)LADE__TAR_BIND_ENTRIES);
   for (size_t j = 0; j < k; j++) {
-    size_t i = k == 1 ? 0 : j * (x->n - 1) / (k - 1);
+    size_t i = lade__tar_bind_at(x->n, j);
     /* the block before a member's data is its own ustar header (name,
      * size, mtime, checksum): pax and long-name records come before it */
     uint8_t b[512 + CLS_MAX];
@@ -115,6 +114,66 @@ static uint64_t tar_bind(const lade__tar_t *t, const lade__tar_index_t *x, lade_
     if (n > 0) h = lade__hash64(b, (size_t)n, h);
   }
   return h ? h : 1;
+}
+
+/* A header's number field as tarfmt.c reads it: GNU base-256 (0x80
+ * first), else octal between spaces up to a NUL. 0, or -1. */
+static int header_number(const uint8_t *f, size_t n, uint64_t *out) {
+  uint64_t v = 0;
+  if (f[0] == 0x80) {
+    for (size_t i = 1; i < n; i++) {
+      if (v >> 55) return -1;
+      v = (v << 8) | f[i];
+    }
+    *out = v;
+    return 0;
+  }
+  const uint8_t *z = memchr(f, 0, n);
+  size_t e = z ? (size_t)(z - f) : n, i = 0;
+  while (i < e && f[i] == ' ') i++;
+  while (e > i && f[e - 1] == ' ') e--;
+  for (; i < e; i++) {
+    if (f[i] < '0' || f[i] > '7' || (v >> 60)) return -1;
+    v = v * 8 + (uint64_t)(f[i] - '0');
+  }
+  *out = v;
+  return 0;
+}
+
+/* format.check_entry: the block before member i's data is a header (its
+ * checksum, signed or unsigned as tarfmt.c takes it) of a regular member
+ * of the index's size (unless a pax size, past 8 GiB, holds it) and name.
+ * The name is compared when the index's is printable ASCII under 100
+ * bytes: a longer or other one may come from a pax path or a GNU long name,
+ * and the block then holds some cut of it. */
+static int tar_check_entry(const lade__tar_t *t, const lade__tar_index_t *x, size_t i, lade__tar_pread_fn fn,
+                           void *ctx, const char **why) {
+  (void)t;
+  const lade__tar_entry_t *m = &x->m[i];
+  uint8_t h[512];
+  *why = "a sampled member's header block is not in the shard";
+  if (m->data_off < 512 || fn(ctx, h, sizeof h, m->data_off - 512) != (long)sizeof h) return -1;
+  uint64_t field = 0, usum = 256, size = 0;
+  int64_t ssum = 256;
+  for (size_t k = 0; k < sizeof h; k++)
+    if (k < 148 || k >= 156) usum += h[k], ssum += (int8_t)h[k];
+  *why = "the block before a sampled member's data is not a tar header (its checksum)";
+  if (header_number(h + 148, 8, &field) || (field != usum && (int64_t)field != ssum)) return -1;
+  *why = "a sampled member's header is not a regular file's";
+  if (h[156] != '0' && h[156] != '7' && h[156] != 0) return -1;
+  *why = "a sampled member's header gives another size";
+  if (m->size < 077777777777ull && (header_number(h + 124, 12, &size) || size != m->size)) return -1;
+  const char *nm = lade__tar_strs_at(&x->names, i);
+  size_t nl = strlen(nm), ascii = nl < 100;
+  for (size_t k = 0; ascii && k < nl; k++) ascii = nm[k] >= 0x20 && nm[k] < 0x7f;
+  if (!ascii) return 0;
+  const uint8_t *z = memchr(h, 0, 100), *pz = memchr(h + 345, 0, 155);
+  size_t fl = z ? (size_t)(z - h) : 100, pl = pz ? (size_t)(pz - (h + 345)) : 155;
+  *why = "a sampled member's header names another member";
+  if (pl ? nl != pl + 1 + fl || memcmp(nm, h + 345, pl) || nm[pl] != '/' || memcmp(nm + pl + 1, h, fl)
+         : nl != fl || memcmp(nm, h, fl))
+    return -1;
+  return 0;
 }
 
 /* ------------------------------------------------------- local shard lists */
@@ -476,6 +535,9 @@ static int tar_empty(lade__tar_t *t, const struct lade_config *cfg) {
  * format's finish (tfrecord: the CRC checked, the feature taken). */
 static int tar_read(lade__source_t *s, uint64_t idx, lade__buf_t *out) {
   lade__tar_t *t = s->impl;
+  /* the shard's index is its own before any of its samples (or sizes) is served */
+  int rc = t->be->check_shard ? t->be->check_shard(t, idx) : 0;
+  if (rc) return rc;
   uint64_t span = lade__tar_span(t, idx), held = span - t->fmt->tail;
   if (held > t->max_sample || span >= SIZE_MAX) {
     char what[LADE__PATH_MAX + 64];
@@ -484,7 +546,6 @@ static int tar_read(lade__source_t *s, uint64_t idx, lade__buf_t *out) {
                       lade__tar_strs_at(&t->shards, t->shard[idx]), what, (unsigned long long)held,
                       (unsigned long long)t->max_sample);
   }
-  int rc = 0;
   if (span) {
     rc = t->be->read(t, idx, out);
   } else if (!(rc = lade__buf_reserve(out, 1))) {
@@ -529,6 +590,7 @@ const lade__tar_format_t lade__tar_fmt_tar = {
     .is_list = tar_is_list,
     .walk = tar_walk,
     .bind = tar_bind,
+    .check_entry = tar_check_entry,
     .add = tar_add,
     .labels = tar_labels,
     .empty = tar_empty,

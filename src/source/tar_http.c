@@ -11,20 +11,43 @@
  * from index_dir or cache_dir when made from its current version (one HEAD: size and
  * ETag, else Last-Modified), else from its sidecar SHARD.ladeidx (one GET,
  * sent with the HEAD) when the sidecar is bound to it (its size, then the
- * format's bind() over Range requests of the sampled headers), else from
- * one streamed GET parsed as it arrives. The sidecar GETs and the binding
- * Ranges of every shard go through a second http handle, open_http, many
- * in flight, that lives until start(). Reads are Range requests; submit() coalesces the neighbours of
+ * format's bind() over Range requests of the sampled headers: below), else
+ * from one streamed GET parsed as it arrives. The sidecar GETs and the
+ * binding Ranges of every shard go through a second http handle,
+ * open_http, many in flight, that lives until start() (until close() when
+ * a binding waits for a first read). Reads are Range requests; submit() coalesces the neighbours of
  * one shard into one request (the chunk loading of SOLAR, Sun et al.,
  * for tar members). Every request of a shard, its index pass included, is
  * pinned to that HEAD's size and validator (the http module's pin hook:
  * If-Match, the reply's Content-Range and ETag checked), so offsets from
  * one version are never read against the bytes of another.
- * The per-sample arrays of lade__tar_t are read-only after open; the http
- * module does its own locking. During open, index threads write only their
- * own shard's slots of http_state_t (shard_ver, shard_size, shard_val) and
- * add to `rejected` atomically; open_http is created before them and
- * destroyed by start() after them.
+ *
+ * A sidecar is bound in two steps, so that an open costs at most 2 Range
+ * requests per shard besides its HEAD and its sidecar's GET: at open its
+ * size, checksum and bounds, the framing of its first and last sampled
+ * entries (format.check_entry) and its end; the rest of bind() (the other
+ * sampled entries) before the shard's first sample is served
+ * (check_shard; submit() sends those Ranges with the shard's first
+ * samples, and ready() waits for them too, so it costs no round trip).
+ * Its samples' offsets came from the sidecar, so a shard whose rest then
+ * differs fails every read of it (it cannot switch to other offsets
+ * mid-run); a shard of at most 2 sampled entries, or whose bind() reads
+ * lie within 64 KiB, is bound whole at open in one Range.
+ *
+ * Threads and locks. The per-sample arrays of lade__tar_t are read-only
+ * after open; the http module does its own locking. During open, index
+ * threads write only their own shard's slots of http_state_t (shard_ver,
+ * shard_size, shard_val, state, rest, pend) and add to `rejected` and
+ * `pending` atomically; open_http is created before them and destroyed by
+ * start() after them, or by close() when a binding waits. After open,
+ * `bind_mu` guards each shard's state changes and its pend (bind_cv: a
+ * shard left ST_CHECKING); the state is also read without it (atomics:
+ * ST_BOUND, the common case, costs one load per read). One reader moves a
+ * shard to ST_CHECKING and fetches with no lock held (waits bounded by the
+ * HTTP timeouts); the others wait on bind_cv. Lock order: bind_mu, then
+ * the http module's own (submits are made under bind_mu; its hooks take no
+ * lock of this file). probe_mu is taken only during open, never with
+ * bind_mu.
  */
 #ifdef LADE_HAVE_CURL
 
@@ -34,6 +57,7 @@
 #include <string.h>
 #include <pthread.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/coalesce.h"
 #include "source/remote.h"
@@ -57,7 +81,41 @@ typedef struct http_state {
   uint64_t rejected;       /* sidecars ignored (atomic) */
   pthread_mutex_t probe_mu; /* the index threads' one probe (sidecars_wanted) */
   int probe;               /* 0: not made, 1: sidecars are asked for, 2: the first shard has none */
+  /* the rest of sidecars' bindings, checked at each shard's first read
+   * (check_shard; the lock rule is the file's opening comment's) */
+  pthread_mutex_t bind_mu;
+  pthread_cond_t bind_cv;  /* a shard left ST_CHECKING */
+  uint8_t *state;          /* per shard: ST_BOUND, ST_PENDING, ST_ASKED, ST_CHECKING, ST_FAILED (atomic) */
+  uint32_t *rest;          /* per shard: bind()'s reads left for its first read (bit k: read k) */
+  struct pend **pend;      /* per shard, while not ST_BOUND: what the rest needs (bind_mu) */
+  uint64_t pending;        /* shards left ST_PENDING by open (atomic): open_http then lives until close */
+  int started;             /* start() ran: open_http's arrivals wake the workers (atomic) */
 } http_state_t;
+
+/* A shard's binding: ST_BOUND (also every shard not indexed from a sidecar,
+ * and a sidecar bound whole at open), ST_PENDING (its first and last entries
+ * and its end checked at open, the rest not asked), ST_ASKED (the rest's
+ * Ranges sent, by submit() or a read), ST_CHECKING (one reader takes them and
+ * runs bind()), ST_FAILED (the sidecar is not the shard's: every read fails). */
+enum { ST_BOUND = 0, ST_PENDING, ST_ASKED, ST_CHECKING, ST_FAILED };
+
+#define PEND_READS 16            /* the most bind() reads a binding checked in two steps has (tar 8, tfrecord 16) */
+#define OPEN_GAP (64u << 10)     /* open: the last entry's framing and the end in one Range when this close */
+#define LAZY_GAP (16u << 10)     /* the rest: a small record's header and CRC in one Range */
+#define PENDING_SUFFIX ".pending" /* an index kept in index_dir before its binding is whole */
+
+/* What the rest of a sidecar's binding needs, from open to the shard's
+ * first read (about 0.5 KB and the bytes of the reads made at open). */
+typedef struct pend {
+  uint64_t n, bind;                            /* the sidecar's entries and its bind() */
+  lade__tar_entry_t e[LADE__TAR_BIND_ENTRIES]; /* its sampled entries (lade__tar_bind_at) */
+  uint64_t off[PEND_READS];                    /* bind()'s reads, in its order */
+  uint32_t len[PEND_READS], got[PEND_READS];   /* their lengths; the bytes kept of those made at open */
+  uint32_t nr;
+  char *keep;                                  /* the index in index_dir, under its pending name (or NULL) */
+  char *msg;                                   /* ST_FAILED: why, for every read of the shard */
+  uint8_t bytes[];                             /* the bytes of the reads made at open, back to back */
+} pend_t;
 
 /* The open handle's results, by key: shard i's binding reads are
  * i * BIND_READS + k, its sidecar SIDE0 + i (also its object number, so a
@@ -188,13 +246,14 @@ static int remote_shards(lade__tar_t *t, const char *src) {
 /* ------------------------------------------------------ sidecar indexes */
 
 /* The reads a format's bind() makes, recorded by a first call (every read
- * answered in full, with zeros), fetched all at once, then served in the
- * same order to a second call. */
+ * answered in full, with zeros), fetched (those of mask `have`), then
+ * served in the same order to a second call. */
 typedef struct bind_reads {
   uint64_t off[BIND_READS];
   size_t len[BIND_READS];
   lade__buf_t got[BIND_READS];
   size_t n, served;
+  uint32_t have; /* the reads fetched (bit k: read k) */
 } bind_reads_t;
 
 static long record_pread(void *ctx, void *dst, size_t len, uint64_t off) {
@@ -211,31 +270,57 @@ static long record_pread(void *ctx, void *dst, size_t len, uint64_t off) {
 static long served_pread(void *ctx, void *dst, size_t len, uint64_t off) {
   bind_reads_t *r = ctx;
   size_t k = r->served++;
-  if (k >= r->n || r->off[k] != off || r->len[k] != len) return -1;
+  if (k >= r->n || r->off[k] != off || r->len[k] != len || !(r->have >> k & 1)) return -1;
   size_t n = LADE__MIN(len, r->got[k].len);
   if (n) memcpy(dst, r->got[k].data, n);
   return (long)n;
 }
 
-/* The recorded reads of shard i (cut at its size), all in flight at once
- * on open_http; 0 or the first error
- * (412: the shard changed since the HEAD; the retries ran out). */
-static int fetch_reads(lade__tar_t *t, size_t i, bind_reads_t *r) {
+/* Any part of a fetched read, in any order (check_entry's reads). */
+static long kept_pread(void *ctx, void *dst, size_t len, uint64_t off) {
+  bind_reads_t *r = ctx;
+  for (size_t k = 0; k < r->n; k++) {
+    if (!(r->have >> k & 1) || off < r->off[k] || off - r->off[k] > r->len[k] || len > r->len[k] - (off - r->off[k]))
+      continue;
+    size_t at = (size_t)(off - r->off[k]), n = at < r->got[k].len ? LADE__MIN(len, r->got[k].len - at) : 0;
+    if (n) memcpy(dst, r->got[k].data + at, n);
+    return (long)n;
+  }
+  return -1;
+}
+
+static void reads_free(bind_reads_t *r) {
+  for (size_t k = 0; k < BIND_READS; k++) lade__buf_free(&r->got[k]);
+}
+
+/* The Ranges of the reads of shard i that `mask` selects (cut at its
+ * size): reads at most `gap` bytes apart share one. sp, order: room for
+ * BIND_READS; runs: the Ranges. Returns their number. */
+static size_t plan_reads(const lade__tar_t *t, size_t i, const bind_reads_t *r, uint32_t mask, uint64_t gap,
+                         lade__span_t *sp, size_t *order, size_t *nsp, lade__run_t *runs) {
   http_state_t *h = H(t);
-  lade__span_t sp[BIND_READS];
-  lade__run_t runs[BIND_READS];
-  size_t order[BIND_READS], m = 0;
+  size_t m = 0;
   for (size_t k = 0; k < r->n; k++) {
     uint64_t end = LADE__MIN(r->off[k] + r->len[k], h->shard_size[i]);
-    if (r->off[k] >= end) continue; /* past the end: served as 0 bytes */
+    if (!(mask >> k & 1) || r->off[k] >= end) continue; /* past the end: served as 0 bytes */
     size_t at = m++;
     while (at && sp[at - 1].off > r->off[k]) sp[at] = sp[at - 1], order[at] = order[at - 1], at--;
     sp[at] = (lade__span_t){0, r->off[k], end - r->off[k]};
     order[at] = k;
   }
-  /* only reads that overlap share a request: a gap between sampled headers
-   * is a shard's data, which is what a sidecar spares */
-  size_t nr = lade__coalesce(sp, m, 0, h->max_req, runs);
+  /* reads far apart do not share a request: the bytes between sampled
+   * headers are a shard's data, which is what a sidecar spares */
+  *nsp = m;
+  return lade__coalesce(sp, m, gap, h->max_req, runs);
+}
+
+/* Sends those Ranges on open_http; take_reads then takes the reads.
+ * Returns at once. */
+static int ask_reads(lade__tar_t *t, size_t i, const bind_reads_t *r, uint32_t mask, uint64_t gap) {
+  lade__span_t sp[BIND_READS];
+  lade__run_t runs[BIND_READS];
+  size_t order[BIND_READS], m;
+  size_t nr = plan_reads(t, i, r, mask, gap, sp, order, &m, runs);
   lade__http_part_t parts[BIND_READS];
   lade__http_get_t gets[BIND_READS];
   for (size_t g = 0; g < nr; g++) {
@@ -245,13 +330,29 @@ static int fetch_reads(lade__tar_t *t, size_t i, bind_reads_t *r) {
     gets[g] = (lade__http_get_t){.obj = i, .off = u->start, .len = u->end - u->start, .expect = u->end - u->start,
                                  .nparts = (uint32_t)u->count, .parts = parts + u->first};
   }
-  int rc = nr ? lade__http_submit(h->open_http, gets, nr, 0) : 0;
-  for (size_t q = 0; !rc && q < m; q++) { /* every want taken, so none is left in the table */
-    lade__http_get_t one = {.obj = i, .off = sp[q].off, .len = sp[q].len, .expect = sp[q].len, .nparts = 1,
-                            .parts = &parts[q]};
-    int e = lade__http_read(h->open_http, parts[q].idx, &one, &r->got[order[q]]);
-    if (e && !rc) rc = e;
+  return nr ? lade__http_submit(H(t)->open_http, gets, nr, 0) : 0;
+}
+
+/* Takes the reads ask_reads sent (waiting, bounded by the HTTP timeouts;
+ * one dropped from the table is fetched again): 0, or the first error
+ * (412: the shard changed since the HEAD; the retries ran out). Every want
+ * is taken, so none is left in the table. */
+static int take_reads(lade__tar_t *t, size_t i, bind_reads_t *r, uint32_t mask) {
+  http_state_t *h = H(t);
+  int rc = 0;
+  char *msg = NULL;
+  for (size_t k = 0; k < r->n; k++) {
+    uint64_t end = LADE__MIN(r->off[k] + r->len[k], h->shard_size[i]);
+    if (!(mask >> k & 1)) continue;
+    r->have |= 1u << k;
+    if (r->off[k] >= end) continue;
+    lade__http_part_t p = {i * BIND_READS + k, 0, end - r->off[k]};
+    lade__http_get_t one = {.obj = i, .off = r->off[k], .len = p.len, .expect = p.len, .nparts = 1, .parts = &p};
+    int e = lade__http_read(h->open_http, p.idx, &one, &r->got[k]);
+    if (e && !rc) rc = e, msg = lade__strdup(lade_last_error());
   }
+  if (msg) lade__set_error_text(msg);
+  free(msg);
   return rc;
 }
 
@@ -262,10 +363,72 @@ static void reject(lade__tar_t *t, const char *shown, const char *why) {
           "shard by reading it whole\n", shown, shown, why);
 }
 
+static const char *framing(const lade__tar_t *t) { return t->fmt->names ? "member headers" : "records' framing"; }
+
+/* Keeps what the rest of shard i's binding needs (r: bind()'s reads, those
+ * of `now` fetched) until its first read: the shard is ST_PENDING. */
+static int pend_keep(lade__tar_t *t, size_t i, const lade__tar_index_t *x, const bind_reads_t *r, size_t nb,
+                     uint32_t now) {
+  size_t bytes = 0;
+  for (size_t q = 0; q < nb; q++) bytes += now >> q & 1 ? r->got[q].len : 0;
+  pend_t *p = calloc(1, sizeof *p + bytes);
+  if (!p) return lade__fail(LADE_ENOMEM, "%s: out of memory", lade__tar_strs_at(&t->shards, i));
+  p->n = x->n;
+  p->bind = x->bind;
+  for (size_t j = 0; j < LADE__MIN(x->n, (size_t)LADE__TAR_BIND_ENTRIES); j++)
+    p->e[j] = x->m[lade__tar_bind_at(x->n, j)];
+  p->nr = (uint32_t)nb;
+  for (size_t q = 0, at = 0; q < nb; q++) {
+    p->off[q] = r->off[q];
+    p->len[q] = (uint32_t)r->len[q];
+    if (!(now >> q & 1)) continue;
+    p->got[q] = (uint32_t)r->got[q].len;
+    if (p->got[q]) memcpy(p->bytes + at, r->got[q].data, p->got[q]);
+    at += p->got[q];
+  }
+  H(t)->pend[i] = p;
+  H(t)->rest[i] = ~now & (uint32_t)((1ull << nb) - 1);
+  __atomic_store_n(&H(t)->state[i], ST_PENDING, __ATOMIC_RELEASE);
+  __atomic_fetch_add(&H(t)->pending, 1, __ATOMIC_RELAXED);
+  return 0;
+}
+
+/* The reads of bind() (nb of them, `per` per entry, the end's after them
+ * at nb when tail) that open makes: all when they fit one Range of
+ * OPEN_GAP bytes or cannot be split per entry (*lazy 0); else the first
+ * and the last entry's and the end, in at most 2 Ranges: the last entry's
+ * (then the first's) reads after its header are left to the rest, then the
+ * last entry's header, until they fit. */
+static uint32_t open_reads(const lade__tar_t *t, size_t i, const bind_reads_t *r, size_t nb, size_t per, int *lazy) {
+  lade__span_t sp[BIND_READS];
+  lade__run_t runs[BIND_READS];
+  size_t order[BIND_READS], m;
+  uint32_t all = (uint32_t)((1ull << r->n) - 1), now = all;
+  uint64_t lo = UINT64_MAX, hi = 0;
+  for (size_t q = 0; q < r->n; q++) lo = LADE__MIN(lo, r->off[q]), hi = LADE__MAX(hi, r->off[q] + r->len[q]);
+  if (!*lazy || hi - lo <= OPEN_GAP) {
+    *lazy = 0;
+    return all;
+  }
+  for (size_t q = per; q < nb - per; q++) now &= ~(1u << q);
+  size_t drop[2 * PEND_READS], nd = 0;
+  for (size_t q = nb - per + 1; q < nb; q++) drop[nd++] = q;
+  for (size_t q = 1; q < per; q++) drop[nd++] = q;
+  drop[nd++] = nb - per;
+  for (size_t d = 0; d < nd && plan_reads(t, i, r, now, OPEN_GAP, sp, order, &m, runs) > 2; d++)
+    now &= ~(1u << drop[d]);
+  return now;
+}
+
 /* Shard i's index from its sidecar, fetched (the GET sent before the HEAD)
- * into b: 0 when it is the shard's (x filled), 1 when it is missing or not
- * the shard's (x empty: index the shard as before), or an error reading
- * the shard's sampled headers. */
+ * into b: 0 when it is the shard's as far as open checks (x filled), 1 when
+ * it is missing or not the shard's (x empty: index the shard as before),
+ * or an error reading the shard's bytes. Open checks the shard's size, the
+ * sidecar's checksum and bounds, the end (the zeros after the last member),
+ * and, by two Ranges, the framing of the first and the last sampled entries
+ * (check_entry); the rest of bind() (the 6 sampled entries between) waits
+ * for the shard's first read (check_shard). A shard of at most 2 entries,
+ * or whose bind() reads are not per entry, is bound whole here. */
 static int sidecar_index(lade__tar_t *t, size_t i, lade__buf_t *b, lade__tar_index_t *x) {
   const char *shown = lade__tar_strs_at(&t->shards, i);
   const char *why = NULL;
@@ -279,10 +442,6 @@ static int sidecar_index(lade__tar_t *t, size_t i, lade__buf_t *b, lade__tar_ind
     reject(t, shown, "it describes a compressed file");
     return 1;
   }
-  bind_reads_t r;
-  memset(&r, 0, sizeof r);
-  t->fmt->bind(t, x, record_pread, &r);
-  size_t nb = r.n; /* then the end-of-archive block, after the binding's reads */
   uint64_t toff;
   size_t tlen;
   if (lade__tar_index_tail(t, x, H(t)->shard_size[i], &toff, &tlen) != 0) {
@@ -290,30 +449,36 @@ static int sidecar_index(lade__tar_t *t, size_t i, lade__buf_t *b, lade__tar_ind
     reject(t, shown, "its last member does not end the shard");
     return 1;
   }
-  if (tlen && nb < BIND_READS) r.off[r.n] = toff, r.len[r.n++] = tlen;
-  int rc = fetch_reads(t, i, &r);
+  bind_reads_t r;
+  memset(&r, 0, sizeof r);
+  t->fmt->bind(t, x, record_pread, &r);
+  size_t nb = r.n, k = LADE__MIN(x->n, (size_t)LADE__TAR_BIND_ENTRIES), per = k ? nb / k : 0;
+  int lazy = k > 2 && per && per * k == nb && nb <= PEND_READS && t->fmt->check_entry;
+  if (tlen && nb < BIND_READS) r.off[r.n] = toff, r.len[r.n++] = tlen; /* the end, after them */
+  uint32_t now = open_reads(t, i, &r, nb, per, &lazy); /* the reads made now */
+  int rc = ask_reads(t, i, &r, now, OPEN_GAP);
+  if (!rc) rc = take_reads(t, i, &r, now);
   size_t n = r.n;
   r.n = nb;
-  uint64_t bind = rc ? 0 : t->fmt->bind(t, x, served_pread, &r);
   int zeros = 1;
-  for (size_t k = 0; !rc && n > nb && k < r.got[nb].len; k++) zeros &= r.got[nb].data[k] == 0;
-  for (size_t k = 0; k < BIND_READS; k++) lade__buf_free(&r.got[k]);
-  if (rc) {
-    lade__tar_index_free(x);
-    return rc;
+  for (size_t q = 0; !rc && n > nb && q < r.got[nb].len; q++) zeros &= r.got[nb].data[q] == 0;
+  char bad[512] = "";
+  if (!rc && lazy) { /* the first entry's header is always read now, the last one's when it fits */
+    if (t->fmt->check_entry(t, x, 0, kept_pread, &r, &why) ||
+        (now >> (nb - per) & 1 && t->fmt->check_entry(t, x, x->n - 1, kept_pread, &r, &why)))
+      snprintf(bad, sizeof bad, "its sampled %s differ from the shard's (%s: another shard's index, or the shard "
+               "was rewritten after it)", framing(t), why);
+  } else if (!rc && t->fmt->bind(t, x, served_pread, &r) != x->bind) {
+    snprintf(bad, sizeof bad, "its sampled %s differ from the shard's (another shard's index, or the shard was "
+             "rewritten after it)", framing(t));
   }
-  if (bind == x->bind && !zeros) {
-    lade__tar_index_free(x);
-    reject(t, shown, "a member follows its last one (the shard grew within its end padding)");
-    return 1;
-  }
-  if (bind != x->bind) {
-    lade__tar_index_free(x);
-    reject(t, shown, "its sampled member headers differ from the shard's (another shard's index, or the shard was "
-           "rewritten after it)");
-    return 1;
-  }
-  return 0;
+  if (!rc && !bad[0] && !zeros)
+    snprintf(bad, sizeof bad, "a member follows its last one (the shard grew within its end padding)");
+  if (!rc && !bad[0] && lazy) rc = pend_keep(t, i, x, &r, nb, now);
+  reads_free(&r);
+  if (rc || bad[0]) lade__tar_index_free(x);
+  if (!rc && bad[0]) reject(t, shown, bad);
+  return rc ? rc : bad[0] ? 1 : 0;
 }
 
 /* The sidecar GET of shard i, taken from open_http: 0 with its bytes in
@@ -327,6 +492,21 @@ static int sidecar_get(lade__tar_t *t, size_t i, lade__buf_t *b) {
     fprintf(stderr, "lade: warning: %s; indexing the shard by reading it whole\n", lade_last_error());
   lade__clear_error();
   return 1;
+}
+
+/* A sidecar's index into index_dir (else cache_dir), where a later open
+ * takes it without a binding: under a pending name while the rest of its
+ * binding waits (renamed when the shard's first read finds it whole). */
+static void keep_index(lade__tar_t *t, size_t i, const lade__tar_index_t *x, const char *ipath, lade__tar_ver_t v,
+                       const struct lade_config *cfg) {
+  pend_t *p = H(t)->pend[i];
+  char pp[LADE__PATH_MAX + 96];
+  if (!p) {
+    lade__tar_index_store(t, x, ipath, v, cfg);
+  } else if (snprintf(pp, sizeof pp, "%s" PENDING_SUFFIX, ipath) < (int)sizeof pp &&
+             lade__tar_index_store(t, x, pp, v, cfg) == 0) {
+    p->keep = lade__strdup(pp);
+  }
 }
 
 /* Whether a shard without a stored index asks for its sidecar. Sidecars are
@@ -403,7 +583,7 @@ static int http_index(lade__tar_t *t, const struct lade_config *cfg, size_t i, l
   }
   lade__buf_free(&b);
   if (rc || found) {
-    if (!rc && got && ipath[0]) lade__tar_index_store(t, x, ipath, v, cfg);
+    if (!rc && got && ipath[0]) keep_index(t, i, x, ipath, v, cfg);
     return rc;
   }
   lade__http_stream_t *s = NULL;
@@ -431,6 +611,132 @@ static int name_member(int rc, const char *url, const char *name) {
     return rc;
   }
   return lade__fail_prefix(rc, "%s: %s: ", url, name);
+}
+
+/* ------------------------------------- the rest of a binding, at first read */
+
+/* Sends the rest of shard si's binding (ST_PENDING: bind_mu held). */
+static int ask_rest(lade__tar_t *t, uint32_t si) {
+  const pend_t *p = H(t)->pend[si];
+  bind_reads_t r;
+  memset(&r, 0, sizeof r);
+  r.n = p->nr;
+  for (size_t q = 0; q < p->nr; q++) r.off[q] = p->off[q], r.len[q] = p->len[q];
+  int rc = ask_reads(t, si, &r, H(t)->rest[si], LAZY_GAP);
+  if (!rc) __atomic_store_n(&H(t)->state[si], ST_ASKED, __ATOMIC_RELEASE);
+  return rc;
+}
+
+/* submit(): the shards of a batch whose binding waits are asked now, so
+ * that it travels with their samples' Ranges; an error here is the read's. */
+static void ask_shard(lade__tar_t *t, uint32_t si) {
+  http_state_t *h = H(t);
+  pthread_mutex_lock(&h->bind_mu);
+  if (__atomic_load_n(&h->state[si], __ATOMIC_ACQUIRE) == ST_PENDING && ask_rest(t, si)) lade__clear_error();
+  pthread_mutex_unlock(&h->bind_mu);
+}
+
+/* Takes the rest's reads of shard si (ST_CHECKING: this thread alone) and
+ * runs bind() over all of them, the first and last entries' bytes kept
+ * from open: 0 when it is the sidecar's, 1 when it differs, or an error
+ * fetching them. */
+static int check_rest(lade__tar_t *t, uint32_t si) {
+  const pend_t *p = H(t)->pend[si];
+  bind_reads_t r;
+  memset(&r, 0, sizeof r);
+  r.n = p->nr;
+  int rc = 0;
+  for (size_t q = 0, at = 0; q < p->nr && !rc; q++) {
+    r.off[q] = p->off[q], r.len[q] = p->len[q];
+    if (H(t)->rest[si] >> q & 1) continue;
+    r.have |= 1u << q;
+    rc = lade__buf_reserve(&r.got[q], p->got[q] ? p->got[q] : 1);
+    if (!rc && p->got[q]) memcpy(r.got[q].data, p->bytes + at, p->got[q]);
+    r.got[q].len = p->got[q];
+    at += p->got[q];
+  }
+  if (!rc) rc = take_reads(t, si, &r, H(t)->rest[si]);
+  /* bind() over an index holding only the sampled entries: all it reads */
+  lade__tar_index_t x = {.n = p->n, .cap = p->n, .bind = p->bind};
+  if (!rc && !(x.m = calloc(p->n, sizeof *x.m))) rc = lade__fail(LADE_ENOMEM, "tar source: out of memory");
+  for (size_t j = 0; !rc && j < LADE__MIN(p->n, (uint64_t)LADE__TAR_BIND_ENTRIES); j++)
+    x.m[lade__tar_bind_at(p->n, j)] = p->e[j];
+  if (!rc) rc = t->fmt->bind(t, &x, served_pread, &r) == p->bind ? 0 : 1;
+  free(x.m);
+  reads_free(&r);
+  return rc;
+}
+
+/* The verdict on shard si's binding, under bind_mu: ST_BOUND (the index kept
+ * in index_dir becomes the shard's: renamed from its pending name), ST_FAILED
+ * (kept for every read of it), or ST_PENDING again after a failed fetch (the
+ * next read asks again). */
+static void settle(lade__tar_t *t, uint32_t si, int rc) {
+  http_state_t *h = H(t);
+  pend_t *p = h->pend[si];
+  const char *shown = lade__tar_strs_at(&t->shards, si);
+  if (rc < 0) {
+    __atomic_store_n(&h->state[si], ST_PENDING, __ATOMIC_RELEASE);
+  } else if (rc == 1) {
+    char msg[LADE__PATH_MAX + 1024];
+    const char *e = t->fmt->names ? "members" : "records";
+    snprintf(msg, sizeof msg, "its sidecar index %s" LADE__TAR_SIDECAR_SUFFIX " is not the shard's: its sampled %s "
+             "differ from the shard's (another shard's index, or the shard was rewritten after it: open checked the "
+             "shard's size, its first and last sampled %s and its end, the other sampled %s at this first read); "
+             "none of its samples is served: delete the sidecar, or run `lade index` on the shard again and put the "
+             "new sidecar beside it, then reopen", shown, framing(t), e, e);
+    p->msg = lade__strdup(msg);
+    if (p->keep) unlink(p->keep);
+    free(p->keep);
+    p->keep = NULL;
+    __atomic_store_n(&h->state[si], ST_FAILED, __ATOMIC_RELEASE);
+  } else {
+    if (p->keep) {
+      char to[LADE__PATH_MAX + 64];
+      snprintf(to, sizeof to, "%.*s", (int)(strlen(p->keep) - strlen(PENDING_SUFFIX)), p->keep);
+      if (rename(p->keep, to) != 0) unlink(p->keep);
+    }
+    free(p->keep);
+    free(p);
+    h->pend[si] = NULL;
+    __atomic_store_n(&h->state[si], ST_BOUND, __ATOMIC_RELEASE);
+  }
+  pthread_cond_broadcast(&h->bind_cv);
+}
+
+/* backend.check_shard: before the first sample of a shard whose sidecar
+ * waits for the rest of its binding is served, one thread fetches and
+ * checks it (the others wait for its verdict on bind_cv); a shard whose
+ * binding then differs fails every read, naming shard, member and sidecar:
+ * its samples' offsets came from the sidecar, so it cannot switch to
+ * others mid-run. */
+static int http_check_shard(lade__tar_t *t, uint64_t idx) {
+  http_state_t *h = H(t);
+  uint32_t si = t->shard[idx];
+  if (__atomic_load_n(&h->state[si], __ATOMIC_ACQUIRE) == ST_BOUND) return 0;
+  char what[LADE__PATH_MAX + 64];
+  const char *shown = lade__tar_strs_at(&t->shards, si);
+  t->fmt->what(t, idx, what, sizeof what);
+  pthread_mutex_lock(&h->bind_mu);
+  int st, rc = 0;
+  while ((st = __atomic_load_n(&h->state[si], __ATOMIC_ACQUIRE)) == ST_CHECKING)
+    pthread_cond_wait(&h->bind_cv, &h->bind_mu);
+  if (st == ST_FAILED)
+    rc = lade__fail(LADE_EFORMAT, "%s: %s: %s", shown, what,
+                    h->pend[si]->msg ? h->pend[si]->msg : "its sidecar index is not the shard's");
+  if (st == ST_PENDING) rc = ask_rest(t, si);
+  if (!rc && st != ST_BOUND && st != ST_FAILED) __atomic_store_n(&h->state[si], ST_CHECKING, __ATOMIC_RELEASE);
+  pthread_mutex_unlock(&h->bind_mu);
+  if (st == ST_BOUND || st == ST_FAILED) return rc;
+  if (rc) return name_member(rc, shown, what);
+  rc = check_rest(t, si);
+  if (rc < 0) rc = name_member(rc, shown, what);
+  pthread_mutex_lock(&h->bind_mu);
+  settle(t, si, rc);
+  const char *msg = rc == 1 ? h->pend[si]->msg : NULL;
+  if (rc == 1) rc = lade__fail(LADE_EFORMAT, "%s: %s: %s", shown, what, msg ? msg : "its sidecar is not the shard's");
+  pthread_mutex_unlock(&h->bind_mu);
+  return rc;
 }
 
 static int http_read(lade__tar_t *t, uint64_t idx, lade__buf_t *out) {
@@ -489,6 +795,8 @@ static int http_submit(lade__tar_t *t, const uint64_t *idx, size_t n, int backgr
                       (unsigned long long)t->count);
       break;
     }
+    uint32_t si = t->shard[idx[i]];
+    if (__atomic_load_n(&H(t)->state[si], __ATOMIC_ACQUIRE) == ST_PENDING) ask_shard(t, si); /* in the order of use */
     uint64_t size = lade__tar_span(t, idx[i]);
     if (size == 0 || size - t->fmt->tail > t->max_sample) continue; /* read() answers these without a request */
     v[k++] = (span_t){idx[i], t->off[idx[i]], size, t->shard[idx[i]], i};
@@ -533,8 +841,16 @@ static uint64_t http_version(lade__tar_t *t, uint64_t idx) {
   return lade__hash64(k, sizeof k, 0x74617276) | 2; /* > LADE__VERSION_UNKNOWN */
 }
 
+/* Ready when the sample's bytes and, for a shard whose binding's rest is
+ * in flight, those too have arrived (read() would wait for them). */
 static bool http_ready(lade__tar_t *t, uint64_t idx) {
-  return idx >= t->count || lade__http_ready(H(t)->http, idx);
+  if (idx >= t->count) return true;
+  http_state_t *h = H(t);
+  uint32_t si = t->shard[idx];
+  if (__atomic_load_n(&h->state[si], __ATOMIC_ACQUIRE) == ST_ASKED)
+    for (size_t k = 0; k < PEND_READS; k++)
+      if (h->rest[si] >> k & 1 && !lade__http_ready(h->open_http, (uint64_t)si * BIND_READS + k)) return false;
+  return lade__http_ready(h->http, idx);
 }
 
 /* The open's requests (HEADs, index passes, sidecars and their binding
@@ -544,6 +860,12 @@ static void http_stats(lade__tar_t *t, lade__source_stats_t *out) {
   if (!H(t)) return;
   out->list_requests += H(t)->open_requests;
   out->bytes += H(t)->open_bytes;
+  if (H(t)->open_http) { /* alive after open: the bindings' rests */
+    lade__http_stats_t st;
+    lade__http_stats(H(t)->open_http, &st);
+    out->list_requests += st.get_requests;
+    out->bytes += st.bytes;
+  }
   out->sidecar_rejected = __atomic_load_n(&H(t)->rejected, __ATOMIC_RELAXED);
 }
 
@@ -558,6 +880,13 @@ static void open_http_close(http_state_t *h) {
   h->open_http = NULL;
 }
 
+/* open_http's arrivals: after start(), the rest of a binding that a
+ * sample's readiness waits for (the workers are woken as for samples). */
+static void open_arrived(void *ctx) {
+  http_state_t *h = H(ctx);
+  if (__atomic_load_n(&h->started, __ATOMIC_ACQUIRE) && h->o.arrived) h->o.arrived(h->o.arrived_ctx);
+}
+
 /* The open's handle: the sidecars and the Ranges that bind them, small
  * requests, as many in flight as http_max_concurrency allows (not tuned:
  * the open is short); a sidecar may be larger than max_sample_bytes. */
@@ -565,8 +894,8 @@ static int open_http_start(lade__tar_t *t) {
   lade__http_opts_t o = H(t)->o;
   o.fixed_conc = LADE__MAX(o.max_conc, o.fixed_conc);
   o.max_body = (uint64_t)1 << 30;
-  o.arrived = NULL;
-  o.arrived_ctx = NULL;
+  o.arrived = open_arrived;
+  o.arrived_ctx = t;
   int rc = lade__http_create(&H(t)->open_http, &o);
   return rc ? rc : lade__http_start(H(t)->open_http, SIDE0(t) + t->shards.n);
 }
@@ -576,6 +905,8 @@ static int http_open(lade__tar_t *t, const struct lade_config *cfg, lade__source
   http_state_t *h = calloc(1, sizeof *h);
   if (!h) return lade__fail(LADE_ENOMEM, "tar source: out of memory");
   pthread_mutex_init(&h->probe_mu, NULL);
+  pthread_mutex_init(&h->bind_mu, NULL);
+  pthread_cond_init(&h->bind_cv, NULL);
   t->be_state = h;
   const char *first = lade__tar_is_url(cfg->source) ? cfg->source : lade__tar_strs_at(&t->shards, 0);
   int rc = remote_http(t, cfg, s, first);
@@ -583,15 +914,21 @@ static int http_open(lade__tar_t *t, const struct lade_config *cfg, lade__source
   size_t ns = t->shards.n ? t->shards.n : 1;
   if (!rc && (!(h->shard_ver = calloc(ns, sizeof *h->shard_ver)) ||
               !(h->shard_size = calloc(ns, sizeof *h->shard_size)) ||
-              !(h->shard_val = calloc(ns, sizeof *h->shard_val))))
+              !(h->shard_val = calloc(ns, sizeof *h->shard_val)) || !(h->state = calloc(ns, sizeof *h->state)) ||
+              !(h->rest = calloc(ns, sizeof *h->rest)) || !(h->pend = calloc(ns, sizeof *h->pend))))
     rc = lade__fail(LADE_ENOMEM, "tar source: out of memory");
   if (!rc) rc = open_http_start(t);
   return rc;
 }
 
 static int http_start(lade__tar_t *t) {
-  open_http_close(H(t));
-  return lade__http_start(H(t)->http, t->count);
+  http_state_t *h = H(t);
+  if (!__atomic_load_n(&h->pending, __ATOMIC_RELAXED))
+    open_http_close(h);
+  else /* every shard's rest may be asked ahead of its reads (a read-ahead over all shards) */
+    lade__http_reserve(h->open_http, (uint64_t)t->shards.n * PEND_READS + 1024, 0);
+  __atomic_store_n(&h->started, 1, __ATOMIC_RELEASE);
+  return lade__http_start(h->http, t->count);
 }
 
 static void http_reserve(lade__tar_t *t, uint64_t samples, uint64_t bytes) {
@@ -608,6 +945,18 @@ static void http_close(lade__tar_t *t) {
   free(h->shard_size);
   for (size_t i = 0; h->shard_val && i < t->shards.n; i++) free(h->shard_val[i]);
   free(h->shard_val);
+  for (size_t i = 0; h->pend && i < t->shards.n; i++) {
+    if (!h->pend[i]) continue;
+    if (h->pend[i]->keep) unlink(h->pend[i]->keep); /* never found whole: not a later open's */
+    free(h->pend[i]->keep);
+    free(h->pend[i]->msg);
+    free(h->pend[i]);
+  }
+  free(h->pend);
+  free(h->state);
+  free(h->rest);
+  pthread_mutex_destroy(&h->bind_mu);
+  pthread_cond_destroy(&h->bind_cv);
   pthread_mutex_destroy(&h->probe_mu);
   free(h);
   t->be_state = NULL;
@@ -618,6 +967,7 @@ const lade__tar_backend_t lade__tar_http = {
     .open = http_open,
     .index = http_index,
     .start = http_start,
+    .check_shard = http_check_shard,
     .read = http_read,
     .version = http_version,
     .close = http_close,

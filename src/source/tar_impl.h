@@ -79,6 +79,16 @@ struct lade__tar;
 #define LADE__TAR_SIDECAR_B ((uint64_t)3 << 32)
 #define LADE__TAR_SIDECAR_SUFFIX ".ladeidx"
 
+/* The entries a format's bind() samples, the rule both formats follow (a
+ * remote sidecar's binding, checked in two steps, rebuilds them: tar_http.c):
+ * k = min(n, LADE__TAR_BIND_ENTRIES) entries spread over the n, the first
+ * and the last included; entry j of them is lade__tar_bind_at(n, j). */
+#define LADE__TAR_BIND_ENTRIES 8
+static inline size_t lade__tar_bind_at(size_t n, size_t j) {
+  size_t k = n < LADE__TAR_BIND_ENTRIES ? n : LADE__TAR_BIND_ENTRIES;
+  return k <= 1 ? 0 : j * (n - 1) / (k - 1);
+}
+
 /* Appends an entry (name: NULL for formats without names). */
 int lade__tar_index_push(lade__tar_index_t *x, const lade__tar_entry_t *e, uint64_t aux, const char *name, size_t nlen);
 /* Loads a stored index when it is whole (checksum, seeded with
@@ -188,6 +198,15 @@ typedef struct lade__tar_format {
    * from its shard's is another shard's (or the shard changed without a
    * new size or mtime): it is not used. */
   uint64_t (*bind)(const lade__tar_t *t, const lade__tar_index_t *x, lade__tar_pread_fn fn, void *ctx);
+  /* Whether the framing bytes bind() reads for entry i (read again through
+   * fn, which serves only those) are those of an entry like x's: tar, a
+   * header block with a valid checksum, of a regular member of its size and
+   * name (the name when it fits the block); tfrecord, a length with a valid
+   * CRC equal to its length. What a remote sidecar is checked by at open for
+   * its first and last entries, the rest of bind() waiting for the shard's
+   * first read (tar_http.c). 0, or -1 with *why the difference in words. */
+  int (*check_entry)(const lade__tar_t *t, const lade__tar_index_t *x, size_t i, lade__tar_pread_fn fn, void *ctx,
+                     const char **why);
   /* A shard's index into samples (lade__tar_push_sample), in shard order. */
   int (*add)(lade__tar_t *t, uint32_t shard, const lade__tar_index_t *x);
   /* Every shard added: s->labels, s->classes (and class names). */
@@ -218,6 +237,12 @@ typedef struct lade__tar_backend {
   int (*index)(lade__tar_t *t, const struct lade_config *cfg, size_t i, lade__tar_index_t *x);
   /* Optional: every shard is indexed, t->count samples are known. */
   int (*start)(lade__tar_t *t);
+  /* Optional: 0 once the index of sample idx's shard is known to be the
+   * shard's, else the error (naming shard and member) that every read of it
+   * returns (tar_http.c: a sidecar's binding, whose rest is checked before
+   * the shard's first sample is served; waits for it, bounded by the HTTP
+   * timeouts). tar.c calls it before every read. Thread-safe. */
+  int (*check_shard)(lade__tar_t *t, uint64_t idx);
   /* Sample idx's bytes into out (0 < size <= max_sample); errors name shard
    * and member. Thread-safe. */
   int (*read)(lade__tar_t *t, uint64_t idx, lade__buf_t *out);

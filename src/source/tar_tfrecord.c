@@ -47,7 +47,6 @@
 #define IDX_MAGIC_GZIP "LADETFG1" /* a gzip file's: offsets in its uncompressed bytes */
 #define IDX_MAGIC_ZLIB "LADETFZ1"
 #define BIND_HEAD 16384 /* a compressed file's bytes its bind hashes */
-#define BIND_RECORDS 8
 #define LABEL_MAX (1 << 24) /* as tar's .cls values */
 
 typedef struct tfr_state {
@@ -267,9 +266,9 @@ static uint64_t tfr_bind(const lade__tar_t *t, const lade__tar_index_t *x, lade_
     if (n > 0) h = lade__hash64(b, (size_t)n, h);
     return h ? h : 1;
   }
-  size_t k = LADE__MIN(x->n, (size_t)BIND_RECORDS);
+  size_t k = LADE__MIN(x->n, (size_t)LADE__TAR_BIND_ENTRIES);
   for (size_t j = 0; j < k; j++) {
-    size_t i = k == 1 ? 0 : j * (x->n - 1) / (k - 1);
+    size_t i = lade__tar_bind_at(x->n, j);
     uint8_t b[LADE__TFREC_HEAD + LADE__TFREC_TAIL];
     const lade__tar_entry_t *m = &x->m[i];
     long n = m->data_off >= LADE__TFREC_HEAD ? fn(ctx, b, LADE__TFREC_HEAD, m->data_off - LADE__TFREC_HEAD) : -1;
@@ -278,6 +277,24 @@ static uint64_t tfr_bind(const lade__tar_t *t, const lade__tar_index_t *x, lade_
     if (n > 0) h = lade__hash64(b, (size_t)n, h);
   }
   return h ? h : 1;
+}
+
+/* format.check_entry: record i's header is a length with its CRC, and the
+ * index's length (its data CRC needs its data: bind() takes it). */
+static int tfr_check_entry(const lade__tar_t *t, const lade__tar_index_t *x, size_t i, lade__tar_pread_fn fn,
+                           void *ctx, const char **why) {
+  (void)t;
+  const lade__tar_entry_t *m = &x->m[i];
+  uint8_t b[LADE__TFREC_HEAD];
+  if (x->comp) return 0; /* its offsets are not the file's */
+  *why = "a sampled record's header is not in the file";
+  if (m->data_off < sizeof b || fn(ctx, b, sizeof b, m->data_off - sizeof b) != (long)sizeof b) return -1;
+  uint64_t len = 0;
+  for (int k = 7; k >= 0; k--) len = len << 8 | b[k];
+  *why = "a sampled record's length CRC fails (not a record's header)";
+  if (lade__tfrec_masked_crc(b, 8) != lade__tfrec_u32(b + 8)) return -1;
+  *why = "a sampled record's length differs from the index's";
+  return len == m->size ? 0 : -1;
 }
 
 /* ---------------------------------------------------------- samples */
@@ -426,6 +443,7 @@ const lade__tar_format_t lade__tar_fmt_tfrecord = {
     .close = tfr_close,
     .walk = tfr_walk,
     .bind = tfr_bind,
+    .check_entry = tfr_check_entry,
     .add = tfr_add,
     .labels = tfr_labels,
     .empty = tfr_empty,

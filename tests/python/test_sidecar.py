@@ -1,9 +1,12 @@
 """Sidecar indexes (docs/sources.md, "Sidecar indexes"): `lade pack` writes SHARD.tar.ladeidx beside each
 shard and `lade index` writes it for shards other tools wrote; a remote open (nginx over http://, s3rver
 over s3://) fetches it instead of streaming the shard, after checking it is the shard's (its size, then
-its sampled member headers by Range). A sidecar that is not the shard's (another shard's of the same
-size, a truncated one, a shard rewritten after it) is ignored, counted in sidecar_rejected, said once on
-stderr, and the shard read whole as before; the bytes always equal Python's tarfile's."""
+by at most 2 Range requests its first and last sampled member headers and its end; the other sampled
+headers by Range before the shard's first sample is served). A sidecar that open finds is not the
+shard's (another shard's of the same size, a truncated one, a shard rewritten after it) is ignored,
+counted in sidecar_rejected, said once on stderr, and the shard read whole as before; one whose middle
+headers differ fails every read of its shard, naming shard, member and sidecar, and none of its samples
+is delivered; the bytes delivered always equal Python's tarfile's."""
 import glob
 import io
 import os
@@ -25,7 +28,59 @@ import httpenv  # noqa: E402
 import s3env  # noqa: E402  (tests/s3, put on the path by httpenv)
 import tfrecord_files  # noqa: E402
 
-BIND = 9  # Ranges that bind a tar sidecar: 8 sampled member headers (tar.c), the end-of-archive block
+OPEN_GAP, LAZY_GAP = 64 << 10, 16 << 10  # tar_http.c: reads this close share one Range (at open; the rest)
+
+
+def _ranges(reads, size, gap):
+    """Range requests for reads [(off, len)] cut at size, those at most gap bytes apart merged (coalesce.c)."""
+    n, end = 0, None
+    for o, e in sorted((o, min(o + ln, size)) for o, ln in reads if o < min(o + ln, size)):
+        if end is not None and o <= end + gap:
+            end = max(end, e)
+        else:
+            n, end = n + 1, e
+    return n
+
+
+def bind_ranges(path, size=None):
+    """(Range requests at open, Range requests before the shard's first read) that bind the sidecar of tar
+    shard `path` to a shard of `size` bytes (tar_http.c): the reads of tar.c's bind() (the header of 8
+    members spread over the shard, a .cls member's bytes too) and the 512 bytes after the last member; all
+    at open when they lie within 64 KiB, else the first and last member's (the last's when it fits) and the
+    end at open, in at most 2 Ranges, and the 6 others at the first read."""
+    size = os.path.getsize(path) if size is None else size
+    with tarfile.open(path) as t:
+        ms = [m for m in t.getmembers() if m.isfile()]
+    n = len(ms)
+    k = min(n, 8)
+    reads = []
+    for j in range(k):
+        m = ms[0 if k <= 1 else j * (n - 1) // (k - 1)]
+        if m.offset_data >= 512:
+            reads.append((m.offset_data - 512, 512 + (min(m.size, 64) if m.name.endswith(".cls") else 0)))
+    nb = len(reads)
+    per = nb // k if k else 0
+    tail = []
+    if n:
+        end = (ms[-1].offset_data + ms[-1].size + 511) // 512 * 512
+        if end <= size and size > end:
+            tail = [(end, min(size - end, 512))]
+    allr = reads + tail
+    if not (k > 2 and per and per * k == nb and nb <= 16) or \
+            max(o + ln for o, ln in allr) - min(o for o, _ in allr) <= OPEN_GAP:
+        return _ranges(allr, size, OPEN_GAP), 0
+    now = set(range(per)) | set(range(nb - per, nb))
+    for d in list(range(nb - per + 1, nb)) + list(range(1, per)) + [nb - per]:
+        if _ranges([reads[q] for q in now] + tail, size, OPEN_GAP) <= 2:
+            break
+        now.discard(d)
+    opened = _ranges([reads[q] for q in now] + tail, size, OPEN_GAP)
+    assert opened <= 2
+    return opened, _ranges([reads[q] for q in range(nb) if q not in now], size, LAZY_GAP)
+
+
+def bind_total(paths):
+    return sum(sum(bind_ranges(p)) for p in paths)
 
 
 # ---------------------------------------------------------------- shards and references
@@ -196,9 +251,10 @@ def test_http_sidecar_used(shards, nginx, group, capfd):
     n = len(local)
     heads, whole, sides, ranges = log_counts(env.access_log(), n)
     assert (heads, whole, sides) == (n, 0, n)  # no shard read whole: one sidecar GET each
-    assert ranges == st["get_requests"] + BIND * n  # the samples' Ranges and the binding Ranges
+    bind = bind_total(local)
+    assert ranges == st["get_requests"] + bind  # the samples' Ranges and the binding Ranges
     probe = 1 if n > 1 else 0  # the HEAD of the first shard's sidecar: are there sidecars at all
-    assert st["list_requests"] == heads + probe + sides + BIND * n
+    assert st["list_requests"] == heads + probe + sides + bind
     assert st["sidecar_rejected"] == 0
     assert "sidecar" not in capfd.readouterr().err
 
@@ -278,12 +334,119 @@ def test_http_wrong_sidecars_ignored(shards, nginx, capfd, tmp_path, lade_cli):
     assert check_same("%s/wrong/{a,b,c,d,e,f}.tar" % env.url, urls, paths)["sidecar_rejected"] == 4
 
 
+def big_members(prefix, n, seed, grow=None):
+    """n samples PREFIX_i.bin of 3000-4000 bytes (+ .cls): a shard past 64 KiB, whose sidecar is bound in
+    two steps. grow {i: delta}: sample i has delta bytes more (and other bytes)."""
+    sizes = random.Random(seed).sample(range(3000, 4000), n)
+    out = []
+    for i in range(n):
+        data = random.Random(seed * 1000 + i).randbytes(sizes[i] + (grow or {}).get(i, 0))
+        out.append(("%s_%03d.bin" % (prefix, i), data))
+        out.append(("%s_%03d.cls" % (prefix, i), b"%d" % (i % 3)))
+    return out
+
+
+def serve_big(root, lade_cli, tmp_path, sub, names, changed=None):
+    """Shards `names` (40 big samples each) with their sidecars under root/sub; changed {name: grow}: that
+    shard is rewritten after its sidecar, its samples resized by grow. Returns the local paths."""
+    d = os.path.join(root, sub)
+    os.mkdir(d)
+    local = tmp_path / sub
+    local.mkdir()
+    paths = [write_shard(str(local / nm), big_members(nm[0], 40, k + 11)) for k, nm in enumerate(names)]
+    run_cli(lade_cli, "index", *paths)
+    for k, nm in enumerate(names):
+        if nm in (changed or {}):
+            size = os.path.getsize(paths[k])
+            write_shard(paths[k], big_members(nm[0], 40, k + 11, changed[nm]))
+            assert os.path.getsize(paths[k]) == size
+        for f in (paths[k], paths[k] + ".ladeidx"):
+            shutil.copyfile(f, os.path.join(d, os.path.basename(f)))
+    return paths
+
+
+def test_http_sidecar_bound_in_two_steps(nginx, lade_cli, tmp_path, capfd):
+    """Shards past 64 KiB: open sends 2 Ranges per shard (the first member's header; the last member's
+    header through the end-of-archive block), the 6 other sampled headers go before the shard's first
+    read; the bytes are tarfile's, with 4 threads reading the shards shuffled too."""
+    env, root = nginx
+    names = ["p.tar", "q.tar", "r.tar"]
+    paths = serve_big(root, lade_cli, tmp_path, "big", names)
+    for p in paths:
+        assert bind_ranges(p) == (2, 6), p
+    urls = ["%s/big/%s" % (env.url, nm) for nm in names]
+    env.clear_log()
+    capfd.readouterr()
+    st = check_same("%s/big/{p,q,r}.tar" % env.url, urls, paths, coalesce_gap_bytes=0)
+    heads, whole, sides, ranges = log_counts(env.access_log(), 3)
+    assert (heads, whole, sides) == (3, 0, 3) and st["sidecar_rejected"] == 0
+    assert ranges == st["get_requests"] + 3 * (2 + 6)
+    assert st["list_requests"] == heads + 1 + sides + 3 * (2 + 6)
+    assert "sidecar" not in capfd.readouterr().err
+    want = {}
+    for p in paths:
+        want.update({len(want) + k: data for k, (_, _, data) in enumerate(reference(p))})
+    got = {}
+    with lade.Loader("%s/big/{p,q,r}.tar" % env.url, transform="raw", batch_size=7, epochs=1, shuffle=True,
+                     seed=5, threads=4, output="numpy", meta=True, raw_size=4096) as L:
+        for d, _, b in L.stream():
+            for row, i in zip(d, b.indices.tolist()):
+                got[i] = bytes(row)
+    assert sorted(got) == sorted(want)
+    for i, data in want.items():
+        assert got[i][:len(data)] == data and not got[i][len(data):].strip(b"\0")
+
+
+def test_http_sidecar_middle_header_differs(nginx, lade_cli, tmp_path, capfd):
+    """A shard rewritten after its sidecar with the same size, the same first and last members and end,
+    and one middle sampled member 512 bytes longer (a later one 512 shorter: the members between moved):
+    open accepts the sidecar, the first read of that shard fails naming shard, member and sidecar and
+    saying what to do, and none of its samples (whose offsets moved) is ever delivered; the shards before
+    it are read whole and right."""
+    env, root = nginx
+    names = ["g.tar", "m.tar", "h.tar"]
+    paths = serve_big(root, lade_cli, tmp_path, "mid", names, {"m.tar": {11: 512, 13: -512}})
+    urls = ["%s/mid/%s" % (env.url, nm) for nm in names]
+    ref0 = reference(paths[0])
+    env.clear_log()
+    capfd.readouterr()
+    got = {}
+    with pytest.raises(lade.Error) as e:
+        with lade.Loader("%s/mid/{g,m,h}.tar" % env.url, transform="raw", batch_size=5, epochs=1, shuffle=False,
+                         threads=2, output="numpy", meta=True, raw_size=4096) as L:
+            assert L.stats()["sidecar_rejected"] == 0  # open found nothing wrong
+            for d, _, b in L.stream():
+                for row, i in zip(d, b.indices.tolist()):
+                    got[i] = bytes(row)
+    msg = str(e.value)
+    assert urls[1] + ": member 'm_0" in msg, msg
+    for w in (urls[1] + ".ladeidx is not the shard's", "sampled member headers differ", "lade index",
+              "delete the sidecar"):
+        assert w in msg, msg
+    assert sorted(got) == list(range(len(ref0)))  # only the first shard's samples, each right
+    for i, (_, _, data) in enumerate(ref0):
+        assert got[i][:len(data)] == data and not got[i][len(data):].strip(b"\0")
+    log = env.access_log()
+    assert not [r for r in log if r[0] == "GET" and r[1].endswith(".tar") and r[4] == "-"]  # none read whole
+    # a fresh open with on_error=skip: every sample of that shard fails and is replaced; each row delivered
+    # is one of the two other shards' samples
+    good = {data + bytes(4096 - len(data)) for p in (paths[0], paths[2]) for _, _, data in reference(p)}
+    with lade.Loader("%s/mid/{g,m,h}.tar" % env.url, transform="raw", batch_size=5, epochs=1, shuffle=False,
+                     threads=2, output="numpy", raw_size=4096, on_error="skip", skip_max_run=1000,
+                     skip_max_fraction=1) as L:
+        rows = [bytes(row) for d, _ in L.stream() for row in d]
+        st = L.stats()
+    assert len(rows) == 120 and all(r in good for r in rows)
+    assert st["substituted"] >= 40 and st["sidecar_rejected"] == 0
+
+
 def test_http_tfrecord_sidecar(nginx, lade_cli, tmp_path):
     env, root = nginx
     d = os.path.join(root, "tfr")
     local = str(tmp_path / "tfr")
     rng = random.Random(5)
-    tfrecord_files.write_dlio(local, 2, 20, lambda f, i: bytes(rng.getrandbits(8) for _ in range(300 + i)))
+    # records of 4 KB: files past 64 KiB, bound in two steps (the first and last records' framing at open)
+    tfrecord_files.write_dlio(local, 2, 20, lambda f, i: rng.randbytes(5000 + i))
     files = sorted(glob.glob(os.path.join(local, "img_*.tfrecord")))
     run_cli(lade_cli, "index", *files)
     os.mkdir(d)
@@ -322,9 +485,10 @@ def test_s3_sidecar_used_and_rejected(shards, capfd):
         assert c["sig_failures"] == 0 and c["head"] == n + 1 and st["sidecar_rejected"] == 0  # + the probe
         assert [c["by_key"].get("/%s/%s.ladeidx" % (env.bucket, k), 0) for k in keys] == [1] * n
         # every GET is a sidecar, a binding Range or a sample's Range: no shard read whole
-        assert c["get"] == n + BIND * n + st["get_requests"]
+        bind = bind_total(local)
+        assert c["get"] == n + bind + st["get_requests"]
         # the LIST, the probe (HEAD of the first sidecar), HEADs, sidecars, binding Ranges
-        assert st["list_requests"] == 1 + (n > 1) + n + n + BIND * n
+        assert st["list_requests"] == 1 + (n > 1) + n + n + bind
         # another shard's sidecar: ignored, counted, said; the bytes are still the shard's
         env.put(keys[1] + ".ladeidx", open(local[0] + ".ladeidx", "rb").read())
         env.reset()
@@ -334,6 +498,8 @@ def test_s3_sidecar_used_and_rejected(shards, capfd):
         err = capfd.readouterr().err
         assert re.search(r"%s\.ladeidx: sidecar index not used for %s: (made for a shard of another size|its "
                          r"sampled member headers differ)" % (re.escape(names[1]), re.escape(names[1])), err), err
-        # shard 1 read whole once; its binding Ranges sent only when the sizes agree
+        # shard 1 read whole once; its binding Ranges at open (those of shard 0's index) sent only when the
+        # sizes agree, none at its first read
         same = os.path.getsize(local[0]) == os.path.getsize(local[1])
-        assert env.counts()["get"] == n + BIND * (n - (0 if same else 1)) + 1 + st["get_requests"]
+        opened = bind_ranges(local[0], os.path.getsize(local[1]))[0] if same else 0
+        assert env.counts()["get"] == n + bind - sum(bind_ranges(local[1])) + opened + 1 + st["get_requests"]
