@@ -143,7 +143,7 @@ static int sim_one(const lade_plan_settings_t *s, const lade_sim_costs_t *c, con
   if (!w) return lade_simulate(s, sizeof *s, c, out, sizeof *out, imb);
   lade_plan_t *pl = NULL;
   int rc = lade_tool_plan_open(s, w, &pl);
-  if (!rc) rc = lade_tool_simulate_plan(pl, c, out, imb);
+  if (!rc) rc = lade_simulate_plan(pl, c, out, sizeof *out, imb);
   lade_plan_destroy(pl);
   return rc;
 }

@@ -53,12 +53,6 @@ int lade_tool_plan_open(const lade_plan_settings_t *s, const lade_tool_warm_t *w
  * learners of min(n[r], cache). */
 uint64_t lade_tool_warm_handed(const lade_tool_warm_t *w, uint64_t cache);
 
-/* What lade_simulate() does for settings, for an open plan (so a warm one):
- * the same per-epoch entries (out: the plan's epochs, its own struct size)
- * and per-step imbalance (may be NULL). Returns 0 or a LADE_E* code. */
-int lade_tool_simulate_plan(lade_plan_t *pl, const lade_sim_costs_t *costs, lade_sim_epoch_t *out,
-                            double *step_imbalance);
-
 void lade_tool_warm_free(lade_tool_warm_t *w);
 
 #endif

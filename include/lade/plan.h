@@ -403,6 +403,11 @@ typedef struct lade_sim_epoch {
  * imbalance percentage (epochs * steps entries). */
 LADE_API int lade_simulate(const lade_plan_settings_t *s, size_t size, const lade_sim_costs_t *costs,
                            lade_sim_epoch_t *out, size_t out_size, double *step_imbalance);
+/* The same for a plan the caller made and has not stepped yet, and may have
+ * seeded with lade_plan_warm() (a warm start): runs it from its start to its
+ * end, out and step_imbalance as above. The plan stays the caller's. */
+LADE_API int lade_simulate_plan(lade_plan_t *plan, const lade_sim_costs_t *costs, lade_sim_epoch_t *out,
+                                size_t out_size, double *step_imbalance);
 
 /* ---- analytical model of paper 000, eqs. (1)-(8), per epoch in seconds */
 

@@ -27,6 +27,17 @@ int lade_simulate(const lade_plan_settings_t *s, size_t size, const lade_sim_cos
   lade_plan_t *pl = NULL;
   int rc = lade_plan_create(&pl, s, size);
   if (rc) return rc;
+  rc = lade_simulate_plan(pl, costs, out, out_size, step_imbalance);
+  lade_plan_destroy(pl);
+  return rc;
+}
+
+int lade_simulate_plan(lade_plan_t *pl, const lade_sim_costs_t *costs, lade_sim_epoch_t *out, size_t out_size,
+                       double *step_imbalance) {
+  if (!pl || !out) return lade__fail(LADE_EINVAL, "lade_simulate_plan: NULL argument");
+  if (out_size < sizeof(uint64_t))
+    return lade__fail(LADE_EINVAL, "lade_simulate_plan: out_size is %zu; pass sizeof(lade_sim_epoch_t)", out_size);
+  int rc = 0;
   const lade_plan_settings_t *u = lade_plan_settings(pl);
   uint64_t steps = lade_plan_steps_per_epoch(pl), p = u->learners, e0 = 0, t0 = 0;
   lade_plan_start(pl, &e0, &t0); /* a resumed plan: the epochs before its start have no steps */
@@ -95,6 +106,5 @@ int lade_simulate(const lade_plan_settings_t *s, size_t size, const lade_sim_cos
     lade__struct_out((char *)out + e * out_size, out_size, x, sizeof *x);
   }
 out:
-  lade_plan_destroy(pl);
   return rc;
 }
