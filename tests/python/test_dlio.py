@@ -205,7 +205,10 @@ def test_slow_source_lowers_au_and_formulas_still_hold(lade_cli, tmp_path):
                 "dataset.num_files_train=4", "dataset.num_samples_per_file=8", "dataset.record_length_bytes=2048",
                 "reader.batch_size=2", "reader.read_threads=1", "reader.prefetch_size=1",
                 "reader.data_loader=pytorch", "train.epochs=2", "train.computation_time=0.005",
-                "output.folder=%s" % out, "lade.http_concurrency=1", "lade.index_dir=%s" % (tmp_path / "idx"))
+                "output.folder=%s" % out, "lade.http_concurrency=1", "lade.index_dir=%s" % (tmp_path / "idx"),
+                # the pass mark the AU check below implies: a min(au) under 97 of 2 epochs is a mean under 98.5,
+                # so the verdict follows from it (at 90 it depended on how loaded the machine was)
+                "metric.au=0.99")
     shutil.rmtree(served, ignore_errors=True)
     au, _ = check_metrics(str(out), 1, 2, 2048, r.stdout)
     # 5 ms of compute behind >= 25 ms requests: some step waited for its batch (read ahead and coalesced
