@@ -135,7 +135,7 @@ def datagen(cli, folder, fmt, files, spf, rl, stdev, extra=()):
     run(cli, *args)
 
 
-def check_metrics(out_dir, world, batch, record_length, stdout):
+def check_metrics(out_dir, world, batch, record_length, stdout, au_pass=90):
     summ = json.load(open(os.path.join(out_dir, "summary.json")))
     m = summ["metric"]
     per = [dlio_metrics(os.path.join(out_dir, "%d_steps.csv" % r), batch) for r in range(world)]
@@ -157,7 +157,7 @@ def check_metrics(out_dir, world, batch, record_length, stdout):
     assert abs(float(got.group(1)) - np.mean(tp)) <= 0.00005 + 1e-6 * np.mean(tp), got.group(0)
     assert "[METRIC] Number of Simulated Accelerators: %d \n" % world in stdout
     assert summ["num_accelerators"] == world and summ["epochs"] == len(epochs)
-    verdict = "success" if np.mean(au) >= 90 else "fail"
+    verdict = "success" if np.mean(au) >= au_pass else "fail"
     assert m["train_au_meet_expectation"] == verdict
     return au, tp
 
@@ -210,7 +210,7 @@ def test_slow_source_lowers_au_and_formulas_still_hold(lade_cli, tmp_path):
                 # so the verdict follows from it (at 90 it depended on how loaded the machine was)
                 "metric.au=0.99")
     shutil.rmtree(served, ignore_errors=True)
-    au, _ = check_metrics(str(out), 1, 2, 2048, r.stdout)
+    au, _ = check_metrics(str(out), 1, 2, 2048, r.stdout, au_pass=99)
     # 5 ms of compute behind >= 25 ms requests: some step waited for its batch (read ahead and coalesced
     # later, so by how much varies with the machine's load)
     loads = [float(r["load_s"]) for r in csv.DictReader(open(out / "0_steps.csv"))]
