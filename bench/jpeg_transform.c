@@ -11,8 +11,11 @@
  * a crop cannot skip for the rows above it. Images: the
  * synthetic generator's (tools/gen_jpeg.c), or the JPEGs of a folder.
  *   usage: bench_jpeg_transform [images=200] [rounds=5] [seed=1] [--dir DIR]
- *                               [--only train|train8|eval|decode] [--decode-scale]
+ *                               [--only train|train8|eval|decode] [--decode-scale] [--no-stages]
  * --only runs one contender (for a profiler: perf record -g ... --only eval).
+ * After the rates, the stage account of train and eval (tools/jpeg_stages.c:
+ * where a crop's time goes, stage by stage, beside the whole decode) unless
+ * --no-stages.
  * --decode-scale runs the transforms with decode_scale=auto (the opt-in DCT
  * scaling, whose pixels differ from torchvision's: never the default).
  */
@@ -34,6 +37,7 @@
 #include "core/config.h"
 #include "engine/resolve.h"
 #include "gen_jpeg.h"
+#include "jpeg_stages.h"
 #include "transform/transform.h"
 
 /* rows: 1 = one row per call, 0 = as many as the decoder gives */
@@ -52,40 +56,6 @@ static double scanline_decode(uint8_t **img, size_t *len, int n, int rows, uint6
   free(buf);
   return (double)n / t;
 }
-
-#ifdef LADE_HAVE_JPEG
-/* The entropy decode alone: jpeg_skip_scanlines to the last row Huffman-
- * decodes every iMCU row it passes and transforms none (only the last row is
- * read, to make it decode up to there). No crop can go below this for the
- * rows above it; a reference line, not a ceiling. */
-static double entropy_only(uint8_t **img, size_t *len, int n, uint64_t *sink) {
-  struct jpeg_decompress_struct ci;
-  struct jpeg_error_mgr je;
-  ci.err = jpeg_std_error(&je); /* the images decode (the ceiling read them) */
-  jpeg_create_decompress(&ci);
-  uint8_t *row = NULL;
-  size_t cap = 0;
-  double t0 = lade__now();
-  for (int i = 0; i < n; i++) {
-    jpeg_mem_src(&ci, img[i], (unsigned long)len[i]);
-    jpeg_read_header(&ci, TRUE);
-    ci.out_color_space = JCS_RGB;
-    jpeg_start_decompress(&ci);
-    size_t need = (size_t)ci.output_width * 3;
-    if (need > cap) row = realloc(row, cap = need);
-    if (!row) exit(1);
-    if (ci.output_height > 1) jpeg_skip_scanlines(&ci, ci.output_height - 1);
-    JSAMPROW r = row;
-    jpeg_read_scanlines(&ci, &r, 1);
-    *sink += row[0];
-    jpeg_abort_decompress(&ci);
-  }
-  double t = lade__now() - t0;
-  jpeg_destroy_decompress(&ci);
-  free(row);
-  return (double)n / t;
-}
-#endif
 
 #ifdef LADE_BENCH_TURBOJPEG
 static double turbo_decode(uint8_t **img, size_t *len, int n, uint64_t *sink) {
@@ -155,7 +125,7 @@ static int load_dir(const char *dir, int max, uint8_t **img, size_t *len, size_t
   return n;
 }
 
-static bool decode_scale;
+static bool decode_scale, no_stages;
 
 static double run_xform(const lade__transform_ops_t *ops, int dtype, uint8_t **img, size_t *len, int n, int rounds,
                         uint64_t *sink) {
@@ -199,6 +169,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--dir") && i + 1 < argc) dir = argv[++i];
     else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
     else if (!strcmp(argv[i], "--decode-scale")) decode_scale = true;
+    else if (!strcmp(argv[i], "--no-stages")) no_stages = true;
     else if (npos < 3) pos[npos++] = atoi(argv[i]);
   }
   int n = pos[0], rounds = pos[1];
@@ -247,9 +218,7 @@ int main(int argc, char **argv) {
   for (int r = 0; r < rounds; r++) {
     row1 = fmax(row1, scanline_decode(img, len, n, 1, &sink));
     blocks = fmax(blocks, scanline_decode(img, len, n, 0, &sink));
-#ifdef LADE_HAVE_JPEG
-    entropy = fmax(entropy, entropy_only(img, len, n, &sink));
-#endif
+    entropy = fmax(entropy, lade_tool_entropy_only(img, len, n));
 #ifdef LADE_BENCH_TURBOJPEG
     turbo = fmax(turbo, turbo_decode(img, len, n, &sink));
 #endif
@@ -269,6 +238,26 @@ int main(int argc, char **argv) {
   printf("imagenet-train float32 224     : %8.1f img/s  (%.2fx ceiling)\n", tr, tr / bare);
   printf("imagenet-train uint8 224       : %8.1f img/s  (%.2fx ceiling)\n", tr8, tr8 / bare);
   printf("imagenet-eval float32 256/224  : %8.1f img/s  (%.2fx ceiling)\n", ev, ev / bare);
+  /* where each transform's time goes (tools/jpeg_stages.c) */
+  static const struct {
+    const char *label;
+    int transform;
+  } acct[2] = {{"imagenet-train float32", LADE__XF_IMAGENET_TRAIN}, {"imagenet-eval float32", LADE__XF_IMAGENET_EVAL}};
+  for (int k = 0; k < 2 && !no_stages; k++) {
+    struct lade_config cfg;
+    lade__config_defaults(&cfg);
+    if (decode_scale) cfg.decode_scale = LADE__DECODE_SCALE_AUTO;
+    cfg.transform = acct[k].transform;
+    cfg.seed = 1;
+    lade_tool_stages_t stg;
+    char why[256];
+    printf("%s: ", acct[k].label);
+    if (lade_tool_jpeg_stages(img, len, n, &cfg, rounds, &stg, why, sizeof why)) {
+      printf("no stage account: %s\n", why);
+      continue;
+    }
+    lade_tool_stages_print(stdout, "", &stg);
+  }
   printf("(sink %llu)\n", (unsigned long long)(sink & 1));
   for (int i = 0; i < n; i++) free(img[i]);
   free(img);

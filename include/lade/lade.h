@@ -554,6 +554,10 @@ typedef struct lade_stats {
   /* cache entries stored under an older version of their sample (its file was rewritten or replaced since, or an
    * object's size changed): removed and read from storage again, never served (docs/cache.md, Versions) */
   uint64_t cache_stale;
+  /* the image decoder's choices made by timing the first images on this machine (docs/transform.md, Choices
+   * that follow the machine): its horizontal pass and rows per libjpeg call, as the first worker made them, e.g.
+   * "vbmi-rgb, 16 rows per libjpeg call"; "" before then and for other transforms */
+  char image_kernels[96];
 } lade_stats_t;
 
 /*
@@ -596,6 +600,42 @@ typedef struct lade_epoch_stats {
  * Thread-safe. */
 LADE_API int lade_loader_epoch_stats(lade_loader_t *loader, uint64_t epoch, lade_epoch_stats_t *out,
                                      size_t out_size);
+
+/* ----------------------------------------------------------- stage account */
+
+/*
+ * Where an image transform's time goes on this machine (docs/transform.md,
+ * The stage account): the transform of cfg (imagenet-train or imagenet-eval,
+ * with its crop, dtype and seed) runs over the n JPEGs in memory on the
+ * calling thread, once per stage and round, each time with the decoder told
+ * to stop after a stage; a stage costs the difference between its stop and
+ * the one before (same images, same boxes). All times are seconds per image,
+ * each the best of `rounds`. Before the rounds the decoder makes its timed
+ * choices (its horizontal pass, rows per libjpeg call) on the images, and
+ * keeps them for every stop. lade bench and bench_jpeg_transform print it.
+ */
+typedef struct lade_image_stages {
+  uint32_t images, rounds;
+  double transform;  /* the transform as a loader runs it */
+  double header;     /* stopping after the completeness check, header and lade's plan (box, coefficients) */
+  double entropy;    /* ... after the entropy decode to the decoded region's last row */
+  double decode;     /* ... after libjpeg's rows of the region (IDCT, upsampling, colour), not resampled */
+  double timed;      /* the whole transform with lade's steps timed (below); its excess is the clock's cost */
+  double plan, decoder, hpass, finish; /* of the timed run: lade's plan, libjpeg's calls, lade's horizontal pass,
+                                        * lade's vertical pass, flip and store */
+  double rows_frac;  /* mean over images: rows decoded to the region's last, of the image's rows */
+  double area_frac;  /* mean: the region's decoded pixels (cropped columns x rows), of the image's */
+  char choices[96];  /* the decoder's timed choices (lade_stats_t.image_kernels) */
+} lade_image_stages_t;
+
+/*
+ * Fills *out (out_size: sizeof(lade_image_stages_t) as the caller was
+ * compiled). LADE_EUNSUPPORTED without JPEG support or for a transform other
+ * than the imagenet ones; LADE_EFORMAT naming the image that does not decode.
+ * Not for the hot path: it takes (5 x rounds + 1) passes over the images.
+ */
+LADE_API int lade_image_stages(const lade_config_t *cfg, const uint8_t *const *images, const size_t *lens, size_t n,
+                               int rounds, lade_image_stages_t *out, size_t out_size);
 
 #ifdef __cplusplus
 }

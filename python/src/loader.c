@@ -529,13 +529,13 @@ static PyObject *stats_dict(const lade_stats_t *s) {
     int bad = PyDict_Update(d, node) != 0;
     Py_DECREF(node);
     node = bad ? NULL
-               : Py_BuildValue("{sKsKsKsKsKsKsK}", "cache_stale", (unsigned long long)s->cache_stale,
+               : Py_BuildValue("{sKsKsKsKsKsKsKss}", "cache_stale", (unsigned long long)s->cache_stale,
                                "plan_node_reads", (unsigned long long)s->plan_node_reads,
                                "plan_admits_mem", (unsigned long long)s->plan_admits_mem,
                                "plan_admits_disk", (unsigned long long)s->plan_admits_disk, "plan_moves_up",
                                (unsigned long long)s->plan_moves_up, "plan_moves_down",
                                (unsigned long long)s->plan_moves_down, "peer_served_from_disk",
-                               (unsigned long long)s->peer_served_from_disk);
+                               (unsigned long long)s->peer_served_from_disk, "image_kernels", s->image_kernels);
   }
   if (!node || PyDict_Update(d, node) != 0) {
     Py_XDECREF(node);

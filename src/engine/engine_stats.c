@@ -34,6 +34,7 @@ static int fill_stats(lade_loader_t *L, lade_stats_t *out) {
   out->stage_seconds[LADE_STAGE_WAIT] = L->t_wait;
   out->first_batch_seconds = L->t_first;
   out->peak_pool_bytes = L->pool.peak_bytes;
+  if (L->xf && L->xf->describe) L->xf->describe(L->xf_state, out->image_kernels, sizeof out->image_kernels);
   out->threads = L->started;
   uint64_t n = L->nlat < LAT_RING ? L->nlat : LAT_RING;
   memcpy(lat, L->lat, n * sizeof *lat);

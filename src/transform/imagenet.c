@@ -100,6 +100,15 @@ typedef void (*resample_v_fn)(const int32_t *, int, const uint8_t *, size_t, int
 typedef void (*store_u8_fn)(const uint8_t *, int, bool, uint8_t *);
 typedef void (*store_f32_fn)(const struct lade__imgdec *, const uint8_t *, int, bool, float *, float *, float *);
 
+/* A horizontal pass: the RGBX-row kernel and, where it has one and it is
+ * used, the RGB-row one that goes with it. */
+typedef struct hpass {
+  resample_h_fn rgbx, rgb;
+  const char *name;
+} hpass_t;
+
+enum { MAX_HPASSES = 6 };
+
 struct lade__imgdec {
   bool decode_scale; /* decode_scale=auto: the JPEG IDCT may shrink (not bit-exact) */
   void *be_state[2]; /* per backend (JPEG, PNG), created on first use */
@@ -117,15 +126,18 @@ struct lade__imgdec {
   store_u8_fn store_u8;   /* one output row's RGBX -> RGB */
   resample_h_fn resample_h;
   resample_h_fn resample_h_rgb; /* for RGB rows; NULL where RGBX rows are the only SIMD kind */
+  hpass_t hp[MAX_HPASSES];      /* the passes this CPU may run: [0] by default, the rest for a tuner */
+  int nhp, hcur;
+  int tuned_rows;               /* rows per libjpeg call the backend's tuner chose, 0 before it chose */
   resample_v_fn resample_v;
+  lade__imgacct_t acct; /* the stage account (imagenet.h); stop OFF unless a bench sets it */
 };
 
 /* The coefficient layout a horizontal pass reads besides k. */
 enum { LAYOUT_C, LAYOUT_PAIRS, LAYOUT_QUADS };
 
 static int make_coeffs_anew(coeffs_t *c, int in_size, double in0, double in1, int out_size, int layout);
-static resample_h_fn pick_resample_h(void);
-static resample_h_fn pick_resample_h_rgb(resample_h_fn rgbx);
+static int pick_hpasses(hpass_t *hp);
 static resample_v_fn pick_resample_v(void);
 static store_f32_fn pick_store_f32(const lade__imgdec_t *d);
 static store_u8_fn pick_store_u8(void);
@@ -149,8 +161,8 @@ int lade__imgpipe_new(lade__imgdec_t **out) {
   *out = NULL;
   lade__imgdec_t *d = calloc(1, sizeof(*d));
   if (!d) return lade__fail(LADE_ENOMEM, "out of memory (image decoder)");
-  d->resample_h = pick_resample_h();
-  d->resample_h_rgb = pick_resample_h_rgb(d->resample_h);
+  d->nhp = pick_hpasses(d->hp);
+  lade__imgpipe_hpass_use(d, 0);
   d->resample_v = pick_resample_v();
   for (int c = 0; c < 3; c++) {
     for (int v = 0; v < 256; v++) d->lut[c][v] = ((float)v / 255.0f - mean[c]) / stdv[c];
@@ -166,6 +178,8 @@ int lade__imgpipe_new(lade__imgdec_t **out) {
 }
 
 void **lade__imgpipe_codec_state(lade__imgdec_t *d, int i) { return &d->be_state[i]; }
+
+lade__imgacct_t *lade__imgdec_account(lade__imgdec_t *d) { return &d->acct; }
 
 void lade__imgpipe_free(lade__imgdec_t *d) {
   if (!d) return;
@@ -510,28 +524,58 @@ static void resample_h_c(const coeffs_t *c, const uint8_t *in, uint8_t *out, int
   resample_h_from(c, in, out, 0, out_size);
 }
 
-/* LADE_NO_SIMD=1: the C loops; LADE_NO_AVX512=1: at most AVX2 (both for
- * tests and comparisons). */
-static resample_h_fn pick_resample_h(void) {
+/*
+ * The horizontal passes this CPU may run, the default first (the one
+ * measured fastest on the CPUs at hand, bench/RESULTS.md); the JPEG backend
+ * times the others on the first images and keeps the fastest (imgjpeg.c).
+ * Every one is exact (the same bytes). Switches, for tests and comparisons:
+ * LADE_NO_SIMD=1 the C loop only; LADE_NO_AVX512=1 at most AVX2;
+ * LADE_NO_VBMI=1 not the one-load VBMI pass; LADE_NO_RGB=1 RGBX rows only;
+ * LADE_HPASS=NAME that pass alone (a name below; others are ignored).
+ */
+static int pick_hpasses(hpass_t *hp) {
+  int n = 0;
 #ifdef LADE__HAVE_X86_SIMD
-  if (getenv("LADE_NO_SIMD")) return resample_h_c;
-  if (!getenv("LADE_NO_AVX512") && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vnni"))
-    return !getenv("LADE_NO_VBMI") && __builtin_cpu_supports("avx512vbmi") ? resample_h_vbmi : resample_h_vnni;
-  if (__builtin_cpu_supports("avx2")) return resample_h_avx2;
+  if (!getenv("LADE_NO_SIMD")) {
+    const bool rgb = !getenv("LADE_NO_RGB");
+    if (!getenv("LADE_NO_AVX512") && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vnni")) {
+      if (!getenv("LADE_NO_VBMI") && __builtin_cpu_supports("avx512vbmi")) {
+        if (rgb) hp[n++] = (hpass_t){resample_h_vbmi, resample_h_vbmi_rgb, "vbmi-rgb"};
+        hp[n++] = (hpass_t){resample_h_vbmi, NULL, "vbmi-rgbx"};
+      }
+      if (rgb) hp[n++] = (hpass_t){resample_h_vnni, resample_h_vnni_rgb, "vnni-rgb"};
+      hp[n++] = (hpass_t){resample_h_vnni, NULL, "vnni-rgbx"};
+    }
+    if (__builtin_cpu_supports("avx2")) hp[n++] = (hpass_t){resample_h_avx2, NULL, "avx2-rgbx"};
+  }
 #endif
-  return resample_h_c;
+  if (n == 0) hp[n++] = (hpass_t){resample_h_c, NULL, "c-rgbx"};
+  const char *only = getenv("LADE_HPASS");
+  for (int i = 0; only && i < n; i++)
+    if (!strcmp(hp[i].name, only)) {
+      hp[0] = hp[i];
+      return 1;
+    }
+  return n;
 }
 
-/* The RGB-row pass that goes with the RGBX one, or NULL. */
-static resample_h_fn pick_resample_h_rgb(resample_h_fn rgbx) {
-#ifdef LADE__HAVE_X86_SIMD
-  if (getenv("LADE_NO_RGB")) return NULL;
-  if (rgbx == resample_h_vnni) return resample_h_vnni_rgb;
-  if (rgbx == resample_h_vbmi) return resample_h_vbmi_rgb;
-#endif
-  LADE__UNUSED(rgbx);
-  return NULL;
+int lade__imgpipe_hpass_count(const lade__imgdec_t *d) { return d->nhp; }
+
+const char *lade__imgpipe_hpass_name(const lade__imgdec_t *d, int i) { return d->hp[i].name; }
+
+void lade__imgpipe_hpass_use(lade__imgdec_t *d, int i) {
+  d->hcur = i;
+  d->resample_h = d->hp[i].rgbx;
+  d->resample_h_rgb = d->hp[i].rgb;
+}
+
+void lade__imgpipe_tuned(lade__imgdec_t *d, int rows) { d->tuned_rows = rows; }
+
+bool lade__imgdec_choices(const lade__imgdec_t *d, char *buf, size_t size) {
+  if (!d->tuned_rows) return false;
+  snprintf(buf, size, "%s, %d rows per libjpeg call", d->hp[d->hcur].name, d->tuned_rows);
+  return true;
 }
 
 static int resample_h_layout(resample_h_fn f) {

@@ -30,6 +30,43 @@ void lade__imgdec_set_decode_scale(lade__imgdec_t *d, bool on);
  * ones only where they passed the exactness check at creation). */
 const char *lade__imgdec_store_f32_name(const lade__imgdec_t *d);
 
+/*
+ * The stage account (bench_jpeg_transform, `lade bench`): a JPEG decode
+ * told to stop after a stage, so that timing the same boxes once per stage
+ * attributes a crop's time to the stages without a profiler, and in the
+ * last stage the seconds of each of lade's own steps. `stop` is the last
+ * stage to run:
+ *   OFF     everything, untimed (the default; the account is not touched)
+ *   HEADER  the completeness check, header and plan (no rows, no output)
+ *   ENTROPY ... and the entropy decode to the region's last row (skipped to)
+ *   DECODE  ... and the decoder's rows of the region (IDCT, upsampling,
+ *           colour), which the pipeline does not take (no output)
+ *   FULL    everything, output included, with the seconds below booked
+ * PNG images are decoded whole and booked nowhere.
+ */
+enum { LADE__ACCT_OFF, LADE__ACCT_HEADER, LADE__ACCT_ENTROPY, LADE__ACCT_DECODE, LADE__ACCT_FULL };
+typedef struct lade__imgacct {
+  int stop;
+  uint64_t images;       /* JPEG decodes booked (any stop) */
+  double rows_frac;      /* sum over images: rows decoded to the region's last, of the image's */
+  double area_frac;      /* sum: the region's decoded pixels (cropped columns x rows), of the image's */
+  int rows_per_call;     /* the JPEG backend's rows per read call at the last image (tuned, imgjpeg.c) */
+  const char *hpass;     /* the horizontal pass at the last image (imagenet.c's names) */
+  /* FULL only: seconds in */
+  double plan_s;         /* lade__imgpipe_begin: box check, coefficients, scratch */
+  double decoder_s;      /* libjpeg's skip and read calls for the region */
+  double hpass_s;        /* lade's horizontal pass over the rows handed to it */
+  double finish_s;       /* lade's vertical pass, flip and store */
+} lade__imgacct_t;
+
+/* The decoder's account; set ->stop before decoding (zero the rest to start). */
+lade__imgacct_t *lade__imgdec_account(lade__imgdec_t *d);
+
+/* The choices this decoder made by timing its first JPEGs (imgjpeg.c):
+ * false before it made them; else true with e.g. "vbmi-rgb, 16 rows per
+ * libjpeg call" in buf. */
+bool lade__imgdec_choices(const lade__imgdec_t *d, char *buf, size_t size);
+
 /* Reads width and height from the image header (JPEG or PNG) without
  * decoding. */
 int lade__img_size(lade__imgdec_t *d, const uint8_t *buf, size_t len, int *width, int *height);

@@ -84,7 +84,14 @@ static int run(lade__imgdec_t *d, const uint8_t *buf, size_t len, const lade__im
   int rc = pick_backend(d, buf, len, &be, &st);
   if (rc) return rc;
   if ((rc = be->decode(st, d, buf, len, b, out_size)) != 0) return rc;
-  lade__imgpipe_finish(d, flip, dtype, out);
+  lade__imgacct_t *a = lade__imgdec_account(d);
+  if (a->stop == LADE__ACCT_OFF || be != &lade__img_jpeg) {
+    lade__imgpipe_finish(d, flip, dtype, out);
+  } else if (a->stop == LADE__ACCT_FULL) {
+    const double t0 = lade__now();
+    lade__imgpipe_finish(d, flip, dtype, out);
+    a->finish_s += lade__now() - t0;
+  } /* an earlier stop: the rows were not resampled, there is nothing to finish */
   return 0;
 }
 

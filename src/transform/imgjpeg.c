@@ -15,14 +15,20 @@
  * the marker segments and the entropy-coded data (a memchr for 0xFF, far
  * cheaper than a decode) and gives that verdict first.
  *
- * Rows per call, tuned at run time. libjpeg hands its output out row by row
- * or in blocks; which is faster depends on the CPU: 16-row blocks measured
- * 1.24-1.35x faster than single rows on a Zen 4 EPYC and 0.96-0.97x on a
- * Zen 5 one (bench/RESULTS.md). The rows are the same either way, so each
- * decoder (one per worker thread) times both on its first images, in turns,
- * by the thread's CPU time per decoded pixel, and keeps the faster:
- * the batches never depend on it. LADE_JPEG_ROWS=1 or 16 fixes the choice
- * (for benchmarks).
+ * Rows per call and the horizontal pass, tuned at run time. libjpeg hands
+ * its output out row by row or in blocks, and the pipeline has several
+ * exact horizontal passes (SIMD kinds, RGB or RGBX rows: imagenet.c);
+ * which is fastest depends on the CPU: 16-row blocks measured 1.24-1.35x
+ * faster than single rows on a Zen 4 EPYC and 0.96-0.97x on a Zen 5 one
+ * (bench/RESULTS.md), and on an Intel Xeon the horizontal pass cost 4x what
+ * it does on Zen 5 (issue 32). The pixels are the same whichever runs, so
+ * each decoder (one per worker thread) tries every pair on its first
+ * images, in turns, timing the thread's CPU time from after the skip (the
+ * entropy decode of the rows above the region, which no choice changes,
+ * would only add noise) per decoded region pixel, and keeps the fastest:
+ * the batches never depend on it. The trials cost the difference between
+ * the pairs on some 8 images each (under 5 ms on the CPUs measured).
+ * LADE_JPEG_ROWS=1 or 16 and LADE_HPASS=NAME fix a choice (for benchmarks).
  *
  * Errors: libjpeg errors and warnings longjmp back to the single setjmp in
  * jb_decode(); the message goes into lade_last_error(). Nothing is printed
@@ -48,6 +54,10 @@ typedef struct err_mgr {
   char msg[JMSG_LENGTH_MAX];
 } err_mgr_t;
 
+enum { BLOCK_ROWS = 16, TUNE_CYCLES = 8, MAX_CAND = 8 };
+#define SWITCH_MARGIN 0.05
+static const int ROWS[2] = {1, BLOCK_ROWS};
+
 typedef struct jpeg_state {
   struct jpeg_decompress_struct cinfo;
   err_mgr_t err;
@@ -55,15 +65,13 @@ typedef struct jpeg_state {
   size_t row_cap;
   uint8_t *rgb; /* the row converted to RGBX (CMYK input only) */
   size_t rgb_cap;
-  /* rows per jpeg_read_scanlines call: rows[] are the candidates; until
-   * `chosen` is set, image i uses rows[i % 2] and adds its CPU seconds and
-   * decoded pixels to that candidate's sums */
-  int chosen, trials;
-  double secs[2], pixels[2];
+  /* the tuner: candidate c is ROWS[c % nrows] rows per call with the
+   * pipeline's horizontal pass c / nrows; until `chosen` (c + 1) is set,
+   * image i uses candidate i % ncand and adds its CPU seconds and decoded
+   * pixels to that candidate's sums */
+  int ncand, nrows, rows0, chosen, trials;
+  double secs[2 * MAX_CAND], pixels[2 * MAX_CAND];
 } jpeg_state_t;
-
-enum { BLOCK_ROWS = 16, TUNE_IMAGES = 32 };
-static const int ROWS[2] = {1, BLOCK_ROWS};
 
 static double thread_cpu_seconds(void) {
   struct timespec ts;
@@ -71,25 +79,41 @@ static double thread_cpu_seconds(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* The rows per call for this image (0 or 1: an index into ROWS). */
-static int rows_choice(jpeg_state_t *s) {
-  if (s->chosen) return s->chosen - 1;
-  const char *env = getenv("LADE_JPEG_ROWS");
-  if (env && (!strcmp(env, "1") || atoi(env) == BLOCK_ROWS)) {
-    s->chosen = 1 + (atoi(env) == BLOCK_ROWS);
-    return s->chosen - 1;
+/* The candidate for this image; the pipeline uses its horizontal pass. */
+static int tune_pick(jpeg_state_t *s, lade__imgdec_t *d) {
+  if (!s->ncand) {
+    const char *env = getenv("LADE_JPEG_ROWS");
+    const bool fixed = env && (!strcmp(env, "1") || atoi(env) == BLOCK_ROWS);
+    s->nrows = fixed ? 1 : 2;
+    s->rows0 = fixed && atoi(env) == BLOCK_ROWS;
+    s->ncand = s->nrows * LADE__MIN(lade__imgpipe_hpass_count(d), MAX_CAND);
+    if (s->ncand == 1) s->chosen = 1;
   }
-  return s->trials % 2;
+  const int c = s->chosen ? s->chosen - 1 : s->trials % s->ncand;
+  lade__imgpipe_hpass_use(d, c / s->nrows);
+  return c;
 }
 
-/* After a decode in the tuning phase: books it, and chooses when both
- * candidates have had their images. */
-static void rows_book(jpeg_state_t *s, int which, double secs, double pixels) {
-  if (s->chosen) return;
-  s->secs[which] += secs;
-  s->pixels[which] += pixels;
-  if (++s->trials >= TUNE_IMAGES && s->pixels[0] > 0 && s->pixels[1] > 0)
-    s->chosen = 1 + (s->secs[1] / s->pixels[1] < s->secs[0] / s->pixels[0]);
+static int tune_rows(const jpeg_state_t *s, int c) { return ROWS[s->rows0 + c % s->nrows]; }
+
+/* After a decode in the tuning phase: books it, and when every candidate has
+ * had its images chooses the one with the least CPU time per pixel; but a
+ * horizontal pass other than the default (measured fastest where lade was
+ * tuned) only when it beats the default's best by SWITCH_MARGIN: timing on
+ * a few images is noisy, and a wrong switch costs more than a missed one. */
+static void tune_book(jpeg_state_t *s, lade__imgdec_t *d, int c, double secs, double pixels) {
+  s->secs[c] += secs;
+  s->pixels[c] += pixels;
+  if (++s->trials < s->ncand * TUNE_CYCLES) return;
+  int best = 0, best0 = 0; /* overall; with the default pass (candidates 0 .. nrows - 1) */
+  for (int i = 1; i < s->ncand; i++) {
+    const double per = s->secs[i] / s->pixels[i];
+    if (per < s->secs[best] / s->pixels[best]) best = i;
+    if (i < s->nrows && per < s->secs[best0] / s->pixels[best0]) best0 = i;
+  }
+  if (s->secs[best] / s->pixels[best] * (1 + SWITCH_MARGIN) > s->secs[best0] / s->pixels[best0]) best = best0;
+  s->chosen = best + 1;
+  lade__imgpipe_tuned(d, tune_rows(s, best));
 }
 
 static void on_error_exit(j_common_ptr c) {
@@ -231,6 +255,7 @@ static int decode_rows(jpeg_state_t *s, lade__imgdec_t *d, const uint8_t *jpeg, 
   ci->scale_denom = (unsigned)f;
   ci->dct_method = JDCT_ISLOW;
   ci->do_fancy_upsampling = TRUE;
+  const int cand = tune_pick(s, d), k = tune_rows(s, cand);
   bool cmyk = ci->jpeg_color_space == JCS_CMYK || ci->jpeg_color_space == JCS_YCCK;
   bool inverted = cmyk && ci->saw_Adobe_marker;
   /* RGB where the pipeline's horizontal pass reads it: libjpeg converts to 3
@@ -245,8 +270,12 @@ static int decode_rows(jpeg_state_t *s, lade__imgdec_t *d, const uint8_t *jpeg, 
   jpeg_start_decompress(ci);
   const int sw = (int)ci->output_width, sh = (int)ci->output_height, ncomp = ci->output_components;
 
+  lade__imgacct_t *a = lade__imgdec_account(d);
+  const bool timed = a->stop == LADE__ACCT_FULL;
+  double t = timed ? lade__now() : 0;
   lade__imgplan_t pl;
   if ((rc = lade__imgpipe_begin(d, W, H, f, sw, sh, b, out_size, &pl)) != 0) return rc;
+  if (timed) a->plan_s += lade__now() - t;
   /* Decode a margin around the region, as small as keeps its pixels those of
    * a full decode. libjpeg's fancy (triangle) chroma upsampling treats the
    * edges of a cropped window as image edges, so the window's first and
@@ -263,14 +292,12 @@ static int decode_rows(jpeg_state_t *s, lade__imgdec_t *d, const uint8_t *jpeg, 
   const size_t shift = (size_t)(pl.rx0 - (int)xoff) * (size_t)ncomp;
   const size_t rowbytes = (size_t)cw * (size_t)ncomp;
   const size_t stride = (rowbytes + pl.pad + 63) & ~(size_t)63;
-  const int which = rows_choice(s), k = ROWS[which];
   if ((rc = lade__imgpipe_grow(&s->row, &s->row_cap, stride * (size_t)k)) != 0) return rc;
   for (int i = 0; i < k; i++) memset(s->row + stride * (size_t)i + rowbytes, 0, pl.pad);
   if (cmyk) {
     if ((rc = lade__imgpipe_grow(&s->rgb, &s->rgb_cap, (size_t)pl.rw * 4 + pl.pad)) != 0) return rc;
     memset(s->rgb + (size_t)pl.rw * 4, 0, pl.pad);
   }
-  const double t0 = s->chosen ? 0 : thread_cpu_seconds();
   /* jpeg_skip_scanlines(n) entropy-decodes the whole iMCU rows it passes
    * (the Huffman decode cannot be skipped) and fully decodes, without colour
    * conversion, from the iMCU row boundary R = ((n - 1) / L) * L on (L rows
@@ -278,15 +305,35 @@ static int decode_rows(jpeg_state_t *s, lade__imgdec_t *d, const uint8_t *jpeg, 
    * upsampling, row R is the only one whose upper chroma neighbour is lost
    * in the skip; every row after it is exact. Skipping to my rows above the
    * region keeps R above it with a chroma row to spare. */
-  const int skip_to = LADE__MAX(0, pl.y0 - my);
+  int skip_to = LADE__MAX(0, pl.y0 - my);
+  if (a->stop != LADE__ACCT_OFF) {
+    a->images++;
+    a->rows_frac += (double)(pl.y0 + pl.nrows) / sh;
+    a->area_frac += (double)cw * (double)(pl.y0 + pl.nrows - skip_to) / ((double)sw * (double)sh);
+    a->rows_per_call = k;
+    a->hpass = lade__imgpipe_hpass_name(d, cand / s->nrows);
+    if (a->stop == LADE__ACCT_HEADER) {
+      jpeg_abort_decompress(ci);
+      return 0;
+    }
+    /* entropy only: skip to the region's last row and read that one */
+    if (a->stop == LADE__ACCT_ENTROPY) skip_to = pl.y0 + pl.nrows - 1;
+  }
+  if (timed) t = lade__now();
   JDIMENSION todo = (JDIMENSION)skip_to;
   while (todo > 0) {
     JDIMENSION n = jpeg_skip_scanlines(ci, todo);
     if (n == 0) return lade__fail(LADE_EFORMAT, "corrupt JPEG: cannot skip to row %d", skip_to);
     todo -= n;
   }
+  const double t0 = s->chosen ? 0 : thread_cpu_seconds();
   JSAMPROW rows[BLOCK_ROWS];
   for (int i = 0; i < k; i++) rows[i] = s->row + stride * (size_t)i;
+  if (a->stop == LADE__ACCT_ENTROPY) {
+    if (jpeg_read_scanlines(ci, rows, 1) == 0) return lade__fail(LADE_EFORMAT, "corrupt JPEG: no data at row %d", skip_to);
+    jpeg_abort_decompress(ci);
+    return 0;
+  }
   /* the margin rows above the region, then the region's rows, k at a time
    * (never past the region's last row: rows after it are not decoded) */
   for (int y = (int)ci->output_scanline; y < pl.y0;) {
@@ -294,9 +341,19 @@ static int decode_rows(jpeg_state_t *s, lade__imgdec_t *d, const uint8_t *jpeg, 
     if (got == 0) return lade__fail(LADE_EFORMAT, "corrupt JPEG: no data at row %d", y);
     y += (int)got;
   }
+  const bool hand = a->stop == LADE__ACCT_OFF || a->stop == LADE__ACCT_FULL;
   for (int r = 0; r < pl.nrows;) {
     JDIMENSION got = jpeg_read_scanlines(ci, rows, (JDIMENSION)LADE__MIN(k, pl.nrows - r));
     if (got == 0) return lade__fail(LADE_EFORMAT, "corrupt JPEG: no data at row %d", pl.y0 + r);
+    if (timed) {
+      const double now = lade__now();
+      a->decoder_s += now - t;
+      t = now;
+    }
+    if (!hand) {
+      r += (int)got;
+      continue;
+    }
     for (JDIMENSION i = 0; i < got; i++, r++) {
       const uint8_t *src = rows[i] + shift;
       if (cmyk) {
@@ -306,8 +363,14 @@ static int decode_rows(jpeg_state_t *s, lade__imgdec_t *d, const uint8_t *jpeg, 
       if (rgb) lade__imgpipe_row_rgb(d, r, src);
       else lade__imgpipe_row(d, r, src);
     }
+    if (timed) {
+      const double now = lade__now();
+      a->hpass_s += now - t;
+      t = now;
+    }
   }
-  if (!s->chosen) rows_book(s, which, thread_cpu_seconds() - t0, (double)cw * (double)(pl.y0 + pl.nrows));
+  if (!s->chosen && hand)
+    tune_book(s, d, cand, thread_cpu_seconds() - t0, (double)cw * (double)(pl.y0 + pl.nrows - skip_to));
   jpeg_abort_decompress(ci);
   return 0;
 }

@@ -72,6 +72,15 @@ bool lade__imgpipe_takes_rgb(const lade__imgdec_t *d);
  * only where lade__imgpipe_takes_rgb. */
 void lade__imgpipe_row_rgb(lade__imgdec_t *d, int r, const uint8_t *rgb);
 
+/* The horizontal passes this CPU may run (all exact): how many, the name of
+ * one ("vbmi-rgb", "avx2-rgbx", ...), and use one from the next image on.
+ * 0 is the default; a backend's tuner tries the others (imgjpeg.c). */
+int lade__imgpipe_hpass_count(const lade__imgdec_t *d);
+const char *lade__imgpipe_hpass_name(const lade__imgdec_t *d, int i);
+void lade__imgpipe_hpass_use(lade__imgdec_t *d, int i);
+/* The backend's tuner chose (the pass in use and `rows` rows per read). */
+void lade__imgpipe_tuned(lade__imgdec_t *d, int rows);
+
 /* Scratch that only grows and does not keep its contents; 64-byte aligned. */
 int lade__imgpipe_grow(void *pp, size_t *cap, size_t need);
 

@@ -62,6 +62,10 @@ typedef struct lade__transform_ops {
    * engine prefixes the file name). */
   int (*apply)(void *state, void *wstate, const uint8_t *in, size_t len, const lade__xform_ctx_t *ctx, void *out,
                uint32_t *payload);
+  /* Optional (NULL): the choices the transform made by measuring the
+   * machine (the image decoder's pass and rows per read), "" before it made
+   * them; called from any thread while workers apply. */
+  void (*describe)(void *state, char *buf, size_t size);
 } lade__transform_ops_t;
 
 extern const lade__transform_ops_t lade__xform_raw;

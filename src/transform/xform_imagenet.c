@@ -12,7 +12,10 @@
  * flip.
  */
 #include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "transform/imagenet.h"
 #include "transform/transform.h"
@@ -21,7 +24,30 @@ typedef struct xf_state {
   int crop, resize, dtype;
   bool decode_scale;
   double scale_min, scale_max, ratio_min, ratio_max, hflip;
+  /* the first worker decoder's timed choices (describe): 0 none, 1 being
+   * written by the worker that claimed it, 2 written */
+  atomic_int choices_state;
+  char choices[96];
 } xf_state_t;
+
+/* After a decode: the first decoder to have made its choices publishes them. */
+static void publish_choices(xf_state_t *s, const lade__imgdec_t *d) {
+  if (atomic_load_explicit(&s->choices_state, memory_order_relaxed)) return;
+  char buf[sizeof s->choices];
+  int zero = 0;
+  if (!lade__imgdec_choices(d, buf, sizeof buf) ||
+      !atomic_compare_exchange_strong_explicit(&s->choices_state, &zero, 1, memory_order_relaxed,
+                                               memory_order_relaxed))
+    return;
+  memcpy(s->choices, buf, sizeof buf);
+  atomic_store_explicit(&s->choices_state, 2, memory_order_release);
+}
+
+static void xf_describe(void *state, char *buf, size_t size) {
+  xf_state_t *s = state;
+  if (size) buf[0] = 0;
+  if (s && atomic_load_explicit(&s->choices_state, memory_order_acquire) == 2) snprintf(buf, size, "%s", s->choices);
+}
 
 static int xf_init(void **state, const lade__xform_conf_t *cfg, const uint8_t *first, size_t first_len,
                    lade__sample_shape_t *shape) {
@@ -91,6 +117,7 @@ static int train_apply(void *state, void *wstate, const uint8_t *in, size_t len,
   lade__rrc_params(ctx->rng, W, H, s->scale_min, s->scale_max, s->ratio_min, s->ratio_max, &top, &left, &h, &w);
   bool flip = lade__rng_double(ctx->rng) < s->hflip;
   if ((rc = lade__imgdec_crop(d, in, len, top, left, h, w, s->crop, flip, s->dtype, out)) != 0) return rc;
+  publish_choices(state, d);
   *payload = (uint32_t)(3u * (unsigned)s->crop * (unsigned)s->crop * lade_dtype_size(s->dtype));
   return 0;
 }
@@ -133,14 +160,15 @@ static int eval_apply(void *state, void *wstate, const uint8_t *in, size_t len, 
   if ((rc = lade__img_size(d, in, len, &W, &H)) != 0) return rc;
   eval_box(W, H, s->resize > 0 ? s->resize : s->crop, s->crop, &top, &left, &h, &w);
   if ((rc = lade__imgdec_resize_crop(d, in, len, top, left, h, w, s->crop, false, s->dtype, out)) != 0) return rc;
+  publish_choices(state, d);
   *payload = (uint32_t)(3u * (unsigned)s->crop * (unsigned)s->crop * lade_dtype_size(s->dtype));
   return 0;
 }
 
 const lade__transform_ops_t lade__xform_imagenet_train = {
-    "imagenet-train", xf_init, xf_destroy, xf_worker_init, xf_worker_free, train_apply,
+    "imagenet-train", xf_init, xf_destroy, xf_worker_init, xf_worker_free, train_apply, xf_describe,
 };
 
 const lade__transform_ops_t lade__xform_imagenet_eval = {
-    "imagenet-eval", xf_init, xf_destroy, xf_worker_init, xf_worker_free, eval_apply,
+    "imagenet-eval", xf_init, xf_destroy, xf_worker_init, xf_worker_free, eval_apply, xf_describe,
 };

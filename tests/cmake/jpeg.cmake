@@ -33,9 +33,11 @@ if(LADE_HAVE_JPEG)
     # the AVX2 passes where the CPU would take the AVX-512 ones; the VNNI
     # horizontal pass where it would take the one-load VBMI one; each of the
     # rows-per-call choices the decoder tunes between at run time
-    # (src/transform/imgjpeg.c). All must give torchvision's values.
+    # (src/transform/imgjpeg.c); the RGBX-row passes the tuner may also
+    # choose (LADE_NO_RGB: the VBMI one; LADE_HPASS=vnni-rgbx). All must give
+    # torchvision's values.
     foreach(variant nosimd:LADE_NO_SIMD=1 avx2:LADE_NO_AVX512=1 novbmi:LADE_NO_VBMI=1 rows1:LADE_JPEG_ROWS=1
-                    rows16:LADE_JPEG_ROWS=16)
+                    rows16:LADE_JPEG_ROWS=16 norgb:LADE_NO_RGB=1 vnnirgbx:LADE_HPASS=vnni-rgbx)
       string(REPLACE ":" ";" parts ${variant})
       list(GET parts 0 suffix)
       list(GET parts 1 envset)
@@ -58,7 +60,8 @@ if(LADE_HAVE_JPEG)
   set_tests_properties(gen_jpeg PROPERTIES LABELS jpeg TIMEOUT 120)
 
   add_executable(bench_jpeg_transform ${PROJECT_SOURCE_DIR}/bench/jpeg_transform.c
-                 ${PROJECT_SOURCE_DIR}/tools/gen_jpeg.c ${PROJECT_SOURCE_DIR}/tools/ceiling.c)
+                 ${PROJECT_SOURCE_DIR}/tools/gen_jpeg.c ${PROJECT_SOURCE_DIR}/tools/ceiling.c
+                 ${PROJECT_SOURCE_DIR}/tools/jpeg_stages.c)
   target_include_directories(bench_jpeg_transform PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tools)
   target_compile_definitions(bench_jpeg_transform PRIVATE _GNU_SOURCE)
   target_link_libraries(bench_jpeg_transform PRIVATE lade_static)

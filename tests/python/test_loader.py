@@ -1,6 +1,7 @@
 """The Python module against the C API: identical batches, zero copy, resume, errors, outputs."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -329,6 +330,25 @@ def test_jpeg_imagenet_train_matches_cli(jpeg_dir, lade_cli):
     files, labels = list_files(jpeg_dir)
     for _, lab, idx in got:
         assert lab.tolist() == [labels[i] for i in idx]
+
+
+def test_image_kernels_chosen_by_timing(jpeg_dir, npy_dir):
+    """stats()["image_kernels"]: the decoder's horizontal pass and rows per
+    libjpeg call, chosen by timing its first images (some 8 per candidate,
+    at most 12 candidates): empty before, named after; empty for .npy."""
+    try:
+        L = lade.Loader(jpeg_dir, transform="imagenet-train", batch_size=8, threads=1, crop_size=32, epochs=6)
+    except lade.Error as e:
+        pytest.skip("imagenet-train unavailable: %s" % e)
+    with L:
+        assert L.stats()["image_kernels"] == ""
+        n = sum(1 for _ in L.stream())
+        st = L.stats()
+    assert n == 18 and st["samples"] == 144
+    assert re.fullmatch(r"(vbmi|vnni|avx2|neon|c)-rgbx?, (1|16) rows per libjpeg call", st["image_kernels"]), st
+    with lade.Loader(npy_dir, batch_size=30) as L:
+        next(iter(L))
+        assert L.stats()["image_kernels"] == ""
 
 
 @needs_torch

@@ -476,6 +476,101 @@ static void test_vtables(void) {
   }
   free(j);
 }
+
+/*
+ * The decoder's tuner (imgjpeg.c) runs every pair of horizontal pass and
+ * rows per libjpeg call on its first images: each image it decodes must be
+ * byte for byte what the C loops give, whichever pair ran, and the tuner
+ * must have finished (every candidate had its images).
+ */
+static void test_tuned_paths_exact(void) {
+  size_t len[3];
+  uint8_t *j[3] = {make_jpeg(300, 200, 0, NULL, &len[0]), make_jpeg(257, 341, 0, NULL, &len[1]),
+                   make_jpeg(120, 90, 1, NULL, &len[2])};
+  const int W[3] = {300, 257, 120}, H[3] = {200, 341, 90};
+  for (int dt = 0; dt < 2; dt++) {
+    const int dtype = dt ? LADE_DTYPE_UINT8 : LADE_DTYPE_FLOAT32, out = 48;
+    const size_t bytes = (size_t)out * out * 3 * (dt ? 1 : 4);
+    lade__imgdec_t *tuned = NULL, *ref = NULL;
+    CHECK_OK(lade__imgdec_create(&tuned));
+    setenv("LADE_NO_SIMD", "1", 1);
+    CHECK_OK(lade__imgdec_create(&ref));
+    unsetenv("LADE_NO_SIMD");
+    uint8_t *a = malloc(bytes), *b = malloc(bytes);
+    char choices[96] = "";
+    int bad = 0;
+    for (int i = 0; i < 2 * 12 * 8 + 8; i++) { /* at most 12 candidates x 8 images, and some after */
+      const int k = i % 3;
+      lade__rng_t rng;
+      lade__rng_init(&rng, 9, (uint64_t)i, LADE__RNG_AUGMENT);
+      int t, l, h, w;
+      lade__rrc_params(&rng, W[k], H[k], 0.08, 1.0, 3.0 / 4, 4.0 / 3, &t, &l, &h, &w);
+      CHECK_OK(lade__imgdec_crop(tuned, j[k], len[k], t, l, h, w, out, i & 1, dtype, a));
+      CHECK_OK(lade__imgdec_crop(ref, j[k], len[k], t, l, h, w, out, i & 1, dtype, b));
+      bad += memcmp(a, b, bytes) != 0;
+    }
+    CHECK_EQ_INT(bad, 0);
+    CHECK(lade__imgdec_choices(tuned, choices, sizeof choices));
+    CHECK(strstr(choices, "rows per libjpeg call") != NULL);
+    lade__imgdec_destroy(tuned);
+    lade__imgdec_destroy(ref);
+    free(a);
+    free(b);
+  }
+  for (int k = 0; k < 3; k++) free(j[k]);
+}
+
+/* The stage account: an early stop writes no output and books the image;
+ * the full stop gives the same bytes as no account, with lade's steps timed;
+ * lade_image_stages runs over the images and names a bad one. */
+static void test_stage_account(void) {
+  size_t len;
+  uint8_t *jp = make_jpeg(300, 200, 0, NULL, &len);
+  lade__imgdec_t *d = NULL;
+  CHECK_OK(lade__imgdec_create(&d));
+  const size_t bytes = (size_t)64 * 64 * 3;
+  uint8_t *ref = malloc(bytes), *o = malloc(bytes);
+  CHECK_OK(lade__imgdec_crop(d, jp, len, 10, 20, 150, 200, 64, false, LADE_DTYPE_UINT8, ref));
+  lade__imgacct_t *a = lade__imgdec_account(d);
+  for (int stop = LADE__ACCT_HEADER; stop <= LADE__ACCT_FULL; stop++) {
+    memset(a, 0, sizeof *a);
+    a->stop = stop;
+    memset(o, 0xA5, bytes);
+    CHECK_OK(lade__imgdec_crop(d, jp, len, 10, 20, 150, 200, 64, false, LADE_DTYPE_UINT8, o));
+    CHECK_EQ_INT(a->images, 1);
+    CHECK(a->rows_frac > 0.5 && a->rows_frac <= 1.0); /* rows to 160 of 200 plus the filter's margin */
+    CHECK(a->area_frac > 0.3 && a->area_frac <= 1.0);
+    if (stop < LADE__ACCT_FULL) {
+      CHECK(o[0] == 0xA5 && o[bytes - 1] == 0xA5);
+    } else {
+      CHECK(memcmp(o, ref, bytes) == 0);
+      CHECK(a->decoder_s > 0 && a->hpass_s > 0 && a->finish_s > 0 && a->plan_s > 0);
+    }
+  }
+  a->stop = LADE__ACCT_OFF;
+  lade__imgdec_destroy(d);
+
+  lade_config_t *cfg = NULL;
+  CHECK_OK(lade_config_create(&cfg));
+  CHECK_OK(lade_config_set(cfg, "transform", "imagenet-train"));
+  const uint8_t *imgs[3] = {jp, jp, jp};
+  size_t lens[3] = {len, len, len};
+  lade_image_stages_t s;
+  CHECK_OK(lade_image_stages(cfg, imgs, lens, 3, 1, &s, sizeof s));
+  CHECK_EQ_INT(s.images, 3);
+  CHECK(s.transform > 0 && s.header > 0 && s.entropy > 0 && s.decode > 0 && s.timed > 0);
+  CHECK(s.hpass > 0 && s.finish > 0 && s.decoder > 0);
+  CHECK(s.choices[0] != 0);
+  lens[1] = len / 2; /* truncated: image 1 fails, named */
+  CHECK_EQ_INT(lade_image_stages(cfg, imgs, lens, 3, 1, &s, sizeof s), LADE_EFORMAT);
+  CHECK(strstr(lade_last_error(), "image 1") != NULL);
+  CHECK_OK(lade_config_set(cfg, "transform", "raw"));
+  CHECK_EQ_INT(lade_image_stages(cfg, imgs, lens, 3, 1, &s, sizeof s), LADE_EUNSUPPORTED);
+  lade_config_destroy(cfg);
+  free(ref);
+  free(o);
+  free(jp);
+}
 #endif
 
 int main(int argc, char **argv) {
@@ -493,6 +588,8 @@ int main(int argc, char **argv) {
   RUN(test_truncated_is_error);
   RUN(test_garbage_is_error_not_crash);
   RUN(test_vtables);
+  RUN(test_tuned_paths_exact);
+  RUN(test_stage_account);
 #else
   printf("JPEG support not built in: decode tests skipped\n");
 #endif

@@ -1,0 +1,124 @@
+/*
+ * jpeg_stages.c - the stage account of an imagenet transform beside a
+ * whole-image decode (jpeg_stages.h): the library's lade_image_stages for
+ * the transform's stages, libjpeg-turbo here for the whole decode and its
+ * entropy-only part.
+ */
+#include "jpeg_stages.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef LADE_HAVE_JPEG
+#include <jpeglib.h>
+#endif
+
+#include "ceiling.h"
+
+static double mono(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+#ifdef LADE_HAVE_JPEG
+/* The entropy decode alone: jpeg_skip_scanlines to the last row Huffman-
+ * decodes every iMCU row it passes and transforms none (only the last row is
+ * read, to make it decode up to there). No crop can go below this for the
+ * rows above it; a reference line, not a ceiling. */
+double lade_tool_entropy_only(uint8_t *const *img, const size_t *len, int n) {
+  struct jpeg_decompress_struct ci;
+  struct jpeg_error_mgr je;
+  ci.err = jpeg_std_error(&je); /* the images decode (the caller's whole decode read them) */
+  jpeg_create_decompress(&ci);
+  uint8_t *row = NULL;
+  size_t cap = 0;
+  double t0 = mono();
+  for (int i = 0; i < n; i++) {
+    jpeg_mem_src(&ci, img[i], (unsigned long)len[i]);
+    jpeg_read_header(&ci, TRUE);
+    ci.out_color_space = JCS_RGB;
+    jpeg_start_decompress(&ci);
+    size_t need = (size_t)ci.output_width * 3;
+    if (need > cap) row = realloc(row, cap = need);
+    if (!row) exit(1);
+    if (ci.output_height > 1) jpeg_skip_scanlines(&ci, ci.output_height - 1);
+    JSAMPROW r = row;
+    jpeg_read_scanlines(&ci, &r, 1);
+    jpeg_abort_decompress(&ci);
+  }
+  double t = mono() - t0;
+  jpeg_destroy_decompress(&ci);
+  free(row);
+  return (double)n / t;
+}
+#else
+double lade_tool_entropy_only(uint8_t *const *img, const size_t *len, int n) {
+  (void)img, (void)len, (void)n;
+  return 0;
+}
+#endif
+
+/* Seconds per image of a whole decode, or -1. */
+static double whole_decode(uint8_t *const *img, const size_t *len, int n) {
+  uint8_t *buf = NULL;
+  size_t cap = 0;
+  double t0 = mono();
+  for (int i = 0; i < n; i++)
+    if (lade_tool_decode_whole(img[i], len[i], 0, &buf, &cap)) {
+      free(buf);
+      return -1;
+    }
+  double t = mono() - t0;
+  free(buf);
+  return t / n;
+}
+
+int lade_tool_jpeg_stages(uint8_t *const *img, const size_t *len, int n, const lade_config_t *cfg, int rounds,
+                          lade_tool_stages_t *out, char *why, size_t wsize) {
+  memset(out, 0, sizeof *out);
+  why[0] = 0;
+  double whole = INFINITY, entropy = INFINITY;
+  for (int r = 0; r < (rounds < 1 ? 1 : rounds); r++) {
+    double w = whole_decode(img, len, n), e = lade_tool_entropy_only(img, len, n);
+    if (w < 0 || e <= 0) {
+      snprintf(why, wsize, "not every image is a JPEG this build's libjpeg-turbo decodes");
+      return -1;
+    }
+    whole = fmin(whole, w);
+    entropy = fmin(entropy, 1.0 / e);
+  }
+  out->whole = whole;
+  out->entropy_whole = entropy;
+  if (lade_image_stages(cfg, (const uint8_t *const *)img, len, (size_t)n, rounds, &out->s, sizeof out->s)) {
+    snprintf(why, wsize, "%s", lade_last_error());
+    return -1;
+  }
+  return 0;
+}
+
+void lade_tool_stages_print(FILE *fp, const char *in, const lade_tool_stages_t *s) {
+  const double ms = 1e3, rest = s->whole - s->entropy_whole;
+  fprintf(fp, "%sstage account, %d images, 1 thread, ms per image (best of %d rounds); each decoder stage is the\n",
+          in, s->s.images, s->s.rounds);
+  fprintf(fp, "%sdifference between stopping after it and after the one before, on the same boxes:\n", in);
+  fprintf(fp, "%s  whole decode (the ceiling)          %7.3f  = entropy %.3f + IDCT, upsampling, colour %.3f\n", in,
+          s->whole * ms, s->entropy_whole * ms, rest * ms);
+  fprintf(fp, "%s  the transform                       %7.3f  (%.2fx the decode's rate)\n", in, s->s.transform * ms,
+          s->whole / s->s.transform);
+  fprintf(fp, "%s    header, completeness, lade's plan %7.3f  (of it lade's plan %.3f)\n", in, s->s.header * ms,
+          s->s.plan * ms);
+  fprintf(fp, "%s    entropy to the region's last row  %7.3f  predicted %.3f: the whole entropy x %.1f%% of the rows\n",
+          in, (s->s.entropy - s->s.header) * ms, s->entropy_whole * s->s.rows_frac * ms, 100 * s->s.rows_frac);
+  fprintf(fp, "%s    decoder inside the region         %7.3f  predicted %.3f: the rest x %.1f%% of the pixels\n", in,
+          (s->s.decode - s->s.entropy) * ms, rest * s->s.area_frac * ms, 100 * s->s.area_frac);
+  fprintf(fp, "%s    lade horizontal pass              %7.3f\n", in, s->s.hpass * ms);
+  fprintf(fp, "%s    lade vertical pass, flip, store   %7.3f\n", in, s->s.finish * ms);
+  fprintf(fp, "%s    unattributed (stages interfering) %7.3f  (libjpeg's share of the timed run %.3f, alone %.3f)\n",
+          in, (s->s.transform - s->s.decode - s->s.hpass - s->s.finish) * ms, s->s.decoder * ms,
+          (s->s.decode - s->s.header) * ms);
+  fprintf(fp, "%s  timed run %.3f (the clock reads' cost %.3f); the decoder's timed choices: %s\n", in,
+          s->s.timed * ms, (s->s.timed - s->s.transform) * ms, s->s.choices[0] ? s->s.choices : "not made");
+}
