@@ -256,7 +256,7 @@ int main(int argc, char **argv) {
       printf("no stage account: %s\n", why);
       continue;
     }
-    lade_tool_stages_print(stdout, "", &stg);
+    lade_tool_stages_print(stdout, "", "", &stg);
   }
   printf("(sink %llu)\n", (unsigned long long)(sink & 1));
   for (int i = 0; i < n; i++) free(img[i]);

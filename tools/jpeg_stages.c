@@ -99,26 +99,62 @@ int lade_tool_jpeg_stages(uint8_t *const *img, const size_t *len, int n, const l
   return 0;
 }
 
-void lade_tool_stages_print(FILE *fp, const char *in, const lade_tool_stages_t *s) {
-  const double ms = 1e3, rest = s->whole - s->entropy_whole;
-  fprintf(fp, "%sstage account, %d images, 1 thread, ms per image (best of %d rounds); each decoder stage is the\n",
-          in, s->s.images, s->s.rounds);
+void lade_tool_stages_print(FILE *fp, const char *first, const char *in, const lade_tool_stages_t *t) {
+  const lade_image_stages_t *s = &t->s;
+  const double ms = 1e3, rest = t->whole - t->entropy_whole;
+  fprintf(fp, "%sstage account, %u images, 1 thread, ms per image (best of %u rounds); each decoder stage is the\n",
+          first, s->images, s->rounds);
   fprintf(fp, "%sdifference between stopping after it and after the one before, on the same boxes:\n", in);
   fprintf(fp, "%s  whole decode (the ceiling)          %7.3f  = entropy %.3f + IDCT, upsampling, colour %.3f\n", in,
-          s->whole * ms, s->entropy_whole * ms, rest * ms);
-  fprintf(fp, "%s  the transform                       %7.3f  (%.2fx the decode's rate)\n", in, s->s.transform * ms,
-          s->whole / s->s.transform);
-  fprintf(fp, "%s    header, completeness, lade's plan %7.3f  (of it lade's plan %.3f)\n", in, s->s.header * ms,
-          s->s.plan * ms);
+          t->whole * ms, t->entropy_whole * ms, rest * ms);
+  fprintf(fp, "%s  the transform                       %7.3f  (%.2fx the decode's rate)\n", in, s->transform * ms,
+          t->whole / s->transform);
+  fprintf(fp, "%s    header, completeness, lade's plan %7.3f  (of it lade's plan %.3f)\n", in, s->header * ms,
+          s->plan * ms);
   fprintf(fp, "%s    entropy to the region's last row  %7.3f  predicted %.3f: the whole entropy x %.1f%% of the rows\n",
-          in, (s->s.entropy - s->s.header) * ms, s->entropy_whole * s->s.rows_frac * ms, 100 * s->s.rows_frac);
+          in, (s->entropy - s->header) * ms, t->entropy_whole * s->rows_frac * ms, 100 * s->rows_frac);
   fprintf(fp, "%s    decoder inside the region         %7.3f  predicted %.3f: the rest x %.1f%% of the pixels\n", in,
-          (s->s.decode - s->s.entropy) * ms, rest * s->s.area_frac * ms, 100 * s->s.area_frac);
-  fprintf(fp, "%s    lade horizontal pass              %7.3f\n", in, s->s.hpass * ms);
-  fprintf(fp, "%s    lade vertical pass, flip, store   %7.3f\n", in, s->s.finish * ms);
+          (s->decode - s->entropy) * ms, rest * s->area_frac * ms, 100 * s->area_frac);
+  fprintf(fp, "%s    lade horizontal pass              %7.3f\n", in, s->hpass * ms);
+  fprintf(fp, "%s    lade vertical pass, flip, store   %7.3f\n", in, s->finish * ms);
   fprintf(fp, "%s    unattributed (stages interfering) %7.3f  (libjpeg's share of the timed run %.3f, alone %.3f)\n",
-          in, (s->s.transform - s->s.decode - s->s.hpass - s->s.finish) * ms, s->s.decoder * ms,
-          (s->s.decode - s->s.header) * ms);
-  fprintf(fp, "%s  timed run %.3f (the clock reads' cost %.3f); the decoder's timed choices: %s\n", in,
-          s->s.timed * ms, (s->s.timed - s->s.transform) * ms, s->s.choices[0] ? s->s.choices : "not made");
+          in, (s->transform - s->decode - s->hpass - s->finish) * ms, s->decoder * ms, (s->decode - s->header) * ms);
+  fprintf(fp, "%s  timed run %.3f (the clock reads' cost %.3f); the decoder's timed choices: %s\n", in, s->timed * ms,
+          (s->timed - s->transform) * ms, s->choices[0] ? s->choices : "not made");
+}
+
+void lade_tool_stages_json(FILE *fp, const char *key, const lade_tool_stages_t *t) {
+  const lade_image_stages_t *s = &t->s;
+  fprintf(fp,
+          "%s{\"images\":%u,\"rounds\":%u,\"whole_s\":%.6g,\"entropy_whole_s\":%.6g,\"transform_s\":%.6g,"
+          "\"header_s\":%.6g,\"entropy_s\":%.6g,\"decode_s\":%.6g,\"timed_s\":%.6g,\"plan_s\":%.6g,"
+          "\"decoder_s\":%.6g,\"hpass_s\":%.6g,\"finish_s\":%.6g,\"rows_frac\":%.4f,\"area_frac\":%.4f,"
+          "\"choices\":\"%s\"}",
+          key, s->images, s->rounds, t->whole, t->entropy_whole, s->transform, s->header, s->entropy, s->decode,
+          s->timed, s->plan, s->decoder, s->hpass, s->finish, s->rows_frac, s->area_frac, s->choices);
+}
+
+int lade_tool_jpeg_stages_files(const char *const *paths, uint64_t n, int max, const lade_config_t *cfg, int rounds,
+                                lade_tool_stages_t *out, char *why, size_t wsize) {
+  const int k = (int)(n < (uint64_t)max ? n : (uint64_t)max);
+  uint8_t **img = calloc(k ? (size_t)k : 1, sizeof *img);
+  size_t *len = calloc(k ? (size_t)k : 1, sizeof *len);
+  int rc = img && len ? 0 : -1;
+  if (rc) snprintf(why, wsize, "out of memory");
+  for (int i = 0; i < k && !rc; i++) { /* spread over the paths, as they are over the dataset */
+    const char *p = paths[(uint64_t)i * n / (uint64_t)k];
+    FILE *fp = fopen(p, "rb");
+    long sz = -1;
+    if (fp && !fseek(fp, 0, SEEK_END) && (sz = ftell(fp)) > 0 && !fseek(fp, 0, SEEK_SET) &&
+        (img[i] = malloc((size_t)sz)) && fread(img[i], 1, (size_t)sz, fp) == (size_t)sz)
+      len[i] = (size_t)sz;
+    else
+      rc = -1, snprintf(why, wsize, "cannot read %.100s", p);
+    if (fp) fclose(fp);
+  }
+  if (!rc) rc = lade_tool_jpeg_stages(img, len, k, cfg, rounds, out, why, wsize);
+  for (int i = 0; img && i < k; i++) free(img[i]);
+  free(img);
+  free(len);
+  return rc;
 }

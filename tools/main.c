@@ -19,6 +19,7 @@
 #include "dlio.h"
 #include "gen_jpeg.h"
 #include "gen_npy.h"
+#include "jpeg_stages.h"
 #include "lade/lade.h"
 #include "lade/plan.h"
 #ifdef LADE_HAVE_MPI
@@ -308,7 +309,22 @@ typedef struct bench_run {
   lade_tool_warm_t warm;
   uint64_t warm_samples, warm_handed;
   int warm_on;
+  /* the stage account of an imagenet transform over the ceiling's files
+   * (stg_why says why not, when it was not measured) */
+  lade_tool_stages_t stg;
+  char stg_why[160];
 } bench_run_t;
+
+/* The rate of the last whole epoch after its first batch, when the run had
+ * two or more (*epoch: which), else the whole run's (*epoch -1): steady
+ * state, threads warm, to set beside a ceiling that is also warm. */
+static double steady_rate(const bench_run_t *r, int *epoch) {
+  *epoch = -1;
+  const int e = r->neps - 1;
+  if (e < 1 || e >= MAX_EPOCH_T || r->ep_secs[e] <= 0 || r->eps[e].batches < 2) return r->rate;
+  *epoch = e;
+  return (double)r->eps[e].samples * (double)(r->eps[e].batches - 1) / (double)r->eps[e].batches / r->ep_secs[e];
+}
 
 /* An epoch's samples by the plan's routes: the own cache (memory and disk
  * tiers), peers (intra-node handoffs read from the node's shared cache too:
@@ -398,10 +414,16 @@ static void bench_finish(bench_run_t *r, lade_config_t *cfg, const bench_opts_t 
   if (cpaths) { /* after the loader is gone: nothing else runs beside it */
     lade_tool_ceiling((const char *const *)cpaths, nceil, (int)r->st.threads, !strncmp(r->transform, "imagenet", 8),
                       &r->cl);
+    if (!strncmp(r->transform, "imagenet", 8) &&
+        lade_tool_jpeg_stages_files((const char *const *)cpaths, nceil, 128, cfg, 3, &r->stg, r->stg_why,
+                                    sizeof r->stg_why))
+      r->stg.s.images = 0;
     for (uint64_t i = 0; i < nceil; i++) free(cpaths[i]);
     free(cpaths);
   }
   for (char *c = r->cl.why; *c; c++) /* it goes into JSON as it is */
+    if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20) *c = '?';
+  for (char *c = r->stg_why; *c; c++)
     if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20) *c = '?';
 }
 
@@ -552,8 +574,15 @@ static void bench_report_json(const bench_run_t *r, const bench_opts_t *o) {
            (unsigned long long)r->cl.files, r->cl.threads, r->cl.read_per_s, r->cl.decode_per_s,
            r->cl.read_per_s > 0 ? r->rate / r->cl.read_per_s : 0.0,
            r->cl.decode_per_s > 0 ? r->rate / r->cl.decode_per_s : 0.0, r->cl.why);
+    int se;
+    const double steady = steady_rate(r, &se);
+    printf(",\"steady\":{\"epoch\":%d,\"samples_per_s\":%.1f,\"fraction_of_read\":%.4f,\"fraction_of_decode\":%.4f}",
+           se, steady, r->cl.read_per_s > 0 ? steady / r->cl.read_per_s : 0.0,
+           r->cl.decode_per_s > 0 ? steady / r->cl.decode_per_s : 0.0);
+    if (r->stg.s.images) lade_tool_stages_json(stdout, ",\"account\":", &r->stg);
+    else if (r->stg_why[0]) printf(",\"account\":{\"why\":\"%s\"}", r->stg_why);
   }
-  printf("}\n");
+  printf(",\"image_kernels\":\"%s\"}\n", r->st.image_kernels);
 }
 
 /* The report as text lines on stdout. */
@@ -637,16 +666,26 @@ static void bench_report_text(const bench_run_t *r, const bench_opts_t *o) {
   }
   if (o->checksum) printf("checksum     %016llx\n", (unsigned long long)r->sum);
   printf("cpu          %s\n", r->cpu);
+  if (r->st.image_kernels[0]) printf("decoder      %s (chosen by timing the first images)\n", r->st.image_kernels);
   if (o->ceiling && r->cl.read_per_s > 0) {
+    int se;
+    const double steady = steady_rate(r, &se);
+    char when[64] = "the whole run, start-up included";
+    if (se >= 0) snprintf(when, sizeof when, "epoch %d, after its first batch", se);
     printf("ceiling      bare read %.0f files/s", r->cl.read_per_s);
     if (r->cl.decode_per_s > 0) printf(", bare whole-image JPEG decode %.0f images/s", r->cl.decode_per_s);
-    printf(" (%llu files, %d threads); lade is at %.2fx of the read", (unsigned long long)r->cl.files,
-           r->cl.threads, r->rate / r->cl.read_per_s);
-    if (r->cl.decode_per_s > 0) printf(", %.2fx of the decode", r->rate / r->cl.decode_per_s);
+    printf(" (%llu of the files, %d threads); lade at %.0f samples/s (%s) is at %.2fx of the read",
+           (unsigned long long)r->cl.files, r->cl.threads, steady, when, steady / r->cl.read_per_s);
+    if (r->cl.decode_per_s > 0) printf(", %.2fx of the decode", steady / r->cl.decode_per_s);
     printf("%s%s\n", r->cl.why[0] ? "; decode not measured: " : "", r->cl.why);
+    if (r->cl.decode_per_s > 0)
+      printf("             (both warm, the same files and threads: above 1.00x lade delivers its crops faster than "
+             "the machine decodes the whole images)\n");
   } else if (o->ceiling) {
     printf("ceiling      not measured: %s\n", r->cl.why);
   }
+  if (r->stg.s.images) lade_tool_stages_print(stdout, "account      ", "             ", &r->stg);
+  else if (r->stg_why[0]) printf("account      not measured: %s\n", r->stg_why);
 }
 
 static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {

@@ -129,6 +129,7 @@ struct lade__imgdec {
   hpass_t hp[MAX_HPASSES];      /* the passes this CPU may run: [0] by default, the rest for a tuner */
   int nhp, hcur;
   int tuned_rows;               /* rows per libjpeg call the backend's tuner chose, 0 before it chose */
+  double tuned_cost;            /* seconds its trials cost over the choice */
   resample_v_fn resample_v;
   lade__imgacct_t acct; /* the stage account (imagenet.h); stop OFF unless a bench sets it */
 };
@@ -570,11 +571,15 @@ void lade__imgpipe_hpass_use(lade__imgdec_t *d, int i) {
   d->resample_h_rgb = d->hp[i].rgb;
 }
 
-void lade__imgpipe_tuned(lade__imgdec_t *d, int rows) { d->tuned_rows = rows; }
+void lade__imgpipe_tuned(lade__imgdec_t *d, int rows, double cost_s) {
+  d->tuned_rows = rows;
+  d->tuned_cost = cost_s;
+}
 
 bool lade__imgdec_choices(const lade__imgdec_t *d, char *buf, size_t size) {
   if (!d->tuned_rows) return false;
-  snprintf(buf, size, "%s, %d rows per libjpeg call", d->hp[d->hcur].name, d->tuned_rows);
+  snprintf(buf, size, "%s, %d rows per libjpeg call (trials cost %.1f ms)", d->hp[d->hcur].name, d->tuned_rows,
+           d->tuned_cost * 1e3);
   return true;
 }
 

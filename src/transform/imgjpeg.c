@@ -113,7 +113,11 @@ static void tune_book(jpeg_state_t *s, lade__imgdec_t *d, int c, double secs, do
   }
   if (s->secs[best] / s->pixels[best] * (1 + SWITCH_MARGIN) > s->secs[best0] / s->pixels[best0]) best = best0;
   s->chosen = best + 1;
-  lade__imgpipe_tuned(d, tune_rows(s, best));
+  /* what the trials cost: each candidate's time over what the chosen one
+   * would have taken for the same pixels */
+  double cost = 0, per = s->secs[best] / s->pixels[best];
+  for (int i = 0; i < s->ncand; i++) cost += LADE__MAX(0.0, s->secs[i] - s->pixels[i] * per);
+  lade__imgpipe_tuned(d, tune_rows(s, best), cost);
 }
 
 static void on_error_exit(j_common_ptr c) {

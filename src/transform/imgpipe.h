@@ -78,8 +78,9 @@ void lade__imgpipe_row_rgb(lade__imgdec_t *d, int r, const uint8_t *rgb);
 int lade__imgpipe_hpass_count(const lade__imgdec_t *d);
 const char *lade__imgpipe_hpass_name(const lade__imgdec_t *d, int i);
 void lade__imgpipe_hpass_use(lade__imgdec_t *d, int i);
-/* The backend's tuner chose (the pass in use and `rows` rows per read). */
-void lade__imgpipe_tuned(lade__imgdec_t *d, int rows);
+/* The backend's tuner chose (the pass in use and `rows` rows per read); its
+ * trials cost cost_s seconds more than the choice would have. */
+void lade__imgpipe_tuned(lade__imgdec_t *d, int rows, double cost_s);
 
 /* Scratch that only grows and does not keep its contents; 64-byte aligned. */
 int lade__imgpipe_grow(void *pp, size_t *cap, size_t need);

@@ -69,6 +69,20 @@ check "bench --no-ceiling measures none" /usr/bin/python3 "$tmp/ceil.py" none <<
 out=$("$lade" bench "$tmp/j" --transform imagenet-eval --threads 2 --batch-size 8)
 check "bench text output names the CPU and the ceiling" test -n "$(echo "$out" | grep '^cpu ')" -a \
   -n "$(echo "$out" | grep '^ceiling ' | grep 'of the decode')"
+check "bench text output: the stage account with the decoder's timed choices" test -n "$(echo "$out" | grep '^account ')" \
+  -a -n "$(echo "$out" | grep 'lade horizontal pass')" -a -n "$(echo "$out" | grep "timed choices: .*rows per libjpeg call")"
+# two epochs: the ceiling compares the second (steady state) with it; the account is in the JSON
+cat > "$tmp/steady.py" <<'PY'
+import json, sys
+d = json.load(sys.stdin); s = d["steady"]; a = d["account"]; c = d["ceiling"]
+ok = s["epoch"] == 1 and s["samples_per_s"] > 0 and abs(s["fraction_of_decode"] - s["samples_per_s"] / c["decode_per_s"]) < 1e-3
+ok = ok and a["images"] == 40 and a["rounds"] == 3 and 0 < a["header_s"] and a["hpass_s"] > 0 and a["finish_s"] > 0
+ok = ok and a["whole_s"] > 0 and 0 < a["rows_frac"] <= 1 and 0 < a["area_frac"] <= 1 and "rows per libjpeg call" in a["choices"]
+ok = ok and isinstance(d["image_kernels"], str)  # "" here: 40 images per worker end before the trials do
+sys.exit(0 if ok else 1)
+PY
+js=$("$lade" bench "$tmp/j" --transform imagenet-train --threads 2 --batch-size 8 --epochs 2 --json)
+check "bench --json: steady-state ratio on epoch 1 and the stage account" /usr/bin/python3 "$tmp/steady.py" <<<"$js"
 echo "not a picture" > "$tmp/j/class_03/notes.txt"
 echo "not a picture" > "$tmp/j/class_03/notes.jpg"
 out=$("$lade" bench "$tmp/j" --batch-size 8 --threads 2 2>&1); rc=$?
