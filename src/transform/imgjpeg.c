@@ -244,6 +244,33 @@ static void cmyk_to_rgb(const uint8_t *in, uint8_t *out, int n, bool inverted) {
   }
 }
 
+/* Books an image in the stage account (imagenet.h; any stop but OFF) and
+ * returns the row to skip to: skip_to, or for the entropy stop the region's
+ * last row (which alone is read). */
+static int account_image(lade__imgacct_t *a, const lade__imgplan_t *pl, int skip_to, int cw, int sw, int sh, int k,
+                         const char *hpass) {
+  a->images++;
+  a->rows_frac += (double)(pl->y0 + pl->nrows) / sh;
+  a->area_frac += (double)cw * (double)(pl->y0 + pl->nrows - skip_to) / ((double)sw * (double)sh);
+  a->rows_per_call = k;
+  a->hpass = hpass;
+  return a->stop == LADE__ACCT_ENTROPY ? pl->y0 + pl->nrows - 1 : skip_to;
+}
+
+/* Rows r .. r + got - 1 of the region to the pipeline; CMYK converted first. */
+static void hand_rows(jpeg_state_t *s, lade__imgdec_t *d, JSAMPROW *rows, JDIMENSION got, int r, size_t shift,
+                      int rw, bool rgb, bool cmyk, bool inverted) {
+  for (JDIMENSION i = 0; i < got; i++, r++) {
+    const uint8_t *src = rows[i] + shift;
+    if (cmyk) {
+      cmyk_to_rgb(src, s->rgb, rw, inverted);
+      src = s->rgb;
+    }
+    if (rgb) lade__imgpipe_row_rgb(d, r, src);
+    else lade__imgpipe_row(d, r, src);
+  }
+}
+
 /* The body of a decode; may longjmp out through the error manager. Returns a
  * LADE code for errors found outside libjpeg. */
 static int decode_rows(jpeg_state_t *s, lade__imgdec_t *d, const uint8_t *jpeg, size_t len, const lade__imgbox_t *b,
@@ -310,18 +337,13 @@ static int decode_rows(jpeg_state_t *s, lade__imgdec_t *d, const uint8_t *jpeg, 
    * in the skip; every row after it is exact. Skipping to my rows above the
    * region keeps R above it with a chroma row to spare. */
   int skip_to = LADE__MAX(0, pl.y0 - my);
+  const int region_from = skip_to;
   if (a->stop != LADE__ACCT_OFF) {
-    a->images++;
-    a->rows_frac += (double)(pl.y0 + pl.nrows) / sh;
-    a->area_frac += (double)cw * (double)(pl.y0 + pl.nrows - skip_to) / ((double)sw * (double)sh);
-    a->rows_per_call = k;
-    a->hpass = lade__imgpipe_hpass_name(d, cand / s->nrows);
+    skip_to = account_image(a, &pl, skip_to, (int)cw, sw, sh, k, lade__imgpipe_hpass_name(d, cand / s->nrows));
     if (a->stop == LADE__ACCT_HEADER) {
       jpeg_abort_decompress(ci);
       return 0;
     }
-    /* entropy only: skip to the region's last row and read that one */
-    if (a->stop == LADE__ACCT_ENTROPY) skip_to = pl.y0 + pl.nrows - 1;
   }
   if (timed) t = lade__now();
   JDIMENSION todo = (JDIMENSION)skip_to;
@@ -354,19 +376,8 @@ static int decode_rows(jpeg_state_t *s, lade__imgdec_t *d, const uint8_t *jpeg, 
       a->decoder_s += now - t;
       t = now;
     }
-    if (!hand) {
-      r += (int)got;
-      continue;
-    }
-    for (JDIMENSION i = 0; i < got; i++, r++) {
-      const uint8_t *src = rows[i] + shift;
-      if (cmyk) {
-        cmyk_to_rgb(src, s->rgb, pl.rw, inverted);
-        src = s->rgb;
-      }
-      if (rgb) lade__imgpipe_row_rgb(d, r, src);
-      else lade__imgpipe_row(d, r, src);
-    }
+    if (hand) hand_rows(s, d, rows, got, r, shift, pl.rw, rgb, cmyk, inverted);
+    r += (int)got;
     if (timed) {
       const double now = lade__now();
       a->hpass_s += now - t;
@@ -374,7 +385,7 @@ static int decode_rows(jpeg_state_t *s, lade__imgdec_t *d, const uint8_t *jpeg, 
     }
   }
   if (!s->chosen && hand)
-    tune_book(s, d, cand, thread_cpu_seconds() - t0, (double)cw * (double)(pl.y0 + pl.nrows - skip_to));
+    tune_book(s, d, cand, thread_cpu_seconds() - t0, (double)cw * (double)(pl.y0 + pl.nrows - region_from));
   jpeg_abort_decompress(ci);
   return 0;
 }
