@@ -375,21 +375,24 @@ static void resample_h_from(const coeffs_t *c, const uint8_t *restrict in, uint8
  * filter's window, is an upper bound that can be one or two more): padded
  * coefficients are zero and the input row has ksize*4+16 readable bytes
  * past its end. (A fixed trip count also
- * avoids a branch mispredict per pair.)
+ * avoids a branch mispredict per pair.) RGB rows (bpp 3) load two pixels and
+ * two bytes more per pair and shuffle zeros into the X lanes.
  */
-__attribute__((target("avx2"))) static void resample_h_avx2(const coeffs_t *c, const uint8_t *restrict in,
-                                                             uint8_t *restrict out, int out_size) {
+__attribute__((target("avx2"))) static inline void resample_h_avx2_bpp(const coeffs_t *c, const uint8_t *restrict in,
+                                                                        uint8_t *restrict out, int out_size,
+                                                                        const int bpp) {
   const int ntp = (c->taps + 1) / 2;
   const __m256i half = _mm256_set1_epi32(1 << (PRECISION_BITS - 1));
-  const __m128i interleave = _mm_setr_epi8(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15);
+  const __m128i interleave = bpp == 4 ? _mm_setr_epi8(0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15)
+                                      : _mm_setr_epi8(0, 3, 1, 4, 2, 5, -128, -128, 8, 11, 9, 12, 10, 13, -128, -128);
   int xx = 0;
   for (; xx + 1 < out_size; xx += 2) {
-    const uint8_t *p0 = in + (size_t)c->bounds[2 * xx] * 4, *p1 = in + (size_t)c->bounds[2 * xx + 2] * 4;
+    const uint8_t *p0 = in + (size_t)c->bounds[2 * xx] * bpp, *p1 = in + (size_t)c->bounds[2 * xx + 2] * bpp;
     const int16_t *k2 = c->k2 + (size_t)(xx / 2) * ntp * 32;
     __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
     for (int tp = 0; tp < ntp; tp++) {
-      __m128i a = _mm_loadl_epi64((const __m128i *)(p0 + 8 * tp));
-      __m128i b = _mm_loadl_epi64((const __m128i *)(p1 + 8 * tp));
+      __m128i a = _mm_loadl_epi64((const __m128i *)(p0 + 2 * bpp * tp));
+      __m128i b = _mm_loadl_epi64((const __m128i *)(p1 + 2 * bpp * tp));
       __m256i px = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(_mm_unpacklo_epi64(a, b), interleave));
       lo = _mm256_add_epi32(lo, _mm256_madd_epi16(px, _mm256_loadu_si256((const __m256i *)(k2 + 32 * tp))));
       hi = _mm256_add_epi32(hi, _mm256_madd_epi16(px, _mm256_loadu_si256((const __m256i *)(k2 + 32 * tp + 16))));
@@ -400,7 +403,17 @@ __attribute__((target("avx2"))) static void resample_h_avx2(const coeffs_t *c, c
     w = _mm_packus_epi16(w, w);
     _mm_storel_epi64((__m128i *)(out + 4 * xx), w);
   }
-  resample_h_from(c, in, out, xx, out_size); /* the odd last pixel */
+  resample_h_bpp(c, in, out, xx, out_size, bpp); /* the odd last pixel */
+}
+
+__attribute__((target("avx2"))) static void resample_h_avx2(const coeffs_t *c, const uint8_t *restrict in,
+                                                             uint8_t *restrict out, int out_size) {
+  resample_h_avx2_bpp(c, in, out, out_size, 4);
+}
+
+__attribute__((target("avx2"))) static void resample_h_avx2_rgb(const coeffs_t *c, const uint8_t *restrict in,
+                                                                 uint8_t *restrict out, int out_size) {
+  resample_h_avx2_bpp(c, in, out, out_size, 3);
 }
 
 /*
@@ -548,7 +561,10 @@ static int pick_hpasses(hpass_t *hp) {
       if (rgb) hp[n++] = (hpass_t){resample_h_vnni, resample_h_vnni_rgb, "vnni-rgb"};
       hp[n++] = (hpass_t){resample_h_vnni, NULL, "vnni-rgbx"};
     }
-    if (__builtin_cpu_supports("avx2")) hp[n++] = (hpass_t){resample_h_avx2, NULL, "avx2-rgbx"};
+    if (__builtin_cpu_supports("avx2")) {
+      if (rgb) hp[n++] = (hpass_t){resample_h_avx2, resample_h_avx2_rgb, "avx2-rgb"};
+      hp[n++] = (hpass_t){resample_h_avx2, NULL, "avx2-rgbx"};
+    }
   }
 #endif
   if (n == 0) hp[n++] = (hpass_t){resample_h_c, NULL, "c-rgbx"};

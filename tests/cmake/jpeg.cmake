@@ -34,10 +34,11 @@ if(LADE_HAVE_JPEG)
     # horizontal pass where it would take the one-load VBMI one; each of the
     # rows-per-call choices the decoder tunes between at run time
     # (src/transform/imgjpeg.c); the RGBX-row passes the tuner may also
-    # choose (LADE_NO_RGB: the VBMI one; LADE_HPASS=vnni-rgbx). All must give
+    # choose (LADE_NO_RGB: the VBMI one; LADE_HPASS=vnni-rgbx, avx2-rgbx). All must give
     # torchvision's values.
     foreach(variant nosimd:LADE_NO_SIMD=1 avx2:LADE_NO_AVX512=1 novbmi:LADE_NO_VBMI=1 rows1:LADE_JPEG_ROWS=1
-                    rows16:LADE_JPEG_ROWS=16 norgb:LADE_NO_RGB=1 vnnirgbx:LADE_HPASS=vnni-rgbx)
+                    rows16:LADE_JPEG_ROWS=16 norgb:LADE_NO_RGB=1 vnnirgbx:LADE_HPASS=vnni-rgbx
+                    avx2rgbx:LADE_HPASS=avx2-rgbx)
       string(REPLACE ":" ";" parts ${variant})
       list(GET parts 0 suffix)
       list(GET parts 1 envset)
