@@ -64,8 +64,9 @@ static int rounds_of(const run_t *r, int rounds, lade_image_stages_t *o) {
   lade__imgacct_t a;
   double t;
   int rc;
-  /* the decoder's timed choices first, so that every stop runs the same passes */
-  for (int w = 0; w < 64 && !lade__imgdec_choices(r->ws, o->choices, sizeof o->choices); w++)
+  /* the decoder's timed choices first, so that every stop runs the same
+   * passes (its trials take at most 12 x 8 JPEGs; none without a JPEG) */
+  for (size_t seen = 0; seen < 2 * 96 && !lade__imgdec_choices(r->ws, o->choices, sizeof o->choices); seen += r->n)
     if ((rc = pass(r, LADE__ACCT_OFF, &t, &a)) != 0) return rc;
   for (int i = 0; i < rounds; i++)
     for (int k = 0; k < 5; k++) {

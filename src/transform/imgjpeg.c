@@ -79,6 +79,8 @@ static double thread_cpu_seconds(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+static int tune_rows(const jpeg_state_t *s, int c) { return ROWS[s->rows0 + c % s->nrows]; }
+
 /* The candidate for this image; the pipeline uses its horizontal pass. */
 static int tune_pick(jpeg_state_t *s, lade__imgdec_t *d) {
   if (!s->ncand) {
@@ -87,14 +89,15 @@ static int tune_pick(jpeg_state_t *s, lade__imgdec_t *d) {
     s->nrows = fixed ? 1 : 2;
     s->rows0 = fixed && atoi(env) == BLOCK_ROWS;
     s->ncand = s->nrows * LADE__MIN(lade__imgpipe_hpass_count(d), MAX_CAND);
-    if (s->ncand == 1) s->chosen = 1;
+    if (s->ncand == 1) { /* fixed: nothing to try */
+      s->chosen = 1;
+      lade__imgpipe_tuned(d, tune_rows(s, 0), 0);
+    }
   }
   const int c = s->chosen ? s->chosen - 1 : s->trials % s->ncand;
   lade__imgpipe_hpass_use(d, c / s->nrows);
   return c;
 }
-
-static int tune_rows(const jpeg_state_t *s, int c) { return ROWS[s->rows0 + c % s->nrows]; }
 
 /* After a decode in the tuning phase: books it, and when every candidate has
  * had its images chooses the one with the least CPU time per pixel; but a
