@@ -5,7 +5,9 @@ Run: S3_CHECK=build/tests/s3_check /usr/bin/python3 tests/s3/test_s3.py [-v] [Te
 Exit status 77 (skipped) when node, npm or boto3 are missing.
 """
 import hashlib
+import json
 import os
+import shutil
 import random
 import subprocess
 import sys
@@ -472,6 +474,44 @@ class TestS3(unittest.TestCase):
             self.assertEqual(c["list"], 2, "four ranks of a node sent %d ListObjectsV2 pages, one rank's are 2"
                              % c["list"])
             self.assertEqual(sum(self.parse_kv(out.splitlines(), "LISTED")["list_requests"] for out, _ in outs), 2)
+
+    def test_requests_of_a_job_under_mpirun(self):
+        # issue 30: `lade bench` under mpirun -np 4 (one node, the ranks sharing cache_dir): the server sees one
+        # rank's listing (2 ListObjectsV2 pages for 1,100 keys), no HEAD, the GETs the ranks count (none hidden),
+        # at most one per sample per epoch on the whole (the second epoch comes mostly from the disk tier that
+        # cache_dir brings). Not yet per key: with cache_dir the first keys are read twice (issue 30's note).
+        cli = os.environ.get("LADE_CLI") or os.path.join(os.path.dirname(S3_CHECK), "..", "lade")
+        mpirun = shutil.which("mpirun")
+        if not mpirun or not os.path.exists(cli):
+            self.skipTest("needs mpirun and the lade CLI")
+        if "TSAN_OPTIONS" in os.environ:  # the release ctest runs it; Open MPI's own threads are not TSan-clean
+            self.skipTest("mpirun under ThreadSanitizer")
+        if "mpi" not in subprocess.run([cli, "--version"], capture_output=True, text=True).stdout:
+            self.skipTest("the lade CLI was built without MPI")
+        ENV.proxy(latency_ms=5)
+        with tempfile.TemporaryDirectory() as tmp:
+            s = dict(ENV.lade_settings(), s3_session_token=SESSION_TOKEN, cache_dir=os.path.join(tmp, "cache"),
+                     listing_ttl="3600", raw_size="8")
+            args = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "4", cli, "bench", "s3://lade/many",
+                    "--transform", "raw", "--batch-size", "25", "--epochs", "2", "--threads", "2", "--json",
+                    "--no-ceiling"]
+            for kv in s.items():
+                args += ["--set", "%s=%s" % kv]
+            r = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+            self.assertEqual(r.returncode, 0, (r.stdout + r.stderr)[-3000:])
+            self.assertNotIn(ENV.secret_key, r.stdout + r.stderr)
+            runs = [json.loads(ln) for ln in r.stdout.splitlines() if ln.startswith("{")]
+            self.assertEqual(len(runs), 4, r.stdout[-2000:])
+            self.assertEqual(sum(x["samples"] for x in runs), 2 * 1100)
+            self.assertEqual(sorted(x["rank"] for x in runs), [0, 1, 2, 3])
+            self.assertEqual(sum(sum(x["samples_by_source"]) for x in runs), 2 * 1100)
+            c = ENV.counts()
+            self.assertEqual(c["list"], 2, "four ranks of a node sent %d ListObjectsV2 pages, one rank's are 2"
+                             % c["list"])
+            self.assertEqual(c.get("head", 0), 0)
+            self.assertEqual(c["get"], sum(x["get_requests"] for x in runs))
+            self.assertGreaterEqual(c["get"], 1100)  # the first epoch: every sample
+            self.assertLessEqual(c["get"], 2 * 1100, "%.3f GETs per sample per epoch" % (c["get"] / 2200.0))
 
     def test_label_file(self):
         with tempfile.TemporaryDirectory() as tmp:
