@@ -4,7 +4,8 @@
 # qemu-user: test_imgkern (every NEON kernel against the C loops, and that
 # an aarch64 build picks NEON in every stage) and test_imagenet, once on the
 # NEON path and once with LADE_NO_SIMD=1. Correctness only: no timing under
-# emulation. Any failure fails the script.
+# emulation. Then test_imgkern again from a build with AddressSanitizer +
+# UndefinedBehaviorSanitizer (build-arm-asan/). Any failure fails the script.
 #
 #   bash scripts/test_arm.sh [--require]
 #
@@ -55,4 +56,15 @@ for mode in neon c; do
     fi
   done
 done
-echo "== aarch64 tests passed (NEON and LADE_NO_SIMD=1)"
+# The NEON kernels' memory accesses: test_imgkern gives each image exactly
+# the pad its plan asks for, so a read past it is a heap overflow here.
+echo "== test_imgkern under AddressSanitizer + UndefinedBehaviorSanitizer, qemu-aarch64 (neon path)"
+cmake -S . -B build-arm-asan -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64.cmake -DCMAKE_BUILD_TYPE=Debug -DLADE_SANITIZE=ON \
+  -DLADE_WITH_JPEG=OFF -DLADE_WITH_PNG=OFF -DLADE_WITH_CURL=OFF -DLADE_WITH_MPI=OFF -DLADE_WITH_UCX=OFF \
+  -DLADE_WITH_HDF5=OFF -DLADE_WITH_ZLIB=OFF -DLADE_WITH_YAML=OFF -DLADE_WITH_PYTHON=OFF >/dev/null
+cmake --build build-arm-asan -j"$jobs" --target test_imgkern
+# (LeakSanitizer does not run under qemu-user)
+env -u LADE_NO_SIMD -u LADE_NO_RGB ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 qemu-aarch64 -L "$sysroot" build-arm-asan/tests/test_imgkern
+
+echo "== aarch64 tests passed (NEON and LADE_NO_SIMD=1; NEON under ASan + UBSan)"
