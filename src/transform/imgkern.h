@@ -32,8 +32,8 @@ typedef struct coeffs {
   int32_t *k;    /* out * ksize */
   int *bounds;   /* out * 2: first input index, tap count */
   double *pre;   /* ksize, the float weights of one output pixel */
-  int16_t *k2;   /* SIMD layout, see resample_h_avx2 */
-  int8_t *k4;    /* SIMD layout, see resample_h_vnni */
+  int16_t *k2;   /* SIMD layout, see resample_h_avx2 (imagenet.c) */
+  int8_t *k4;    /* SIMD layout, see resample_h_vnni (imagenet.c) */
   uint8_t *qidx; /* per output quad, byte shuffles for RGBX and RGB rows, see resample_h_vbmi */
   size_t kcap, bcap, pcap, k2cap, k4cap, qidxcap;
   int qspan;     /* the most input pixels between a quad's first and last window start */
