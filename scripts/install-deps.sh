@@ -23,6 +23,7 @@ pkgs=(
   python3-mpi4py                 # the Python module under mpirun beside mpi4py
   libucx-dev                     # the UCX transport between learners under torchrun (src/transport/ucx.c) and its tests
   nginx                          # http(s):// tar shard tests: a real HTTP server with Range support
+  gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user  # scripts/test_arm.sh: the aarch64 build's NEON kernels under qemu
 )
 
 missing=()

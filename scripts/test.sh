@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds lade, and runs every test: the release build's
-# full ctest suite, `pip install .` into a fresh venv (tests/pip/), then the
-# unit tests again under AddressSanitizer + UndefinedBehaviorSanitizer, the
-# engine test and the S3 integration test under ThreadSanitizer, and the
-# http(s):// tar shard test under it too.
+# full ctest suite, the image pipeline's tests in an aarch64 cross build under
+# qemu-user (scripts/test_arm.sh), `pip install .` into a fresh venv
+# (tests/pip/), then the unit tests again under AddressSanitizer +
+# UndefinedBehaviorSanitizer, the engine test and the S3 integration test
+# under ThreadSanitizer, and the http(s):// tar shard test under it too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -14,6 +15,9 @@ echo "== release build and all tests"
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j"$jobs"
 (cd build && ctest --output-on-failure -j"$jobs")
+
+echo "== the aarch64 build under qemu-user: the image pipeline's NEON kernels against its C loops"
+bash scripts/test_arm.sh --require
 
 echo "== the pip route: pip install . into a fresh venv (offline), the installed module checked from outside the tree"
 bash tests/pip/test_pip.sh --require "curl mpi ucx" --cli build/lade

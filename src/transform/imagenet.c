@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "transform/imgkern.h"
 #include "transform/imgpipe.h"
 
 void lade__rrc_params(lade__rng_t *rng, int width, int height, double scale_min, double scale_max, double ratio_min,
@@ -69,73 +70,6 @@ void lade__rrc_params(lade__rng_t *rng, int width, int height, double scale_min,
   *h = ch;
   *w = cw;
 }
-
-#define PRECISION_BITS 22 /* Pillow's fixed point for 8-bit images */
-
-/* Coefficients of one resample direction (Pillow's precompute_coeffs). */
-/* The arguments a coeffs_t was made for: an image of the same size and box
- * as the one before (eval over a folder of equal sizes) reuses them. */
-typedef struct {
-  double in0, in1;
-  int in_size, out_size, layout;
-  bool valid;
-} coeffs_made_t;
-
-typedef struct coeffs {
-  int32_t *k;    /* out * ksize */
-  int *bounds;   /* out * 2: first input index, tap count */
-  double *pre;   /* ksize, the float weights of one output pixel */
-  int16_t *k2;   /* SIMD layout, see resample_h_avx2 */
-  int8_t *k4;    /* SIMD layout, see resample_h_vnni */
-  uint8_t *qidx; /* per output quad, byte shuffles for RGBX and RGB rows, see resample_h_vbmi */
-  size_t kcap, bcap, pcap, k2cap, k4cap, qidxcap;
-  int qspan;     /* the most input pixels between a quad's first and last window start */
-  int ksize;
-  int taps;      /* the most taps any output pixel has (<= ksize): the SIMD passes' trip count */
-  coeffs_made_t made;
-} coeffs_t;
-
-typedef void (*resample_h_fn)(const coeffs_t *, const uint8_t *, uint8_t *, int);
-typedef void (*resample_v_fn)(const int32_t *, int, const uint8_t *, size_t, int32_t *, uint8_t *, size_t);
-typedef void (*store_u8_fn)(const uint8_t *, int, bool, uint8_t *);
-typedef void (*store_f32_fn)(const struct lade__imgdec *, const uint8_t *, int, bool, float *, float *, float *);
-
-/* A horizontal pass: the RGBX-row kernel and, where it has one and it is
- * used, the RGB-row one that goes with it. */
-typedef struct hpass {
-  resample_h_fn rgbx, rgb;
-  const char *name;
-} hpass_t;
-
-enum { MAX_HPASSES = 6 };
-
-struct lade__imgdec {
-  bool decode_scale; /* decode_scale=auto: the JPEG IDCT may shrink (not bit-exact) */
-  void *be_state[2]; /* per backend (JPEG, PNG), created on first use */
-  uint8_t *tmp;      /* horizontally resampled box rows: rows * out*4 */
-  size_t tmp_cap;
-  uint8_t *vrow;     /* one output row, RGBX */
-  size_t vrow_cap;
-  int32_t *acc;      /* vertical accumulators, out*4 */
-  size_t acc_cap;
-  coeffs_t ch, cv;
-  int out_size, vfirst;
-  float lut[3][256]; /* (v/255 - mean) / std */
-  float norm[3][4];  /* per channel: mean, std, 1/std, 1/255 (the SIMD stores' constants) */
-  store_f32_fn store_f32; /* one output row's RGBX -> its three float planes */
-  store_u8_fn store_u8;   /* one output row's RGBX -> RGB */
-  resample_h_fn resample_h;
-  resample_h_fn resample_h_rgb; /* for RGB rows; NULL where RGBX rows are the only SIMD kind */
-  hpass_t hp[MAX_HPASSES];      /* the passes this CPU may run: [0] by default, the rest for a tuner */
-  int nhp, hcur;
-  int tuned_rows;               /* rows per libjpeg call the backend's tuner chose, 0 before it chose */
-  double tuned_cost;            /* seconds its trials cost over the choice */
-  resample_v_fn resample_v;
-  lade__imgacct_t acct; /* the stage account (imagenet.h); stop OFF unless a bench sets it */
-};
-
-/* The coefficient layout a horizontal pass reads besides k. */
-enum { LAYOUT_C, LAYOUT_PAIRS, LAYOUT_QUADS };
 
 static int make_coeffs_anew(coeffs_t *c, int in_size, double in0, double in1, int out_size, int layout);
 static int pick_hpasses(hpass_t *hp);
@@ -313,11 +247,6 @@ static int make_coeffs_anew(coeffs_t *c, int in_size, double in0, double in1, in
   return 0;
 }
 
-static inline uint8_t clip8(int32_t v) {
-  v >>= PRECISION_BITS;
-  return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
-}
-
 /* Hot loops get an AVX2 clone picked at load time (ifunc); the arithmetic is
  * the same integer arithmetic, so results do not depend on the CPU. Pixels
  * are RGBX (4 bytes) so one tap is one 4-lane multiply-add. */
@@ -336,26 +265,6 @@ static inline uint8_t clip8(int32_t v) {
 #else
 #define LADE__CLONES
 #endif
-
-/* One row of RGBX pixels -> out_size RGBX pixels. */
-/* One row of RGBX (bpp 4) or RGB (bpp 3, X out = 0) pixels -> out_size RGBX
- * pixels, from output pixel `from` on. */
-static inline void resample_h_bpp(const coeffs_t *c, const uint8_t *restrict in, uint8_t *restrict out, int from,
-                                  int out_size, const int bpp) {
-  const int ksize = c->ksize;
-  for (int xx = from; xx < out_size; xx++) {
-    const int xmin = c->bounds[2 * xx], n = c->bounds[2 * xx + 1];
-    const int32_t *k = c->k + (size_t)xx * ksize;
-    const uint8_t *p = in + (size_t)xmin * (size_t)bpp;
-    int32_t s[4] = {1 << (PRECISION_BITS - 1), 1 << (PRECISION_BITS - 1), 1 << (PRECISION_BITS - 1),
-                    1 << (PRECISION_BITS - 1)};
-    for (int x = 0; x < n; x++) {
-      const int32_t kv = k[x];
-      for (int ch = 0; ch < bpp; ch++) s[ch] += p[bpp * x + ch] * kv;
-    }
-    for (int ch = 0; ch < 4; ch++) out[4 * xx + ch] = ch < bpp ? clip8(s[ch]) : 0;
-  }
-}
 
 static void resample_h_from(const coeffs_t *c, const uint8_t *restrict in, uint8_t *restrict out, int from,
                             int out_size) {
@@ -545,7 +454,8 @@ static void resample_h_c(const coeffs_t *c, const uint8_t *in, uint8_t *out, int
  * Every one is exact (the same bytes). Switches, for tests and comparisons:
  * LADE_NO_SIMD=1 the C loop only; LADE_NO_AVX512=1 at most AVX2;
  * LADE_NO_VBMI=1 not the one-load VBMI pass; LADE_NO_RGB=1 RGBX rows only;
- * LADE_HPASS=NAME that pass alone (a name below; others are ignored).
+ * LADE_HPASS=NAME that pass alone (a name below; others are ignored). On
+ * aarch64 the NEON passes (imgkern_neon.c).
  */
 static int pick_hpasses(hpass_t *hp) {
   int n = 0;
@@ -565,6 +475,11 @@ static int pick_hpasses(hpass_t *hp) {
       if (rgb) hp[n++] = (hpass_t){resample_h_avx2, resample_h_avx2_rgb, "avx2-rgb"};
       hp[n++] = (hpass_t){resample_h_avx2, NULL, "avx2-rgbx"};
     }
+  }
+#elif defined(LADE__HAVE_NEON)
+  if (!getenv("LADE_NO_SIMD")) {
+    if (!getenv("LADE_NO_RGB")) hp[n++] = (hpass_t){lade__resample_h_neon, lade__resample_h_neon_rgb, "neon-rgb"};
+    hp[n++] = (hpass_t){lade__resample_h_neon, NULL, "neon-rgbx"};
   }
 #endif
   if (n == 0) hp[n++] = (hpass_t){resample_h_c, NULL, "c-rgbx"};
@@ -611,13 +526,7 @@ static int resample_h_layout(resample_h_fn f) {
 /* One output row of the vertical pass over n bytes of RGBX. */
 LADE__CLONES static void resample_v(const int32_t *restrict k, int taps, const uint8_t *restrict rows, size_t stride,
                                    int32_t *restrict acc, uint8_t *restrict out, size_t n) {
-  for (size_t i = 0; i < n; i++) acc[i] = 1 << (PRECISION_BITS - 1);
-  for (int y = 0; y < taps; y++) {
-    const uint8_t *p = rows + (size_t)y * stride;
-    const int32_t kv = k[y];
-    for (size_t i = 0; i < n; i++) acc[i] += p[i] * kv;
-  }
-  for (size_t i = 0; i < n; i++) out[i] = clip8(acc[i]);
+  resample_v_c(k, taps, rows, stride, acc, out, n);
 }
 
 #ifdef LADE__HAVE_X86_SIMD
@@ -692,6 +601,8 @@ static resample_v_fn pick_resample_v(void) {
   if (getenv("LADE_NO_SIMD")) return resample_v;
   if (!getenv("LADE_NO_AVX512") && __builtin_cpu_supports("avx512f")) return resample_v_avx512;
   if (__builtin_cpu_supports("avx2")) return resample_v_avx2;
+#elif defined(LADE__HAVE_NEON)
+  if (!getenv("LADE_NO_SIMD")) return lade__resample_v_neon;
 #endif
   return resample_v;
 }
@@ -707,17 +618,6 @@ static resample_v_fn pick_resample_v(void) {
  * over all of them once and keeps it only when every value equals the
  * LUT's (on a CPU where one differed, the scalar store stays).
  */
-static void store_f32_lut(const lade__imgdec_t *d, const uint8_t *vrow, int n, bool flip, float *o0, float *o1,
-                          float *o2) {
-  const float *l0 = d->lut[0], *l1 = d->lut[1], *l2 = d->lut[2];
-  for (int x = 0; x < n; x++) {
-    const uint8_t *s = vrow + (size_t)(flip ? n - 1 - x : x) * 4;
-    o0[x] = l0[s[0]];
-    o1[x] = l1[s[1]];
-    o2[x] = l2[s[2]];
-  }
-}
-
 #ifdef LADE__HAVE_X86_SIMD
 /* (v/255 - mean) / std of one channel's 16 values (see above). */
 __attribute__((target("avx512f"))) static inline __m512 norm16(__m512i v, const float *nc) {
@@ -772,16 +672,6 @@ __attribute__((target("avx2,fma"))) static void store_f32_avx2(const lade__imgde
 }
 #endif
 
-/* The uint8 store: an output row of RGBX bytes (mirrored with flip) to RGB. */
-static void store_u8_c(const uint8_t *vrow, int n, bool flip, uint8_t *o) {
-  for (int x = 0; x < n; x++) {
-    const uint8_t *s = vrow + (size_t)(flip ? n - 1 - x : x) * 4;
-    o[3 * x] = s[0];
-    o[3 * x + 1] = s[1];
-    o[3 * x + 2] = s[2];
-  }
-}
-
 #ifdef LADE__HAVE_X86_SIMD
 /* 16 pixels per step: one vpermb drops the X bytes (and mirrors, with flip). */
 __attribute__((target("avx512f,avx512bw,avx512vbmi"))) static void store_u8_vbmi(const uint8_t *vrow, int n, bool flip,
@@ -832,6 +722,8 @@ static store_u8_fn pick_store_u8(void) {
       __builtin_cpu_supports("avx512bw"))
     return store_u8_vbmi;
   if (__builtin_cpu_supports("avx2")) return store_u8_avx2;
+#elif defined(LADE__HAVE_NEON)
+  if (!getenv("LADE_NO_SIMD")) return lade__store_u8_neon;
 #endif
   return store_u8_c;
 }
@@ -870,6 +762,8 @@ static store_f32_fn pick_store_f32(const lade__imgdec_t *d) {
   if (getenv("LADE_NO_SIMD")) return f;
   if (!getenv("LADE_NO_AVX512") && __builtin_cpu_supports("avx512f")) f = store_f32_avx512;
   else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) f = store_f32_avx2;
+#elif defined(LADE__HAVE_NEON)
+  if (!getenv("LADE_NO_SIMD")) f = lade__store_f32_neon;
 #endif
   return f == store_f32_lut || store_f32_exact(d, f) ? f : store_f32_lut;
 }
@@ -878,8 +772,35 @@ const char *lade__imgdec_store_f32_name(const lade__imgdec_t *d) {
 #ifdef LADE__HAVE_X86_SIMD
   if (d->store_f32 == store_f32_avx512) return "avx512";
   if (d->store_f32 == store_f32_avx2) return "avx2";
+#elif defined(LADE__HAVE_NEON)
+  if (d->store_f32 == lade__store_f32_neon) return "neon";
 #endif
   return d->store_f32 == store_f32_lut ? "c" : "?";
+}
+
+void lade__imgpipe_kernels(const lade__imgdec_t *d, char *buf, size_t cap) {
+  typedef void (*any_fn)(void); /* the kernels compared by address, whatever their type */
+  const struct {
+    any_fn f;
+    const char *name;
+  } names[] = {
+      {(any_fn)resample_h_c, "c"}, {(any_fn)resample_v, "c"}, {(any_fn)store_u8_c, "c"},
+#ifdef LADE__HAVE_X86_SIMD
+      {(any_fn)resample_h_avx2, "avx2"}, {(any_fn)resample_h_vnni, "vnni"}, {(any_fn)resample_h_vbmi, "vbmi"},
+      {(any_fn)resample_h_vnni_rgb, "vnni"}, {(any_fn)resample_h_vbmi_rgb, "vbmi"}, {(any_fn)resample_h_avx2_rgb, "avx2"},
+      {(any_fn)resample_v_avx512, "avx512"}, {(any_fn)resample_v_avx2, "avx2"},
+      {(any_fn)store_u8_vbmi, "vbmi"}, {(any_fn)store_u8_avx2, "avx2"},
+#elif defined(LADE__HAVE_NEON)
+      {(any_fn)lade__resample_h_neon, "neon"}, {(any_fn)lade__resample_h_neon_rgb, "neon"},
+      {(any_fn)lade__resample_v_neon, "neon"}, {(any_fn)lade__store_u8_neon, "neon"},
+#endif
+  };
+  const any_fn f[4] = {(any_fn)d->resample_h, (any_fn)d->resample_h_rgb, (any_fn)d->resample_v, (any_fn)d->store_u8};
+  const char *nm[4] = {"?", "none", "?", "?"};
+  for (int i = 0; i < 4; i++)
+    for (size_t j = 0; f[i] && j < sizeof(names) / sizeof(names[0]); j++)
+      if (names[j].f == f[i]) nm[i] = names[j].name;
+  snprintf(buf, cap, "h=%s rgb=%s v=%s u8=%s f32=%s", nm[0], nm[1], nm[2], nm[3], lade__imgdec_store_f32_name(d));
 }
 
 int lade__imgpipe_dct_factor(const lade__imgdec_t *d, const lade__imgbox_t *b, int out_size) {

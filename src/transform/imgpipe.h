@@ -64,7 +64,7 @@ void lade__imgpipe_row(lade__imgdec_t *d, int r, const uint8_t *rgbx);
 
 /* True when this decoder also takes RGB rows (3 bytes a pixel) and they are
  * the cheaper kind to produce (the CPU's horizontal pass reads them as fast:
- * the AVX-512 VNNI and VBMI passes); then a backend may hand rows to
+ * the AVX-512 VNNI and VBMI passes, the NEON one); then a backend may hand rows to
  * lade__imgpipe_row_rgb instead. */
 bool lade__imgpipe_takes_rgb(const lade__imgdec_t *d);
 

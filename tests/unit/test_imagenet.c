@@ -281,6 +281,8 @@ static void test_stores_any_width(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
     if (pi == 0 && __builtin_cpu_supports("avx512f")) want = "avx512";
     else if (pi < 2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) want = "avx2";
+#elif defined(__aarch64__)
+    if (pi < 2) want = "neon"; /* NEON is baseline; LADE_NO_AVX512 does not apply */
 #endif
     if (strcmp(lade__imgdec_store_f32_name(d), want) != 0)
       fprintf(stderr, "  %s: float32 store %s, not %s\n", paths[pi] ? paths[pi] : "default",
