@@ -107,7 +107,13 @@ static void dataset_ns(lade__fetch_t *f, char *ns, size_t size) {
  * in docs/cache.md). */
 uint64_t lade__fetch_version(lade__fetch_t *f, uint64_t idx) {
   if (!f->disk) return 0;
-  if (f->remote && !f->p.ops->version) return f->p.src->sizes && idx < f->p.src->count ? f->p.src->sizes[idx] : 0;
+  if (f->remote && !f->p.ops->version) {
+    const uint64_t size = f->p.src->sizes && idx < f->p.src->count ? f->p.src->sizes[idx] : 0;
+    /* a 1-byte object's size is LADE__VERSION_UNKNOWN's value, which would
+     * keep it out of the disk tier (read again each epoch, and by a worker
+     * and the prefetcher both): moved out of its way */
+    return size == LADE__VERSION_UNKNOWN ? size | (UINT64_C(1) << 63) : size;
+  }
   return f->p.ops->version ? f->p.ops->version(f->p.src, idx) : LADE__VERSION_UNKNOWN;
 }
 
