@@ -157,7 +157,9 @@ static int usage_bench(FILE *f) {
           "  --no-ceiling      skip the ceiling: after the run, the machine's bare read rate of\n"
           "                    (up to 256 of) the same files and, for the imagenet transforms, its bare\n"
           "                    whole-image JPEG decode rate, with the same threads, and lade's fraction\n"
-          "                    of each (local folders only; about a second)\n"
+          "                    of each (local folders only; about a second); for raw samples (raw, npy,\n"
+          "                    npz) also the copy ceiling: a memcpy of each sample's bytes from the page\n"
+          "                    cache (mapped), with the same threads (lade_loader_sample_extent)\n"
           "  --json            one JSON object on stdout instead of text\n",
           lade_tool_plan_names("|"));
   return f == stderr ? 2 : 0;
@@ -293,6 +295,7 @@ typedef struct bench_run {
   int planned;
   char transform[64];
   lade_tool_ceiling_t cl;
+  lade_tool_copy_t cp; /* raw samples: the copy ceiling */
   char cpu[256];
   uint64_t pred[MAX_EPOCH_LINES][4];
   double ep_secs[MAX_EPOCH_LINES];
@@ -394,14 +397,22 @@ static void bench_finish(bench_run_t *r, lade_config_t *cfg, const bench_opts_t 
   }
   char **cpaths =
       !rc && ceiling ? ceiling_paths(r->L, o->dir, r->nsamples, &nceil, r->cl.why, sizeof r->cl.why) : NULL;
+  int decodes = !strncmp(r->transform, "imagenet", 8), copy = 0;
+  char bs[32] = "1";
+  lade_config_get(cfg, "batch_size", bs, sizeof bs);
+  if (!ceiling) snprintf(r->cp.why, sizeof r->cp.why, "%s", o->ceiling ? r->cl.why : "");
+  else if (decodes) snprintf(r->cp.why, sizeof r->cp.why, "a decoding transform (the decode is its ceiling)");
+  else copy = !rc && !lade_tool_copy_ranges(r->L, r->nsamples, &r->cp);
   lade_loader_destroy(r->L);
+  if (copy) lade_tool_copy_measure(&r->cp, (int)r->st.threads, strtoull(bs, NULL, 10));
   if (cpaths) { /* after the loader is gone: nothing else runs beside it */
-    lade_tool_ceiling((const char *const *)cpaths, nceil, (int)r->st.threads, !strncmp(r->transform, "imagenet", 8),
-                      &r->cl);
+    lade_tool_ceiling((const char *const *)cpaths, nceil, (int)r->st.threads, decodes, &r->cl);
     for (uint64_t i = 0; i < nceil; i++) free(cpaths[i]);
     free(cpaths);
   }
   for (char *c = r->cl.why; *c; c++) /* it goes into JSON as it is */
+    if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20) *c = '?';
+  for (char *c = r->cp.why; *c; c++)
     if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20) *c = '?';
 }
 
@@ -552,6 +563,10 @@ static void bench_report_json(const bench_run_t *r, const bench_opts_t *o) {
            (unsigned long long)r->cl.files, r->cl.threads, r->cl.read_per_s, r->cl.decode_per_s,
            r->cl.read_per_s > 0 ? r->rate / r->cl.read_per_s : 0.0,
            r->cl.decode_per_s > 0 ? r->rate / r->cl.decode_per_s : 0.0, r->cl.why);
+    printf(",\"copy_ceiling\":{\"samples\":%llu,\"bytes\":%llu,\"threads\":%d,\"samples_per_s\":%.1f,\"gb_per_s\":%.3f,"
+           "\"fraction\":%.4f,\"pread_per_s\":%.1f,\"why\":\"%s\"}",
+           (unsigned long long)r->cp.samples, (unsigned long long)r->cp.bytes, r->cp.threads, r->cp.per_s,
+           r->cp.gb_per_s, r->cp.per_s > 0 ? r->rate / r->cp.per_s : 0.0, r->cp.pread_per_s, r->cp.why);
   }
   printf("}\n");
 }
@@ -647,6 +662,13 @@ static void bench_report_text(const bench_run_t *r, const bench_opts_t *o) {
   } else if (o->ceiling) {
     printf("ceiling      not measured: %s\n", r->cl.why);
   }
+  if (o->ceiling && r->cp.per_s > 0)
+    printf("copy ceiling memcpy of the same bytes from the page cache %.0f samples/s, %.2f GB/s (%llu samples, "
+           "%.1f KB each on average, %d threads; pread of them %.0f samples/s); lade is at %.2fx of the copy\n",
+           r->cp.per_s, r->cp.gb_per_s, (unsigned long long)r->cp.samples,
+           (double)r->cp.bytes / (double)r->cp.samples / 1e3, r->cp.threads, r->cp.pread_per_s, r->rate / r->cp.per_s);
+  else if (o->ceiling && r->cp.why[0])
+    printf("copy ceiling not measured: %s\n", r->cp.why);
 }
 
 static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
