@@ -296,6 +296,7 @@ typedef struct bench_run {
   char transform[64];
   lade_tool_ceiling_t cl;
   lade_tool_copy_t cp; /* raw samples: the copy ceiling */
+  double rss;          /* peak RSS (MiB) before the ceilings, which map or read the files */
   char cpu[256];
   uint64_t pred[MAX_EPOCH_LINES][4];
   double ep_secs[MAX_EPOCH_LINES];
@@ -380,6 +381,7 @@ static int bench_loop(bench_run_t *r, const bench_opts_t *o) {
  * plan, the CPU model; then the loader is destroyed and, after a run
  * without error, the ceiling measured with nothing beside it. */
 static void bench_finish(bench_run_t *r, lade_config_t *cfg, const bench_opts_t *o, int rc) {
+  r->rss = peak_rss_mib();
   lade_loader_stats(r->L, &r->st, sizeof(lade_stats_t));
   while (r->neps < MAX_EPOCH_LINES &&
          lade_loader_epoch_stats(r->L, (uint64_t)r->neps, &r->eps[r->neps], sizeof(lade_epoch_stats_t)) == 0)
@@ -497,7 +499,7 @@ static void bench_report_json(const bench_run_t *r, const bench_opts_t *o) {
          "\"node_cache_hits\":%llu,\"node_cache_ranks\":%u,",
          o->dir, r->transform, (unsigned long long)r->nsamples, (unsigned long long)r->batches,
          (unsigned long long)r->samples, r->shape, r->dtype, r->elapsed, r->rate, r->mbs_in, r->mbs_out, r->first * 1e3,
-         peak_rss_mib(), (double)r->st.peak_pool_bytes / 1048576.0, r->st.threads, r->st.stage_seconds[LADE_STAGE_READ],
+         r->rss, (double)r->st.peak_pool_bytes / 1048576.0, r->st.threads, r->st.stage_seconds[LADE_STAGE_READ],
          r->st.stage_seconds[LADE_STAGE_TRANSFORM], r->st.stage_seconds[LADE_STAGE_COLLATE],
          r->st.stage_seconds[LADE_STAGE_WAIT], r->st.batch_latency_p50 * 1e3, r->st.batch_latency_p90 * 1e3,
          r->st.batch_latency_p99 * 1e3, (unsigned long long)r->st.substituted, sumtxt,
@@ -580,7 +582,7 @@ static void bench_report_text(const bench_run_t *r, const bench_opts_t *o) {
   printf("throughput   %.0f samples/s, %.1f MB/s read, %.1f MB/s delivered (%llu batches in %.3f s, %u threads)\n",
          r->rate, r->mbs_in, r->mbs_out, (unsigned long long)r->batches, r->elapsed, r->st.threads);
   printf("first batch  %.2f ms after create\n", r->first * 1e3);
-  printf("memory       peak RSS %.1f MiB, batch pool %.1f MiB\n", peak_rss_mib(),
+  printf("memory       peak RSS %.1f MiB, batch pool %.1f MiB\n", r->rss,
          (double)r->st.peak_pool_bytes / 1048576.0);
   printf("stages       read %.3f s, transform %.3f s (summed over threads); collate %.4f s; consumer wait %.3f s\n",
          r->st.stage_seconds[LADE_STAGE_READ], r->st.stage_seconds[LADE_STAGE_TRANSFORM],
