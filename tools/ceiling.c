@@ -220,32 +220,47 @@ void lade_tool_ceiling(const char *const *paths, uint64_t n, int threads, int de
 
 #include <lade/lade.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
-enum { COPY_MAX = 16384 };        /* samples measured at most */
-#define COPY_MIN_SECONDS 0.25     /* copied again until this much time has passed */
+enum { COPY_MAX = 16384 };         /* samples measured at most */
+#define COPY_BYTES ((uint64_t)4 << 30) /* and at most about this many bytes */
+#define COPY_MIN_SECONDS 0.25      /* copied again until this much time has passed */
 #define RING_MAX ((size_t)64 << 20) /* a thread's slots at most */
 
 typedef struct ranges {
   uint64_t n;
-  char **path;      /* one per sample, strdup'ed */
+  char **path;         /* one per sample, strdup'ed */
   uint64_t *off, *len;
-  const uint8_t **src; /* each sample's bytes in its file's mapping */
-  uint32_t *file;      /* each sample's file: its mapping and descriptor */
-  void **maps;
+  const uint8_t **src; /* each sample's bytes in its mapping */
+  void **maps;         /* per sample: the pages that hold its range (only those: a file may be huge) */
   size_t *map_len;
-  int *fds;            /* kept open for the pread pass */
-  uint64_t nmaps;
+  uint32_t *file;      /* each sample's file, an index into fds */
+  int *fds;            /* kept open for the pread pass (-1: closed, when there are too many) */
+  uint64_t nfiles;
 } ranges_t;
 
 static void ranges_free(ranges_t *g) {
   if (!g) return;
-  for (uint64_t i = 0; i < g->nmaps; i++) {
+  for (uint64_t i = 0; g->maps && i < g->n; i++)
     if (g->maps[i]) munmap(g->maps[i], g->map_len[i]);
-    close(g->fds[i]);
-  }
+  for (uint64_t f = 0; f < g->nfiles; f++)
+    if (g->fds[f] >= 0) close(g->fds[f]);
   for (uint64_t i = 0; g->path && i < g->n; i++) free(g->path[i]);
   free(g->path), free(g->off), free(g->len), free(g->src), free(g->maps), free(g->map_len), free(g->fds), free(g->file);
   free(g);
+}
+
+/* One sample's range, or -1 with why set. */
+static int range_of(struct lade_loader *L, ranges_t *g, uint64_t idx, char *why, size_t wsize) {
+  char path[2 * 4096];
+  uint64_t i = g->n;
+  int rc = lade_loader_sample_extent(L, idx, path, sizeof path, &g->off[i], &g->len[i]);
+  if (rc || !(g->path[i] = strdup(path))) {
+    snprintf(why, wsize, "%s", rc ? lade_last_error() : "out of memory");
+    return -1;
+  }
+  g->n++;
+  return 0;
 }
 
 int lade_tool_copy_ranges(struct lade_loader *L, uint64_t nsamples, lade_tool_copy_t *out) {
@@ -256,62 +271,72 @@ int lade_tool_copy_ranges(struct lade_loader *L, uint64_t nsamples, lade_tool_co
     g->off = calloc(k ? k : 1, sizeof *g->off);
     g->len = calloc(k ? k : 1, sizeof *g->len);
   }
-  if (!g || !g->path || !g->off || !g->len) {
-    snprintf(out->why, sizeof out->why, "out of memory");
+  int rc = !g || !g->path || !g->off || !g->len ? -1 : 0;
+  if (rc) snprintf(out->why, sizeof out->why, "out of memory");
+  /* sample 0's size sets how many fit in COPY_BYTES; then they are spread evenly */
+  if (!rc && k) rc = range_of(L, g, 0, out->why, sizeof out->why);
+  if (!rc && k && g->len[0] > 0 && COPY_BYTES / g->len[0] < k) k = COPY_BYTES / g->len[0] ? COPY_BYTES / g->len[0] : 1;
+  for (uint64_t i = 1; !rc && i < k; i++) rc = range_of(L, g, i * nsamples / k, out->why, sizeof out->why);
+  if (rc) {
     ranges_free(g);
     return -1;
-  }
-  for (uint64_t i = 0; i < k; i++, g->n++) {
-    char path[2 * 4096];
-    int rc = lade_loader_sample_extent(L, i * nsamples / k, path, sizeof path, &g->off[i], &g->len[i]);
-    if (rc || !(g->path[i] = strdup(path))) {
-      snprintf(out->why, sizeof out->why, "%s", rc ? lade_last_error() : "out of memory");
-      ranges_free(g);
-      return -1;
-    }
   }
   out->ranges = g;
   return 0;
 }
 
-/* Maps each file once (consecutive samples of one file share its mapping),
- * populated: read into the page cache and mapped before any copy is timed.
+/* Maps the pages of each sample's range, populated: read into the page
+ * cache and mapped before any copy is timed. Each file is opened once (its
+ * samples are consecutive, or it is opened again); the descriptors stay
+ * open for the pread pass when the process may hold them all (*kept).
  * 0, or -1 with why set. */
-static int ranges_map(ranges_t *g, char *why, size_t wsize) {
+static int ranges_map(ranges_t *g, int *kept, char *why, size_t wsize) {
+  uint64_t files = 0, page = (uint64_t)sysconf(_SC_PAGESIZE);
+  for (uint64_t i = 0; i < g->n; i++) files += !i || strcmp(g->path[i], g->path[i - 1]);
+  struct rlimit rl;
+  *kept = !getrlimit(RLIMIT_NOFILE, &rl) && (rl.rlim_cur == RLIM_INFINITY || files + 64 < rl.rlim_cur);
   g->src = calloc(g->n ? g->n : 1, sizeof *g->src);
   g->maps = calloc(g->n ? g->n : 1, sizeof *g->maps);
   g->map_len = calloc(g->n ? g->n : 1, sizeof *g->map_len);
-  g->fds = calloc(g->n ? g->n : 1, sizeof *g->fds);
+  g->fds = calloc(files ? files : 1, sizeof *g->fds);
   g->file = calloc(g->n ? g->n : 1, sizeof *g->file);
   if (!g->src || !g->maps || !g->map_len || !g->fds || !g->file) {
     snprintf(why, wsize, "out of memory");
     return -1;
   }
+  static const uint8_t none[1];
+  struct stat st;
+  int fd = -1;
   for (uint64_t i = 0; i < g->n; i++) {
-    if (!g->nmaps || strcmp(g->path[i], g->path[i - 1])) {
-      int fd = open(g->path[i], O_RDONLY | O_CLOEXEC);
-      struct stat st;
-      void *p = MAP_FAILED;
-      if (fd >= 0 && !fstat(fd, &st) && st.st_size > 0)
-        p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
-      int e = errno;
-      if (p == MAP_FAILED) {
+    if (!i || strcmp(g->path[i], g->path[i - 1])) {
+      if (fd >= 0 && !*kept) close(fd);
+      fd = open(g->path[i], O_RDONLY | O_CLOEXEC);
+      if (fd < 0 || fstat(fd, &st)) {
+        snprintf(why, wsize, "cannot open %.100s: %s", g->path[i], strerror(errno));
         if (fd >= 0) close(fd);
-        snprintf(why, wsize, "cannot map %.100s: %s", g->path[i], strerror(e));
         return -1;
       }
-      g->fds[g->nmaps] = fd;
-      g->maps[g->nmaps] = p;
-      g->map_len[g->nmaps++] = (size_t)st.st_size;
+      g->fds[g->nfiles++] = *kept ? fd : -1;
     }
-    if (g->off[i] + g->len[i] > g->map_len[g->nmaps - 1]) {
+    g->file[i] = (uint32_t)(g->nfiles - 1);
+    if (g->off[i] + g->len[i] > (uint64_t)st.st_size) {
       snprintf(why, wsize, "%.100s: sample %llu's range ends past the file", g->path[i], (unsigned long long)i);
-      return -1;
+      break;
     }
-    g->src[i] = (const uint8_t *)g->maps[g->nmaps - 1] + g->off[i];
-    g->file[i] = (uint32_t)(g->nmaps - 1);
+    g->src[i] = none;
+    if (!g->len[i]) continue;
+    uint64_t at = g->off[i] / page * page;
+    void *p = mmap(NULL, (size_t)(g->off[i] + g->len[i] - at), PROT_READ, MAP_SHARED | MAP_POPULATE, fd, (off_t)at);
+    if (p == MAP_FAILED) {
+      snprintf(why, wsize, "cannot map %.100s: %s", g->path[i], strerror(errno));
+      break;
+    }
+    g->maps[i] = p;
+    g->map_len[i] = (size_t)(g->off[i] + g->len[i] - at);
+    g->src[i] = (const uint8_t *)p + (g->off[i] - at);
   }
-  return 0;
+  if (fd >= 0 && !*kept) close(fd);
+  return why[0] ? -1 : 0;
 }
 
 typedef struct copier {
@@ -373,13 +398,13 @@ void lade_tool_copy_measure(lade_tool_copy_t *out, int threads, uint64_t batch) 
   }
   size_t slots = batch ? (size_t)batch : 1;
   if (slots * slot > RING_MAX) slots = RING_MAX / slot ? RING_MAX / slot : 1;
-  int made = 0, ok = !ranges_map(g, out->why, sizeof out->why);
+  int made = 0, kept = 0, ok = !ranges_map(g, &kept, out->why, sizeof out->why);
   for (; ok && made < threads; made++) {
     c[made] = (copier_t){.g = g, .t = made, .threads = threads, .ring = malloc(slot * slots), .slot = slot,
                          .slots = slots};
     if (!c[made].ring) ok = 0, snprintf(out->why, sizeof out->why, "out of memory");
   }
-  double copy = ok ? copy_rate(c, threads, 0) : -1, rd = ok ? copy_rate(c, threads, 1) : -1;
+  double copy = ok ? copy_rate(c, threads, 0) : -1, rd = ok && kept ? copy_rate(c, threads, 1) : -1;
   if (ok && copy < 0) {
     snprintf(out->why, sizeof out->why, "could not start %d threads", threads);
   } else if (ok) {

@@ -664,11 +664,14 @@ static void bench_report_text(const bench_run_t *r, const bench_opts_t *o) {
   } else if (o->ceiling) {
     printf("ceiling      not measured: %s\n", r->cl.why);
   }
-  if (o->ceiling && r->cp.per_s > 0)
+  if (o->ceiling && r->cp.per_s > 0) {
+    char rd[64] = "pread of them not measured: too many files to hold open";
+    if (r->cp.pread_per_s > 0) snprintf(rd, sizeof rd, "pread of them %.0f samples/s", r->cp.pread_per_s);
     printf("copy ceiling memcpy of the same bytes from the page cache %.0f samples/s, %.2f GB/s (%llu samples, "
-           "%.1f KB each on average, %d threads; pread of them %.0f samples/s); lade is at %.2fx of the copy\n",
-           r->cp.per_s, r->cp.gb_per_s, (unsigned long long)r->cp.samples,
-           (double)r->cp.bytes / (double)r->cp.samples / 1e3, r->cp.threads, r->cp.pread_per_s, r->rate / r->cp.per_s);
+           "%.1f KB each on average, %d threads; %s); lade is at %.2fx of the copy\n", r->cp.per_s, r->cp.gb_per_s,
+           (unsigned long long)r->cp.samples, (double)r->cp.bytes / (double)r->cp.samples / 1e3, r->cp.threads, rd,
+           r->rate / r->cp.per_s);
+  }
   else if (o->ceiling && r->cp.why[0])
     printf("copy ceiling not measured: %s\n", r->cp.why);
 }
