@@ -410,8 +410,8 @@ LADE_API int lade_loader_sample_bytes(lade_loader_t *loader, uint64_t index, uin
  * message saying why, where they are not: remote sources, TFRecord files,
  * deflated .npz members, chunked or converted HDF5 datasets, Fortran-order
  * or byte-swapped arrays. May read the sample (to find a payload in it).
- * `lade bench` measures its copy ceiling over these ranges. Not thread-safe
- * with respect to lade_loader_destroy().
+ * `lade bench` measures its copy ceiling over these ranges. The path is
+ * copied. Thread-safe (it may run beside lade_loader_next()).
  */
 LADE_API int lade_loader_sample_extent(lade_loader_t *loader, uint64_t index, char *path, size_t size,
                                        uint64_t *offset, uint64_t *length);
