@@ -2,12 +2,14 @@
 """lade (C API, through `lade bench`) against PyTorch's DataLoader, same data,
 same cores, one run. Prints both rates and the ratio.
 
-    /usr/bin/python3 bench/vs_pytorch.py [--lade build/lade] [--kind jpeg|npy|both]
+    /usr/bin/python3 bench/vs_pytorch.py [--lade build/lade] [--kind jpeg|npy|npz|both]
 
 JPEG: torchvision ImageFolder + RandomResizedCrop(224) + RandomHorizontalFlip +
 ToTensor + Normalize, batch 32, versus lade's `imagenet-train` (float32 CHW,
 normalised: the same output). npy: a Dataset doing np.load per file, batch
-256, versus lade's `npy` transform. PyTorch is run with num_workers 0, 1 and 2
+256, versus lade's `npy` transform. npz (--kind npz only): the same arrays as
+one stored .npz per sample (np.savez, member x), a Dataset doing
+np.load(path)["x"], versus lade's `npz` transform. PyTorch is run with num_workers 0, 1 and 2
 and its best rate is the one compared. Both sides only iterate; neither
 touches the batch bytes afterwards.
 """
@@ -53,9 +55,9 @@ def torch_rate(dataset, batch_size, workers, epochs=1):
     return n / (time.perf_counter() - t0)
 
 
-def lade_rate(lade, path, transform, batch_size, epochs=1):
+def lade_rate(lade, path, transform, batch_size, epochs=1, extra=()):
     out = subprocess.run([lade, "bench", path, "--transform", transform, "--batch-size", str(batch_size),
-                          "--epochs", str(epochs), "--threads", str(CORES), "--no-checksum", "--json"],
+                          "--epochs", str(epochs), "--threads", str(CORES), "--no-checksum", "--json", *extra],
                          check=True, capture_output=True, text=True).stdout
     return json.loads(out)
 
@@ -76,6 +78,24 @@ class NpyFolder(Dataset):
         return torch.from_numpy(np.load(path)), label
 
 
+class NpzFolder(NpyFolder):
+    def __getitem__(self, i):
+        path, label = self.files[i]
+        with np.load(path) as z:
+            return torch.from_numpy(z["x"]), label
+
+
+def npz_of(npy_root, root):
+    # the npy folder's arrays, one stored .npz each (np.savez: no compression)
+    if os.path.isdir(root):
+        return
+    for c in sorted(os.listdir(npy_root)):
+        os.makedirs(os.path.join(root, c + ".tmp"), exist_ok=True)
+        for f in sorted(os.listdir(os.path.join(npy_root, c))):
+            np.savez(os.path.join(root, c + ".tmp", f[:-4] + ".npz"), x=np.load(os.path.join(npy_root, c, f)))
+        os.rename(os.path.join(root, c + ".tmp"), os.path.join(root, c))
+
+
 def compare(name, torch_fn, lade_fn):
     best, rates = 0.0, {}
     for w in (0, 1, 2):
@@ -94,7 +114,7 @@ def compare(name, torch_fn, lade_fn):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lade", default=os.path.join(os.path.dirname(__file__), "..", "build", "lade"))
-    ap.add_argument("--kind", choices=["jpeg", "npy", "both"], default="both")
+    ap.add_argument("--kind", choices=["jpeg", "npy", "npz", "both"], default="both")
     ap.add_argument("--data", default="/tmp/lade-bench")
     ap.add_argument("--jpeg-count", type=int, default=2000)
     ap.add_argument("--npy-count", type=int, default=10000)
@@ -122,6 +142,15 @@ def main():
                                  lambda: lade_rate(lade, path, "npy", 256, epochs=3))
         results["npy32"] = compare("npy 128 KiB batch 32", lambda w: torch_rate(ds, 32, w, epochs=1),
                                    lambda: lade_rate(lade, path, "npy", 32, epochs=3))
+    if args.kind == "npz":
+        npy = os.path.join(args.data, f"npy-{args.npy_count}")
+        gen(lade, "npy", npy, args.npy_count)
+        path = os.path.join(args.data, f"npz-{args.npy_count}")
+        npz_of(npy, path)
+        warm(path)
+        ds = NpzFolder(path)
+        results["npz"] = compare("npz (stored) 128 KiB batch 256", lambda w: torch_rate(ds, 256, w, epochs=1),
+                                 lambda: lade_rate(lade, path, "npz", 256, epochs=3, extra=("--set", "npz_member=x")))
     print(json.dumps(results))
 
 

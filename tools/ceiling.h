@@ -32,4 +32,38 @@ typedef struct lade_tool_ceiling {
  * set. The rates are per file. */
 void lade_tool_ceiling(const char *const *paths, uint64_t n, int threads, int decode, lade_tool_ceiling_t *out);
 
+/* The copy ceiling of raw samples (`lade bench` with the raw, npy and npz
+ * transforms): where up to 16,384 of the loader's samples (and about 4 GiB)
+ * lie (lade_loader_sample_extent), the pages of each sample's range mapped
+ * with MAP_POPULATE (so they are in the page cache and mapped before the
+ * clock starts), then each range memcpy'd into a batch-sized ring of slots
+ * per thread, the samples dealt round-robin to `threads` threads, for at
+ * least a quarter of a second. A memcpy of the bytes from the page cache
+ * is the least any loader does to put them in a batch: a pread is this
+ * copy made by the kernel, plus a system call and the page cache's lookup.
+ * The same ranges pread() with the same threads are measured beside it
+ * (the descriptors opened beforehand), to tell the system's share from
+ * lade's. */
+typedef struct lade_tool_copy {
+  uint64_t samples, bytes;  /* the samples measured and their bytes */
+  double per_s;             /* samples copied per second, 0 if not measured */
+  double gb_per_s;          /* the same in 1e9 bytes per second */
+  double pread_per_s;       /* for comparison: the same ranges pread() from the files' open descriptors
+                             * (0: more files than the process may hold open) */
+  int threads;
+  char why[200];            /* why it was not measured, or "" */
+  void *ranges;             /* between the two calls below */
+} lade_tool_copy_t;
+
+struct lade_loader;
+/* Takes the ranges of up to 16,384 of loader L's nsamples samples (fewer
+ * when sample 0 is larger than 256 KiB), spread evenly (after its run,
+ * before it is destroyed). 0, or -1 with out->why
+ * set (the loader's message: a remote source, a deflated member...). */
+int lade_tool_copy_ranges(struct lade_loader *L, uint64_t nsamples, lade_tool_copy_t *out);
+/* Then, with nothing else running: maps the files and measures the copy
+ * with `threads` threads and `batch` slots per thread; frees the ranges
+ * (also when it fails, with out->why set). */
+void lade_tool_copy_measure(lade_tool_copy_t *out, int threads, uint64_t batch);
+
 #endif

@@ -158,7 +158,9 @@ static int usage_bench(FILE *f) {
           "  --no-ceiling      skip the ceiling: after the run, the machine's bare read rate of\n"
           "                    (up to 256 of) the same files and, for the imagenet transforms, its bare\n"
           "                    whole-image JPEG decode rate, with the same threads, and lade's fraction\n"
-          "                    of each (local folders only; about a second)\n"
+          "                    of each (local folders only; about a second); for raw samples (raw, npy,\n"
+          "                    npz) also the copy ceiling: a memcpy of each sample's bytes from the page\n"
+          "                    cache (mapped), with the same threads (lade_loader_sample_extent)\n"
           "  --json            one JSON object on stdout instead of text\n",
           lade_tool_plan_names("|"));
   return f == stderr ? 2 : 0;
@@ -294,6 +296,8 @@ typedef struct bench_run {
   int planned;
   char transform[64];
   lade_tool_ceiling_t cl;
+  lade_tool_copy_t cp; /* raw samples: the copy ceiling */
+  double rss;          /* peak RSS (MiB) before the ceilings, which map or read the files */
   char cpu[256];
   uint64_t pred[MAX_EPOCH_LINES][4];
   double ep_secs[MAX_EPOCH_LINES];
@@ -389,10 +393,17 @@ static int bench_loop(bench_run_t *r, const bench_opts_t *o) {
   return rc;
 }
 
+/* A message made safe to print inside a JSON string as it is. */
+static void json_safe(char *s) {
+  for (char *c = s; *c; c++)
+    if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20) *c = '?';
+}
+
 /* After the run (rc: its status): the loader's stats, per epoch too, its
  * plan, the CPU model; then the loader is destroyed and, after a run
  * without error, the ceiling measured with nothing beside it. */
 static void bench_finish(bench_run_t *r, lade_config_t *cfg, const bench_opts_t *o, int rc) {
+  r->rss = peak_rss_mib();
   lade_loader_stats(r->L, &r->st, sizeof(lade_stats_t));
   while (r->neps < MAX_EPOCH_LINES &&
          lade_loader_epoch_stats(r->L, (uint64_t)r->neps, &r->eps[r->neps], sizeof(lade_epoch_stats_t)) == 0)
@@ -410,21 +421,25 @@ static void bench_finish(bench_run_t *r, lade_config_t *cfg, const bench_opts_t 
   }
   char **cpaths =
       !rc && ceiling ? ceiling_paths(r->L, o->dir, r->nsamples, &nceil, r->cl.why, sizeof r->cl.why) : NULL;
+  int decodes = !strncmp(r->transform, "imagenet", 8), copy = 0;
+  char bs[32] = "1";
+  lade_config_get(cfg, "batch_size", bs, sizeof bs);
+  if (!ceiling) snprintf(r->cp.why, sizeof r->cp.why, "%s", o->ceiling ? r->cl.why : "");
+  else if (decodes) snprintf(r->cp.why, sizeof r->cp.why, "a decoding transform (the decode is its ceiling)");
+  else copy = !rc && !lade_tool_copy_ranges(r->L, r->nsamples, &r->cp);
   lade_loader_destroy(r->L);
+  if (copy) lade_tool_copy_measure(&r->cp, (int)r->st.threads, strtoull(bs, NULL, 10));
   if (cpaths) { /* after the loader is gone: nothing else runs beside it */
-    lade_tool_ceiling((const char *const *)cpaths, nceil, (int)r->st.threads, !strncmp(r->transform, "imagenet", 8),
-                      &r->cl);
-    if (!strncmp(r->transform, "imagenet", 8) &&
-        lade_tool_jpeg_stages_files((const char *const *)cpaths, nceil, 128, cfg, 3, &r->stg, r->stg_why,
-                                    sizeof r->stg_why))
+    lade_tool_ceiling((const char *const *)cpaths, nceil, (int)r->st.threads, decodes, &r->cl);
+    if (decodes && lade_tool_jpeg_stages_files((const char *const *)cpaths, nceil, 128, cfg, 3, &r->stg, r->stg_why,
+                                               sizeof r->stg_why))
       r->stg.s.images = 0;
     for (uint64_t i = 0; i < nceil; i++) free(cpaths[i]);
     free(cpaths);
   }
-  for (char *c = r->cl.why; *c; c++) /* it goes into JSON as it is */
-    if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20) *c = '?';
-  for (char *c = r->stg_why; *c; c++)
-    if (*c == '"' || *c == '\\' || (unsigned char)*c < 0x20) *c = '?';
+  json_safe(r->cl.why); /* they go into JSON as they are */
+  json_safe(r->stg_why);
+  json_safe(r->cp.why);
 }
 
 /* A planned kind's loader that reopens its cache_dir (no cache_mem_bytes)
@@ -508,7 +523,7 @@ static void bench_report_json(const bench_run_t *r, const bench_opts_t *o) {
          "\"node_cache_hits\":%llu,\"node_cache_ranks\":%u,",
          o->dir, r->transform, (unsigned long long)r->nsamples, (unsigned long long)r->batches,
          (unsigned long long)r->samples, r->shape, r->dtype, r->elapsed, r->rate, r->mbs_in, r->mbs_out, r->first * 1e3,
-         peak_rss_mib(), (double)r->st.peak_pool_bytes / 1048576.0, r->st.threads, r->st.stage_seconds[LADE_STAGE_READ],
+         r->rss, (double)r->st.peak_pool_bytes / 1048576.0, r->st.threads, r->st.stage_seconds[LADE_STAGE_READ],
          r->st.stage_seconds[LADE_STAGE_TRANSFORM], r->st.stage_seconds[LADE_STAGE_COLLATE],
          r->st.stage_seconds[LADE_STAGE_WAIT], r->st.batch_latency_p50 * 1e3, r->st.batch_latency_p90 * 1e3,
          r->st.batch_latency_p99 * 1e3, (unsigned long long)r->st.substituted, sumtxt,
@@ -576,11 +591,16 @@ static void bench_report_json(const bench_run_t *r, const bench_opts_t *o) {
            r->cl.decode_per_s > 0 ? r->rate / r->cl.decode_per_s : 0.0, r->cl.why);
     int se;
     const double steady = steady_rate(r, &se);
-    printf(",\"steady\":{\"epoch\":%d,\"samples_per_s\":%.1f,\"fraction_of_read\":%.4f,\"fraction_of_decode\":%.4f}",
+    printf(",\"steady\":{\"epoch\":%d,\"samples_per_s\":%.1f,\"fraction_of_read\":%.4f,\"fraction_of_decode\":%.4f,"
+           "\"fraction_of_copy\":%.4f}",
            se, steady, r->cl.read_per_s > 0 ? steady / r->cl.read_per_s : 0.0,
-           r->cl.decode_per_s > 0 ? steady / r->cl.decode_per_s : 0.0);
+           r->cl.decode_per_s > 0 ? steady / r->cl.decode_per_s : 0.0, r->cp.per_s > 0 ? steady / r->cp.per_s : 0.0);
     if (r->stg.s.images) lade_tool_stages_json(stdout, ",\"account\":", &r->stg);
     else if (r->stg_why[0]) printf(",\"account\":{\"why\":\"%s\"}", r->stg_why);
+    printf(",\"copy_ceiling\":{\"samples\":%llu,\"bytes\":%llu,\"threads\":%d,\"samples_per_s\":%.1f,\"gb_per_s\":%.3f,"
+           "\"fraction\":%.4f,\"pread_per_s\":%.1f,\"why\":\"%s\"}",
+           (unsigned long long)r->cp.samples, (unsigned long long)r->cp.bytes, r->cp.threads, r->cp.per_s,
+           r->cp.gb_per_s, r->cp.per_s > 0 ? r->rate / r->cp.per_s : 0.0, r->cp.pread_per_s, r->cp.why);
   }
   printf(",\"image_kernels\":\"%s\"}\n", r->st.image_kernels);
 }
@@ -594,7 +614,7 @@ static void bench_report_text(const bench_run_t *r, const bench_opts_t *o) {
   printf("throughput   %.0f samples/s, %.1f MB/s read, %.1f MB/s delivered (%llu batches in %.3f s, %u threads)\n",
          r->rate, r->mbs_in, r->mbs_out, (unsigned long long)r->batches, r->elapsed, r->st.threads);
   printf("first batch  %.2f ms after create\n", r->first * 1e3);
-  printf("memory       peak RSS %.1f MiB, batch pool %.1f MiB\n", peak_rss_mib(),
+  printf("memory       peak RSS %.1f MiB, batch pool %.1f MiB\n", r->rss,
          (double)r->st.peak_pool_bytes / 1048576.0);
   printf("stages       read %.3f s, transform %.3f s (summed over threads); collate %.4f s; consumer wait %.3f s\n",
          r->st.stage_seconds[LADE_STAGE_READ], r->st.stage_seconds[LADE_STAGE_TRANSFORM],
@@ -686,6 +706,19 @@ static void bench_report_text(const bench_run_t *r, const bench_opts_t *o) {
   }
   if (r->stg.s.images) lade_tool_stages_print(stdout, "account      ", "             ", &r->stg);
   else if (r->stg_why[0]) printf("account      not measured: %s\n", r->stg_why);
+  if (o->ceiling && r->cp.per_s > 0) {
+    int se;
+    const double steady = steady_rate(r, &se);
+    char rd[64] = "pread of them not measured: too many files to hold open";
+    if (r->cp.pread_per_s > 0) snprintf(rd, sizeof rd, "pread of them %.0f samples/s", r->cp.pread_per_s);
+    printf("copy ceiling memcpy of the same bytes from the page cache %.0f samples/s, %.2f GB/s (%llu samples, "
+           "%.1f KB each on average, %d threads; %s); lade at %.0f samples/s (%s) is at %.2fx of the copy\n",
+           r->cp.per_s, r->cp.gb_per_s, (unsigned long long)r->cp.samples,
+           (double)r->cp.bytes / (double)r->cp.samples / 1e3, r->cp.threads, rd, steady,
+           se >= 0 ? "its last epoch" : "the whole run", steady / r->cp.per_s);
+  }
+  else if (o->ceiling && r->cp.why[0])
+    printf("copy ceiling not measured: %s\n", r->cp.why);
 }
 
 static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {

@@ -400,6 +400,23 @@ LADE_API int lade_loader_sample(lade_loader_t *loader, uint64_t index, char *pat
 LADE_API int lade_loader_sample_bytes(lade_loader_t *loader, uint64_t index, uint64_t *bytes);
 
 /*
+ * Where the bytes lade delivers for sample `index` lie, when they are one
+ * plain range of a local file that a read copies unchanged: writes the
+ * file's path into path (NUL-terminated, truncated to size) and the range
+ * [*offset, *offset + *length): a whole file of a folder; a .npy's payload
+ * (a stacked .npy's row, a folder file's or a tar member's under the npy
+ * transform); a tar member's data; a stored .npz member's array under the
+ * npz transform; a contiguous HDF5 dataset's row. LADE_EUNSUPPORTED, the
+ * message saying why, where they are not: remote sources, TFRecord files,
+ * deflated .npz members, chunked or converted HDF5 datasets, Fortran-order
+ * or byte-swapped arrays. May read the sample (to find a payload in it).
+ * `lade bench` measures its copy ceiling over these ranges. The path is
+ * copied. Thread-safe (it may run beside lade_loader_next()).
+ */
+LADE_API int lade_loader_sample_extent(lade_loader_t *loader, uint64_t index, char *path, size_t size,
+                                       uint64_t *offset, uint64_t *length);
+
+/*
  * Wakes the lade_loader_next() calls that are waiting for a batch now: each
  * returns LADE_EINTR once, and no batch is taken (the next call returns the
  * batch the interrupted one would have). Returns how many calls it woke; 0

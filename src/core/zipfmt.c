@@ -273,7 +273,67 @@ static void crc_init(void) {
 }
 #endif
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define HAVE_FOLD 1
+/* CRC-32 by carry-less multiplication (PCLMULQDQ), folding 64 bytes per
+ * step: Gopal et al., "Fast CRC Computation for Generic Polynomials Using
+ * PCLMULQDQ Instruction" (Intel, 2009), with its constants for the
+ * reflected polynomial 0x04C11DB7 (the same folding as Chromium's zlib,
+ * crc32_simd.c). Stored .npz members are checked at the speed of the copy
+ * (zlib 1.2.13's crc32 takes 3-4 times longer than copying the bytes). crc
+ * is the running value inverted (~crc); n >= 64 and a multiple of 16. */
+__attribute__((target("pclmul,sse4.1"))) static uint32_t crc_fold(uint32_t crc, const uint8_t *p, size_t n) {
+  const __m128i k1k2 = _mm_set_epi64x(0x01c6e41596, 0x0154442bd4), k3k4 = _mm_set_epi64x(0x00ccaa009e, 0x01751997d0);
+  const __m128i k5 = _mm_set_epi64x(0, 0x0163cd6124), poly = _mm_set_epi64x(0x01f7011641, 0x01db710641);
+  const __m128i low32 = _mm_setr_epi32(~0, 0, ~0, 0);
+  __m128i x1 = _mm_loadu_si128((const __m128i *)p), x2 = _mm_loadu_si128((const __m128i *)(p + 16));
+  __m128i x3 = _mm_loadu_si128((const __m128i *)(p + 32)), x4 = _mm_loadu_si128((const __m128i *)(p + 48));
+  x1 = _mm_xor_si128(x1, _mm_cvtsi32_si128((int)crc));
+  for (p += 64, n -= 64; n >= 64; p += 64, n -= 64) {
+    __m128i y1 = _mm_clmulepi64_si128(x1, k1k2, 0x00), y2 = _mm_clmulepi64_si128(x2, k1k2, 0x00);
+    __m128i y3 = _mm_clmulepi64_si128(x3, k1k2, 0x00), y4 = _mm_clmulepi64_si128(x4, k1k2, 0x00);
+    x1 = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x1, k1k2, 0x11), y1), _mm_loadu_si128((const __m128i *)p));
+    x2 = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x2, k1k2, 0x11), y2),
+                       _mm_loadu_si128((const __m128i *)(p + 16)));
+    x3 = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x3, k1k2, 0x11), y3),
+                       _mm_loadu_si128((const __m128i *)(p + 32)));
+    x4 = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x4, k1k2, 0x11), y4),
+                       _mm_loadu_si128((const __m128i *)(p + 48)));
+  }
+  /* the four lanes into one, then 16 bytes at a time */
+  __m128i next[3] = {x2, x3, x4};
+  for (int i = 0; i < 3; i++)
+    x1 = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x1, k3k4, 0x11), _mm_clmulepi64_si128(x1, k3k4, 0x00)),
+                       next[i]);
+  for (; n >= 16; p += 16, n -= 16)
+    x1 = _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128(x1, k3k4, 0x11), _mm_clmulepi64_si128(x1, k3k4, 0x00)),
+                       _mm_loadu_si128((const __m128i *)p));
+  /* 128 bits to 64, then Barrett's reduction to 32 */
+  x2 = _mm_clmulepi64_si128(x1, k3k4, 0x10);
+  x1 = _mm_xor_si128(_mm_srli_si128(x1, 8), x2);
+  x2 = _mm_srli_si128(x1, 4);
+  x1 = _mm_xor_si128(_mm_clmulepi64_si128(_mm_and_si128(x1, low32), k5, 0x00), x2);
+  x2 = _mm_clmulepi64_si128(_mm_and_si128(x1, low32), poly, 0x10);
+  x2 = _mm_clmulepi64_si128(_mm_and_si128(x2, low32), poly, 0x00);
+  return (uint32_t)_mm_extract_epi32(_mm_xor_si128(x1, x2), 1);
+}
+
+static int g_fold; /* the CPU has PCLMULQDQ and SSE4.1 (decided once) */
+static pthread_once_t g_fold_once = PTHREAD_ONCE_INIT;
+static void fold_init(void) { g_fold = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1"); }
+#endif
+
 uint32_t lade__zip_crc32(uint32_t crc, const uint8_t *p, size_t n) {
+#ifdef HAVE_FOLD
+  pthread_once(&g_fold_once, fold_init);
+  if (g_fold && n >= 64) {
+    size_t k = n & ~(size_t)15;
+    crc = ~crc_fold(~crc, p, k);
+    p += k;
+    n -= k;
+  }
+#endif
 #ifdef LADE_HAVE_ZLIB
   while (n) { /* crc32() takes a uInt length */
     uInt k = n > (1u << 30) ? (1u << 30) : (uInt)n;

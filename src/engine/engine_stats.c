@@ -2,9 +2,12 @@
  * bytes by tier, latency percentiles, per-epoch counters, and the listing
  * (classes, sample names and sizes). Structs the caller passes carry their
  * size, so they may grow at their end. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/npyfmt.h"
+#include "core/zipfmt.h"
 #include "engine/engine_impl.h"
 
 static int cmp_double(const void *a, const void *b) {
@@ -221,5 +224,81 @@ int lade_loader_sample(lade_loader_t *L, uint64_t index, char *path, size_t size
     return lade__fail(LADE_ERANGE, "the path of sample %llu needs %zu bytes, the buffer has %zu",
                       (unsigned long long)index, n + 1, size);
   memcpy(path, full, n + 1);
+  return 0;
+}
+
+/* ------------------------------------------------- where a sample's bytes lie */
+
+/* The C-order, native payload of the .npy held in b (n bytes): its offset
+ * in b and its length. */
+static int npy_payload_in(const uint8_t *b, size_t n, const char *what, uint64_t *at, uint64_t *len) {
+  lade__npy_header_t h;
+  int rc = lade__npy_parse(b, n, &h);
+  if (rc) return rc;
+  if (h.fortran || h.swap)
+    return lade__fail(LADE_EUNSUPPORTED, "%s: a %s array is converted on the way into the batch, not copied", what,
+                      h.fortran ? "Fortran-order" : "byte-swapped");
+  if (h.header_len + h.payload_bytes > n)
+    return lade__fail(LADE_EFORMAT, "%s: the array's %zu bytes do not fit in %zu", what, h.payload_bytes, n);
+  *at = h.header_len;
+  *len = h.payload_bytes;
+  return 0;
+}
+
+/* The npz transform's member in the archive b: its array's offset in b and
+ * length, when it is stored (np.savez). */
+static int npz_payload_in(const lade_loader_t *L, const uint8_t *b, size_t n, const char *what, uint64_t *at,
+                          uint64_t *len) {
+  lade__zip_t z;
+  lade__zip_entry_t e;
+  char alt[sizeof L->cfg.npz_member + 8];
+  snprintf(alt, sizeof alt, "%s.npy", L->cfg.npz_member);
+  int rc = lade__zip_open(&z, b, n);
+  if (rc) return rc;
+  if (lade__zip_find(&z, L->cfg.npz_member, &e) && lade__zip_find(&z, alt, &e))
+    return lade__fail(LADE_ENOENT, "%s: no member '%s'", what, L->cfg.npz_member);
+  if (e.method != 0)
+    return lade__fail(LADE_EUNSUPPORTED, "%s: member '%s' is deflated (np.savez_compressed): it is inflated, not "
+                      "copied", what, L->cfg.npz_member);
+  const uint8_t *data;
+  if ((rc = lade__zip_data(&z, &e, &data))) return rc;
+  uint64_t in = 0;
+  if ((rc = npy_payload_in(data, (size_t)e.usize, what, &in, len))) return rc;
+  *at = (uint64_t)(data - b) + in;
+  return 0;
+}
+
+int lade_loader_sample_extent(lade_loader_t *L, uint64_t index, char *path, size_t size, uint64_t *offset,
+                              uint64_t *length) {
+  int rc = listed(L, "lade_loader_sample_extent");
+  if (rc) return rc;
+  if (!path || !size || !offset || !length) return lade__fail(LADE_EINVAL, "lade_loader_sample_extent: NULL argument");
+  if (index >= L->src.count)
+    return lade__fail(LADE_ERANGE, "sample %llu of a dataset with %llu samples", (unsigned long long)index,
+                      (unsigned long long)L->src.count);
+  if (!L->src_ops->extent)
+    return lade__fail(LADE_EUNSUPPORTED, "the %s source of %s reads no plain ranges of local files",
+                      L->src_ops->name, L->cfg.source);
+  if (L->res.transform == LADE__RXF_RAW && L->src_ops->read_payload)
+    return lade__fail(LADE_EUNSUPPORTED, "the raw transform over the %s source delivers each sample as a .npy whose "
+                      "header lade writes (transform=npy delivers the stored payload)", L->src_ops->name);
+  if ((rc = L->src_ops->extent(&L->src, index, path, size, offset, length))) return rc;
+  /* the source gave the bytes read() returns; the transforms that copy a
+   * part of them (a .npy's payload, a stored .npz member's array) narrow it */
+  bool npy = L->res.transform == LADE__RXF_NPY && !L->src_ops->read_payload, npz = L->res.transform == LADE__RXF_NPZ;
+  if (!npy && !npz) return 0;
+  lade__buf_t b = {0};
+  char what[2 * LADE__PATH_MAX + 64];
+  L->src_ops->describe(&L->src, index, what, sizeof what);
+  uint64_t at = 0, len = 0;
+  rc = L->src_ops->read(&L->src, index, &b);
+  if (!rc && b.len != *length)
+    rc = lade__fail(LADE_EIO, "%s: %zu bytes read, %llu expected", what, b.len, (unsigned long long)*length);
+  if (!rc && npy) rc = npy_payload_in(b.data, b.len, what, &at, &len);
+  else if (!rc) rc = npz_payload_in(L, b.data, b.len, what, &at, &len);
+  lade__buf_free(&b);
+  if (rc) return rc;
+  *offset += at;
+  *length = len;
   return 0;
 }

@@ -111,7 +111,20 @@ static uint64_t dir_version(lade__source_t *s, uint64_t idx) {
   return lade__stat_version(fstatat(d->rootfd, lade__listing_path(&d->list, idx), &st, 0), &st);
 }
 
+/* A file's bytes are all its sample's. */
+static int dir_extent(lade__source_t *s, uint64_t idx, char *path, size_t size, uint64_t *off, uint64_t *len) {
+  dir_impl_t *d = s->impl;
+  struct stat st;
+  lade__path_join(path, size, d->root, lade__listing_path(&d->list, idx));
+  if (fstatat(d->rootfd, lade__listing_path(&d->list, idx), &st, 0) || !S_ISREG(st.st_mode))
+    return lade__fail(LADE_EIO, "cannot stat %s: %s", path, strerror(errno));
+  *off = 0;
+  *len = (uint64_t)st.st_size;
+  return 0;
+}
+
 const lade__source_ops_t lade__source_dir = {.name = "dir",
+                                             .extent = dir_extent,
                                              .open = dir_open,
                                              .close = dir_close,
                                              .read = dir_read,

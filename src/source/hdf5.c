@@ -414,6 +414,21 @@ static void h5_describe(lade__source_t *s, uint64_t idx, char *buf, size_t size)
   snprintf(buf, size, "%s:%s[%llu]", m->path, m->dname, (unsigned long long)idx);
 }
 
+/* A row of a contiguous dataset in the host's byte order (the direct path:
+ * read with one pread); any other is read through libhdf5. */
+static int h5_extent(lade__source_t *s, uint64_t idx, char *path, size_t size, uint64_t *off, uint64_t *len) {
+  lade__h5_t *m = s->impl;
+  if (!m->direct)
+    return lade__fail(LADE_EUNSUPPORTED, "%s: dataset '%s' is %s, not one plain range of the file per sample",
+                      m->path, m->dname,
+                      m->chunked ? "gzip-chunked: its chunks are inflated"
+                                 : "read through libhdf5's H5Dread (chunked, filtered or converted)");
+  snprintf(path, size, "%s", m->path);
+  *off = m->offset + idx * m->sample_bytes;
+  *len = m->sample_bytes;
+  return 0;
+}
+
 static uint64_t h5_version(lade__source_t *s, uint64_t idx) {
   lade__h5_t *m = s->impl;
   struct stat st;
@@ -777,6 +792,7 @@ const lade__source_ops_t lade__source_hdf5 = {.name = "hdf5",
                                               .read_payload = h5_read_payload,
                                               .describe = h5_describe,
                                               .version = h5_version,
+                                              .extent = h5_extent,
                                               .plan_batch = h5_plan_batch,
                                               .stats = h5_stats};
 

@@ -384,7 +384,23 @@ static uint64_t npy_version(lade__source_t *s, uint64_t idx) {
   return lade__stat_version(fstatat(m->rootfd, lade__listing_path(&m->list, idx), &st, 0), &st);
 }
 
+/* The payload of a row or a file, when a read copies it unchanged: C
+ * order in the host's byte order. A folder file is taken to have the
+ * dataset's header length (read_payload reads a longer one at its own). */
+static int npy_extent(lade__source_t *s, uint64_t idx, char *path, size_t size, uint64_t *off, uint64_t *len) {
+  npy_impl_t *m = s->impl;
+  if (m->hdr.fortran || m->hdr.swap)
+    return lade__fail(LADE_EUNSUPPORTED, "%s: %s arrays are converted on the way into the batch, not copied",
+                      m->root, m->hdr.fortran ? "Fortran-order" : "byte-swapped");
+  if (m->stacked) snprintf(path, size, "%s", m->root);
+  else snprintf(path, size, "%s/%s", m->root, lade__listing_path(&m->list, idx));
+  *off = m->hdr.header_len + (m->stacked ? idx * m->sample_bytes : 0);
+  *len = m->sample_bytes;
+  return 0;
+}
+
 const lade__source_ops_t lade__source_npy = {.name = "npy",
+                                             .extent = npy_extent,
                                              .open = npy_open,
                                              .close = npy_close,
                                              .read = npy_read,

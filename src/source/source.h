@@ -91,6 +91,13 @@ typedef struct lade__source_ops {
    * through the source's own descriptors so a chdir cannot change it.
    * LADE__VERSION_UNKNOWN when it cannot be taken. Thread-safe. */
   uint64_t (*version)(lade__source_t *s, uint64_t idx);
+  /* Optional (local sources): where the bytes read() returns for sample idx
+   * lie, when they are one plain range of a local file: its path into path
+   * (truncated to size) and the range [*off, *off + *len); for a source
+   * with read_payload the payload's range instead. LADE_EUNSUPPORTED,
+   * saying why, when they are not (converted, inflated, gathered). For
+   * `lade bench`'s copy ceiling (lade_loader_sample_extent). Thread-safe. */
+  int (*extent)(lade__source_t *s, uint64_t idx, char *path, size_t size, uint64_t *off, uint64_t *len);
 
   /* ---- optional: high-latency (remote) sources. NULL for local ones. ----
    * submit() starts fetching these samples in the background and returns at

@@ -627,7 +627,17 @@ static void tar_stats(lade__source_t *s, lade__source_stats_t *out) {
                              .describe = tar_describe, .version = tar_version
 #define TAR_REMOTE_OPS .submit = tar_submit, .ready = tar_ready, .stats = tar_stats, .reserve = tar_reserve
 
-const lade__source_ops_t lade__source_tar = {TAR_OPS("tar", tar_open)};
+/* A local shard's member: its data's range in the shard (local tar shards
+ * only: the op is not in the tfrecord or remote faces). */
+static int tar_extent(lade__source_t *s, uint64_t idx, char *path, size_t size, uint64_t *off, uint64_t *len) {
+  lade__tar_t *t = s->impl;
+  snprintf(path, size, "%s", lade__tar_strs_at(&t->shards, t->shard[idx]));
+  *off = t->off[idx];
+  *len = lade__tar_span(t, idx);
+  return 0;
+}
+
+const lade__source_ops_t lade__source_tar = {TAR_OPS("tar", tar_open), .extent = tar_extent};
 const lade__source_ops_t lade__source_tfrecord = {TAR_OPS("tfrecord", tfr_open)};
 #ifdef LADE_HAVE_CURL
 const lade__source_ops_t lade__source_tar_remote = {TAR_OPS("tar", tar_open), TAR_REMOTE_OPS};

@@ -48,7 +48,14 @@ check "bench text output has the stage breakdown" test -n "$(echo "$out" | grep 
 cat > "$tmp/ceil.py" <<'PY'
 import json, sys
 d = json.load(sys.stdin); c = d.get("ceiling"); mode = sys.argv[1]
-if mode == "none": sys.exit(0 if c is None and d["cpu"] else 1)
+if mode == "none": sys.exit(0 if c is None and d.get("copy_ceiling") is None and d["cpu"] else 1)
+if mode == "copy":  # the copy ceiling of raw samples: these samples and payload bytes, a sane rate
+    p = d["copy_ceiling"]
+    ok = p["samples"] == int(sys.argv[2]) and p["bytes"] == int(sys.argv[3]) and p["threads"] == 2 and p["why"] == ""
+    ok = ok and p["samples_per_s"] > 0 and p["pread_per_s"] > 0 and p["gb_per_s"] > 0
+    ok = ok and abs(p["gb_per_s"] * 1e9 / p["samples_per_s"] - p["bytes"] / p["samples"]) < 1e-2 * p["bytes"] / p["samples"]
+    sys.exit(0 if ok and abs(p["fraction"] - d["samples_per_s"] / p["samples_per_s"]) <= 1e-3 * max(1, p["fraction"]) else 1)
+if mode == "nocopy": sys.exit(0 if d["copy_ceiling"]["samples_per_s"] == 0 and sys.argv[2] in d["copy_ceiling"]["why"] else 1)
 ok = c["threads"] == 2 and d["cpu"] not in ("", "unknown CPU")
 if mode == "notfiles": sys.exit(0 if ok and c["files"] == 0 and c["read_per_s"] == 0 and c["why"] else 1)
 ok = ok and c["files"] == int(sys.argv[2]) and c["read_per_s"] > 0
@@ -64,6 +71,19 @@ js=$("$lade" bench "$tmp/a" --threads 2 --batch-size 16 --json)
 check "bench --json: the ceiling of a .npy folder (read only, 256 of 300 files)" /usr/bin/python3 "$tmp/ceil.py" read 256 <<<"$js"
 tar cf "$tmp/j.tar" -C "$tmp/j" . && js=$("$lade" bench "$tmp/j.tar" --transform imagenet-train --threads 2 --batch-size 8 --json)
 check "bench --json: no ceiling for tar members, saying why" /usr/bin/python3 "$tmp/ceil.py" notfiles <<<"$js"
+check "bench --json: no copy ceiling for JPEGs, saying why" /usr/bin/python3 "$tmp/ceil.py" nocopy decoding <<<"$js"
+# the copy ceiling of raw samples: a memcpy of each sample's payload (8x8 float32: 256 bytes, not the
+# .npy file's 384), from a folder of .npy files and from the same files as tar members
+js=$("$lade" bench "$tmp/a" --threads 2 --batch-size 16 --json)
+check "bench --json: the copy ceiling of a .npy folder (300 payloads of 256 bytes)" \
+  /usr/bin/python3 "$tmp/ceil.py" copy 300 76800 <<<"$js"
+"$lade" pack "$tmp/a" --to tar --shard-size 40KB "$tmp/atar" >/dev/null 2>&1
+js=$("$lade" bench "$tmp/atar" --transform npy --threads 2 --batch-size 16 --json)
+check "bench --json: the copy ceiling of .npy tar members, over shards (300 payloads of 256 bytes)" \
+  /usr/bin/python3 "$tmp/ceil.py" copy 300 76800 <<<"$js"
+out=$("$lade" bench "$tmp/atar" --transform npy --threads 2 --batch-size 16)
+check "bench text output gives the copy ceiling and lade's fraction of it" \
+  test -n "$(echo "$out" | grep '^copy ceiling memcpy' | grep 'lade at .* is at .*x of the copy')"
 js=$("$lade" bench "$tmp/j" --transform imagenet-train --threads 2 --batch-size 8 --json --no-ceiling)
 check "bench --no-ceiling measures none" /usr/bin/python3 "$tmp/ceil.py" none <<<"$js"
 out=$("$lade" bench "$tmp/j" --transform imagenet-eval --threads 2 --batch-size 8)

@@ -279,6 +279,22 @@ static void test_crc32(void) {
   /* in pieces equals at once */
   uint32_t c = lade__zip_crc32(0, (const uint8_t *)"1234", 4);
   CHECK_EQ_INT(lade__zip_crc32(c, (const uint8_t *)"56789", 5), 0xCBF43926u);
+#ifdef LADE_HAVE_ZLIB
+  /* the folding path (64 bytes and more) equals zlib's crc32 at every length and alignment near its bounds,
+   * and for a 128 KiB array, continued from a running value */
+  enum { BIG = 131072 + 77 };
+  uint8_t *b = malloc(BIG);
+  uint32_t r = 12345;
+  for (int i = 0; i < BIG; i++) r = r * 1103515245u + 12345u, b[i] = (uint8_t)(r >> 16);
+  int bad = 0;
+  for (size_t off = 0; off < 17; off++)
+    for (size_t n = 0; n < 300; n++)
+      bad += lade__zip_crc32(0, b + off, n) != (uint32_t)crc32(0, b + off, (uInt)n);
+  CHECK_EQ_INT(bad, 0);
+  CHECK_EQ_INT(lade__zip_crc32(0, b, BIG), (uint32_t)crc32(0, b, BIG));
+  CHECK_EQ_INT(lade__zip_crc32(0xdeadbeefu, b + 3, BIG - 3), (uint32_t)crc32(0xdeadbeefu, b + 3, BIG - 3));
+  free(b);
+#endif
 }
 
 static void test_stored_and_deflated_members(void) {
