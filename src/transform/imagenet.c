@@ -448,10 +448,16 @@ static void resample_h_c(const coeffs_t *c, const uint8_t *in, uint8_t *out, int
 }
 
 /*
- * The horizontal passes this CPU may run, the default first (the one
- * measured fastest on the CPUs at hand, bench/RESULTS.md); the JPEG backend
- * times the others on the first images and keeps the fastest (imgjpeg.c).
- * Every one is exact (the same bytes). Switches, for tests and comparisons:
+ * The horizontal passes the JPEG backend's tuner tries (imgjpeg.c): the
+ * fastest kind this CPU has (VBMI, else VNNI, else AVX2, else NEON, else
+ * C) on RGB rows, the default, and on RGBX rows. The kinds themselves are
+ * not tried against each other: on the CPUs measured they differ by a few
+ * per cent of the pass (on the Intel Xeon of issue 32 all three were
+ * equally slow), which timing on a few images cannot tell apart (the
+ * tuner then picked a different kind run by run, for nothing, at some
+ * 10 ms of trials; bench/RESULTS.md), while libjpeg's RGB or RGBX output
+ * and its rows per call differ by more. Every pass is exact (the same
+ * bytes); the others are there for LADE_HPASS and the switches. For tests and comparisons:
  * LADE_NO_SIMD=1 the C loop only; LADE_NO_AVX512=1 at most AVX2;
  * LADE_NO_VBMI=1 not the one-load VBMI pass; LADE_NO_RGB=1 RGBX rows only;
  * LADE_HPASS=NAME that pass alone (a name below; others are ignored). On
@@ -489,7 +495,10 @@ static int pick_hpasses(hpass_t *hp) {
       hp[0] = hp[i];
       return 1;
     }
-  return n;
+  int k = 1; /* the default kind's other row kind */
+  for (int i = 1; i < n; i++)
+    if (hp[i].rgbx == hp[0].rgbx) hp[k++] = hp[i];
+  return k;
 }
 
 int lade__imgpipe_hpass_count(const lade__imgdec_t *d) { return d->nhp; }
@@ -509,8 +518,9 @@ void lade__imgpipe_tuned(lade__imgdec_t *d, int rows, double cost_s) {
 
 bool lade__imgdec_choices(const lade__imgdec_t *d, char *buf, size_t size) {
   if (!d->tuned_rows) return false;
-  snprintf(buf, size, "%s, %d rows per libjpeg call (trials cost %.1f ms)", d->hp[d->hcur].name, d->tuned_rows,
-           d->tuned_cost * 1e3);
+  if (size)
+    snprintf(buf, size, "%s, %d rows per libjpeg call (trials cost %.1f ms)", d->hp[d->hcur].name, d->tuned_rows,
+             d->tuned_cost * 1e3);
   return true;
 }
 

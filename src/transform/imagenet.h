@@ -64,7 +64,7 @@ lade__imgacct_t *lade__imgdec_account(lade__imgdec_t *d);
 
 /* The choices this decoder made by timing its first JPEGs (imgjpeg.c):
  * false before it made them; else true with e.g. "vbmi-rgb, 16 rows per
- * libjpeg call" in buf. */
+ * libjpeg call (trials cost 1.2 ms)" in buf (when size > 0). */
 bool lade__imgdec_choices(const lade__imgdec_t *d, char *buf, size_t size);
 
 /* Reads width and height from the image header (JPEG or PNG) without

@@ -15,9 +15,9 @@
  * the marker segments and the entropy-coded data (a memchr for 0xFF, far
  * cheaper than a decode) and gives that verdict first.
  *
- * Rows per call and the horizontal pass, tuned at run time. libjpeg hands
- * its output out row by row or in blocks, and the pipeline has several
- * exact horizontal passes (SIMD kinds, RGB or RGBX rows: imagenet.c);
+ * Rows per call and the row kind, tuned at run time. libjpeg hands its
+ * output out row by row or in blocks, as RGB or RGBX, and the pipeline has
+ * an exact horizontal pass for either kind (imagenet.c, pick_hpasses);
  * which is fastest depends on the CPU: 16-row blocks measured 1.24-1.35x
  * faster than single rows on a Zen 4 EPYC and 0.96-0.97x on a Zen 5 one
  * (bench/RESULTS.md), and on an Intel Xeon the horizontal pass cost 4x what
@@ -27,7 +27,7 @@
  * entropy decode of the rows above the region, which no choice changes,
  * would only add noise) per decoded region pixel, and keeps the fastest:
  * the batches never depend on it. The trials cost the difference between
- * the pairs on some 8 images each (under 5 ms on the CPUs measured).
+ * the four pairs on 8 images each (1.4-3.9 ms on Zen 5; each decoder says).
  * LADE_JPEG_ROWS=1 or 16 and LADE_HPASS=NAME fix a choice (for benchmarks).
  *
  * Errors: libjpeg errors and warnings longjmp back to the single setjmp in
@@ -116,11 +116,11 @@ static void tune_book(jpeg_state_t *s, lade__imgdec_t *d, int c, double secs, do
   }
   if (s->secs[best] / s->pixels[best] * (1 + SWITCH_MARGIN) > s->secs[best0] / s->pixels[best0]) best = best0;
   s->chosen = best + 1;
-  /* what the trials cost: each candidate's time over what the chosen one
-   * would have taken for the same pixels */
-  double cost = 0, per = s->secs[best] / s->pixels[best];
-  for (int i = 0; i < s->ncand; i++) cost += LADE__MAX(0.0, s->secs[i] - s->pixels[i] * per);
-  lade__imgpipe_tuned(d, tune_rows(s, best), cost);
+  /* what the trials cost: their time over what the chosen candidate would
+   * have taken for the same pixels */
+  double spent = 0, px = 0;
+  for (int i = 0; i < s->ncand; i++) spent += s->secs[i], px += s->pixels[i];
+  lade__imgpipe_tuned(d, tune_rows(s, best), LADE__MAX(0.0, spent - px * s->secs[best] / s->pixels[best]));
 }
 
 static void on_error_exit(j_common_ptr c) {

@@ -334,8 +334,8 @@ def test_jpeg_imagenet_train_matches_cli(jpeg_dir, lade_cli):
 
 def test_image_kernels_chosen_by_timing(jpeg_dir, npy_dir):
     """stats()["image_kernels"]: the decoder's horizontal pass and rows per
-    libjpeg call, chosen by timing its first images (some 8 per candidate,
-    at most 12 candidates): empty before, named after; empty for .npy."""
+    libjpeg call, chosen by timing its first images (8 per candidate, at
+    most 4 candidates): empty before, named after; empty for .npy."""
     try:
         L = lade.Loader(jpeg_dir, transform="imagenet-train", batch_size=8, threads=1, crop_size=32, epochs=6)
     except lade.Error as e:
