@@ -26,7 +26,7 @@
 #include <jpeglib.h>
 #endif
 
-static double mono(void) {
+double lade_tool_mono(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
@@ -160,7 +160,7 @@ static double run_phase(const char *const *paths, uint8_t **data, size_t *len, u
   pthread_t tid[64];
   if (threads < 1) threads = 1;
   if (threads > 64) threads = 64;
-  double t0 = mono();
+  double t0 = lade_tool_mono();
   int started = 0;
   for (int t = 0; t < threads; t++) {
     jobs[t] = (job_t){paths, data, len, n, threads, t, phase, 0, 0};
@@ -169,7 +169,7 @@ static double run_phase(const char *const *paths, uint8_t **data, size_t *len, u
   }
   for (int t = 0; t < threads; t++)
     if (jobs[t].failed != -1) pthread_join(tid[t], NULL);
-  double dt = mono() - t0;
+  double dt = lade_tool_mono() - t0;
   for (int t = 0; t < threads; t++) {
     if (jobs[t].failed == -1 || started == 0) {
       snprintf(out->why, sizeof out->why, "could not start %d threads", threads);
@@ -366,11 +366,11 @@ static void *copy_pass(void *arg) {
 static double copy_run(copier_t *c, int threads) {
   pthread_t tid[64];
   int started = 0;
-  double t0 = mono();
+  double t0 = lade_tool_mono();
   for (int t = 0; t < threads; t++, started++)
     if (pthread_create(&tid[t], NULL, copy_pass, &c[t])) break;
   for (int t = 0; t < started; t++) pthread_join(tid[t], NULL);
-  return started == threads ? mono() - t0 : -1;
+  return started == threads ? lade_tool_mono() - t0 : -1;
 }
 
 /* Passes of one mode (after an untimed one: the rings' pages faulted in,

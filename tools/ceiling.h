@@ -7,6 +7,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Monotonic seconds. */
+double lade_tool_mono(void);
+
 /* The CPU's model name and family/model numbers from /proc/cpuinfo, e.g.
  * "AMD EPYC 9R45 (family 26 model 2)"; "unknown CPU" when unreadable. */
 void lade_tool_cpu_model(char *out, size_t size);

@@ -9,19 +9,12 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #ifdef LADE_HAVE_JPEG
 #include <jpeglib.h>
 #endif
 
 #include "ceiling.h"
-
-static double mono(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 #ifdef LADE_HAVE_JPEG
 /* The entropy decode alone: jpeg_skip_scanlines to the last row Huffman-
@@ -35,7 +28,7 @@ double lade_tool_entropy_only(uint8_t *const *img, const size_t *len, int n) {
   jpeg_create_decompress(&ci);
   uint8_t *row = NULL;
   size_t cap = 0;
-  double t0 = mono();
+  double t0 = lade_tool_mono();
   for (int i = 0; i < n; i++) {
     jpeg_mem_src(&ci, img[i], (unsigned long)len[i]);
     jpeg_read_header(&ci, TRUE);
@@ -49,7 +42,7 @@ double lade_tool_entropy_only(uint8_t *const *img, const size_t *len, int n) {
     jpeg_read_scanlines(&ci, &r, 1);
     jpeg_abort_decompress(&ci);
   }
-  double t = mono() - t0;
+  double t = lade_tool_mono() - t0;
   jpeg_destroy_decompress(&ci);
   free(row);
   return (double)n / t;
@@ -65,13 +58,13 @@ double lade_tool_entropy_only(uint8_t *const *img, const size_t *len, int n) {
 static double whole_decode(uint8_t *const *img, const size_t *len, int n) {
   uint8_t *buf = NULL;
   size_t cap = 0;
-  double t0 = mono();
+  double t0 = lade_tool_mono();
   for (int i = 0; i < n; i++)
     if (lade_tool_decode_whole(img[i], len[i], 0, &buf, &cap)) {
       free(buf);
       return -1;
     }
-  double t = mono() - t0;
+  double t = lade_tool_mono() - t0;
   free(buf);
   return t / n;
 }

@@ -19,9 +19,9 @@
 
 static const char *dir;
 
-/* Loads source (transform, extra setting or NULL) in order, one sample per
- * batch, and compares each delivered sample with its range's bytes. */
-static void same_bytes(const char *source, const char *transform, const char *extra) {
+/* A loader of source under dir (transform, extra setting or NULL), one
+ * sample per batch in order, on one thread; NULL (a failed check) if none. */
+static lade_loader_t *open_loader(const char *source, const char *transform, const char *extra) {
   char src[4096];
   snprintf(src, sizeof src, "%s/%s", dir, source);
   lade_config_t *cfg;
@@ -35,6 +35,13 @@ static void same_bytes(const char *source, const char *transform, const char *ex
   if (extra) CHECK_OK(lade_config_parse(cfg, extra));
   CHECK_OK(lade_loader_create(&L, cfg));
   lade_config_destroy(cfg);
+  return L;
+}
+
+/* Loads source in order and compares each delivered sample with its
+ * range's bytes. */
+static void same_bytes(const char *source, const char *transform, const char *extra) {
+  lade_loader_t *L = open_loader(source, transform, extra);
   if (!L) return;
   int seen = 0;
   lade_batch_t *b;
@@ -60,16 +67,8 @@ static void same_bytes(const char *source, const char *transform, const char *ex
 
 /* The range of sample 0 is refused with a message holding `why`. */
 static void refused(const char *source, const char *transform, const char *extra, const char *why) {
-  char src[4096], path[8192];
-  snprintf(src, sizeof src, "%s/%s", dir, source);
-  lade_config_t *cfg;
-  lade_loader_t *L = NULL;
-  CHECK_OK(lade_config_create(&cfg));
-  CHECK_OK(lade_config_set(cfg, "source", src));
-  CHECK_OK(lade_config_set(cfg, "transform", transform));
-  if (extra) CHECK_OK(lade_config_parse(cfg, extra));
-  CHECK_OK(lade_loader_create(&L, cfg));
-  lade_config_destroy(cfg);
+  char path[8192];
+  lade_loader_t *L = open_loader(source, transform, extra);
   if (!L) return;
   uint64_t off, len;
   CHECK_EQ_INT(lade_loader_sample_extent(L, 0, path, sizeof path, &off, &len), LADE_EUNSUPPORTED);
