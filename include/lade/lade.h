@@ -47,9 +47,10 @@ LADE_API const char *lade_version(void);
 /*
  * The optional dependencies built into this library, as a static string of
  * space-separated names in this order: "jpeg png curl mpi ucx hdf5 zlib",
- * each present only when built in ("" when none). curl means the s3 source
- * and http(s):// shards, mpi and ucx the transports between learners.
- * Thread-safe.
+ * each present only when built in ("" when none), then "cuda" when the
+ * CUDA runtime (opened on first use, never linked: LADE_CUDA_LIB names it)
+ * found a device at the first call. curl means the s3 source and http(s)://
+ * shards, mpi and ucx the transports between learners. Thread-safe.
  */
 LADE_API const char *lade_features(void);
 

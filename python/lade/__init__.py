@@ -38,7 +38,8 @@ def version():
 def features():
     """The optional dependencies built into this module's liblade (lade_features()), as a
     frozenset of names from jpeg, png, curl (the s3 source and http(s):// shards), mpi
-    (plans across ranks over MPI), hdf5, zlib. `"curl" in lade.features()`."""
+    (plans across ranks over MPI), ucx, hdf5, zlib, and cuda when the CUDA runtime (opened on
+    first use; LADE_CUDA_LIB names it) found a device. `"curl" in lade.features()`."""
     return frozenset(_lade.features().split())
 
 

@@ -59,6 +59,12 @@ static const setting_t settings[] = {
     {"world_size", T_U32, OFF(world_size), 0, 1, 1 << 20, NULL, "1", "number of learners"},
     {"threads", T_U32, OFF(threads), 0, 0, 1024, NULL, "0", "worker threads (0: online cores)"},
     {"prefetch", T_U32, OFF(prefetch), 0, 1, 64, NULL, "2", "batches prepared ahead of the consumer"},
+    {"device", T_STR, OFF(device), SZ(device), 0, 0, NULL, "cpu",
+     "where batches are delivered: cpu, or cuda / cuda:N (a GPU, through the CUDA runtime opened on first use; "
+     "LADE_CUDA_LIB names libcudart. Delivery on the device is not built yet: pin_memory meanwhile)"},
+    {"pin_memory", T_BOOL, OFF(pin_memory), 0, 0, 0, NULL, "false",
+     "page-locked (pinned) batch buffers, so tensor.cuda(non_blocking=True) copies them by DMA at full speed and "
+     "overlaps; needs the CUDA runtime (LADE_CUDA_LIB) and a device"},
     {"pool_max", T_U32, OFF(pool_max), 0, 0, 1e6, NULL, "0",
      "most batch buffers at once (0: no cap); the pool grows past prefetch+1 only while the caller holds batches"},
     {"crop_size", T_U32, OFF(crop_size), 0, 8, 4096, NULL, "224", "output side of image transforms"},

@@ -1,6 +1,7 @@
 /* util.c - clocks, aligned memory, byte buffers, version, dtypes, hashing. */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "buf.h"
 #include "config.h"
 #include "core.h"
+#include "cuda.h"
 
 #define LADE__STR2(x) #x
 #define LADE__STR(x) LADE__STR2(x)
@@ -18,8 +20,11 @@ const char *lade_version(void) {
   return LADE__STR(LADE_VERSION_MAJOR) "." LADE__STR(LADE_VERSION_MINOR) "." LADE__STR(LADE_VERSION_PATCH);
 }
 
-/* LADE_HAVE_* come from the generated lade_build_config.h (force-included). */
-const char *lade_features(void) {
+/* LADE_HAVE_* come from the generated lade_build_config.h (force-included);
+ * cuda is a device found at the first call (core/cuda.h), not a build option. */
+static char g_features[128];
+
+static void features_once(void) {
   static const char *const f = ""
 #ifdef LADE_HAVE_JPEG
                                " jpeg"
@@ -43,7 +48,13 @@ const char *lade_features(void) {
                                " zlib"
 #endif
       ;
-  return f[0] ? f + 1 : f; /* without the leading space */
+  snprintf(g_features, sizeof g_features, "%s%s", f[0] ? f + 1 : f, lade__cuda_usable() ? " cuda" : "");
+}
+
+const char *lade_features(void) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, features_once);
+  return g_features;
 }
 
 double lade__now(void) {

@@ -9,6 +9,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "core/cuda.h"
 #include "engine/engine_impl.h"
 
 /* Bumped in the child of every fork() (pthread_atfork): a loader made under
@@ -413,6 +414,23 @@ int lade__engine_fail_forked(const lade_loader_t *L, const char *fn) {
                     fn, (int)L->pid, (int)getpid());
 }
 
+/* device=cuda[:N] and pin_memory (core/cuda.h): the CUDA runtime opened now,
+ * so its absence is said at create, naming the library and the device. */
+static int open_device(const struct lade_config *cfg) {
+  int ordinal, rc = lade__resolve_device(cfg, &ordinal);
+  if (rc) return rc;
+  if (ordinal >= 0) {
+    char what[48];
+    snprintf(what, sizeof what, "device=cuda:%d", ordinal);
+    if ((rc = lade__cuda_open(ordinal, what)) != 0) return rc;
+    return lade__fail(LADE_EUNSUPPORTED,
+                      "%s: batches delivered in device memory are not built yet (issue 31); pin_memory=true gives "
+                      "page-locked host batches, which tensor.cuda(non_blocking=True) copies by DMA",
+                      what);
+  }
+  return cfg->pin_memory ? lade__cuda_open(0, "pin_memory=true") : 0;
+}
+
 int lade__engine_open(lade_loader_t **out, const lade_config_t *cfg) {
   if (!out || !cfg) return lade__fail(LADE_EINVAL, "lade_loader_create: NULL argument");
   *out = NULL;
@@ -421,6 +439,7 @@ int lade__engine_open(lade_loader_t **out, const lade_config_t *cfg) {
   if (rc) return rc;
   lade__source_kind_t kind = source_kind(ops);
   rc = lade__resolve_settings(cfg, &kind);
+  if (!rc) rc = open_device(cfg);
   if (rc) return rc;
   lade_loader_t *L = calloc(1, sizeof *L);
   if (!L) return lade__fail(LADE_ENOMEM, "lade_loader_create: out of memory");

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "core/cuda.h"
 
 int lade__pool_open(lade__pool_t *p, struct lade_loader *L, const struct lade_config *cfg) {
   memset(p, 0, sizeof *p);
@@ -16,6 +17,7 @@ int lade__pool_open(lade__pool_t *p, struct lade_loader *L, const struct lade_co
   p->max = cfg->pool_max;
   p->has_allocator = cfg->has_allocator;
   p->allocator = cfg->allocator;
+  p->pin = cfg->pin_memory;
   p->cap = p->window;
   p->slots = calloc(p->cap, sizeof *p->slots);
   if (!p->slots) return lade__fail(LADE_ENOMEM, "lade_loader_create: out of memory");
@@ -42,6 +44,7 @@ static void buf_free(lade__pool_t *p, void *b, size_t size) {
 
 void lade__pool_slot_free(lade__pool_t *p, slot_t *s) {
   if (!s) return;
+  if (s->pinned) lade__cuda_unpin(s->data);
   buf_free(p, s->data, s->cap);
   free(s->labels);
   free(s->indices);
@@ -110,6 +113,10 @@ size_t lade__pool_buffers(lade__pool_t *p, slot_t *s, uint32_t B, size_t bytes) 
   if (!s->data || !s->labels || !s->indices || !s->sizes || !s->taken) {
     lade__fail(LADE_ENOMEM, "out of memory for a batch buffer of %zu bytes", cap);
     return SIZE_MAX; /* what was allocated is freed with the slot */
+  }
+  if (p->pin) {
+    if (lade__cuda_pin(s->data, cap)) return SIZE_MAX;
+    s->pinned = true;
   }
   s->cap = cap;
   return cap;

@@ -39,6 +39,7 @@ enum { SLOT_FREE = 0, SLOT_PLANNING, SLOT_FILLING, SLOT_READY, SLOT_HELD };
 typedef struct slot {
   uint8_t *data;
   size_t cap;
+  bool pinned; /* data is page-locked (pin_memory): unpinned before it is freed */
   int64_t *labels;
   int64_t *indices;
   uint32_t *sizes;
@@ -80,6 +81,7 @@ typedef struct lade__pool {
   uint32_t max;          /* pool_max (0: no cap) */
   bool has_allocator;
   lade_allocator_t allocator;
+  bool pin; /* pin_memory: every buffer page-locked (core/cuda.h) */
   /* under the loader's mu */
   slot_t **slots; /* every buffer (each allocated alone: views stay put); readable by the engine */
   uint32_t n, cap;

@@ -3,6 +3,7 @@
 #include "engine/resolve.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cache/cache.h"
@@ -42,6 +43,25 @@ static bool tfrecord_settings_given(const struct lade_config *cfg) {
   lade__config_defaults(&def);
   return strcmp(cfg->tfrecord_feature, def.tfrecord_feature) || strcmp(cfg->tfrecord_label, def.tfrecord_label) ||
          cfg->tfrecord_compression != def.tfrecord_compression;
+}
+
+int lade__resolve_device(const struct lade_config *cfg, int *ordinal) {
+  const char *d = cfg->device;
+  char *end = NULL;
+  *ordinal = -1;
+  if (!strcmp(d, "cpu")) return 0;
+  if (!strcmp(d, "cuda")) {
+    *ordinal = 0;
+    return 0;
+  }
+  if (!strncmp(d, "cuda:", 5) && d[5] >= '0' && d[5] <= '9') {
+    long n = strtol(d + 5, &end, 10);
+    if (*end == 0 && n < 1024) {
+      *ordinal = (int)n;
+      return 0;
+    }
+  }
+  return lade__fail(LADE_EINVAL, "setting 'device' is cpu, cuda or cuda:N (a device number), not '%s'", d);
 }
 
 int lade__resolve_settings(const struct lade_config *cfg, const lade__source_kind_t *k) {

@@ -353,6 +353,57 @@ def test_image_kernels_chosen_by_timing(jpeg_dir, npy_dir):
         assert L.stats()["image_kernels"] == ""
 
 
+_DEVICE_SCRIPT = r'''
+import os, sys, lade
+src, mode = sys.argv[1], sys.argv[2]
+if mode == "cpu":  # a CPU epoch loads no CUDA library
+    with lade.Loader(src, batch_size=30) as L:
+        n = sum(1 for _ in L)
+    maps = open("/proc/self/maps").read()
+    print("EPOCH", n, "CUDA" if "libcudart" in maps or "libcuda." in maps else "NOCUDA")
+else:
+    try:
+        lade.Loader(src, batch_size=30, **{mode: "cuda" if mode == "device" else True})
+        print("OPENED")
+    except lade.Error as e:
+        print("ERROR", e)
+'''
+
+
+def _device_run(npy_dir, mode, lib=None):
+    env = dict(os.environ)
+    env.pop("LADE_CUDA_LIB", None)
+    if lib:
+        env["LADE_CUDA_LIB"] = lib
+    r = subprocess.run([sys.executable, "-c", _DEVICE_SCRIPT, npy_dir, mode], capture_output=True, text=True,
+                       env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def test_device_cuda_errors_and_cpu_untouched(npy_dir):
+    """device=cuda and pin_memory open the CUDA runtime at create (issue 31): without a usable one the error
+    names the setting, the library and what to install; a library that is not libcudart is named as such; a
+    bad device value names the forms; a CPU epoch maps no CUDA library."""
+    assert _device_run(npy_dir, "cpu") == "EPOCH 10 NOCUDA"
+    with pytest.raises(lade.Error, match=r"'device' is cpu, cuda or cuda:N .*not 'gpu'"):
+        lade.Loader(npy_dir, device="gpu")
+    missing = "/nonexistent/lade-test/libcudart.so.99"
+    out = _device_run(npy_dir, "device", lib=missing)
+    assert out.startswith("ERROR device=cuda:0: cannot load the CUDA runtime") and missing in out, out
+    assert "LADE_CUDA_LIB" in out and "install" in out, out
+    out = _device_run(npy_dir, "pin_memory", lib=missing)
+    assert out.startswith("ERROR pin_memory=true: cannot load the CUDA runtime") and missing in out, out
+    out = _device_run(npy_dir, "device", lib="libz.so.1")
+    assert "libz.so.1 is not the CUDA runtime: it has no cudaGetDeviceCount" in out, out
+    if "cuda" in lade.features():
+        return  # a usable device here: the errors below are not this machine's
+    out = _device_run(npy_dir, "device")
+    assert out.startswith("ERROR device=cuda:0: ") and "CUDA runtime" in out, out
+    out = _device_run(npy_dir, "pin_memory")
+    assert out.startswith("ERROR pin_memory=true: ") and "CUDA runtime" in out, out
+
+
 @needs_torch
 def test_jpeg_uint8_hwc(jpeg_dir):
     try:

@@ -1,0 +1,102 @@
+/*
+ * cuda.c - the CUDA runtime's few calls lade makes, opened on first use
+ * (cuda.h). No CUDA header is needed to build: the calls are declared here
+ * with the runtime's C ABI (cudaError_t is an int enum, 0 success).
+ *
+ * Lock: `mu` guards the load; once it succeeded `lib` and the pointers are
+ * never written again, so whoever saw it succeed reads them without it.
+ */
+#include "core/cuda.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+
+#define CUDA_CALLS(X)                                                                                                 \
+  X(int, cudaGetDeviceCount, (int *))                                                                                 \
+  X(const char *, cudaGetErrorString, (int))                                                                         \
+  X(int, cudaHostRegister, (void *, size_t, unsigned))                                                                \
+  X(int, cudaHostUnregister, (void *))
+
+static struct {
+#define CUDA_PTR(ret, name, args) ret(*name) args;
+  CUDA_CALLS(CUDA_PTR)
+#undef CUDA_PTR
+} C;
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static void *lib;
+static int loaded;          /* 1: C is filled; -1: the last try failed (why holds it; tried again next time,
+                             * so a fixed LADE_CUDA_LIB is taken) */
+static int devices;         /* cudaGetDeviceCount's answer, when loaded */
+static char why[512];       /* the failed load's reason */
+static char lib_name[256];  /* the library loaded or tried */
+
+/* The load, once; fills why on failure. */
+static int load(void) {
+  pthread_mutex_lock(&mu);
+  if (loaded != 1) {
+    const char *env = getenv("LADE_CUDA_LIB");
+    static const char *const names[] = {"libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", NULL};
+    const char *const *try = names, *one[2] = {env, NULL};
+    if (env && *env) try = one;
+    const char *err = "";
+    for (; *try && !lib; try++) {
+      snprintf(lib_name, sizeof lib_name, "%s", *try);
+      if (!(lib = dlopen(*try, RTLD_NOW | RTLD_LOCAL))) err = dlerror();
+    }
+    if (!lib) {
+      snprintf(why, sizeof why,
+               "cannot load the CUDA runtime (%s); install it (the CUDA toolkit's libcudart, e.g. Debian's "
+               "nvidia-cuda-toolkit, or the one PyTorch's CUDA wheels bring) or name it with LADE_CUDA_LIB",
+               err && *err ? err : lib_name);
+      loaded = -1;
+    } else {
+      loaded = 1;
+#define CUDA_SYM(ret, name, args)                                                                                     \
+  if (loaded == 1 && !(*(void **)&C.name = dlsym(lib, #name))) {                                                     \
+    snprintf(why, sizeof why, "%s is not the CUDA runtime: it has no %s (LADE_CUDA_LIB names libcudart.so)",         \
+             lib_name, #name);                                                                                        \
+    loaded = -1;                                                                                                      \
+  }
+      CUDA_CALLS(CUDA_SYM)
+#undef CUDA_SYM
+      int e = loaded == 1 ? C.cudaGetDeviceCount(&devices) : 0;
+      if (loaded == 1 && e != 0) {
+        snprintf(why, sizeof why, "the CUDA runtime (%s) finds no usable device: %s (error %d of cudaGetDeviceCount; "
+                 "is the NVIDIA driver installed and a GPU visible, CUDA_VISIBLE_DEVICES?)", lib_name,
+                 C.cudaGetErrorString(e), e);
+        loaded = -1;
+      }
+      if (loaded == -1) {
+        dlclose(lib);
+        lib = NULL;
+      }
+    }
+  }
+  int r = loaded;
+  pthread_mutex_unlock(&mu);
+  return r;
+}
+
+int lade__cuda_open(int ordinal, const char *what) {
+  if (load() != 1) return lade__fail(LADE_EUNSUPPORTED, "%s: %s", what, why);
+  if (ordinal < 0 || ordinal >= devices)
+    return lade__fail(LADE_EUNSUPPORTED, "%s: no such device: the CUDA runtime (%s) sees %d device%s%s", what,
+                      lib_name, devices, devices == 1 ? "" : "s", devices ? " (cuda:0 ...)" : "");
+  return 0;
+}
+
+int lade__cuda_pin(void *p, size_t n) {
+  int e = C.cudaHostRegister(p, n, 0);
+  if (e) return lade__fail(LADE_EIO, "pinning %zu bytes of batch memory: %s (cudaHostRegister)", n, C.cudaGetErrorString(e));
+  return 0;
+}
+
+void lade__cuda_unpin(void *p) { C.cudaHostUnregister(p); }
+
+bool lade__cuda_usable(void) { return load() == 1 && devices > 0; }
