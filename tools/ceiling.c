@@ -188,7 +188,8 @@ static double run_phase(const char *const *paths, uint8_t **data, size_t *len, u
   return dt > 0 ? dt : 1e-9;
 }
 
-void lade_tool_ceiling(const char *const *paths, uint64_t n, int threads, int decode, lade_tool_ceiling_t *out) {
+void lade_tool_ceiling(const char *const *paths, uint64_t n, int threads, int decode, lade_tool_ceiling_t *out,
+                       lade_tool_bytes_fn then, void *ctx) {
   memset(out, 0, sizeof *out);
   out->threads = threads < 1 ? 1 : threads;
   uint8_t **data = calloc(n ? n : 1, sizeof *data);
@@ -209,6 +210,7 @@ void lade_tool_ceiling(const char *const *paths, uint64_t n, int threads, int de
         if (d > 0) out->decode_per_s = (double)n / d;
       }
 #endif
+      if (then) then(ctx, data, len, n);
     }
   }
   for (uint64_t i = 0; data && i < n; i++) free(data[i]);

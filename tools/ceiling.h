@@ -29,11 +29,17 @@ typedef struct lade_tool_ceiling {
   char why[160];           /* why a rate was not measured, or "" */
 } lade_tool_ceiling_t;
 
+/* What a caller does with the files' bytes once the rates are measured
+ * (before they are freed): the stage account, which needs the same files. */
+typedef void (*lade_tool_bytes_fn)(void *ctx, uint8_t *const *data, const size_t *len, uint64_t n);
+
 /* Reads the n files of paths with `threads` threads (each whole, once),
  * then decodes the bytes read with the same threads (when they are JPEGs
- * and `decode` is set). Files that are not regular files end it with why
- * set. The rates are per file. */
-void lade_tool_ceiling(const char *const *paths, uint64_t n, int threads, int decode, lade_tool_ceiling_t *out);
+ * and `decode` is set), then hands the bytes to then(ctx, ...) when it is
+ * not NULL and every file was read. Files that are not regular files end
+ * it with why set. The rates are per file. */
+void lade_tool_ceiling(const char *const *paths, uint64_t n, int threads, int decode, lade_tool_ceiling_t *out,
+                       lade_tool_bytes_fn then, void *ctx);
 
 /* The copy ceiling of raw samples (`lade bench` with the raw, npy and npz
  * transforms): where up to 16,384 of the loader's samples (and about 4 GiB)

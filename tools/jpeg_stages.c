@@ -126,28 +126,3 @@ void lade_tool_stages_json(FILE *fp, const char *key, const lade_tool_stages_t *
           key, s->images, s->rounds, t->whole, t->entropy_whole, s->transform, s->header, s->entropy, s->decode,
           s->timed, s->plan, s->decoder, s->hpass, s->finish, s->rows_frac, s->area_frac, s->choices);
 }
-
-int lade_tool_jpeg_stages_files(const char *const *paths, uint64_t n, int max, const lade_config_t *cfg, int rounds,
-                                lade_tool_stages_t *out, char *why, size_t wsize) {
-  const int k = (int)(n < (uint64_t)max ? n : (uint64_t)max);
-  uint8_t **img = calloc(k ? (size_t)k : 1, sizeof *img);
-  size_t *len = calloc(k ? (size_t)k : 1, sizeof *len);
-  int rc = img && len ? 0 : -1;
-  if (rc) snprintf(why, wsize, "out of memory");
-  for (int i = 0; i < k && !rc; i++) { /* spread over the paths, as they are over the dataset */
-    const char *p = paths[(uint64_t)i * n / (uint64_t)k];
-    FILE *fp = fopen(p, "rb");
-    long sz = -1;
-    if (fp && !fseek(fp, 0, SEEK_END) && (sz = ftell(fp)) > 0 && !fseek(fp, 0, SEEK_SET) &&
-        (img[i] = malloc((size_t)sz)) && fread(img[i], 1, (size_t)sz, fp) == (size_t)sz)
-      len[i] = (size_t)sz;
-    else
-      rc = -1, snprintf(why, wsize, "cannot read %.100s", p);
-    if (fp) fclose(fp);
-  }
-  if (!rc) rc = lade_tool_jpeg_stages(img, len, k, cfg, rounds, out, why, wsize);
-  for (int i = 0; img && i < k; i++) free(img[i]);
-  free(img);
-  free(len);
-  return rc;
-}

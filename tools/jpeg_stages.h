@@ -27,10 +27,6 @@ typedef struct lade_tool_stages {
 int lade_tool_jpeg_stages(uint8_t *const *img, const size_t *len, int n, const lade_config_t *cfg, int rounds,
                           lade_tool_stages_t *out, char *why, size_t wsize);
 
-/* The same for up to `max` of the n files (spread over them), read whole. */
-int lade_tool_jpeg_stages_files(const char *const *paths, uint64_t n, int max, const lade_config_t *cfg, int rounds,
-                                lade_tool_stages_t *out, char *why, size_t wsize);
-
 /* The account as text lines in ms per image, the first starting with
  * `first`, the others with `indent`; or as one JSON object after `key`. */
 void lade_tool_stages_print(FILE *fp, const char *first, const char *indent, const lade_tool_stages_t *s);

@@ -317,6 +317,8 @@ typedef struct bench_run {
    * (stg_why says why not, when it was not measured) */
   lade_tool_stages_t stg;
   char stg_why[160];
+  double steady;  /* steady_rate: what the ceilings are set against */
+  int steady_ep;  /* its epoch, -1 for the whole run */
 } bench_run_t;
 
 /* The rate of the last whole epoch after its first batch, when the run had
@@ -393,6 +395,28 @@ static int bench_loop(bench_run_t *r, const bench_opts_t *o) {
   return rc;
 }
 
+/* The stage account of the transform over up to STAGE_FILES of the
+ * ceiling's files (spread over them), on the bytes the ceiling read. */
+enum { STAGE_FILES = 128 };
+typedef struct stages_ctx {
+  bench_run_t *r;
+  const lade_config_t *cfg;
+} stages_ctx_t;
+
+static void bench_stages(void *arg, uint8_t *const *data, const size_t *len, uint64_t n) {
+  stages_ctx_t *c = arg;
+  uint8_t *img[STAGE_FILES];
+  size_t ln[STAGE_FILES];
+  const int k = (int)(n < STAGE_FILES ? n : STAGE_FILES);
+  for (int i = 0; i < k; i++) {
+    const uint64_t j = (uint64_t)i * n / (uint64_t)k;
+    img[i] = data[j];
+    ln[i] = len[j];
+  }
+  if (lade_tool_jpeg_stages(img, ln, k, c->cfg, 3, &c->r->stg, c->r->stg_why, sizeof c->r->stg_why))
+    c->r->stg.s.images = 0;
+}
+
 /* A message made safe to print inside a JSON string as it is. */
 static void json_safe(char *s) {
   for (char *c = s; *c; c++)
@@ -430,10 +454,9 @@ static void bench_finish(bench_run_t *r, lade_config_t *cfg, const bench_opts_t 
   lade_loader_destroy(r->L);
   if (copy) lade_tool_copy_measure(&r->cp, (int)r->st.threads, strtoull(bs, NULL, 10));
   if (cpaths) { /* after the loader is gone: nothing else runs beside it */
-    lade_tool_ceiling((const char *const *)cpaths, nceil, (int)r->st.threads, decodes, &r->cl);
-    if (decodes && lade_tool_jpeg_stages_files((const char *const *)cpaths, nceil, 128, cfg, 3, &r->stg, r->stg_why,
-                                               sizeof r->stg_why))
-      r->stg.s.images = 0;
+    stages_ctx_t sc = {r, cfg};
+    lade_tool_ceiling((const char *const *)cpaths, nceil, (int)r->st.threads, decodes, &r->cl,
+                      decodes ? bench_stages : NULL, &sc);
     for (uint64_t i = 0; i < nceil; i++) free(cpaths[i]);
     free(cpaths);
   }
@@ -589,8 +612,8 @@ static void bench_report_json(const bench_run_t *r, const bench_opts_t *o) {
            (unsigned long long)r->cl.files, r->cl.threads, r->cl.read_per_s, r->cl.decode_per_s,
            r->cl.read_per_s > 0 ? r->rate / r->cl.read_per_s : 0.0,
            r->cl.decode_per_s > 0 ? r->rate / r->cl.decode_per_s : 0.0, r->cl.why);
-    int se;
-    const double steady = steady_rate(r, &se);
+    const int se = r->steady_ep;
+    const double steady = r->steady;
     printf(",\"steady\":{\"epoch\":%d,\"samples_per_s\":%.1f,\"fraction_of_read\":%.4f,\"fraction_of_decode\":%.4f,"
            "\"fraction_of_copy\":%.4f}",
            se, steady, r->cl.read_per_s > 0 ? steady / r->cl.read_per_s : 0.0,
@@ -690,8 +713,8 @@ static void bench_report_text(const bench_run_t *r, const bench_opts_t *o) {
   if (r->stg.s.images) lade_tool_stages_print(stdout, "account      ", "             ", &r->stg);
   else if (r->stg_why[0]) printf("account      not measured: %s\n", r->stg_why);
   if (o->ceiling && r->cl.read_per_s > 0) {
-    int se;
-    const double steady = steady_rate(r, &se);
+    const int se = r->steady_ep;
+    const double steady = r->steady;
     char when[64] = "the whole run, start-up included";
     if (se >= 0) snprintf(when, sizeof when, "epoch %d, after its first batch", se);
     printf("ceiling      bare read %.0f files/s", r->cl.read_per_s);
@@ -707,8 +730,8 @@ static void bench_report_text(const bench_run_t *r, const bench_opts_t *o) {
     printf("ceiling      not measured: %s\n", r->cl.why);
   }
   if (o->ceiling && r->cp.per_s > 0) {
-    int se;
-    const double steady = steady_rate(r, &se);
+    const int se = r->steady_ep;
+    const double steady = r->steady;
     char rd[64] = "pread of them not measured: too many files to hold open";
     if (r->cp.pread_per_s > 0) snprintf(rd, sizeof rd, "pread of them %.0f samples/s", r->cp.pread_per_s);
     printf("copy ceiling memcpy of the same bytes from the page cache %.0f samples/s, %.2f GB/s (%llu samples, "
@@ -750,6 +773,7 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
     bench_predict(r);
     bench_aggregate(r);
     r->rate = r->elapsed > 0 ? (double)r->samples / r->elapsed : 0;
+    r->steady = steady_rate(r, &r->steady_ep);
     r->mbs_in = r->elapsed > 0 ? (double)r->st.bytes_read / r->elapsed / 1e6 : 0;
     r->mbs_out = r->elapsed > 0 ? (double)r->out_bytes / r->elapsed / 1e6 : 0;
     if (o->json) bench_report_json(r, o);

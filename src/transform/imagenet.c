@@ -503,7 +503,6 @@ static int pick_hpasses(hpass_t *hp) {
 
 int lade__imgpipe_hpass_count(const lade__imgdec_t *d) { return d->nhp; }
 
-const char *lade__imgpipe_hpass_name(const lade__imgdec_t *d, int i) { return d->hp[i].name; }
 
 void lade__imgpipe_hpass_use(lade__imgdec_t *d, int i) {
   d->hcur = i;

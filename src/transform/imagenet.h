@@ -50,8 +50,6 @@ typedef struct lade__imgacct {
   uint64_t images;       /* JPEG decodes booked (any stop) */
   double rows_frac;      /* sum over images: rows decoded to the region's last, of the image's */
   double area_frac;      /* sum: the region's decoded pixels (cropped columns x rows), of the image's */
-  int rows_per_call;     /* the JPEG backend's rows per read call at the last image (tuned, imgjpeg.c) */
-  const char *hpass;     /* the horizontal pass at the last image (imagenet.c's names) */
   /* FULL only: seconds in */
   double plan_s;         /* lade__imgpipe_begin: box check, coefficients, scratch */
   double decoder_s;      /* libjpeg's skip and read calls for the region */

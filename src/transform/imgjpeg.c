@@ -54,7 +54,8 @@ typedef struct err_mgr {
   char msg[JMSG_LENGTH_MAX];
 } err_mgr_t;
 
-enum { BLOCK_ROWS = 16, TUNE_CYCLES = 8, MAX_CAND = 8 };
+/* candidates: 2 rows-per-call choices x the pipeline's passes (at most 2: RGB and RGBX rows) */
+enum { BLOCK_ROWS = 16, TUNE_CYCLES = 8, MAX_CAND = 4 };
 #define SWITCH_MARGIN 0.05
 static const int ROWS[2] = {1, BLOCK_ROWS};
 
@@ -70,7 +71,7 @@ typedef struct jpeg_state {
    * image i uses candidate i % ncand and adds its CPU seconds and decoded
    * pixels to that candidate's sums */
   int ncand, nrows, rows0, chosen, trials;
-  double secs[2 * MAX_CAND], pixels[2 * MAX_CAND];
+  double secs[MAX_CAND], pixels[MAX_CAND];
 } jpeg_state_t;
 
 static double thread_cpu_seconds(void) {
@@ -88,7 +89,7 @@ static int tune_pick(jpeg_state_t *s, lade__imgdec_t *d) {
     const bool fixed = env && (!strcmp(env, "1") || atoi(env) == BLOCK_ROWS);
     s->nrows = fixed ? 1 : 2;
     s->rows0 = fixed && atoi(env) == BLOCK_ROWS;
-    s->ncand = s->nrows * LADE__MIN(lade__imgpipe_hpass_count(d), MAX_CAND);
+    s->ncand = LADE__MIN(s->nrows * lade__imgpipe_hpass_count(d), MAX_CAND);
     if (s->ncand == 1) { /* fixed: nothing to try */
       s->chosen = 1;
       lade__imgpipe_tuned(d, tune_rows(s, 0), 0);
@@ -250,13 +251,10 @@ static void cmyk_to_rgb(const uint8_t *in, uint8_t *out, int n, bool inverted) {
 /* Books an image in the stage account (imagenet.h; any stop but OFF) and
  * returns the row to skip to: skip_to, or for the entropy stop the region's
  * last row (which alone is read). */
-static int account_image(lade__imgacct_t *a, const lade__imgplan_t *pl, int skip_to, int cw, int sw, int sh, int k,
-                         const char *hpass) {
+static int account_image(lade__imgacct_t *a, const lade__imgplan_t *pl, int skip_to, int cw, int sw, int sh) {
   a->images++;
   a->rows_frac += (double)(pl->y0 + pl->nrows) / sh;
   a->area_frac += (double)cw * (double)(pl->y0 + pl->nrows - skip_to) / ((double)sw * (double)sh);
-  a->rows_per_call = k;
-  a->hpass = hpass;
   return a->stop == LADE__ACCT_ENTROPY ? pl->y0 + pl->nrows - 1 : skip_to;
 }
 
@@ -342,7 +340,7 @@ static int decode_rows(jpeg_state_t *s, lade__imgdec_t *d, const uint8_t *jpeg, 
   int skip_to = LADE__MAX(0, pl.y0 - my);
   const int region_from = skip_to;
   if (a->stop != LADE__ACCT_OFF) {
-    skip_to = account_image(a, &pl, skip_to, (int)cw, sw, sh, k, lade__imgpipe_hpass_name(d, cand / s->nrows));
+    skip_to = account_image(a, &pl, skip_to, (int)cw, sw, sh);
     if (a->stop == LADE__ACCT_HEADER) {
       jpeg_abort_decompress(ci);
       return 0;

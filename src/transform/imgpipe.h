@@ -72,11 +72,10 @@ bool lade__imgpipe_takes_rgb(const lade__imgdec_t *d);
  * only where lade__imgpipe_takes_rgb. */
 void lade__imgpipe_row_rgb(lade__imgdec_t *d, int r, const uint8_t *rgb);
 
-/* The horizontal passes this CPU may run (all exact): how many, the name of
- * one ("vbmi-rgb", "avx2-rgbx", ...), and use one from the next image on.
- * 0 is the default; a backend's tuner tries the others (imgjpeg.c). */
+/* The horizontal passes a backend's tuner may try (all exact; at most 2: the
+ * CPU's fastest kind on RGB and on RGBX rows): how many, and use one from
+ * the next image on. 0 is the default (imgjpeg.c). */
 int lade__imgpipe_hpass_count(const lade__imgdec_t *d);
-const char *lade__imgpipe_hpass_name(const lade__imgdec_t *d, int i);
 void lade__imgpipe_hpass_use(lade__imgdec_t *d, int i);
 /* The backend's tuner chose (the pass in use and `rows` rows per read); its
  * trials cost cost_s seconds more than the choice would have. */

@@ -1,7 +1,9 @@
 """Shared fixtures: the lade CLI and small deterministic datasets made with `lade gen`."""
+import io
 import os
 import shutil
 import subprocess
+import tarfile
 
 import pytest
 
@@ -64,3 +66,15 @@ def jpeg_dir(tmp_path_factory, lade_cli):
     if r.returncode != 0:
         pytest.skip("lade gen jpeg unavailable: " + r.stderr.strip())
     return str(d)
+
+
+def write_tar(path, members, fmt=tarfile.GNU_FORMAT):
+    """A tar shard of (name, bytes) members in that order, with a fixed mtime (the same bytes every run); its
+    path as a str."""
+    with tarfile.open(path, "w", format=fmt) as t:
+        for name, data in members:
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            ti.mtime = 1700000000
+            t.addfile(ti, io.BytesIO(data))
+    return str(path)

@@ -14,18 +14,10 @@ import numpy as np
 import pytest
 
 import lade
+from conftest import write_tar
 
 
 # ---------------------------------------------------------------- finding 5: replaced by rename
-
-def write_tar(path, members):
-    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as t:
-        for name, data in members:
-            ti = tarfile.TarInfo(name)
-            ti.size = len(data)
-            ti.mtime = 1700000000
-            t.addfile(ti, io.BytesIO(data))
-    return str(path)
 
 
 def tar_reference(path):

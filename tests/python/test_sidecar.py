@@ -21,6 +21,7 @@ import tempfile
 import pytest
 
 import lade
+from conftest import write_tar
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "http"))
@@ -84,15 +85,6 @@ def bind_total(paths):
 
 
 # ---------------------------------------------------------------- shards and references
-
-def write_shard(path, members):
-    with tarfile.open(path, "w", format=tarfile.GNU_FORMAT) as t:
-        for name, data in members:
-            ti = tarfile.TarInfo(name)
-            ti.size = len(data)
-            ti.mtime = 1700000000
-            t.addfile(ti, io.BytesIO(data))
-    return str(path)
 
 
 def members_of(prefix, n, seed, flip=False):
@@ -168,7 +160,7 @@ def shards(tmp_path_factory, lade_cli):
     assert len(p) >= 3, p
     other = root / "other"
     other.mkdir()
-    t = [write_shard(other / ("t-%d.tar" % k), members_of("s%d" % k, 12 + 3 * k, k)) for k in range(3)]
+    t = [write_tar(other / ("t-%d.tar" % k), members_of("s%d" % k, 12 + 3 * k, k)) for k in range(3)]
     r = run_cli(lade_cli, "index", *t)
     assert r.stdout.split() == [x + ".ladeidx" for x in t]
     return {"root": root, "packed": p, "other": t}
@@ -299,19 +291,19 @@ def test_http_wrong_sidecars_ignored(shards, nginx, capfd, tmp_path, lade_cli):
     local.mkdir()
     names = ["a.tar", "b.tar", "c.tar", "d.tar", "e.tar", "f.tar"]
     paths = [str(local / n) for n in names]
-    write_shard(paths[0], members_of("a", 20, 7))
-    write_shard(paths[1], [(n.replace("a_", "b_"), x) for n, x in members_of("a", 20, 7, flip=True)])
+    write_tar(paths[0], members_of("a", 20, 7))
+    write_tar(paths[1], [(n.replace("a_", "b_"), x) for n, x in members_of("a", 20, 7, flip=True)])
     assert os.path.getsize(paths[0]) == os.path.getsize(paths[1])
     for k in range(2, 6):
-        write_shard(paths[k], members_of(names[k][0], 20, k))
+        write_tar(paths[k], members_of(names[k][0], 20, k))
     run_cli(lade_cli, "index", *paths)
     shutil.copyfile(paths[0] + ".ladeidx", paths[1] + ".ladeidx")  # b: a's sidecar
     side = open(paths[2] + ".ladeidx", "rb").read()
     open(paths[2] + ".ladeidx", "wb").write(side[:len(side) // 2])  # c: truncated
-    write_shard(paths[3], members_of("d", 20, 3, flip=True))  # d: other bytes, the same headers
-    write_shard(paths[4], [(n.replace("e_", "E_"), x) for n, x in members_of("e", 20, 4)])  # e: renamed members
+    write_tar(paths[3], members_of("d", 20, 3, flip=True))  # d: other bytes, the same headers
+    write_tar(paths[4], [(n.replace("e_", "E_"), x) for n, x in members_of("e", 20, 4)])  # e: renamed members
     size_f = os.path.getsize(paths[5])
-    write_shard(paths[5], members_of("f", 21, 5))  # f: a sample appended (in tar's end padding: the same size)
+    write_tar(paths[5], members_of("f", 21, 5))  # f: a sample appended (in tar's end padding: the same size)
     assert os.path.getsize(paths[5]) == size_f
     for p in paths:
         for f in (p, p + ".ladeidx"):
@@ -353,12 +345,12 @@ def serve_big(root, lade_cli, tmp_path, sub, names, changed=None):
     os.mkdir(d)
     local = tmp_path / sub
     local.mkdir()
-    paths = [write_shard(str(local / nm), big_members(nm[0], 40, k + 11)) for k, nm in enumerate(names)]
+    paths = [write_tar(str(local / nm), big_members(nm[0], 40, k + 11)) for k, nm in enumerate(names)]
     run_cli(lade_cli, "index", *paths)
     for k, nm in enumerate(names):
         if nm in (changed or {}):
             size = os.path.getsize(paths[k])
-            write_shard(paths[k], big_members(nm[0], 40, k + 11, changed[nm]))
+            write_tar(paths[k], big_members(nm[0], 40, k + 11, changed[nm]))
             assert os.path.getsize(paths[k]) == size
         for f in (paths[k], paths[k] + ".ladeidx"):
             shutil.copyfile(f, os.path.join(d, os.path.basename(f)))

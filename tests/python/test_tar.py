@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import lade
+from conftest import write_tar as write_shard
 
 
 # ---------------------------------------------------------------- helpers
@@ -21,13 +22,6 @@ def add(t, name, data):
     ti.size = len(data)
     ti.mtime = 1700000000
     t.addfile(ti, io.BytesIO(data))
-
-
-def write_shard(path, members, fmt=tarfile.GNU_FORMAT):
-    with tarfile.open(path, "w", format=fmt) as t:
-        for name, data in members:
-            add(t, name, data)
-    return str(path)
 
 
 def key_ext(name):
