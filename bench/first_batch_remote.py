@@ -46,13 +46,16 @@ def write_shards(d, n, per, size):
 
 
 def first_batch(list_file, batch):
+    c0 = os.times()
     t0 = time.perf_counter()
     with lade.Loader(list_file, transform="raw", raw_size=1 << 16, batch_size=batch, shuffle=True, seed=1,
                      epochs=1, output="numpy") as L:
+        t_open = time.perf_counter() - t0
         next(iter(L))
         t = time.perf_counter() - t0
+        c1 = os.times()
         st = L.stats()
-    return t, st
+    return t, t_open, (c1.user - c0.user) + (c1.system - c0.system), st
 
 
 def main():
@@ -100,10 +103,11 @@ def main():
                 lst = lists[case]
                 if True:
                     c0 = env.counts()
-                    t, st = first_batch(lst, a.batch)
+                    t, t_open, cpu, st = first_batch(lst, a.batch)
                     c1 = env.counts()
-                    print("%-13s first batch %7.3f s  open requests %6d  GETs %6d  sidecar_rejected %d" %
-                          ("with sidecars" if case == "side" else "without", t, st["list_requests"],
+                    print("%-13s first batch %6.3f s (open %5.3f s, lade's CPU %5.2f s)  open requests %5d  GETs %5d  "
+                          "sidecar_rejected %d" % ("with sidecars" if case == "side" else "without", t, t_open, cpu,
+                                                   st["list_requests"],
                            c1["get"] - c0["get"], st["sidecar_rejected"]))
                     best[case] = min(best.get(case, 1e9), t)
         print("latency %d ms, link %g MB/s: time to first batch %.3f s with sidecars, %.3f s without: %.1fx" %

@@ -177,6 +177,8 @@ void lade__http_destroy(lade__http_t *h) {
   if (h->multi) curl_multi_cleanup(h->multi);
   for (size_t i = 0; i < h->n_free_easy; i++) curl_easy_cleanup(h->free_easy[i]);
   free(h->free_easy);
+  for (size_t i = 0; i < h->n_idle_easy; i++) curl_easy_cleanup(h->idle_easy[i]);
+  free(h->idle_easy);
   for (lade__http_req_t *r = h->free_reqs, *n; r; r = n) {
     n = r->next;
     free(r->body.data);

@@ -149,6 +149,15 @@ int lade__http_get_blocking(lade__http_t *h, const char *url, const char *shown,
 int lade__http_head(lade__http_t *h, const char *url, const char *shown, uint64_t *size, char *validator,
                     size_t vsize);
 
+/* lade__http_head in one request with the object's first bytes: a GET of
+ * bytes 0..want-1 (want > 0), *size from its Content-Range's total, the
+ * bytes (fewer when the object is shorter) into *first; the version as
+ * lade__http_head gives it. An empty object is asked with a HEAD. A server
+ * that answers a Range with the whole object (200) fails, as every Range
+ * does. Thread-safe. */
+int lade__http_head_first(lade__http_t *h, const char *url, const char *shown, uint64_t want, lade__buf_t *first,
+                          uint64_t *size, char *validator, size_t vsize);
+
 /* A streamed GET of a whole object of `size` bytes, read forward on the
  * caller's thread as tarfmt's pread callback (lade__http_stream_pread):
  * bytes arrive as they are asked for and only the window since the last

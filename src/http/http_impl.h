@@ -82,6 +82,8 @@ typedef struct lade__http_req {
   int over;                        /* the body passed cap (or its Content-Length did) */
   int head_agreed;                 /* the HEAD found the size the listing has */
   int head;                        /* this turn is a HEAD refreshing `expect` */
+  int probe;                       /* a Range from byte 0 standing for a HEAD: the reply may end at the
+                                      object's end, before the Range's (lade__http_head_first) */
   int refreshed;                   /* a HEAD has been made (once per request) */
   char size_what[LADE__HTTP_WHAT]; /* the size mismatch that sent it to the HEAD */
   char errbuf[CURL_ERROR_SIZE];
@@ -123,6 +125,11 @@ struct lade__http {
   lade__http_req_t *free_reqs;
   CURL **free_easy;
   size_t n_free_easy, cap_free_easy;
+  /* the blocking calls' idle easy handles (http_oneshot.c, under mu): each
+   * keeps its live connection, so a run of HEADs and listing pages reuses
+   * connections (and TLS sessions) instead of opening one per request */
+  CURL **idle_easy;
+  size_t n_idle_easy, cap_idle_easy;
   lade__http_table_t tab; /* the results by sample index (http_table.c; under mu) */
   /* counters and tuning */
   uint64_t get_requests, list_requests, retried, bytes, truncated, throttled, refreshed;

@@ -1,11 +1,15 @@
 /*
  * http_oneshot.c - requests made on the caller's thread, outside the loop
  * (http.h): a blocking GET (listings, label files), a blocking HEAD (a
- * shard's size and version), and a streamed GET read forward as tarfmt's
- * pread (an index pass over a remote shard), resumed with a Range request
- * after a transient error. Same options, caps, verdicts and backoff as the
- * loop's requests (http_easy.c, http_retry.c); each call has its own easy
- * (and, for a stream, multi) handle, and takes h->mu only to count.
+ * shard's size and version), or a Range of an object's first bytes that
+ * stands for one, and a streamed GET read forward as tarfmt's pread (an
+ * index pass over a remote shard), resumed with a Range request after a
+ * transient error. Same options, caps, verdicts and backoff as the loop's
+ * requests (http_easy.c, http_retry.c). Each call has an easy handle of
+ * its own while it runs: the blocking ones take an idle one from the
+ * handle's pool (its connection still open: 64 index threads' HEADs reuse
+ * 64 connections instead of opening one each) and give it back; a stream
+ * has its own easy and multi. h->mu guards the pool and the counters.
  */
 #ifdef LADE_HAVE_CURL
 
@@ -16,15 +20,43 @@
 
 #include "http/http_impl.h"
 
+/* An easy handle for one blocking call: an idle one (its connection still
+ * open) when there is one, else a new one. */
+static CURL *easy_take(lade__http_t *h) {
+  CURL *e = NULL;
+  pthread_mutex_lock(&h->mu);
+  if (h->n_idle_easy) e = h->idle_easy[--h->n_idle_easy];
+  pthread_mutex_unlock(&h->mu);
+  return e ? e : curl_easy_init();
+}
+
+/* Keeps e, reset (its connection stays open for the next call), among at
+ * most IDLE_EASY idle handles; past that it is closed. */
+#define IDLE_EASY 128
+static void easy_give(lade__http_t *h, CURL *e) {
+  if (!e) return;
+  curl_easy_reset(e);
+  pthread_mutex_lock(&h->mu);
+  if (h->n_idle_easy == h->cap_idle_easy && h->cap_idle_easy < IDLE_EASY) {
+    size_t cap = h->cap_idle_easy ? h->cap_idle_easy * 2 : 16;
+    CURL **p = realloc(h->idle_easy, cap * sizeof *p);
+    if (p) h->idle_easy = p, h->cap_idle_easy = cap;
+  }
+  int kept = h->n_idle_easy < h->cap_idle_easy;
+  if (kept) h->idle_easy[h->n_idle_easy++] = e;
+  pthread_mutex_unlock(&h->mu);
+  if (!kept) curl_easy_cleanup(e);
+}
+
 int lade__http_get_blocking(lade__http_t *h, const char *url, const char *shown, lade__buf_t *out, uint64_t cap,
                             int is_list, int (*cut)(const lade__buf_t *b, char *what, size_t size)) {
-  CURL *e = curl_easy_init();
+  CURL *e = easy_take(h);
   if (!e) return lade__fail(LADE_ENOMEM, "%s: cannot create a curl handle", shown);
   lade__rng_t rng;
   lade__rng_init(&rng, lade__now_us(), (uint64_t)(uintptr_t)out, 0x4c53);
   lade__http_req_t *tmp = calloc(1, sizeof *tmp);
   if (!tmp) {
-    curl_easy_cleanup(e);
+    easy_give(h, e);
     return lade__fail(LADE_ENOMEM, "%s: out of memory", shown);
   }
   int rc = 0;
@@ -55,18 +87,21 @@ int lade__http_get_blocking(lade__http_t *h, const char *url, const char *shown,
     if (v.kind == LADE__HTTP_OK || !lade__http_blocking_again(h, &v, attempt, shown, &rng, &rc)) break;
   }
   free(tmp);
-  curl_easy_cleanup(e);
+  easy_give(h, e);
   return rc;
 }
 
 /* ------------------------------------------------------ HEAD and streams */
 
-int lade__http_head(lade__http_t *h, const char *url, const char *shown, uint64_t *size, char *validator,
-                    size_t vsize) {
-  CURL *e = curl_easy_init();
+/* A HEAD, or with want > 0 a GET of bytes 0..want-1 that stands for one
+ * (a probe): the size from its Content-Range's total, the first bytes into
+ * *first. An empty object's 416 is asked again as a HEAD. */
+static int head_or_probe(lade__http_t *h, const char *url, const char *shown, uint64_t want, lade__buf_t *first,
+                         uint64_t *size, char *validator, size_t vsize) {
+  CURL *e = easy_take(h);
   lade__http_req_t *r = calloc(1, sizeof *r);
   if (!e || !r) {
-    if (e) curl_easy_cleanup(e);
+    easy_give(h, e);
     free(r);
     return lade__fail(LADE_ENOMEM, "%s: out of memory", shown);
   }
@@ -74,31 +109,65 @@ int lade__http_head(lade__http_t *h, const char *url, const char *shown, uint64_
   lade__rng_init(&rng, lade__now_us(), (uint64_t)(uintptr_t)r, 0x4845);
   int rc = 0;
   for (uint32_t attempt = 0;; attempt++) {
+    lade__buf_t keep = r->body;
     memset(r, 0, sizeof *r);
-    r->head = 1;
+    r->body = keep;
+    r->body.len = 0;
+    r->head = !want;
+    r->probe = want > 0;
     r->get.expect = UINT64_MAX;
+    r->get.len = want; /* the Range (setup_easy) */
+    r->pin_size = UINT64_MAX; /* no version pinned */
+    r->cap = want;
     r->clen = -1;
     curl_easy_reset(e);
     r->easy = e;
     lade__http_setup_easy(h, e, url, r);
-    curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
+    if (!want) curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
     pthread_mutex_lock(&h->mu);
     h->list_requests++;
     pthread_mutex_unlock(&h->mu);
     CURLcode cc = curl_easy_perform(e);
     lade__http_verdict_t v;
     lade__http_judge_easy(h, e, cc, r, &v);
+    if (v.kind == LADE__HTTP_OK && want && (r->crange != 1 || r->cr_total == UINT64_MAX)) {
+      v.kind = LADE__HTTP_FINAL;
+      v.code = LADE_EREMOTE;
+      snprintf(v.what, sizeof v.what, "HTTP %ld without the object's size (Content-Range '%s') to a Range request "
+               "for bytes 0-%llu", v.status, r->cr_text, (unsigned long long)(want - 1));
+    }
     if (v.kind == LADE__HTTP_OK) {
-      *size = v.size;
+      *size = want ? r->cr_total : v.size;
       snprintf(validator, vsize, "%s", r->validator);
+      if (first) {
+        lade__buf_t t = *first;
+        *first = r->body;
+        r->body = t;
+      }
       break;
+    }
+    if (want && v.status == 416 && !r->refused) { /* an empty object: no byte 0 to serve */
+      want = 0;
+      attempt--;
+      continue;
     }
     if (!lade__http_blocking_again(h, &v, attempt, shown, &rng, &rc)) break;
   }
   free(r->body.data);
   free(r);
-  curl_easy_cleanup(e);
+  easy_give(h, e);
   return rc;
+}
+
+int lade__http_head(lade__http_t *h, const char *url, const char *shown, uint64_t *size, char *validator,
+                    size_t vsize) {
+  return head_or_probe(h, url, shown, 0, NULL, size, validator, vsize);
+}
+
+int lade__http_head_first(lade__http_t *h, const char *url, const char *shown, uint64_t want, lade__buf_t *first,
+                          uint64_t *size, char *validator, size_t vsize) {
+  if (first) first->len = 0;
+  return head_or_probe(h, url, shown, want, first, size, validator, vsize);
 }
 
 /* A streamed GET: buf holds the object's bytes [at, at + len); `keep`

@@ -10,7 +10,9 @@
  * file on the server, an s3:// prefix's .tar objects). A shard's index comes
  * from index_dir or cache_dir when made from its current version (one HEAD: size and
  * ETag, else Last-Modified), else from its sidecar SHARD.ladeidx (one GET,
- * sent with the HEAD) when the sidecar is bound to it (its size, then the
+ * sent with the HEAD, which is then a Range of the shard's first 4 KiB:
+ * size and validator from its reply, and the bytes of the first entry's
+ * binding reads) when the sidecar is bound to it (its size, then the
  * format's bind() over Range requests of the sampled headers: below), else
  * from one streamed GET parsed as it arrives. The sidecar GETs and the
  * binding Ranges of every shard go through a second http handle,
@@ -23,7 +25,8 @@
  * one version are never read against the bytes of another.
  *
  * A sidecar is bound in two steps, so that an open costs at most 2 Range
- * requests per shard besides its HEAD and its sidecar's GET: at open its
+ * requests per shard besides its HEAD and its sidecar's GET (1 when the
+ * first entry's reads lie in the first 4 KiB, as a tar's do): at open its
  * size, checksum and bounds, the framing of its first and last sampled
  * entries (format.check_entry) and its end; the rest of bind() (the other
  * sampled entries) before the shard's first sample is served
@@ -102,6 +105,7 @@ enum { ST_BOUND = 0, ST_PENDING, ST_ASKED, ST_CHECKING, ST_FAILED };
 #define PEND_READS 16            /* the most bind() reads a binding checked in two steps has (tar 8, tfrecord 16) */
 #define OPEN_GAP (64u << 10)     /* open: the last entry's framing and the end in one Range when this close */
 #define LAZY_GAP (16u << 10)     /* the rest: a small record's header and CRC in one Range */
+#define FIRST_BYTES 4096u        /* open: a shard's first bytes, asked instead of a HEAD when its sidecar is */
 #define PENDING_SUFFIX ".pending" /* an index kept in index_dir before its binding is whole */
 
 /* What the rest of a sidecar's binding needs, from open to the shard's
@@ -420,8 +424,30 @@ static uint32_t open_reads(const lade__tar_t *t, size_t i, const bind_reads_t *r
   return now;
 }
 
+/* The reads of mask `now` that the shard's first bytes (first, from the
+ * request that stood for its HEAD) hold: served from them. Returns their
+ * mask. */
+static uint32_t serve_first(const lade__tar_t *t, size_t i, bind_reads_t *r, uint32_t now, const lade__buf_t *first) {
+  uint32_t got = 0;
+  for (size_t q = 0; q < r->n && first; q++) {
+    uint64_t end = LADE__MIN(r->off[q] + r->len[q], H(t)->shard_size[i]);
+    if (!(now >> q & 1) || end > first->len) continue;
+    size_t n = r->off[q] < end ? (size_t)(end - r->off[q]) : 0;
+    if (lade__buf_reserve(&r->got[q], n ? n : 1) != 0) {
+      lade__clear_error();
+      continue; /* asked by a Range instead */
+    }
+    if (n) memcpy(r->got[q].data, first->data + r->off[q], n);
+    r->got[q].len = n;
+    r->have |= 1u << q;
+    got |= 1u << q;
+  }
+  return got;
+}
+
 /* Shard i's index from its sidecar, fetched (the GET sent before the HEAD)
- * into b: 0 when it is the shard's as far as open checks (x filled), 1 when
+ * into b, with the shard's first bytes (NULL: none) from the request that
+ * stood for its HEAD: 0 when it is the shard's as far as open checks (x filled), 1 when
  * it is missing or not the shard's (x empty: index the shard as before),
  * or an error reading the shard's bytes. Open checks the shard's size, the
  * sidecar's checksum and bounds, the end (the zeros after the last member),
@@ -429,7 +455,8 @@ static uint32_t open_reads(const lade__tar_t *t, size_t i, const bind_reads_t *r
  * (check_entry); the rest of bind() (the 6 sampled entries between) waits
  * for the shard's first read (check_shard). A shard of at most 2 entries,
  * or whose bind() reads are not per entry, is bound whole here. */
-static int sidecar_index(lade__tar_t *t, size_t i, lade__buf_t *b, lade__tar_index_t *x) {
+static int sidecar_index(lade__tar_t *t, size_t i, lade__buf_t *b, const lade__buf_t *first,
+                         lade__tar_index_t *x) {
   const char *shown = lade__tar_strs_at(&t->shards, i);
   const char *why = NULL;
   lade__tar_ver_t v = {H(t)->shard_size[i], 0, 0};
@@ -456,8 +483,9 @@ static int sidecar_index(lade__tar_t *t, size_t i, lade__buf_t *b, lade__tar_ind
   int lazy = k > 2 && per && per * k == nb && nb <= PEND_READS && t->fmt->check_entry;
   if (tlen && nb < BIND_READS) r.off[r.n] = toff, r.len[r.n++] = tlen; /* the end, after them */
   uint32_t now = open_reads(t, i, &r, nb, per, &lazy); /* the reads made now */
-  int rc = ask_reads(t, i, &r, now, OPEN_GAP);
-  if (!rc) rc = take_reads(t, i, &r, now);
+  uint32_t ask = now & ~serve_first(t, i, &r, now, first);
+  int rc = ask_reads(t, i, &r, ask, OPEN_GAP);
+  if (!rc) rc = take_reads(t, i, &r, ask);
   size_t n = r.n;
   r.n = nb;
   int zeros = 1;
@@ -556,8 +584,11 @@ static int http_index(lade__tar_t *t, const struct lade_config *cfg, size_t i, l
   int rc = asked ? lade__http_submit(H(t)->open_http, &side, 1, 0) : 0;
   uint64_t size = 0;
   char val[256];
-  if (!rc) rc = lade__http_head(H(t)->http, url, shown, &size, val, sizeof val);
-  lade__buf_t b = {0};
+  lade__buf_t b = {0}, first = {0};
+  /* with its sidecar asked, the HEAD is a Range of the shard's first bytes,
+   * which hold what the binding reads of its first entry */
+  if (!rc && asked) rc = lade__http_head_first(H(t)->http, url, shown, FIRST_BYTES, &first, &size, val, sizeof val);
+  else if (!rc) rc = lade__http_head(H(t)->http, url, shown, &size, val, sizeof val);
   if (rc) {
     if (asked) { /* its want taken, the HEAD's error kept */
       char *msg = lade__strdup(lade_last_error());
@@ -566,6 +597,7 @@ static int http_index(lade__tar_t *t, const struct lade_config *cfg, size_t i, l
       free(msg);
     }
     lade__buf_free(&b);
+    lade__buf_free(&first);
     return rc;
   }
   /* b = 2: never equal to a local shard's nanoseconds field by accident of a hash */
@@ -577,11 +609,12 @@ static int http_index(lade__tar_t *t, const struct lade_config *cfg, size_t i, l
   if (!rc && !found && !asked && H(t)->open_http && sidecars_wanted(t)) asked = !(rc = lade__http_submit(H(t)->open_http, &side, 1, 0));
   int got = asked && sidecar_get(t, i, &b) == 0;
   if (!rc && !found && got) {
-    rc = sidecar_index(t, i, &b, x);
+    rc = sidecar_index(t, i, &b, first.len ? &first : NULL, x);
     found = rc == 0;
     if (rc == 1) rc = 0;
   }
   lade__buf_free(&b);
+  lade__buf_free(&first);
   if (rc || found) {
     if (!rc && got && ipath[0]) keep_index(t, i, x, ipath, v, cfg);
     return rc;

@@ -30,6 +30,8 @@ import s3env  # noqa: E402  (tests/s3, put on the path by httpenv)
 import tfrecord_files  # noqa: E402
 
 OPEN_GAP, LAZY_GAP = 64 << 10, 16 << 10  # tar_http.c: reads this close share one Range (at open; the rest)
+FIRST_BYTES = 4096  # tar_http.c: a shard whose sidecar is asked for is probed with a Range of its first bytes
+FIRST_RANGE = "bytes=0-%d" % (FIRST_BYTES - 1)
 
 
 def _ranges(reads, size, gap):
@@ -48,8 +50,13 @@ def bind_ranges(path, size=None):
     shard `path` to a shard of `size` bytes (tar_http.c): the reads of tar.c's bind() (the header of 8
     members spread over the shard, a .cls member's bytes too) and the 512 bytes after the last member; all
     at open when they lie within 64 KiB, else the first and last member's (the last's when it fits) and the
-    end at open, in at most 2 Ranges, and the 6 others at the first read."""
+    end at open, in at most 2 Ranges, and the 6 others at the first read. The reads at open that lie in the
+    shard's first FIRST_BYTES come with the request that stands for its HEAD: no Range of their own."""
     size = os.path.getsize(path) if size is None else size
+
+    def ranges_now(rs):
+        return _ranges([(o, ln) for o, ln in rs if min(o + ln, size) > min(FIRST_BYTES, size)], size, OPEN_GAP)
+
     with tarfile.open(path) as t:
         ms = [m for m in t.getmembers() if m.isfile()]
     n = len(ms)
@@ -69,14 +76,14 @@ def bind_ranges(path, size=None):
     allr = reads + tail
     if not (k > 2 and per and per * k == nb and nb <= 16) or \
             max(o + ln for o, ln in allr) - min(o for o, _ in allr) <= OPEN_GAP:
-        return _ranges(allr, size, OPEN_GAP), 0
+        return ranges_now(allr), 0
     now = set(range(per)) | set(range(nb - per, nb))
     for d in list(range(nb - per + 1, nb)) + list(range(1, per)) + [nb - per]:
         if _ranges([reads[q] for q in now] + tail, size, OPEN_GAP) <= 2:
             break
         now.discard(d)
-    opened = _ranges([reads[q] for q in now] + tail, size, OPEN_GAP)
-    assert opened <= 2
+    assert _ranges([reads[q] for q in now] + tail, size, OPEN_GAP) <= 2
+    opened = ranges_now([reads[q] for q in now] + tail)
     return opened, _ranges([reads[q] for q in range(nb) if q not in now], size, LAZY_GAP)
 
 
@@ -206,10 +213,14 @@ def served(root, d):
 
 
 def log_counts(log, n):
-    heads = [r for r in log if r[0] == "HEAD" and not r[1].endswith(".ladeidx")]  # the shards' (not the probe)
+    """(the shards' HEADs or the Ranges of their first bytes that stand for them, whole GETs of shards, sidecar
+    GETs, other Range requests of shards)"""
+    def first(r):
+        return r[0] == "GET" and r[1].endswith(".tar") and r[4] == FIRST_RANGE
+    heads = [r for r in log if (r[0] == "HEAD" and not r[1].endswith(".ladeidx")) or first(r)]  # not the probe
     whole = [r for r in log if r[0] == "GET" and r[1].endswith(".tar") and r[4] == "-"]
     sides = [r for r in log if r[0] == "GET" and r[1].endswith(".ladeidx")]
-    ranges = [r for r in log if r[0] == "GET" and r[1].endswith(".tar") and r[4] != "-"]
+    ranges = [r for r in log if r[0] == "GET" and r[1].endswith(".tar") and r[4] != "-" and not first(r)]
     return len(heads), len(whole), len(sides), len(ranges)
 
 
@@ -358,22 +369,23 @@ def serve_big(root, lade_cli, tmp_path, sub, names, changed=None):
 
 
 def test_http_sidecar_bound_in_two_steps(nginx, lade_cli, tmp_path, capfd):
-    """Shards past 64 KiB: open sends 2 Ranges per shard (the first member's header; the last member's
-    header through the end-of-archive block), the 6 other sampled headers go before the shard's first
-    read; the bytes are tarfile's, with 4 threads reading the shards shuffled too."""
+    """Shards past 64 KiB: open sends 1 Range per shard (the last member's header through the
+    end-of-archive block; the first member's header comes with the Range of the shard's first bytes that
+    stands for its HEAD), the 6 other sampled headers go before the shard's first read; the bytes are
+    tarfile's, with 4 threads reading the shards shuffled too."""
     env, root = nginx
     names = ["p.tar", "q.tar", "r.tar"]
     paths = serve_big(root, lade_cli, tmp_path, "big", names)
     for p in paths:
-        assert bind_ranges(p) == (2, 6), p
+        assert bind_ranges(p) == (1, 6), p
     urls = ["%s/big/%s" % (env.url, nm) for nm in names]
     env.clear_log()
     capfd.readouterr()
     st = check_same("%s/big/{p,q,r}.tar" % env.url, urls, paths, coalesce_gap_bytes=0)
     heads, whole, sides, ranges = log_counts(env.access_log(), 3)
     assert (heads, whole, sides) == (3, 0, 3) and st["sidecar_rejected"] == 0
-    assert ranges == st["get_requests"] + 3 * (2 + 6)
-    assert st["list_requests"] == heads + 1 + sides + 3 * (2 + 6)
+    assert ranges == st["get_requests"] + 3 * (1 + 6)
+    assert st["list_requests"] == heads + 1 + sides + 3 * (1 + 6)
     assert "sidecar" not in capfd.readouterr().err
     want = {}
     for p in paths:
@@ -474,12 +486,13 @@ def test_s3_sidecar_used_and_rejected(shards, capfd):
         st = check_same("s3://%s/side" % env.bucket, names, local, source_type="tar", coalesce_gap_bytes=0,
                         **env.lade_settings())
         c = env.counts()
-        assert c["sig_failures"] == 0 and c["head"] == n + 1 and st["sidecar_rejected"] == 0  # + the probe
+        # one HEAD, the probe of the first sidecar; each shard's stands in a Range of its first bytes
+        assert c["sig_failures"] == 0 and c["head"] == 1 and st["sidecar_rejected"] == 0
         assert [c["by_key"].get("/%s/%s.ladeidx" % (env.bucket, k), 0) for k in keys] == [1] * n
-        # every GET is a sidecar, a binding Range or a sample's Range: no shard read whole
+        # every GET is a shard's first bytes, a sidecar, a binding Range or a sample's Range: none read whole
         bind = bind_total(local)
-        assert c["get"] == n + bind + st["get_requests"]
-        # the LIST, the probe (HEAD of the first sidecar), HEADs, sidecars, binding Ranges
+        assert c["get"] == n + n + bind + st["get_requests"]
+        # the LIST, the probe (HEAD of the first sidecar), first bytes, sidecars, binding Ranges
         assert st["list_requests"] == 1 + (n > 1) + n + n + bind
         # another shard's sidecar: ignored, counted, said; the bytes are still the shard's
         env.put(keys[1] + ".ladeidx", open(local[0] + ".ladeidx", "rb").read())
@@ -494,4 +507,4 @@ def test_s3_sidecar_used_and_rejected(shards, capfd):
         # sizes agree, none at its first read
         same = os.path.getsize(local[0]) == os.path.getsize(local[1])
         opened = bind_ranges(local[0], os.path.getsize(local[1]))[0] if same else 0
-        assert env.counts()["get"] == n + bind - sum(bind_ranges(local[1])) + opened + 1 + st["get_requests"]
+        assert env.counts()["get"] == n + n + bind - sum(bind_ranges(local[1])) + opened + 1 + st["get_requests"]
