@@ -141,10 +141,12 @@ static const setting_t settings[] = {
     {"s3_session_token", T_SECRET, OFF(s3_session_token), SZ(s3_session_token), 0, 0, NULL, "",
      "S3 session token (\"\": $AWS_SESSION_TOKEN); never printed"},
     {"http_concurrency", T_U32, OFF(http_concurrency), 0, 0, 4096, NULL, "0",
-     "HTTP requests in flight, s3:// and http(s):// alike (0: tuned at run time, from 32, between 4 and "
+     "HTTP requests in flight, s3:// and http(s):// alike, per node: each of the node's ranks (ranks_per_node, "
+     "else the launcher's local size) has its share (0: tuned at run time, from 32, between 4 and "
      "http_max_concurrency); alias s3_concurrency"},
     {"http_max_concurrency", T_U32, OFF(http_max_concurrency), 0, 1, 4096, NULL, "128",
-     "upper bound of the tuned number of HTTP requests in flight; alias s3_max_concurrency"},
+     "upper bound of the tuned number of HTTP requests in flight, per node: each of the node's ranks "
+     "(ranks_per_node, else the launcher's local size) has its share; alias s3_max_concurrency"},
     {"http_timeout_ms", T_U32, OFF(http_timeout_ms), 0, 100, 3600000, NULL, "30000",
      "a single HTTP request (connect to last byte) is abandoned and retried after this long; alias s3_timeout_ms"},
     {"http_connect_timeout_ms", T_U32, OFF(http_connect_timeout_ms), 0, 10, 600000, NULL, "5000",

@@ -313,6 +313,9 @@ static int warm_plan(lade_loader_t *L, const uint64_t *keys, uint64_t n, bool sh
 static int open_pipeline(lade_loader_t *L, lade__buf_t *buf) {
   L->src.on_ready = wake_workers;
   L->src.on_ready_ctx = L;
+  uint32_t env_rank = 0, env_size = 0;
+  bool env_ok = lade__topology_env(&env_rank, &env_size);
+  L->src.node_ranks = lade__resolve_node_ranks(&L->cfg, env_ok, env_size);
   int rc = L->src_ops->open(&L->src, &L->cfg);
   if (rc) return rc;
   lade__source_facts_t fa = {.kind = source_kind(L->src_ops),

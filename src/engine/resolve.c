@@ -140,6 +140,11 @@ bool lade__resolve_wants_disk_free(const struct lade_config *cfg) {
   return cfg->cache_dir[0] && !cfg->cache_disk_bytes;
 }
 
+uint32_t lade__resolve_node_ranks(const struct lade_config *cfg, bool env_ok, uint32_t env_size) {
+  if (cfg->ranks_per_node) return cfg->ranks_per_node;
+  return env_ok && env_size ? env_size : 1;
+}
+
 /* The cache checks of a routed plan: it drives one tier by its own admits
  * and evicts (docs/cache.md). */
 static int check_cache(const struct lade_config *cfg) {

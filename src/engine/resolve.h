@@ -85,6 +85,11 @@ bool lade__resolve_wants_mean(const struct lade_config *cfg, bool remote);
 
 /* Whether it needs facts->disk_free_bytes (cache_dir without cache_disk_bytes). */
 bool lade__resolve_wants_disk_free(const struct lade_config *cfg);
+/* The ranks of this node that open the dataset, before the transport is
+ * open (the source's node_ranks: the node-wide bounds on requests are
+ * split among them): the setting ranks_per_node, else the launcher's local
+ * size (env_ok, env_size: lade__topology_env), else 1. Pure. */
+uint32_t lade__resolve_node_ranks(const struct lade_config *cfg, bool env_ok, uint32_t env_size);
 
 /* Everything else: the cursor's params, each tier's capacity in bytes and
  * the plan's in samples, the cache policy, the prefetcher's window, the

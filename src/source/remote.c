@@ -18,8 +18,11 @@ void lade__remote_http_opts(lade__http_opts_t *o, const struct lade_config *cfg,
   o->connect_timeout_ms = cfg->http_connect_timeout_ms;
   o->retries = cfg->http_retries;
   o->retry_base_ms = cfg->http_retry_base_ms;
-  o->fixed_conc = cfg->http_concurrency;
-  o->max_conc = cfg->http_max_concurrency;
+  /* the bounds on requests in flight are the node's (8 ranks must not each
+   * open http_max_concurrency): each rank of the node has its share */
+  uint32_t ranks = src && src->node_ranks > 1 ? src->node_ranks : 1;
+  o->fixed_conc = cfg->http_concurrency ? LADE__MAX(cfg->http_concurrency / ranks, 1u) : 0;
+  o->max_conc = LADE__MAX(cfg->http_max_concurrency / ranks, 1u);
   o->max_body = cfg->max_sample_bytes;
   o->ca_file = cfg->tls_ca_file; /* copied by lade__http_create */
   o->arrived = src ? arrived : NULL;

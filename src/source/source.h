@@ -180,6 +180,11 @@ struct lade__source {
    * arrives, so workers waiting for ready samples wake up. May be NULL. */
   void (*on_ready)(void *ctx);
   void *on_ready_ctx;
+  /* Set by the engine before open(): the ranks of this node that open the
+   * dataset (engine/resolve.c's lade__resolve_node_ranks; 0 or 1: this
+   * process alone). The remote sources split the node-wide bounds on
+   * requests in flight among them (source/remote.c). */
+  uint32_t node_ranks;
 };
 
 extern const lade__source_ops_t lade__source_dir;

@@ -425,7 +425,8 @@ static void *index_worker(void *arg) {
 }
 
 static int index_all(lade__tar_t *t, const struct lade_config *cfg) {
-  size_t nthreads = LADE__MAX(LADE__MIN((size_t)t->be->index_threads, (size_t)INDEX_THREADS_MAX), (size_t)1);
+  size_t want = t->index_threads ? LADE__MIN(t->index_threads, t->be->index_threads) : t->be->index_threads;
+  size_t nthreads = LADE__MAX(LADE__MIN(want, (size_t)INDEX_THREADS_MAX), (size_t)1);
   size_t W = LADE__MIN(LADE__MAX((size_t)INDEX_WINDOW, 2 * nthreads), t->shards.n ? t->shards.n : 1);
   index_job_t j = {.t = t, .cfg = cfg};
   j.x = calloc(W, sizeof *j.x);

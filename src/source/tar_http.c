@@ -196,6 +196,9 @@ static int remote_http(lade__tar_t *t, const struct lade_config *cfg, lade__sour
   H(t)->gap = cfg->coalesce_gap_bytes;
   H(t)->max_req = LADE__MIN(cfg->max_sample_bytes, (uint64_t)16 << 20);
   H(t)->o = o;
+  /* each index thread has at most 2 requests in flight (its HEAD and its
+   * sidecar's GET, then the binding Ranges): within this rank's share */
+  t->index_threads = LADE__MAX((o.fixed_conc ? o.fixed_conc : o.max_conc) / 2, 1u);
   return lade__http_create(&H(t)->http, &o);
 }
 
@@ -921,8 +924,9 @@ static void open_arrived(void *ctx) {
 }
 
 /* The open's handle: the sidecars and the Ranges that bind them, small
- * requests, as many in flight as http_max_concurrency allows (not tuned:
- * the open is short); a sidecar may be larger than max_sample_bytes. */
+ * requests, as many in flight as this rank's share of http_max_concurrency
+ * allows (not tuned: the open is short); a sidecar may be larger than
+ * max_sample_bytes. */
 static int open_http_start(lade__tar_t *t) {
   lade__http_opts_t o = H(t)->o;
   o.fixed_conc = LADE__MAX(o.max_conc, o.fixed_conc);

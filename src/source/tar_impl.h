@@ -151,6 +151,7 @@ typedef struct lade__tar {
                             * record's data and CRC), else NULL */
   int32_t *labels;
   uint64_t *shard_off;     /* shards + 1: the shards plan's offsets */
+  uint32_t index_threads;  /* set by a backend's open to bound them (its requests in flight); 0: be's */
   uint64_t count, cap;
   char **class_names;
   char *class_arena;

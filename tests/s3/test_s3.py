@@ -475,12 +475,9 @@ class TestS3(unittest.TestCase):
                              % c["list"])
             self.assertEqual(sum(self.parse_kv(out.splitlines(), "LISTED")["list_requests"] for out, _ in outs), 2)
 
-    def test_requests_of_a_job_under_mpirun(self):
-        # issue 30: `lade bench` under mpirun -np 4 (one node, the ranks sharing cache_dir): the server sees one
-        # rank's listing (2 ListObjectsV2 pages for 1,100 keys), no HEAD, the GETs the ranks count (none hidden),
-        # and no key fetched more than once per epoch (the second epoch comes mostly from the disk tier that
-        # cache_dir brings; the 1-byte objects k00000..k00009 were read twice per epoch when their size, their
-        # version in that tier, equalled the unknown version's value).
+    def mpirun_bench(self, np, epochs, latency_ms, **settings):
+        """`lade bench` of s3://lade/many under `mpirun -np NP` (one node, the ranks sharing cache_dir): the
+        ranks' JSON lines and the server's counts."""
         cli = os.environ.get("LADE_CLI") or os.path.join(os.path.dirname(S3_CHECK), "..", "lade")
         mpirun = shutil.which("mpirun")
         if not mpirun or not os.path.exists(cli):
@@ -489,12 +486,12 @@ class TestS3(unittest.TestCase):
             self.skipTest("mpirun under ThreadSanitizer")
         if "mpi" not in subprocess.run([cli, "--version"], capture_output=True, text=True).stdout:
             self.skipTest("the lade CLI was built without MPI")
-        ENV.proxy(latency_ms=5)
+        ENV.proxy(latency_ms=latency_ms)
         with tempfile.TemporaryDirectory() as tmp:
             s = dict(ENV.lade_settings(), s3_session_token=SESSION_TOKEN, cache_dir=os.path.join(tmp, "cache"),
-                     listing_ttl="3600", raw_size="8")
-            args = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "4", cli, "bench", "s3://lade/many",
-                    "--transform", "raw", "--batch-size", "25", "--epochs", "2", "--threads", "2", "--json",
+                     listing_ttl="3600", raw_size="8", **settings)
+            args = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(np), cli, "bench", "s3://lade/many",
+                    "--transform", "raw", "--batch-size", "25", "--epochs", str(epochs), "--threads", "2", "--json",
                     "--no-ceiling"]
             for kv in s.items():
                 args += ["--set", "%s=%s" % kv]
@@ -502,19 +499,35 @@ class TestS3(unittest.TestCase):
             self.assertEqual(r.returncode, 0, (r.stdout + r.stderr)[-3000:])
             self.assertNotIn(ENV.secret_key, r.stdout + r.stderr)
             runs = [json.loads(ln) for ln in r.stdout.splitlines() if ln.startswith("{")]
-            self.assertEqual(len(runs), 4, r.stdout[-2000:])
-            self.assertEqual(sum(x["samples"] for x in runs), 2 * 1100)
-            self.assertEqual(sorted(x["rank"] for x in runs), [0, 1, 2, 3])
-            self.assertEqual(sum(sum(x["samples_by_source"]) for x in runs), 2 * 1100)
-            c = ENV.counts()
-            self.assertEqual(c["list"], 2, "four ranks of a node sent %d ListObjectsV2 pages, one rank's are 2"
-                             % c["list"])
-            self.assertEqual(c.get("head", 0), 0)
-            self.assertEqual(c["get"], sum(x["get_requests"] for x in runs))
-            self.assertGreaterEqual(c["get"], 1100)  # the first epoch: every sample
-            self.assertLessEqual(c["get"], 2 * 1100, "%.3f GETs per sample per epoch" % (c["get"] / 2200.0))
-            over = {k: n for k, n in c["by_key"].items() if k.startswith("/lade/many/") and n > 2}
-            self.assertEqual(over, {}, "keys fetched more than once per epoch")
+            self.assertEqual(len(runs), np, r.stdout[-2000:])
+            self.assertEqual(sum(x["samples"] for x in runs), epochs * 1100)
+            self.assertEqual(sorted(x["rank"] for x in runs), list(range(np)))
+            self.assertEqual(sum(sum(x["samples_by_source"]) for x in runs), epochs * 1100)
+            return runs, ENV.counts()
+
+    def test_requests_of_a_job_under_mpirun(self):
+        # issue 30: `lade bench` under mpirun -np 4 (one node, the ranks sharing cache_dir): the server sees one
+        # rank's listing (2 ListObjectsV2 pages for 1,100 keys), no HEAD, the GETs the ranks count (none hidden),
+        # and no key fetched more than once per epoch (the second epoch comes mostly from the disk tier that
+        # cache_dir brings; the 1-byte objects k00000..k00009 were read twice per epoch when their size, their
+        # version in that tier, equalled the unknown version's value).
+        runs, c = self.mpirun_bench(4, 2, 5)
+        self.assertEqual(c["list"], 2, "four ranks of a node sent %d ListObjectsV2 pages, one rank's are 2"
+                         % c["list"])
+        self.assertEqual(c.get("head", 0), 0)
+        self.assertEqual(c["get"], sum(x["get_requests"] for x in runs))
+        self.assertGreaterEqual(c["get"], 1100)  # the first epoch: every sample
+        self.assertLessEqual(c["get"], 2 * 1100, "%.3f GETs per sample per epoch" % (c["get"] / 2200.0))
+        over = {k: n for k, n in c["by_key"].items() if k.startswith("/lade/many/") and n > 2}
+        self.assertEqual(over, {}, "keys fetched more than once per epoch")
+
+    def test_requests_in_flight_are_the_nodes(self):
+        # issue 30: http_max_concurrency bounds the node's requests in flight, not each rank's: under
+        # mpirun -np 4 with a bound of 8 and 20 ms per request (so that requests overlap), the server never
+        # has more than 8 open at once (each rank's share is 2; before, 4 ranks x 8 reached 20-32)
+        runs, c = self.mpirun_bench(4, 1, 20, http_max_concurrency="8")
+        self.assertLessEqual(c["max_open"], 8, "4 ranks of a node had %d requests open at once" % c["max_open"])
+        self.assertGreaterEqual(c["max_open"], 4, "the ranks' requests never overlapped: the test shows nothing")
 
     def test_label_file(self):
         with tempfile.TemporaryDirectory() as tmp:
