@@ -316,6 +316,11 @@ static int open_pipeline(lade_loader_t *L, lade__buf_t *buf) {
   uint32_t env_rank = 0, env_size = 0;
   bool env_ok = lade__topology_env(&env_rank, &env_size);
   L->src.node_ranks = lade__resolve_node_ranks(&L->cfg, env_ok, env_size);
+  if (L->src.node_ranks > 1) {
+    char env_job[256];
+    lade__topology_job_key(env_job, sizeof env_job);
+    L->src.node_job = lade__resolve_node_job(&L->cfg, env_job);
+  }
   int rc = L->src_ops->open(&L->src, &L->cfg);
   if (rc) return rc;
   lade__source_facts_t fa = {.kind = source_kind(L->src_ops),

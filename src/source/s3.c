@@ -6,7 +6,7 @@
  * on the engine's worker) or takes the listing from cache_dir. The ranks
  * of a node that share cache_dir list once between them (single flight):
  * the first to find no fresh listing flock()s the listing file while it
- * lists and stores; the others wait for that lock (bounded: LISTING_WAIT_S,
+ * lists and stores; the others wait for that lock (bounded: nodefile.h,
  * then they list alone, warned) and read what it stored. A lister that dies
  * drops its lock with its last descriptor. Every GET
  * after that goes through the HTTP module (http*.c, docs/http.md: one curl-multi thread,
@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "source.h"
+#include "source/nodefile.h"
 #include "http/http.h"
 #include "source/labels.h"
 #include "source/s3auth.h"
@@ -386,46 +387,6 @@ static void cache_store(const s3_impl_t *d, const char *dir, const char *path, u
 }
 
 
-/* Single flight for the listing (top of this file): the listing file at
- * path, created empty when missing, flock()ed. Returns its descriptor
- * (locked) or -1 when it cannot be had (no folder, or LISTING_WAIT_S
- * passed: warned), and the caller lists unlocked. */
-#define LISTING_WAIT_S 900
-static int listing_lock(const char *dir, const char *path) {
-  if (lade__mkdir_private(dir) != 0) {
-    lade__clear_error();
-    return -1;
-  }
-  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (fd < 0) return -1;
-  double t0 = lade__now();
-  while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    if (errno != EWOULDBLOCK && errno != EINTR) break;
-    if (lade__now() - t0 > LISTING_WAIT_S) {
-      fprintf(stderr, "lade: warning: waited %d s for another process's listing into %s (it holds its lock); "
-              "listing the bucket without it\n", LISTING_WAIT_S, path);
-      break;
-    }
-    struct timespec nap = {0, 20 * 1000000L};
-    nanosleep(&nap, NULL);
-  }
-  if (flock(fd, LOCK_EX | LOCK_NB) != 0) { /* the wait ended without the lock */
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-/* Drops the lock; a listing file left empty (this process created it and
- * its listing failed) is removed when it is still the file at path. */
-static void listing_unlock(int fd, const char *path) {
-  if (fd < 0) return;
-  struct stat a, b;
-  if (fstat(fd, &a) == 0 && a.st_size == 0 && stat(path, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev)
-    unlink(path);
-  close(fd); /* releases the flock */
-}
-
 /* ------------------------------------------------------ the module's hooks */
 
 static int s3_url_of(void *ctx, uint64_t obj, char *url, size_t size) {
@@ -578,7 +539,7 @@ static int s3_open(lade__source_t *s, const struct lade_config *cfg) {
   if (!rc && cfg->cache_dir[0] && cfg->listing_ttl > 0) {
     cache_path(d, cfg, cpath, sizeof cpath);
     cached = cache_load(d, cpath, cfg->listing_ttl, &classes, &d->cache_created) == 0;
-    if (!cached && (lk = listing_lock(cfg->cache_dir, cpath)) >= 0) /* another may have listed meanwhile */
+    if (!cached && (lk = lade__nodefile_lock(cfg->cache_dir, cpath, "listing of the bucket")) >= 0) /* another may have listed meanwhile */
       cached = cache_load(d, cpath, cfg->listing_ttl, &classes, &d->cache_created) == 0;
     snprintf(d->cache_file, sizeof d->cache_file, "%s", cpath);
     d->from_cache = cached;
@@ -596,7 +557,7 @@ static int s3_open(lade__source_t *s, const struct lade_config *cfg) {
     if (!rc) rc = check_unique(d, shown);
     if (!rc && cpath[0]) cache_store(d, cfg->cache_dir, cpath, classes);
   }
-  listing_unlock(lk, cpath);
+  lade__nodefile_unlock(lk, cpath);
   if (!rc) rc = lade__http_start(d->http, d->count);
   if (rc) {
     impl_free(d);

@@ -185,6 +185,11 @@ struct lade__source {
    * process alone). The remote sources split the node-wide bounds on
    * requests in flight among them (source/remote.c). */
   uint32_t node_ranks;
+  /* Set by the engine before open() when node_ranks > 1: a hash of the
+   * job's key (the setting job_id, else the launcher's; 0: none known).
+   * The ranks of one job on a node make a remote listing once between them
+   * (source/nodefile.h); another job makes its own. */
+  uint64_t node_job;
 };
 
 extern const lade__source_ops_t lade__source_dir;

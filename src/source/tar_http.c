@@ -66,6 +66,8 @@
 #include "source/remote.h"
 #include "source/s3auth.h"
 #include "tar_impl.h"
+#include "source/tar_nodelist.h"
+#include "source/tar_reads.h"
 
 typedef struct http_state {
   lade__http_t *http;
@@ -93,6 +95,7 @@ typedef struct http_state {
   struct pend **pend;      /* per shard, while not ST_BOUND: what the rest needs (bind_mu) */
   uint64_t pending;        /* shards left ST_PENDING by open (atomic): open_http then lives until close */
   int started;             /* start() ran: open_http's arrivals wake the workers (atomic) */
+  lade__tar_nodelist_t nl; /* the open made once per node and job (tar_nodelist.h) */
 } http_state_t;
 
 /* A shard's binding: ST_BOUND (also every shard not indexed from a sidecar,
@@ -122,10 +125,9 @@ typedef struct pend {
 } pend_t;
 
 /* The open handle's results, by key: shard i's binding reads are
- * i * BIND_READS + k, its sidecar SIDE0 + i (also its object number, so a
+ * i * LADE__TAR_READS + k, its sidecar SIDE0 + i (also its object number, so a
  * whole-body GET is one part keyed by its object). */
-#define BIND_READS 32 /* the most reads a format's bind() makes (tar 8, tfrecord 16) */
-#define SIDE0(t) ((uint64_t)(t)->shards.n * BIND_READS)
+#define SIDE0(t) ((uint64_t)(t)->shards.n * LADE__TAR_READS)
 
 static http_state_t *H(const lade__tar_t *t) { return t->be_state; }
 
@@ -252,58 +254,10 @@ static int remote_shards(lade__tar_t *t, const char *src) {
 
 /* ------------------------------------------------------ sidecar indexes */
 
-/* The reads a format's bind() makes, recorded by a first call (every read
- * answered in full, with zeros), fetched (those of mask `have`), then
- * served in the same order to a second call. */
-typedef struct bind_reads {
-  uint64_t off[BIND_READS];
-  size_t len[BIND_READS];
-  lade__buf_t got[BIND_READS];
-  size_t n, served;
-  uint32_t have; /* the reads fetched (bit k: read k) */
-} bind_reads_t;
-
-static long record_pread(void *ctx, void *dst, size_t len, uint64_t off) {
-  bind_reads_t *r = ctx;
-  if (r->n == BIND_READS) return -1;
-  r->off[r->n] = off;
-  r->len[r->n++] = len;
-  memset(dst, 0, len);
-  return (long)len;
-}
-
-/* A read other than the one recorded fails, so the bind differs: never a
- * sidecar trusted on bytes that were not compared. */
-static long served_pread(void *ctx, void *dst, size_t len, uint64_t off) {
-  bind_reads_t *r = ctx;
-  size_t k = r->served++;
-  if (k >= r->n || r->off[k] != off || r->len[k] != len || !(r->have >> k & 1)) return -1;
-  size_t n = LADE__MIN(len, r->got[k].len);
-  if (n) memcpy(dst, r->got[k].data, n);
-  return (long)n;
-}
-
-/* Any part of a fetched read, in any order (check_entry's reads). */
-static long kept_pread(void *ctx, void *dst, size_t len, uint64_t off) {
-  bind_reads_t *r = ctx;
-  for (size_t k = 0; k < r->n; k++) {
-    if (!(r->have >> k & 1) || off < r->off[k] || off - r->off[k] > r->len[k] || len > r->len[k] - (off - r->off[k]))
-      continue;
-    size_t at = (size_t)(off - r->off[k]), n = at < r->got[k].len ? LADE__MIN(len, r->got[k].len - at) : 0;
-    if (n) memcpy(dst, r->got[k].data + at, n);
-    return (long)n;
-  }
-  return -1;
-}
-
-static void reads_free(bind_reads_t *r) {
-  for (size_t k = 0; k < BIND_READS; k++) lade__buf_free(&r->got[k]);
-}
-
 /* The Ranges of the reads of shard i that `mask` selects (cut at its
  * size): reads at most `gap` bytes apart share one. sp, order: room for
- * BIND_READS; runs: the Ranges. Returns their number. */
-static size_t plan_reads(const lade__tar_t *t, size_t i, const bind_reads_t *r, uint32_t mask, uint64_t gap,
+ * LADE__TAR_READS; runs: the Ranges. Returns their number. */
+static size_t plan_reads(const lade__tar_t *t, size_t i, const lade__tar_reads_t *r, uint32_t mask, uint64_t gap,
                          lade__span_t *sp, size_t *order, size_t *nsp, lade__run_t *runs) {
   http_state_t *h = H(t);
   size_t m = 0;
@@ -323,17 +277,17 @@ static size_t plan_reads(const lade__tar_t *t, size_t i, const bind_reads_t *r, 
 
 /* Sends those Ranges on open_http; take_reads then takes the reads.
  * Returns at once. */
-static int ask_reads(lade__tar_t *t, size_t i, const bind_reads_t *r, uint32_t mask, uint64_t gap) {
-  lade__span_t sp[BIND_READS];
-  lade__run_t runs[BIND_READS];
-  size_t order[BIND_READS], m;
+static int ask_reads(lade__tar_t *t, size_t i, const lade__tar_reads_t *r, uint32_t mask, uint64_t gap) {
+  lade__span_t sp[LADE__TAR_READS];
+  lade__run_t runs[LADE__TAR_READS];
+  size_t order[LADE__TAR_READS], m;
   size_t nr = plan_reads(t, i, r, mask, gap, sp, order, &m, runs);
-  lade__http_part_t parts[BIND_READS];
-  lade__http_get_t gets[BIND_READS];
+  lade__http_part_t parts[LADE__TAR_READS];
+  lade__http_get_t gets[LADE__TAR_READS];
   for (size_t g = 0; g < nr; g++) {
     const lade__run_t *u = &runs[g];
     for (size_t q = u->first; q < u->first + u->count; q++)
-      parts[q] = (lade__http_part_t){i * BIND_READS + order[q], sp[q].off - u->start, sp[q].len};
+      parts[q] = (lade__http_part_t){i * LADE__TAR_READS + order[q], sp[q].off - u->start, sp[q].len};
     gets[g] = (lade__http_get_t){.obj = i, .off = u->start, .len = u->end - u->start, .expect = u->end - u->start,
                                  .nparts = (uint32_t)u->count, .parts = parts + u->first};
   }
@@ -344,7 +298,7 @@ static int ask_reads(lade__tar_t *t, size_t i, const bind_reads_t *r, uint32_t m
  * one dropped from the table is fetched again): 0, or the first error
  * (412: the shard changed since the HEAD; the retries ran out). Every want
  * is taken, so none is left in the table. */
-static int take_reads(lade__tar_t *t, size_t i, bind_reads_t *r, uint32_t mask) {
+static int take_reads(lade__tar_t *t, size_t i, lade__tar_reads_t *r, uint32_t mask) {
   http_state_t *h = H(t);
   int rc = 0;
   char *msg = NULL;
@@ -353,7 +307,7 @@ static int take_reads(lade__tar_t *t, size_t i, bind_reads_t *r, uint32_t mask) 
     if (!(mask >> k & 1)) continue;
     r->have |= 1u << k;
     if (r->off[k] >= end) continue;
-    lade__http_part_t p = {i * BIND_READS + k, 0, end - r->off[k]};
+    lade__http_part_t p = {i * LADE__TAR_READS + k, 0, end - r->off[k]};
     lade__http_get_t one = {.obj = i, .off = r->off[k], .len = p.len, .expect = p.len, .nparts = 1, .parts = &p};
     int e = lade__http_read(h->open_http, p.idx, &one, &r->got[k]);
     if (e && !rc) rc = e, msg = lade__strdup(lade_last_error());
@@ -374,7 +328,7 @@ static const char *framing(const lade__tar_t *t) { return t->fmt->names ? "membe
 
 /* Keeps what the rest of shard i's binding needs (r: bind()'s reads, those
  * of `now` fetched) until its first read: the shard is ST_PENDING. */
-static int pend_keep(lade__tar_t *t, size_t i, const lade__tar_index_t *x, const bind_reads_t *r, size_t nb,
+static int pend_keep(lade__tar_t *t, size_t i, const lade__tar_index_t *x, const lade__tar_reads_t *r, size_t nb,
                      uint32_t now) {
   size_t bytes = 0;
   for (size_t q = 0; q < nb; q++) bytes += now >> q & 1 ? r->got[q].len : 0;
@@ -406,10 +360,10 @@ static int pend_keep(lade__tar_t *t, size_t i, const lade__tar_index_t *x, const
  * and the last entry's and the end, in at most 2 Ranges: the last entry's
  * (then the first's) reads after its header are left to the rest, then the
  * last entry's header, until they fit. */
-static uint32_t open_reads(const lade__tar_t *t, size_t i, const bind_reads_t *r, size_t nb, size_t per, int *lazy) {
-  lade__span_t sp[BIND_READS];
-  lade__run_t runs[BIND_READS];
-  size_t order[BIND_READS], m;
+static uint32_t open_reads(const lade__tar_t *t, size_t i, const lade__tar_reads_t *r, size_t nb, size_t per, int *lazy) {
+  lade__span_t sp[LADE__TAR_READS];
+  lade__run_t runs[LADE__TAR_READS];
+  size_t order[LADE__TAR_READS], m;
   uint32_t all = (uint32_t)((1ull << r->n) - 1), now = all;
   uint64_t lo = UINT64_MAX, hi = 0;
   for (size_t q = 0; q < r->n; q++) lo = LADE__MIN(lo, r->off[q]), hi = LADE__MAX(hi, r->off[q] + r->len[q]);
@@ -425,27 +379,6 @@ static uint32_t open_reads(const lade__tar_t *t, size_t i, const bind_reads_t *r
   for (size_t d = 0; d < nd && plan_reads(t, i, r, now, OPEN_GAP, sp, order, &m, runs) > 2; d++)
     now &= ~(1u << drop[d]);
   return now;
-}
-
-/* The reads of mask `now` that the shard's first bytes (first, from the
- * request that stood for its HEAD) hold: served from them. Returns their
- * mask. */
-static uint32_t serve_first(const lade__tar_t *t, size_t i, bind_reads_t *r, uint32_t now, const lade__buf_t *first) {
-  uint32_t got = 0;
-  for (size_t q = 0; q < r->n && first; q++) {
-    uint64_t end = LADE__MIN(r->off[q] + r->len[q], H(t)->shard_size[i]);
-    if (!(now >> q & 1) || end > first->len) continue;
-    size_t n = r->off[q] < end ? (size_t)(end - r->off[q]) : 0;
-    if (lade__buf_reserve(&r->got[q], n ? n : 1) != 0) {
-      lade__clear_error();
-      continue; /* asked by a Range instead */
-    }
-    if (n) memcpy(r->got[q].data, first->data + r->off[q], n);
-    r->got[q].len = n;
-    r->have |= 1u << q;
-    got |= 1u << q;
-  }
-  return got;
 }
 
 /* Shard i's index from its sidecar, fetched (the GET sent before the HEAD)
@@ -479,14 +412,14 @@ static int sidecar_index(lade__tar_t *t, size_t i, lade__buf_t *b, const lade__b
     reject(t, shown, "its last member does not end the shard");
     return 1;
   }
-  bind_reads_t r;
+  lade__tar_reads_t r;
   memset(&r, 0, sizeof r);
-  t->fmt->bind(t, x, record_pread, &r);
+  t->fmt->bind(t, x, lade__tar_reads_record, &r);
   size_t nb = r.n, k = LADE__MIN(x->n, (size_t)LADE__TAR_BIND_ENTRIES), per = k ? nb / k : 0;
   int lazy = k > 2 && per && per * k == nb && nb <= PEND_READS && t->fmt->check_entry;
-  if (tlen && nb < BIND_READS) r.off[r.n] = toff, r.len[r.n++] = tlen; /* the end, after them */
+  if (tlen && nb < LADE__TAR_READS) r.off[r.n] = toff, r.len[r.n++] = tlen; /* the end, after them */
   uint32_t now = open_reads(t, i, &r, nb, per, &lazy); /* the reads made now */
-  uint32_t ask = now & ~serve_first(t, i, &r, now, first);
+  uint32_t ask = now & ~lade__tar_reads_first(&r, now, first, H(t)->shard_size[i]);
   int rc = ask_reads(t, i, &r, ask, OPEN_GAP);
   if (!rc) rc = take_reads(t, i, &r, ask);
   size_t n = r.n;
@@ -495,18 +428,18 @@ static int sidecar_index(lade__tar_t *t, size_t i, lade__buf_t *b, const lade__b
   for (size_t q = 0; !rc && n > nb && q < r.got[nb].len; q++) zeros &= r.got[nb].data[q] == 0;
   char bad[512] = "";
   if (!rc && lazy) { /* the first entry's header is always read now, the last one's when it fits */
-    if (t->fmt->check_entry(t, x, 0, kept_pread, &r, &why) ||
-        (now >> (nb - per) & 1 && t->fmt->check_entry(t, x, x->n - 1, kept_pread, &r, &why)))
+    if (t->fmt->check_entry(t, x, 0, lade__tar_reads_kept, &r, &why) ||
+        (now >> (nb - per) & 1 && t->fmt->check_entry(t, x, x->n - 1, lade__tar_reads_kept, &r, &why)))
       snprintf(bad, sizeof bad, "its sampled %s differ from the shard's (%s: another shard's index, or the shard "
                "was rewritten after it)", framing(t), why);
-  } else if (!rc && t->fmt->bind(t, x, served_pread, &r) != x->bind) {
+  } else if (!rc && t->fmt->bind(t, x, lade__tar_reads_served, &r) != x->bind) {
     snprintf(bad, sizeof bad, "its sampled %s differ from the shard's (another shard's index, or the shard was "
              "rewritten after it)", framing(t));
   }
   if (!rc && !bad[0] && !zeros)
     snprintf(bad, sizeof bad, "a member follows its last one (the shard grew within its end padding)");
   if (!rc && !bad[0] && lazy) rc = pend_keep(t, i, x, &r, nb, now);
-  reads_free(&r);
+  lade__tar_reads_free(&r);
   if (rc || bad[0]) lade__tar_index_free(x);
   if (!rc && bad[0]) reject(t, shown, bad);
   return rc ? rc : bad[0] ? 1 : 0;
@@ -564,6 +497,45 @@ static int sidecars_wanted(lade__tar_t *t) {
   return want;
 }
 
+/* Shard i's version: its size and validator (a HEAD's, or the node's
+ * listing's), which its index describes and its requests are pinned to. */
+static int set_version(lade__tar_t *t, size_t i, uint64_t size, const char *val, lade__tar_ver_t *v) {
+  /* b = 2: never equal to a local shard's nanoseconds field by accident of a hash */
+  *v = (lade__tar_ver_t){size, lade__hash64(val, strlen(val), 0x7661), (uint64_t)2 << 32};
+  H(t)->shard_ver[i] = lade__hash64(v, sizeof *v, 0x76657273);
+  H(t)->shard_size[i] = size;
+  if (!(H(t)->shard_val[i] = strdup(val)))
+    return lade__fail(LADE_ENOMEM, "%s: out of memory", lade__tar_strs_at(&t->shards, i));
+  return 0;
+}
+
+/* Shard i of the node's listing (tar_nodelist.h): its index as the rank that
+ * made the listing stored it, with no request. One stored under its pending
+ * name (a sidecar whose binding waits for a first read) is bound here as
+ * there, but with all of its sampled entries at this process's first read
+ * (their bytes from open are the other rank's). 0, or 1: not stored (the
+ * other rank's close removed it, or it was not the listing's): indexed as
+ * without a listing. */
+static int node_index(lade__tar_t *t, size_t i, const char *ipath, lade__tar_index_t *x) {
+  lade__tar_ver_t v = {H(t)->nl.size[i], lade__hash64(H(t)->nl.val[i], strlen(H(t)->nl.val[i]), 0x7661),
+                       (uint64_t)2 << 32};
+  char pp[LADE__PATH_MAX + 96];
+  if (lade__tar_index_load(t, x, ipath, v) == 0) return set_version(t, i, H(t)->nl.size[i], H(t)->nl.val[i], &v);
+  snprintf(pp, sizeof pp, "%s" PENDING_SUFFIX, ipath);
+  if (lade__tar_index_load(t, x, pp, v) != 0) return 1;
+  lade__tar_reads_t r;
+  memset(&r, 0, sizeof r);
+  t->fmt->bind(t, x, lade__tar_reads_record, &r);
+  size_t nb = r.n, k = LADE__MIN(x->n, (size_t)LADE__TAR_BIND_ENTRIES), per = k ? nb / k : 0;
+  int rc = k > 2 && per && per * k == nb && nb <= PEND_READS && t->fmt->check_entry ? 0 : 1;
+  if (!rc) rc = set_version(t, i, H(t)->nl.size[i], H(t)->nl.val[i], &v);
+  if (!rc) rc = pend_keep(t, i, x, &r, nb, 0);
+  if (!rc) H(t)->pend[i]->keep = lade__strdup(pp);
+  lade__tar_reads_free(&r);
+  if (rc) lade__tar_index_free(x);
+  return rc;
+}
+
 /* A remote shard's index: from index_dir (else cache_dir) when it was made
  * from the shard's current version (a HEAD: size and ETag or
  * Last-Modified), else from its sidecar when that is the shard's, else one
@@ -582,9 +554,11 @@ static int http_index(lade__tar_t *t, const struct lade_config *cfg, size_t i, l
   if (dir)
     snprintf(ipath, sizeof ipath, "%s/%s-%016llx.bin", dir, t->fmt->index_name,
              (unsigned long long)lade__hash64(url, strlen(url), 0x7461726964780000ull)); /* endpoint included */
+  int rc = H(t)->nl.loaded && ipath[0] ? node_index(t, i, ipath, x) : 1;
+  if (rc <= 0) return rc;
   lade__http_get_t side = {.obj = SIDE0(t) + i, .expect = UINT64_MAX};
   int asked = H(t)->open_http && !(ipath[0] && stat(ipath, &st) == 0) && sidecars_wanted(t);
-  int rc = asked ? lade__http_submit(H(t)->open_http, &side, 1, 0) : 0;
+  rc = asked ? lade__http_submit(H(t)->open_http, &side, 1, 0) : 0;
   uint64_t size = 0;
   char val[256];
   lade__buf_t b = {0}, first = {0};
@@ -603,11 +577,8 @@ static int http_index(lade__tar_t *t, const struct lade_config *cfg, size_t i, l
     lade__buf_free(&first);
     return rc;
   }
-  /* b = 2: never equal to a local shard's nanoseconds field by accident of a hash */
-  lade__tar_ver_t v = {size, lade__hash64(val, strlen(val), 0x7661), (uint64_t)2 << 32};
-  H(t)->shard_ver[i] = lade__hash64(&v, sizeof v, 0x76657273);
-  H(t)->shard_size[i] = size;
-  if (!(H(t)->shard_val[i] = strdup(val))) rc = lade__fail(LADE_ENOMEM, "%s: out of memory", shown);
+  lade__tar_ver_t v;
+  rc = set_version(t, i, size, val, &v);
   int found = !rc && ipath[0] && lade__tar_index_load(t, x, ipath, v) == 0;
   if (!rc && !found && !asked && H(t)->open_http && sidecars_wanted(t)) asked = !(rc = lade__http_submit(H(t)->open_http, &side, 1, 0));
   int got = asked && sidecar_get(t, i, &b) == 0;
@@ -654,7 +625,7 @@ static int name_member(int rc, const char *url, const char *name) {
 /* Sends the rest of shard si's binding (ST_PENDING: bind_mu held). */
 static int ask_rest(lade__tar_t *t, uint32_t si) {
   const pend_t *p = H(t)->pend[si];
-  bind_reads_t r;
+  lade__tar_reads_t r;
   memset(&r, 0, sizeof r);
   r.n = p->nr;
   for (size_t q = 0; q < p->nr; q++) r.off[q] = p->off[q], r.len[q] = p->len[q];
@@ -678,7 +649,7 @@ static void ask_shard(lade__tar_t *t, uint32_t si) {
  * fetching them. */
 static int check_rest(lade__tar_t *t, uint32_t si) {
   const pend_t *p = H(t)->pend[si];
-  bind_reads_t r;
+  lade__tar_reads_t r;
   memset(&r, 0, sizeof r);
   r.n = p->nr;
   int rc = 0;
@@ -697,9 +668,9 @@ static int check_rest(lade__tar_t *t, uint32_t si) {
   if (!rc && !(x.m = calloc(p->n, sizeof *x.m))) rc = lade__fail(LADE_ENOMEM, "tar source: out of memory");
   for (size_t j = 0; !rc && j < LADE__MIN(p->n, (uint64_t)LADE__TAR_BIND_ENTRIES); j++)
     x.m[lade__tar_bind_at(p->n, j)] = p->e[j];
-  if (!rc) rc = t->fmt->bind(t, &x, served_pread, &r) == p->bind ? 0 : 1;
+  if (!rc) rc = t->fmt->bind(t, &x, lade__tar_reads_served, &r) == p->bind ? 0 : 1;
   free(x.m);
-  reads_free(&r);
+  lade__tar_reads_free(&r);
   return rc;
 }
 
@@ -885,7 +856,7 @@ static bool http_ready(lade__tar_t *t, uint64_t idx) {
   uint32_t si = t->shard[idx];
   if (__atomic_load_n(&h->state[si], __ATOMIC_ACQUIRE) == ST_ASKED)
     for (size_t k = 0; k < PEND_READS; k++)
-      if (h->rest[si] >> k & 1 && !lade__http_ready(h->open_http, (uint64_t)si * BIND_READS + k)) return false;
+      if (h->rest[si] >> k & 1 && !lade__http_ready(h->open_http, (uint64_t)si * LADE__TAR_READS + k)) return false;
   return lade__http_ready(h->http, idx);
 }
 
@@ -941,13 +912,17 @@ static int open_http_start(lade__tar_t *t) {
 static int http_open(lade__tar_t *t, const struct lade_config *cfg, lade__source_t *s) {
   http_state_t *h = calloc(1, sizeof *h);
   if (!h) return lade__fail(LADE_ENOMEM, "tar source: out of memory");
+  h->nl.fd = -1;
   pthread_mutex_init(&h->probe_mu, NULL);
   pthread_mutex_init(&h->bind_mu, NULL);
   pthread_cond_init(&h->bind_cv, NULL);
   t->be_state = h;
   const char *first = lade__tar_is_url(cfg->source) ? cfg->source : lade__tar_strs_at(&t->shards, 0);
   int rc = remote_http(t, cfg, s, first);
-  if (!rc && lade__tar_is_url(cfg->source)) rc = remote_shards(t, cfg->source);
+  if (!rc)
+    rc = lade__tar_nodelist_open(&h->nl, lade__tar_index_dir(cfg), t->fmt->index_name, s->node_job, cfg->source,
+                                 &t->shards);
+  if (!rc && lade__tar_is_url(cfg->source) && !h->nl.loaded) rc = remote_shards(t, cfg->source);
   size_t ns = t->shards.n ? t->shards.n : 1;
   if (!rc && (!(h->shard_ver = calloc(ns, sizeof *h->shard_ver)) ||
               !(h->shard_size = calloc(ns, sizeof *h->shard_size)) ||
@@ -960,6 +935,7 @@ static int http_open(lade__tar_t *t, const struct lade_config *cfg, lade__source
 
 static int http_start(lade__tar_t *t) {
   http_state_t *h = H(t);
+  lade__tar_nodelist_store(&h->nl, &t->shards, h->shard_size, h->shard_val); /* every shard indexed */
   if (!__atomic_load_n(&h->pending, __ATOMIC_RELAXED))
     open_http_close(h);
   else /* every shard's rest may be asked ahead of its reads (a read-ahead over all shards) */
@@ -977,6 +953,7 @@ static void http_close(lade__tar_t *t) {
   if (!h) return;
   lade__http_destroy(h->open_http); /* first: their threads read the shard list */
   lade__http_destroy(h->http);
+  lade__tar_nodelist_close(&h->nl, t->shards.n);
   lade__s3_where_free(&h->w);
   free(h->shard_ver);
   free(h->shard_size);

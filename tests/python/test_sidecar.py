@@ -8,7 +8,9 @@ counted in sidecar_rejected, said once on stderr, and the shard read whole as be
 headers differ fails every read of its shard, naming shard, member and sidecar, and none of its samples
 is delivered; the bytes delivered always equal Python's tarfile's."""
 import glob
+import hashlib
 import io
+import json
 import os
 import random
 import re
@@ -442,6 +444,67 @@ def test_http_sidecar_middle_header_differs(nginx, lade_cli, tmp_path, capfd):
         st = L.stats()
     assert len(rows) == 120 and all(r in good for r in rows)
     assert st["substituted"] >= 40 and st["sidecar_rejected"] == 0
+
+
+NODE_RANK = r"""
+import hashlib, json, sys
+import lade
+src, cache = sys.argv[1], sys.argv[2]
+out = {}
+with lade.Loader(src, transform="raw", raw_size=4096, batch_size=7, epochs=1, shuffle=False, threads=2,
+                 output="numpy", meta=True, index_dir=cache, job_id="node-test") as L:
+    for d, _, b in L.stream():
+        for row, i in zip(d, b.indices.tolist()):
+            out[i] = hashlib.sha1(bytes(row)).hexdigest()
+    st = L.stats()
+print(json.dumps({"rows": out, "list_requests": st["list_requests"], "rejected": st["sidecar_rejected"]}))
+"""
+
+
+def node_ranks(src, cache, n=4):
+    """n ranks of one node and job (processes sharing index_dir, LOCAL_WORLD_SIZE=n, one job_id), started
+    together, each reading src whole: their JSON results."""
+    pp = os.path.dirname(os.path.dirname(os.path.abspath(lade.__file__)))
+    procs = [subprocess.Popen([sys.executable, "-c", NODE_RANK, src, cache], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True,
+                              env=dict(os.environ, PYTHONPATH=pp, LOCAL_RANK=str(k), LOCAL_WORLD_SIZE=str(n)))
+             for k in range(n)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, (out + err)[-3000:]
+    return [json.loads(out.splitlines()[-1]) for out, _ in outs]
+
+
+def test_http_open_once_per_node(nginx, lade_cli, tmp_path):
+    """Four ranks of a node and job open the same remote shards together: the open's requests (each shard's
+    first bytes standing for its HEAD, its sidecar, its binding Ranges at open) are one rank's; the others wait
+    for its lock and take the listing and the stored indexes (a sidecar's pending index too, whose sampled
+    headers each then checks before its first read). Without sidecars each shard is streamed once per node,
+    not once per rank. Every rank reads every sample right."""
+    env, root = nginx
+    names = ["u.tar", "v.tar", "w.tar"]
+    paths = serve_big(root, lade_cli, tmp_path, "node", names)
+    bare = os.path.join(root, "nodebare")
+    os.mkdir(bare)
+    for p in paths:
+        shutil.copyfile(p, os.path.join(bare, os.path.basename(p)))
+    want = {}
+    for p in paths:
+        want.update({len(want) + k: hashlib.sha1(data + bytes(4096 - len(data))).hexdigest()
+                     for k, (_, _, data) in enumerate(reference(p))})
+    for sub, sidecars in (("node", True), ("nodebare", False)):
+        env.clear_log()
+        runs = node_ranks("%s/%s/{u,v,w}.tar" % (env.url, sub), str(tmp_path / ("cache-" + sub)))
+        for r in runs:
+            assert {int(k): v for k, v in r["rows"].items()} == want and r["rejected"] == 0
+        log = env.access_log()
+        heads, whole, sides, _ = log_counts(log, 3)
+        probes = [x for x in log if x[0] == "HEAD" and x[1].endswith(".ladeidx")]
+        assert (heads, whole, sides, len(probes)) == ((3, 0, 3, 1) if sidecars else (3, 3, 0, 1)), log
+        # the three ranks that took the listing sent no request at open: their list_requests are the rest of
+        # a pending binding at first reads (3 shards, all 8 sampled headers each, at most 8 Ranges) or nothing
+        took = sorted(r["list_requests"] for r in runs)[:3]
+        assert max(took) <= (3 * 8 if sidecars else 0), took
 
 
 def test_http_tfrecord_sidecar(nginx, lade_cli, tmp_path):

@@ -1,0 +1,90 @@
+/* nodefile.c - a file the ranks of one node make once between them
+ * (nodefile.h). No state of its own: the lock is the file's flock. */
+#include "source/nodefile.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/core.h"
+
+int lade__nodefile_lock(const char *dir, const char *path, const char *what) {
+  if (lade__mkdir_private(dir) != 0) {
+    lade__clear_error();
+    return -1;
+  }
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) return -1;
+  double t0 = lade__now();
+  while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK && errno != EINTR) break;
+    if (lade__now() - t0 > LADE__NODEFILE_WAIT_S) {
+      fprintf(stderr, "lade: warning: waited %d s for another process's %s into %s (it holds its lock); going on "
+              "without it\n", LADE__NODEFILE_WAIT_S, what, path);
+      break;
+    }
+    struct timespec nap = {0, 20 * 1000000L};
+    nanosleep(&nap, NULL);
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) { /* the wait ended without the lock */
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+void lade__nodefile_unlock(int fd, const char *path) {
+  if (fd < 0) return;
+  struct stat a, b;
+  if (fstat(fd, &a) == 0 && a.st_size == 0 && stat(path, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+    unlink(path);
+  close(fd); /* releases the flock */
+}
+
+int lade__nodefile_store(const char *path, const void *data, size_t len) {
+  char tmp[LADE__PATH_MAX + 64];
+  if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) return -1;
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return -1;
+  const char *p = data;
+  size_t left = len;
+  while (left) {
+    ssize_t w = write(fd, p, left);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) break;
+    p += w;
+    left -= (size_t)w;
+  }
+  int ok = close(fd) == 0 && !left;
+  if (!ok || rename(tmp, path) != 0) {
+    unlink(tmp);
+    return -1;
+  }
+  return 0;
+}
+
+int lade__nodefile_load(const char *path, lade__buf_t *out) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  struct stat st;
+  int rc = fstat(fd, &st) == 0 && st.st_size > 0 && (uint64_t)st.st_size < ((uint64_t)1 << 34) ? 0 : -1;
+  if (!rc && lade__buf_reserve(out, (size_t)st.st_size) != 0) {
+    lade__clear_error();
+    rc = -1;
+  }
+  size_t got = 0;
+  while (!rc && got < (size_t)st.st_size) {
+    ssize_t n = pread(fd, out->data + got, (size_t)st.st_size - got, (off_t)got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) rc = -1;
+    else got += (size_t)n;
+  }
+  close(fd);
+  out->len = rc ? 0 : got;
+  return rc;
+}

@@ -1,0 +1,35 @@
+/*
+ * nodefile.h - a file that the ranks of one node make once between them
+ * (single flight, issue 30: no request storms): the first process to find
+ * no usable file flock()s it while it makes it (a listing of a bucket, a
+ * remote tar source's shard list with their sizes and versions); the
+ * others wait for that lock, bounded (LADE__NODEFILE_WAIT_S, then they go
+ * on without it, warned), and read what it stored. A maker that dies drops
+ * its lock with its last descriptor. The file is written elsewhere and
+ * renamed over the locked name, so a reader never sees half of it.
+ */
+#ifndef LADE__NODEFILE_H
+#define LADE__NODEFILE_H
+
+#include <stddef.h>
+
+#include "core/buf.h"
+
+#define LADE__NODEFILE_WAIT_S 900
+
+/* The file at path (in dir, created mode 0700 when missing), created empty
+ * when missing, flock()ed: its descriptor (locked), or -1 when it cannot be
+ * had (no folder, or the wait passed: warned naming `what`, the thing the
+ * other process is making), and the caller makes it alone. */
+int lade__nodefile_lock(const char *dir, const char *path, const char *what);
+/* Drops the lock; a file left empty (its maker failed) is removed when it
+ * is still the file at path. fd -1 does nothing. */
+void lade__nodefile_unlock(int fd, const char *path);
+/* Writes data to path (a temporary file renamed over it). 0, or -1 with
+ * nothing written (the next open makes it again). */
+int lade__nodefile_store(const char *path, const void *data, size_t len);
+/* Reads the whole file at path into out: 0, or -1 (missing, empty,
+ * unreadable). */
+int lade__nodefile_load(const char *path, lade__buf_t *out);
+
+#endif
