@@ -177,7 +177,9 @@ static const setting_t settings[] = {
     {"index_dir", T_STR, OFF(index_dir), SZ(index_dir), 0, 0, NULL, "",
      "tar shards: folder that keeps each shard's member index (created with mode 0700), so a later open reads it "
      "instead of the shard (\"\": cache_dir when set, else SHARD.tar.ladeidx beside a local shard and none for a "
-     "remote one, which is then streamed once at every open); turns on no cache"},
+     "remote one, which is then streamed once at every open); also the remote listings (an s3:// prefix's, a "
+     "job's remote shards'): the ranks and nodes of a job that share it list and index once between them (on a "
+     "file system the nodes share with working flock: NFS, Lustre mounted with -o flock); turns on no cache"},
     {"cache_dir", T_STR, OFF(cache_dir), SZ(cache_dir), 0, 0, NULL, "",
      "disk cache folder (created with mode 0700; persists across runs); \"\": no disk cache"},
     {"cache_disk_bytes", T_U64, OFF(cache_disk_bytes), 0, 0, 1.8446744073709552e19, NULL, "0",

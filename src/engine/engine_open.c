@@ -316,10 +316,13 @@ static int open_pipeline(lade_loader_t *L, lade__buf_t *buf) {
   uint32_t env_rank = 0, env_size = 0;
   bool env_ok = lade__topology_env(&env_rank, &env_size);
   L->src.node_ranks = lade__resolve_node_ranks(&L->cfg, env_ok, env_size);
-  if (L->src.node_ranks > 1) {
+  uint32_t lr = 0, lw = 0;
+  bool several = L->src.node_ranks > 1 || L->cfg.world_size > 1 || (lade__transport_launched(&lr, &lw) && lw > 1) ||
+                 (lade__transport_torchrun(&lr, &lw) && lw > 1);
+  if (several) {
     char env_job[256];
     lade__topology_job_key(env_job, sizeof env_job);
-    L->src.node_job = lade__resolve_node_job(&L->cfg, env_job);
+    L->src.job = lade__resolve_job(&L->cfg, env_job);
   }
   int rc = L->src_ops->open(&L->src, &L->cfg);
   if (rc) return rc;

@@ -145,7 +145,7 @@ uint32_t lade__resolve_node_ranks(const struct lade_config *cfg, bool env_ok, ui
   return env_ok && env_size ? env_size : 1;
 }
 
-uint64_t lade__resolve_node_job(const struct lade_config *cfg, const char *env_job) {
+uint64_t lade__resolve_job(const struct lade_config *cfg, const char *env_job) {
   const char *k = cfg->job_id[0] ? cfg->job_id : env_job ? env_job : "";
   return k[0] ? lade__hash64(k, strlen(k), 0x6e6f64656a6f62ull) | 1 : 0;
 }

@@ -90,10 +90,10 @@ bool lade__resolve_wants_disk_free(const struct lade_config *cfg);
  * split among them): the setting ranks_per_node, else the launcher's local
  * size (env_ok, env_size: lade__topology_env), else 1. Pure. */
 uint32_t lade__resolve_node_ranks(const struct lade_config *cfg, bool env_ok, uint32_t env_size);
-/* The source's node_job: a hash of the setting job_id, else of env_job
+/* The source's job: a hash of the setting job_id, else of env_job
  * (lade__topology_job_key; NULL or "": none), never 0; 0 when neither
  * names the job. Pure. */
-uint64_t lade__resolve_node_job(const struct lade_config *cfg, const char *env_job);
+uint64_t lade__resolve_job(const struct lade_config *cfg, const char *env_job);
 
 /* Everything else: the cursor's params, each tier's capacity in bytes and
  * the plan's in samples, the cache policy, the prefetcher's window, the

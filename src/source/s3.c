@@ -3,8 +3,10 @@
  * any S3-compatible endpoint (AWS, MinIO, Ceph RGW, s3rver).
  *
  * Design. open() lists the prefix once (paginated ListObjectsV2, blocking,
- * on the engine's worker) or takes the listing from cache_dir. The ranks
- * of a node that share cache_dir list once between them (single flight):
+ * on the engine's worker) or takes the listing from index_dir, else
+ * cache_dir. The processes that share that folder (a node's ranks; a job's
+ * nodes when index_dir is on a file system they share) list once between
+ * them (single flight):
  * the first to find no fresh listing flock()s the listing file while it
  * lists and stores; the others wait for that lock (bounded: nodefile.h,
  * then they list alone, warned) and read what it stored. A lister that dies
@@ -279,6 +281,12 @@ typedef struct cache_hdr {
   uint64_t checksum; /* of the body: sizes, labels, offsets, arena */
 } cache_hdr_t;
 
+/* The folder of the stored listing: index_dir (which the job's nodes may
+ * share), else cache_dir. */
+static const char *listing_dir(const struct lade_config *cfg) {
+  return cfg->index_dir[0] ? cfg->index_dir : cfg->cache_dir;
+}
+
 static void cache_path(const s3_impl_t *d, const struct lade_config *cfg, char *out, size_t size) {
   uint64_t h = lade__hash64(d->w.endpoint, strlen(d->w.endpoint), 0xcbf29ce484222325ull);
   h = lade__hash64("\n", 1, h);
@@ -287,7 +295,7 @@ static void cache_path(const s3_impl_t *d, const struct lade_config *cfg, char *
   h = lade__hash64(d->prefix, strlen(d->prefix), h);
   h = lade__hash64("\n", 1, h);
   h = lade__hash64(cfg->label_file, strlen(cfg->label_file), h);
-  snprintf(out, size, "%s/listing-%016llx.bin", cfg->cache_dir, (unsigned long long)h);
+  snprintf(out, size, "%s/listing-%016llx.bin", listing_dir(cfg), (unsigned long long)h);
 }
 
 static uint64_t body_checksum(const s3_impl_t *d) {
@@ -536,10 +544,10 @@ static int s3_open(lade__source_t *s, const struct lade_config *cfg) {
   uint32_t classes = 0;
   char cpath[LADE__PATH_MAX + 64] = "";
   int cached = 0, lk = -1;
-  if (!rc && cfg->cache_dir[0] && cfg->listing_ttl > 0) {
+  if (!rc && listing_dir(cfg)[0] && cfg->listing_ttl > 0) {
     cache_path(d, cfg, cpath, sizeof cpath);
     cached = cache_load(d, cpath, cfg->listing_ttl, &classes, &d->cache_created) == 0;
-    if (!cached && (lk = lade__nodefile_lock(cfg->cache_dir, cpath, "listing of the bucket")) >= 0) /* another may have listed meanwhile */
+    if (!cached && (lk = lade__nodefile_lock(listing_dir(cfg), cpath, "listing of the bucket")) >= 0) /* another may have listed meanwhile */
       cached = cache_load(d, cpath, cfg->listing_ttl, &classes, &d->cache_created) == 0;
     snprintf(d->cache_file, sizeof d->cache_file, "%s", cpath);
     d->from_cache = cached;
@@ -555,7 +563,7 @@ static int s3_open(lade__source_t *s, const struct lade_config *cfg) {
     if (!rc) rc = cfg->label_file[0] ? labels_from_file(d, cfg->label_file, &classes) : labels_from_folders(d, &classes);
     if (!rc) rc = reorder(d);
     if (!rc) rc = check_unique(d, shown);
-    if (!rc && cpath[0]) cache_store(d, cfg->cache_dir, cpath, classes);
+    if (!rc && cpath[0]) cache_store(d, listing_dir(cfg), cpath, classes);
   }
   lade__nodefile_unlock(lk, cpath);
   if (!rc) rc = lade__http_start(d->http, d->count);

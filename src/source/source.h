@@ -185,11 +185,13 @@ struct lade__source {
    * process alone). The remote sources split the node-wide bounds on
    * requests in flight among them (source/remote.c). */
   uint32_t node_ranks;
-  /* Set by the engine before open() when node_ranks > 1: a hash of the
-   * job's key (the setting job_id, else the launcher's; 0: none known).
-   * The ranks of one job on a node make a remote listing once between them
+  /* Set by the engine before open() when this process is one of several
+   * ranks (on this node, or launched as a job of more than one): a hash of
+   * the job's key (the setting job_id, else the launcher's; 0: none known).
+   * The ranks of one job that share the index folder (a node's; a job's
+   * nodes on a shared file system) make a remote listing once between them
    * (source/nodefile.h); another job makes its own. */
-  uint64_t node_job;
+  uint64_t job;
 };
 
 extern const lade__source_ops_t lade__source_dir;

@@ -920,7 +920,7 @@ static int http_open(lade__tar_t *t, const struct lade_config *cfg, lade__source
   const char *first = lade__tar_is_url(cfg->source) ? cfg->source : lade__tar_strs_at(&t->shards, 0);
   int rc = remote_http(t, cfg, s, first);
   if (!rc)
-    rc = lade__tar_nodelist_open(&h->nl, lade__tar_index_dir(cfg), t->fmt->index_name, s->node_job, cfg->source,
+    rc = lade__tar_nodelist_open(&h->nl, lade__tar_index_dir(cfg), t->fmt->index_name, s->job, cfg->source,
                                  &t->shards);
   if (!rc && lade__tar_is_url(cfg->source) && !h->nl.loaded) rc = remote_shards(t, cfg->source);
   size_t ns = t->shards.n ? t->shards.n : 1;

@@ -3,8 +3,9 @@
  * (issue 30, no request storms). Without it every rank of a node lists the
  * shards (an S3 LIST, a list file), sends each shard's HEAD and fetches its
  * sidecar or streams it, all at once. With a folder for indexes (index_dir,
- * else cache_dir) and a job key (source.h's node_job), the ranks of the
- * job on a node take turns (nodefile.h): the first indexes as before and
+ * else cache_dir) and a job key (source.h's job), the ranks of the
+ * job that share that folder (a node's; the job's nodes when it is on a
+ * file system they share) take turns (nodefile.h): the first indexes as before and
  * stores the indexes and this listing (the shards, each one's size and
  * validator as its HEAD gave them); the others, after its lock, take the
  * listing and the stored indexes without a request. The requests a
@@ -25,7 +26,7 @@
 typedef struct lade__tar_nodelist {
   int fd;               /* the listing file's lock, held from open until store or close (-1: none) */
   char path[LADE__PATH_MAX + 96];
-  uint64_t job;         /* source.h's node_job */
+  uint64_t job;         /* source.h's job */
   int loaded;           /* the shards, sizes and validators below came from the file */
   uint64_t *size;       /* per shard, when loaded */
   char **val;           /* per shard, when loaded ("etag X", "modified DATE", "") */

@@ -449,10 +449,10 @@ def test_http_sidecar_middle_header_differs(nginx, lade_cli, tmp_path, capfd):
 NODE_RANK = r"""
 import hashlib, json, sys
 import lade
-src, cache = sys.argv[1], sys.argv[2]
+src, cache, rank, world = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 out = {}
 with lade.Loader(src, transform="raw", raw_size=4096, batch_size=7, epochs=1, shuffle=False, threads=2,
-                 output="numpy", meta=True, index_dir=cache, job_id="node-test") as L:
+                 output="numpy", meta=True, index_dir=cache, job_id="node-test", rank=rank, world_size=world) as L:
     for d, _, b in L.stream():
         for row, i in zip(d, b.indices.tolist()):
             out[i] = hashlib.sha1(bytes(row)).hexdigest()
@@ -461,13 +461,15 @@ print(json.dumps({"rows": out, "list_requests": st["list_requests"], "rejected":
 """
 
 
-def node_ranks(src, cache, n=4):
-    """n ranks of one node and job (processes sharing index_dir, LOCAL_WORLD_SIZE=n, one job_id), started
-    together, each reading src whole: their JSON results."""
+def node_ranks(src, cache, nodes, n=4):
+    """n ranks of one job sharing index_dir (one job_id), started together: with nodes, n one-rank nodes
+    (LOCAL_WORLD_SIZE=1, ranks 0..n-1 of a world of n, each reading its part); else n ranks of one node
+    (LOCAL_WORLD_SIZE=n), each reading src whole. Their JSON results."""
     pp = os.path.dirname(os.path.dirname(os.path.abspath(lade.__file__)))
-    procs = [subprocess.Popen([sys.executable, "-c", NODE_RANK, src, cache], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True,
-                              env=dict(os.environ, PYTHONPATH=pp, LOCAL_RANK=str(k), LOCAL_WORLD_SIZE=str(n)))
+    procs = [subprocess.Popen([sys.executable, "-c", NODE_RANK, src, cache, str(k if nodes else 0),
+                               str(n if nodes else 1)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=dict(os.environ, PYTHONPATH=pp, LOCAL_RANK="0" if nodes else str(k),
+                                       LOCAL_WORLD_SIZE="1" if nodes else str(n)))
              for k in range(n)]
     outs = [p.communicate(timeout=300) for p in procs]
     for p, (out, err) in zip(procs, outs):
@@ -475,16 +477,19 @@ def node_ranks(src, cache, n=4):
     return [json.loads(out.splitlines()[-1]) for out, _ in outs]
 
 
-def test_http_open_once_per_node(nginx, lade_cli, tmp_path):
+@pytest.mark.parametrize("nodes", [False, True])
+def test_http_open_once_per_node(nginx, lade_cli, tmp_path, nodes):
     """Four ranks of a node and job open the same remote shards together: the open's requests (each shard's
     first bytes standing for its HEAD, its sidecar, its binding Ranges at open) are one rank's; the others wait
     for its lock and take the listing and the stored indexes (a sidecar's pending index too, whose sampled
     headers each then checks before its first read). Without sidecars each shard is streamed once per node,
-    not once per rank. Every rank reads every sample right."""
+    not once per rank. Every rank reads every sample right. The same for four one-rank nodes of a job whose
+    index_dir is a folder they share (a shared file system), each reading its part."""
     env, root = nginx
     names = ["u.tar", "v.tar", "w.tar"]
-    paths = serve_big(root, lade_cli, tmp_path, "node", names)
-    bare = os.path.join(root, "nodebare")
+    sub0 = "node%d" % nodes
+    paths = serve_big(root, lade_cli, tmp_path, sub0, names)
+    bare = os.path.join(root, sub0 + "bare")
     os.mkdir(bare)
     for p in paths:
         shutil.copyfile(p, os.path.join(bare, os.path.basename(p)))
@@ -492,11 +497,19 @@ def test_http_open_once_per_node(nginx, lade_cli, tmp_path):
     for p in paths:
         want.update({len(want) + k: hashlib.sha1(data + bytes(4096 - len(data))).hexdigest()
                      for k, (_, _, data) in enumerate(reference(p))})
-    for sub, sidecars in (("node", True), ("nodebare", False)):
+    for sub, sidecars in ((sub0, True), (sub0 + "bare", False)):
         env.clear_log()
-        runs = node_ranks("%s/%s/{u,v,w}.tar" % (env.url, sub), str(tmp_path / ("cache-" + sub)))
+        runs = node_ranks("%s/%s/{u,v,w}.tar" % (env.url, sub), str(tmp_path / ("cache-" + sub)), nodes)
+        got = {}
         for r in runs:
-            assert {int(k): v for k, v in r["rows"].items()} == want and r["rejected"] == 0
+            rows = {int(k): v for k, v in r["rows"].items()}
+            assert r["rejected"] == 0
+            if nodes:  # one-rank nodes: each sample read by one rank, all of them by the job
+                assert not set(rows) & set(got)
+                got.update(rows)
+            else:
+                assert rows == want
+        assert not nodes or got == want
         log = env.access_log()
         heads, whole, sides, _ = log_counts(log, 3)
         probes = [x for x in log if x[0] == "HEAD" and x[1].endswith(".ladeidx")]

@@ -475,9 +475,9 @@ class TestS3(unittest.TestCase):
                              % c["list"])
             self.assertEqual(sum(self.parse_kv(out.splitlines(), "LISTED")["list_requests"] for out, _ in outs), 2)
 
-    def mpirun_bench(self, np, epochs, latency_ms, **settings):
-        """`lade bench` of s3://lade/many under `mpirun -np NP` (one node, the ranks sharing cache_dir): the
-        ranks' JSON lines and the server's counts."""
+    def mpirun_bench(self, np, epochs, latency_ms, folder="cache_dir", **settings):
+        """`lade bench` of s3://lade/many under `mpirun -np NP` (one host, the ranks sharing `folder`: cache_dir,
+        or index_dir alone): the ranks' JSON lines and the server's counts."""
         cli = os.environ.get("LADE_CLI") or os.path.join(os.path.dirname(S3_CHECK), "..", "lade")
         mpirun = shutil.which("mpirun")
         if not mpirun or not os.path.exists(cli):
@@ -488,8 +488,9 @@ class TestS3(unittest.TestCase):
             self.skipTest("the lade CLI was built without MPI")
         ENV.proxy(latency_ms=latency_ms)
         with tempfile.TemporaryDirectory() as tmp:
-            s = dict(ENV.lade_settings(), s3_session_token=SESSION_TOKEN, cache_dir=os.path.join(tmp, "cache"),
-                     listing_ttl="3600", raw_size="8", **settings)
+            s = dict(ENV.lade_settings(), s3_session_token=SESSION_TOKEN, listing_ttl="3600", raw_size="8",
+                     **settings)
+            s[folder] = os.path.join(tmp, "cache")
             args = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(np), cli, "bench", "s3://lade/many",
                     "--transform", "raw", "--batch-size", "25", "--epochs", str(epochs), "--threads", "2", "--json",
                     "--no-ceiling"]
@@ -520,6 +521,14 @@ class TestS3(unittest.TestCase):
         self.assertLessEqual(c["get"], 2 * 1100, "%.3f GETs per sample per epoch" % (c["get"] / 2200.0))
         over = {k: n for k, n in c["by_key"].items() if k.startswith("/lade/many/") and n > 2}
         self.assertEqual(over, {}, "keys fetched more than once per epoch")
+
+    def test_listing_once_per_job_of_one_rank_nodes(self):
+        # issue 30: four one-rank nodes (ranks_per_node=1 under mpirun -np 4) whose index_dir is a folder they
+        # share (a cluster's shared file system) list the bucket once between them: one rank's 2 pages
+        runs, c = self.mpirun_bench(4, 1, 5, folder="index_dir", ranks_per_node="1")
+        self.assertEqual(c["list"], 2, "four one-rank nodes sent %d ListObjectsV2 pages, one rank's are 2"
+                         % c["list"])
+        self.assertEqual(sum(x["list_requests"] for x in runs), 2)
 
     def test_requests_in_flight_are_the_nodes(self):
         # issue 30: http_max_concurrency bounds the node's requests in flight, not each rank's: under
