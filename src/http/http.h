@@ -55,7 +55,8 @@ typedef struct lade__http_opts {
    * (e.g. " SlowDown: Please reduce..."); sets *retry for a transient
    * error and *throttle when the server asks to slow down. */
   void (*error_body)(void *ctx, const char *body, size_t len, char *what, size_t size, int *retry, int *throttle);
-  /* Optional: an object was found replaced or deleted since it was listed. */
+  /* Optional: an object was found replaced or deleted since it was listed
+   * (or, pinned, another version than the pinned one answered). */
   void (*stale)(void *ctx);
   /* Optional: appended to errors about a listed size or a vanished object. */
   void (*note)(void *ctx, char *buf, size_t size);

@@ -77,9 +77,11 @@ size_t lade__http_on_header(char *ptr, size_t size, size_t nmemb, void *ud) {
     return n;
   }
   if (n <= 2 && (ptr[0] == '\r' || ptr[0] == '\n')) { /* the end of the headers: is this the reply asked for? */
-    if (!r->head && r->hstatus >= 200 && r->hstatus < 300 &&
-        lade__http_check_reply(r, r->hstatus, r->refused_what, sizeof r->refused_what)) {
-      r->refused = 1;
+    int bad = !r->head && r->hstatus >= 200 && r->hstatus < 300
+                  ? lade__http_check_reply(r, r->hstatus, r->refused_what, sizeof r->refused_what)
+                  : 0;
+    if (bad) {
+      r->refused = bad;
       return 0; /* curl ends the transfer (CURLE_WRITE_ERROR) before a body byte */
     }
     return n;

@@ -71,7 +71,8 @@ typedef struct lade__http_req {
   int crange;
   uint64_t cr_first, cr_last, cr_total;
   char cr_text[96];
-  int refused;                     /* the headers showed a reply that must not be read: FINAL */
+  int refused;                     /* the headers showed a reply that must not be read: FINAL (2: another
+                                      version than the pinned one: lade__http_check_reply) */
   char refused_what[LADE__HTTP_WHAT];
   uint32_t retries;
   double not_before;               /* retry timer (monotonic s) */
@@ -176,6 +177,7 @@ typedef struct lade__http_verdict {
   int code;          /* lade error code when not OK */
   int throttled;     /* 503/429/SlowDown: the tuner backs off */
   int truncated;
+  int changed;       /* the object is another version than the pinned one (412, another validator or size) */
   long status;       /* HTTP status, 0 when none arrived */
   uint64_t size;     /* a HEAD's Content-Length: the object's size now */
   char what[LADE__HTTP_WHAT]; /* "HTTP 503 SlowDown: message" */
@@ -196,8 +198,9 @@ void lade__http_judge(const lade__http_t *h, CURLcode cc, long status, int64_t c
  * a Range request's 206 must carry a Content-Range naming exactly the
  * bytes asked, and its total must be r->pin_size when both are known; a
  * pinned request's reply must carry r->pin's ETag (compared weakly) or
- * Last-Modified when it carries one of that kind. 0, or 1 with `what`
- * saying what differs (r->refused_what's words). */
+ * Last-Modified when it carries one of that kind. 0, or with `what`
+ * saying what differs (r->refused_what's words) 2 when the reply is from
+ * another version of the object than the pinned one, 1 otherwise. */
 int lade__http_check_reply(const lade__http_req_t *r, long status, char *what, size_t size);
 /* The same, the status and Content-Length read from e. */
 void lade__http_judge_easy(const lade__http_t *h, CURL *e, CURLcode cc, const lade__http_req_t *r,

@@ -295,7 +295,7 @@ static void finish(lade__http_t *h, CURL *e, CURLcode cc, lade__rng_t *rng, int 
   if (v.kind != LADE__HTTP_OK) {
     rc = v.code;
     note[0] = '\0';
-    if (rc == LADE_ENOENT && h->o.stale) h->o.stale(h->o.ctx); /* listed, now gone: the listing is stale */
+    if ((rc == LADE_ENOENT || v.changed) && h->o.stale) h->o.stale(h->o.ctx); /* listed, now gone or changed */
     if (r->refreshed || rc == LADE_ENOENT) note_of(h, note, sizeof note);
     lade__http_name_of(h, r, name, sizeof name);
     if (v.kind == LADE__HTTP_RETRY)

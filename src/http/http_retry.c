@@ -74,7 +74,7 @@ int lade__http_check_reply(const lade__http_req_t *r, long status, char *what, s
       snprintf(what, size, "now %llu bytes (Content-Range '%s' to a request for bytes %llu-%llu), %llu bytes when it "
                "was indexed: changed since it was indexed; " LADE__HTTP_REINDEX, (unsigned long long)r->cr_total,
                r->cr_text, a, b, (unsigned long long)r->pin_size);
-      return 1;
+      return 2;
     }
   }
   /* a reply that names its version names the pinned one (of the same kind:
@@ -83,7 +83,7 @@ int lade__http_check_reply(const lade__http_req_t *r, long status, char *what, s
       !same_version(r->pin, r->validator)) {
     snprintf(what, size, "changed since it was indexed (%.120s now, %.120s then); " LADE__HTTP_REINDEX,
              r->validator, r->pin);
-    return 1;
+    return 2;
   }
   return 0;
 }
@@ -106,12 +106,14 @@ void lade__http_judge(const lade__http_t *h, CURLcode cc, long status, int64_t c
   if (r->refused) { /* the headers showed another range or version than asked: retrying gets the same */
     v->kind = LADE__HTTP_FINAL;
     v->code = LADE_EREMOTE;
+    v->changed = r->refused == 2;
     snprintf(v->what, sizeof v->what, "%s", r->refused_what);
     return;
   }
   if (status == 412 && r->pin && r->pin[0] && !r->head) {
     v->kind = LADE__HTTP_FINAL;
     v->code = LADE_EREMOTE;
+    v->changed = 1;
     snprintf(v->what, sizeof v->what, "changed since it was indexed (HTTP 412 Precondition Failed to %s %.200s); "
              LADE__HTTP_REINDEX, strncmp(r->pin, "etag ", 5) ? "If-Unmodified-Since:" : "If-Match:",
              r->pin + (strncmp(r->pin, "etag ", 5) ? 9 : 5));
@@ -122,6 +124,7 @@ void lade__http_judge(const lade__http_t *h, CURLcode cc, long status, int64_t c
     if (r->crange) snprintf(cr, sizeof cr, " (Content-Range '%.96s')", r->cr_text);
     v->kind = LADE__HTTP_FINAL;
     v->code = LADE_EREMOTE;
+    v->changed = 1;
     snprintf(v->what, sizeof v->what, "HTTP 416 to a request for bytes %llu-%llu%s, %llu bytes when it was indexed: "
              "changed since it was indexed; " LADE__HTTP_REINDEX, (unsigned long long)r->get.off,
              (unsigned long long)(r->get.off + r->get.len - 1), cr, (unsigned long long)r->pin_size);

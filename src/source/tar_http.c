@@ -178,6 +178,14 @@ static const char *shard_pin(void *ctx, uint64_t obj, uint64_t *size) {
   return H(t)->shard_val[obj];
 }
 
+/* The stale hook: a shard answered as another version than its listing's
+ * (rewritten since the node's listing was made): that listing is removed,
+ * so the next open sends the shards' HEADs again (tar_nodelist.h). */
+static void shards_stale(void *ctx) {
+  lade__tar_t *t = ctx;
+  lade__tar_nodelist_stale(&H(t)->nl);
+}
+
 /* The http module for the shards `first` is one of; s3:// shards get the
  * s3 source's endpoint, addressing and credentials (s3auth.c). */
 static int remote_http(lade__tar_t *t, const struct lade_config *cfg, lade__source_t *s, const char *first) {
@@ -195,6 +203,7 @@ static int remote_http(lade__tar_t *t, const struct lade_config *cfg, lade__sour
   o.url = shard_url;
   o.name = shard_name;
   o.pin = shard_pin;
+  o.stale = shards_stale;
   H(t)->gap = cfg->coalesce_gap_bytes;
   H(t)->max_req = LADE__MIN(cfg->max_sample_bytes, (uint64_t)16 << 20);
   H(t)->o = o;

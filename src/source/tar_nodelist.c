@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "source/nodefile.h"
 
@@ -120,6 +121,10 @@ void lade__tar_nodelist_store(lade__tar_nodelist_t *nl, const lade__tar_strs_t *
   lade__buf_free(&b);
   lade__nodefile_unlock(nl->fd, nl->path);
   nl->fd = -1;
+}
+
+void lade__tar_nodelist_stale(lade__tar_nodelist_t *nl) {
+  if (nl->path[0] && !__atomic_exchange_n(&nl->dropped, 1, __ATOMIC_ACQ_REL)) unlink(nl->path);
 }
 
 void lade__tar_nodelist_close(lade__tar_nodelist_t *nl, size_t shards) {

@@ -14,7 +14,8 @@
  *
  * One struct, owned by tar_nodelist.c, held in the http backend's state;
  * no lock of its own: open and store run on the thread opening the source,
- * the arrays are read-only between them.
+ * the arrays are read-only after open; `dropped` is atomic (the stale
+ * hook's, on the http module's thread).
  */
 #ifndef LADE__TAR_NODELIST_H
 #define LADE__TAR_NODELIST_H
@@ -30,6 +31,7 @@ typedef struct lade__tar_nodelist {
   int loaded;           /* the shards, sizes and validators below came from the file */
   uint64_t *size;       /* per shard, when loaded */
   char **val;           /* per shard, when loaded ("etag X", "modified DATE", "") */
+  int dropped;          /* the file was removed as stale (atomic) */
 } lade__tar_nodelist_t;
 
 /* With dir and job (0: no job known, nothing shared): waits for the node's
@@ -43,6 +45,9 @@ int lade__tar_nodelist_open(lade__tar_nodelist_t *nl, const char *dir, const cha
  * and made it (not loaded), and drops the lock. */
 void lade__tar_nodelist_store(lade__tar_nodelist_t *nl, const lade__tar_strs_t *shards, const uint64_t *size,
                               char *const *val);
+/* A shard was found another version than the listing's (on any thread):
+ * the listing file is removed, once, so the next open makes it again. */
+void lade__tar_nodelist_stale(lade__tar_nodelist_t *nl);
 /* Drops the lock (a listing never stored leaves no file) and frees. */
 void lade__tar_nodelist_close(lade__tar_nodelist_t *nl, size_t shards);
 

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 
 import pytest
 
@@ -518,6 +519,47 @@ def test_http_open_once_per_node(nginx, lade_cli, tmp_path, nodes):
         # a pending binding at first reads (3 shards, all 8 sampled headers each, at most 8 Ranges) or nothing
         took = sorted(r["list_requests"] for r in runs)[:3]
         assert max(took) <= (3 * 8 if sidecars else 0), took
+
+
+def test_http_node_listing_stale(nginx, tmp_path):
+    """A node's listing names each shard's version: a shard rewritten after it (another size, other bytes)
+    fails the next open of the same job loudly (its Range requests are pinned to the old version), which
+    removes the listing; the open after that lists again and reads the new bytes."""
+    env, root = nginx
+    d = os.path.join(root, "stale")
+    os.mkdir(d)
+    local = tmp_path / "stale"
+    local.mkdir()
+    paths = [write_tar(str(local / nm), members_of(nm[0], 12, k)) for k, nm in enumerate(["a.tar", "b.tar"])]
+    for p in paths:
+        shutil.copyfile(p, os.path.join(d, os.path.basename(p)))
+    src, idx = "%s/stale/{a,b}.tar" % env.url, str(tmp_path / "idx")
+    pp = os.path.dirname(os.path.dirname(os.path.abspath(lade.__file__)))
+
+    def run():
+        return subprocess.run([sys.executable, "-c", NODE_RANK, src, idx, "0", "1"], capture_output=True, text=True,
+                              env=dict(os.environ, PYTHONPATH=pp, LOCAL_RANK="0", LOCAL_WORLD_SIZE="4"), timeout=300)
+
+    def want():
+        rows = [data + bytes(4096 - len(data)) for p in paths for _, _, data in reference(p)]
+        return {i: hashlib.sha1(r).hexdigest() for i, r in enumerate(rows)}
+
+    r = run()
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert {int(k): v for k, v in json.loads(r.stdout.splitlines()[-1])["rows"].items()} == want()
+    assert len(glob.glob(os.path.join(idx, "*-shards-*.lst"))) == 1
+    size = os.path.getsize(paths[1])
+    write_tar(paths[1], members_of("b", 60, 9))  # rewritten: another size, other bytes
+    assert os.path.getsize(paths[1]) != size
+    shutil.copyfile(paths[1], os.path.join(d, "b.tar"))
+    os.utime(os.path.join(d, "b.tar"), (time.time() + 5, time.time() + 5))  # another ETag (nginx: mtime-size)
+    r = run()
+    assert r.returncode != 0 and "%s/stale/b.tar" % env.url in r.stderr and "changed since it was indexed" in \
+        r.stderr, r.stderr[-2000:]
+    assert glob.glob(os.path.join(idx, "*-shards-*.lst")) == []
+    r = run()
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert {int(k): v for k, v in json.loads(r.stdout.splitlines()[-1])["rows"].items()} == want()
 
 
 def test_http_tfrecord_sidecar(nginx, lade_cli, tmp_path):
