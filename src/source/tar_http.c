@@ -213,54 +213,6 @@ static int remote_http(lade__tar_t *t, const struct lade_config *cfg, lade__sour
   return lade__http_create(&H(t)->http, &o);
 }
 
-/* The shards a URL source names: a brace pattern, one .tar, or a list file
- * fetched from the server (relative lines are relative to its folder). */
-typedef struct tar_listing {
-  lade__tar_t *t;
-  size_t plen; /* the prefix's length: keys with a '/' after it are in sub-folders */
-} tar_listing_t;
-
-/* A listed object that is a shard: a .tar (.tfrecord) directly under the
- * prefix, as a local folder's shards are its .tar files and not its
- * sub-folders'. */
-static int push_tar_key(void *ctx, const char *key, size_t klen, uint64_t size) {
-  tar_listing_t *l = ctx;
-  (void)size;
-  if (klen <= l->plen || !l->t->fmt->is_shard(key, klen) || memchr(key + l->plen, '/', klen - l->plen))
-    return 0;
-  char name[LADE__PATH_MAX + 300];
-  int n = snprintf(name, sizeof name, "s3://%s/%.*s", H(l->t)->w.bucket, (int)klen, key);
-  if (n < 0 || (size_t)n >= sizeof name)
-    return lade__fail(LADE_ERANGE, "s3://%s/%.*s...: name too long", H(l->t)->w.bucket, (int)LADE__MIN(klen, 200), key);
-  return lade__tar_strs_push(&l->t->shards, name, (size_t)n);
-}
-
-static int remote_shards(lade__tar_t *t, const char *src) {
-  if (strchr(src, '{')) return lade__tar_brace_expand(&t->shards, src, src);
-  if (t->fmt->is_shard(src, strlen(src))) return lade__tar_strs_push(&t->shards, src, strlen(src));
-  if (H(t)->s3 && !lade__tar_has_suffix(src, ".txt")) { /* a prefix: its .tar objects (the listing is sorted by key) */
-    char prefix[1100];
-    size_t pl = strlen(H(t)->w.path);
-    snprintf(prefix, sizeof prefix, "%s%s", H(t)->w.path, pl && H(t)->w.path[pl - 1] != '/' ? "/" : "");
-    tar_listing_t l = {t, strlen(prefix)};
-    int rc = lade__s3_list(&H(t)->w, H(t)->http, prefix, src, push_tar_key, &l);
-    if (!rc && !t->shards.n) rc = lade__fail(LADE_EEMPTY, "%s holds no %s objects", src, t->fmt->shard_kind);
-    return rc;
-  }
-  char url[8192];
-  if (name_url(t, src, url, sizeof url)) return lade__fail(LADE_ERANGE, "%s: name too long", src);
-  lade__buf_t b = {0};
-  int rc = lade__http_get_blocking(H(t)->http, url, src, &b, 64u << 20, 0, NULL);
-  if (!rc) {
-    char base[LADE__PATH_MAX];
-    const char *slash = strrchr(src, '/');
-    snprintf(base, sizeof base, "%.*s", (int)(slash - src + 1), src);
-    rc = lade__tar_list_lines(&t->shards, &b, base, src);
-  }
-  lade__buf_free(&b);
-  return rc;
-}
-
 /* ------------------------------------------------------ sidecar indexes */
 
 /* The Ranges of the reads of shard i that `mask` selects (cut at its
@@ -931,7 +883,12 @@ static int http_open(lade__tar_t *t, const struct lade_config *cfg, lade__source
   if (!rc)
     rc = lade__tar_nodelist_open(&h->nl, lade__tar_index_dir(cfg), t->fmt->index_name, s->job, cfg->source,
                                  &t->shards);
-  if (!rc && lade__tar_is_url(cfg->source) && !h->nl.loaded) rc = remote_shards(t, cfg->source);
+  if (!rc && lade__tar_is_url(cfg->source) && !h->nl.loaded) {
+    char url[8192];
+    int bad = !h->s3 && name_url(t, cfg->source, url, sizeof url);
+    rc = bad ? lade__fail(LADE_ERANGE, "%s: name too long", cfg->source)
+             : lade__tar_remote_shards(t, cfg->source, h->http, h->s3 ? &h->w : NULL, url);
+  }
   size_t ns = t->shards.n ? t->shards.n : 1;
   if (!rc && (!(h->shard_ver = calloc(ns, sizeof *h->shard_ver)) ||
               !(h->shard_size = calloc(ns, sizeof *h->shard_size)) ||

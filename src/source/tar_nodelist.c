@@ -1,7 +1,10 @@
-/* tar_nodelist.c - a remote tar source's open made once per node and job
- * (tar_nodelist.h). The file: magic, the job's hash, the shard count, then
- * per shard its name, size and validator (each string a u32 length and its
- * bytes), and a checksum of all before it. */
+/* tar_nodelist.c - a remote tar source's shards: what its URL names, and
+ * its open made once per node and job (tar_nodelist.h). The listing file:
+ * magic, the job's hash, the shard count, then per shard its name, size and
+ * validator (each string a u32 length and its bytes), and a checksum of all
+ * before it. */
+#ifdef LADE_HAVE_CURL
+
 #include "source/tar_nodelist.h"
 
 #include <stdio.h>
@@ -10,6 +13,56 @@
 #include <unistd.h>
 
 #include "source/nodefile.h"
+
+/* ------------------------------------------------ what a URL source names */
+
+typedef struct tar_listing {
+  lade__tar_t *t;
+  const char *bucket;
+  size_t plen; /* the prefix's length: keys with a '/' after it are in sub-folders */
+} tar_listing_t;
+
+/* A listed object that is a shard: a .tar (.tfrecord) directly under the
+ * prefix, as a local folder's shards are its .tar files and not its
+ * sub-folders'. */
+static int push_tar_key(void *ctx, const char *key, size_t klen, uint64_t size) {
+  tar_listing_t *l = ctx;
+  (void)size;
+  if (klen <= l->plen || !l->t->fmt->is_shard(key, klen) || memchr(key + l->plen, '/', klen - l->plen))
+    return 0;
+  char name[LADE__PATH_MAX + 300];
+  int n = snprintf(name, sizeof name, "s3://%s/%.*s", l->bucket, (int)klen, key);
+  if (n < 0 || (size_t)n >= sizeof name)
+    return lade__fail(LADE_ERANGE, "s3://%s/%.*s...: name too long", l->bucket, (int)LADE__MIN(klen, 200), key);
+  return lade__tar_strs_push(&l->t->shards, name, (size_t)n);
+}
+
+int lade__tar_remote_shards(lade__tar_t *t, const char *src, lade__http_t *http, const lade__s3_where_t *w,
+                            const char *url) {
+  if (strchr(src, '{')) return lade__tar_brace_expand(&t->shards, src, src);
+  if (t->fmt->is_shard(src, strlen(src))) return lade__tar_strs_push(&t->shards, src, strlen(src));
+  if (w && !lade__tar_has_suffix(src, ".txt")) { /* a prefix: its .tar objects (the listing is sorted by key) */
+    char prefix[1100];
+    size_t pl = strlen(w->path);
+    snprintf(prefix, sizeof prefix, "%s%s", w->path, pl && w->path[pl - 1] != '/' ? "/" : "");
+    tar_listing_t l = {t, w->bucket, strlen(prefix)};
+    int rc = lade__s3_list(w, http, prefix, src, push_tar_key, &l);
+    if (!rc && !t->shards.n) rc = lade__fail(LADE_EEMPTY, "%s holds no %s objects", src, t->fmt->shard_kind);
+    return rc;
+  }
+  lade__buf_t b = {0};
+  int rc = lade__http_get_blocking(http, url, src, &b, 64u << 20, 0, NULL);
+  if (!rc) {
+    char base[LADE__PATH_MAX];
+    const char *slash = strrchr(src, '/');
+    snprintf(base, sizeof base, "%.*s", (int)(slash - src + 1), src);
+    rc = lade__tar_list_lines(&t->shards, &b, base, src);
+  }
+  lade__buf_free(&b);
+  return rc;
+}
+
+/* ------------------------------------------------- the node's single open */
 
 #define NL_MAGIC 0x4c4e4544414c0001ull /* "LADENL" v1 */
 #define NL_SEED 0x6e6f64656c697374ull
@@ -136,3 +189,5 @@ void lade__tar_nodelist_close(lade__tar_nodelist_t *nl, size_t shards) {
   nl->val = NULL;
   nl->size = NULL;
 }
+
+#endif /* LADE_HAVE_CURL */

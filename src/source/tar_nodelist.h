@@ -1,6 +1,6 @@
 /*
- * tar_nodelist.h - a remote tar source's open made once per node and job
- * (issue 30, no request storms). Without it every rank of a node lists the
+ * tar_nodelist.h - a remote tar source's shards: what its URL names, and
+ * its open made once per node and job (issue 30, no request storms). Without it every rank of a node lists the
  * shards (an S3 LIST, a list file), sends each shard's HEAD and fetches its
  * sidecar or streams it, all at once. With a folder for indexes (index_dir,
  * else cache_dir) and a job key (source.h's job), the ranks of the
@@ -22,6 +22,8 @@
 
 #include <stdint.h>
 
+#include "http/http.h"
+#include "source/s3auth.h"
 #include "tar_impl.h"
 
 typedef struct lade__tar_nodelist {
@@ -34,6 +36,12 @@ typedef struct lade__tar_nodelist {
   int dropped;          /* the file was removed as stale (atomic) */
 } lade__tar_nodelist_t;
 
+/* The shards a URL source names, into t->shards: a brace pattern, one
+ * shard, the shard objects directly under an s3:// prefix (w: its where,
+ * listed by http; NULL: not s3), else a list file fetched from `url`
+ * (relative lines are relative to its folder). */
+int lade__tar_remote_shards(lade__tar_t *t, const char *src, lade__http_t *http, const lade__s3_where_t *w,
+                            const char *url);
 /* With dir and job (0: no job known, nothing shared): waits for the node's
  * lock on the listing of `source`; when the file holds this job's listing,
  * pushes its shards into *shards (when empty; else they must be the same)
