@@ -451,9 +451,11 @@ NODE_RANK = r"""
 import hashlib, json, sys
 import lade
 src, cache, rank, world = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+kw = {"source_type": sys.argv[5]} if len(sys.argv) > 5 else {}
 out = {}
 with lade.Loader(src, transform="raw", raw_size=4096, batch_size=7, epochs=1, shuffle=False, threads=2,
-                 output="numpy", meta=True, index_dir=cache, job_id="node-test", rank=rank, world_size=world) as L:
+                 output="numpy", meta=True, index_dir=cache, job_id="node-test", rank=rank, world_size=world,
+                 raw_overflow="cut", **kw) as L:
     for d, _, b in L.stream():
         for row, i in zip(d, b.indices.tolist()):
             out[i] = hashlib.sha1(bytes(row)).hexdigest()
@@ -462,15 +464,16 @@ print(json.dumps({"rows": out, "list_requests": st["list_requests"], "rejected":
 """
 
 
-def node_ranks(src, cache, nodes, n=4):
+def node_ranks(src, cache, nodes, n=4, env=None, source_type=None):
     """n ranks of one job sharing index_dir (one job_id), started together: with nodes, n one-rank nodes
     (LOCAL_WORLD_SIZE=1, ranks 0..n-1 of a world of n, each reading its part); else n ranks of one node
     (LOCAL_WORLD_SIZE=n), each reading src whole. Their JSON results."""
     pp = os.path.dirname(os.path.dirname(os.path.abspath(lade.__file__)))
     procs = [subprocess.Popen([sys.executable, "-c", NODE_RANK, src, cache, str(k if nodes else 0),
-                               str(n if nodes else 1)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               str(n if nodes else 1)] + ([source_type] if source_type else []),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               env=dict(os.environ, PYTHONPATH=pp, LOCAL_RANK="0" if nodes else str(k),
-                                       LOCAL_WORLD_SIZE="1" if nodes else str(n)))
+                                       LOCAL_WORLD_SIZE="1" if nodes else str(n), **(env or {})))
              for k in range(n)]
     outs = [p.communicate(timeout=300) for p in procs]
     for p, (out, err) in zip(procs, outs):
@@ -519,6 +522,34 @@ def test_http_open_once_per_node(nginx, lade_cli, tmp_path, nodes):
         # a pending binding at first reads (3 shards, all 8 sampled headers each, at most 8 Ranges) or nothing
         took = sorted(r["list_requests"] for r in runs)[:3]
         assert max(took) <= (3 * 8 if sidecars else 0), took
+
+
+def test_s3_open_once_per_node(shards, tmp_path):
+    """Four ranks of a node and job over s3:// shards with sidecars: the server sees one rank's open (one LIST
+    of the prefix, one HEAD probing for sidecars, each shard's first bytes and sidecar once)."""
+    why = s3env.missing()
+    if why:
+        pytest.skip(why)
+    local = shards["packed"] + shards["other"]
+    with s3env.S3Env() as env:
+        keys = ["node/%d.tar" % k for k in range(len(local))]
+        for k, p in zip(keys, local):
+            env.put(k, open(p, "rb").read())
+            env.put(k + ".ladeidx", open(p + ".ladeidx", "rb").read())
+        env.reset()
+        runs = node_ranks("s3://%s/node" % env.bucket, str(tmp_path / "idx"), False, env=env.lade_env(),
+                          source_type="tar")
+        want = None
+        for r in runs:
+            rows = {int(k): v for k, v in r["rows"].items()}
+            assert r["rejected"] == 0 and rows and (want is None or rows == want)
+            want = rows
+        c = env.counts()
+        n = len(keys)
+        assert (c["sig_failures"], c["list"], c["head"]) == (0, 1, 1), c
+        sides = [c["by_key"].get("/%s/%s.ladeidx" % (env.bucket, k), 0) for k in keys]
+        assert sides == [1] * n, sides  # each sidecar's GET once for the node (by_key counts GETs)
+        assert sorted(r["list_requests"] for r in runs)[0] == 0
 
 
 def test_http_node_listing_stale(nginx, tmp_path):
