@@ -593,6 +593,44 @@ def test_http_node_listing_stale(nginx, tmp_path):
     assert {int(k): v for k, v in json.loads(r.stdout.splitlines()[-1])["rows"].items()} == want()
 
 
+def test_http_node_listing_damaged(nginx, tmp_path):
+    """A node's listing file cut short, with a byte flipped, or emptied is not used: the open lists and indexes
+    the shards again (its requests counted), stores a whole listing, and the bytes are right each time."""
+    env, root = nginx
+    d = os.path.join(root, "damaged")
+    os.mkdir(d)
+    local = tmp_path / "damaged"
+    local.mkdir()
+    paths = [write_tar(str(local / nm), members_of(nm[0], 12, k)) for k, nm in enumerate(["a.tar", "b.tar"])]
+    for p in paths:
+        shutil.copyfile(p, os.path.join(d, os.path.basename(p)))
+    src, idx = "%s/damaged/{a,b}.tar" % env.url, str(tmp_path / "idx")
+    pp = os.path.dirname(os.path.dirname(os.path.abspath(lade.__file__)))
+    rows = [data + bytes(4096 - len(data)) for p in paths for _, _, data in reference(p)]
+    want = {i: hashlib.sha1(r).hexdigest() for i, r in enumerate(rows)}
+
+    def run():
+        r = subprocess.run([sys.executable, "-c", NODE_RANK, src, idx, "0", "1"], capture_output=True, text=True,
+                           env=dict(os.environ, PYTHONPATH=pp, LOCAL_RANK="0", LOCAL_WORLD_SIZE="4"), timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        out = json.loads(r.stdout.splitlines()[-1])
+        assert {int(k): v for k, v in out["rows"].items()} == want
+        return out["list_requests"]
+
+    assert run() == 5  # the sidecar probe (404), the two shards' HEADs and their index passes
+    assert run() == 0  # the listing and the stored indexes
+    lst = glob.glob(os.path.join(idx, "*-shards-*.lst"))
+    assert len(lst) == 1
+    whole = open(lst[0], "rb").read()
+    flipped = bytearray(whole)
+    flipped[len(whole) // 2] ^= 0x40
+    for damaged in (whole[:len(whole) // 2], bytes(flipped), b""):
+        open(lst[0], "wb").write(damaged)
+        assert run() == 2, damaged[:16]  # not used: the HEADs again (the stored indexes still serve)
+        assert open(lst[0], "rb").read() == whole  # made whole again
+        assert run() == 0
+
+
 def test_http_tfrecord_sidecar(nginx, lade_cli, tmp_path):
     env, root = nginx
     d = os.path.join(root, "tfr")
