@@ -164,6 +164,28 @@ int lade__http_read(lade__http_t *h, uint64_t idx, const lade__http_get_t *g, la
   return rc;
 }
 
+CURL *lade__http_easy_take(lade__http_t *h, lade__http_easies_t *p) {
+  CURL *e = NULL;
+  pthread_mutex_lock(&h->mu);
+  if (p->n) e = p->e[--p->n];
+  pthread_mutex_unlock(&h->mu);
+  return e ? e : curl_easy_init();
+}
+
+void lade__http_easy_keep(lade__http_t *h, lade__http_easies_t *p, CURL *e) {
+  if (!e) return;
+  pthread_mutex_lock(&h->mu);
+  if (p->n == p->cap && (!p->most || p->cap < p->most)) {
+    size_t cap = p->cap ? p->cap * 2 : 16;
+    CURL **q = realloc(p->e, cap * sizeof *q);
+    if (q) p->e = q, p->cap = cap;
+  }
+  int kept = p->n < p->cap && (!p->most || p->n < p->most);
+  if (kept) p->e[p->n++] = e;
+  pthread_mutex_unlock(&h->mu);
+  if (!kept) curl_easy_cleanup(e);
+}
+
 void lade__http_destroy(lade__http_t *h) {
   if (!h) return;
   if (h->thread_started) {
@@ -175,10 +197,10 @@ void lade__http_destroy(lade__http_t *h) {
     pthread_join(h->thread, NULL);
   }
   if (h->multi) curl_multi_cleanup(h->multi);
-  for (size_t i = 0; i < h->n_free_easy; i++) curl_easy_cleanup(h->free_easy[i]);
-  free(h->free_easy);
-  for (size_t i = 0; i < h->n_idle_easy; i++) curl_easy_cleanup(h->idle_easy[i]);
-  free(h->idle_easy);
+  for (size_t i = 0; i < h->free_easy.n; i++) curl_easy_cleanup(h->free_easy.e[i]);
+  free(h->free_easy.e);
+  for (size_t i = 0; i < h->idle_easy.n; i++) curl_easy_cleanup(h->idle_easy.e[i]);
+  free(h->idle_easy.e);
   for (lade__http_req_t *r = h->free_reqs, *n; r; r = n) {
     n = r->next;
     free(r->body.data);
@@ -211,6 +233,7 @@ int lade__http_create(lade__http_t **out, const lade__http_opts_t *o) {
   if (!h->o.max_conc) h->o.max_conc = 128;
   h->limit = h->o.fixed_conc ? h->o.fixed_conc : LADE__MIN((uint32_t)LADE__HTTP_START_AUTO, h->o.max_conc);
   h->slow_start = 1;
+  h->idle_easy.most = 128; /* the blocking calls' threads: tar's index threads are at most 64 */
   *out = h;
   return 0;
 }

@@ -107,6 +107,12 @@ typedef struct lade__http_table {
   size_t n_free_bufs;
 } lade__http_table_t;
 
+/* Idle curl easy handles kept for the next request (under the handle's mu). */
+typedef struct lade__http_easies {
+  CURL **e;
+  size_t n, cap, most; /* most: how many are kept (0: no bound) */
+} lade__http_easies_t;
+
 typedef struct lade__http_fifo {
   lade__http_req_t *head, *tail;
   size_t n;
@@ -124,13 +130,11 @@ struct lade__http {
   lade__http_fifo_t urgent, queue, bg, timers; /* bg: background submits; timers: unsorted, scanned each turn */
   lade__http_req_t *active;        /* in flight (doubly linked) */
   lade__http_req_t *free_reqs;
-  CURL **free_easy;
-  size_t n_free_easy, cap_free_easy;
-  /* the blocking calls' idle easy handles (http_oneshot.c, under mu): each
-   * keeps its live connection, so a run of HEADs and listing pages reuses
-   * connections (and TLS sessions) instead of opening one per request */
-  CURL **idle_easy;
-  size_t n_idle_easy, cap_idle_easy;
+  lade__http_easies_t free_easy; /* the loop's idle easy handles (their connections are the multi's) */
+  /* the blocking calls' idle easy handles (http_oneshot.c): each keeps its
+   * live connection, so a run of HEADs and listing pages reuses connections
+   * (and TLS sessions) instead of opening one per request */
+  lade__http_easies_t idle_easy;
   lade__http_table_t tab; /* the results by sample index (http_table.c; under mu) */
   /* counters and tuning */
   uint64_t get_requests, list_requests, retried, bytes, truncated, throttled, refreshed;
@@ -182,6 +186,13 @@ typedef struct lade__http_verdict {
   uint64_t size;     /* a HEAD's Content-Length: the object's size now */
   char what[LADE__HTTP_WHAT]; /* "HTTP 503 SlowDown: message" */
 } lade__http_verdict_t;
+
+/* An idle handle of p (reset by the caller before use), else a new one
+ * (NULL: out of memory). Thread-safe: takes h->mu. */
+CURL *lade__http_easy_take(lade__http_t *h, lade__http_easies_t *p);
+/* Keeps e in p for a later take (at most p->most), else closes it.
+ * Thread-safe: takes h->mu. */
+void lade__http_easy_keep(lade__http_t *h, lade__http_easies_t *p, CURL *e);
 
 /* 1 when a transfer that ended with curl's code c is tried again (refused,
  * reset, timed out, cut short; not a TLS verification failure). */

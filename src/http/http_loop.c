@@ -75,13 +75,9 @@ static int start(lade__http_t *h, lade__http_req_t *r, char *msg, size_t msg_siz
     return LADE_ERANGE;
   }
   snprintf(msg, msg_size, "%s: cannot start a request (out of memory or URL too long)", name);
-  CURL *e = NULL;
-  pthread_mutex_lock(&h->mu);
-  if (h->n_free_easy) e = h->free_easy[--h->n_free_easy];
-  pthread_mutex_unlock(&h->mu);
-  if (e) curl_easy_reset(e);
-  else e = curl_easy_init();
+  CURL *e = lade__http_easy_take(h, &h->free_easy);
   if (!e) return LADE_ENOMEM;
+  curl_easy_reset(e);
   char url[8192];
   if (h->o.url(h->o.ctx, r->get.obj, url, sizeof url)) {
     curl_easy_cleanup(e);
@@ -134,16 +130,7 @@ static void active_unlink(lade__http_t *h, lade__http_req_t *r) {
 
 static void easy_release(lade__http_t *h, CURL *e) {
   curl_multi_remove_handle(h->multi, e);
-  pthread_mutex_lock(&h->mu);
-  if (h->n_free_easy == h->cap_free_easy) {
-    size_t cap = h->cap_free_easy ? h->cap_free_easy * 2 : 64;
-    CURL **p = realloc(h->free_easy, cap * sizeof *p);
-    if (p) h->free_easy = p, h->cap_free_easy = cap;
-  }
-  int kept = h->n_free_easy < h->cap_free_easy;
-  if (kept) h->free_easy[h->n_free_easy++] = e;
-  pthread_mutex_unlock(&h->mu);
-  if (!kept) curl_easy_cleanup(e);
+  lade__http_easy_keep(h, &h->free_easy, e);
 }
 
 static uint32_t conc_min(const lade__http_t *h) { return LADE__MIN((uint32_t)LADE__HTTP_MIN_AUTO, h->o.max_conc); }

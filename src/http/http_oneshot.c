@@ -21,32 +21,9 @@
 #include "http/http_impl.h"
 
 /* An easy handle for one blocking call: an idle one (its connection still
- * open) when there is one, else a new one. */
-static CURL *easy_take(lade__http_t *h) {
-  CURL *e = NULL;
-  pthread_mutex_lock(&h->mu);
-  if (h->n_idle_easy) e = h->idle_easy[--h->n_idle_easy];
-  pthread_mutex_unlock(&h->mu);
-  return e ? e : curl_easy_init();
-}
-
-/* Keeps e, reset (its connection stays open for the next call), among at
- * most IDLE_EASY idle handles; past that it is closed. */
-#define IDLE_EASY 128
-static void easy_give(lade__http_t *h, CURL *e) {
-  if (!e) return;
-  curl_easy_reset(e);
-  pthread_mutex_lock(&h->mu);
-  if (h->n_idle_easy == h->cap_idle_easy && h->cap_idle_easy < IDLE_EASY) {
-    size_t cap = h->cap_idle_easy ? h->cap_idle_easy * 2 : 16;
-    CURL **p = realloc(h->idle_easy, cap * sizeof *p);
-    if (p) h->idle_easy = p, h->cap_idle_easy = cap;
-  }
-  int kept = h->n_idle_easy < h->cap_idle_easy;
-  if (kept) h->idle_easy[h->n_idle_easy++] = e;
-  pthread_mutex_unlock(&h->mu);
-  if (!kept) curl_easy_cleanup(e);
-}
+ * open) when there is one, else a new one; given back after. */
+static CURL *easy_take(lade__http_t *h) { return lade__http_easy_take(h, &h->idle_easy); }
+static void easy_give(lade__http_t *h, CURL *e) { lade__http_easy_keep(h, &h->idle_easy, e); }
 
 int lade__http_get_blocking(lade__http_t *h, const char *url, const char *shown, lade__buf_t *out, uint64_t cap,
                             int is_list, int (*cut)(const lade__buf_t *b, char *what, size_t size)) {

@@ -524,32 +524,40 @@ def test_http_open_once_per_node(nginx, lade_cli, tmp_path, nodes):
         assert max(took) <= (3 * 8 if sidecars else 0), took
 
 
-def test_s3_open_once_per_node(shards, tmp_path):
-    """Four ranks of a node and job over s3:// shards with sidecars: the server sees one rank's open (one LIST
-    of the prefix, one HEAD probing for sidecars, each shard's first bytes and sidecar once)."""
-    why = s3env.missing()
-    if why:
-        pytest.skip(why)
-    local = shards["packed"] + shards["other"]
-    with s3env.S3Env() as env:
-        keys = ["node/%d.tar" % k for k in range(len(local))]
-        for k, p in zip(keys, local):
-            env.put(k, open(p, "rb").read())
-            env.put(k + ".ladeidx", open(p + ".ladeidx", "rb").read())
-        env.reset()
-        runs = node_ranks("s3://%s/node" % env.bucket, str(tmp_path / "idx"), False, env=env.lade_env(),
-                          source_type="tar")
-        want = None
-        for r in runs:
-            rows = {int(k): v for k, v in r["rows"].items()}
-            assert r["rejected"] == 0 and rows and (want is None or rows == want)
-            want = rows
-        c = env.counts()
-        n = len(keys)
-        assert (c["sig_failures"], c["list"], c["head"]) == (0, 1, 1), c
-        sides = [c["by_key"].get("/%s/%s.ladeidx" % (env.bucket, k), 0) for k in keys]
-        assert sides == [1] * n, sides  # each sidecar's GET once for the node (by_key counts GETs)
-        assert sorted(r["list_requests"] for r in runs)[0] == 0
+class OneRank:
+    """Two shards a.tar, b.tar served under root/SUB (no sidecars), opened by one process that is a rank of a
+    node of 4 (LOCAL_WORLD_SIZE=4, one job_id) with its own index_dir: run() opens them and reads them whole."""
+
+    def __init__(self, env, root, tmp_path, sub):
+        self.served = os.path.join(root, sub)
+        os.mkdir(self.served)
+        local = tmp_path / sub
+        local.mkdir()
+        self.paths = [write_tar(str(local / nm), members_of(nm[0], 12, k)) for k, nm in enumerate(["a.tar", "b.tar"])]
+        for p in self.paths:
+            shutil.copyfile(p, os.path.join(self.served, os.path.basename(p)))
+        self.src, self.idx = "%s/%s/{a,b}.tar" % (env.url, sub), str(tmp_path / "idx")
+
+    def want(self):
+        rows = [data + bytes(4096 - len(data)) for p in self.paths for _, _, data in reference(p)]
+        return {i: hashlib.sha1(r).hexdigest() for i, r in enumerate(rows)}
+
+    def run(self, ok=True):
+        """The process's stderr when it fails (ok False), else its list_requests, its rows checked."""
+        pp = os.path.dirname(os.path.dirname(os.path.abspath(lade.__file__)))
+        r = subprocess.run([sys.executable, "-c", NODE_RANK, self.src, self.idx, "0", "1"], capture_output=True,
+                           text=True, env=dict(os.environ, PYTHONPATH=pp, LOCAL_RANK="0", LOCAL_WORLD_SIZE="4"),
+                           timeout=300)
+        if not ok:
+            assert r.returncode != 0, r.stdout[-2000:]
+            return r.stderr
+        assert r.returncode == 0, r.stderr[-2000:]
+        out = json.loads(r.stdout.splitlines()[-1])
+        assert {int(k): v for k, v in out["rows"].items()} == self.want()
+        return out["list_requests"]
+
+    def listings(self):
+        return glob.glob(os.path.join(self.idx, "*-shards-*.lst"))
 
 
 def test_http_node_listing_stale(nginx, tmp_path):
@@ -557,78 +565,38 @@ def test_http_node_listing_stale(nginx, tmp_path):
     fails the next open of the same job loudly (its Range requests are pinned to the old version), which
     removes the listing; the open after that lists again and reads the new bytes."""
     env, root = nginx
-    d = os.path.join(root, "stale")
-    os.mkdir(d)
-    local = tmp_path / "stale"
-    local.mkdir()
-    paths = [write_tar(str(local / nm), members_of(nm[0], 12, k)) for k, nm in enumerate(["a.tar", "b.tar"])]
-    for p in paths:
-        shutil.copyfile(p, os.path.join(d, os.path.basename(p)))
-    src, idx = "%s/stale/{a,b}.tar" % env.url, str(tmp_path / "idx")
-    pp = os.path.dirname(os.path.dirname(os.path.abspath(lade.__file__)))
-
-    def run():
-        return subprocess.run([sys.executable, "-c", NODE_RANK, src, idx, "0", "1"], capture_output=True, text=True,
-                              env=dict(os.environ, PYTHONPATH=pp, LOCAL_RANK="0", LOCAL_WORLD_SIZE="4"), timeout=300)
-
-    def want():
-        rows = [data + bytes(4096 - len(data)) for p in paths for _, _, data in reference(p)]
-        return {i: hashlib.sha1(r).hexdigest() for i, r in enumerate(rows)}
-
-    r = run()
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert {int(k): v for k, v in json.loads(r.stdout.splitlines()[-1])["rows"].items()} == want()
-    assert len(glob.glob(os.path.join(idx, "*-shards-*.lst"))) == 1
-    size = os.path.getsize(paths[1])
-    write_tar(paths[1], members_of("b", 60, 9))  # rewritten: another size, other bytes
-    assert os.path.getsize(paths[1]) != size
-    shutil.copyfile(paths[1], os.path.join(d, "b.tar"))
-    os.utime(os.path.join(d, "b.tar"), (time.time() + 5, time.time() + 5))  # another ETag (nginx: mtime-size)
-    r = run()
-    assert r.returncode != 0 and "%s/stale/b.tar" % env.url in r.stderr and "changed since it was indexed" in \
-        r.stderr, r.stderr[-2000:]
-    assert glob.glob(os.path.join(idx, "*-shards-*.lst")) == []
-    r = run()
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert {int(k): v for k, v in json.loads(r.stdout.splitlines()[-1])["rows"].items()} == want()
+    o = OneRank(env, root, tmp_path, "stale")
+    o.run()
+    assert len(o.listings()) == 1
+    size = os.path.getsize(o.paths[1])
+    write_tar(o.paths[1], members_of("b", 60, 9))  # rewritten: another size, other bytes
+    assert os.path.getsize(o.paths[1]) != size
+    b = os.path.join(o.served, "b.tar")
+    shutil.copyfile(o.paths[1], b)
+    os.utime(b, (time.time() + 5, time.time() + 5))  # another ETag (nginx's: mtime and size)
+    err = o.run(ok=False)
+    assert "%s/stale/b.tar" % env.url in err and "changed since it was indexed" in err, err[-2000:]
+    assert o.listings() == []
+    o.run()
 
 
 def test_http_node_listing_damaged(nginx, tmp_path):
     """A node's listing file cut short, with a byte flipped, or emptied is not used: the open lists and indexes
     the shards again (its requests counted), stores a whole listing, and the bytes are right each time."""
     env, root = nginx
-    d = os.path.join(root, "damaged")
-    os.mkdir(d)
-    local = tmp_path / "damaged"
-    local.mkdir()
-    paths = [write_tar(str(local / nm), members_of(nm[0], 12, k)) for k, nm in enumerate(["a.tar", "b.tar"])]
-    for p in paths:
-        shutil.copyfile(p, os.path.join(d, os.path.basename(p)))
-    src, idx = "%s/damaged/{a,b}.tar" % env.url, str(tmp_path / "idx")
-    pp = os.path.dirname(os.path.dirname(os.path.abspath(lade.__file__)))
-    rows = [data + bytes(4096 - len(data)) for p in paths for _, _, data in reference(p)]
-    want = {i: hashlib.sha1(r).hexdigest() for i, r in enumerate(rows)}
-
-    def run():
-        r = subprocess.run([sys.executable, "-c", NODE_RANK, src, idx, "0", "1"], capture_output=True, text=True,
-                           env=dict(os.environ, PYTHONPATH=pp, LOCAL_RANK="0", LOCAL_WORLD_SIZE="4"), timeout=300)
-        assert r.returncode == 0, r.stderr[-2000:]
-        out = json.loads(r.stdout.splitlines()[-1])
-        assert {int(k): v for k, v in out["rows"].items()} == want
-        return out["list_requests"]
-
-    assert run() == 5  # the sidecar probe (404), the two shards' HEADs and their index passes
-    assert run() == 0  # the listing and the stored indexes
-    lst = glob.glob(os.path.join(idx, "*-shards-*.lst"))
+    o = OneRank(env, root, tmp_path, "damaged")
+    assert o.run() == 5  # the sidecar probe (404), the two shards' HEADs and their index passes
+    assert o.run() == 0  # the listing and the stored indexes
+    lst = o.listings()
     assert len(lst) == 1
     whole = open(lst[0], "rb").read()
     flipped = bytearray(whole)
     flipped[len(whole) // 2] ^= 0x40
     for damaged in (whole[:len(whole) // 2], bytes(flipped), b""):
         open(lst[0], "wb").write(damaged)
-        assert run() == 2, damaged[:16]  # not used: the HEADs again (the stored indexes still serve)
+        assert o.run() == 2, damaged[:16]  # not used: the HEADs again (the stored indexes still serve)
         assert open(lst[0], "rb").read() == whole  # made whole again
-        assert run() == 0
+        assert o.run() == 0
 
 
 def test_http_tfrecord_sidecar(nginx, lade_cli, tmp_path):
@@ -656,16 +624,22 @@ def test_http_tfrecord_sidecar(nginx, lade_cli, tmp_path):
 
 # ---------------------------------------------------------------- s3:// (s3rver behind the proxy)
 
+def s3_put_shards(env, prefix, local):
+    """Puts the shards `local` and their sidecars as PREFIX/K.tar (+ .ladeidx): their keys."""
+    keys = ["%s/%d.tar" % (prefix, k) for k in range(len(local))]
+    for k, p in zip(keys, local):
+        env.put(k, open(p, "rb").read())
+        env.put(k + ".ladeidx", open(p + ".ladeidx", "rb").read())
+    return keys
+
+
 def test_s3_sidecar_used_and_rejected(shards, capfd):
     why = s3env.missing()
     if why:
         pytest.skip(why)
     local = shards["packed"] + shards["other"]
     with s3env.S3Env() as env:
-        keys = ["side/%d.tar" % k for k in range(len(local))]
-        for k, s in zip(keys, local):
-            env.put(k, open(s, "rb").read())
-            env.put(k + ".ladeidx", open(s + ".ladeidx", "rb").read())
+        keys = s3_put_shards(env, "side", local)
         names = ["s3://%s/%s" % (env.bucket, k) for k in keys]
         n = len(keys)
         env.reset()
@@ -695,3 +669,28 @@ def test_s3_sidecar_used_and_rejected(shards, capfd):
         same = os.path.getsize(local[0]) == os.path.getsize(local[1])
         opened = bind_ranges(local[0], os.path.getsize(local[1]))[0] if same else 0
         assert env.counts()["get"] == n + n + bind - sum(bind_ranges(local[1])) + opened + 1 + st["get_requests"]
+
+
+def test_s3_open_once_per_node(shards, tmp_path):
+    """Four ranks of a node and job over s3:// shards with sidecars: the server sees one rank's open (one LIST
+    of the prefix, one HEAD probing for sidecars, each shard's first bytes and sidecar once)."""
+    why = s3env.missing()
+    if why:
+        pytest.skip(why)
+    local = shards["packed"] + shards["other"]
+    with s3env.S3Env() as env:
+        keys = s3_put_shards(env, "node", local)
+        env.reset()
+        runs = node_ranks("s3://%s/node" % env.bucket, str(tmp_path / "idx"), False, env=env.lade_env(),
+                          source_type="tar")
+        want = None
+        for r in runs:
+            rows = {int(k): v for k, v in r["rows"].items()}
+            assert r["rejected"] == 0 and rows and (want is None or rows == want)
+            want = rows
+        c = env.counts()
+        n = len(keys)
+        assert (c["sig_failures"], c["list"], c["head"]) == (0, 1, 1), c
+        sides = [c["by_key"].get("/%s/%s.ladeidx" % (env.bucket, k), 0) for k in keys]
+        assert sides == [1] * n, sides  # each sidecar's GET once for the node (by_key counts GETs)
+        assert sorted(r["list_requests"] for r in runs)[0] == 0
