@@ -164,28 +164,6 @@ int lade__http_read(lade__http_t *h, uint64_t idx, const lade__http_get_t *g, la
   return rc;
 }
 
-CURL *lade__http_easy_take(lade__http_t *h, lade__http_easies_t *p) {
-  CURL *e = NULL;
-  pthread_mutex_lock(&h->mu);
-  if (p->n) e = p->e[--p->n];
-  pthread_mutex_unlock(&h->mu);
-  return e ? e : curl_easy_init();
-}
-
-void lade__http_easy_keep(lade__http_t *h, lade__http_easies_t *p, CURL *e) {
-  if (!e) return;
-  pthread_mutex_lock(&h->mu);
-  if (p->n == p->cap && (!p->most || p->cap < p->most)) {
-    size_t cap = p->cap ? p->cap * 2 : 16;
-    CURL **q = realloc(p->e, cap * sizeof *q);
-    if (q) p->e = q, p->cap = cap;
-  }
-  int kept = p->n < p->cap && (!p->most || p->n < p->most);
-  if (kept) p->e[p->n++] = e;
-  pthread_mutex_unlock(&h->mu);
-  if (!kept) curl_easy_cleanup(e);
-}
-
 void lade__http_destroy(lade__http_t *h) {
   if (!h) return;
   if (h->thread_started) {

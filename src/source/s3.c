@@ -547,7 +547,8 @@ static int s3_open(lade__source_t *s, const struct lade_config *cfg) {
   if (!rc && listing_dir(cfg)[0] && cfg->listing_ttl > 0) {
     cache_path(d, cfg, cpath, sizeof cpath);
     cached = cache_load(d, cpath, cfg->listing_ttl, &classes, &d->cache_created) == 0;
-    if (!cached && (lk = lade__nodefile_lock(listing_dir(cfg), cpath, "listing of the bucket")) >= 0) /* another may have listed meanwhile */
+    /* another may have listed meanwhile */
+    if (!cached && (lk = lade__nodefile_lock(listing_dir(cfg), cpath, "listing of the bucket")) >= 0)
       cached = cache_load(d, cpath, cfg->listing_ttl, &classes, &d->cache_created) == 0;
     snprintf(d->cache_file, sizeof d->cache_file, "%s", cpath);
     d->from_cache = cached;

@@ -321,7 +321,8 @@ static int pend_keep(lade__tar_t *t, size_t i, const lade__tar_index_t *x, const
  * and the last entry's and the end, in at most 2 Ranges: the last entry's
  * (then the first's) reads after its header are left to the rest, then the
  * last entry's header, until they fit. */
-static uint32_t open_reads(const lade__tar_t *t, size_t i, const lade__tar_reads_t *r, size_t nb, size_t per, int *lazy) {
+static uint32_t open_reads(const lade__tar_t *t, size_t i, const lade__tar_reads_t *r, size_t nb, size_t per,
+                           int *lazy) {
   lade__span_t sp[LADE__TAR_READS];
   lade__run_t runs[LADE__TAR_READS];
   size_t order[LADE__TAR_READS], m;
