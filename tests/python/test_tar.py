@@ -199,6 +199,36 @@ def test_npy_members(tmp_path):
     assert np.array_equal(d, np.stack(arrs)) and l.tolist() == [i % 4 for i in range(9)]
 
 
+def test_npy_members_other_headers(tmp_path):
+    """.npy members under transform=npy: a member whose header has another length (padded, as a writer may)
+    is read as np.load reads it; a member of another shape, or in fortran order or big-endian where sample 0
+    is not, fails naming shard and member."""
+    rng = np.random.default_rng(5)
+    arrs = [rng.standard_normal((4, 6)).astype(np.float32) for _ in range(8)]
+    members = []
+    for i, a in enumerate(arrs):
+        b = io.BytesIO()
+        np.save(b, a)
+        raw = b.getvalue()
+        if i == 6:  # a header 128 bytes longer: numpy reads it the same
+            hl = int.from_bytes(raw[8:10], "little")
+            raw = raw[:8] + (hl + 128).to_bytes(2, "little") + raw[10:10 + hl - 1] + b" " * 128 + b"\n" + raw[10 + hl:]
+            assert np.array_equal(np.load(io.BytesIO(raw)), arrs[i])
+        members += [("s%d.npy" % i, raw), ("s%d.cls" % i, b"%d" % i)]
+    shard = write_shard(tmp_path / "h.tar", members)
+    with lade.Loader(shard, transform="npy", batch_size=8, epochs=1, shuffle=False, threads=2, output="numpy") as L:
+        (d, l), = [(d.copy(), l.copy()) for d, l in L]
+    assert d.dtype == np.float32 and np.array_equal(d, np.stack(arrs)) and l.tolist() == list(range(8))
+    for bad, said in ((np.zeros((6, 4), np.float32), "(6,4)"), (np.asfortranarray(arrs[4]), "fortran order"),
+                      (arrs[4].astype(">f4"), "float32 (4,6)")):
+        b = io.BytesIO()
+        np.save(b, bad)
+        members[8] = ("s4.npy", b.getvalue())
+        shard = write_shard(tmp_path / "bad.tar", members)
+        msg = error_of(shard, transform="npy")
+        assert "bad.tar" in msg and "s4" in msg and said in msg and "differs from the dataset's" in msg, msg
+
+
 # ---------------------------------------------------------------- shard lists
 
 def test_folder_brace_and_list(tmp_path):
