@@ -524,11 +524,14 @@ class TestS3(unittest.TestCase):
 
     def test_listing_once_per_job_of_one_rank_nodes(self):
         # issue 30: four one-rank nodes (ranks_per_node=1 under mpirun -np 4) whose index_dir is a folder they
-        # share (a cluster's shared file system) list the bucket once between them: one rank's 2 pages
+        # share (a cluster's shared file system) list the bucket once between them: one rank's 2 pages, no HEAD,
+        # 1.00 GET per sample per epoch
         runs, c = self.mpirun_bench(4, 1, 5, folder="index_dir", ranks_per_node="1")
         self.assertEqual(c["list"], 2, "four one-rank nodes sent %d ListObjectsV2 pages, one rank's are 2"
                          % c["list"])
         self.assertEqual(sum(x["list_requests"] for x in runs), 2)
+        # no HEAD, and one GET per sample per epoch for the job (each rank reads its part)
+        self.assertEqual((c.get("head", 0), c["get"], sum(x["get_requests"] for x in runs)), (0, 1100, 1100))
 
     def test_requests_in_flight_are_the_nodes(self):
         # issue 30: http_max_concurrency bounds the node's requests in flight, not each rank's: under
