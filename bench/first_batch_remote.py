@@ -9,7 +9,12 @@ sidecars; tests/s3/faultproxy.js in front adds --latency-ms per request and a sh
 --link-mb-s. Each case opens a fresh loader (no index_dir, no cache_dir) on a list file of the shards'
 URLs and takes one batch.
 
-    LADE_BUILD=build python3 bench/first_batch_remote.py [--shards 1000] [--latency-ms 20]
+    LADE_BUILD=build python3 bench/first_batch_remote.py [--shards 1000] [--latency-ms 20] [--ranks 4]
+
+With --ranks N it then opens the shards with sidecars from N processes at once, as the ranks of one node
+(LOCAL_WORLD_SIZE=N, one index_dir, fresh each time): with a job key (job_id), so that the node opens
+them once (tar_nodelist.c), and without, each rank on its own; it prints the slowest rank's time to its
+first batch and the requests the server saw.
 """
 import argparse
 import io
@@ -58,6 +63,32 @@ def first_batch(list_file, batch):
     return t, t_open, (c1.user - c0.user) + (c1.system - c0.system), st
 
 
+RANK = r"""
+import sys, time
+sys.path.insert(0, sys.argv[1])
+import lade
+t0 = time.perf_counter()
+kw = {"job_id": sys.argv[5]} if len(sys.argv) > 5 else {}
+with lade.Loader(sys.argv[2], transform="raw", raw_size=1 << 16, batch_size=int(sys.argv[3]), shuffle=True, seed=1,
+                 epochs=1, output="numpy", index_dir=sys.argv[4], **kw) as L:
+    next(iter(L))
+    print(time.perf_counter() - t0)
+"""
+
+
+def node(env, lst, a, root, shared, k):
+    """--ranks processes open lst at once as one node's ranks: (slowest first batch, requests at the server)."""
+    idx = os.path.join(root, "idx-%s-%d" % ("node" if shared else "own", k))
+    c0 = env.counts()
+    procs = [subprocess.Popen([sys.executable, "-c", RANK, os.path.join(BUILD, "python"), lst, str(a.batch), idx] +
+                              (["bench-node"] if shared else []), stdout=subprocess.PIPE, text=True,
+                              env=dict(os.environ, LOCAL_RANK=str(r), LOCAL_WORLD_SIZE=str(a.ranks)))
+             for r in range(a.ranks)]
+    times = [float(p.communicate(timeout=600)[0].split()[-1]) for p in procs]
+    c1 = env.counts()
+    return max(times), c1["total"] - c0["total"]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shards", type=int, default=1000)
@@ -67,6 +98,8 @@ def main():
     ap.add_argument("--link-mb-s", type=float, default=200, help="the server's link, shared (0: unlimited)")
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=2, help="runs of each case (the best is kept)")
+    ap.add_argument("--ranks", type=int, default=0, help="then N ranks of one node, with and without the node's "
+                    "single open (0: not run)")
     a = ap.parse_args()
     why = httpenv.missing() or httpenv.missing_proxy()
     if why:
@@ -100,18 +133,20 @@ def main():
                     f.write("".join("%s/%s/%s\n" % (env.url, case, s) for s in shards))
             first_batch("%s/bare/%s" % (env.url, shards[0]), a.batch)  # the process's one-time costs (libcurl)
             for case in ("side", "bare") * a.repeat:  # interleaved
-                lst = lists[case]
-                if True:
-                    c0 = env.counts()
-                    t, t_open, cpu, st = first_batch(lst, a.batch)
-                    c1 = env.counts()
-                    print("%-13s first batch %6.3f s (open %5.3f s, lade's CPU %5.2f s)  open requests %5d  GETs %5d  "
-                          "sidecar_rejected %d" % ("with sidecars" if case == "side" else "without", t, t_open, cpu,
-                                                   st["list_requests"],
-                           c1["get"] - c0["get"], st["sidecar_rejected"]))
-                    best[case] = min(best.get(case, 1e9), t)
-        print("latency %d ms, link %g MB/s: time to first batch %.3f s with sidecars, %.3f s without: %.1fx" %
-              (a.latency_ms, a.link_mb_s, best["side"], best["bare"], best["bare"] / best["side"]))
+                c0 = env.counts()
+                t, t_open, cpu, st = first_batch(lists[case], a.batch)
+                c1 = env.counts()
+                print("%-13s first batch %6.3f s (open %5.3f s, lade's CPU %5.2f s)  open requests %5d  GETs %5d  "
+                      "sidecar_rejected %d" % ("with sidecars" if case == "side" else "without", t, t_open, cpu,
+                                               st["list_requests"], c1["get"] - c0["get"], st["sidecar_rejected"]))
+                best[case] = min(best.get(case, 1e9), t)
+            print("latency %d ms, link %g MB/s: time to first batch %.3f s with sidecars, %.3f s without: %.1fx" %
+                  (a.latency_ms, a.link_mb_s, best["side"], best["bare"], best["bare"] / best["side"]))
+            for k in range(a.repeat if a.ranks > 1 else 0):
+                for shared in (True, False):  # interleaved
+                    t, n = node(env, lists["side"], a, root, shared, k)
+                    print("%d ranks, %-22s slowest first batch %6.3f s  requests at the server %6d" %
+                          (a.ranks, "the node opens once:" if shared else "each rank on its own:", t, n))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
