@@ -107,14 +107,18 @@ static int head_or_probe(lade__http_t *h, const char *url, const char *shown, ui
     CURLcode cc = curl_easy_perform(e);
     lade__http_verdict_t v;
     lade__http_judge_easy(h, e, cc, r, &v);
-    if (v.kind == LADE__HTTP_OK && want && (r->crange != 1 || r->cr_total == UINT64_MAX)) {
+    uint64_t whole = UINT64_MAX; /* a short object answered whole to the Range (nginx: an empty file) */
+    if (want && v.status == 200 && cc == CURLE_OK && !r->over && r->clen >= 0 && (uint64_t)r->clen <= want &&
+        r->body.len == (size_t)r->clen)
+      whole = r->body.len, v.kind = LADE__HTTP_OK;
+    else if (v.kind == LADE__HTTP_OK && want && (r->crange != 1 || r->cr_total == UINT64_MAX)) {
       v.kind = LADE__HTTP_FINAL;
       v.code = LADE_EREMOTE;
       snprintf(v.what, sizeof v.what, "HTTP %ld without the object's size (Content-Range '%s') to a Range request "
                "for bytes 0-%llu", v.status, r->cr_text, (unsigned long long)(want - 1));
     }
     if (v.kind == LADE__HTTP_OK) {
-      *size = want ? r->cr_total : v.size;
+      *size = whole != UINT64_MAX ? whole : want ? r->cr_total : v.size;
       snprintf(validator, vsize, "%s", r->validator);
       if (first) {
         lade__buf_t t = *first;
@@ -123,10 +127,9 @@ static int head_or_probe(lade__http_t *h, const char *url, const char *shown, ui
       }
       break;
     }
-    if (want && v.status == 416 && !r->refused) { /* an empty object: no byte 0 to serve */
+    if (want && v.status == 416 && !r->refused) { /* an empty object: no byte 0 to serve, asked as a HEAD */
       want = 0;
-      attempt--;
-      continue;
+      continue; /* (counted as a try: one request more for an empty shard) */
     }
     if (!lade__http_blocking_again(h, &v, attempt, shown, &rng, &rc)) break;
   }

@@ -524,6 +524,30 @@ def test_http_open_once_per_node(nginx, lade_cli, tmp_path, nodes):
         assert max(took) <= (3 * 8 if sidecars else 0), took
 
 
+def test_http_empty_shard_among_sidecars(nginx, lade_cli, tmp_path):
+    """An empty shard among shards with sidecars: the Range of its first bytes that stands for its HEAD is
+    answered whole (nginx answers 200 to a Range on an empty file), its size 0 taken from it; it adds no
+    sample, and the others' are tarfile's."""
+    env, root = nginx
+    d = os.path.join(root, "withempty")
+    os.mkdir(d)
+    local = tmp_path / "withempty"
+    local.mkdir()
+    paths = [write_tar(str(local / nm), members_of(nm[0], 6, k)) for k, nm in enumerate(["a.tar", "b.tar"])]
+    run_cli(lade_cli, "index", *paths)
+    for p in paths:
+        for f in (p, p + ".ladeidx"):
+            shutil.copyfile(f, os.path.join(d, os.path.basename(f)))
+    open(os.path.join(d, "c.tar"), "wb").close()
+    env.clear_log()
+    with lade.Loader("%s/withempty/{a,b,c}.tar" % env.url, transform="raw", raw_size=4096, batch_size=4, epochs=1,
+                     shuffle=False, output="numpy", meta=True) as L:
+        rows = [bytes(r) for d_, _, b in L.stream() for r in d_]
+    want = [data + bytes(4096 - len(data)) for p in paths for _, _, data in reference(p)]
+    assert rows == want
+    assert [(r[2], r[4]) for r in env.access_log() if r[1].endswith("/c.tar")] == [(200, FIRST_RANGE)]
+
+
 class OneRank:
     """Two shards a.tar, b.tar served under root/SUB (no sidecars), opened by one process that is a rank of a
     node of 4 (LOCAL_WORLD_SIZE=4, one job_id) with its own index_dir: run() opens them and reads them whole."""
