@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
@@ -13,6 +14,27 @@
 
 #include "core/core.h"
 
+/* The wait's bounds (nodefile.h), or the test hook's. */
+static void bounds(double *wait_s, double *stall_s) {
+  const char *e = getenv("LADE_TEST_HOOK_NODEFILE_WAIT");
+  double a, b;
+  *wait_s = LADE__NODEFILE_WAIT_S;
+  *stall_s = LADE__NODEFILE_STALL_S;
+  if (e && sscanf(e, "%lf,%lf", &a, &b) == 2 && a >= 0 && b > 0) *wait_s = a, *stall_s = b;
+}
+
+/* Seconds since the file's last change (its maker's progress). */
+static double idle_s(int fd) {
+  struct stat st;
+  struct timespec now;
+  if (fstat(fd, &st) != 0 || clock_gettime(CLOCK_REALTIME, &now) != 0) return 1e18;
+  return (double)(now.tv_sec - st.st_mtim.tv_sec) + (double)(now.tv_nsec - st.st_mtim.tv_nsec) / 1e9;
+}
+
+void lade__nodefile_progress(int fd) {
+  if (fd >= 0) futimens(fd, NULL);
+}
+
 int lade__nodefile_lock(const char *dir, const char *path, const char *what) {
   if (lade__mkdir_private(dir) != 0) {
     lade__clear_error();
@@ -20,12 +42,13 @@ int lade__nodefile_lock(const char *dir, const char *path, const char *what) {
   }
   int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd < 0) return -1;
-  double t0 = lade__now();
+  double t0 = lade__now(), wait_s, stall_s, idle;
+  bounds(&wait_s, &stall_s);
   while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     if (errno != EWOULDBLOCK && errno != EINTR) break;
-    if (lade__now() - t0 > LADE__NODEFILE_WAIT_S) {
-      fprintf(stderr, "lade: warning: waited %d s for another process's %s into %s (it holds its lock); going on "
-              "without it\n", LADE__NODEFILE_WAIT_S, what, path);
+    if (lade__now() - t0 > wait_s && (idle = idle_s(fd)) > stall_s) {
+      fprintf(stderr, "lade: warning: waited %.0f s for another process's %s into %s (it holds its lock and has "
+              "shown no progress for %.0f s); going on without it\n", lade__now() - t0, what, path, idle);
       break;
     }
     struct timespec nap = {0, 20 * 1000000L};

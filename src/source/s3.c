@@ -64,6 +64,7 @@ typedef struct s3_impl {
   int from_cache, cache_dropped;
   uint64_t cache_created;          /* wall-clock seconds */
   uint64_t listing_ttl;
+  int listing_fd;                  /* the listing file's lock while this process lists (-1: none) */
   lade__http_t *http;              /* every request */
 } s3_impl_t;
 
@@ -95,6 +96,7 @@ static int list_push_cb(void *ctx, const char *key, size_t klen, uint64_t size) 
   size_t plen = strlen(d->prefix);
   if (klen == 0 || key[klen - 1] == '/') return 0;  /* folder marker */
   if (strncmp(key, d->prefix, plen) != 0) return 0; /* not ours (a server ignoring prefix) */
+  if (d->count % 1000 == 0) lade__nodefile_progress(d->listing_fd); /* a page's worth: the waiters see it */
   return list_push(d, key, klen, size);
 }
 
@@ -553,6 +555,7 @@ static int s3_open(lade__source_t *s, const struct lade_config *cfg) {
     snprintf(d->cache_file, sizeof d->cache_file, "%s", cpath);
     d->from_cache = cached;
   }
+  d->listing_fd = lk;
   if (!rc && !cached) {
     rc = lade__s3_list(&d->w, d->http, d->prefix, shown, list_push_cb, d);
     if (!rc && d->count == 0)
@@ -567,6 +570,7 @@ static int s3_open(lade__source_t *s, const struct lade_config *cfg) {
     if (!rc && cpath[0]) cache_store(d, listing_dir(cfg), cpath, classes);
   }
   lade__nodefile_unlock(lk, cpath);
+  d->listing_fd = -1;
   if (!rc) rc = lade__http_start(d->http, d->count);
   if (rc) {
     impl_free(d);

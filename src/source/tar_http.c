@@ -504,7 +504,7 @@ static int node_index(lade__tar_t *t, size_t i, const char *ipath, lade__tar_ind
  * streamed GET of the shard whose headers are parsed as they arrive. The
  * sidecar's GET goes out before the HEAD, unless index_dir holds an index
  * of this URL (then it is asked only when that one is stale). */
-static int http_index(lade__tar_t *t, const struct lade_config *cfg, size_t i, lade__tar_index_t *x) {
+static int index_shard(lade__tar_t *t, const struct lade_config *cfg, size_t i, lade__tar_index_t *x) {
   const char *shown = lade__tar_strs_at(&t->shards, i);
   char url[8192];
   if (name_url(t, shown, url, sizeof url))
@@ -563,6 +563,14 @@ static int http_index(lade__tar_t *t, const struct lade_config *cfg, size_t i, l
   }
   lade__http_stream_close(s);
   if (!rc && ipath[0]) lade__tar_index_store(t, x, ipath, v, cfg);
+  return rc;
+}
+
+/* backend.index: a shard's index; the ranks waiting for this one's open
+ * (tar_nodelist.h) see its progress. */
+static int http_index(lade__tar_t *t, const struct lade_config *cfg, size_t i, lade__tar_index_t *x) {
+  int rc = index_shard(t, cfg, i, x);
+  lade__tar_nodelist_progress(&H(t)->nl);
   return rc;
 }
 

@@ -176,6 +176,8 @@ void lade__tar_nodelist_store(lade__tar_nodelist_t *nl, const lade__tar_strs_t *
   nl->fd = -1;
 }
 
+void lade__tar_nodelist_progress(lade__tar_nodelist_t *nl) { lade__nodefile_progress(nl->fd); }
+
 void lade__tar_nodelist_stale(lade__tar_nodelist_t *nl) {
   if (nl->path[0] && !__atomic_exchange_n(&nl->dropped, 1, __ATOMIC_ACQ_REL)) unlink(nl->path);
 }

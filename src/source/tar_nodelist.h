@@ -53,6 +53,8 @@ int lade__tar_nodelist_open(lade__tar_nodelist_t *nl, const char *dir, const cha
  * and made it (not loaded), and drops the lock. */
 void lade__tar_nodelist_store(lade__tar_nodelist_t *nl, const lade__tar_strs_t *shards, const uint64_t *size,
                               char *const *val);
+/* A shard indexed: the waiting ranks see progress (nodefile.h). Thread-safe. */
+void lade__tar_nodelist_progress(lade__tar_nodelist_t *nl);
 /* A shard was found another version than the listing's (on any thread):
  * the listing file is removed, once, so the next open makes it again. */
 void lade__tar_nodelist_stale(lade__tar_nodelist_t *nl);

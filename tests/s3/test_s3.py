@@ -4,6 +4,7 @@
 Run: S3_CHECK=build/tests/s3_check /usr/bin/python3 tests/s3/test_s3.py [-v] [TestS3.test_name]
 Exit status 77 (skipped) when node, npm or boto3 are missing.
 """
+import glob
 import hashlib
 import json
 import os
@@ -449,31 +450,69 @@ class TestS3(unittest.TestCase):
             lines, _ = self.run_check("source", "s3://lade/mixed", cache_dir=cache, listing_ttl=0)
             self.assertEqual(self.parse_kv(lines, "STATS")["list_requests"], 1)
 
+    def list_together(self, tmp, n=4, env=None):
+        """n s3_check processes sharing cache_dir list s3://lade/many at once: their (stdout, stderr)s, each
+        checked (exit 0, the 1,100 keys, all the same listing)."""
+        kw = dict(cache_dir=os.path.join(tmp, "cache"), listing_ttl=3600)
+        s = {"source": "s3://lade/many", "s3_session_token": SESSION_TOKEN}
+        s.update(ENV.lade_settings())
+        s.update({k: str(v) for k, v in kw.items()})
+        args = [S3_CHECK, "source"] + ["%s=%s" % kv for kv in s.items()]
+        env = dict(os.environ, S3_CHECK_IDX="0", **(env or {}))  # the listing is the point: one GET each
+        procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                 for _ in range(n)]
+        outs = [p.communicate(timeout=300) for p in procs]
+        for p, (out, err) in zip(procs, outs):
+            self.assertEqual(p.returncode, 0, (out + err)[-3000:])
+            self.assertNotIn("Sanitizer", out + err)
+            self.assertEqual(self.parse_kv(out.splitlines(), "LISTED")["count"], 1100)
+        listings = {tuple(x for x in out.splitlines() if x.startswith("O ")) for out, _ in outs}
+        self.assertEqual(len(listings), 1, "the ranks' listings differ")
+        self.assertEqual(len(listings.pop()), 1100)
+        return outs
+
     def test_listing_once_per_node(self):
         # issue 30: four ranks of a node (four processes sharing cache_dir, started together) list the bucket
         # once between them: one rank's pages, every rank the same listing
         ENV.proxy(latency_ms=20)
         with tempfile.TemporaryDirectory() as tmp:
-            kw = dict(cache_dir=os.path.join(tmp, "cache"), listing_ttl=3600)
-            s = {"source": "s3://lade/many", "s3_session_token": SESSION_TOKEN}
-            s.update(ENV.lade_settings())
-            s.update({k: str(v) for k, v in kw.items()})
-            args = [S3_CHECK, "source"] + ["%s=%s" % kv for kv in s.items()]
-            env = dict(os.environ, S3_CHECK_IDX="0")  # the listing is the point: one GET each
-            procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-                     for _ in range(4)]
-            outs = [p.communicate(timeout=300) for p in procs]
-            for p, (out, err) in zip(procs, outs):
-                self.assertEqual(p.returncode, 0, (out + err)[-3000:])
-                self.assertNotIn("Sanitizer", out + err)
-                self.assertEqual(self.parse_kv(out.splitlines(), "LISTED")["count"], 1100)
-            listings = {tuple(x for x in out.splitlines() if x.startswith("O ")) for out, _ in outs}
-            self.assertEqual(len(listings), 1, "the ranks' listings differ")
-            self.assertEqual(len(listings.pop()), 1100)
+            outs = self.list_together(tmp)
             c = ENV.counts()
             self.assertEqual(c["list"], 2, "four ranks of a node sent %d ListObjectsV2 pages, one rank's are 2"
                              % c["list"])
             self.assertEqual(sum(self.parse_kv(out.splitlines(), "LISTED")["list_requests"] for out, _ in outs), 2)
+
+    def test_listing_wait_follows_progress(self):
+        # the others wait past the shortest wait while the lister shows progress: a page at a time, 2 s each
+        # here, 4 s in all, where the hook shortens the wait to 0.5 s and the allowed stall to 3 s; one listing
+        # still (a lister showing none would be left after 3 s, and each rank would list again)
+        ENV.proxy(latency_ms=2000)
+        with tempfile.TemporaryDirectory() as tmp:
+            outs = self.list_together(tmp, env={"LADE_TEST_HOOK_NODEFILE_WAIT": "0.5,3"})
+            self.assertEqual(ENV.counts()["list"], 2)
+            self.assertFalse([e for _, e in outs if "going on without it" in e])
+
+    def test_listing_wait_gives_up_on_a_stalled_lister(self):
+        # a process that holds the listing's lock and shows no progress (here: this test, holding an empty
+        # listing file's flock) is waited for at most the shortest wait and the allowed stall (0.5 + 1 s by
+        # the hook), then the rank lists alone, warned
+        import fcntl
+        ENV.proxy(latency_ms=5)
+        with tempfile.TemporaryDirectory() as tmp:
+            self.list_together(tmp, n=1)
+            path, = glob.glob(os.path.join(tmp, "cache", "listing-*.bin"))
+            with open(path, "r+b") as f:
+                f.truncate(0)  # not a usable listing: the next rank takes the lock to list
+                fcntl.flock(f, fcntl.LOCK_EX)
+                os.utime(path, (time.time() - 60, time.time() - 60))
+                ENV.reset()
+                t0 = time.time()
+                (_, err), = self.list_together(tmp, n=1, env={"LADE_TEST_HOOK_NODEFILE_WAIT": "0.5,1"})
+                took = time.time() - t0
+            self.assertIn("shown no progress", err)
+            self.assertIn("going on without it", err)
+            self.assertLess(took, 30)
+            self.assertEqual(ENV.counts()["list"], 2)
 
     def mpirun_bench(self, np, epochs, latency_ms, folder="cache_dir", **settings):
         """`lade bench` of s3://lade/many under `mpirun -np NP` (one host, the ranks sharing `folder`: cache_dir,
