@@ -218,8 +218,8 @@ int lade__http_create(lade__http_t **out, const lade__http_opts_t *o) {
 
 int lade__http_start(lade__http_t *h, uint64_t n_idx) {
   assert(!h->thread_started && !h->multi);
-  int rc = lade__http_table_init(&h->tab, n_idx, LADE__MAX(h->o.max_conc, h->o.fixed_conc), h->o.what, h->o.name,
-                                 h->o.ctx);
+  uint32_t conc = LADE__MAX(LADE__MAX(h->o.max_conc, h->o.fixed_conc), h->o.table_conc);
+  int rc = lade__http_table_init(&h->tab, n_idx, conc, h->o.what, h->o.name, h->o.ctx);
   if (rc) return rc;
   h->multi = curl_multi_init();
   if (!h->multi) return lade__fail(LADE_ENOMEM, "%s: out of memory", h->o.what);

@@ -34,6 +34,11 @@ typedef struct lade__http_opts {
   uint32_t retry_base_ms;                  /* full-jitter backoff base (doubles per retry, capped at 20 s) */
   uint32_t fixed_conc;                     /* requests in flight; 0: tuned between 4 and max_conc */
   uint32_t max_conc;
+  /* The concurrency the bound on arrived, unread results (4 x it + 1024)
+   * follows, when larger than max_conc and fixed_conc: a rank's share of the
+   * node's bound (source/remote.c) must not shrink it, or results read
+   * ahead would be dropped and fetched again. 0: max_conc. */
+  uint32_t table_conc;
   uint64_t max_body;   /* max_sample_bytes: no request expecting more is sent */
   /* borrowed, must outlive the handle: extra headers, "AKID:SECRET" and
    * curl's CURLOPT_AWS_SIGV4 string (both NULL: unsigned requests) */

@@ -23,6 +23,8 @@ void lade__remote_http_opts(lade__http_opts_t *o, const struct lade_config *cfg,
   uint32_t ranks = src && src->node_ranks > 1 ? src->node_ranks : 1;
   o->fixed_conc = cfg->http_concurrency ? LADE__MAX(cfg->http_concurrency / ranks, 1u) : 0;
   o->max_conc = LADE__MAX(cfg->http_max_concurrency / ranks, 1u);
+  /* the bound on unread results follows the unsplit bound */
+  o->table_conc = LADE__MAX(cfg->http_max_concurrency, cfg->http_concurrency);
   o->max_body = cfg->max_sample_bytes;
   o->ca_file = cfg->tls_ca_file; /* copied by lade__http_create */
   o->arrived = src ? arrived : NULL;
