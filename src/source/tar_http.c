@@ -459,11 +459,17 @@ static int sidecars_wanted(lade__tar_t *t) {
   return want;
 }
 
+/* The version a stored index of a remote shard names: its size and a hash
+ * of its validator (b = 2: never equal to a local shard's nanoseconds field
+ * by accident of a hash). */
+static lade__tar_ver_t remote_ver(uint64_t size, const char *val) {
+  return (lade__tar_ver_t){size, lade__hash64(val, strlen(val), 0x7661), (uint64_t)2 << 32};
+}
+
 /* Shard i's version: its size and validator (a HEAD's, or the node's
  * listing's), which its index describes and its requests are pinned to. */
 static int set_version(lade__tar_t *t, size_t i, uint64_t size, const char *val, lade__tar_ver_t *v) {
-  /* b = 2: never equal to a local shard's nanoseconds field by accident of a hash */
-  *v = (lade__tar_ver_t){size, lade__hash64(val, strlen(val), 0x7661), (uint64_t)2 << 32};
+  *v = remote_ver(size, val);
   H(t)->shard_ver[i] = lade__hash64(v, sizeof *v, 0x76657273);
   H(t)->shard_size[i] = size;
   if (!(H(t)->shard_val[i] = strdup(val)))
@@ -479,8 +485,7 @@ static int set_version(lade__tar_t *t, size_t i, uint64_t size, const char *val,
  * other rank's close removed it, or it was not the listing's): indexed as
  * without a listing. */
 static int node_index(lade__tar_t *t, size_t i, const char *ipath, lade__tar_index_t *x) {
-  lade__tar_ver_t v = {H(t)->nl.size[i], lade__hash64(H(t)->nl.val[i], strlen(H(t)->nl.val[i]), 0x7661),
-                       (uint64_t)2 << 32};
+  lade__tar_ver_t v = remote_ver(H(t)->nl.size[i], H(t)->nl.val[i]);
   char pp[LADE__PATH_MAX + 96];
   if (lade__tar_index_load(t, x, ipath, v) == 0) return set_version(t, i, H(t)->nl.size[i], H(t)->nl.val[i], &v);
   snprintf(pp, sizeof pp, "%s" PENDING_SUFFIX, ipath);
@@ -893,10 +898,9 @@ static int http_open(lade__tar_t *t, const struct lade_config *cfg, lade__source
     rc = lade__tar_nodelist_open(&h->nl, lade__tar_index_dir(cfg), t->fmt->index_name, s->job, cfg->source,
                                  &t->shards);
   if (!rc && lade__tar_is_url(cfg->source) && !h->nl.loaded) {
-    char url[8192];
-    int bad = !h->s3 && name_url(t, cfg->source, url, sizeof url);
-    rc = bad ? lade__fail(LADE_ERANGE, "%s: name too long", cfg->source)
-             : lade__tar_remote_shards(t, cfg->source, h->http, h->s3 ? &h->w : NULL, url);
+    char url[8192]; /* a list file's (an s3:// one too); "": too long to name */
+    if (name_url(t, cfg->source, url, sizeof url)) url[0] = '\0';
+    rc = lade__tar_remote_shards(t, cfg->source, h->http, h->s3 ? &h->w : NULL, url);
   }
   size_t ns = t->shards.n ? t->shards.n : 1;
   if (!rc && (!(h->shard_ver = calloc(ns, sizeof *h->shard_ver)) ||

@@ -50,6 +50,7 @@ int lade__tar_remote_shards(lade__tar_t *t, const char *src, lade__http_t *http,
     if (!rc && !t->shards.n) rc = lade__fail(LADE_EEMPTY, "%s holds no %s objects", src, t->fmt->shard_kind);
     return rc;
   }
+  if (!url[0]) return lade__fail(LADE_ERANGE, "%s: name too long", src);
   lade__buf_t b = {0};
   int rc = lade__http_get_blocking(http, url, src, &b, 64u << 20, 0, NULL);
   if (!rc) {
@@ -169,7 +170,7 @@ void lade__tar_nodelist_store(lade__tar_nodelist_t *nl, const lade__tar_strs_t *
   for (size_t i = 0; !bad && i < n; i++)
     bad = put_str(&b, lade__tar_strs_at(shards, i)) || put(&b, &size[i], 8) || put_str(&b, val[i] ? val[i] : "");
   uint64_t sum = bad ? 0 : lade__hash64(b.data, b.len, NL_SEED);
-  if (!bad && !put(&b, &sum, 8)) lade__nodefile_store(nl->path, b.data, b.len);
+  if (!bad && !put(&b, &sum, 8)) lade__nodefile_store(nl->path, &(struct iovec){b.data, b.len}, 1);
   lade__clear_error();
   lade__buf_free(&b);
   lade__nodefile_unlock(nl->fd, nl->path);

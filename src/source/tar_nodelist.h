@@ -39,7 +39,7 @@ typedef struct lade__tar_nodelist {
 /* The shards a URL source names, into t->shards: a brace pattern, one
  * shard, the shard objects directly under an s3:// prefix (w: its where,
  * listed by http; NULL: not s3), else a list file fetched from `url`
- * (relative lines are relative to its folder). */
+ * ("": too long to name; relative lines are relative to its folder). */
 int lade__tar_remote_shards(lade__tar_t *t, const char *src, lade__http_t *http, const lade__s3_where_t *w,
                             const char *url);
 /* With dir and job (0: no job known, nothing shared): waits for the node's

@@ -718,3 +718,18 @@ def test_s3_open_once_per_node(shards, tmp_path):
         sides = [c["by_key"].get("/%s/%s.ladeidx" % (env.bucket, k), 0) for k in keys]
         assert sides == [1] * n, sides  # each sidecar's GET once for the node (by_key counts GETs)
         assert sorted(r["list_requests"] for r in runs)[0] == 0
+
+
+def test_s3_list_file_of_shards(shards):
+    """An s3:// list file naming shards (relative to its folder) is fetched and its shards read, with their
+    sidecars."""
+    why = s3env.missing()
+    if why:
+        pytest.skip(why)
+    local = shards["packed"]
+    with s3env.S3Env() as env:
+        keys = s3_put_shards(env, "lists", local)
+        env.put("lists/shards.txt", "".join("%s\n" % k.split("/", 1)[1] for k in keys).encode())
+        st = check_same("s3://%s/lists/shards.txt" % env.bucket, ["s3://%s/%s" % (env.bucket, k) for k in keys],
+                        local, source_type="tar", **env.lade_settings())
+        assert st["sidecar_rejected"] == 0
