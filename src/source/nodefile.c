@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -69,21 +70,22 @@ void lade__nodefile_unlock(int fd, const char *path) {
   close(fd); /* releases the flock */
 }
 
-int lade__nodefile_store(const char *path, const void *data, size_t len) {
+int lade__nodefile_store(const char *path, const struct iovec *piece, int n) {
   char tmp[LADE__PATH_MAX + 64];
   if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) return -1;
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return -1;
-  const char *p = data;
-  size_t left = len;
-  while (left) {
-    ssize_t w = write(fd, p, left);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) break;
-    p += w;
-    left -= (size_t)w;
+  int ok = 1;
+  for (int k = 0; ok && k < n; k++) {
+    const char *p = piece[k].iov_base;
+    for (size_t left = piece[k].iov_len; ok && left;) {
+      ssize_t w = write(fd, p, left);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) ok = 0;
+      else p += w, left -= (size_t)w;
+    }
   }
-  int ok = close(fd) == 0 && !left;
+  ok = close(fd) == 0 && ok;
   if (!ok || rename(tmp, path) != 0) {
     unlink(tmp);
     return -1;

@@ -16,6 +16,7 @@
 #define LADE__NODEFILE_H
 
 #include <stddef.h>
+#include <sys/uio.h>
 
 #include "core/buf.h"
 
@@ -33,9 +34,10 @@ void lade__nodefile_progress(int fd);
 /* Drops the lock; a file left empty (its maker failed) is removed when it
  * is still the file at path. fd -1 does nothing. */
 void lade__nodefile_unlock(int fd, const char *path);
-/* Writes data to path (a temporary file renamed over it). 0, or -1 with
- * nothing written (the next open makes it again). */
-int lade__nodefile_store(const char *path, const void *data, size_t len);
+/* Writes the n pieces, back to back, to path (its folder exists): a
+ * temporary file renamed over it. 0, or -1 with nothing written (the next
+ * open makes it again). */
+int lade__nodefile_store(const char *path, const struct iovec *piece, int n);
 /* Reads the whole file at path into out: 0, or -1 (missing, empty,
  * unreadable). */
 int lade__nodefile_load(const char *path, lade__buf_t *out);

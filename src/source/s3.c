@@ -318,16 +318,6 @@ static int read_all(int fd, void *p, size_t n) {
   return 0;
 }
 
-static int write_all(int fd, const void *p, size_t n) {
-  for (size_t put = 0; put < n;) {
-    ssize_t r = write(fd, (const char *)p + put, n - put);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return -1;
-    put += (size_t)r;
-  }
-  return 0;
-}
-
 /* Loads a cached listing younger than ttl; 0 on success, -1 to list anew
  * (absent, old, or corrupt: a bad file is simply rebuilt). */
 static int cache_load(s3_impl_t *d, const char *path, uint64_t ttl, uint32_t *classes, uint64_t *created) {
@@ -377,10 +367,6 @@ static void cache_store(const s3_impl_t *d, const char *dir, const char *path, u
     lade__clear_error();
     return;
   }
-  char tmp[LADE__PATH_MAX + 64];
-  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return;
   cache_hdr_t h;
   memset(&h, 0, sizeof h);
   memcpy(h.magic, S3_CACHE_MAGIC, 8);
@@ -389,11 +375,9 @@ static void cache_store(const s3_impl_t *d, const char *dir, const char *path, u
   h.arena_len = d->arena_len;
   h.classes = classes;
   h.checksum = body_checksum(d);
-  int ok = write_all(fd, &h, sizeof h) == 0 && write_all(fd, d->size, d->count * 8) == 0 &&
-           write_all(fd, d->label, d->count * 4) == 0 && write_all(fd, d->off, d->count * 8) == 0 &&
-           write_all(fd, d->arena, d->arena_len) == 0;
-  ok = close(fd) == 0 && ok;
-  if (!ok || rename(tmp, path) != 0) unlink(tmp);
+  const struct iovec piece[] = {{&h, sizeof h}, {d->size, d->count * 8}, {d->label, d->count * 4},
+                                {d->off, d->count * 8}, {d->arena, d->arena_len}};
+  lade__nodefile_store(path, piece, 5);
 }
 
 
