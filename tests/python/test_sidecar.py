@@ -524,6 +524,27 @@ def test_http_open_once_per_node(nginx, lade_cli, tmp_path, nodes):
         assert max(took) <= (3 * 8 if sidecars else 0), took
 
 
+def test_http_node_index_renamed_meanwhile(nginx, lade_cli, tmp_path):
+    """A rank taking the node's listing looks for a shard's index under its final name, then its pending one;
+    the rank that made them renames the pending one when its first read finds the shard whole, which can fall
+    between the two looks (the hook makes it fall there in every taking rank). The index is then taken under
+    its final name, with no request: the open's requests stay one rank's (a HEAD each before)."""
+    env, root = nginx
+    paths = serve_big(root, lade_cli, tmp_path, "renamed", ["u.tar", "v.tar", "w.tar"])
+    want = {}
+    for p in paths:
+        want.update({len(want) + k: hashlib.sha1(data + bytes(4096 - len(data))).hexdigest()
+                     for k, (_, _, data) in enumerate(reference(p))})
+    env.clear_log()
+    runs = node_ranks("%s/renamed/{u,v,w}.tar" % env.url, str(tmp_path / "cache-renamed"), False,
+                      env={"LADE_TEST_HOOK_PENDING_RENAMED": "1"})
+    for r in runs:
+        assert r["rejected"] == 0 and {int(k): v for k, v in r["rows"].items()} == want
+    log = env.access_log()
+    assert log_counts(log, 3)[:3] == (3, 0, 3), log
+    assert sorted(r["list_requests"] for r in runs)[:3] == [0, 0, 0]
+
+
 def test_http_empty_shard_among_sidecars(nginx, lade_cli, tmp_path):
     """An empty shard among shards with sidecars: the Range of its first bytes that stands for its HEAD is
     answered whole (nginx answers 200 to a Range on an empty file), its size 0 taken from it; it adds no
