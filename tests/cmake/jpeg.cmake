@@ -77,6 +77,12 @@ if(LADE_HAVE_JPEG)
   endif()
 endif()
 
+# the horizontal pass alone, per path (bench/RESULTS.md has the figures)
+add_executable(bench_image_passes ${PROJECT_SOURCE_DIR}/bench/image_passes.c)
+target_include_directories(bench_image_passes PRIVATE ${PROJECT_SOURCE_DIR}/src)
+target_compile_definitions(bench_image_passes PRIVATE _GNU_SOURCE)
+target_link_libraries(bench_image_passes PRIVATE lade_static)
+
 # decode_scale=off vs auto throughput (docs/transform.md has the command).
 add_executable(bench_decode_scale ${PROJECT_SOURCE_DIR}/tests/tools/bench_decode_scale.c)
 target_include_directories(bench_decode_scale PRIVATE ${PROJECT_SOURCE_DIR}/src)
