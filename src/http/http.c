@@ -1,9 +1,10 @@
 /*
  * http.c - the request loop of the remote sources (http.h, docs/http.md):
- * its entry points. The loop thread is http_loop.c, the result table
- * http_table.c, the verdicts and backoff http_retry.c, one request's curl
- * handle http_easy.c, and the requests made on the caller's thread
- * http_oneshot.c; http_impl.h is what they share.
+ * its entry points. The loop thread is http_loop.c, its limit on requests
+ * in flight http_tune.c, the result table http_table.c, the verdicts and
+ * backoff http_retry.c, one request's curl handle http_easy.c, and the
+ * requests made on the caller's thread http_oneshot.c; http_impl.h is what
+ * they share, each piece's struct touched only by its own file.
  *
  * Design. ONE background thread per handle owns a curl multi handle and runs
  * every GET: hundreds of requests in flight cost sockets, not threads (the
@@ -65,10 +66,8 @@ int lade__http_global_init(void) {
 
 /* ------------------------------------------------------------------- API */
 
-static int wake(lade__http_t *h) { return !h->multi ? -1 : curl_multi_wakeup(h->multi) == CURLM_OK ? 0 : -1; }
-
 int lade__http_submit(lade__http_t *h, const lade__http_get_t *g, size_t n, int background) {
-  assert(h->thread_started);
+  assert(lade__http_loop_started(h));
   int rc = 0;
   pthread_mutex_lock(&h->mu);
   for (size_t i = 0; i < n && !rc; i++) {
@@ -86,10 +85,10 @@ int lade__http_submit(lade__http_t *h, const lade__http_get_t *g, size_t n, int 
     }
     for (uint32_t k = 0; k < r->get.nparts; k++) lade__http_table_want(&h->tab, r->get.parts[k].idx);
     r->bg = background != 0;
-    lade__http_fifo_push(background ? &h->bg : &h->queue, r);
+    lade__http_loop_push(h, r, background ? LADE__HTTP_BG : LADE__HTTP_BATCH);
   }
   pthread_mutex_unlock(&h->mu);
-  wake(h);
+  lade__http_loop_wake(h);
   return rc;
 }
 
@@ -100,7 +99,7 @@ void lade__http_reserve(lade__http_t *h, uint64_t results, uint64_t bytes) {
 }
 
 bool lade__http_ready(lade__http_t *h, uint64_t idx) {
-  assert(h->thread_started);
+  assert(lade__http_loop_started(h));
   if (!lade__http_table_has(&h->tab, idx)) return true;
   pthread_mutex_lock(&h->mu);
   bool ready = lade__http_table_ready(&h->tab, idx);
@@ -114,13 +113,12 @@ void lade__http_stats(lade__http_t *h, lade__http_stats_t *out) {
   out->list_requests = h->list_requests;
   out->retries = h->retried;
   out->bytes = h->bytes;
-  out->in_flight = h->in_flight;
-  out->concurrency = h->limit;
+  lade__http_loop_load(h, &out->in_flight, &out->concurrency);
   pthread_mutex_unlock(&h->mu);
 }
 
 int lade__http_read(lade__http_t *h, uint64_t idx, const lade__http_get_t *g, lade__buf_t *out) {
-  assert(h->thread_started && lade__http_table_has(&h->tab, idx));
+  assert(lade__http_loop_started(h) && lade__http_table_has(&h->tab, idx));
   pthread_mutex_lock(&h->mu);
   for (;;) {
     int rc;
@@ -147,9 +145,9 @@ int lade__http_read(lade__http_t *h, uint64_t idx, const lade__http_get_t *g, la
     free(w);
     return lade__fail(LADE_ENOMEM, "%s: out of memory", h->o.what);
   }
-  lade__http_fifo_push(&h->urgent, q);
+  lade__http_loop_push(h, q, LADE__HTTP_URGENT);
   pthread_mutex_unlock(&h->mu);
-  wake(h);
+  lade__http_loop_wake(h);
   pthread_mutex_lock(&h->mu);
   while (!w->done) pthread_cond_wait(&h->cv, &h->mu);
   int rc = w->rc;
@@ -166,24 +164,9 @@ int lade__http_read(lade__http_t *h, uint64_t idx, const lade__http_get_t *g, la
 
 void lade__http_destroy(lade__http_t *h) {
   if (!h) return;
-  if (h->thread_started) {
-    pthread_mutex_lock(&h->mu);
-    h->stop = 1;
-    pthread_cond_broadcast(&h->cv);
-    pthread_mutex_unlock(&h->mu);
-    wake(h);
-    pthread_join(h->thread, NULL);
-  }
-  if (h->multi) curl_multi_cleanup(h->multi);
-  for (size_t i = 0; i < h->free_easy.n; i++) curl_easy_cleanup(h->free_easy.e[i]);
-  free(h->free_easy.e);
+  lade__http_loop_close(h);
   for (size_t i = 0; i < h->idle_easy.n; i++) curl_easy_cleanup(h->idle_easy.e[i]);
   free(h->idle_easy.e);
-  for (lade__http_req_t *r = h->free_reqs, *n; r; r = n) {
-    n = r->next;
-    free(r->body.data);
-    free(r);
-  }
   lade__http_table_free(&h->tab);
   free(h->ca_file);
   pthread_mutex_destroy(&h->mu);
@@ -209,27 +192,18 @@ int lade__http_create(lade__http_t **out, const lade__http_opts_t *o) {
   h->o.ca_file = h->ca_file;
   if (!h->o.retry_base_ms) h->o.retry_base_ms = 1;
   if (!h->o.max_conc) h->o.max_conc = 128;
-  h->limit = h->o.fixed_conc ? h->o.fixed_conc : LADE__MIN((uint32_t)LADE__HTTP_START_AUTO, h->o.max_conc);
-  h->slow_start = 1;
+  lade__http_loop_init(h);
   h->idle_easy.most = 128; /* the blocking calls' threads: tar's index threads are at most 64 */
   *out = h;
   return 0;
 }
 
 int lade__http_start(lade__http_t *h, uint64_t n_idx) {
-  assert(!h->thread_started && !h->multi);
+  assert(!lade__http_loop_started(h));
   uint32_t conc = LADE__MAX(LADE__MAX(h->o.max_conc, h->o.fixed_conc), h->o.table_conc);
   int rc = lade__http_table_init(&h->tab, n_idx, conc, h->o.what, h->o.name, h->o.ctx);
   if (rc) return rc;
-  h->multi = curl_multi_init();
-  if (!h->multi) return lade__fail(LADE_ENOMEM, "%s: out of memory", h->o.what);
-  curl_multi_setopt(h->multi, CURLMOPT_PIPELINING, (long)CURLPIPE_NOTHING);
-  curl_multi_setopt(h->multi, CURLMOPT_MAXCONNECTS, (long)LADE__MAX(h->o.max_conc, h->o.fixed_conc) + 8);
-  h->win_start = lade__now();
-  if (pthread_create(&h->thread, NULL, lade__http_loop_main, h) != 0)
-    return lade__fail(LADE_ETHREAD, "%s: cannot start its thread", h->o.what);
-  h->thread_started = 1;
-  return 0;
+  return lade__http_loop_start(h);
 }
 
 #endif /* LADE_HAVE_CURL */

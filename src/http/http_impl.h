@@ -6,7 +6,8 @@
  *   http.c         the entry points: create/start/destroy, submit, ready,
  *                  read, stats
  *   http_loop.c    the loop thread: queues, starting and finishing
- *                  transfers, refresh HEADs, concurrency tuning
+ *                  transfers, refresh HEADs
+ *   http_tune.c    the limit on requests in flight, fixed or tuned
  *   http_table.c   the table of arrived, unread results keyed by sample index
  *   http_retry.c   judging a finished transfer (retry, fail, refresh) and
  *                  the backoff between tries
@@ -118,32 +119,51 @@ typedef struct lade__http_fifo {
   size_t n;
 } lade__http_fifo_t;
 
-struct lade__http {
-  lade__http_opts_t o;
-  char *ca_file; /* o.ca_file points here: the resolved CA bundle, NULL for libcurl's default */
+/* The limit on requests in flight (http_tune.c owns every field; the loop
+ * calls its functions under the handle's mu). */
+typedef struct lade__http_tuner {
+  uint32_t limit;     /* requests in flight allowed now */
+  uint32_t fixed;     /* fixed_conc: the limit, never tuned (0: tuned) */
+  uint32_t max;       /* max_conc: the tuned limit's ceiling */
+  double win_start, win_prev_rate, last_throttle;
+  uint64_t win_bytes; /* completed in the window */
+  int win_starved;    /* the window ran out of queued demand: it says nothing */
+  int flat_windows;
+  int slow_start;     /* doubling the limit until the rate stops growing */
+} lade__http_tuner_t;
+
+/* The loop thread's state (http_loop.c owns every field; http.c calls its
+ * functions). The queues, the active list, the idle requests and handles,
+ * the counts in flight and the tuner are under the handle's mu; the multi
+ * handle is the loop thread's alone (curl_multi_wakeup excepted). */
+typedef struct lade__http_loop {
   pthread_t thread;
   int thread_started;
   CURLM *multi;
+  lade__http_fifo_t urgent, queue, bg, timers; /* bg: background submits; timers: unsorted, scanned each turn */
+  lade__http_req_t *active;      /* in flight (doubly linked) */
+  lade__http_req_t *free_reqs;
+  lade__http_easies_t free_easy; /* idle easy handles (their connections are the multi's) */
+  uint32_t in_flight;
+  uint32_t bg_in_flight;         /* background requests among in_flight */
+  lade__http_tuner_t tune;
+  uint64_t truncated, throttled, refreshed;
+} lade__http_loop_t;
+
+struct lade__http {
+  lade__http_opts_t o;
+  char *ca_file; /* o.ca_file points here: the resolved CA bundle, NULL for libcurl's default */
   pthread_mutex_t mu;
   pthread_cond_t cv;
   int stop;
-  lade__http_fifo_t urgent, queue, bg, timers; /* bg: background submits; timers: unsorted, scanned each turn */
-  lade__http_req_t *active;        /* in flight (doubly linked) */
-  lade__http_req_t *free_reqs;
-  lade__http_easies_t free_easy; /* the loop's idle easy handles (their connections are the multi's) */
+  lade__http_loop_t loop; /* the loop thread's (http_loop.c) */
   /* the blocking calls' idle easy handles (http_oneshot.c): each keeps its
    * live connection, so a run of HEADs and listing pages reuses connections
    * (and TLS sessions) instead of opening one per request */
   lade__http_easies_t idle_easy;
   lade__http_table_t tab; /* the results by sample index (http_table.c; under mu) */
-  /* counters and tuning */
-  uint64_t get_requests, list_requests, retried, bytes, truncated, throttled, refreshed;
-  uint32_t in_flight, limit;
-  uint32_t bg_in_flight;           /* background requests among in_flight */
-  double win_start, win_prev_rate, last_throttle;
-  uint64_t win_bytes;
-  int win_starved, flat_windows;
-  int slow_start; /* doubling the limit until the rate stops growing */
+  /* counters of the loop and the blocking calls (under mu) */
+  uint64_t get_requests, list_requests, retried, bytes;
 };
 
 static inline void lade__http_fifo_push(lade__http_fifo_t *f, lade__http_req_t *r) {
@@ -289,13 +309,43 @@ void lade__http_hand_over(lade__http_table_t *t, lade__buf_t *b, lade__buf_t *ou
 lade__http_req_t *lade__http_req_new(lade__http_t *h, const lade__http_get_t *g, lade__http_waiter_t *w);
 /* Puts r back for reuse: its body recycled, its parts freed (locked). */
 void lade__http_req_release(lade__http_t *h, lade__http_req_t *r);
-/* One tuning step of the limit on requests in flight (locked), called by
- * the loop each turn: once a window of LADE__HTTP_WINDOW_S has passed, its
+/* The loop's limit set from h->o (lade__http_create). */
+void lade__http_loop_init(lade__http_t *h);
+/* Starts the loop thread with its multi handle. 0 or an error (set). */
+int lade__http_loop_start(lade__http_t *h);
+/* Whether the loop thread runs. */
+bool lade__http_loop_started(const lade__http_t *h);
+/* Queues r (locked): LADE__HTTP_URGENT (a read() waits), LADE__HTTP_BATCH
+ * (submitted) or LADE__HTTP_BG (a background submit). */
+enum { LADE__HTTP_URGENT, LADE__HTTP_BATCH, LADE__HTTP_BG };
+void lade__http_loop_push(lade__http_t *h, lade__http_req_t *r, int kind);
+/* Wakes the loop thread from its poll (any thread, unlocked). */
+void lade__http_loop_wake(lade__http_t *h);
+/* Requests in flight and the limit on them now (locked). */
+void lade__http_loop_load(const lade__http_t *h, uint32_t *in_flight, uint32_t *limit);
+/* Stops the loop thread (h->stop set, blocked readers woken, joined) and
+ * frees its multi handle, idle handles and requests. Unlocked. */
+void lade__http_loop_close(lade__http_t *h);
+
+/* ------------------------------------------------ http_tune.c: the limit */
+
+/* A limit of `fixed` (never tuned), or tuned up to `max` from 32. */
+void lade__http_tuner_init(lade__http_tuner_t *t, uint32_t fixed, uint32_t max);
+/* The first window starts now. */
+void lade__http_tuner_begin(lade__http_tuner_t *t, double now);
+/* One tuning step: once a window of LADE__HTTP_WINDOW_S has passed, its
  * completed bytes/s moves the limit (slow start doubling, then steps of a
  * quarter up or down, a probe after 8 flat windows) unless the window was
  * starved of demand or throttled; nothing with a fixed limit. */
-void lade__http_tune(lade__http_t *h, double now);
-/* The loop thread's body (pthread_create's start routine; arg is h). */
-void *lade__http_loop_main(void *arg);
+void lade__http_tune(lade__http_tuner_t *t, double now);
+/* The server throttled (503/429): the limit halves, once a window. 1 when it did. */
+int lade__http_tuner_throttle(lade__http_tuner_t *t, double now);
+/* Background requests take at most three quarters of the limit, so a
+ * batch's request finds a free connection at once. */
+uint32_t lade__http_tuner_bg_cap(const lade__http_tuner_t *t);
+/* A completed reply's bytes count in the window. */
+void lade__http_tuner_done(lade__http_tuner_t *t, uint64_t bytes);
+/* The window ran out of queued demand (it says nothing of the server). */
+void lade__http_tuner_starved(lade__http_tuner_t *t);
 
 #endif

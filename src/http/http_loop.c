@@ -20,8 +20,8 @@
 #include "http/http_impl.h"
 
 lade__http_req_t *lade__http_req_new(lade__http_t *h, const lade__http_get_t *g, lade__http_waiter_t *w) {
-  lade__http_req_t *r = h->free_reqs;
-  if (r) h->free_reqs = r->next;
+  lade__http_req_t *r = h->loop.free_reqs;
+  if (r) h->loop.free_reqs = r->next;
   else r = malloc(sizeof *r);
   if (!r) return NULL;
   memset(r, 0, sizeof *r);
@@ -33,8 +33,8 @@ lade__http_req_t *lade__http_req_new(lade__http_t *h, const lade__http_get_t *g,
   } else {
     lade__http_part_t *p = malloc(g->nparts * sizeof *p);
     if (!p) {
-      r->next = h->free_reqs;
-      h->free_reqs = r;
+      r->next = h->loop.free_reqs;
+      h->loop.free_reqs = r;
       return NULL;
     }
     memcpy(p, g->parts, g->nparts * sizeof *p);
@@ -60,8 +60,8 @@ void lade__http_req_release(lade__http_t *h, lade__http_req_t *r) {
   parts_free(r);
   if (r->get.parts != &r->one) free((void *)r->get.parts);
   r->get.parts = NULL;
-  r->next = h->free_reqs;
-  h->free_reqs = r;
+  r->next = h->loop.free_reqs;
+  h->loop.free_reqs = r;
 }
 
 /* Starts one request (unlocked: only curl and the url/name/pin hooks,
@@ -75,7 +75,7 @@ static int start(lade__http_t *h, lade__http_req_t *r, char *msg, size_t msg_siz
     return LADE_ERANGE;
   }
   snprintf(msg, msg_size, "%s: cannot start a request (out of memory or URL too long)", name);
-  CURL *e = lade__http_easy_take(h, &h->free_easy);
+  CURL *e = lade__http_easy_take(h, &h->loop.free_easy);
   if (!e) return LADE_ENOMEM;
   curl_easy_reset(e);
   char url[8192];
@@ -106,7 +106,7 @@ static int start(lade__http_t *h, lade__http_req_t *r, char *msg, size_t msg_siz
     return LADE_ENOMEM;
   }
   if (r->head) curl_easy_setopt(e, CURLOPT_NOBODY, 1L);
-  if (curl_multi_add_handle(h->multi, e) != CURLM_OK) {
+  if (curl_multi_add_handle(h->loop.multi, e) != CURLM_OK) {
     curl_easy_cleanup(e);
     r->easy = NULL;
     return LADE_ENOMEM;
@@ -116,56 +116,21 @@ static int start(lade__http_t *h, lade__http_req_t *r, char *msg, size_t msg_siz
 
 static void active_link(lade__http_t *h, lade__http_req_t *r) {
   r->prev = NULL;
-  r->next = h->active;
-  if (h->active) h->active->prev = r;
-  h->active = r;
+  r->next = h->loop.active;
+  if (h->loop.active) h->loop.active->prev = r;
+  h->loop.active = r;
 }
 
 static void active_unlink(lade__http_t *h, lade__http_req_t *r) {
   if (r->prev) r->prev->next = r->next;
-  else h->active = r->next;
+  else h->loop.active = r->next;
   if (r->next) r->next->prev = r->prev;
   r->next = r->prev = NULL;
 }
 
 static void easy_release(lade__http_t *h, CURL *e) {
-  curl_multi_remove_handle(h->multi, e);
-  lade__http_easy_keep(h, &h->free_easy, e);
-}
-
-static uint32_t conc_min(const lade__http_t *h) { return LADE__MIN((uint32_t)LADE__HTTP_MIN_AUTO, h->o.max_conc); }
-
-/* Background requests take at most three quarters of the limit, so a
- * batch's request finds a free connection at once (locked). */
-static uint32_t bg_cap(const lade__http_t *h) { return LADE__MAX(1u, h->limit - h->limit / 4); }
-
-void lade__http_tune(lade__http_t *h, double now) {
-  if (h->o.fixed_conc) return;
-  if (now - h->win_start < LADE__HTTP_WINDOW_S) return;
-  double rate = (double)h->win_bytes / (now - h->win_start);
-  uint32_t step = LADE__MAX(4u, h->limit / 4), lo = conc_min(h);
-  if (!h->win_starved && now - h->last_throttle > LADE__HTTP_WINDOW_S) {
-    /* only a window with demand queued all along says anything about the server */
-    if (h->win_prev_rate <= 0 || rate > h->win_prev_rate * 1.05) {
-      /* slow start (as TCP's): double while it pays, then steps of a quarter */
-      h->limit = LADE__MIN(h->o.max_conc, h->slow_start ? h->limit * 2 : h->limit + step);
-      h->flat_windows = 0;
-    } else if (rate < h->win_prev_rate * 0.75) { /* a clear fall, not the noise of a busy machine */
-      h->slow_start = 0;
-      h->limit = h->limit > lo + step ? h->limit - step : lo;
-      h->flat_windows = 0;
-    } else {
-      h->slow_start = 0;
-      if (++h->flat_windows >= 8) { /* probe now and then */
-        h->limit = LADE__MIN(h->o.max_conc, h->limit + step);
-        h->flat_windows = 0;
-      }
-    }
-    h->win_prev_rate = rate;
-  }
-  h->win_start = now;
-  h->win_bytes = 0;
-  h->win_starved = 0;
+  curl_multi_remove_handle(h->loop.multi, e);
+  lade__http_easy_keep(h, &h->loop.free_easy, e);
 }
 
 static void note_of(const lade__http_t *h, char *buf, size_t size) {
@@ -205,15 +170,11 @@ static void finish(lade__http_t *h, CURL *e, CURLcode cc, lade__rng_t *rng, int 
   double now = lade__now();
   pthread_mutex_lock(&h->mu);
   active_unlink(h, r);
-  h->in_flight--;
-  if (r->bg) h->bg_in_flight--;
+  h->loop.in_flight--;
+  if (r->bg) h->loop.bg_in_flight--;
   h->bytes += r->body.len;
-  if (v.throttled && !h->o.fixed_conc && now - h->last_throttle > LADE__HTTP_WINDOW_S) {
-    h->limit = LADE__MAX(conc_min(h), h->limit / 2);
-    h->last_throttle = now;
-    h->throttled++;
-  }
-  if (v.truncated) h->truncated++;
+  if (v.throttled && lade__http_tuner_throttle(&h->loop.tune, now)) h->loop.throttled++;
+  if (v.truncated) h->loop.truncated++;
   if (r->head && v.kind != LADE__HTTP_RETRY) {
     r->head = 0;
     char what[LADE__HTTP_WHAT];
@@ -229,12 +190,12 @@ static void finish(lade__http_t *h, CURL *e, CURLcode cc, lade__rng_t *rng, int 
       /* replaced since it was listed */
       uint64_t was = r->get.expect;
       r->get.expect = v.size;
-      h->refreshed++;
+      h->loop.refreshed++;
       if (h->o.stale) h->o.stale(h->o.ctx);
       if (v.size <= h->o.max_body) {
         r->body.len = 0;
         r->not_before = now;
-        lade__http_fifo_push(&h->timers, r);
+        lade__http_fifo_push(&h->loop.timers, r);
         pthread_mutex_unlock(&h->mu);
         return;
       }
@@ -257,7 +218,7 @@ static void finish(lade__http_t *h, CURL *e, CURLcode cc, lade__rng_t *rng, int 
       snprintf(r->size_what, sizeof r->size_what, "%s", v.what);
       r->body.len = 0;
       r->not_before = now;
-      lade__http_fifo_push(&h->timers, r);
+      lade__http_fifo_push(&h->loop.timers, r);
       pthread_mutex_unlock(&h->mu);
       return;
     }
@@ -273,7 +234,7 @@ static void finish(lade__http_t *h, CURL *e, CURLcode cc, lade__rng_t *rng, int 
     h->retried++;
     r->not_before = now + lade__http_backoff_s(h->o.retry_base_ms, r->retries, rng);
     r->body.len = 0;
-    lade__http_fifo_push(&h->timers, r);
+    lade__http_fifo_push(&h->loop.timers, r);
     pthread_mutex_unlock(&h->mu);
     return;
   }
@@ -290,7 +251,7 @@ static void finish(lade__http_t *h, CURL *e, CURLcode cc, lade__rng_t *rng, int 
     else
       snprintf(msg, sizeof msg, "%s: %s%s", name, v.what, note);
   } else {
-    h->win_bytes += r->body.len;
+    lade__http_tuner_done(&h->loop.tune, r->body.len);
   }
   if (!r->waiter) *notify = 1;
   answer(h, r, rc, msg);
@@ -311,7 +272,7 @@ static void fail_waiting(lade__http_t *h, lade__http_fifo_t *f) {
   }
 }
 
-void *lade__http_loop_main(void *arg) {
+static void *loop_main(void *arg) {
   lade__http_t *h = arg;
   lade__rng_t rng;
   lade__rng_init(&rng, lade__now_us(), (uint64_t)(uintptr_t)h, 0x5333);
@@ -327,8 +288,8 @@ void *lade__http_loop_main(void *arg) {
     }
     /* due retries go first: they are the oldest demand */
     lade__http_fifo_t keep = {0};
-    for (lade__http_req_t *r; (r = lade__http_fifo_pop(&h->timers));) {
-      if (r->not_before <= now && h->in_flight + n_start < h->limit && n_start < 256) {
+    for (lade__http_req_t *r; (r = lade__http_fifo_pop(&h->loop.timers));) {
+      if (r->not_before <= now && h->loop.in_flight + n_start < h->loop.tune.limit && n_start < 256) {
         startable[n_start++] = r;
       } else {
         if (r->not_before > now) {
@@ -338,20 +299,20 @@ void *lade__http_loop_main(void *arg) {
         lade__http_fifo_push(&keep, r);
       }
     }
-    h->timers = keep;
-    uint32_t bg_limit = bg_cap(h), bg_start = 0;
+    h->loop.timers = keep;
+    uint32_t bg_limit = lade__http_tuner_bg_cap(&h->loop.tune), bg_start = 0;
     for (size_t i = 0; i < n_start; i++) bg_start += (uint32_t)startable[i]->bg;
-    while (h->in_flight + n_start < h->limit && n_start < 256) {
-      lade__http_req_t *r = lade__http_fifo_pop(&h->urgent);
-      if (!r) r = lade__http_fifo_pop(&h->queue);
-      if (!r && h->bg_in_flight + bg_start < bg_limit) r = lade__http_fifo_pop(&h->bg), bg_start += r != NULL;
+    while (h->loop.in_flight + n_start < h->loop.tune.limit && n_start < 256) {
+      lade__http_req_t *r = lade__http_fifo_pop(&h->loop.urgent);
+      if (!r) r = lade__http_fifo_pop(&h->loop.queue);
+      if (!r && h->loop.bg_in_flight + bg_start < bg_limit) r = lade__http_fifo_pop(&h->loop.bg), bg_start += r != NULL;
       if (!r) break;
       startable[n_start++] = r;
     }
-    h->bg_in_flight += bg_start;
-    if (h->in_flight + n_start < h->limit && !h->urgent.n && !h->queue.n && (!h->bg.n || h->bg_in_flight < bg_limit))
-      h->win_starved = 1;
-    h->in_flight += (uint32_t)n_start;
+    h->loop.bg_in_flight += bg_start;
+    if (h->loop.in_flight + n_start < h->loop.tune.limit && !h->loop.urgent.n && !h->loop.queue.n && (!h->loop.bg.n || h->loop.bg_in_flight < bg_limit))
+      lade__http_tuner_starved(&h->loop.tune);
+    h->loop.in_flight += (uint32_t)n_start;
     h->get_requests += n_start;
     pthread_mutex_unlock(&h->mu);
 
@@ -365,9 +326,9 @@ void *lade__http_loop_main(void *arg) {
         active_link(h, r);
       } else {
         /* not started (too big to read, or no memory): fail it like a transfer error */
-        h->in_flight--;
+        h->loop.in_flight--;
         h->get_requests--;
-        if (r->bg) h->bg_in_flight--;
+        if (r->bg) h->loop.bg_in_flight--;
         if (!r->waiter) notify = 1;
         answer(h, r, src, msg);
       }
@@ -375,34 +336,34 @@ void *lade__http_loop_main(void *arg) {
     }
 
     int running = 0;
-    curl_multi_perform(h->multi, &running);
+    curl_multi_perform(h->loop.multi, &running);
     CURLMsg *m;
     int left;
-    while ((m = curl_multi_info_read(h->multi, &left)))
+    while ((m = curl_multi_info_read(h->loop.multi, &left)))
       if (m->msg == CURLMSG_DONE) finish(h, m->easy_handle, m->data.result, &rng, &notify);
     if (notify && h->o.arrived) h->o.arrived(h->o.arrived_ctx);
     pthread_mutex_lock(&h->mu);
-    lade__http_tune(h, lade__now());
-    int more = (h->urgent.n || h->queue.n || (h->bg.n && h->bg_in_flight < bg_cap(h))) && h->in_flight < h->limit;
+    lade__http_tune(&h->loop.tune, lade__now());
+    int more = (h->loop.urgent.n || h->loop.queue.n || (h->loop.bg.n && h->loop.bg_in_flight < lade__http_tuner_bg_cap(&h->loop.tune))) && h->loop.in_flight < h->loop.tune.limit;
     pthread_mutex_unlock(&h->mu);
     if (notify || more) continue; /* start what just became possible */
-    curl_multi_poll(h->multi, NULL, 0, (int)wait_ms, NULL);
+    curl_multi_poll(h->loop.multi, NULL, 0, (int)wait_ms, NULL);
   }
   /* stop: abandon transfers, answer blocked readers */
   pthread_mutex_lock(&h->mu);
-  fail_waiting(h, &h->urgent);
-  fail_waiting(h, &h->queue);
-  fail_waiting(h, &h->bg);
-  fail_waiting(h, &h->timers);
+  fail_waiting(h, &h->loop.urgent);
+  fail_waiting(h, &h->loop.queue);
+  fail_waiting(h, &h->loop.bg);
+  fail_waiting(h, &h->loop.timers);
   lade__http_fifo_t active = {0};
-  while (h->active) {
-    lade__http_req_t *r = h->active;
+  while (h->loop.active) {
+    lade__http_req_t *r = h->loop.active;
     active_unlink(h, r);
     lade__http_fifo_push(&active, r);
   }
   pthread_mutex_unlock(&h->mu);
   for (lade__http_req_t *r = active.head; r; r = r->next) {
-    curl_multi_remove_handle(h->multi, r->easy);
+    curl_multi_remove_handle(h->loop.multi, r->easy);
     curl_easy_cleanup(r->easy);
     r->easy = NULL;
   }
@@ -411,6 +372,63 @@ void *lade__http_loop_main(void *arg) {
   pthread_cond_broadcast(&h->cv);
   pthread_mutex_unlock(&h->mu);
   return NULL;
+}
+
+/* ------------------------------------------------ the handle's calls */
+
+void lade__http_loop_init(lade__http_t *h) { lade__http_tuner_init(&h->loop.tune, h->o.fixed_conc, h->o.max_conc); }
+
+int lade__http_loop_start(lade__http_t *h) {
+  lade__http_loop_t *l = &h->loop;
+  l->multi = curl_multi_init();
+  if (!l->multi) return lade__fail(LADE_ENOMEM, "%s: out of memory", h->o.what);
+  curl_multi_setopt(l->multi, CURLMOPT_PIPELINING, (long)CURLPIPE_NOTHING);
+  curl_multi_setopt(l->multi, CURLMOPT_MAXCONNECTS, (long)LADE__MAX(h->o.max_conc, h->o.fixed_conc) + 8);
+  lade__http_tuner_begin(&l->tune, lade__now());
+  if (pthread_create(&l->thread, NULL, loop_main, h) != 0)
+    return lade__fail(LADE_ETHREAD, "%s: cannot start its thread", h->o.what);
+  l->thread_started = 1;
+  return 0;
+}
+
+bool lade__http_loop_started(const lade__http_t *h) { return h->loop.thread_started != 0; }
+
+void lade__http_loop_push(lade__http_t *h, lade__http_req_t *r, int kind) {
+  lade__http_loop_t *l = &h->loop;
+  lade__http_fifo_push(kind == LADE__HTTP_URGENT ? &l->urgent : kind == LADE__HTTP_BG ? &l->bg : &l->queue, r);
+}
+
+void lade__http_loop_wake(lade__http_t *h) {
+  if (h->loop.multi) curl_multi_wakeup(h->loop.multi);
+}
+
+void lade__http_loop_load(const lade__http_t *h, uint32_t *in_flight, uint32_t *limit) {
+  *in_flight = h->loop.in_flight;
+  *limit = h->loop.tune.limit;
+}
+
+void lade__http_loop_close(lade__http_t *h) {
+  lade__http_loop_t *l = &h->loop;
+  if (l->thread_started) {
+    pthread_mutex_lock(&h->mu);
+    h->stop = 1;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+    lade__http_loop_wake(h);
+    pthread_join(l->thread, NULL);
+    l->thread_started = 0;
+  }
+  if (l->multi) curl_multi_cleanup(l->multi);
+  l->multi = NULL;
+  for (size_t i = 0; i < l->free_easy.n; i++) curl_easy_cleanup(l->free_easy.e[i]);
+  free(l->free_easy.e);
+  memset(&l->free_easy, 0, sizeof l->free_easy);
+  for (lade__http_req_t *r = l->free_reqs, *n; r; r = n) {
+    n = r->next;
+    free(r->body.data);
+    free(r);
+  }
+  l->free_reqs = NULL;
 }
 
 #endif /* LADE_HAVE_CURL */

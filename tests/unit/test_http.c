@@ -434,12 +434,12 @@ static void test_blocking_retries(void) {
 }
 
 /* One half-second window ending at *t with `rate` bytes/s completed. */
-static void window(lade__http_t *h, double *t, double rate, int starved) {
-  h->win_start = *t;
+static void window(lade__http_tuner_t *u, double *t, double rate, int starved) {
+  u->win_start = *t;
   *t += 0.5;
-  h->win_bytes = (uint64_t)(rate * 0.5);
-  h->win_starved = starved;
-  lade__http_tune(h, *t);
+  u->win_bytes = (uint64_t)(rate * 0.5);
+  u->win_starved = starved;
+  lade__http_tune(u, *t);
 }
 
 /* The tuned limit: slow start from 32, then steps of a quarter, a probe
@@ -455,51 +455,71 @@ static void test_tuning(void) {
   lade__http_t *h = NULL;
   CHECK_OK(lade__http_create(&h, &o));
   if (!h) return;
-  CHECK_EQ_INT(h->limit, 32);
+  lade__http_tuner_t *u = &h->loop.tune; /* the handle's, as lade__http_create set it */
+  CHECK_EQ_INT(u->limit, 32);
   double t = 100;
-  h->win_start = t;
-  h->win_bytes = 1 << 20;
-  lade__http_tune(h, t + 0.2); /* too short a window */
-  CHECK_EQ_INT(h->limit, 32);
-  CHECK(h->win_start == t && h->win_bytes == 1 << 20);
-  window(h, &t, 2000, 0);
-  CHECK_EQ_INT(h->limit, 64); /* slow start doubles */
-  CHECK_EQ_INT(h->win_bytes, 0);
-  window(h, &t, 4000, 0);
-  CHECK_EQ_INT(h->limit, 128);
-  window(h, &t, 4100, 0); /* under 5% more: flat, slow start ends */
-  CHECK_EQ_INT(h->limit, 128);
-  CHECK_EQ_INT(h->slow_start, 0);
-  window(h, &t, 8000, 0);
-  CHECK_EQ_INT(h->limit, 160); /* + a quarter */
-  window(h, &t, 100, 1); /* starved: says nothing, not even a new reference rate */
-  CHECK_EQ_INT(h->limit, 160);
-  window(h, &t, 5000, 0); /* a fall of more than a quarter: - a quarter */
-  CHECK_EQ_INT(h->limit, 120);
-  for (int i = 0; i < 7; i++) window(h, &t, 5000, 0);
-  CHECK_EQ_INT(h->limit, 120);
-  window(h, &t, 5000, 0); /* the 8th flat window probes up */
-  CHECK_EQ_INT(h->limit, 150);
-  h->last_throttle = t + 0.25; /* throttled within the window: no step */
-  window(h, &t, 1, 0);
-  CHECK_EQ_INT(h->limit, 150);
-  h->limit = 6;
-  window(h, &t, 100, 0);
-  CHECK_EQ_INT(h->limit, 4); /* the floor */
-  h->limit = 990;
-  window(h, &t, 1e6, 0);
-  CHECK_EQ_INT(h->limit, 1000); /* the ceiling */
+  u->win_start = t;
+  u->win_bytes = 1 << 20;
+  lade__http_tune(u, t + 0.2); /* too short a window */
+  CHECK_EQ_INT(u->limit, 32);
+  CHECK(u->win_start == t && u->win_bytes == 1 << 20);
+  window(u, &t, 2000, 0);
+  CHECK_EQ_INT(u->limit, 64); /* slow start doubles */
+  CHECK_EQ_INT(u->win_bytes, 0);
+  window(u, &t, 4000, 0);
+  CHECK_EQ_INT(u->limit, 128);
+  window(u, &t, 4100, 0); /* under 5% more: flat, slow start ends */
+  CHECK_EQ_INT(u->limit, 128);
+  CHECK_EQ_INT(u->slow_start, 0);
+  window(u, &t, 8000, 0);
+  CHECK_EQ_INT(u->limit, 160); /* + a quarter */
+  window(u, &t, 100, 1); /* starved: says nothing, not even a new reference rate */
+  CHECK_EQ_INT(u->limit, 160);
+  window(u, &t, 5000, 0); /* a fall of more than a quarter: - a quarter */
+  CHECK_EQ_INT(u->limit, 120);
+  for (int i = 0; i < 7; i++) window(u, &t, 5000, 0);
+  CHECK_EQ_INT(u->limit, 120);
+  window(u, &t, 5000, 0); /* the 8th flat window probes up */
+  CHECK_EQ_INT(u->limit, 150);
+  u->last_throttle = t + 0.25; /* throttled within the window: no step */
+  window(u, &t, 1, 0);
+  CHECK_EQ_INT(u->limit, 150);
+  u->limit = 6;
+  window(u, &t, 100, 0);
+  CHECK_EQ_INT(u->limit, 4); /* the floor */
+  u->limit = 990;
+  window(u, &t, 1e6, 0);
+  CHECK_EQ_INT(u->limit, 1000); /* the ceiling */
   lade__http_destroy(h);
 
   o.fixed_conc = 48; /* a fixed limit is never tuned */
   CHECK_OK(lade__http_create(&h, &o));
   if (!h) return;
-  CHECK_EQ_INT(h->limit, 48);
+  u = &h->loop.tune;
+  CHECK_EQ_INT(u->limit, 48);
   t = 100;
-  window(h, &t, 1000, 0);
-  window(h, &t, 1e6, 0);
-  CHECK_EQ_INT(h->limit, 48);
+  window(u, &t, 1000, 0);
+  window(u, &t, 1e6, 0);
+  CHECK_EQ_INT(u->limit, 48);
   lade__http_destroy(h);
+
+  /* a throttle halves the tuned limit once a window, down to the floor; a fixed one stays */
+  lade__http_tuner_t v;
+  lade__http_tuner_init(&v, 0, 1000);
+  v.limit = 100;
+  CHECK_EQ_INT(lade__http_tuner_throttle(&v, 10.0), 1);
+  CHECK_EQ_INT(v.limit, 50);
+  CHECK_EQ_INT(lade__http_tuner_throttle(&v, 10.3), 0);
+  CHECK_EQ_INT(v.limit, 50);
+  CHECK_EQ_INT(lade__http_tuner_throttle(&v, 10.6), 1);
+  CHECK_EQ_INT(v.limit, 25);
+  CHECK_EQ_INT(lade__http_tuner_bg_cap(&v), 19); /* background: three quarters */
+  v.limit = 6;
+  CHECK_EQ_INT(lade__http_tuner_throttle(&v, 20.0), 1);
+  CHECK_EQ_INT(v.limit, 4);
+  lade__http_tuner_init(&v, 48, 1000);
+  CHECK_EQ_INT(lade__http_tuner_throttle(&v, 10.0), 0);
+  CHECK_EQ_INT(v.limit, 48);
 }
 
 /* ------------------------------------------------------------ the table */
