@@ -297,7 +297,7 @@ static void finish_slot_locked(lade_loader_t *L, slot_t *s) {
     return;
   }
   double t = lade__now();
-  L->lat[L->nlat++ % LAT_RING] = t - s->t_sched;
+  lade__counts_latency(&L->counts, t - s->t_sched);
   s->state = SLOT_READY;
   pthread_cond_broadcast(&L->cv_ready);
   if (L->trace)
@@ -424,11 +424,10 @@ static void *worker_main(void *arg) {
             LADE_ROUTE_NODE) { /* an intra-node handoff (docs/plan.md, Nodes) */
       s->peer_node++;
       s->peer_node_bytes += nbytes;
-      L->peer_node++;
-      L->peer_node_bytes += nbytes;
+      lade__counts_peer_node(&L->counts, nbytes);
     } else if (tier == LADE__TIER_MEM && L->res.fetch.node_plan && s->cs.from[i] >= 0) {
       s->node_reads++; /* a handoff read from the node's cache (docs/plan.md, Nodes) */
-      L->node_reads++;
+      lade__counts_node_read(&L->counts);
     }
     if (++s->done == s->n) {
       if (L->routed && !s->stale) finish_steps_in_order(L);
@@ -542,10 +541,8 @@ int lade_loader_next(lade_loader_t *L, lade_batch_t **out) {
         L->sched[L->next_deliver % L->window] = NULL;
         L->next_deliver++;
         pthread_cond_broadcast(&L->cv_work); /* the window moved: one more batch may be planned */
-        L->batches++;
-        L->delivered_samples += s->n;
-        if (L->batches == 1) L->t_first = lade__now() - L->t_create;
-        L->t_collate += lade__now() - tc;
+        const double now = lade__now();
+        lade__counts_batch(&L->counts, s->n, now - tc, now);
         *out = &h->view;
         break;
       }
@@ -568,7 +565,7 @@ int lade_loader_next(lade_loader_t *L, lade_batch_t **out) {
     }
   }
   double waited = lade__now() - t0;
-  L->t_wait += waited;
+  lade__counts_wait(&L->counts, waited);
   uint64_t consumed = L->next_deliver * L->cfg.batch_size;
   if (*out) {
     struct epoch_acc *a = lade__epochs_acc(&L->epochs, (*out)->epoch);

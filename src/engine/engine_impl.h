@@ -4,8 +4,9 @@
  * comment is the design and the lock rules), engine_open.c (opening and
  * closing: the source, the settings resolved, transport, cursor, fetch
  * stage, transform) and engine_stats.c (counters and the listing). The
- * batch buffers and the caller's handles are a piece of their own
- * (pool.h), under the loader's mu.
+ * batch buffers and the caller's handles (pool.h), the run's counters
+ * (counts.h) and the per-epoch ones (epochs.h) are pieces of their own,
+ * under the loader's mu.
  */
 #ifndef LADE__ENGINE_IMPL_H
 #define LADE__ENGINE_IMPL_H
@@ -18,6 +19,7 @@
 
 #include "core/config.h"
 #include "core/core.h"
+#include "engine/counts.h"
 #include "engine/epochs.h"
 #include "engine/fetch.h"
 #include "engine/pool.h"
@@ -28,7 +30,6 @@
 #include "transform/transform.h"
 #include "transport/transport.h"
 
-#define LAT_RING 4096
 #define MAX_SUBST_TRIES 64
 
 /* Bumped in the child of every fork() (pthread_atfork): a loader made under
@@ -107,13 +108,7 @@ struct lade_loader {
   worker_t *workers;
   uint32_t nworkers, started;
 
-  /* stats */
-  double t_create, t_first, t_wait, t_collate;
-  uint64_t batches, delivered_samples;
-  uint64_t peer_node, peer_node_bytes; /* guarded by mu: peer samples read from a rank of this node */
-  uint64_t node_reads;                 /* guarded by mu: intra-node handoffs read from the node's cache */
-  double lat[LAT_RING];
-  uint64_t nlat;
+  lade__counts_t counts; /* the run's counters (counts.h), guarded by mu */
   lade__trace_t *trace;
   _Atomic uint32_t fail_run; /* on_error=skip: failed reads in a row, any worker (a success resets it) */
   lade__epochs_t epochs; /* per-epoch counters (epochs.h), guarded by mu */

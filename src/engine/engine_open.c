@@ -459,7 +459,7 @@ int lade__engine_open(lade_loader_t **out, const lade_config_t *cfg) {
   pthread_once(&g_atfork_once, register_atfork);
   L->fork_gen = atomic_load_explicit(&lade__engine_fork_gen, memory_order_relaxed);
   L->pid = getpid();
-  L->t_create = lade__now();
+  lade__counts_open(&L->counts, lade__now());
   pthread_mutex_init(&L->mu, NULL);
   pthread_cond_init(&L->cv_work, NULL);
   pthread_cond_init(&L->cv_ready, NULL);

@@ -10,18 +10,12 @@
 #include "core/zipfmt.h"
 #include "engine/engine_impl.h"
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 static int fill_stats(lade_loader_t *L, lade_stats_t *out) {
   memset(out, 0, sizeof *out);
   if (forked(L)) return lade__engine_fail_forked(L, "lade_loader_stats");
-  double lat[LAT_RING];
+  double lat[LADE__LAT_RING];
   pthread_mutex_lock(&L->mu);
-  out->batches = L->batches;
-  out->samples = L->delivered_samples;
+  const uint64_t n = lade__counts_copy(&L->counts, out, lat);
   for (uint32_t i = 0; i < L->started; i++) {
     worker_t *w = &L->workers[i];
     out->stage_seconds[LADE_STAGE_READ] += WSTAT(w->t_read);
@@ -33,14 +27,9 @@ static int fill_stats(lade_loader_t *L, lade_stats_t *out) {
     }
     out->substituted += WSTAT(w->substituted);
   }
-  out->stage_seconds[LADE_STAGE_COLLATE] = L->t_collate;
-  out->stage_seconds[LADE_STAGE_WAIT] = L->t_wait;
-  out->first_batch_seconds = L->t_first;
   out->peak_pool_bytes = L->pool.peak_bytes;
   if (L->xf && L->xf->describe) L->xf->describe(L->xf_state, out->image_kernels, sizeof out->image_kernels);
   out->threads = L->started;
-  uint64_t n = L->nlat < LAT_RING ? L->nlat : LAT_RING;
-  memcpy(lat, L->lat, n * sizeof *lat);
   lade__fetch_t *f = L->fetch;
   pthread_mutex_unlock(&L->mu);
   if (f) {
@@ -86,18 +75,7 @@ static int fill_stats(lade_loader_t *L, lade_stats_t *out) {
   out->nodes = L->res.topo.nodes;
   out->local_rank = L->res.topo.local_rank;
   out->ranks_per_node = L->res.topo.ranks_per_node;
-  pthread_mutex_lock(&L->mu);
-  out->peer_samples_node = L->peer_node;
-  out->peer_bytes_node = L->peer_node_bytes;
-  out->plan_node_reads = L->node_reads;
-  pthread_mutex_unlock(&L->mu);
-  if (n) {
-    qsort(lat, n, sizeof *lat, cmp_double);
-    out->batch_latency_p50 = lat[(n - 1) * 50 / 100];
-    out->batch_latency_p90 = lat[(n - 1) * 90 / 100];
-    out->batch_latency_p99 = lat[(n - 1) * 99 / 100];
-    out->batch_latency_max = lat[n - 1];
-  }
+  lade__counts_report(lat, n, out);
   return 0;
 }
 
