@@ -120,6 +120,7 @@ typedef struct pend {
   uint32_t len[PEND_READS], got[PEND_READS];   /* their lengths; the bytes kept of those made at open */
   uint32_t nr;
   char *keep;                                  /* the index in index_dir, under its pending name (or NULL) */
+  int node;                                    /* taken from the node's listing (node_index) */
   char *msg;                                   /* ST_FAILED: why, for every read of the shard */
   uint8_t bytes[];                             /* the bytes of the reads made at open, back to back */
 } pend_t;
@@ -491,7 +492,8 @@ static int node_index(lade__tar_t *t, size_t i, const char *ipath, lade__tar_ind
   char pp[LADE__PATH_MAX + 96];
   if (lade__tar_index_load(t, x, ipath, v) == 0) return set_version(t, i, H(t)->nl.size[i], H(t)->nl.val[i], &v);
   snprintf(pp, sizeof pp, "%s" PENDING_SUFFIX, ipath);
-  if (getenv("LADE_TEST_HOOK_PENDING_RENAMED")) rename(pp, ipath); /* the other rank's first read, just now */
+  const char *hook = getenv("LADE_TEST_HOOK_PENDING_RENAMED"); /* the other rank's first read, just now */
+  if (hook && strcmp(hook, "later")) rename(pp, ipath);
   if (lade__tar_index_load(t, x, pp, v) != 0) /* renamed whole by the other rank's first read meanwhile? */
     return lade__tar_index_load(t, x, ipath, v) == 0 ? set_version(t, i, H(t)->nl.size[i], H(t)->nl.val[i], &v) : 1;
   lade__tar_reads_t r;
@@ -501,7 +503,7 @@ static int node_index(lade__tar_t *t, size_t i, const char *ipath, lade__tar_ind
   int rc = k > 2 && per && per * k == nb && nb <= PEND_READS && t->fmt->check_entry ? 0 : 1;
   if (!rc) rc = set_version(t, i, H(t)->nl.size[i], H(t)->nl.val[i], &v);
   if (!rc) rc = pend_keep(t, i, x, &r, nb, 0);
-  if (!rc) H(t)->pend[i]->keep = lade__strdup(pp);
+  if (!rc) H(t)->pend[i]->keep = lade__strdup(pp), H(t)->pend[i]->node = 1;
   lade__tar_reads_free(&r);
   if (rc) lade__tar_index_free(x);
   return rc;
@@ -613,15 +615,6 @@ static int ask_rest(lade__tar_t *t, uint32_t si) {
   return rc;
 }
 
-/* submit(): the shards of a batch whose binding waits are asked now, so
- * that it travels with their samples' Ranges; an error here is the read's. */
-static void ask_shard(lade__tar_t *t, uint32_t si) {
-  http_state_t *h = H(t);
-  pthread_mutex_lock(&h->bind_mu);
-  if (__atomic_load_n(&h->state[si], __ATOMIC_ACQUIRE) == ST_PENDING && ask_rest(t, si)) lade__clear_error();
-  pthread_mutex_unlock(&h->bind_mu);
-}
-
 /* Takes the rest's reads of shard si (ST_CHECKING: this thread alone) and
  * runs bind() over all of them, the first and last entries' bytes kept
  * from open: 0 when it is the sidecar's, 1 when it differs, or an error
@@ -690,6 +683,35 @@ static void settle(lade__tar_t *t, uint32_t si, int rc) {
   pthread_cond_broadcast(&h->bind_cv);
 }
 
+/* Whether pending shard si, taken from the node's listing, was found whole
+ * meanwhile by the rank that made the listing: its index renamed from the
+ * pending name to the final one, of this version (bind_mu held). Then this
+ * rank binds it with no request of its own. */
+static int node_checked(lade__tar_t *t, uint32_t si) {
+  const pend_t *p = H(t)->pend[si];
+  char to[LADE__PATH_MAX + 64];
+  if (!p || !p->node || !p->keep) return 0;
+  snprintf(to, sizeof to, "%.*s", (int)(strlen(p->keep) - strlen(PENDING_SUFFIX)), p->keep);
+  const char *hook = getenv("LADE_TEST_HOOK_PENDING_RENAMED"); /* that rank's first read, just now */
+  if (hook && !strcmp(hook, "later")) rename(p->keep, to);
+  lade__tar_index_t x = {0};
+  int ok = lade__tar_index_load(t, &x, to, remote_ver(H(t)->shard_size[si], H(t)->shard_val[si])) == 0 &&
+           x.n == p->n && x.bind == p->bind;
+  lade__tar_index_free(&x);
+  if (ok) settle(t, si, 0);
+  return ok;
+}
+
+/* submit(): the shards of a batch whose binding waits are asked now, so
+ * that it travels with their samples' Ranges; an error here is the read's. */
+static void ask_shard(lade__tar_t *t, uint32_t si) {
+  http_state_t *h = H(t);
+  pthread_mutex_lock(&h->bind_mu);
+  if (__atomic_load_n(&h->state[si], __ATOMIC_ACQUIRE) == ST_PENDING && !node_checked(t, si) && ask_rest(t, si))
+    lade__clear_error();
+  pthread_mutex_unlock(&h->bind_mu);
+}
+
 /* backend.check_shard: before the first sample of a shard whose sidecar
  * waits for the rest of its binding is served, one thread fetches and
  * checks it (the others wait for its verdict on bind_cv); a shard whose
@@ -710,6 +732,7 @@ static int http_check_shard(lade__tar_t *t, uint64_t idx) {
   if (st == ST_FAILED)
     rc = lade__fail(LADE_EFORMAT, "%s: %s: %s", shown, what,
                     h->pend[si]->msg ? h->pend[si]->msg : "its sidecar index is not the shard's");
+  if (st == ST_PENDING && node_checked(t, si)) st = ST_BOUND;
   if (st == ST_PENDING) rc = ask_rest(t, si);
   if (!rc && st != ST_BOUND && st != ST_FAILED) __atomic_store_n(&h->state[si], ST_CHECKING, __ATOMIC_RELEASE);
   pthread_mutex_unlock(&h->bind_mu);

@@ -524,25 +524,43 @@ def test_http_open_once_per_node(nginx, lade_cli, tmp_path, nodes):
         assert max(took) <= (3 * 8 if sidecars else 0), took
 
 
-def test_http_node_index_renamed_meanwhile(nginx, lade_cli, tmp_path):
-    """A rank taking the node's listing looks for a shard's index under its final name, then its pending one;
-    the rank that made them renames the pending one when its first read finds the shard whole, which can fall
-    between the two looks (the hook makes it fall there in every taking rank). The index is then taken under
-    its final name, with no request: the open's requests stay one rank's (a HEAD each before)."""
+def hooked_node_run(nginx, lade_cli, tmp_path, sub, hook):
+    """Four ranks of a node and job over three big shards with sidecars under SUB, with
+    LADE_TEST_HOOK_PENDING_RENAMED=hook; every rank's rows checked. (the server's log, the ranks' list_requests
+    sorted)"""
     env, root = nginx
-    paths = serve_big(root, lade_cli, tmp_path, "renamed", ["u.tar", "v.tar", "w.tar"])
+    paths = serve_big(root, lade_cli, tmp_path, sub, ["u.tar", "v.tar", "w.tar"])
     want = {}
     for p in paths:
         want.update({len(want) + k: hashlib.sha1(data + bytes(4096 - len(data))).hexdigest()
                      for k, (_, _, data) in enumerate(reference(p))})
     env.clear_log()
-    runs = node_ranks("%s/renamed/{u,v,w}.tar" % env.url, str(tmp_path / "cache-renamed"), False,
-                      env={"LADE_TEST_HOOK_PENDING_RENAMED": "1"})
+    runs = node_ranks("%s/%s/{u,v,w}.tar" % (env.url, sub), str(tmp_path / ("cache-" + sub)), False,
+                      env={"LADE_TEST_HOOK_PENDING_RENAMED": hook})
     for r in runs:
         assert r["rejected"] == 0 and {int(k): v for k, v in r["rows"].items()} == want
-    log = env.access_log()
+    return env.access_log(), sorted(r["list_requests"] for r in runs)
+
+
+def test_http_node_index_renamed_meanwhile(nginx, lade_cli, tmp_path):
+    """A rank taking the node's listing looks for a shard's index under its final name, then its pending one;
+    the rank that made them renames the pending one when its first read finds the shard whole, which can fall
+    between the two looks (the hook makes it fall there in every taking rank). The index is then taken under
+    its final name, with no request: the open's requests stay one rank's (a HEAD each before)."""
+    log, reqs = hooked_node_run(nginx, lade_cli, tmp_path, "renamed", "1")
     assert log_counts(log, 3)[:3] == (3, 0, 3), log
-    assert sorted(r["list_requests"] for r in runs)[:3] == [0, 0, 0]
+    assert reqs[:3] == [0, 0, 0], reqs
+
+
+def test_http_node_pending_found_whole_by_the_lister(nginx, lade_cli, tmp_path):
+    """A rank that took a shard's index under its pending name from the node's listing checks the rest of its
+    binding before its first read of the shard, unless the rank that made the listing found the shard whole
+    meanwhile (it renames the index to its final name, at the listing's version): then it binds the shard
+    with no request of its own. The hook makes that rename fall just before each taking rank's first read of
+    each shard: the taking ranks send no request at all, and every rank reads every sample right."""
+    log, reqs = hooked_node_run(nginx, lade_cli, tmp_path, "later", "later")
+    assert log_counts(log, 3)[:3] == (3, 0, 3), log
+    assert reqs[:3] == [0, 0, 0] and reqs[3] > 0, reqs  # the lister checks its shards; the others send nothing
 
 
 def test_http_empty_shard_among_sidecars(nginx, lade_cli, tmp_path):
