@@ -498,6 +498,12 @@ LADE_API uint32_t lade_crc32c(const void *data, size_t size, uint32_t crc);
  * Thread-safe.
  */
 LADE_API int lade_shard_index_write(const lade_config_t *cfg, const char *shard);
+/* The same into the file out_path (NULL: SHARD.ladeidx beside a local
+ * shard), for a local shard or a remote one: an http(s):// or s3:// URL
+ * (the settings' endpoint, credentials, TLS and retries), read once as a
+ * streamed GET; the file is the one a local copy of the shard would get,
+ * to be copied beside the remote shard. Thread-safe. */
+LADE_API int lade_shard_index_write_to(const lade_config_t *cfg, const char *shard, const char *out_path);
 
 /* ---------------------------------------------------------------- metrics */
 

@@ -37,6 +37,11 @@
 
 #include "source/labels.h"
 #include "tar_impl.h"
+#ifdef LADE_HAVE_CURL
+#include "source/remote.h"
+#include "source/s3auth.h"
+#include "source/tar_remote_index.h"
+#endif
 
 #define IDX_MAGIC "LADETAR2" /* 2: with the shard binding (bind) */
 #define CLS_MAX 64u /* bytes of a .cls member */
@@ -645,9 +650,49 @@ const lade__source_ops_t lade__source_tar_remote = {TAR_OPS("tar", tar_open), TA
 const lade__source_ops_t lade__source_tfrecord_remote = {TAR_OPS("tfrecord", tfr_open), TAR_REMOTE_OPS};
 #endif
 
-/* lade.h's lade_shard_index_write: the sidecar index beside a local shard
- * (tar_local.c writes it), in the format the settings and the name choose. */
-int lade_shard_index_write(const lade_config_t *cfg, const char *shard) {
+#ifdef LADE_HAVE_CURL
+static void no_name(void *ctx, uint64_t obj, char *buf, size_t size) {
+  (void)ctx;
+  (void)obj;
+  snprintf(buf, size, "shard");
+}
+
+/* The sidecar of a remote shard (an http(s):// or s3:// URL) into out. */
+static int remote_sidecar(const lade__tar_t *t, const lade_config_t *cfg, const char *shard, const char *out) {
+  lade__http_opts_t o;
+  lade__s3_where_t w;
+  char url[8192];
+  int s3 = !strncmp(shard, "s3://", 5), rc = 0;
+  if (s3) {
+    if ((rc = lade__s3_where_init(&w, cfg, shard)) != 0) return rc;
+    lade__s3_http_opts(&w, cfg, NULL, &o);
+    if (lade__s3_url(&w, w.path, NULL, url, sizeof url)) rc = lade__fail(LADE_ERANGE, "%s: too long", shard);
+  } else {
+    lade__remote_http_opts(&o, cfg, NULL);
+    if (snprintf(url, sizeof url, "%s", shard) >= (int)sizeof url) rc = lade__fail(LADE_ERANGE, "%s: too long", shard);
+  }
+  o.what = "lade index";
+  o.name = no_name;
+  lade__http_t *h = NULL;
+  if (!rc) rc = lade__http_create(&h, &o);
+  if (!rc) rc = lade__tar_remote_sidecar(t, h, url, shard, out);
+  lade__http_destroy(h);
+  if (s3) lade__s3_where_free(&w);
+  return rc;
+}
+#else
+static int remote_sidecar(const lade__tar_t *t, const lade_config_t *cfg, const char *shard, const char *out) {
+  (void)t;
+  (void)cfg;
+  (void)out;
+  return lade__fail(LADE_EUNSUPPORTED, "%s: a URL, and this build has no libcurl (no remote sources)", shard);
+}
+#endif
+
+/* lade.h's lade_shard_index_write_to: the sidecar index of a local shard
+ * (tar_local.c writes it) or of a remote one (tar_remote_index.c), in the
+ * format the settings and the name choose. */
+int lade_shard_index_write_to(const lade_config_t *cfg, const char *shard, const char *out_path) {
   lade_config_t *own = NULL;
   if (!shard) return lade__fail(LADE_EINVAL, "lade_shard_index_write: no shard");
   if (!cfg) {
@@ -655,19 +700,24 @@ int lade_shard_index_write(const lade_config_t *cfg, const char *shard) {
     if (rc) return rc;
     cfg = own;
   }
-  int rc = 0;
-  if (lade__tar_is_url(shard))
-    rc = lade__fail(LADE_EINVAL, "%s: a URL; a sidecar index is written beside a local shard, then copied with it",
-                    shard);
+  int rc = 0, url = lade__tar_is_url(shard);
+  if (url && !out_path)
+    rc = lade__fail(LADE_EINVAL, "%s: a URL; its sidecar index is written to a local file (lade index --to DIR), "
+                    "then copied beside it", shard);
   int tfr = cfg->source_type == LADE__SRC_TFRECORD ||
             (cfg->source_type == LADE__SRC_AUTO && lade__tfrec_is_name(shard, strlen(shard)));
   lade__tar_t t = {.fmt = tfr ? &lade__tar_fmt_tfrecord : &lade__tar_fmt_tar, .max_sample = cfg->max_sample_bytes};
   if (!rc && t.fmt->open) rc = t.fmt->open(&t, cfg);
   char out[LADE__PATH_MAX + 64];
-  if (!rc && snprintf(out, sizeof out, "%s" LADE__TAR_SIDECAR_SUFFIX, shard) >= (int)sizeof out)
-    rc = lade__fail(LADE_ERANGE, "%s: path too long", shard);
-  if (!rc) rc = lade__tar_local_sidecar(&t, shard, out);
+  if (!rc && snprintf(out, sizeof out, "%s%s", out_path ? out_path : shard, out_path ? "" : LADE__TAR_SIDECAR_SUFFIX) >=
+                 (int)sizeof out)
+    rc = lade__fail(LADE_ERANGE, "%s: path too long", out_path ? out_path : shard);
+  if (!rc) rc = url ? remote_sidecar(&t, cfg, shard, out) : lade__tar_local_sidecar(&t, shard, out);
   if (t.fmt->close) t.fmt->close(&t);
   lade_config_destroy(own);
   return rc;
+}
+
+int lade_shard_index_write(const lade_config_t *cfg, const char *shard) {
+  return lade_shard_index_write_to(cfg, shard, NULL);
 }

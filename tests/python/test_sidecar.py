@@ -563,6 +563,71 @@ def test_http_node_pending_found_whole_by_the_lister(nginx, lade_cli, tmp_path):
     assert reqs[:3] == [0, 0, 0] and reqs[3] > 0, reqs  # the lister checks its shards; the others send nothing
 
 
+def test_index_to_dir_of_remote_shards(shards, nginx, lade_cli, tmp_path):
+    """`lade index --to DIR URL...` over shards served without sidecars: one HEAD and one streamed GET per
+    shard, and each sidecar is byte for byte the one `lade index --to` writes for a local copy (and, for shards
+    indexed by `lade index`, the one beside them). Copied beside the shards, a remote open uses them; a shard
+    that is not a whole tar fails naming its URL, and writes nothing."""
+    env, root = nginx
+    local = shards["packed"] + shards["other"]
+    bare = os.path.join(root, "toindex")
+    os.mkdir(bare)
+    names = ["%d.tar" % k for k in range(len(local))]
+    for nm, p in zip(names, local):
+        shutil.copyfile(p, os.path.join(bare, nm))
+    here = tmp_path / "here"
+    run_cli(lade_cli, "index", "--to", here, *[os.path.join(bare, nm) for nm in names])
+    env.clear_log()
+    out = tmp_path / "remote"
+    urls = ["%s/toindex/%s" % (env.url, nm) for nm in names]
+    r = run_cli(lade_cli, "index", "--to", out, *urls)
+    assert r.stdout.split() == [str(out / (nm + ".ladeidx")) for nm in names]
+    log = env.access_log()
+    assert sorted((m, path, rng) for m, path, _, _, rng in log) == sorted(
+        [("HEAD", "/toindex/" + nm, "-") for nm in names] + [("GET", "/toindex/" + nm, "-") for nm in names]), log
+    for nm, p in zip(names, local):
+        got = open(str(out / (nm + ".ladeidx")), "rb").read()
+        assert got == open(str(here / (nm + ".ladeidx")), "rb").read(), nm
+        if p in shards["other"]:
+            assert got == open(p + ".ladeidx", "rb").read(), nm
+        shutil.copyfile(str(out / (nm + ".ladeidx")), os.path.join(bare, nm + ".ladeidx"))
+    env.clear_log()
+    st = check_same("%s/toindex/{%s}.tar" % (env.url, ",".join(str(k) for k in range(len(local)))), urls, local)
+    assert st["sidecar_rejected"] == 0
+    assert log_counts(env.access_log(), len(local))[1:3] == (0, len(local))  # no shard read whole; every sidecar
+    with open(os.path.join(bare, "cut.tar"), "wb") as f:
+        f.write(open(local[-1], "rb").read()[:3000])
+    url = env.url + "/toindex/cut.tar"
+    r = subprocess.run([lade_cli, "index", "--to", out, url], stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 1 and url in r.stderr and "past the end of the file" in r.stderr, r.stderr
+    assert not os.path.exists(str(out / "cut.tar.ladeidx"))
+
+
+def test_index_to_dir_of_s3_shards(shards, lade_cli, tmp_path):
+    """The same for s3:// shards (signed requests, the endpoint from AWS_ENDPOINT_URL): each sidecar equals a
+    local copy's."""
+    why = s3env.missing()
+    if why:
+        pytest.skip(why)
+    local = shards["packed"] + shards["other"]
+    here = tmp_path / "here"
+    run_cli(lade_cli, "index", "--to", here, *local)
+    with s3env.S3Env() as env:
+        keys = ["toindex/%d.tar" % k for k in range(len(local))]
+        for k, p in zip(keys, local):
+            env.put(k, open(p, "rb").read())
+        env.reset()
+        out = tmp_path / "remote"
+        r = subprocess.run([lade_cli, "index", "--to", out] + ["s3://%s/%s" % (env.bucket, k) for k in keys],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, **env.lade_env()))
+        assert r.returncode == 0, r.stderr
+        c = env.counts()
+        assert (c["sig_failures"], c.get("head", 0), c["get"]) == (0, len(keys), len(keys)), c
+    for k, p in zip(keys, local):
+        name = os.path.basename(k) + ".ladeidx"
+        assert open(str(out / name), "rb").read() == open(str(here / (os.path.basename(p) + ".ladeidx")), "rb").read()
+
+
 def test_http_empty_shard_among_sidecars(nginx, lade_cli, tmp_path):
     """An empty shard among shards with sidecars: the Range of its first bytes that stands for its HEAD is
     answered whole (nginx answers 200 to a Range on an empty file), its size 0 taken from it; it adds no

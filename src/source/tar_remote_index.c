@@ -1,0 +1,104 @@
+/* tar_remote_index.c - the sidecar index of a remote shard
+ * (tar_remote_index.h). */
+#ifdef LADE_HAVE_CURL
+
+#include "source/tar_remote_index.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The walk's reads up to this size are kept: tar headers (512 bytes) and
+ * class members, TFRecord framing; bind() reads only such bytes again. */
+#define KEEP_MAX 4096
+
+/* A small read the walk made: len bytes at off of the shard, kept at `at`
+ * of the tee's bytes. */
+typedef struct piece {
+  uint64_t off;
+  size_t at, len;
+} piece_t;
+
+/* The shard's stream, and the small reads made of it in offset order (a
+ * stream reads forward). */
+typedef struct tee {
+  lade__http_stream_t *s;
+  piece_t *p;
+  size_t n, cap;
+  lade__buf_t bytes;
+  int missed; /* bind() asked a byte the walk never read */
+} tee_t;
+
+static long tee_pread(void *ctx, void *dst, size_t len, uint64_t off) {
+  tee_t *t = ctx;
+  long n = lade__http_stream_pread(t->s, dst, len, off);
+  if (n <= 0 || n > KEEP_MAX) return n;
+  if (t->n == t->cap) {
+    size_t cap = t->cap ? t->cap * 2 : 1024;
+    piece_t *p = realloc(t->p, cap * sizeof *p);
+    if (!p) return -ENOMEM;
+    t->p = p;
+    t->cap = cap;
+  }
+  if (lade__buf_reserve(&t->bytes, t->bytes.len + (size_t)n) != 0) return -ENOMEM;
+  memcpy(t->bytes.data + t->bytes.len, dst, (size_t)n);
+  t->p[t->n++] = (piece_t){off, t->bytes.len, (size_t)n};
+  t->bytes.len += (size_t)n;
+  return n;
+}
+
+/* bind()'s reads, served from the kept pieces (one read may span two: a
+ * tar header and the class member after it); a byte not kept fails it. */
+static long tee_served(void *ctx, void *dst, size_t len, uint64_t off) {
+  tee_t *t = ctx;
+  size_t lo = 0, hi = t->n, done = 0;
+  while (lo < hi) { /* the first piece that ends past off */
+    size_t mid = lo + (hi - lo) / 2;
+    if (t->p[mid].off + t->p[mid].len <= off) lo = mid + 1;
+    else hi = mid;
+  }
+  for (size_t k = lo; k < t->n && done < len && t->p[k].off <= off + done; k++) {
+    const piece_t *q = &t->p[k];
+    uint64_t want = off + done, end = q->off + q->len;
+    if (end <= want) continue;
+    size_t c = (size_t)LADE__MIN((uint64_t)(len - done), end - want);
+    memcpy((uint8_t *)dst + done, t->bytes.data + q->at + (want - q->off), c);
+    done += c;
+  }
+  if (done == len) return (long)len;
+  t->missed = 1;
+  return -EIO;
+}
+
+int lade__tar_remote_sidecar(const lade__tar_t *t, lade__http_t *h, const char *url, const char *shown,
+                             const char *out) {
+  uint64_t size = 0;
+  char val[256];
+  int rc = lade__http_head(h, url, shown, &size, val, sizeof val);
+  if (rc) return rc;
+  tee_t tee = {0};
+  lade__tar_index_t x = {0};
+  rc = lade__http_stream_open(h, url, shown, size, val, &tee.s);
+  if (!rc) {
+    rc = t->fmt->walk(t, &x, tee_pread, &tee, size, shown);
+    if (rc && lade__http_stream_error(tee.s)) rc = lade__http_stream_error(tee.s); /* the network's words */
+  }
+  lade__http_stream_close(tee.s);
+  if (!rc) {
+    x.bind = t->fmt->bind(t, &x, tee_served, &tee);
+    if (tee.missed)
+      rc = lade__fail(LADE_EFORMAT, "%s: its binding reads bytes its index pass did not keep; no sidecar written",
+                      shown);
+  }
+  if (!rc) {
+    lade__tar_ver_t side = {size, LADE__TAR_SIDECAR_A, LADE__TAR_SIDECAR_B};
+    if (lade__tar_index_store(t, &x, out, side, NULL) != 0)
+      rc = lade__fail(LADE_EIO, "cannot write %s: %s", out, strerror(errno));
+  }
+  lade__tar_index_free(&x);
+  free(tee.p);
+  lade__buf_free(&tee.bytes);
+  return rc;
+}
+
+#endif /* LADE_HAVE_CURL */
