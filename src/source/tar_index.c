@@ -171,7 +171,8 @@ int lade__tar_index_store(const lade__tar_t *t, const lade__tar_index_t *x, cons
   uint64_t sum = lade__hash64(b, total - 8, t->index_seed);
   memcpy(b + total - 8, &sum, 8);
   char tmp[LADE__PATH_MAX + 160];
-  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+  static unsigned seq; /* two threads of a process writing one path (lade index a.tar a.tar) never share a temp */
+  snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", path, (long)getpid(), __atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED));
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd >= 0) {
     size_t done = 0;

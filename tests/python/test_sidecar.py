@@ -595,6 +595,15 @@ def test_index_to_dir_of_remote_shards(shards, nginx, lade_cli, tmp_path):
     st = check_same("%s/toindex/{%s}.tar" % (env.url, ",".join(str(k) for k in range(len(local)))), urls, local)
     assert st["sidecar_rejected"] == 0
     assert log_counts(env.access_log(), len(local))[1:3] == (0, len(local))  # no shard read whole; every sidecar
+    # one shard at a time, and a shard named twice (two threads writing one file), give the same files
+    one = tmp_path / "one"
+    run_cli(lade_cli, "index", "--to", one, "--jobs", "1", *urls)
+    run_cli(lade_cli, "index", "--to", one, urls[0], urls[0], urls[0])
+    for nm in names:
+        assert open(str(one / (nm + ".ladeidx")), "rb").read() == open(str(here / (nm + ".ladeidx")), "rb").read()
+    assert sorted(os.listdir(str(one))) == sorted(nm + ".ladeidx" for nm in names)  # no temp file left
+    r = subprocess.run([lade_cli, "index", "--jobs", "0", urls[0]], stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 2 and "--jobs takes a whole number from 1 to 256" in r.stderr
     with open(os.path.join(bare, "cut.tar"), "wb") as f:
         f.write(open(local[-1], "rb").read()[:3000])
     url = env.url + "/toindex/cut.tar"
