@@ -11,6 +11,9 @@ URLs and takes one batch.
 
     LADE_BUILD=build python3 bench/first_batch_remote.py [--shards 1000] [--latency-ms 20] [--ranks 4]
 
+With --index-jobs J,K,... it then times `lade index --to DIR URL...` over the shards without sidecars (their
+sidecars made remotely, for upload) with each --jobs value, and checks the files equal the local ones.
+
 With --ranks N it then opens the shards with sidecars from N processes at once, as the ranks of one node
 (LOCAL_WORLD_SIZE=N, one index_dir, fresh each time): with a job key (job_id), so that the node opens
 them once (tar_nodelist.c), and without, each rank on its own; it prints the slowest rank's time to its
@@ -100,6 +103,8 @@ def main():
     ap.add_argument("--repeat", type=int, default=2, help="runs of each case (the best is kept)")
     ap.add_argument("--ranks", type=int, default=0, help="then N ranks of one node, with and without the node's "
                     "single open (0: not run)")
+    ap.add_argument("--index-jobs", default="", help="then `lade index --to` over the bare shards' URLs with each "
+                    "of these --jobs values, e.g. 1,8 (empty: not run)")
     a = ap.parse_args()
     why = httpenv.missing() or httpenv.missing_proxy()
     if why:
@@ -142,6 +147,19 @@ def main():
                 best[case] = min(best.get(case, 1e9), t)
             print("latency %d ms, link %g MB/s: time to first batch %.3f s with sidecars, %.3f s without: %.1fx" %
                   (a.latency_ms, a.link_mb_s, best["side"], best["bare"], best["bare"] / best["side"]))
+            for jobs in [int(j) for j in a.index_jobs.split(",") if j]:
+                out = os.path.join(root, "remote-idx-%d" % jobs)
+                c0 = env.counts()
+                t0 = time.perf_counter()
+                subprocess.run([cli, "index", "--to", out, "--jobs", str(jobs)] + ["%s/bare/%s" % (env.url, f)
+                                                                                   for f in shards],
+                               check=True, stdout=subprocess.DEVNULL)
+                t = time.perf_counter() - t0
+                c1 = env.counts()
+                same = all(open(os.path.join(out, f + ".ladeidx"), "rb").read() ==
+                           open(os.path.join(side, f + ".ladeidx"), "rb").read() for f in shards)
+                print("lade index --to, --jobs %3d: %7.2f s for %d remote shards, %d requests, sidecars %s" %
+                      (jobs, t, len(shards), c1["total"] - c0["total"], "equal the local ones" if same else "DIFFER"))
             for k in range(a.repeat if a.ranks > 1 else 0):
                 for shared in (True, False):  # interleaved
                     t, n = node(env, lists["side"], a, root, shared, k)
