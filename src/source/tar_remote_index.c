@@ -8,9 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The walk's reads up to this size are kept: tar headers (512 bytes) and
- * class members, TFRecord framing; bind() reads only such bytes again. */
+/* The walk's reads up to this size are kept whole (tar headers, class
+ * members, TFRecord headers), and the last KEEP_TAIL bytes of a larger one
+ * (a TFRecord record's data CRC, read with its data when features are
+ * decoded): what bind() reads again. */
 #define KEEP_MAX 4096
+#define KEEP_TAIL 64
 
 /* A small read the walk made: len bytes at off of the shard, kept at `at`
  * of the tee's bytes. */
@@ -26,13 +29,15 @@ typedef struct tee {
   piece_t *p;
   size_t n, cap;
   lade__buf_t bytes;
-  int missed; /* bind() asked a byte the walk never read */
+  int missed;    /* bind() asked a byte the walk never read */
+  int keep_none; /* test hook LADE_TEST_HOOK_TEE_KEEP_NONE: nothing kept, so bind() takes the second stream */
 } tee_t;
 
 static long tee_pread(void *ctx, void *dst, size_t len, uint64_t off) {
   tee_t *t = ctx;
   long n = lade__http_stream_pread(t->s, dst, len, off);
-  if (n <= 0 || n > KEEP_MAX) return n;
+  if (n <= 0 || t->keep_none) return n;
+  size_t skip = n > KEEP_MAX ? (size_t)n - KEEP_TAIL : 0, k = (size_t)n - skip;
   if (t->n == t->cap) {
     size_t cap = t->cap ? t->cap * 2 : 1024;
     piece_t *p = realloc(t->p, cap * sizeof *p);
@@ -40,10 +45,10 @@ static long tee_pread(void *ctx, void *dst, size_t len, uint64_t off) {
     t->p = p;
     t->cap = cap;
   }
-  if (lade__buf_reserve(&t->bytes, t->bytes.len + (size_t)n) != 0) return -ENOMEM;
-  memcpy(t->bytes.data + t->bytes.len, dst, (size_t)n);
-  t->p[t->n++] = (piece_t){off, t->bytes.len, (size_t)n};
-  t->bytes.len += (size_t)n;
+  if (lade__buf_reserve(&t->bytes, t->bytes.len + k) != 0) return -ENOMEM;
+  memcpy(t->bytes.data + t->bytes.len, (const uint8_t *)dst + skip, k);
+  t->p[t->n++] = (piece_t){off + skip, t->bytes.len, k};
+  t->bytes.len += k;
   return n;
 }
 
@@ -76,7 +81,7 @@ int lade__tar_remote_sidecar(const lade__tar_t *t, lade__http_t *h, const char *
   char val[256];
   int rc = lade__http_head(h, url, shown, &size, val, sizeof val);
   if (rc) return rc;
-  tee_t tee = {0};
+  tee_t tee = {.keep_none = getenv("LADE_TEST_HOOK_TEE_KEEP_NONE") != NULL};
   lade__tar_index_t x = {0};
   rc = lade__http_stream_open(h, url, shown, size, val, &tee.s);
   if (!rc) {
@@ -84,11 +89,14 @@ int lade__tar_remote_sidecar(const lade__tar_t *t, lade__http_t *h, const char *
     if (rc && lade__http_stream_error(tee.s)) rc = lade__http_stream_error(tee.s); /* the network's words */
   }
   lade__http_stream_close(tee.s);
-  if (!rc) {
-    x.bind = t->fmt->bind(t, &x, tee_served, &tee);
-    if (tee.missed)
-      rc = lade__fail(LADE_EFORMAT, "%s: its binding reads bytes its index pass did not keep; no sidecar written",
-                      shown);
+  if (!rc) x.bind = t->fmt->bind(t, &x, tee_served, &tee);
+  if (!rc && tee.missed) { /* bytes the walk did not keep: bind() reads them from a second stream, in its order,
+                              which is the file's */
+    lade__http_stream_t *s = NULL;
+    rc = lade__http_stream_open(h, url, shown, size, val, &s);
+    if (!rc) x.bind = t->fmt->bind(t, &x, lade__http_stream_pread, s);
+    if (!rc && lade__http_stream_error(s)) rc = lade__http_stream_error(s);
+    lade__http_stream_close(s);
   }
   if (!rc) {
     lade__tar_ver_t side = {size, LADE__TAR_SIDECAR_A, LADE__TAR_SIDECAR_B};

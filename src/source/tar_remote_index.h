@@ -13,8 +13,9 @@
  * `shown` names it in errors): one HEAD, then one streamed GET whose headers
  * t's format walks as they arrive, as a remote open without a sidecar
  * indexes a shard. The small reads of that walk are kept, so bind() reads the
- * same bytes again with no request: the file is byte for byte the one
- * lade_shard_index_write writes beside a local copy of the shard. 0, or a
+ * same bytes again with no request (were one not kept, the shard is streamed
+ * a second time for bind()'s reads): the file is byte for byte the one lade_shard_index_write writes beside a local
+ * copy of the shard. (The walk refuses a compressed file.) 0, or a
  * negative code with lade_last_error() naming the shard or `out`. */
 int lade__tar_remote_sidecar(const lade__tar_t *t, lade__http_t *h, const char *url, const char *shown,
                              const char *out);

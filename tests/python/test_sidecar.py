@@ -8,6 +8,7 @@ counted in sidecar_rejected, said once on stderr, and the shard read whole as be
 headers differ fails every read of its shard, naming shard, member and sidecar, and none of its samples
 is delivered; the bytes delivered always equal Python's tarfile's."""
 import glob
+import gzip
 import hashlib
 import io
 import json
@@ -610,6 +611,46 @@ def test_index_to_dir_of_remote_shards(shards, nginx, lade_cli, tmp_path):
     r = subprocess.run([lade_cli, "index", "--to", out, url], stderr=subprocess.PIPE, text=True)
     assert r.returncode == 1 and url in r.stderr and "past the end of the file" in r.stderr, r.stderr
     assert not os.path.exists(str(out / "cut.tar.ladeidx"))
+
+
+@pytest.mark.parametrize("feature", ["", "image"])
+def test_index_to_dir_of_remote_tfrecord(nginx, lade_cli, tmp_path, feature):
+    """TFRecord files over http: the sidecar of `lade index --to DIR URL` equals a local copy's, records read
+    raw or with a feature decoded (then the walk reads each record's data and CRC in one read, whose tail is
+    kept for bind()), one GET each; with nothing kept (a test hook), bind() takes a second stream of each
+    file and the sidecars are the same; a gzip'd file is refused, as a remote open refuses it."""
+    from test_tfrecord import dlio_records, write_tfrecord
+    env, root = nginx
+    d = os.path.join(root, "tfr-" + (feature or "raw"))
+    os.mkdir(d)
+    sets = ["--set", "tfrecord_feature=" + feature] if feature else []
+    names = []
+    for k, n in enumerate((30, 1, 12)):
+        _, _, recs = dlio_records(n, k, max_size=9000)
+        names.append("f%d.tfrecord" % k)
+        write_tfrecord(os.path.join(d, names[-1]), recs)
+    here, out = tmp_path / "here", tmp_path / "remote"
+    run_cli(lade_cli, "index", "--to", here, *sets, *[os.path.join(d, nm) for nm in names])
+    env.clear_log()
+    run_cli(lade_cli, "index", "--to", out, *sets, *["%s/%s/%s" % (env.url, os.path.basename(d), nm) for nm in names])
+    for nm in names:
+        assert open(str(out / (nm + ".ladeidx")), "rb").read() == open(str(here / (nm + ".ladeidx")), "rb").read()
+    gets = [r for r in env.access_log() if r[0] == "GET"]
+    assert len(gets) == len(names), gets
+    env.clear_log()
+    again = tmp_path / "again"
+    r = subprocess.run([lade_cli, "index", "--to", again] + sets + ["%s/%s/%s" % (env.url, os.path.basename(d), nm)
+                                                                    for nm in names],
+                       stderr=subprocess.PIPE, text=True, env=dict(os.environ, LADE_TEST_HOOK_TEE_KEEP_NONE="1"))
+    assert r.returncode == 0, r.stderr
+    for nm in names:
+        assert open(str(again / (nm + ".ladeidx")), "rb").read() == open(str(here / (nm + ".ladeidx")), "rb").read()
+    assert len([r for r in env.access_log() if r[0] == "GET"]) == 2 * len(names)
+    with open(os.path.join(d, names[0]), "rb") as f, gzip.open(os.path.join(d, "z.tfrecord.gz"), "wb") as g:
+        g.write(f.read())
+    r = subprocess.run([lade_cli, "index", "--to", out, "%s/%s/z.tfrecord.gz" % (env.url, os.path.basename(d))],
+                       stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 1 and "gzip-compressed TFRecord: not read remotely" in r.stderr, r.stderr
 
 
 def test_index_to_dir_of_s3_shards(shards, lade_cli, tmp_path):
