@@ -70,10 +70,15 @@ void lade__nodefile_unlock(int fd, const char *path) {
   close(fd); /* releases the flock */
 }
 
-int lade__nodefile_store(const char *path, const struct iovec *piece, int n) {
-  char tmp[LADE__PATH_MAX + 64];
-  if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp) return -1;
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+int lade__nodefile_store(const char *path, const struct iovec *piece, int n, mode_t mode) {
+  static unsigned seq; /* two threads of a process storing one path never share a temporary file */
+  char tmp[LADE__PATH_MAX + 96];
+  if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", path, (long)getpid(), __atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED)) >=
+      (int)sizeof tmp) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
   if (fd < 0) return -1;
   int ok = 1;
   for (int k = 0; ok && k < n; k++) {
@@ -87,7 +92,9 @@ int lade__nodefile_store(const char *path, const struct iovec *piece, int n) {
   }
   ok = close(fd) == 0 && ok;
   if (!ok || rename(tmp, path) != 0) {
+    int e = errno ? errno : EIO; /* the caller's message names the reason, not unlink's */
     unlink(tmp);
+    errno = e;
     return -1;
   }
   return 0;

@@ -9,13 +9,16 @@
  * touches the file at least every LADE__NODEFILE_STALL_S: a pass over many
  * remote shards may take longer than any fixed bound), then they go on
  * without it, warned. The file is written elsewhere and renamed over the
- * locked name, so a reader never sees half of it. Test hook:
+ * locked name, so a reader never sees half of it (lade__nodefile_store, the
+ * one atomic store of the sources' files: stored tar indexes use it too).
+ * Test hook:
  * LADE_TEST_HOOK_NODEFILE_WAIT="WAIT,STALL" (seconds) shortens both.
  */
 #ifndef LADE__NODEFILE_H
 #define LADE__NODEFILE_H
 
 #include <stddef.h>
+#include <sys/types.h>
 #include <sys/uio.h>
 
 #include "core/buf.h"
@@ -34,10 +37,11 @@ void lade__nodefile_progress(int fd);
 /* Drops the lock; a file left empty (its maker failed) is removed when it
  * is still the file at path. fd -1 does nothing. */
 void lade__nodefile_unlock(int fd, const char *path);
-/* Writes the n pieces, back to back, to path (its folder exists): a
- * temporary file renamed over it. 0, or -1 with nothing written (the next
- * open makes it again). */
-int lade__nodefile_store(const char *path, const struct iovec *piece, int n);
+/* Writes the n pieces, back to back, to path (its folder exists), created
+ * with `mode`: a temporary file of this process and call renamed over it, so
+ * a reader never sees half of it. 0, or -1 with errno set and nothing
+ * written (the next open makes it again). */
+int lade__nodefile_store(const char *path, const struct iovec *piece, int n, mode_t mode);
 /* Reads the whole file at path into out: 0, or -1 (missing, empty,
  * unreadable). */
 int lade__nodefile_load(const char *path, lade__buf_t *out);

@@ -377,7 +377,7 @@ static void cache_store(const s3_impl_t *d, const char *dir, const char *path, u
   h.checksum = body_checksum(d);
   const struct iovec piece[] = {{&h, sizeof h}, {d->size, d->count * 8}, {d->label, d->count * 4},
                                 {d->off, d->count * 8}, {d->arena, d->arena_len}};
-  lade__nodefile_store(path, piece, 5);
+  lade__nodefile_store(path, piece, 5, 0600);
 }
 
 

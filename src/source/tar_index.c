@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "source/nodefile.h"
 #include "tar_impl.h"
 
 typedef struct idx_hdr {
@@ -134,8 +135,6 @@ int lade__tar_index_tail(const lade__tar_t *t, const lade__tar_index_t *x, uint6
   return 0;
 }
 
-/* Stores the index (temp file + rename, so a reader never sees half of it).
- * A failure (read-only folder) is not an error: the next open indexes again. */
 const char *lade__tar_index_dir(const struct lade_config *cfg) {
   return cfg->index_dir[0] ? cfg->index_dir : cfg->cache_dir[0] ? cfg->cache_dir : NULL;
 }
@@ -163,36 +162,15 @@ int lade__tar_index_store(const lade__tar_t *t, const lade__tar_index_t *x, cons
   size_t total = sizeof h + entries + auxes + h.names_len + 8;
   uint8_t *b = malloc(total);
   if (!b) return -1;
-  int bad = 1;
   memcpy(b, &h, sizeof h);
   if (x->n) memcpy(b + sizeof h, x->m, entries);
   if (auxes) memcpy(b + sizeof h + entries, x->aux, auxes);
   if (h.names_len) memcpy(b + sizeof h + entries + auxes, x->names.a, h.names_len);
   uint64_t sum = lade__hash64(b, total - 8, t->index_seed);
   memcpy(b + total - 8, &sum, 8);
-  char tmp[LADE__PATH_MAX + 160];
-  static unsigned seq; /* two threads of a process writing one path (lade index a.tar a.tar) never share a temp */
-  snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", path, (long)getpid(), __atomic_fetch_add(&seq, 1, __ATOMIC_RELAXED));
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd >= 0) {
-    size_t done = 0;
-    while (done < total) {
-      ssize_t n = write(fd, b + done, total - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      done += (size_t)n;
-    }
-    bad = done != total;
-    if (close(fd) != 0) bad = 1;
-    if (!bad && rename(tmp, path) != 0) bad = 1;
-    if (bad) {
-      int e = errno;
-      unlink(tmp);
-      errno = e;
-    }
-  }
+  int rc = lade__nodefile_store(path, &(struct iovec){b, total}, 1, 0644);
   free(b);
-  return bad ? -1 : 0;
+  return rc;
 }
 
 

@@ -170,7 +170,7 @@ void lade__tar_nodelist_store(lade__tar_nodelist_t *nl, const lade__tar_strs_t *
   for (size_t i = 0; !bad && i < n; i++)
     bad = put_str(&b, lade__tar_strs_at(shards, i)) || put(&b, &size[i], 8) || put_str(&b, val[i] ? val[i] : "");
   uint64_t sum = bad ? 0 : lade__hash64(b.data, b.len, NL_SEED);
-  if (!bad && !put(&b, &sum, 8)) lade__nodefile_store(nl->path, &(struct iovec){b.data, b.len}, 1);
+  if (!bad && !put(&b, &sum, 8)) lade__nodefile_store(nl->path, &(struct iovec){b.data, b.len}, 1, 0600);
   lade__clear_error();
   lade__buf_free(&b);
   lade__nodefile_unlock(nl->fd, nl->path);
