@@ -36,12 +36,8 @@
 #include <unistd.h>
 
 #include "source/labels.h"
-#include "tar_impl.h"
-#ifdef LADE_HAVE_CURL
-#include "source/remote.h"
-#include "source/s3auth.h"
 #include "source/tar_remote_index.h"
-#endif
+#include "tar_impl.h"
 
 #define IDX_MAGIC "LADETAR2" /* 2: with the shard binding (bind) */
 #define CLS_MAX 64u /* bytes of a .cls member */
@@ -650,45 +646,6 @@ const lade__source_ops_t lade__source_tar_remote = {TAR_OPS("tar", tar_open), TA
 const lade__source_ops_t lade__source_tfrecord_remote = {TAR_OPS("tfrecord", tfr_open), TAR_REMOTE_OPS};
 #endif
 
-#ifdef LADE_HAVE_CURL
-static void no_name(void *ctx, uint64_t obj, char *buf, size_t size) {
-  (void)ctx;
-  (void)obj;
-  snprintf(buf, size, "shard");
-}
-
-/* The sidecar of a remote shard (an http(s):// or s3:// URL) into out. */
-static int remote_sidecar(const lade__tar_t *t, const lade_config_t *cfg, const char *shard, const char *out) {
-  lade__http_opts_t o;
-  lade__s3_where_t w;
-  char url[8192];
-  int s3 = !strncmp(shard, "s3://", 5), rc = 0;
-  if (s3) {
-    if ((rc = lade__s3_where_init(&w, cfg, shard)) != 0) return rc;
-    lade__s3_http_opts(&w, cfg, NULL, &o);
-    if (lade__s3_url(&w, w.path, NULL, url, sizeof url)) rc = lade__fail(LADE_ERANGE, "%s: too long", shard);
-  } else {
-    lade__remote_http_opts(&o, cfg, NULL);
-    if (snprintf(url, sizeof url, "%s", shard) >= (int)sizeof url) rc = lade__fail(LADE_ERANGE, "%s: too long", shard);
-  }
-  o.what = "lade index";
-  o.name = no_name;
-  lade__http_t *h = NULL;
-  if (!rc) rc = lade__http_create(&h, &o);
-  if (!rc) rc = lade__tar_remote_sidecar(t, h, url, shard, out);
-  lade__http_destroy(h);
-  if (s3) lade__s3_where_free(&w);
-  return rc;
-}
-#else
-static int remote_sidecar(const lade__tar_t *t, const lade_config_t *cfg, const char *shard, const char *out) {
-  (void)t;
-  (void)cfg;
-  (void)out;
-  return lade__fail(LADE_EUNSUPPORTED, "%s: a URL, and this build has no libcurl (no remote sources)", shard);
-}
-#endif
-
 /* lade.h's lade_shard_index_write_to: the sidecar index of a local shard
  * (tar_local.c writes it) or of a remote one (tar_remote_index.c), in the
  * format the settings and the name choose. */
@@ -712,7 +669,7 @@ int lade_shard_index_write_to(const lade_config_t *cfg, const char *shard, const
   if (!rc && snprintf(out, sizeof out, "%s%s", out_path ? out_path : shard, out_path ? "" : LADE__TAR_SIDECAR_SUFFIX) >=
                  (int)sizeof out)
     rc = lade__fail(LADE_ERANGE, "%s: path too long", out_path ? out_path : shard);
-  if (!rc) rc = url ? remote_sidecar(&t, cfg, shard, out) : lade__tar_local_sidecar(&t, shard, out);
+  if (!rc) rc = url ? lade__tar_remote_sidecar(&t, cfg, shard, out) : lade__tar_local_sidecar(&t, shard, out);
   if (t.fmt->close) t.fmt->close(&t);
   lade_config_destroy(own);
   return rc;

@@ -1,12 +1,17 @@
 /* tar_remote_index.c - the sidecar index of a remote shard
  * (tar_remote_index.h). */
-#ifdef LADE_HAVE_CURL
-
 #include "source/tar_remote_index.h"
 
+#ifdef LADE_HAVE_CURL
+
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "http/http.h"
+#include "source/remote.h"
+#include "source/s3auth.h"
 
 /* The walk's reads up to this size are kept whole (tar headers, class
  * members, TFRecord headers), and the last KEEP_TAIL bytes of a larger one
@@ -75,8 +80,8 @@ static long tee_served(void *ctx, void *dst, size_t len, uint64_t off) {
   return -EIO;
 }
 
-int lade__tar_remote_sidecar(const lade__tar_t *t, lade__http_t *h, const char *url, const char *shown,
-                             const char *out) {
+/* The sidecar of the shard at url (shown names it) into out, its requests on h. */
+static int sidecar_of(const lade__tar_t *t, lade__http_t *h, const char *url, const char *shown, const char *out) {
   uint64_t size = 0;
   char val[256];
   int rc = lade__http_head(h, url, shown, &size, val, sizeof val);
@@ -107,6 +112,44 @@ int lade__tar_remote_sidecar(const lade__tar_t *t, lade__http_t *h, const char *
   free(tee.p);
   lade__buf_free(&tee.bytes);
   return rc;
+}
+
+static void no_name(void *ctx, uint64_t obj, char *buf, size_t size) {
+  (void)ctx;
+  (void)obj;
+  snprintf(buf, size, "shard");
+}
+
+int lade__tar_remote_sidecar(const lade__tar_t *t, const struct lade_config *cfg, const char *shard, const char *out) {
+  lade__http_opts_t o;
+  lade__s3_where_t w;
+  char url[8192];
+  int s3 = !strncmp(shard, "s3://", 5), rc = 0;
+  if (s3) {
+    if ((rc = lade__s3_where_init(&w, cfg, shard)) != 0) return rc;
+    lade__s3_http_opts(&w, cfg, NULL, &o);
+    if (lade__s3_url(&w, w.path, NULL, url, sizeof url)) rc = lade__fail(LADE_ERANGE, "%s: too long", shard);
+  } else {
+    lade__remote_http_opts(&o, cfg, NULL);
+    if (snprintf(url, sizeof url, "%s", shard) >= (int)sizeof url) rc = lade__fail(LADE_ERANGE, "%s: too long", shard);
+  }
+  o.what = "lade index";
+  o.name = no_name; /* the loop's requests' names: none are made here */
+  lade__http_t *h = NULL;
+  if (!rc) rc = lade__http_create(&h, &o);
+  if (!rc) rc = sidecar_of(t, h, url, shard, out);
+  lade__http_destroy(h);
+  if (s3) lade__s3_where_free(&w);
+  return rc;
+}
+
+#else
+
+int lade__tar_remote_sidecar(const lade__tar_t *t, const struct lade_config *cfg, const char *shard, const char *out) {
+  (void)t;
+  (void)cfg;
+  (void)out;
+  return lade__fail(LADE_EUNSUPPORTED, "%s: a URL, and this build has no libcurl (no remote sources)", shard);
 }
 
 #endif /* LADE_HAVE_CURL */
