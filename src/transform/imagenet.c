@@ -291,9 +291,9 @@ static void resample_h_from(const coeffs_t *c, const uint8_t *restrict in, uint8
  * an unpack, a shuffle and a cross-lane widening (twice the shuffle port's
  * work, which bounds this loop on Intel). RGB rows (bpp 3) shuffle zeros into
  * the X lanes. An odd last tap pair goes alone. Two pairs of pixels share
- * one pack and store. Pass alone, 1 thread, Zen 5 (/tmp-style harness timing
- * d->resample_h_rgb on 64 rows): 330->224 257 -> 229 ns a row, 800->224
- * 398 -> 337 ns (bench/RESULTS.md).
+ * one pack and store. The pass alone (build/tests/bench_image_passes, Zen 5,
+ * LADE_NO_AVX512=1): 330->224 about 490 -> 420 ns a row, 1200->224
+ * 1,020 -> 600 ns (bench/RESULTS.md).
  */
 /* Output pixels xx and xx+1 as Pillow's fixed-point sums, shifted: 8 lanes. */
 __attribute__((target("avx2"))) static inline __m256i h_avx2_pair(const coeffs_t *c, const uint8_t *restrict in, int xx,
