@@ -182,11 +182,12 @@ static void recover_locked(shmcache_t *s, bool ring_ok) {
 /* The lock, bounded by timeout_ms: a process of the node stopped (SIGSTOP,
  * a debugger) or hung while holding it would hold every other one up
  * without bound. After such a wait this process stops using the node cache
- * (every later call fails at once; reads then come from storage) and says
- * so once. */
-static int seg_lock(shmcache_t *s) {
-  if (s->broken)
-    return lade__fail(LADE_ETIMEOUT, "node cache %s: not used since its lock was held too long", s->path);
+ * (every later call fails at once: seg_lock; reads then come from storage)
+ * and says so once. detach waits so even then, so that the last process out
+ * still removes the segment: a process stopped while one of its threads
+ * held the lock finds another thread's wait expired when it resumes, and
+ * stops using the cache though its own thread was the holder. */
+static int seg_lock_wait(shmcache_t *s) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)(s->timeout_ms ? s->timeout_ms : 1000) % 1000 * 1000000;
@@ -194,9 +195,10 @@ static int seg_lock(shmcache_t *s) {
   ts.tv_nsec = (long)(ns % 1000000000);
   int r = pthread_mutex_timedlock(&s->h->mu, &ts);
   if (r == ETIMEDOUT) {
-    s->broken = true;
-    fprintf(stderr, "lade: node cache %s: its lock was held for more than peer_timeout_ms (%u ms) by another process "
-            "of this node (stopped or hung); this process stops using the node cache\n", s->path, s->timeout_ms);
+    if (!atomic_exchange(&s->broken, true)) /* said once */
+      fprintf(stderr, "lade: node cache %s: its lock was held for more than peer_timeout_ms (%u ms) by another "
+              "process of this node (stopped or hung); this process stops using the node cache\n", s->path,
+              s->timeout_ms);
     return lade__fail(LADE_ETIMEOUT, "node cache %s: its lock was held for more than peer_timeout_ms (%u ms)",
                       s->path, s->timeout_ms);
   }
@@ -209,6 +211,13 @@ static int seg_lock(shmcache_t *s) {
   }
   if (r) return lade__fail(LADE_ETHREAD, "node cache %s: cannot take its lock: %s", s->path, strerror(r));
   return 0;
+}
+
+/* The lock for a call that uses the cache (see seg_lock_wait). */
+static int seg_lock(shmcache_t *s) {
+  if (s->broken)
+    return lade__fail(LADE_ETIMEOUT, "node cache %s: not used since its lock was held too long", s->path);
+  return seg_lock_wait(s);
 }
 
 static void seg_unlock(shmcache_t *s) { pthread_mutex_unlock(&s->h->mu); }
@@ -851,7 +860,7 @@ static int attach_self(shmcache_t *s) {
 static void detach(shmcache_t *s) {
   if (!s->h || s->att < 0) return;
   if (atomic_load(&s->h->att[s->att].pid) != (int32_t)getpid()) return; /* a forked child's copy: not its slot */
-  if (seg_lock(s) == 0) {
+  if (seg_lock_wait(s) == 0) {
     atomic_store(&s->h->att[s->att].pid, 0);
     bool last = true;
     for (int i = 0; i < MAX_ATTACH && last; i++) last = !lade__proc_alive(atomic_load(&s->h->att[i].pid), s->h->att[i].start);
