@@ -165,10 +165,18 @@ static int eval_apply(void *state, void *wstate, const uint8_t *in, size_t len, 
   return 0;
 }
 
-const lade__transform_ops_t lade__xform_imagenet_train = {
-    "imagenet-train", xf_init, xf_destroy, xf_worker_init, xf_worker_free, train_apply, xf_describe,
-};
+const lade__transform_ops_t lade__xform_imagenet_train = {.name = "imagenet-train",
+                                                         .init = xf_init,
+                                                         .destroy = xf_destroy,
+                                                         .worker_init = xf_worker_init,
+                                                         .worker_free = xf_worker_free,
+                                                         .apply = train_apply,
+                                                         .describe = xf_describe};
 
-const lade__transform_ops_t lade__xform_imagenet_eval = {
-    "imagenet-eval", xf_init, xf_destroy, xf_worker_init, xf_worker_free, eval_apply, xf_describe,
-};
+const lade__transform_ops_t lade__xform_imagenet_eval = {.name = "imagenet-eval",
+                                                         .init = xf_init,
+                                                         .destroy = xf_destroy,
+                                                         .worker_init = xf_worker_init,
+                                                         .worker_free = xf_worker_free,
+                                                         .apply = eval_apply,
+                                                         .describe = xf_describe};
