@@ -34,10 +34,8 @@
  * open file) or not found (a miss); the header's key and checksums are
  * verified, so the bytes served always belong to the key. No other lock is
  * taken while holding mu.
- *
- * `held_mu` (taken alone) guards `held`, the caches of this process that lock
- * their LOCK: flock() is per open file description, so another loader of this
- * process meets a held LOCK as another process would; the list tells it.
+ * The LOCKs this process holds are listed in heldlock.h's list (its own
+ * lock), so a second loader of this process is told which it met.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -53,6 +51,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "cache/claims.h"
+#include "cache/heldlock.h"
 #include "cache/tier.h"
 
 #define HDR_BYTES 56
@@ -77,6 +77,7 @@ typedef struct diskcache {
   bool opened;             /* open succeeded: close writes INDEX */
   /* node mode (opts node_job): one folder for every rank of a node of one job (docs/cache.md, Node cache) */
   bool node;
+  double claim_stale_s;    /* node: a claim to fetch older than this is taken over (claims.h) */
   bool first;              /* node: this process listed the folder at open and owns what it found */
   bool closing;            /* node: close forgets its entries but their files stay, and stay charged */
   int usedfd;
@@ -85,39 +86,8 @@ typedef struct diskcache {
     _Atomic uint64_t seq;  /* insertion sequence numbers, node-wide */
   } *shared;
   char path[LADE__PATH_MAX]; /* the namespace folder */
-  struct diskcache *held_next, **held_prev; /* in `held` while this process (lock_pid) locks LOCK */
-  uint64_t lock_dev, lock_ino;
-  pid_t lock_pid;
+  lade__heldlock_t held; /* listed while this process locks LOCK (heldlock.h) */
 } diskcache_t;
-
-static pthread_mutex_t held_mu = PTHREAD_MUTEX_INITIALIZER;
-static diskcache_t *held;
-
-/* Lists d (it has just locked LOCK), or unlists it. */
-static void held_set(diskcache_t *d, bool on) {
-  struct stat st;
-  pthread_mutex_lock(&held_mu);
-  if (on && fstat(d->lockfd, &st) == 0) {
-    d->lock_dev = st.st_dev, d->lock_ino = st.st_ino, d->lock_pid = getpid(), d->held_prev = &held;
-    if ((d->held_next = held)) held->held_prev = &d->held_next;
-    held = d;
-  } else if (!on && d->held_prev && (*d->held_prev = d->held_next)) {
-    d->held_next->held_prev = d->held_prev;
-  }
-  pthread_mutex_unlock(&held_mu);
-}
-
-/* Whether another loader of this process (not of a parent, whose list a
- * fork copied) locks the LOCK open as fd. */
-static bool held_here(int fd) {
-  struct stat st;
-  bool found = false;
-  pthread_mutex_lock(&held_mu);
-  for (diskcache_t *h = fstat(fd, &st) == 0 ? held : NULL; h && !found; h = h->held_next)
-    found = h->lock_dev == st.st_dev && h->lock_ino == st.st_ino && h->lock_pid == getpid();
-  pthread_mutex_unlock(&held_mu);
-  return found;
-}
 
 #define SAME_PROCESS_ADVICE                                                                                         \
   ". Two loaders share one cache_dir when both set node_cache=on and the same job_id, as the ranks of one job on " \
@@ -513,7 +483,7 @@ static void disk_close(lade__cache_t *c) {
   while ((e = d->base.ix.head)) drop(d, e, false);
   lade__cache_base_free(&d->base);
   if (d->dirfd >= 0) close(d->dirfd);
-  held_set(d, false);
+  lade__heldlock_del(&d->held);
   if (d->lockfd >= 0) close(d->lockfd); /* releases the flock */
   free(d);
 }
@@ -813,8 +783,20 @@ static bool disk_contains(lade__cache_t *c, uint64_t key) {
   return r;
 }
 
+/* Node mode: the node's ranks fetch a key once between them (claims.h). */
+static bool disk_claim_fetch(lade__cache_t *c, uint64_t key) {
+  diskcache_t *d = (diskcache_t *)c;
+  return !d->node || lade__claim_take(d->dirfd, key, d->claim_stale_s);
+}
+
+static void disk_end_fetch(lade__cache_t *c, uint64_t key) {
+  diskcache_t *d = (diskcache_t *)c;
+  if (d->node) lade__claim_end(d->dirfd, key);
+}
+
 static const lade__cache_ops_t disk_ops = {.close = disk_close, .get = disk_get, .put = disk_put, .drop = disk_drop,
-                                           .contains = disk_contains};
+                                           .contains = disk_contains, .claim_fetch = disk_claim_fetch,
+                                           .end_fetch = disk_end_fetch};
 
 /* ---- node mode: the ranks of one job on one node share the folder
 
@@ -855,7 +837,7 @@ static int node_lock(diskcache_t *d, const lade__cache_opts_t *o) {
   double t_end = lade__now() + o->node_timeout_ms / 1000.0;
   while (flock(d->lockfd, LOCK_SH | LOCK_NB) != 0) {
     if (errno != EWOULDBLOCK) return lade__fail(LADE_EIO, "cache folder %s: cannot lock LOCK: %s", d->path, strerror(errno));
-    if (lade__now() > t_end && held_here(d->lockfd))
+    if (lade__now() > t_end && lade__heldlock_here(d->lockfd))
       return lade__fail(LADE_ESTATE, "cache folder %s: in use by another loader in this process, without the node "
                         "cache (LOCK is held by it)" SAME_PROCESS_ADVICE, d->path);
     if (lade__now() > t_end)
@@ -927,9 +909,10 @@ int lade__diskcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
   if (o->node_job) {
     rc = node_lock(d, o);
     if (rc) goto fail;
+    d->claim_stale_s = (o->node_timeout_ms ? o->node_timeout_ms : 60000) / 1000.0;
   } else if (flock(d->lockfd, LOCK_EX | LOCK_NB) != 0) {
     int e = errno;
-    if (e == EWOULDBLOCK && held_here(d->lockfd))
+    if (e == EWOULDBLOCK && lade__heldlock_here(d->lockfd))
       rc = lade__fail(LADE_ESTATE, "cache folder %s: in use by another loader in this process (LOCK is held by it)"
                       SAME_PROCESS_ADVICE, d->path);
     else if (e == EWOULDBLOCK)
@@ -941,7 +924,7 @@ int lade__diskcache_open(lade__cache_t **out, const lade__cache_opts_t *o) {
       rc = lade__fail(LADE_EIO, "cache folder %s: cannot lock LOCK: %s", d->path, strerror(e));
     goto fail;
   }
-  held_set(d, true);
+  lade__heldlock_add(&d->held, d->lockfd);
   if (d->node && !d->first) { /* the first process of the node listed the folder and owns what it found */
     if ((rc = check_namespace(d, ns))) goto fail;
     /* an INDEX here was merged by a last close this open raced with: this

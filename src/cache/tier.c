@@ -2,6 +2,7 @@
  * cache API's calls through the tier's vtable (cache.h), with the shared
  * index's contains/touch/evict/clear/stats for tiers that have no own. */
 #include <string.h>
+#include <time.h>
 
 #include "cache/tier.h"
 
@@ -32,9 +33,39 @@ int lade__cache_get_ver(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_
   return c->ops->get(c, key, ver, out);
 }
 
+/* A tier whose fetches are claimed node-wide (claim_fetch: the disk tier in
+ * node mode): a miss claims the key, or, while another process of the node
+ * holds a fresh claim on it (its request is out), polls for its put every
+ * millisecond for at most CLAIM_WAIT_S; past that the caller reads storage
+ * itself, unclaimed (a claimer that is that late, or died: a second read,
+ * never a lost sample). A wait that ends in a hit counts a miss and a hit. */
+#define CLAIM_WAIT_S 5.0
+
+static int get_claim_node(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_t *out, bool *claimed) {
+  if (c->ops->get(c, key, ver, out) == 0) return 0;
+  double end = lade__now() + CLAIM_WAIT_S;
+  for (;;) {
+    if (c->ops->claim_fetch(c, key)) {
+      /* put just before the claim was made: the claim is this caller's, but the bytes are there */
+      if (lade__cache_contains(c, key) && c->ops->get(c, key, ver, out) == 0) {
+        c->ops->end_fetch(c, key);
+        return 0;
+      }
+      *claimed = true;
+      return LADE_ENOENT;
+    }
+    if (lade__now() > end) return LADE_ENOENT;
+    struct timespec ms = {0, 1000000};
+    nanosleep(&ms, NULL);
+    if (lade__cache_contains(c, key) && c->ops->get(c, key, ver, out) == 0) return 0;
+  }
+}
+
 int lade__cache_get_claim(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_t *out, bool *claimed) {
   *claimed = false;
-  return c->ops->get_claim ? c->ops->get_claim(c, key, ver, out, claimed) : c->ops->get(c, key, ver, out);
+  if (c->ops->get_claim) return c->ops->get_claim(c, key, ver, out, claimed);
+  if (c->ops->claim_fetch) return get_claim_node(c, key, ver, out, claimed);
+  return c->ops->get(c, key, ver, out);
 }
 
 int lade__cache_view(lade__cache_t *c, uint64_t key, uint64_t ver, const void **data, size_t *len, uint64_t *token) {
@@ -45,6 +76,15 @@ bool lade__cache_view_ok(lade__cache_t *c, uint64_t token) { return c->ops->view
 
 void lade__cache_release(lade__cache_t *c, uint64_t key) {
   if (c->ops->release) c->ops->release(c, key);
+  else if (c->ops->end_fetch) c->ops->end_fetch(c, key);
+}
+
+bool lade__cache_claim_fetch(lade__cache_t *c, uint64_t key) {
+  return !c->ops->claim_fetch || c->ops->claim_fetch(c, key);
+}
+
+void lade__cache_end_fetch(lade__cache_t *c, uint64_t key) {
+  if (c->ops->end_fetch) c->ops->end_fetch(c, key);
 }
 
 bool lade__cache_contains(lade__cache_t *c, uint64_t key) {
@@ -112,13 +152,16 @@ void lade__cache_clear(lade__cache_t *c) {
   pthread_mutex_unlock(&c->mu);
 }
 
-int lade__cache_put(lade__cache_t *c, uint64_t key, const void *data, size_t len) {
-  return c->ops->put(c, key, 0, data, len);
+int lade__cache_put_ver(lade__cache_t *c, uint64_t key, uint64_t ver, const void *data, size_t len) {
+  int rc = c->ops->put(c, key, ver, data, len);
+  if (c->ops->end_fetch) c->ops->end_fetch(c, key); /* a put ends a node-wide claim, stored or refused */
+  return rc;
 }
 
-int lade__cache_put_ver(lade__cache_t *c, uint64_t key, uint64_t ver, const void *data, size_t len) {
-  return c->ops->put(c, key, ver, data, len);
+int lade__cache_put(lade__cache_t *c, uint64_t key, const void *data, size_t len) {
+  return lade__cache_put_ver(c, key, 0, data, len);
 }
+
 
 void lade__cache_stats(lade__cache_t *c, lade__cache_stats_t *out) {
   if (c->ops->stats) {

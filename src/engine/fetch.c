@@ -11,7 +11,8 @@
  *   any tier (the regular plan)  memory [claim and fill unless routed] -> disk
  *                                [versioned, touch, wait for the prefetcher,
  *                                fill unless the prefetcher fills it or
- *                                routed] -> source
+ *                                routed; a node's shared folder: claim and
+ *                                fill unless routed] -> source
  *   own cache (routed)           the plan's tier [wait for its admit,
  *                                planned, fill] -> source; admits
  *   own cache, two tiers         the plan's tier of the read (memory or
@@ -30,9 +31,13 @@
  * (lade__cache_get_claim), so another worker of this process (at an
  * epoch's boundary, the next step's) or another rank of the node (the node
  * cache) that misses the same sample waits for this read instead of reading
- * storage too. read_chain ends the claim on every path: the hop is FILL, so
- * a read that found the bytes (disk tier or source) puts them, and the put
- * ends it, stored or refused; a failed read releases it.
+ * storage too. So does the disk hop of a node's shared folder (node mode,
+ * cache/claims.h: a claim file beside the entry), where the DELI prefetchers
+ * of the node's ranks claim each request too: a sample one rank is fetching
+ * is waited for by the others, not fetched again. read_chain ends the
+ * claims on every path: the hops are FILL, so a read that found the bytes
+ * (disk tier or source) puts them, and the put ends them, stored or
+ * refused; a failed read releases them.
  *
  * Routed plans (every kind but regular and shards; cursor/cursor.h): the
  * plan's tier (memory, else disk) runs the `plan` policy and never evicts
@@ -133,8 +138,12 @@ static void make_chains(lade__fetch_t *f) {
   bool routed = f->routed, pf = f->pf_on;
   lade__chain_t *c = &f->chain[LADE__CHAIN_ANY];
   hop_add(c, LADE__HOP_CACHE, f->mem, routed ? 0 : LADE__HOP_FILL | LADE__HOP_CLAIM);
+  /* a node's shared disk folder: a miss claims the sample node-wide and the read fills it, prefetcher or not,
+   * so the node's ranks read each sample from storage once between them */
+  bool node = f->conf.node_disk && !routed;
   hop_add(c, LADE__HOP_CACHE, f->disk,
-          LADE__HOP_VERSIONED | LADE__HOP_TOUCH | (pf ? LADE__HOP_WAIT_PF : 0) | (pf || routed ? 0 : LADE__HOP_FILL));
+          LADE__HOP_VERSIONED | LADE__HOP_TOUCH | (pf ? LADE__HOP_WAIT_PF : 0) |
+              ((pf && !node) || routed ? 0 : LADE__HOP_FILL) | (node ? LADE__HOP_CLAIM : 0));
   hop_add(c, LADE__HOP_SOURCE, NULL, 0);
   unsigned own = LADE__HOP_WAIT_ADMIT | LADE__HOP_PLANNED | LADE__HOP_FILL | (f->pt.disk ? LADE__HOP_WAIT_MOVE : 0);
   c = &f->chain[LADE__CHAIN_OWN];
@@ -317,10 +326,12 @@ static void count(lade__fetch_t *f, int tier, size_t len) {
  * memory tier's miss was claimed (CLAIM): the read must put it or release. */
 static bool hop_get(lade__fetch_t *f, const lade__hop_t *h, uint64_t idx, uint64_t q, int32_t route, uint64_t ver,
                     lade__buf_t *out, bool *claimed, int *fail) {
-  if (h->flags & LADE__HOP_CLAIM) return lade__cache_get_claim(h->cache, idx, ver, out, claimed) == 0;
   if (h->flags & LADE__HOP_WAIT_NODE) return lade__nodeplan_get(&f->np, idx, q, route, ver, out, fail, &f->stop);
   if (h->flags & LADE__HOP_WAIT_MOVE) lade__plantier_wait_move(&f->pt, idx, q);
   for (int pass = 0;; pass++) {
+    /* a claiming hop claims on its last look (after the wait for this process's prefetcher) */
+    if ((h->flags & LADE__HOP_CLAIM) && !((h->flags & LADE__HOP_WAIT_PF) && pass == 0))
+      return lade__cache_get_claim(h->cache, idx, ver, out, claimed) == 0;
     if (lade__cache_get_ver(h->cache, idx, ver, out) == 0) return true;
     /* the prefetcher may be fetching this very sample: wait for it rather
      * than send a second request. Then the tier is asked again even if
@@ -342,8 +353,8 @@ static int read_chain(lade__fetch_t *f, const lade__chain_t *c, uint64_t idx, ui
   bool known = ver != LADE__VERSION_UNKNOWN;
   *note = c->note;
   if (c->note == LADE__ROUTE_PEER_STORAGE) atomic_fetch_add_explicit(&f->plan_peer, 1, memory_order_relaxed);
-  int i = 0;
-  lade__cache_t *claim = NULL;
+  int i = 0, nclaim = 0;
+  lade__cache_t *claim[LADE__MAX_HOPS];
   for (; i < c->n; i++) {
     const lade__hop_t *h = &c->hop[i];
     if (h->kind != LADE__HOP_CACHE) break;
@@ -352,10 +363,10 @@ static int read_chain(lade__fetch_t *f, const lade__chain_t *c, uint64_t idx, ui
     int fail = 0;
     bool hit = hop_get(f, h, idx, q, route, ver, out, &claimed, &fail);
     if (fail) {
-      if (claim) lade__cache_release(claim, idx);
+      while (nclaim) lade__cache_release(claim[--nclaim], idx);
       return fail;
     }
-    if (claimed) claim = h->cache;
+    if (claimed) claim[nclaim++] = h->cache;
     if (!hit) {
       /* the plan's cache does not hold it: a fallback unless the next hop is the own cache's other tier */
       bool last = i + 1 >= c->n || !(c->hop[i + 1].flags & LADE__HOP_PLANNED);
@@ -408,7 +419,7 @@ static int read_chain(lade__fetch_t *f, const lade__chain_t *c, uint64_t idx, ui
   }
   if (admit) lade__plantier_end_admit(&f->pt, idx);
   /* a put ended it otherwise (the claiming hop is FILL: every read that found the bytes put them there) */
-  if (claim && rc) lade__cache_release(claim, idx);
+  while (rc && nclaim) lade__cache_release(claim[--nclaim], idx);
   return rc;
 }
 

@@ -31,13 +31,15 @@ enum {
   LADE__HOP_WAIT_PF = 1u << 3,    /* on a miss, wait for the prefetcher's request of the sample, ask again */
   LADE__HOP_WAIT_ADMIT = 1u << 4, /* on a miss, wait for the plan's pending admit of the sample, ask again */
   LADE__HOP_PLANNED = 1u << 5,    /* the plan's own cache: hits and fallbacks are counted against the plan */
-  LADE__HOP_CLAIM = 1u << 6,      /* the memory tier (the node's or this process's): a miss claims the sample, so
-                                   * the node's other ranks and this process's other workers wait for this read
-                                   * instead of reading it too (lade__cache_get_claim) */
+  LADE__HOP_CLAIM = 1u << 6,      /* the memory tier (the node's or this process's), or the node's shared disk
+                                   * folder: a miss claims the sample, so the node's other ranks (and this
+                                   * process's other workers) wait for this read instead of reading it too
+                                   * (lade__cache_get_claim) */
   LADE__HOP_WAIT_MOVE = 1u << 7,  /* two tiers: wait for an earlier step's pending move of the sample first */
   LADE__HOP_WAIT_NODE = 1u << 8,  /* a node-aware plan's node cache: a miss waits for the node's rank that admits
                                    * the sample (the route) until it is put or that rank is past its admit */
 };
+#define LADE__MAX_HOPS 3
 typedef struct lade__hop {
   int kind;
   unsigned flags;
@@ -48,7 +50,7 @@ typedef struct lade__hop {
  * this step is put in the plan's tier once read (routed plans). `note`: how
  * the route is reported when its first hop is not followed. */
 typedef struct lade__chain {
-  lade__hop_t hop[3];
+  lade__hop_t hop[LADE__MAX_HOPS];
   int n;
   bool admits;
   int note; /* LADE__ROUTE_MET or LADE__ROUTE_PEER_STORAGE (a peer route without a transport) */

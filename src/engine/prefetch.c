@@ -130,6 +130,64 @@ void lade__prefetch_seek(lade__prefetch_t *pf, uint64_t pos, uint64_t q) {
   pthread_mutex_unlock(&pf->mu);
 }
 
+/* A ring entry whose sample another rank of the node claimed to fetch. */
+#define LEFT_TO_NODE UINT64_MAX
+
+/* The node-wide claims (lade__cache_claim_fetch) of the nsub submitted
+ * samples from ring[head], dropped unread (a seek, the stop). Without mu:
+ * the ring is the prefetcher thread's own. */
+static void end_claims(lade__prefetch_t *pf, const uint64_t *ring, size_t cap, size_t head, size_t nsub) {
+  for (; nsub; nsub--, head = (head + 1) % cap)
+    if (ring[head] != LEFT_TO_NODE) lade__cache_end_fetch(pf->p.disk, ring[head]);
+}
+
+/* Claims the k samples of the next chunk (ring[at...]) node-wide before
+ * they are requested, so that the prefetchers of a node's ranks sharing the
+ * disk tier fetch each once between them; one another rank has claimed
+ * becomes LEFT_TO_NODE (its put is coming; the workers read it from the
+ * tier, or storage if it is late). Compacts the claimed ones into want;
+ * returns their count. Without mu; takes it to leave the in-flight set. */
+static size_t claim_chunk(lade__prefetch_t *pf, uint64_t *ring, size_t cap, size_t at, size_t k, uint64_t *want) {
+  size_t m = 0;
+  for (size_t j = 0; j < k; j++) {
+    uint64_t *e = &ring[(at + j) % cap];
+    if (lade__cache_claim_fetch(pf->p.disk, *e)) {
+      want[m++] = *e;
+      continue;
+    }
+    pthread_mutex_lock(&pf->mu);
+    idxset_del(&pf->inflight, *e);
+    pthread_cond_broadcast(&pf->cv_inflight);
+    pthread_mutex_unlock(&pf->mu);
+    atomic_fetch_add_explicit(&pf->left_to_node, 1, memory_order_relaxed);
+    *e = LEFT_TO_NODE;
+  }
+  return m;
+}
+
+/* The samples at positions [start, end) in plan order, minus those cached
+ * or repeated, into want (added to the in-flight set); their count. Called
+ * without mu. */
+static size_t select_window(lade__prefetch_t *pf, uint64_t start, uint64_t end, uint64_t *batch, uint64_t *want) {
+  const lade__prefetch_params_t *p = &pf->p;
+  uint64_t B = p->batch;
+  size_t k = 0;
+  for (uint64_t q = start / B; q * B < end; q++) {
+    uint32_t cnt, valid;
+    if (lade__cursor_order(p->cursor, q, batch, &cnt, &valid) != 0) break;
+    for (uint64_t i = 0; i < cnt; i++) {
+      uint64_t pos = q * B + i;
+      if (pos < start || pos >= end || lade__cache_contains(p->disk, batch[i])) continue;
+      pthread_mutex_lock(&pf->mu);
+      /* a step the engine planned meanwhile is the engine's to fetch */
+      bool added = q >= pf->plan_hi && idxset_add(&pf->inflight, batch[i]);
+      pthread_mutex_unlock(&pf->mu);
+      if (added) want[k++] = batch[i];
+    }
+  }
+  return k;
+}
+
 static void *prefetch_main(void *arg) {
   lade__prefetch_t *pf = arg;
   const lade__prefetch_params_t *p = &pf->p;
@@ -170,11 +228,17 @@ static void *prefetch_main(void *arg) {
       continue;
     }
     if (pf->seek_gen != gen) { /* a seek: what is pending belongs to the old position */
-      for (; n; n--, head = (head + 1) % cap) idxset_del(&pf->inflight, ring[head]);
+      size_t h0 = head, n0 = nsub;
+      for (; n; n--, head = (head + 1) % cap)
+        if (ring[head] != LEFT_TO_NODE) idxset_del(&pf->inflight, ring[head]);
       head = 0;
       nsub = 0;
       gen = pf->seek_gen;
       pthread_cond_broadcast(&pf->cv_inflight);
+      pthread_mutex_unlock(&pf->mu);
+      end_claims(pf, ring, cap, h0, n0);
+      pthread_mutex_lock(&pf->mu);
+      continue;
     }
     uint64_t lo = pf->consumed + window;
     if (pf->pos < lo) pf->pos = lo; /* the consumer overtook us: skip ahead */
@@ -184,21 +248,7 @@ static void *prefetch_main(void *arg) {
       uint64_t start = pf->pos, end = LADE__MIN(start + p->fetch_size, pf->total);
       pf->pos = end;
       pthread_mutex_unlock(&pf->mu);
-      /* the window's samples in plan order, minus those cached or repeated */
-      size_t k = 0;
-      for (uint64_t q = start / B; q * B < end; q++) {
-        uint32_t cnt, valid;
-        if (lade__cursor_order(p->cursor, q, batch, &cnt, &valid) != 0) break;
-        for (uint64_t i = 0; i < cnt; i++) {
-          uint64_t pos = q * B + i;
-          if (pos < start || pos >= end || lade__cache_contains(p->disk, batch[i])) continue;
-          pthread_mutex_lock(&pf->mu);
-          /* a step the engine planned meanwhile is the engine's to fetch */
-          bool added = q >= pf->plan_hi && idxset_add(&pf->inflight, batch[i]);
-          pthread_mutex_unlock(&pf->mu);
-          if (added) want[k++] = batch[i];
-        }
-      }
+      size_t k = select_window(pf, start, end, batch, want);
       for (size_t j = 0; j < k; j++) ring[(head + n + j) % cap] = want[j];
       pthread_mutex_lock(&pf->mu);
       n += k;
@@ -212,15 +262,19 @@ static void *prefetch_main(void *arg) {
       /* the next chunk in flight, in the background (the workers' own
        * misses, the batch the consumer needs now, start first), while the
        * last one still arrives */
-      size_t k = LADE__MIN(chunk, n - nsub);
-      for (size_t j = 0; j < k; j++) want[j] = ring[(head + nsub + j) % cap];
+      size_t k = LADE__MIN(chunk, n - nsub), at = head + nsub;
       nsub += k;
       pthread_mutex_unlock(&pf->mu);
-      if (p->ops->submit) p->ops->submit(p->src, want, k, 1);
+      k = claim_chunk(pf, ring, cap, at, k, want);
+      if (p->ops->submit && k) p->ops->submit(p->src, want, k, 1);
       pthread_mutex_lock(&pf->mu);
       continue;
     }
     uint64_t idx = ring[head];
+    if (idx == LEFT_TO_NODE) { /* another rank of the node fetches it */
+      head = (head + 1) % cap, n--, nsub--;
+      continue;
+    }
     pthread_mutex_unlock(&pf->mu);
     uint64_t ver = p->version(p->ctx, idx);
     if (p->ops->read(p->src, idx, &buf) == 0) {
@@ -229,6 +283,7 @@ static void *prefetch_main(void *arg) {
     } else {
       atomic_fetch_add_explicit(&pf->errors, 1, memory_order_relaxed); /* the worker's own read reports it */
     }
+    lade__cache_end_fetch(p->disk, idx);
     pthread_mutex_lock(&pf->mu);
     if (pf->seek_gen == gen) { /* else the seek branch above drops the ring, this one included */
       idxset_del(&pf->inflight, idx);
@@ -241,9 +296,12 @@ static void *prefetch_main(void *arg) {
     if (p->src->on_ready) p->src->on_ready(p->src->on_ready_ctx);
     pthread_mutex_lock(&pf->mu);
   }
-  for (; n; n--, head = (head + 1) % cap) idxset_del(&pf->inflight, ring[head]);
+  size_t h0 = head, n0 = nsub;
+  for (; n; n--, head = (head + 1) % cap)
+    if (ring[head] != LEFT_TO_NODE) idxset_del(&pf->inflight, ring[head]);
   pthread_cond_broadcast(&pf->cv_inflight);
   pthread_mutex_unlock(&pf->mu);
+  end_claims(pf, ring, cap, h0, n0);
   lade__buf_free(&buf);
   free(batch);
   free(want);

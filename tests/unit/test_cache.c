@@ -631,6 +631,76 @@ static void write_index(const char *dir, const uint64_t (*recs)[4], size_t n) {
  * clean close writes - lengths whose charges wrap `used` (an assert, then a
  * tier over its capacity), a key listed twice (two index entries for one
  * key: the map's invariant broken) - is not trusted: open scans instead. */
+typedef struct late_put {
+  lade__cache_t *c;
+  uint64_t key;
+  useconds_t after;
+} late_put_t;
+
+static void *put_later(void *arg) {
+  late_put_t *lp = arg;
+  usleep(lp->after);
+  CHECK_OK(put_key(lp->c, lp->key, 1));
+  return NULL;
+}
+
+/* Node mode's claims to fetch (cache/claims.h; two opens in one process are
+ * two ranks): the first claim of a key wins and the other rank's is refused
+ * while it is fresh; a put or an end frees it; one older than the stale
+ * bound (peer_timeout, 5 s here) is taken over. A claim-get of a key another
+ * rank has claimed waits for that rank's put and hits; one of a free key
+ * claims it (a release ends that claim); the disk tier outside node mode
+ * never refuses. */
+static void test_node_claims(void) {
+  const char *dir = lade_test_tmpdir("cache_node_claims");
+  lade__cache_t *a = open_node_disk(dir, "job-c"), *b = open_node_disk(dir, "job-c");
+  CHECK(a && b);
+  if (!a || !b) return;
+  CHECK(lade__cache_claim_fetch(a, 7));
+  CHECK(!lade__cache_claim_fetch(b, 7));
+  CHECK_OK(put_key(a, 7, 1)); /* a put ends the claim */
+  CHECK(lade__cache_claim_fetch(b, 7));
+  lade__cache_end_fetch(b, 7);
+  CHECK(lade__cache_claim_fetch(a, 7));
+  /* stale: its file made 10 s ago, past the 5 s bound */
+  char ns[4096], claim[8192];
+  ns_dir(dir, ns, sizeof ns);
+  snprintf(claim, sizeof claim, "%s/07/.tmp.claim.%016llx", ns, 7ull);
+  struct timespec old[2] = {{time(NULL) - 10, 0}, {time(NULL) - 10, 0}};
+  CHECK(utimensat(AT_FDCWD, claim, old, 0) == 0);
+  CHECK(lade__cache_claim_fetch(b, 7));
+  lade__cache_end_fetch(b, 7);
+  CHECK(access(claim, F_OK) != 0);
+  /* a claim-get waits for the claimer's put */
+  lade__buf_t buf = {0};
+  bool claimed = true;
+  CHECK(lade__cache_claim_fetch(a, 20));
+  late_put_t lp = {a, 20, 100000};
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, put_later, &lp) == 0);
+  double t0 = lade__now();
+  CHECK(lade__cache_get_claim(b, 20, 0, &buf, &claimed) == 0 && !claimed && payload_ok(20, 1, &buf));
+  CHECK(lade__now() - t0 >= 0.09);
+  pthread_join(th, NULL);
+  /* of a free key: claimed, and the other rank's claim-get then waits; a release ends it */
+  CHECK(lade__cache_get_claim(b, 21, 0, &buf, &claimed) == LADE_ENOENT && claimed);
+  CHECK(!lade__cache_claim_fetch(a, 21));
+  lade__cache_release(b, 21);
+  CHECK(lade__cache_claim_fetch(a, 21));
+  lade__cache_end_fetch(a, 21);
+  lade__buf_free(&buf);
+  lade__cache_close(a);
+  lade__cache_close(b);
+  lade_test_sh("rm -rf '%s'", dir);
+  /* outside node mode: every claim is granted */
+  lade__cache_opts_t o = {.dir = dir, .ns = "test://dataset", .capacity = 1 << 20, .policy = LADE__CACHE_FIFO};
+  lade__cache_t *c = NULL;
+  CHECK_OK(lade__cache_open(&c, &o));
+  CHECK(c && lade__cache_claim_fetch(c, 3) && lade__cache_claim_fetch(c, 3));
+  lade__cache_close(c);
+  lade_test_sh("rm -rf '%s'", dir);
+}
+
 static void test_disk_index_hostile(void) {
   const char *dir = lade_test_tmpdir("cache_index_hostile");
   for (int round = 0; round < 3; round++) {
@@ -959,6 +1029,7 @@ int main(int argc, char **argv) {
   RUN(test_disk_corrupt);
   RUN(test_disk_index);
   RUN(test_node_index);
+  RUN(test_node_claims);
   RUN(test_disk_index_hostile);
   RUN(test_disk_folder);
   RUN(test_versions);
