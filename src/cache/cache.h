@@ -118,12 +118,13 @@ void lade__cache_release(lade__cache_t *c, uint64_t key);
 int lade__cache_view(lade__cache_t *c, uint64_t key, uint64_t ver, const void **data, size_t *len, uint64_t *token);
 bool lade__cache_view_ok(lade__cache_t *c, uint64_t token);
 
-/* A fetch into the tier claimed node-wide (the disk tier in node mode:
+/* A prefetch into the tier claimed node-wide (the disk tier in node mode:
  * cache/claims.h), so that the prefetchers of a node's ranks fetch a sample
  * once between them: true when this process is to fetch key (it then puts
  * it, or gives up, and calls lade__cache_end_fetch), false when another
  * process of the node has a fresh claim on it (its put is coming). Every
- * other tier: true, and end_fetch does nothing. */
+ * other tier: true, and end_fetch does nothing. (A reader's claim is
+ * lade__cache_get_claim's.) */
 bool lade__cache_claim_fetch(lade__cache_t *c, uint64_t key);
 void lade__cache_end_fetch(lade__cache_t *c, uint64_t key);
 

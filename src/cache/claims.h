@@ -19,11 +19,15 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* True when this process now holds key's claim in folder dirfd (made, or
- * taken over from one older than stale_s seconds); false when another
- * process holds a fresh one. A claim that cannot be made for another
- * reason (no space, no permission) is held: the caller fetches. */
-bool lade__claim_take(int dirfd, uint64_t key, double stale_s);
+/* Who fetches key: this process (it now holds the claim: made, or taken
+ * over from one older than stale_s; one that cannot be made for another
+ * reason, no space or no permission, counts as made), another process
+ * reading it now for a reader that waits (a demand claim: worth waiting
+ * for), or another process's prefetcher (ahead of need, its request
+ * perhaps queued behind many: a reader that needs the key now reads it
+ * itself). The kind is the file's mode: 0400 demand, 0600 ahead. */
+enum { LADE__CLAIM_MINE, LADE__CLAIM_DEMAND, LADE__CLAIM_AHEAD };
+int lade__claim_take(int dirfd, uint64_t key, double stale_s, bool demand);
 /* Ends this process's claim of key (after its put, or when it gives up). */
 void lade__claim_end(int dirfd, uint64_t key);
 

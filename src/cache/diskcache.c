@@ -784,9 +784,9 @@ static bool disk_contains(lade__cache_t *c, uint64_t key) {
 }
 
 /* Node mode: the node's ranks fetch a key once between them (claims.h). */
-static bool disk_claim_fetch(lade__cache_t *c, uint64_t key) {
+static int disk_claim_fetch(lade__cache_t *c, uint64_t key, bool demand) {
   diskcache_t *d = (diskcache_t *)c;
-  return !d->node || lade__claim_take(d->dirfd, key, d->claim_stale_s);
+  return d->node ? lade__claim_take(d->dirfd, key, d->claim_stale_s, demand) : LADE__CLAIM_MINE;
 }
 
 static void disk_end_fetch(lade__cache_t *c, uint64_t key) {

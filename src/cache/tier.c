@@ -4,6 +4,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cache/claims.h"
 #include "cache/tier.h"
 
 int lade__cache_base_init(lade__cache_t *c, const lade__cache_ops_t *ops, const lade__cache_opts_t *o,
@@ -34,18 +35,25 @@ int lade__cache_get_ver(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_
 }
 
 /* A tier whose fetches are claimed node-wide (claim_fetch: the disk tier in
- * node mode): a miss claims the key, or, while another process of the node
- * holds a fresh claim on it (its request is out), polls for its put every
- * millisecond for at most CLAIM_WAIT_S; past that the caller reads storage
- * itself, unclaimed (a claimer that is that late, or died: a second read,
- * never a lost sample). A wait that ends in a hit counts a miss and a hit. */
+ * node mode): a miss claims the key (a demand claim); while another process
+ * of the node holds a fresh demand claim on it (a read in progress for a
+ * reader), polls for its put every millisecond for at most CLAIM_WAIT_S,
+ * past which the caller reads storage itself, unclaimed (a claimer that is
+ * that late, or died: a second read, never a lost sample). Another
+ * process's prefetch claim is not waited for: its request may be queued
+ * behind a whole chunk, and waiting for it stalled a job's first batches
+ * by seconds; the caller reads the key itself, unclaimed, and its put (the
+ * hop fills) ends that claim. A wait that ends in a hit counts a miss and
+ * a hit. */
 #define CLAIM_WAIT_S 5.0
 
 static int get_claim_node(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_t *out, bool *claimed) {
   if (c->ops->get(c, key, ver, out) == 0) return 0;
   double end = lade__now() + CLAIM_WAIT_S;
   for (;;) {
-    if (c->ops->claim_fetch(c, key)) {
+    int who = c->ops->claim_fetch(c, key, true);
+    if (who == LADE__CLAIM_AHEAD) return LADE_ENOENT;
+    if (who == LADE__CLAIM_MINE) {
       /* put just before the claim was made: the claim is this caller's, but the bytes are there */
       if (lade__cache_contains(c, key) && c->ops->get(c, key, ver, out) == 0) {
         c->ops->end_fetch(c, key);
@@ -80,7 +88,7 @@ void lade__cache_release(lade__cache_t *c, uint64_t key) {
 }
 
 bool lade__cache_claim_fetch(lade__cache_t *c, uint64_t key) {
-  return !c->ops->claim_fetch || c->ops->claim_fetch(c, key);
+  return !c->ops->claim_fetch || c->ops->claim_fetch(c, key, false) == LADE__CLAIM_MINE;
 }
 
 void lade__cache_end_fetch(lade__cache_t *c, uint64_t key) {

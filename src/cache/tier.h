@@ -31,7 +31,7 @@ typedef struct lade__cache_ops {
   int (*get_claim)(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_t *out, bool *claimed);
   void (*release)(lade__cache_t *c, uint64_t key);
   int (*view)(lade__cache_t *c, uint64_t key, uint64_t ver, const void **data, size_t *len, uint64_t *token);
-  bool (*claim_fetch)(lade__cache_t *c, uint64_t key); /* cache.h; NULL: always true */
+  int (*claim_fetch)(lade__cache_t *c, uint64_t key, bool demand); /* claims.h's kinds; NULL: always mine */
   void (*end_fetch)(lade__cache_t *c, uint64_t key);
   bool (*view_ok)(lade__cache_t *c, uint64_t token);
 } lade__cache_ops_t;

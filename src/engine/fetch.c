@@ -176,7 +176,7 @@ static void make_chains(lade__fetch_t *f) {
  * a sample it just fetched is found in one or the other. */
 static bool wanted_ahead(void *ctx, uint64_t idx) {
   lade__fetch_t *f = ctx;
-  return !lade__prefetch_inflight(&f->pf, idx) && !lade__fetch_resident(f, idx);
+  return !lade__prefetch_take_ahead(&f->pf, idx) && !lade__fetch_resident(f, idx);
 }
 
 static uint64_t version_of(void *ctx, uint64_t idx) { return lade__fetch_version(ctx, idx); }
@@ -325,7 +325,7 @@ static void count(lade__fetch_t *f, int tier, size_t len) {
 /* A cache hop: a hit, after the waits its flags ask for. *claimed: the
  * memory tier's miss was claimed (CLAIM): the read must put it or release. */
 static bool hop_get(lade__fetch_t *f, const lade__hop_t *h, uint64_t idx, uint64_t q, int32_t route, uint64_t ver,
-                    lade__buf_t *out, bool *claimed, int *fail) {
+                    lade__buf_t *out, bool *claimed, bool *took, int *fail) {
   if (h->flags & LADE__HOP_WAIT_NODE) return lade__nodeplan_get(&f->np, idx, q, route, ver, out, fail, &f->stop);
   if (h->flags & LADE__HOP_WAIT_MOVE) lade__plantier_wait_move(&f->pt, idx, q);
   for (int pass = 0;; pass++) {
@@ -339,7 +339,7 @@ static bool hop_get(lade__fetch_t *f, const lade__hop_t *h, uint64_t idx, uint64
      * left its set between the miss above and this look at the set (it
      * leaves the set only after the put) */
     if ((h->flags & LADE__HOP_WAIT_PF) && pass == 0) {
-      lade__prefetch_wait(&f->pf, idx);
+      *took = lade__prefetch_wait(&f->pf, idx) == LADE__PF_TAKEN;
       continue;
     }
     if ((h->flags & LADE__HOP_WAIT_ADMIT) && lade__plantier_wait_admit(&f->pt, idx)) continue;
@@ -354,14 +354,15 @@ static int read_chain(lade__fetch_t *f, const lade__chain_t *c, uint64_t idx, ui
   *note = c->note;
   if (c->note == LADE__ROUTE_PEER_STORAGE) atomic_fetch_add_explicit(&f->plan_peer, 1, memory_order_relaxed);
   int i = 0, nclaim = 0;
-  lade__cache_t *claim[LADE__MAX_HOPS];
+  lade__cache_t *claim[LADE__MAX_HOPS], *fill_too = NULL;
   for (; i < c->n; i++) {
     const lade__hop_t *h = &c->hop[i];
     if (h->kind != LADE__HOP_CACHE) break;
     if ((h->flags & LADE__HOP_VERSIONED) && !known) continue;
-    bool claimed = false;
+    bool claimed = false, took = false;
     int fail = 0;
-    bool hit = hop_get(f, h, idx, q, route, ver, out, &claimed, &fail);
+    bool hit = hop_get(f, h, idx, q, route, ver, out, &claimed, &took, &fail);
+    if (took) fill_too = h->cache; /* taken from the prefetcher, whose put it was to be */
     if (fail) {
       while (nclaim) lade__cache_release(claim[--nclaim], idx);
       return fail;
@@ -408,7 +409,8 @@ static int read_chain(lade__fetch_t *f, const lade__chain_t *c, uint64_t idx, ui
     lade__cache_t *at = admit ? lade__plantier_admit_tier(&f->pt, idx) : NULL;
     for (int j = 0; j < i && j < c->n; j++) {
       const lade__hop_t *h = &c->hop[j];
-      if (!(h->flags & LADE__HOP_FILL) || ((h->flags & LADE__HOP_VERSIONED) && !known)) continue;
+      if (!((h->flags & LADE__HOP_FILL) || h->cache == fill_too) || ((h->flags & LADE__HOP_VERSIONED) && !known))
+        continue;
       if (h->cache == at) at = NULL;
       lade__plantier_put(&f->pt, h->cache, idx, ver, out->data, out->len);
     }

@@ -19,7 +19,7 @@
 #include "source/source.h"
 
 /* A small multiset of sample indices (open addressing, backward-shift
- * deletion): the prefetcher's requests in flight. */
+ * deletion): the samples in the prefetcher's ring, each selected or requested. */
 typedef struct lade__idxset {
   uint64_t *key;
   uint32_t *count;
@@ -69,10 +69,20 @@ int lade__prefetch_start(lade__prefetch_t *pf, const lade__prefetch_params_t *p)
 void lade__prefetch_quiesce(lade__prefetch_t *pf);
 /* Quiesces, joins the thread, frees. On a zeroed struct: nothing. */
 void lade__prefetch_close(lade__prefetch_t *pf);
-/* Whether sample idx is in flight (the thread will put it). */
+/* Whether sample idx is in flight: requested by the thread, which will put
+ * it (a sample only selected into its ring is not). */
 bool lade__prefetch_inflight(lade__prefetch_t *pf, uint64_t idx);
-/* Waits while sample idx is in flight; true when it waited. */
-bool lade__prefetch_wait(lade__prefetch_t *pf, uint64_t idx);
+/* The engine's read-ahead is about to request sample idx: true when the
+ * thread has requested it already (then it is not wanted), else a sample
+ * only selected into the ring is the engine's from now (its chunk skips it;
+ * lade__prefetch_wait then hands it to the worker as taken). */
+bool lade__prefetch_take_ahead(lade__prefetch_t *pf, uint64_t idx);
+/* Waits while sample idx is in flight (LADE__PF_WAITED after a wait). A
+ * sample only selected into the ring (or taken by the read-ahead) is taken from it instead
+ * (LADE__PF_TAKEN): the caller reads it and puts it into the tier, and the
+ * thread does not request it. LADE__PF_NONE: neither. */
+enum { LADE__PF_NONE, LADE__PF_WAITED, LADE__PF_TAKEN };
+int lade__prefetch_wait(lade__prefetch_t *pf, uint64_t idx);
 /* The engine planned step q: its samples are the engine's to fetch. */
 void lade__prefetch_planned(lade__prefetch_t *pf, uint64_t q);
 /* The consumer took every position below pos. */

@@ -648,9 +648,10 @@ static void *put_later(void *arg) {
  * two ranks): the first claim of a key wins and the other rank's is refused
  * while it is fresh; a put or an end frees it; one older than the stale
  * bound (peer_timeout, 5 s here) is taken over. A claim-get of a key another
- * rank has claimed waits for that rank's put and hits; one of a free key
- * claims it (a release ends that claim); the disk tier outside node mode
- * never refuses. */
+ * rank's reader has claimed waits for that rank's put and hits; one of a key
+ * another rank's prefetcher claimed reads at once, unclaimed; one of a free
+ * key claims it (a release ends that claim); the disk tier outside node
+ * mode never refuses. */
 static void test_node_claims(void) {
   const char *dir = lade_test_tmpdir("cache_node_claims");
   lade__cache_t *a = open_node_disk(dir, "job-c"), *b = open_node_disk(dir, "job-c");
@@ -671,10 +672,11 @@ static void test_node_claims(void) {
   CHECK(lade__cache_claim_fetch(b, 7));
   lade__cache_end_fetch(b, 7);
   CHECK(access(claim, F_OK) != 0);
-  /* a claim-get waits for the claimer's put */
+  /* a claim-get waits for another reader's put (its demand claim) */
   lade__buf_t buf = {0};
-  bool claimed = true;
-  CHECK(lade__cache_claim_fetch(a, 20));
+  bool claimed = false;
+  CHECK(lade__cache_get_claim(a, 20, 0, &buf, &claimed) == LADE_ENOENT && claimed);
+  claimed = true;
   late_put_t lp = {a, 20, 100000};
   pthread_t th;
   CHECK(pthread_create(&th, NULL, put_later, &lp) == 0);
@@ -682,6 +684,14 @@ static void test_node_claims(void) {
   CHECK(lade__cache_get_claim(b, 20, 0, &buf, &claimed) == 0 && !claimed && payload_ok(20, 1, &buf));
   CHECK(lade__now() - t0 >= 0.09);
   pthread_join(th, NULL);
+  /* not for another rank's prefetch: read at once, unclaimed */
+  CHECK(lade__cache_claim_fetch(a, 22));
+  t0 = lade__now();
+  CHECK(lade__cache_get_claim(b, 22, 0, &buf, &claimed) == LADE_ENOENT && !claimed);
+  CHECK(lade__now() - t0 < 0.05);
+  CHECK_OK(put_key(b, 22, 1)); /* the reader's put ends the prefetch's claim */
+  CHECK(lade__cache_claim_fetch(a, 23) && !lade__cache_claim_fetch(b, 23));
+  lade__cache_end_fetch(a, 23);
   /* of a free key: claimed, and the other rank's claim-get then waits; a release ends it */
   CHECK(lade__cache_get_claim(b, 21, 0, &buf, &claimed) == LADE_ENOENT && claimed);
   CHECK(!lade__cache_claim_fetch(a, 21));
