@@ -210,9 +210,7 @@ static size_t claim_chunk(lade__prefetch_t *pf, uint64_t *ring, size_t cap, size
       pthread_cond_broadcast(&pf->cv_inflight);
     }
     pthread_mutex_unlock(&pf->mu);
-    if (mine) continue;
-    if (!cached) atomic_fetch_add_explicit(&pf->left_to_node, 1, memory_order_relaxed);
-    *e = LEFT_TO_NODE;
+    if (!mine) *e = LEFT_TO_NODE;
   }
   return m;
 }

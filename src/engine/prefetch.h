@@ -59,7 +59,6 @@ typedef struct lade__prefetch {
   uint64_t pos;      /* it fetched every position below this (that it is responsible for) */
   lade__idxset_t inflight;
   _Atomic uint64_t prefetched, errors, waited; /* counters: stats */
-  _Atomic uint64_t left_to_node; /* samples another rank of the node had claimed to fetch (cache.h) */
 } lade__prefetch_t;
 
 /* Starts the thread. Returns 0 or a negative code (no memory, no thread);
