@@ -103,8 +103,10 @@ int lade__cache_get_ver(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_
  * it, a miss without a claim). *claimed: this caller must read the sample
  * and put it (any put of the key ends the claim, stored or refused) or call
  * lade__cache_release (the memory tier: from the same thread); a waiter
- * whose loader released gets a miss, claimed. The disk tier:
- * lade__cache_get_ver, never claimed. */
+ * whose loader released gets a miss, claimed. The disk tier in node mode:
+ * the node's other processes, through claim files (claims.h); a process
+ * waits (at most 5 s, tier.c) only for another's read, not for another's
+ * prefetch. The disk tier otherwise: lade__cache_get_ver, never claimed. */
 int lade__cache_get_claim(lade__cache_t *c, uint64_t key, uint64_t ver, lade__buf_t *out, bool *claimed);
 void lade__cache_release(lade__cache_t *c, uint64_t key);
 

@@ -170,7 +170,6 @@ int lade__cache_put(lade__cache_t *c, uint64_t key, const void *data, size_t len
   return lade__cache_put_ver(c, key, 0, data, len);
 }
 
-
 void lade__cache_stats(lade__cache_t *c, lade__cache_stats_t *out) {
   if (c->ops->stats) {
     c->ops->stats(c, out);

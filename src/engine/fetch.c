@@ -323,7 +323,10 @@ static void count(lade__fetch_t *f, int tier, size_t len) {
 }
 
 /* A cache hop: a hit, after the waits its flags ask for. *claimed: the
- * memory tier's miss was claimed (CLAIM): the read must put it or release. */
+ * hop's miss was claimed (CLAIM: the memory tier, or the node's disk
+ * folder): the read must put it or release. *took: the sample was taken
+ * from this process's prefetcher (WAIT_PF), so the read puts it into this
+ * tier in the prefetcher's place. */
 static bool hop_get(lade__fetch_t *f, const lade__hop_t *h, uint64_t idx, uint64_t q, int32_t route, uint64_t ver,
                     lade__buf_t *out, bool *claimed, bool *took, int *fail) {
   if (h->flags & LADE__HOP_WAIT_NODE) return lade__nodeplan_get(&f->np, idx, q, route, ver, out, fail, &f->stop);
