@@ -7,7 +7,7 @@
  * A loader that reopens its cache_dir under a planned kind takes as its
  * plan's start the entries whose stored version is the sample's now, in
  * ascending sample order, at most the plan's `cache` of them, learners in
- * rank order (src/engine/engine_open.c warm_plan, src/engine/fetch.c
+ * rank order (src/engine/pipeline.c warm_plan, src/engine/fetch.c
  * lade__fetch_survivors). Here the entries are those whose header is sound
  * for their name, as the disk tier's scan finds them (src/cache/diskcache.c,
  * the layout in docs/cache.md "Disk layout"); the versions need the dataset

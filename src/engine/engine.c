@@ -26,7 +26,7 @@
  * Lifetime: batches may outlive the loader (the Python module hands them to
  * tensors). lade_loader_destroy() stops and joins the workers and closes
  * every stage they used (source files, fetch stage and disk cache lock,
- * transport: lade__engine_close_stages), so a reopened cache_dir is free at
+ * transport: lade__pipeline_close), so a reopened cache_dir is free at
  * once; the slots and the loader struct are freed by whoever drops the last
  * reference (destroy or the last lade_batch_release).
  * The caller holds the pool's handles, not slots (pool.h: why a second
@@ -34,9 +34,15 @@
  *
  * Interrupts wake the next() calls waiting at that moment (counted in
  * `waiting`, woken through intr_gen); with none waiting nothing happens.
- * fork(): a pthread_atfork child handler bumps lade__engine_fork_gen (engine_open.c); a loader created
+ * fork(): a pthread_atfork child handler bumps fork_gen; a loader created
  * under an older value is the parent's, and every entry point returns before
  * touching its lock or threads.
+ *
+ * State. struct lade_loader is this file's alone (the run: lock, slots,
+ * workers, counters); it composes the opened pipeline (pipeline.h, a
+ * record written before the workers start and read-only while they run),
+ * the batch pool (pool.h), the run's counters (counts.h) and the per-epoch
+ * ones (epochs.h). engine_stats.c reads a loader only through engine.h.
  *
  * Lock: `mu` guards the pool (pool.h), every slot's state/claim/done counters,
  * sched, the cursors (next_sched, next_deliver), flags and the latency ring. Per-worker stats
@@ -46,20 +52,118 @@
  */
 #include <assert.h>
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
-#include "engine/engine_impl.h"
+#include "engine/counts.h"
+#include "engine/engine.h"
+#include "engine/epochs.h"
+#include "engine/pool.h"
+
+#define MAX_SUBST_TRIES 64
+
+/* A worker's counters: written by that worker only, read by
+ * lade_loader_stats() while it runs, so both sides are relaxed atomics (no
+ * ordering is needed; a total a moment old is fine). */
+#define WSTAT_ADD(field, v)                               \
+  do {                                                    \
+    __typeof__(field) wstat_v_ = (field) + (v);           \
+    __atomic_store(&(field), &wstat_v_, __ATOMIC_RELAXED); \
+  } while (0)
+#define WSTAT(field)                                    \
+  __extension__({                                       \
+    __typeof__(field) wstat_r_;                         \
+    __atomic_load(&(field), &wstat_r_, __ATOMIC_RELAXED); \
+    wstat_r_;                                           \
+  })
+
+typedef struct worker {
+  struct lade_loader *L;
+  pthread_t thread;
+  uint32_t id;
+  lade__buf_t buf;
+  void *wstate;
+  bool wstate_ok;
+  /* stats (written by this worker only) */
+  double t_read, t_xform;
+  uint64_t bytes, samples, substituted;
+  uint64_t tier_samples[LADE__TIER_COUNT], tier_bytes[LADE__TIER_COUNT];
+} __attribute__((aligned(LADE__CACHELINE))) worker_t;
+
+struct lade_loader {
+  lade__pipeline_t p; /* the opened stages (pipeline.h): written before the workers start, read-only after */
+  pthread_mutex_t mu;
+  pthread_cond_t cv_work;  /* workers wait here for claimable work */
+  pthread_cond_t cv_ready; /* the consumer waits here */
+
+  uint64_t evict_q; /* routed: the next step to finish */
+  bool planning;
+  bool stop;
+  uint32_t waiting;   /* next() calls blocked on cv_ready now */
+  uint64_t intr_gen;  /* bumped by each lade_loader_interrupt() that found a waiter */
+  unsigned fork_gen;  /* fork_gen when created: differs in a forked child */
+  pid_t pid;
+  int fatal;
+  char fatal_msg[1200];
+
+  lade__pool_t pool; /* the batch buffers and the caller's handles (pool.h), under mu */
+  uint32_t window;   /* prefetch + 1 batches prepared ahead */
+  slot_t **sched;    /* window entries: the slot of scheduled, undelivered q at q % window */
+  uint64_t next_sched, next_deliver;
+  bool destroyed;
+
+  worker_t *workers;
+  uint32_t nworkers, started;
+
+  lade__counts_t counts; /* the run's counters (counts.h), guarded by mu */
+  _Atomic uint32_t fail_run; /* on_error=skip: failed reads in a row, any worker (a success resets it) */
+  lade__epochs_t epochs; /* per-epoch counters (epochs.h), guarded by mu */
+};
+
+/* Bumped in the child of every fork() (pthread_atfork): a loader made under
+ * an older value belongs to a parent process; its threads and locks do not
+ * exist here, so every call on it in the child returns at once. */
+static atomic_uint fork_gen;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+static void on_fork_child(void) { atomic_fetch_add_explicit(&fork_gen, 1, memory_order_relaxed); }
+static void register_atfork(void) { pthread_atfork(NULL, NULL, on_fork_child); }
+
+static bool forked(const lade_loader_t *L) {
+  return L->fork_gen != atomic_load_explicit(&fork_gen, memory_order_relaxed);
+}
+
+static int fail_forked(const lade_loader_t *L, const char *fn) {
+  return lade__fail(LADE_ESTATE,
+                    "%s: this loader was created in process %d, and this process (%d) is a fork() of it; a loader "
+                    "cannot be used across fork(): create one in this process (its threads setting parallelises "
+                    "loading)",
+                    fn, (int)L->pid, (int)getpid());
+}
+
+int lade__engine_pipeline(const lade_loader_t *L, const char *fn, lade__pipeline_t **P) {
+  if (forked(L)) return fail_forked(L, fn);
+  *P = (lade__pipeline_t *)&L->p;
+  return 0;
+}
+
+/* The slot scheduled for q, or NULL. Locked. */
+static inline slot_t *slot_of(lade_loader_t *L, uint64_t q) {
+  slot_t *s = L->sched[q % L->window];
+  return s && s->seq == q && s->state != SLOT_FREE && s->state != SLOT_HELD ? s : NULL;
+}
 
 /* Per-worker transform state, made by each worker for itself. */
 static int worker_prepare(worker_t *w) {
   lade_loader_t *L = w->L;
   if (w->wstate_ok) return 0;
-  if (L->xf->worker_init) {
-    int rc = L->xf->worker_init(L->xf_state, &w->wstate);
+  if (L->p.xf->worker_init) {
+    int rc = L->p.xf->worker_init(L->p.xf_state, &w->wstate);
     if (rc) return rc;
   }
   w->wstate_ok = true;
@@ -71,26 +175,26 @@ static int worker_prepare(worker_t *w) {
 /* Assigns sequence number q to its slot and writes its sample indices.
  * Called unlocked by the one worker that set L->planning. */
 static int plan_slot(lade_loader_t *L, slot_t *s, uint64_t q) {
-  uint32_t B = lade__cursor_max_batch(L->cursor); /* batch_size, or more under solar's plan_imbalance */
-  size_t added = lade__pool_buffers(&L->pool, s, B, L->shape.bytes);
+  uint32_t B = lade__cursor_max_batch(L->p.cursor); /* batch_size, or more under solar's plan_imbalance */
+  size_t added = lade__pool_buffers(&L->pool, s, B, L->p.shape.bytes);
   if (added == SIZE_MAX) return LADE_ENOMEM;
   if (added) {
     pthread_mutex_lock(&L->mu);
     lade__pool_account(&L->pool, added);
     pthread_mutex_unlock(&L->mu);
   }
-  int rc = lade__cursor_get(L->cursor, q, &s->cs);
+  int rc = lade__cursor_get(L->p.cursor, q, &s->cs);
   if (rc) return rc;
   uint32_t n = s->cs.n, valid = s->cs.valid;
   assert(n >= 1 && n <= B && valid <= n);
   memcpy(s->indices, s->cs.idx, n * sizeof *s->indices);
   for (uint32_t i = 0; i < n; i++) {
     int64_t idx = s->indices[i];
-    s->labels[i] = L->src.labels ? L->src.labels[idx] : -1;
+    s->labels[i] = L->p.src.labels ? L->p.src.labels[idx] : -1;
   }
   s->n = n;
   s->valid = valid;
-  lade__fetch_step_planned(L->fetch, &s->cs);
+  lade__fetch_step_planned(L->p.fetch, &s->cs);
   return 0;
 }
 
@@ -101,26 +205,26 @@ static int plan_slot(lade_loader_t *L, slot_t *s, uint64_t q) {
 static int load_sample(lade_loader_t *L, worker_t *w, uint64_t idx, uint64_t q, int32_t route, void *out,
                        uint32_t *payload, int *tier, int *note) {
   double t0 = lade__now();
-  uint64_t epoch = q / L->steps;
+  uint64_t epoch = q / L->p.steps;
   int rc;
   *tier = LADE__TIER_STORAGE;
   *note = LADE__ROUTE_MET;
-  if (L->direct_payload) {
-    rc = L->src_ops->read_payload(&L->src, idx, out, L->shape.bytes);
+  if (L->p.direct_payload) {
+    rc = L->p.src_ops->read_payload(&L->p.src, idx, out, L->p.shape.bytes);
     double t1 = lade__now();
     WSTAT_ADD(w->t_read, t1 - t0);
     if (rc) return rc;
-    WSTAT_ADD(w->bytes, L->shape.bytes);
+    WSTAT_ADD(w->bytes, L->p.shape.bytes);
     WSTAT_ADD(w->tier_samples[0], 1);
-    WSTAT_ADD(w->tier_bytes[0], L->shape.bytes);
-    *payload = (uint32_t)L->shape.bytes;
+    WSTAT_ADD(w->tier_bytes[0], L->p.shape.bytes);
+    *payload = (uint32_t)L->p.shape.bytes;
     return 0;
   }
   /* in the node cache: transformed straight from the shared segment into the
    * slot (one copy); if another rank reused those bytes meanwhile, read again */
   lade__fetch_view_t v;
-  bool viewed = lade__fetch_view(L->fetch, idx, q, route, &v) == 0;
-  if (!viewed) rc = lade__fetch_read(L->fetch, idx, q, route, &w->buf, tier, note);
+  bool viewed = lade__fetch_view(L->p.fetch, idx, q, route, &v) == 0;
+  if (!viewed) rc = lade__fetch_read(L->p.fetch, idx, q, route, &w->buf, tier, note);
   else rc = 0, *tier = LADE__TIER_MEM;
   double t1 = lade__now();
   WSTAT_ADD(w->t_read, t1 - t0);
@@ -128,16 +232,16 @@ static int load_sample(lade_loader_t *L, worker_t *w, uint64_t idx, uint64_t q, 
   const uint8_t *bytes = viewed ? v.data : w->buf.data;
   size_t len = viewed ? v.len : w->buf.len;
   lade__rng_t rng;
-  lade__rng_init(&rng, L->cfg.seed ^ lade__mix64(epoch + 1), idx, LADE__RNG_AUGMENT);
+  lade__rng_init(&rng, L->p.cfg.seed ^ lade__mix64(epoch + 1), idx, LADE__RNG_AUGMENT);
   lade__xform_ctx_t ctx = {.index = idx, .epoch = epoch, .rng = &rng};
-  rc = L->xf->apply(L->xf_state, w->wstate, bytes, len, &ctx, out, payload);
-  if (viewed && !lade__fetch_view_done(L->fetch, idx, &v)) {
-    rc = lade__fetch_read(L->fetch, idx, q, route, &w->buf, tier, note);
+  rc = L->p.xf->apply(L->p.xf_state, w->wstate, bytes, len, &ctx, out, payload);
+  if (viewed && !lade__fetch_view_done(L->p.fetch, idx, &v)) {
+    rc = lade__fetch_read(L->p.fetch, idx, q, route, &w->buf, tier, note);
     if (rc) return rc;
     bytes = w->buf.data;
     len = w->buf.len;
-    lade__rng_init(&rng, L->cfg.seed ^ lade__mix64(epoch + 1), idx, LADE__RNG_AUGMENT);
-    rc = L->xf->apply(L->xf_state, w->wstate, bytes, len, &ctx, out, payload);
+    lade__rng_init(&rng, L->p.cfg.seed ^ lade__mix64(epoch + 1), idx, LADE__RNG_AUGMENT);
+    rc = L->p.xf->apply(L->p.xf_state, w->wstate, bytes, len, &ctx, out, payload);
   }
   WSTAT_ADD(w->t_xform, lade__now() - t1);
   WSTAT_ADD(w->bytes, len);
@@ -145,7 +249,7 @@ static int load_sample(lade_loader_t *L, worker_t *w, uint64_t idx, uint64_t q, 
   WSTAT_ADD(w->tier_bytes[*tier], len);
   if (rc) {
     char name[LADE__PATH_MAX + 64];
-    L->src_ops->describe(&L->src, idx, name, sizeof name);
+    L->p.src_ops->describe(&L->p.src, idx, name, sizeof name);
     return lade__fail_prefix(rc, "%s (sample %llu): ", name, (unsigned long long)idx);
   }
   return 0;
@@ -161,7 +265,7 @@ static int note_read(lade_loader_t *L, int rc) {
     return 0;
   }
   uint32_t run = atomic_fetch_add(&L->fail_run, 1) + 1;
-  if (L->cfg.skip_max_run && run >= L->cfg.skip_max_run)
+  if (L->p.cfg.skip_max_run && run >= L->p.cfg.skip_max_run)
     return lade__fail_prefix(rc,
                              "on_error=skip: %u reads in a row failed, so the storage is failing, not single samples "
                              "(setting skip_max_run); last: ",
@@ -176,12 +280,12 @@ static int note_bad_sample(lade_loader_t *L, uint64_t epoch) {
   struct epoch_acc *a = lade__epochs_acc(&L->epochs, epoch);
   uint64_t bad = a ? ++a->bad : 0;
   pthread_mutex_unlock(&L->mu);
-  double limit = L->cfg.skip_max_fraction * (double)(L->steps * L->cfg.batch_size);
-  if (L->cfg.skip_max_fraction < 1 && (double)bad > limit)
+  double limit = L->p.cfg.skip_max_fraction * (double)(L->p.steps * L->p.cfg.batch_size);
+  if (L->p.cfg.skip_max_fraction < 1 && (double)bad > limit)
     return lade__fail(LADE_EIO,
                       "on_error=skip: %llu samples of epoch %llu failed, more than %g of the epoch (setting "
                       "skip_max_fraction): the dataset or its storage is broken, not single samples",
-                      (unsigned long long)bad, (unsigned long long)epoch, L->cfg.skip_max_fraction);
+                      (unsigned long long)bad, (unsigned long long)epoch, L->p.cfg.skip_max_fraction);
   return 0;
 }
 
@@ -190,24 +294,24 @@ static int note_bad_sample(lade_loader_t *L, uint64_t epoch) {
  * unless so many fail that the storage, not the sample, must be broken. */
 static void process_sample(lade_loader_t *L, worker_t *w, slot_t *s, uint32_t i, int *tier, int *note,
                            uint64_t *nbytes) {
-  uint64_t epoch = s->seq / L->steps;
+  uint64_t epoch = s->seq / L->p.steps;
   uint64_t idx = (uint64_t)s->indices[i];
-  uint8_t *out = s->data + (size_t)i * L->shape.bytes;
+  uint8_t *out = s->data + (size_t)i * L->p.shape.bytes;
   uint32_t payload = 0;
-  uint64_t t0 = L->trace ? (uint64_t)(lade__now() * 1e6) : 0;
+  uint64_t t0 = L->p.trace ? (uint64_t)(lade__now() * 1e6) : 0;
   int rc = load_sample(L, w, idx, s->seq, s->cs.from[i], out, &payload, tier, note);
-  if (rc && L->cfg.on_error == LADE__ONERR_SKIP) {
+  if (rc && L->p.cfg.on_error == LADE__ONERR_SKIP) {
     int stop = note_read(L, rc);
     if (!stop) stop = note_bad_sample(L, epoch);
     lade__rng_t r;
-    lade__rng_init(&r, L->cfg.seed ^ lade__mix64(epoch + 1), idx, LADE__RNG_SUBST);
+    lade__rng_init(&r, L->p.cfg.seed ^ lade__mix64(epoch + 1), idx, LADE__RNG_SUBST);
     for (int t = 0; rc && !stop && t < MAX_SUBST_TRIES; t++) {
-      uint64_t j = lade__rng_below(&r, L->src.count);
+      uint64_t j = lade__rng_below(&r, L->p.src.count);
       rc = load_sample(L, w, j, s->seq, LADE__ROUTE_ANY, out, &payload, tier, note); /* a substitute: no route */
       stop = note_read(L, rc);
       if (!rc) {
         s->indices[i] = (int64_t)j;
-        s->labels[i] = L->src.labels ? L->src.labels[j] : -1;
+        s->labels[i] = L->p.src.labels ? L->p.src.labels[j] : -1;
       }
     }
     if (stop) {
@@ -218,11 +322,11 @@ static void process_sample(lade_loader_t *L, worker_t *w, slot_t *s, uint32_t i,
     } else {
       lade__fail_prefix(rc, "on_error=skip found no valid substitute in %d tries; last: ", MAX_SUBST_TRIES);
     }
-  } else if (L->cfg.on_error == LADE__ONERR_SKIP) {
+  } else if (L->p.cfg.on_error == LADE__ONERR_SKIP) {
     note_read(L, 0);
   }
   s->sizes[i] = payload;
-  *nbytes = L->direct_payload ? L->shape.bytes : w->buf.len;
+  *nbytes = L->p.direct_payload ? L->p.shape.bytes : w->buf.len;
   if (rc) {
     pthread_mutex_lock(&L->mu);
     if (!s->err) {
@@ -232,8 +336,8 @@ static void process_sample(lade_loader_t *L, worker_t *w, slot_t *s, uint32_t i,
     pthread_mutex_unlock(&L->mu);
   }
   WSTAT_ADD(w->samples, 1);
-  if (L->trace)
-    lade__trace_event(L->trace, "sample", w->id + 1, t0, (uint64_t)(lade__now() * 1e6) - t0, s->seq / L->steps, s->seq % L->steps,
+  if (L->p.trace)
+    lade__trace_event(L->p.trace, "sample", w->id + 1, t0, (uint64_t)(lade__now() * 1e6) - t0, s->seq / L->p.steps, s->seq % L->p.steps,
                       (uint64_t)s->indices[i]);
 }
 
@@ -260,7 +364,7 @@ static slot_t *claim_sample(lade_loader_t *L, uint32_t *out_i, bool *pending) {
     while (s->first_free < s->n && s->taken[s->first_free]) s->first_free++;
     for (uint32_t i = s->first_free; i < s->n; i++) {
       if (s->taken[i]) continue;
-      if (L->async && !lade__fetch_ready(L->fetch, (uint64_t)s->indices[i])) {
+      if (L->p.async && !lade__fetch_ready(L->p.fetch, (uint64_t)s->indices[i])) {
         *pending = true;
         continue;
       }
@@ -300,9 +404,9 @@ static void finish_slot_locked(lade_loader_t *L, slot_t *s) {
   lade__counts_latency(&L->counts, t - s->t_sched);
   s->state = SLOT_READY;
   pthread_cond_broadcast(&L->cv_ready);
-  if (L->trace)
-    lade__trace_event(L->trace, "batch", 0, (uint64_t)(s->t_sched * 1e6), (uint64_t)((t - s->t_sched) * 1e6),
-                      s->seq / L->steps, s->seq % L->steps, UINT64_MAX);
+  if (L->p.trace)
+    lade__trace_event(L->p.trace, "batch", 0, (uint64_t)(s->t_sched * 1e6), (uint64_t)((t - s->t_sched) * 1e6),
+                      s->seq / L->p.steps, s->seq % L->p.steps, UINT64_MAX);
 }
 
 /* Routed plans: a step's evicts take effect at the end of the step (the
@@ -317,10 +421,10 @@ static void finish_steps_in_order(lade_loader_t *L) {
   for (;;) {
     slot_t *s = L->evict_q < L->next_sched ? slot_of(L, L->evict_q) : NULL;
     if (!s || s->state != SLOT_FILLING || s->seq != L->evict_q || s->done < s->n || s->finishing) return;
-    if (s->cs.nevict || s->cs.nadmit || s->cs.nsend || s->cs.nmove || lade__fetch_every_step(L->fetch)) {
+    if (s->cs.nevict || s->cs.nadmit || s->cs.nsend || s->cs.nmove || lade__fetch_every_step(L->p.fetch)) {
       s->finishing = true;
       pthread_mutex_unlock(&L->mu);
-      int rc = lade__fetch_step_done(L->fetch, &s->cs);
+      int rc = lade__fetch_step_done(L->p.fetch, &s->cs);
       pthread_mutex_lock(&L->mu);
       if (rc) fail_locked(L, rc);
       s->finishing = false;
@@ -354,8 +458,8 @@ static void *worker_main(void *arg) {
     /* plan the next batch when it is within the window, a buffer is free
      * and nobody else is planning */
     slot_t *fs = NULL;
-    if (!L->planning && L->next_sched < L->total && L->next_sched < L->next_deliver + L->window &&
-        (fs = lade__pool_take(&L->pool, (size_t)L->cfg.batch_size * L->shape.bytes)) != NULL) {
+    if (!L->planning && L->next_sched < L->p.total && L->next_sched < L->next_deliver + L->window &&
+        (fs = lade__pool_take(&L->pool, (size_t)L->p.cfg.batch_size * L->p.shape.bytes)) != NULL) {
       uint64_t q = L->next_sched;
       slot_t *s = fs;
       L->planning = true;
@@ -419,31 +523,87 @@ static void *worker_main(void *arg) {
     s->tier_bytes[tier] += nbytes;
     s->plan_fallbacks += note == LADE__ROUTE_FALLBACK;
     s->plan_peer += note == LADE__ROUTE_PEER_STORAGE;
-    if (tier == LADE__TIER_PEER && L->res.cursor.plan.ranks_per_node > 1 &&
-        lade_plan_route_class(s->cs.from[i], L->res.cursor.rank, L->res.cursor.plan.ranks_per_node) ==
+    if (tier == LADE__TIER_PEER && L->p.res.cursor.plan.ranks_per_node > 1 &&
+        lade_plan_route_class(s->cs.from[i], L->p.res.cursor.rank, L->p.res.cursor.plan.ranks_per_node) ==
             LADE_ROUTE_NODE) { /* an intra-node handoff (docs/plan.md, Nodes) */
       s->peer_node++;
       s->peer_node_bytes += nbytes;
       lade__counts_peer_node(&L->counts, nbytes);
-    } else if (tier == LADE__TIER_MEM && L->res.fetch.node_plan && s->cs.from[i] >= 0) {
+    } else if (tier == LADE__TIER_MEM && L->p.res.fetch.node_plan && s->cs.from[i] >= 0) {
       s->node_reads++; /* a handoff read from the node's cache (docs/plan.md, Nodes) */
       lade__counts_node_read(&L->counts);
     }
     if (++s->done == s->n) {
-      if (L->routed && !s->stale) finish_steps_in_order(L);
+      if (L->p.routed && !s->stale) finish_steps_in_order(L);
       else finish_slot_locked(L, s);
     }
   }
   pthread_mutex_unlock(&L->mu);
-  if (w->wstate_ok && L->xf && L->xf->worker_free) L->xf->worker_free(L->xf_state, w->wstate);
+  if (w->wstate_ok && L->p.xf && L->p.xf->worker_free) L->p.xf->worker_free(L->p.xf_state, w->wstate);
   lade__buf_free(&w->buf);
   return NULL;
 }
 
-/* lade_loader_create: the loader opened (engine_open.c), then its workers started. */
+/* Frees everything: the pipeline (if still open), the pool and the loader. */
+static void free_all(lade_loader_t *L) {
+  lade__pipeline_close(&L->p);
+  lade__pool_close(&L->pool);
+  free(L->sched);
+  lade__epochs_free(&L->epochs);
+  pthread_mutex_destroy(&L->mu);
+  pthread_cond_destroy(&L->cv_work);
+  pthread_cond_destroy(&L->cv_ready);
+  free(L->workers);
+  free(L);
+}
+
+/* The source's on_ready: bytes of a submitted read arrived. */
+static void wake_workers(void *ctx) {
+  lade_loader_t *L = ctx;
+  pthread_mutex_lock(&L->mu);
+  pthread_cond_broadcast(&L->cv_work);
+  pthread_mutex_unlock(&L->mu);
+}
+
+/* The loader but its workers: the pipeline opened (pipeline.c), the pool,
+ * and nworkers workers allocated, not started. */
+static int open_loader(lade_loader_t **out, const lade_config_t *cfg) {
+  if (!out || !cfg) return lade__fail(LADE_EINVAL, "lade_loader_create: NULL argument");
+  *out = NULL;
+  const lade__source_ops_t *ops = NULL;
+  int rc = lade__pipeline_check(cfg, &ops);
+  if (rc) return rc;
+  lade_loader_t *L = calloc(1, sizeof *L);
+  if (!L) return lade__fail(LADE_ENOMEM, "lade_loader_create: out of memory");
+  pthread_once(&atfork_once, register_atfork);
+  L->fork_gen = atomic_load_explicit(&fork_gen, memory_order_relaxed);
+  L->pid = getpid();
+  lade__counts_open(&L->counts, lade__now());
+  pthread_mutex_init(&L->mu, NULL);
+  pthread_cond_init(&L->cv_work, NULL);
+  pthread_cond_init(&L->cv_ready, NULL);
+  L->window = cfg->prefetch + 1;
+  L->sched = calloc(L->window, sizeof *L->sched);
+  rc = L->sched ? lade__pool_open(&L->pool, L, cfg) : lade__fail(LADE_ENOMEM, "lade_loader_create: out of memory");
+  if (!rc) rc = lade__pipeline_open(&L->p, cfg, ops, wake_workers, L);
+  if (!rc) {
+    /* a resumed run starts where its position stands (docs/plan.md "Resume") */
+    L->next_sched = L->next_deliver = L->evict_q = L->p.first;
+    L->nworkers = L->p.res.threads;
+    L->workers = calloc(L->nworkers, sizeof *L->workers);
+    if (!L->workers) rc = lade__fail(LADE_ENOMEM, "lade_loader_create: out of memory");
+  }
+  if (rc) {
+    free_all(L);
+    return rc;
+  }
+  *out = L;
+  return 0;
+}
+
 int lade_loader_create(lade_loader_t **out, const lade_config_t *cfg) {
   lade_loader_t *L = NULL;
-  int rc = lade__engine_open(&L, cfg);
+  int rc = open_loader(&L, cfg);
   if (rc) return rc;
   for (uint32_t i = 0; i < L->nworkers; i++) {
     worker_t *w = &L->workers[i];
@@ -455,7 +615,7 @@ int lade_loader_create(lade_loader_t **out, const lade_config_t *cfg) {
       pthread_cond_broadcast(&L->cv_work);
       pthread_mutex_unlock(&L->mu);
       for (uint32_t j = 0; j < i; j++) pthread_join(L->workers[j].thread, NULL);
-      lade__engine_free_all(L);
+      free_all(L);
       return lade__fail(LADE_ETHREAD, "cannot start worker thread %u: %s", i, strerror(errno));
     }
     L->started++;
@@ -466,11 +626,11 @@ int lade_loader_create(lade_loader_t **out, const lade_config_t *cfg) {
 
 /* Accounts a delivered batch to its epoch. Locked. */
 static void account_batch(lade_loader_t *L, slot_t *s) {
-  struct epoch_acc *a = lade__epochs_acc(&L->epochs, s->seq / L->steps);
+  struct epoch_acc *a = lade__epochs_acc(&L->epochs, s->seq / L->p.steps);
   if (!a) return; /* no memory for counters: the batch is still delivered */
   if (!a->started) {
     a->started = true;
-    if (s->seq / L->steps > 0 && L->src_ops->stats) L->src_ops->stats(&L->src, &a->at_start);
+    if (s->seq / L->p.steps > 0 && L->p.src_ops->stats) L->p.src_ops->stats(&L->p.src, &a->at_start);
   }
   a->batches++;
   a->plan_fallbacks += s->plan_fallbacks;
@@ -487,11 +647,11 @@ static void account_batch(lade_loader_t *L, slot_t *s) {
 static void fill_view(lade_loader_t *L, slot_t *s, lade_batch_t *v) {
   v->size = sizeof *v;
   v->data = s->data;
-  v->nbytes = (size_t)s->n * L->shape.bytes;
-  v->dtype = L->shape.dtype;
-  v->ndim = L->shape.ndim + 1;
+  v->nbytes = (size_t)s->n * L->p.shape.bytes;
+  v->dtype = L->p.shape.dtype;
+  v->ndim = L->p.shape.ndim + 1;
   v->shape[0] = s->n;
-  for (int i = 0; i < L->shape.ndim; i++) v->shape[i + 1] = L->shape.dims[i];
+  for (int i = 0; i < L->p.shape.ndim; i++) v->shape[i + 1] = L->p.shape.dims[i];
   int64_t stride = 1;
   for (int i = v->ndim - 1; i >= 0; i--) {
     v->strides[i] = stride;
@@ -500,8 +660,8 @@ static void fill_view(lade_loader_t *L, slot_t *s, lade_batch_t *v) {
   v->labels = s->labels;
   v->indices = s->indices;
   v->sizes = s->sizes;
-  v->epoch = s->seq / L->steps;
-  v->step = s->seq % L->steps;
+  v->epoch = s->seq / L->p.steps;
+  v->step = s->seq % L->p.steps;
   v->substituted = s->substituted;
   v->valid = s->valid;
   v->device = -1;
@@ -510,7 +670,7 @@ static void fill_view(lade_loader_t *L, slot_t *s, lade_batch_t *v) {
 int lade_loader_next(lade_loader_t *L, lade_batch_t **out) {
   if (!L || !out) return lade__fail(LADE_EINVAL, "lade_loader_next: NULL argument");
   *out = NULL;
-  if (forked(L)) return lade__engine_fail_forked(L, "lade_loader_next");
+  if (forked(L)) return fail_forked(L, "lade_loader_next");
   double t0 = lade__now();
   pthread_mutex_lock(&L->mu);
   int rc = 0;
@@ -521,7 +681,7 @@ int lade_loader_next(lade_loader_t *L, lade_batch_t **out) {
       break;
     }
     {
-      if (L->next_deliver >= L->total) break; /* end: *out stays NULL */
+      if (L->next_deliver >= L->p.total) break; /* end: *out stays NULL */
       slot_t *s = slot_of(L, L->next_deliver);
       if (s && s->state == SLOT_READY) {
         if (s->err) {
@@ -546,11 +706,11 @@ int lade_loader_next(lade_loader_t *L, lade_batch_t **out) {
         *out = &h->view;
         break;
       }
-      if (!s && L->cfg.pool_max && L->pool.held >= L->cfg.pool_max) {
+      if (!s && L->p.cfg.pool_max && L->pool.held >= L->p.cfg.pool_max) {
         rc = lade__fail(LADE_ESTATE,
                         "the caller holds %u batches, as many as the setting pool_max (%u) allows: release a batch "
                         "(or copy what you keep, e.g. tensor.clone()) before asking for the next one",
-                        L->pool.held, L->cfg.pool_max);
+                        L->pool.held, L->p.cfg.pool_max);
         break;
       }
     }
@@ -566,15 +726,15 @@ int lade_loader_next(lade_loader_t *L, lade_batch_t **out) {
   }
   double waited = lade__now() - t0;
   lade__counts_wait(&L->counts, waited);
-  uint64_t consumed = L->next_deliver * L->cfg.batch_size;
+  uint64_t consumed = L->next_deliver * L->p.cfg.batch_size;
   if (*out) {
     struct epoch_acc *a = lade__epochs_acc(&L->epochs, (*out)->epoch);
     if (a) a->wait += waited;
   }
   pthread_mutex_unlock(&L->mu);
-  if (*out) lade__fetch_consumed(L->fetch, consumed);
-  if (L->trace && *out)
-    lade__trace_event(L->trace, "wait", LADE__TRACE_CONSUMER, (uint64_t)(t0 * 1e6), (uint64_t)(waited * 1e6),
+  if (*out) lade__fetch_consumed(L->p.fetch, consumed);
+  if (L->p.trace && *out)
+    lade__trace_event(L->p.trace, "wait", LADE__TRACE_CONSUMER, (uint64_t)(t0 * 1e6), (uint64_t)(waited * 1e6),
                       (*out)->epoch, (*out)->step, UINT64_MAX);
   return rc;
 }
@@ -588,7 +748,7 @@ void lade_batch_release(lade_batch_t *batch) {
   if (!h->held) {
     /* a second release: the batch's buffer may hold a later batch now, so
      * nothing is touched */
-    unsigned long long e = L->steps ? h->seq / L->steps : 0, st = L->steps ? h->seq % L->steps : 0;
+    unsigned long long e = L->p.steps ? h->seq / L->p.steps : 0, st = L->p.steps ? h->seq % L->p.steps : 0;
     pthread_mutex_unlock(&L->mu);
     fprintf(stderr,
             "lade: lade_batch_release() of the batch of epoch %llu, step %llu, which was already released: "
@@ -603,32 +763,32 @@ void lade_batch_release(lade_batch_t *batch) {
   pthread_cond_broadcast(&L->cv_ready);
   pthread_mutex_unlock(&L->mu);
   if (drop) lade__pool_slot_free(&L->pool, drop);
-  if (last) lade__engine_free_all(L);
+  if (last) free_all(L);
 }
 
 int lade_loader_seek(lade_loader_t *L, uint64_t epoch, uint64_t step) {
   if (!L) return lade__fail(LADE_EINVAL, "lade_loader_seek: NULL loader");
-  if (forked(L)) return lade__engine_fail_forked(L, "lade_loader_seek");
+  if (forked(L)) return fail_forked(L, "lade_loader_seek");
   pthread_mutex_lock(&L->mu);
   int rc = 0;
   /* (epochs, 0) is the end; with zero steps per epoch every (e, 0) is */
-  bool at_end = step == 0 && (epoch == L->cfg.epochs || (L->steps == 0 && epoch <= L->cfg.epochs));
-  if (!at_end && (epoch >= L->cfg.epochs || step >= L->steps)) {
+  bool at_end = step == 0 && (epoch == L->p.cfg.epochs || (L->p.steps == 0 && epoch <= L->p.cfg.epochs));
+  if (!at_end && (epoch >= L->p.cfg.epochs || step >= L->p.steps)) {
     rc = lade__fail(LADE_ERANGE,
                     "seek to (epoch %llu, step %llu) is out of range: epochs are 0 to %llu and steps 0 to %llu (%llu "
                     "epochs of %llu steps; (%llu, 0) is the end)",
                     (unsigned long long)epoch, (unsigned long long)step,
-                    (unsigned long long)(L->cfg.epochs ? L->cfg.epochs - 1 : 0),
-                    (unsigned long long)(L->steps ? L->steps - 1 : 0), (unsigned long long)L->cfg.epochs,
-                    (unsigned long long)L->steps, (unsigned long long)L->cfg.epochs);
-  } else if (epoch * L->steps + step < L->first) {
+                    (unsigned long long)(L->p.cfg.epochs ? L->p.cfg.epochs - 1 : 0),
+                    (unsigned long long)(L->p.steps ? L->p.steps - 1 : 0), (unsigned long long)L->p.cfg.epochs,
+                    (unsigned long long)L->p.steps, (unsigned long long)L->p.cfg.epochs);
+  } else if (epoch * L->p.steps + step < L->p.first) {
     rc = lade__fail(LADE_ERANGE,
                     "seek to (epoch %llu, step %llu) is before (epoch %llu, step %llu), where this loader resumed a "
                     "saved position (the steps before it were another run's)",
-                    (unsigned long long)epoch, (unsigned long long)step, (unsigned long long)(L->first / L->steps),
-                    (unsigned long long)(L->first % L->steps));
+                    (unsigned long long)epoch, (unsigned long long)step, (unsigned long long)(L->p.first / L->p.steps),
+                    (unsigned long long)(L->p.first % L->p.steps));
   } else if (!rc) {
-    uint64_t q = epoch * L->steps + step;
+    uint64_t q = epoch * L->p.steps + step;
     for (uint32_t i = 0; i < L->pool.n; i++) {
       slot_t *s = L->pool.slots[i];
       if (s->state == SLOT_READY) {
@@ -645,68 +805,58 @@ int lade_loader_seek(lade_loader_t *L, uint64_t epoch, uint64_t step) {
     pthread_cond_broadcast(&L->cv_work);
   }
   pthread_mutex_unlock(&L->mu);
-  if (!rc) lade__fetch_seek(L->fetch, (epoch * L->steps + step) * L->cfg.batch_size);
+  if (!rc) lade__fetch_seek(L->p.fetch, (epoch * L->p.steps + step) * L->p.cfg.batch_size);
   return rc;
-}
-
-int lade_loader_plan_settings(lade_loader_t *L, lade_plan_settings_t *out, size_t out_size, uint32_t *rank) {
-  if (!L || !out) return lade__fail(LADE_EINVAL, "lade_loader_plan_settings: NULL argument");
-  if (out_size < sizeof(uint64_t))
-    return lade__fail(LADE_EINVAL, "lade_loader_plan_settings: out_size is %zu; pass sizeof(lade_plan_settings_t)",
-                      out_size);
-  if (forked(L)) return lade__engine_fail_forked(L, "lade_loader_plan_settings");
-  lade_plan_settings_t s;
-  lade__cursor_settings(L->cursor, &s);
-  lade__struct_out(out, out_size, &s, sizeof s);
-  if (rank) *rank = L->cfg.rank;
-  return 0;
 }
 
 int lade_loader_tell(const lade_loader_t *cL, uint64_t *epoch, uint64_t *step) {
   lade_loader_t *L = (lade_loader_t *)cL;
   if (!L) return lade__fail(LADE_EINVAL, "lade_loader_tell: NULL loader");
-  if (forked(L)) return lade__engine_fail_forked(L, "lade_loader_tell");
+  if (forked(L)) return fail_forked(L, "lade_loader_tell");
   pthread_mutex_lock(&L->mu);
-  if (epoch) *epoch = L->steps ? L->next_deliver / L->steps : L->cfg.epochs;
-  if (step) *step = L->steps ? L->next_deliver % L->steps : 0;
+  if (epoch) *epoch = L->p.steps ? L->next_deliver / L->p.steps : L->p.cfg.epochs;
+  if (step) *step = L->p.steps ? L->next_deliver % L->p.steps : 0;
   pthread_mutex_unlock(&L->mu);
   return 0;
 }
 
-int lade_loader_start(const lade_loader_t *L, uint64_t *epoch, uint64_t *step) {
-  if (!L) return lade__fail(LADE_EINVAL, "lade_loader_start: NULL loader");
-  if (forked(L)) return lade__engine_fail_forked(L, "lade_loader_start");
-  if (epoch) *epoch = L->steps ? L->first / L->steps : L->cfg.epochs;
-  if (step) *step = L->steps ? L->first % L->steps : 0;
-  return 0;
+uint64_t lade__engine_run_stats(lade_loader_t *L, lade_stats_t *out, double *lat) {
+  pthread_mutex_lock(&L->mu);
+  const uint64_t n = lade__counts_copy(&L->counts, out, lat);
+  for (uint32_t i = 0; i < L->started; i++) {
+    worker_t *w = &L->workers[i];
+    out->stage_seconds[LADE_STAGE_READ] += WSTAT(w->t_read);
+    out->stage_seconds[LADE_STAGE_TRANSFORM] += WSTAT(w->t_xform);
+    out->bytes_read += WSTAT(w->bytes);
+    for (int t = 0; t < LADE__TIER_COUNT; t++) {
+      out->samples_by_source[t] += WSTAT(w->tier_samples[t]);
+      out->bytes_by_source[t] += WSTAT(w->tier_bytes[t]);
+    }
+    out->substituted += WSTAT(w->substituted);
+  }
+  out->peak_pool_bytes = L->pool.peak_bytes;
+  out->threads = L->started;
+  pthread_mutex_unlock(&L->mu);
+  return n;
 }
 
-int lade_loader_position(lade_loader_t *L, uint64_t epoch, uint64_t step, lade_position_t *out, size_t size) {
-  if (!L || !out) return lade__fail(LADE_EINVAL, "lade_loader_position: NULL argument");
-  if (size < offsetof(lade_position_t, base_consumed))
-    return lade__fail(LADE_EINVAL, "lade_loader_position: size is %zu; pass sizeof(lade_position_t)", size);
-  if (forked(L)) return lade__engine_fail_forked(L, "lade_loader_position");
-  bool at_end = step == 0 && epoch == L->cfg.epochs;
-  uint64_t q = epoch * L->steps + step;
-  if (!at_end && (epoch >= L->cfg.epochs || step >= L->steps || q < L->first))
-    return lade__fail(LADE_ERANGE, "lade_loader_position: (epoch %llu, step %llu) is not in this loader's run (%llu "
-                      "epochs of %llu steps from (epoch %llu, step %llu))", (unsigned long long)epoch,
-                      (unsigned long long)step, (unsigned long long)L->cfg.epochs, (unsigned long long)L->steps,
-                      (unsigned long long)(L->steps ? L->first / L->steps : 0),
-                      (unsigned long long)(L->steps ? L->first % L->steps : 0));
-  lade_position_t pos;
-  int rc = lade__cursor_position(L->cursor, q, &pos);
-  if (!rc) lade__struct_out(out, size, &pos, sizeof pos);
-  return rc;
+bool lade__engine_epoch(lade_loader_t *L, uint64_t epoch, struct epoch_acc *a, lade__source_stats_t *next_start,
+                        bool *have_next) {
+  pthread_mutex_lock(&L->mu);
+  const struct epoch_acc *cur = lade__epochs_find(&L->epochs, epoch);
+  bool started = cur && cur->started;
+  if (started) *a = *cur;
+  const struct epoch_acc *next = started && epoch < UINT64_MAX ? lade__epochs_find(&L->epochs, epoch + 1) : NULL;
+  *have_next = next && next->started;
+  if (*have_next) *next_start = next->at_start;
+  pthread_mutex_unlock(&L->mu);
+  return started;
 }
 
-int lade_loader_info(lade_loader_t *L, uint64_t *samples, uint64_t *steps, uint64_t *epochs) {
-  if (!L) return lade__fail(LADE_EINVAL, "lade_loader_info: NULL loader");
-  if (forked(L)) return lade__engine_fail_forked(L, "lade_loader_info");
-  if (samples) *samples = L->src.count;
-  if (steps) *steps = L->steps;
-  if (epochs) *epochs = L->cfg.epochs;
-  return 0;
+int lade_loader_allgather(lade_loader_t *L, const void *mine, size_t len, void *all) {
+  if (!L || (len && (!mine || !all))) return lade__fail(LADE_EINVAL, "lade_loader_allgather: NULL argument");
+  if (forked(L)) return fail_forked(L, "lade_loader_allgather");
+  return lade__pipeline_allgather(&L->p, mine, len, all);
 }
 
 int lade_loader_interrupt(lade_loader_t *L) {
@@ -733,15 +883,15 @@ void lade_loader_destroy(lade_loader_t *L) {
   pthread_mutex_unlock(&L->mu);
   /* a worker finishing a step may wait for its sends, to peers that may be closing too (a loop that breaks out):
    * not any more, nor for admits of steps never read (docs/transport.md, Closing) */
-  lade__transport_stop_waits(L->dist);
-  lade__fetch_quiesce(L->fetch);
+  lade__transport_stop_waits(L->p.dist);
+  lade__fetch_quiesce(L->p.fetch);
   for (uint32_t i = 0; i < L->started; i++) pthread_join(L->workers[i].thread, NULL);
   /* no worker runs now: files, the disk cache (and its lock), the transport
    * go now, even while the caller holds batches (they need only the pool) */
-  lade__engine_close_stages(L);
+  lade__pipeline_close(&L->p);
   pthread_mutex_lock(&L->mu);
   L->destroyed = true;
   bool last = L->pool.held == 0;
   pthread_mutex_unlock(&L->mu);
-  if (last) lade__engine_free_all(L);
+  if (last) free_all(L);
 }

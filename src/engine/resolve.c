@@ -316,7 +316,7 @@ uint32_t lade__resolve_plan_nodes(const struct lade_config *cfg, const uint32_t 
  * rank) keeps its node's cache in one segment shared by the node's ranks,
  * in plan mode: intra-node handoffs are reads of it, not messages
  * (docs/plan.md "Nodes"). It needs the memory tier alone and a transport
- * (which agrees on the segment's name: engine_open.c); no job key. */
+ * (which agrees on the segment's name: pipeline.c); no job key. */
 static const char *node_plan_missing(const struct lade_config *cfg, const lade__resolved_t *r) {
   int k = cfg->plan;
   if (k != LADE_PLAN_DISTCACHE && k != LADE_PLAN_LOCALITY && k != LADE_PLAN_SOLAR)
