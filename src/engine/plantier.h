@@ -1,9 +1,37 @@
 /*
  * plantier.h - the tier a routed plan drives, a piece the fetch stage
- * composes (fetch.c, "Routed plans" and "Two tiers" there): which samples
- * each planned step admits (put as they are read) and evicts (when every
- * sample of the step was read), and the moves between memory and disk of
- * two tiers. The piece owns its struct and its locks:
+ * composes (fetch.c: its chains "own cache" and "own cache, two tiers"):
+ * which samples each planned step admits (put as they are read) and evicts
+ * (when every sample of the step was read), and the moves between memory
+ * and disk of two tiers.
+ *
+ * Routed plans (every kind but regular and shards; cursor/cursor.h): the
+ * plan's tier (memory, else disk) runs the `plan` policy and never evicts
+ * by itself. A step's admits are put as its samples are read (each admitted
+ * sample is one the learner reads in that step); its evicts are applied
+ * when every sample of the step has been read (lade__fetch_step_done),
+ * unless a later planned step admits the sample again (adm_q). Steps are
+ * filled concurrently (the engine's window), so a read routed to the cache
+ * may come before the read of an earlier step that admits the sample: it
+ * waits for that admit (adm_pending, bounded by ADMIT_WAIT_S, then it falls
+ * back), which with local sources makes the cache hits equal the plan's.
+ * Admits run ahead of the evicts of the steps before them by at most the
+ * engine's window, so the tier's byte capacity is the plan's cache plus
+ * (prefetch + 2) batches of mean-sized samples (engine/resolve.c,
+ * docs/cache.md).
+ *
+ * Two tiers (solar with cache_disk; docs/plan.md "Two tiers"): the plan
+ * drives the memory tier and the disk tier as one hierarchy. Each read
+ * routed to the own cache names its tier (LADE__ROUTE_OWN_DISK), each admit
+ * its tier (adm_tier), and the step's moves between the tiers are done by
+ * lade__fetch_step_done after its evicts, in step order. A read of a later
+ * step waits for a pending move of the sample (mv_n, done_q; bounded like
+ * an admit's wait); an evict or a move of a sample that a later planned step
+ * admits again leaves that admit's tier alone (the admit may have been put
+ * already) and clears the other one.
+ *
+ * The bookkeeping of both (adm_q, adm_pending, adm_tier, mv_n, done_q)
+ * is this piece's, with its locks:
  *
  *   `mu` + `cv`  a read waiting (bounded, ADMIT_WAIT_S) for a pending
  *                admit of its sample, or for an earlier step's move of it;
