@@ -54,6 +54,13 @@ char *lade__strdup(const char *s);
  * leaves the ones resized before it larger, harmless while the count is
  * kept apart. */
 int lade__resize_u64(uint64_t **p, size_t n, const char *what);
+/* The same for an array of any type: LADE__RESIZE(t->sizes, cap, "what"). */
+#define LADE__RESIZE(arr, n, what) lade__resize_array(&(arr), (n), sizeof *(arr), (what))
+int lade__resize_array(void *arr, size_t n, size_t esize, const char *what);
+/* Byte-wise order of two names given with their lengths, a name before any
+ * longer one it begins ("a" < "a-b" < "a0"): strcmp's order, for names
+ * that are not NUL-terminated. */
+int lade__cmp_names(const char *a, size_t an, const char *b, size_t bn);
 /* Room for `need` bytes in the byte array *a of *cap bytes: its capacity
  * doubled (from `first` when empty) until it holds them. LADE_ENOMEM names
  * `what`; *a and *cap are then unchanged. */

@@ -86,6 +86,20 @@ int lade__resize_u64(uint64_t **p, size_t n, const char *what) {
   return 0;
 }
 
+int lade__resize_array(void *arr, size_t n, size_t esize, const char *what) {
+  void *p, *q;
+  memcpy(&p, arr, sizeof p); /* arr is the address of a T *: its bytes, not a void * object */
+  q = n && n <= SIZE_MAX / esize ? realloc(p, n * esize) : NULL;
+  if (!q) return lade__fail(LADE_ENOMEM, "%s: out of memory for %zu entries", what, n);
+  memcpy(arr, &q, sizeof q);
+  return 0;
+}
+
+int lade__cmp_names(const char *a, size_t an, const char *b, size_t bn) {
+  int c = memcmp(a, b, an < bn ? an : bn);
+  return c ? c : (an < bn ? -1 : an > bn);
+}
+
 int lade__reserve_bytes(char **a, size_t *cap, size_t need, size_t first, const char *what) {
   if (need <= *cap) return 0;
   size_t c = *cap ? *cap : first;

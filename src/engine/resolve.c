@@ -234,6 +234,28 @@ static int resolve_fetch(const struct lade_config *cfg, const lade__source_facts
   return 0;
 }
 
+#ifdef LADE_HAVE_UCX
+#define HAVE_UCX true
+#else
+#define HAVE_UCX false
+#endif
+#ifdef LADE_HAVE_MPI
+#define HAVE_MPI true
+#else
+#define HAVE_MPI false
+#endif
+
+/* A transport `which` this build lacks (built false) where *mode chose it:
+ * asked for by name, an error saying how to build it; chosen by auto, no
+ * transport (*mode local) and *note set for the note at open. */
+static int unbuilt(bool built, int asked, int which, int *mode, bool *note, const char *how) {
+  if (built || *mode != which) return 0;
+  if (asked == which) return lade__fail(LADE_EUNSUPPORTED, "%s", how);
+  *note = true;
+  *mode = LADE__TRANSPORT_LOCAL;
+  return 0;
+}
+
 /* The transport a routed plan needs (docs/transport.md): MPI when asked, or
  * (auto) when started by an MPI launcher with more than one process; UCX
  * when asked, or (auto) when the peers were set up by lade_ucx_set_peers()
@@ -263,28 +285,17 @@ static int resolve_transport(const struct lade_config *cfg, const lade__source_f
     r->rank = fa->torchrun_rank;
     r->world = fa->torchrun_world;
   }
-#ifndef LADE_HAVE_UCX
-  if (mode == LADE__TRANSPORT_UCX) {
-    if (cfg->transport == LADE__TRANSPORT_UCX)
-      return lade__fail(LADE_EUNSUPPORTED, "transport=ucx: this build has no UCX (LADE_WITH_UCX; apt-get install "
-                        "libucx-dev)");
-    r->note_no_ucx = true;
-    mode = LADE__TRANSPORT_LOCAL;
+  int rc = unbuilt(HAVE_UCX, cfg->transport, LADE__TRANSPORT_UCX, &mode, &r->note_no_ucx,
+                   "transport=ucx: this build has no UCX (LADE_WITH_UCX; apt-get install libucx-dev)");
+  if (!HAVE_UCX) { /* torchrun's ranks without UCX: the note says no UCX, not how to set it up */
+    r->note_no_ucx |= r->note_no_peers;
+    r->note_no_peers = false;
   }
-  r->note_no_ucx |= r->note_no_peers;
-  r->note_no_peers = false;
-#endif
-#ifndef LADE_HAVE_MPI
-  if (mode == LADE__TRANSPORT_MPI) {
-    if (cfg->transport == LADE__TRANSPORT_MPI)
-      return lade__fail(LADE_EUNSUPPORTED, "transport=mpi: this build has no MPI (LADE_WITH_MPI; apt-get install "
-                        "libopenmpi-dev openmpi-bin)");
-    r->note_no_mpi = true;
-    mode = LADE__TRANSPORT_LOCAL;
-  }
-#endif
-  r->transport = mode;
-  return 0;
+  if (!rc)
+    rc = unbuilt(HAVE_MPI, cfg->transport, LADE__TRANSPORT_MPI, &mode, &r->note_no_mpi,
+                 "transport=mpi: this build has no MPI (LADE_WITH_MPI; apt-get install libopenmpi-dev openmpi-bin)");
+  if (!rc) r->transport = mode;
+  return rc;
 }
 
 int lade__resolve_topology(const struct lade_config *cfg, const uint32_t *node_lead, bool env_ok, uint32_t env_rank,

@@ -49,9 +49,7 @@ static uint64_t belady_next(const lade_plan_t *pl, const belady_t *k, uint32_t r
 
 static int belady_step(lade_plan_t *pl, lade__plan_out_t *out) {
   belady_t *k = pl->ks;
-  uint64_t C = pl->s.cache;
-  lade__plan_regular_slices(pl, out);
-  lade__plan_nodes_sources(pl, out);
+  const uint64_t C = lade__plan_nodes_slices(pl, out);
   if (!C) return 0;
   for (uint64_t i = 0; i < pl->G; i++) {
     uint32_t r = (uint32_t)(i / pl->B);

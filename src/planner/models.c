@@ -34,13 +34,15 @@ int lade__plan_nodes_init(lade_plan_t *pl) {
   return lade__hmap_init(&pl->map, LADE__MIN(pl->s.cache * pl->p, 1u << 20) + 16);
 }
 
-void lade__plan_nodes_sources(lade_plan_t *pl, lade__plan_out_t *out) {
+uint64_t lade__plan_nodes_slices(lade_plan_t *pl, lade__plan_out_t *out) {
+  lade__plan_regular_slices(pl, out);
   uint64_t v;
   for (uint64_t i = 0; i < pl->G; i++) {
     uint32_t r = (uint32_t)(i / pl->B);
     out->from[i] = lade__hmap_get(&pl->map, lade__plan_mkey(r, out->samples[i]), &v) ? LADE_FROM_CACHE
                                                                                       : LADE_FROM_STORAGE;
   }
+  return pl->s.cache;
 }
 
 static int node_new(lade_plan_t *pl, uint64_t *out) {

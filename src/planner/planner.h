@@ -221,8 +221,11 @@ uint64_t lade__plan_count_holders(lade_plan_t *pl);
 int lade__plan_nodes_init(lade_plan_t *pl);
 /* The map key of (learner, sample): samples < 2^32, learners < 2^24 (checked at create). */
 static inline uint64_t lade__plan_mkey(uint32_t r, uint64_t s) { return ((uint64_t)r << 40) | s; }
-/* from[] of the regular slices against the caches at the start of the step. */
-void lade__plan_nodes_sources(lade_plan_t *pl, lade__plan_out_t *out);
+/* The step of a kind whose caches overlap (lru, belady) begins here: the
+ * regular slices, each sample's from[] against the caches at the start of
+ * the step. Returns the learners' cache in samples (0: none, the step is
+ * done). */
+uint64_t lade__plan_nodes_slices(lade_plan_t *pl, lade__plan_out_t *out);
 /* Adds sample s with eviction key `key` to learner r's cache (an admit event). */
 int lade__plan_node_add(lade_plan_t *pl, uint32_t r, uint64_t s, uint64_t key, uint64_t *out);
 /* Removes node n of learner r: an evict event, or cancels its admit of this step. */

@@ -15,12 +15,10 @@ typedef struct span {
   size_t n;
 } span_t;
 
-/* Byte-wise, a name before any longer name it begins ("a" < "a-b" < "a0"):
- * strcmp's order on the names alone. */
+/* strcmp's order on the folder names alone */
 static int cmp_span(const void *a, const void *b) {
   const span_t *x = a, *y = b;
-  int c = memcmp(x->p, y->p, x->n < y->n ? x->n : y->n);
-  return c ? c : (x->n < y->n ? -1 : x->n > y->n);
+  return lade__cmp_names(x->p, x->n, y->p, y->n);
 }
 
 size_t lade__label_folder(const char *rel, const char **start) {

@@ -109,18 +109,6 @@ static int cmp_by_label_key(const void *a, const void *b) {
   return strcmp(d->arena + d->off[x], d->arena + d->off[y]);
 }
 
-typedef struct name_span {
-  const char *p;
-  size_t n;
-} name_span_t;
-
-static int cmp_span(const void *a, const void *b) {
-  const name_span_t *x = a, *y = b;
-  size_t n = LADE__MIN(x->n, y->n);
-  int c = memcmp(x->p, y->p, n);
-  return c ? c : (x->n < y->n ? -1 : x->n > y->n);
-}
-
 static const char *rel_key_of(void *ctx, uint64_t i) {
   const s3_impl_t *d = ctx;
   return key_of(d, i) + strlen(d->prefix);
@@ -146,7 +134,7 @@ typedef struct label_line {
 
 static int cmp_label_line(const void *a, const void *b) {
   const label_line_t *x = a, *y = b;
-  return cmp_span(&(name_span_t){x->key, x->n}, &(name_span_t){y->key, y->n});
+  return lade__cmp_names(x->key, x->n, y->key, y->n);
 }
 
 /* label_file: lines "KEY LABEL", KEY relative to the prefix. */

@@ -34,11 +34,9 @@ void lade__tar_index_free(lade__tar_index_t *x) {
 int lade__tar_index_push(lade__tar_index_t *x, const lade__tar_entry_t *e, uint64_t aux, const char *name, size_t nlen) {
   if (x->n == x->cap) {
     size_t cap = x->cap ? x->cap * 2 : 256;
-    lade__tar_entry_t *m = realloc(x->m, cap * sizeof *m);
-    if (m) x->m = m;
-    uint64_t *a = realloc(x->aux, cap * sizeof *a);
-    if (a) x->aux = a;
-    if (!m || !a) return lade__fail(LADE_ENOMEM, "tar source: out of memory");
+    int rc = LADE__RESIZE(x->m, cap, "tar source's index");
+    if (!rc) rc = LADE__RESIZE(x->aux, cap, "tar source's index");
+    if (rc) return rc;
     x->cap = cap;
   }
   x->aux[x->n] = aux;
@@ -173,23 +171,18 @@ int lade__tar_index_store(const lade__tar_t *t, const lade__tar_index_t *x, cons
   return rc;
 }
 
-
 int lade__tar_push_sample(lade__tar_t *t, uint32_t shard, uint64_t off, uint64_t size, uint64_t span, int32_t label,
                           const char *name) {
   if (t->count == t->cap) {
     uint64_t cap = t->cap ? t->cap * 2 : 1024;
-    uint32_t *s = realloc(t->shard, cap * sizeof *s);
-    if (s) t->shard = s;
-    uint64_t *o = realloc(t->off, cap * sizeof *o);
-    if (o) t->off = o;
-    uint64_t *z = realloc(t->sizes, cap * sizeof *z);
-    if (z) t->sizes = z;
-    int32_t *l = realloc(t->labels, cap * sizeof *l);
-    if (l) t->labels = l;
-    uint64_t *p = t->fmt->tail ? realloc(t->span, cap * sizeof *p) : NULL;
-    if (p) t->span = p;
-    if (!s || !o || !z || !l || (t->fmt->tail && !p))
-      return lade__fail(LADE_ENOMEM, "%s source: out of memory", t->fmt->name);
+    /* side by side: one that fails leaves those resized before it larger, and cap as it was */
+    const char *what = t->fmt->name;
+    int rc = LADE__RESIZE(t->shard, cap, what);
+    if (!rc) rc = LADE__RESIZE(t->off, cap, what);
+    if (!rc) rc = LADE__RESIZE(t->sizes, cap, what);
+    if (!rc) rc = LADE__RESIZE(t->labels, cap, what);
+    if (!rc && t->fmt->tail) rc = LADE__RESIZE(t->span, cap, what);
+    if (rc) return rc;
     t->cap = cap;
   }
   t->shard[t->count] = shard;

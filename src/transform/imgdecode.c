@@ -10,6 +10,16 @@
 #include "transform/imagenet.h"
 #include "transform/imgpipe.h"
 
+/* A format whose library this build lacks: its images fail saying so. */
+#ifndef LADE_HAVE_JPEG
+const lade__imgbackend_t lade__img_jpeg = {
+    .name = "JPEG", .missing = "JPEG support is not built in (configure with libjpeg-turbo installed)"};
+#endif
+#ifndef LADE_HAVE_PNG
+const lade__imgbackend_t lade__img_png = {
+    .name = "PNG", .missing = "PNG support is not built in (install libspng-dev and reconfigure)"};
+#endif
+
 static const lade__imgbackend_t *const backends[2] = {&lade__img_jpeg, &lade__img_png};
 
 int lade__imgdec_create(lade__imgdec_t **out) { return lade__imgpipe_new(out); }
@@ -56,6 +66,8 @@ static int pick_backend(lade__imgdec_t *d, const uint8_t *p, size_t n, const lad
     for (size_t k = 0, at = 0; k < n && k < 8; k++) at += (size_t)snprintf(hex + at, sizeof hex - at, "%s%02x", k ? " " : "", p[k]);
     return lade__fail(LADE_EFORMAT, "not an image (JPEG or PNG): the file starts with %s", hex);
   }
+  if (backends[i]->missing)
+    return lade__fail(LADE_EUNSUPPORTED, "%s image, but %s", backends[i]->name, backends[i]->missing);
   *be = backends[i];
   void **slot = lade__imgpipe_codec_state(d, i);
   if (!*slot) {

@@ -408,22 +408,6 @@ static int jb_decode(void *st, lade__imgdec_t *d, const uint8_t *jpeg, size_t le
   return rc;
 }
 
-#else /* !LADE_HAVE_JPEG */
+const lade__imgbackend_t lade__img_jpeg = {"JPEG", jb_create, jb_destroy, jb_size, jb_decode, NULL};
 
-#define NO_JPEG() \
-  lade__fail(LADE_EUNSUPPORTED, "JPEG image, but JPEG support is not built in (configure with libjpeg-turbo installed)")
-
-static int jb_create(void **out) {
-  *out = NULL;
-  return NO_JPEG();
-}
-static void jb_destroy(void *st) { LADE__UNUSED(st); }
-static int jb_size(void *st, const uint8_t *jpeg, size_t len, int *width, int *height) { return NO_JPEG(); }
-static int jb_decode(void *st, lade__imgdec_t *d, const uint8_t *jpeg, size_t len, const lade__imgbox_t *b,
-                       int out_size) {
-  return NO_JPEG();
-}
-
-#endif
-
-const lade__imgbackend_t lade__img_jpeg = {"JPEG", jb_create, jb_destroy, jb_size, jb_decode};
+#endif /* LADE_HAVE_JPEG; without it the backend is imgdecode.c's "missing" one */

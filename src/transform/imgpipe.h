@@ -44,6 +44,9 @@ typedef struct lade__imgbackend {
   /* Returns 0 after every planned row went to lade__imgpipe_row. */
   int (*decode)(void *st, lade__imgdec_t *d, const uint8_t *buf, size_t len, const lade__imgbox_t *b,
                 int out_size);
+  /* NULL in a build with the library; else why there is none (and the
+   * functions are NULL): an image of this format fails with it */
+  const char *missing;
 } lade__imgbackend_t;
 
 extern const lade__imgbackend_t lade__img_jpeg;

@@ -144,22 +144,6 @@ static int pb_decode(void *st, lade__imgdec_t *d, const uint8_t *buf, size_t len
   return rc;
 }
 
-#else /* !LADE_HAVE_PNG */
+const lade__imgbackend_t lade__img_png = {"PNG", pb_create, pb_destroy, pb_size, pb_decode, NULL};
 
-#define NO_PNG() \
-  lade__fail(LADE_EUNSUPPORTED, "PNG image, but PNG support is not built in (install libspng-dev and reconfigure)")
-
-static int pb_create(void **out) {
-  *out = NULL;
-  return NO_PNG();
-}
-static void pb_destroy(void *st) { LADE__UNUSED(st); }
-static int pb_size(void *st, const uint8_t *buf, size_t len, int *width, int *height) { return NO_PNG(); }
-static int pb_decode(void *st, lade__imgdec_t *d, const uint8_t *buf, size_t len, const lade__imgbox_t *b,
-                      int out_size) {
-  return NO_PNG();
-}
-
-#endif
-
-const lade__imgbackend_t lade__img_png = {"PNG", pb_create, pb_destroy, pb_size, pb_decode};
+#endif /* LADE_HAVE_PNG; without it the backend is imgdecode.c's "missing" one */
