@@ -121,15 +121,15 @@ static void make_chains(lade__fetch_t *f) {
           LADE__HOP_VERSIONED | LADE__HOP_TOUCH | (pf ? LADE__HOP_WAIT_PF : 0) |
               ((pf && !node) || routed ? 0 : LADE__HOP_FILL) | (node ? LADE__HOP_CLAIM : 0));
   hop_add(c, LADE__HOP_SOURCE, NULL, 0);
-  unsigned own = LADE__HOP_WAIT_ADMIT | LADE__HOP_PLANNED | LADE__HOP_FILL | (f->pt.disk ? LADE__HOP_WAIT_MOVE : 0);
+  unsigned own = LADE__HOP_WAIT_ADMIT | LADE__HOP_PLANNED | LADE__HOP_FILL | (f->plan_disk ? LADE__HOP_WAIT_MOVE : 0);
   c = &f->chain[LADE__CHAIN_OWN];
-  hop_add(c, LADE__HOP_CACHE, f->pt.tier, own);
-  hop_add(c, LADE__HOP_CACHE, f->pt.disk, LADE__HOP_PLANNED);
+  hop_add(c, LADE__HOP_CACHE, f->plan_tier, own);
+  hop_add(c, LADE__HOP_CACHE, f->plan_disk, LADE__HOP_PLANNED);
   hop_add(c, LADE__HOP_SOURCE, NULL, 0);
   c->admits = true;
   c = &f->chain[LADE__CHAIN_OWN_DISK];
-  hop_add(c, LADE__HOP_CACHE, f->pt.disk, own);
-  hop_add(c, LADE__HOP_CACHE, f->pt.disk ? f->pt.tier : NULL, LADE__HOP_PLANNED);
+  hop_add(c, LADE__HOP_CACHE, f->plan_disk, own);
+  hop_add(c, LADE__HOP_CACHE, f->plan_disk ? f->plan_tier : NULL, LADE__HOP_PLANNED);
   hop_add(c, LADE__HOP_SOURCE, NULL, 0);
   c->admits = true;
   c = &f->chain[LADE__CHAIN_STORAGE];
@@ -140,7 +140,7 @@ static void make_chains(lade__fetch_t *f) {
   c->admits = true;
   c->note = f->p.dist ? LADE__ROUTE_MET : LADE__ROUTE_PEER_STORAGE;
   c = &f->chain[LADE__CHAIN_NODE];
-  hop_add(c, LADE__HOP_CACHE, f->conf.node_plan ? f->pt.tier : NULL, LADE__HOP_WAIT_NODE | LADE__HOP_PLANNED);
+  hop_add(c, LADE__HOP_CACHE, f->conf.node_plan ? f->plan_tier : NULL, LADE__HOP_WAIT_NODE | LADE__HOP_PLANNED);
   hop_add(c, LADE__HOP_SOURCE, NULL, 0);
   c->admits = true;
 }
@@ -169,8 +169,9 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
   f->remote = p->ops->submit != NULL;
   f->routed = f->conf.routed;
   /* no memory for the maps: LRU, the next best without them */
-  if (f->conf.next_use && !lade__nextuse_open(&f->nu, p->cursor, f->samples_n, p->steps, p->batch, f->conf.epochs))
-    f->conf.policy = LADE__CACHE_LRU;
+  f->nu_on = f->conf.next_use &&
+             lade__nextuse_open(&f->nu, p->cursor, f->samples_n, p->steps, p->batch, f->conf.epochs);
+  if (f->conf.next_use && !f->nu_on) f->conf.policy = LADE__CACHE_LRU;
   int rc = 0;
   const lade__fetch_conf_t *c = &f->conf;
   if (!rc && c->mem_capacity) {
@@ -204,14 +205,18 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
     if (!rc && f->routed && !c->warm) lade__cache_clear(f->disk);
   }
   f->pf_on = !rc && c->prefetcher && f->disk;
+  if (f->routed) { /* the tiers the plan drives: memory, else disk; two tiers: the disk under memory */
+    f->plan_tier = f->mem ? f->mem : f->disk;
+    f->plan_disk = c->two_tiers && f->mem ? f->disk : NULL;
+  }
   if (!rc && f->routed)
-    rc = lade__plantier_open(&f->pt, f->mem ? f->mem : f->disk, c->two_tiers && f->mem ? f->disk : NULL,
+    rc = lade__plantier_open(&f->pt, f->plan_tier, f->plan_disk,
                              f->samples_n, lade__cursor_first(p->cursor),
                              lade_plan_kind_name(lade__cursor_kind(p->cursor)));
   if (!rc && c->node_plan) {
-    f->np = (lade__nodeplan_t){.node = f->mem, .dist = p->dist, .base = c->node_base, .ranks = c->node_ranks,
-                               .local = c->node_local, .timeout_ms = c->node_timeout_ms};
-    lade__nodeplan_mark(&f->np, lade__cursor_first(p->cursor));
+    lade__nodeplan_params_t np = {.node = f->mem, .dist = p->dist, .base = c->node_base, .ranks = c->node_ranks,
+                                  .local = c->node_local, .timeout_ms = c->node_timeout_ms};
+    lade__nodeplan_open(&f->np, &np, lade__cursor_first(p->cursor));
   }
   make_chains(f);
   if (!rc) {
@@ -288,7 +293,7 @@ void lade__fetch_close(lade__fetch_t *f) {
 }
 
 bool lade__fetch_cached(const lade__fetch_t *f) { return f->mem || f->disk; }
-bool lade__fetch_every_step(const lade__fetch_t *f) { return f->pt.disk != NULL || f->conf.node_plan; }
+bool lade__fetch_every_step(const lade__fetch_t *f) { return f->plan_disk != NULL || f->conf.node_plan; }
 bool lade__fetch_async(const lade__fetch_t *f) { return f->remote || f->pf_on; }
 
 /* ---------------------------------------------------------------- reads */
@@ -393,10 +398,7 @@ static int read_chain(lade__fetch_t *f, const lade__chain_t *c, uint64_t idx, ui
       if (h->cache == at) at = NULL;
       lade__plantier_put(&f->pt, h->cache, idx, ver, out->data, out->len);
     }
-    if (at) { /* an admit of this step */
-      lade__plantier_put(&f->pt, at, idx, ver, out->data, out->len);
-      if (f->pt.disk) atomic_fetch_add_explicit(&f->pt.admits[at == f->pt.disk], 1, memory_order_relaxed);
-    }
+    if (at) lade__plantier_put_admit(&f->pt, at, idx, ver, out->data, out->len); /* an admit of this step */
   }
   if (admit) lade__plantier_end_admit(&f->pt, idx);
   /* a put ended it otherwise (the claiming hop is FILL: every read that found the bytes put them there) */
@@ -409,7 +411,7 @@ int lade__fetch_read(lade__fetch_t *f, uint64_t idx, uint64_t q, int32_t route, 
   int ch = LADE__CHAIN_ANY;
   if (f->routed && route != LADE__ROUTE_ANY)
     ch = route == LADE_FROM_CACHE       ? LADE__CHAIN_OWN
-         : route == LADE__ROUTE_OWN_DISK ? (f->pt.disk ? LADE__CHAIN_OWN_DISK : LADE__CHAIN_OWN)
+         : route == LADE__ROUTE_OWN_DISK ? (f->plan_disk ? LADE__CHAIN_OWN_DISK : LADE__CHAIN_OWN)
          : route == LADE_FROM_STORAGE    ? LADE__CHAIN_STORAGE
          : lade__nodeplan_is_node_rank(&f->np, route) ? LADE__CHAIN_NODE
                                                          : LADE__CHAIN_PEER;
@@ -451,7 +453,7 @@ void lade__fetch_step_planned(lade__fetch_t *f, const lade__cursor_step_t *st) {
     lade__clear_error();
   }
   lade__plantier_planned(&f->pt, st);
-  if (f->nu.on) {
+  if (f->nu_on) {
     uint64_t e = f->p.steps ? st->q / f->p.steps : 0;
     lade__nextuse_ensure(&f->nu, e);
     lade__nextuse_ensure(&f->nu, e + 1);
@@ -506,7 +508,7 @@ int lade__fetch_step_done(lade__fetch_t *f, const lade__cursor_step_t *st) {
     fprintf(stderr, "lade: %s\n", lade_last_error()); /* the receiver reports it too, naming this rank */
     lade__clear_error();
   }
-  if (!f->pt.tier) return 0;
+  if (!f->plan_tier) return 0;
   int rc = lade__nodeplan_step_done(&f->np, st);
   if (!rc) lade__plantier_done(&f->pt, st, version_of, f);
   return rc;
@@ -545,18 +547,13 @@ void lade__fetch_stats(lade__fetch_t *f, lade__fetch_stats_t *out) {
     out->bytes[t] = atomic_load(&f->bytes[t]);
   }
   out->misses = atomic_load(&f->misses);
-  out->prefetched = atomic_load(&f->pf.prefetched);
-  out->prefetch_errors = atomic_load(&f->pf.errors);
-  out->waited_prefetch = atomic_load(&f->pf.waited);
+  lade__prefetch_counts(&f->pf, &out->prefetched, &out->prefetch_errors, &out->waited_prefetch);
   out->plan_hits = atomic_load(&f->plan_hits);
   out->plan_fallbacks = atomic_load(&f->plan_fallbacks);
   out->plan_peer = atomic_load(&f->plan_peer);
   out->served_from_storage = atomic_load(&f->served_storage);
   out->served_from_disk = atomic_load(&f->served_disk);
-  out->admits[0] = atomic_load(&f->pt.admits[0]);
-  out->admits[1] = atomic_load(&f->pt.admits[1]);
-  out->moves_up = atomic_load(&f->pt.moves_up);
-  out->moves_down = atomic_load(&f->pt.moves_down);
+  lade__plantier_counts(&f->pt, out->admits, &out->moves_up, &out->moves_down);
   if (f->p.dist) lade__transport_stats(f->p.dist, &out->dist);
   if (f->disk) {
     lade__cache_stats_t cs;

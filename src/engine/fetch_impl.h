@@ -80,6 +80,7 @@ struct lade__fetch {
   bool pf_on;         /* DELI's prefetcher fills the disk tier (conf.prefetcher with a disk tier) */
   lade__prefetch_t pf;
   lade__nextuse_t nu; /* clairvoyant next-use maps: the tiers' next_use context */
+  bool nu_on;         /* the maps are kept (conf.next_use, and the memory for them) */
   /* remote read-ahead (readahead.h; its own lock): the samples of steps up
    * to conf.ra_steps past the one being planned are requested as soon as it
    * is planned (non-routed plans without the prefetcher); with the
@@ -89,6 +90,7 @@ struct lade__fetch {
 
   /* routed plans: the plan's tier follows the plan (plantier.h: its tables and locks) */
   bool routed;
+  lade__cache_t *plan_tier, *plan_disk; /* the tiers it drives: memory, else disk; two tiers: disk under memory */
   lade__plantier_t pt;
   lade__nodeplan_t np; /* a node-aware plan's handoffs through the node cache (nodeplan.h) */
   atomic_bool stop; /* the stage is closing: a node handoff's poll ends */

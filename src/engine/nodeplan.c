@@ -75,6 +75,12 @@ void lade__nodeplan_mark(lade__nodeplan_t *np, uint64_t q) {
   if (np->node) lade__shmcache_mark_step(np->node, np->local, q);
 }
 
+void lade__nodeplan_open(lade__nodeplan_t *np, const lade__nodeplan_params_t *p, uint64_t first) {
+  *np = (lade__nodeplan_t){.node = p->node, .dist = p->dist, .base = p->base, .ranks = p->ranks, .local = p->local,
+                           .timeout_ms = p->timeout_ms};
+  lade__nodeplan_mark(np, first);
+}
+
 void lade__nodeplan_close(lade__nodeplan_t *np) {
   free(np->send_idx);
   free(np->send_dst);

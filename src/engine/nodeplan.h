@@ -19,6 +19,14 @@
 #include "cursor/cursor.h"
 #include "transport/transport.h"
 
+typedef struct lade__nodeplan_params {
+  lade__cache_t *node;     /* the node cache (NULL: not a node-aware plan, every call a no-op) */
+  lade__transport_t *dist; /* told of a rank of the node that fell behind (may be NULL) */
+  uint32_t base, ranks;    /* the node's ranks are base .. base + ranks - 1 */
+  uint32_t local;          /* this rank among them */
+  uint32_t timeout_ms;     /* peer_timeout_ms */
+} lade__nodeplan_params_t;
+
 typedef struct lade__nodeplan {
   lade__cache_t *node;     /* the node cache (NULL: not a node-aware plan, every call a no-op) */
   lade__transport_t *dist; /* told of a rank of the node that fell behind (may be NULL) */
@@ -47,6 +55,8 @@ void lade__nodeplan_sends(lade__nodeplan_t *np, const lade__cursor_step_t *st, c
  * rank of the node has too (one may still read what this rank's plan
  * evicts). 0, or LADE_ETIMEOUT naming the rank that fell behind. */
 int lade__nodeplan_step_done(lade__nodeplan_t *np, const lade__cursor_step_t *st);
+/* Opens it for a run whose first step is `first`. */
+void lade__nodeplan_open(lade__nodeplan_t *np, const lade__nodeplan_params_t *p, uint64_t first);
 /* The run is at step q (open, seek). */
 void lade__nodeplan_mark(lade__nodeplan_t *np, uint64_t q);
 void lade__nodeplan_close(lade__nodeplan_t *np);

@@ -116,6 +116,19 @@ void lade__plantier_put(lade__plantier_t *pt, lade__cache_t *t, uint64_t idx, ui
   if (planned) pthread_mutex_unlock(&pt->put_mu);
 }
 
+void lade__plantier_put_admit(lade__plantier_t *pt, lade__cache_t *t, uint64_t idx, uint64_t ver, const void *data,
+                              size_t len) {
+  lade__plantier_put(pt, t, idx, ver, data, len);
+  if (pt->disk) atomic_fetch_add_explicit(&pt->admits[t == pt->disk], 1, memory_order_relaxed);
+}
+
+void lade__plantier_counts(const lade__plantier_t *pt, uint64_t admits[2], uint64_t *moves_up, uint64_t *moves_down) {
+  admits[0] = atomic_load(&pt->admits[0]);
+  admits[1] = atomic_load(&pt->admits[1]);
+  *moves_up = atomic_load(&pt->moves_up);
+  *moves_down = atomic_load(&pt->moves_down);
+}
+
 void lade__plantier_end_admit(lade__plantier_t *pt, uint64_t idx) {
   atomic_store_explicit(&pt->adm_pending[idx], 0, memory_order_release);
   wake(pt);

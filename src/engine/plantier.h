@@ -101,6 +101,9 @@ lade__cache_t *lade__plantier_admit_tier(lade__plantier_t *pt, uint64_t idx);
 /* A put into t (under put_mu when t is one of the plan's tiers). */
 void lade__plantier_put(lade__plantier_t *pt, lade__cache_t *t, uint64_t idx, uint64_t ver, const void *data,
                         size_t len);
+/* The put of an admit of idx into t (admit_tier's), counted by tier with two tiers. */
+void lade__plantier_put_admit(lade__plantier_t *pt, lade__cache_t *t, uint64_t idx, uint64_t ver, const void *data,
+                              size_t len);
 /* The admit of idx was put (or failed): its waiters go on. */
 void lade__plantier_end_admit(lade__plantier_t *pt, uint64_t idx);
 
@@ -113,5 +116,7 @@ void lade__plantier_done(lade__plantier_t *pt, const lade__cursor_step_t *st,
                          uint64_t (*version)(void *ctx, uint64_t idx), void *ctx);
 /* The engine moved to step q: the admits and moves of abandoned steps will not come. */
 void lade__plantier_seek(lade__plantier_t *pt, uint64_t q);
+/* Two tiers: admits put in memory and on disk, moves up and down (stats). */
+void lade__plantier_counts(const lade__plantier_t *pt, uint64_t admits[2], uint64_t *moves_up, uint64_t *moves_down);
 
 #endif

@@ -382,6 +382,12 @@ int lade__prefetch_start(lade__prefetch_t *pf, const lade__prefetch_params_t *p)
   return 0;
 }
 
+void lade__prefetch_counts(const lade__prefetch_t *pf, uint64_t *prefetched, uint64_t *errors, uint64_t *waited) {
+  *prefetched = atomic_load(&pf->prefetched);
+  *errors = atomic_load(&pf->errors);
+  *waited = atomic_load(&pf->waited);
+}
+
 void lade__prefetch_quiesce(lade__prefetch_t *pf) {
   if (!pf->on) return;
   pthread_mutex_lock(&pf->mu);

@@ -65,6 +65,9 @@ typedef struct lade__prefetch {
  * lade__prefetch_close() either way. */
 int lade__prefetch_start(lade__prefetch_t *pf, const lade__prefetch_params_t *p);
 /* Stops waits and the thread's work at once (a closing loader). */
+/* Its counters (stats): samples stored in the disk tier, failed requests,
+ * reads that waited for one of its requests. */
+void lade__prefetch_counts(const lade__prefetch_t *pf, uint64_t *prefetched, uint64_t *errors, uint64_t *waited);
 void lade__prefetch_quiesce(lade__prefetch_t *pf);
 /* Quiesces, joins the thread, frees. On a zeroed struct: nothing. */
 void lade__prefetch_close(lade__prefetch_t *pf);
