@@ -147,12 +147,13 @@ static void make_chains(lade__fetch_t *f) {
 
 /* ---------------------------------------------------------------- open */
 
-/* The read-ahead's `wanted`: not the prefetcher's, not in a tier. The
- * prefetcher's set is asked first: it leaves the set only after its put, so
- * a sample it just fetched is found in one or the other. */
+/* The read-ahead's `wanted`: not requested by the prefetcher, not in a
+ * tier (lade__prefetch_take_ahead, which makes it the engine's). A sample
+ * the prefetcher puts between the two looks is requested twice, once too
+ * often; its TAKEN mark the prefetcher drops later (drop_resident_taken). */
 static bool wanted_ahead(void *ctx, uint64_t idx) {
   lade__fetch_t *f = ctx;
-  return !lade__prefetch_take_ahead(&f->pf, idx) && !lade__fetch_resident(f, idx);
+  return lade__prefetch_take_ahead(&f->pf, idx, lade__fetch_resident(f, idx));
 }
 
 static uint64_t version_of(void *ctx, uint64_t idx) { return lade__fetch_version(ctx, idx); }
@@ -232,7 +233,7 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
                                   .batch = p->batch, .steps = p->steps, .epochs = c->epochs,
                                   .window = (uint64_t)c->window, .fetch_size = c->fetch_size,
                                   .threshold = c->threshold, .ra_samples = c->ra_samples,
-                                  .version = version_of, .ctx = f};
+                                  .node = c->node_disk, .version = version_of, .ctx = f};
     rc = lade__prefetch_start(&f->pf, &pp);
   }
   if (rc) {

@@ -23,7 +23,14 @@
  * nearly every sample had been fetched (2.45 s against 0.41 s, 1,100
  * objects behind 5 ms). A worker takes such a sample instead: it leaves
  * the ring (its chunk skips it), and the worker reads it and puts it into
- * the tier for the later position.
+ * the tier for the later position. So does a sample the engine's
+ * read-ahead requests first (lade__prefetch_take_ahead marks it TAKEN in
+ * the set): this thread does not select it again for a later epoch, and
+ * the worker that reads it puts it (one rank: 300 GETs for 300 objects
+ * over 3 epochs, against 355, tests/s3 test_prefetcher_one_get_per_sample).
+ * Not in node mode, where the node's claims decide who fetches and every
+ * worker's read puts already; there the marks cost the node's prefetchers
+ * their lead (GETs in the second epoch under mpirun -np 4).
  *
  * Lock: the piece's own `mu` (prefetch.h) guards the positions, the
  * in-flight set and the flags; it is never held while calling a cache tier,
@@ -103,6 +110,14 @@ static void idxset_del(lade__idxset_t *s, uint64_t k) {
   }
 }
 
+/* Drops every TAKEN entry: after a seek their workers will not come for
+ * them. A deletion moves a later entry back into the hole, so the slot is
+ * looked at again. */
+static void idxset_drop_taken(lade__idxset_t *s) {
+  for (size_t i = 0; i < s->cap; i++)
+    while (s->count[i] == TAKEN) idxset_del(s, s->key[i]);
+}
+
 bool lade__prefetch_inflight(lade__prefetch_t *pf, uint64_t idx) {
   if (!pf->on) return false;
   pthread_mutex_lock(&pf->mu);
@@ -111,14 +126,17 @@ bool lade__prefetch_inflight(lade__prefetch_t *pf, uint64_t idx) {
   return r;
 }
 
-bool lade__prefetch_take_ahead(lade__prefetch_t *pf, uint64_t idx) {
-  if (!pf->on) return false;
+bool lade__prefetch_take_ahead(lade__prefetch_t *pf, uint64_t idx, bool resident) {
+  if (!pf->on) return !resident;
   pthread_mutex_lock(&pf->mu);
   size_t at = idxset_slot(&pf->inflight, idx);
-  bool requested = pf->inflight.count[at] == REQUESTED;
-  if (pf->inflight.count[at] == SELECTED) pf->inflight.count[at] = TAKEN;
+  uint32_t st = pf->inflight.count[at];
+  bool want = st != REQUESTED && !resident;
+  if (want && st == SELECTED) pf->inflight.count[at] = TAKEN;
+  else if (want && !st && !pf->p.node && idxset_add(&pf->inflight, idx))
+    pf->inflight.count[at] = TAKEN; /* the set full: not marked */
   pthread_mutex_unlock(&pf->mu);
-  return requested;
+  return want;
 }
 
 int lade__prefetch_wait(lade__prefetch_t *pf, uint64_t idx) {
@@ -181,6 +199,18 @@ static void end_claims(lade__prefetch_t *pf, const uint64_t *ring, size_t cap, s
     if (ring[head] != LEFT_TO_NODE) lade__cache_end_fetch(pf->p.disk, ring[head]);
 }
 
+/* Drops the ring's n samples from head (a seek, the stop): out of the set
+ * with the TAKEN marks (their workers will not come), and the node-wide
+ * claims of the nsub submitted ended. Called with mu; returns without it. */
+static void drop_ring(lade__prefetch_t *pf, const uint64_t *ring, size_t cap, size_t head, size_t n, size_t nsub) {
+  for (size_t h = head, k = n; k; k--, h = (h + 1) % cap)
+    if (ring[h] != LEFT_TO_NODE) idxset_del(&pf->inflight, ring[h]);
+  idxset_drop_taken(&pf->inflight);
+  pthread_cond_broadcast(&pf->cv_inflight);
+  pthread_mutex_unlock(&pf->mu);
+  end_claims(pf, ring, cap, head, nsub);
+}
+
 /* Claims the k samples of the next chunk (ring[at...]) node-wide before
  * they are requested, so that the prefetchers of a node's ranks sharing the
  * disk tier fetch each once between them. One that another rank has
@@ -195,8 +225,13 @@ static size_t claim_chunk(lade__prefetch_t *pf, uint64_t *ring, size_t cap, size
     uint64_t *e = &ring[(at + j) % cap];
     bool cached = lade__cache_contains(pf->p.disk, *e), mine = !cached && lade__cache_claim_fetch(pf->p.disk, *e);
     pthread_mutex_lock(&pf->mu);
-    if (mine && !idxset_selected(&pf->inflight, *e)) { /* the engine took it meanwhile (lade__prefetch_wait) */
-      idxset_del(&pf->inflight, *e); /* TAKEN: the worker reads it (and, unless it came after this, puts it) */
+    if (mine && !idxset_selected(&pf->inflight, *e)) {
+      /* the engine took it meanwhile: a worker (lade__prefetch_wait: gone
+       * from the set), or the read-ahead (TAKEN): then, but in node mode
+       * (where every worker's read puts), it stays in the set until its
+       * worker's lade__prefetch_wait collects it, and that worker puts it
+       * into the tier in this thread's place */
+      if (pf->p.node) idxset_del(&pf->inflight, *e);
       pthread_mutex_unlock(&pf->mu);
       lade__cache_end_fetch(pf->p.disk, *e);
       *e = LEFT_TO_NODE;
@@ -213,6 +248,27 @@ static size_t claim_chunk(lade__prefetch_t *pf, uint64_t *ring, size_t cap, size
     if (!mine) *e = LEFT_TO_NODE;
   }
   return m;
+}
+
+/* TAKEN marks whose sample the tier holds now: the worker found it there
+ * and never came for the mark (the read-ahead took it just after this
+ * thread put it). Dropped before each window, at most DROP_KEYS of them a
+ * time (the marks are about the read-ahead's depth), so they neither fill
+ * the set nor keep the thread from selecting the sample. Called without mu. */
+#define DROP_KEYS 4096
+static void drop_resident_taken(lade__prefetch_t *pf, uint64_t *keys) {
+  size_t n = 0;
+  pthread_mutex_lock(&pf->mu);
+  for (size_t i = 0; i < pf->inflight.cap && n < DROP_KEYS; i++)
+    if (pf->inflight.count[i] == TAKEN) keys[n++] = pf->inflight.key[i];
+  pthread_mutex_unlock(&pf->mu);
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++)
+    if (lade__cache_contains(pf->p.disk, keys[i])) keys[m++] = keys[i];
+  pthread_mutex_lock(&pf->mu);
+  for (size_t i = 0; i < m; i++)
+    if (pf->inflight.count[idxset_slot(&pf->inflight, keys[i])] == TAKEN) idxset_del(&pf->inflight, keys[i]);
+  pthread_mutex_unlock(&pf->mu);
 }
 
 /* The samples at positions [start, end) in plan order, minus those cached
@@ -253,14 +309,15 @@ static void *prefetch_main(void *arg) {
   size_t nsub = 0, chunk = p->ra_samples ? (size_t)LADE__MAX(p->ra_samples / 2, 1) : cap;
   uint64_t *batch = malloc(B * sizeof *batch);
   uint64_t *want = malloc(LADE__MAX(p->fetch_size, (uint64_t)LADE__MIN(chunk, cap)) * sizeof *want);
-  uint64_t *ring = malloc(cap * sizeof *ring);
+  uint64_t *ring = malloc(cap * sizeof *ring), *taken = malloc(DROP_KEYS * sizeof *taken);
   lade__buf_t buf = {0};
-  if (!batch || !want || !ring) {
+  if (!batch || !want || !ring || !taken) {
     /* without its memory the prefetcher does nothing; reads still work */
     atomic_fetch_add_explicit(&pf->errors, 1, memory_order_relaxed);
     free(batch);
     free(want);
     free(ring);
+    free(taken);
     return NULL;
   }
   /* the engine fetches its own window (prefetch + 1 batches) itself */
@@ -278,15 +335,9 @@ static void *prefetch_main(void *arg) {
       continue;
     }
     if (pf->seek_gen != gen) { /* a seek: what is pending belongs to the old position */
-      size_t h0 = head, n0 = nsub;
-      for (; n; n--, head = (head + 1) % cap)
-        if (ring[head] != LEFT_TO_NODE) idxset_del(&pf->inflight, ring[head]);
-      head = 0;
-      nsub = 0;
       gen = pf->seek_gen;
-      pthread_cond_broadcast(&pf->cv_inflight);
-      pthread_mutex_unlock(&pf->mu);
-      end_claims(pf, ring, cap, h0, n0);
+      drop_ring(pf, ring, cap, head, n, nsub);
+      head = n = nsub = 0;
       pthread_mutex_lock(&pf->mu);
       continue;
     }
@@ -298,6 +349,7 @@ static void *prefetch_main(void *arg) {
       uint64_t start = pf->pos, end = LADE__MIN(start + p->fetch_size, pf->total);
       pf->pos = end;
       pthread_mutex_unlock(&pf->mu);
+      if (!p->node) drop_resident_taken(pf, taken);
       size_t k = select_window(pf, start, end, batch, want);
       for (size_t j = 0; j < k; j++) ring[(head + n + j) % cap] = want[j];
       pthread_mutex_lock(&pf->mu);
@@ -346,23 +398,20 @@ static void *prefetch_main(void *arg) {
     if (p->src->on_ready) p->src->on_ready(p->src->on_ready_ctx);
     pthread_mutex_lock(&pf->mu);
   }
-  size_t h0 = head, n0 = nsub;
-  for (; n; n--, head = (head + 1) % cap)
-    if (ring[head] != LEFT_TO_NODE) idxset_del(&pf->inflight, ring[head]);
-  pthread_cond_broadcast(&pf->cv_inflight);
-  pthread_mutex_unlock(&pf->mu);
-  end_claims(pf, ring, cap, h0, n0);
+  drop_ring(pf, ring, cap, head, n, nsub);
   lade__buf_free(&buf);
   free(batch);
   free(want);
   free(ring);
+  free(taken);
   return NULL;
 }
 
 
 int lade__prefetch_start(lade__prefetch_t *pf, const lade__prefetch_params_t *p) {
   *pf = (lade__prefetch_t){.p = *p, .total = p->steps * p->batch * p->epochs};
-  if (idxset_init(&pf->inflight, 2 * p->fetch_size) != 0) {
+  /* the ring's two windows, and the read-ahead's samples marked TAKEN */
+  if (idxset_init(&pf->inflight, 2 * p->fetch_size + p->ra_samples + p->window * p->batch) != 0) {
     idxset_free(&pf->inflight);
     return lade__fail(LADE_ENOMEM, "prefetcher: out of memory");
   }

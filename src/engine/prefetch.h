@@ -35,6 +35,8 @@ typedef struct lade__prefetch_params {
   uint64_t window;       /* the engine's window of batches: the engine fetches those itself */
   uint64_t fetch_size, threshold; /* DELI's: samples per fetch, and the trigger */
   uint64_t ra_samples;   /* at most this many submitted and unread at once (0: a window) */
+  bool node;             /* the disk folder is the node's: node-wide claims decide who fetches and every
+                          * worker's read puts, so the read-ahead's samples are not marked TAKEN */
   /* the version a sample's disk entry is put with (LADE__VERSION_UNKNOWN: not put) */
   uint64_t (*version)(void *ctx, uint64_t idx);
   void *ctx;
@@ -64,25 +66,29 @@ typedef struct lade__prefetch {
 /* Starts the thread. Returns 0 or a negative code (no memory, no thread);
  * lade__prefetch_close() either way. */
 int lade__prefetch_start(lade__prefetch_t *pf, const lade__prefetch_params_t *p);
-/* Stops waits and the thread's work at once (a closing loader). */
 /* Its counters (stats): samples stored in the disk tier, failed requests,
  * reads that waited for one of its requests. */
 void lade__prefetch_counts(const lade__prefetch_t *pf, uint64_t *prefetched, uint64_t *errors, uint64_t *waited);
+/* Stops waits and the thread's work at once (a closing loader). */
 void lade__prefetch_quiesce(lade__prefetch_t *pf);
 /* Quiesces, joins the thread, frees. On a zeroed struct: nothing. */
 void lade__prefetch_close(lade__prefetch_t *pf);
 /* Whether sample idx is in flight: requested by the thread, which will put
  * it (a sample only selected into its ring is not). */
 bool lade__prefetch_inflight(lade__prefetch_t *pf, uint64_t idx);
-/* The engine's read-ahead is about to request sample idx: true when the
- * thread has requested it already (then it is not wanted), else a sample
- * only selected into the ring is the engine's from now (its chunk skips it;
- * lade__prefetch_wait then hands it to the worker as taken). */
-bool lade__prefetch_take_ahead(lade__prefetch_t *pf, uint64_t idx);
+/* The engine's read-ahead would request sample idx (resident: a tier holds
+ * it now): whether to. Not when the thread has requested it or a tier holds
+ * it. Else the sample is the engine's from now, selected into the ring or
+ * not: the ring's chunk skips it, the thread does not select it again, and
+ * lade__prefetch_wait hands it to the worker that reads it as taken, to put
+ * into the tier in the thread's place (before, a sample the read-ahead
+ * requested first could be requested again by the thread for a later
+ * epoch, and one of the two requests was wasted). */
+bool lade__prefetch_take_ahead(lade__prefetch_t *pf, uint64_t idx, bool resident);
 /* Waits while sample idx is in flight (LADE__PF_WAITED after a wait). A
- * sample only selected into the ring (or taken by the read-ahead) is taken from it instead
- * (LADE__PF_TAKEN): the caller reads it and puts it into the tier, and the
- * thread does not request it. LADE__PF_NONE: neither. */
+ * sample only selected into the ring (or taken by the read-ahead) is taken
+ * from it instead (LADE__PF_TAKEN): the caller reads it and puts it into the
+ * tier, and the thread does not request it. LADE__PF_NONE: neither. */
 enum { LADE__PF_NONE, LADE__PF_WAITED, LADE__PF_TAKEN };
 int lade__prefetch_wait(lade__prefetch_t *pf, uint64_t idx);
 /* The engine planned step q: its samples are the engine's to fetch. */

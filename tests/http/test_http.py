@@ -922,9 +922,10 @@ class TestHttpFaults(unittest.TestCase):
                            text=True, timeout=120)
         self.assertEqual(r.returncode, 0, (r.stdout + r.stderr)[-2000:])
         self.assertEqual(samples(r.stdout.splitlines()), samples(want.splitlines()))
-        # faults on the samples' Range requests (the index now comes from cache_dir)
+        # faults on the samples' Range requests (the index now comes from that folder; no disk cache, which
+        # holds every sample after the first run)
         self.env.proxy(latency_ms=5, rules=[{"action": "503", "count": 4}, {"action": "500", "count": 3}])
-        r = subprocess.run(self.args(self.src, cache_dir=cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        r = subprocess.run(self.args(self.src, index_dir=cache), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True, timeout=120)
         self.assertEqual(r.returncode, 0, (r.stdout + r.stderr)[-2000:])
         self.assertEqual(samples(r.stdout.splitlines()), samples(want.splitlines()))
@@ -949,7 +950,8 @@ class TestHttpFaults(unittest.TestCase):
                            text=True, timeout=120)
         self.assertEqual(r.returncode, 0)
         self.env.proxy(rules=[{"action": "500", "match": "train-000002", "count": -1}])
-        r = subprocess.run(self.args(self.src, http_retries=2, cache_dir=os.path.join(self.tmp, "c")),
+        # the index from that folder, no disk cache (the clean run above filled it with every sample)
+        r = subprocess.run(self.args(self.src, http_retries=2, index_dir=os.path.join(self.tmp, "c")),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
         self.assertNotEqual(r.returncode, 0)
         err = r.stdout.splitlines()[-1]

@@ -656,6 +656,23 @@ class TestS3(unittest.TestCase):
             eps = [x for x in lines if x.startswith("EPOCH ")]
             self.assertEqual(len(eps), 3)
 
+    def test_prefetcher_one_get_per_sample(self):
+        # issue 30: one rank, a disk cache that holds the dataset, the DELI prefetcher on (auto) and the
+        # engine's read-ahead beside it: every key is fetched once in three epochs (300 GETs). A sample the
+        # read-ahead requests is the engine's: the prefetcher neither requests it again for a later epoch nor
+        # puts it, the worker that reads it does (before: 355 GETs, 55 keys twice, the read-ahead's request of
+        # the first batches and the prefetcher's of the same samples for epoch 1)
+        ENV.proxy(latency_ms=5)
+        with tempfile.TemporaryDirectory() as tmp:
+            lines, _ = self.loader(epochs=3, cache_dir=os.path.join(tmp, "cache"), cache_disk_bytes=100 << 20,
+                                   prefetch=2)
+            self.check_epochs(lines, 3, img_order())
+            st = self.parse_kv(lines, "LSTATS")
+            self.assertGreater(st["prefetched"], 0, "the prefetcher fetched nothing: the test shows nothing")
+            by_key = {k: n for k, n in ENV.counts()["by_key"].items() if k.startswith("/lade/img/")}
+            self.assertEqual(len(by_key), 300)
+            self.assertEqual({k: n for k, n in by_key.items() if n > 1}, {}, "keys fetched more than once")
+
     def test_warm_second_run_and_kill9_during_fill(self):
         with tempfile.TemporaryDirectory() as tmp:
             cache = os.path.join(tmp, "cache")
