@@ -150,7 +150,7 @@ static void make_chains(lade__fetch_t *f) {
 /* The read-ahead's `wanted`: not requested by the prefetcher, not in a
  * tier (lade__prefetch_take_ahead, which makes it the engine's). A sample
  * the prefetcher puts between the two looks is requested twice, once too
- * often; its TAKEN mark the prefetcher drops later (drop_resident_taken). */
+ * often; its TAKEN mark leaves the set later (prefetch.c, marks_pop). */
 static bool wanted_ahead(void *ctx, uint64_t idx) {
   lade__fetch_t *f = ctx;
   return lade__prefetch_take_ahead(&f->pf, idx, lade__fetch_resident(f, idx));

@@ -110,12 +110,20 @@ static void idxset_del(lade__idxset_t *s, uint64_t k) {
   }
 }
 
-/* Drops every TAKEN entry: after a seek their workers will not come for
- * them. A deletion moves a later entry back into the hole, so the slot is
- * looked at again. */
-static void idxset_drop_taken(lade__idxset_t *s) {
-  for (size_t i = 0; i < s->cap; i++)
-    while (s->count[i] == TAKEN) idxset_del(s, s->key[i]);
+/* The TAKEN marks are kept in order too (pf->marks, bounded), so that
+ * those nobody collects (the sample was on disk when its worker looked)
+ * leave the set: the oldest when the list is full (its worker had the time
+ * of the list's length to come), all at a seek. Locked. */
+static void marks_pop(lade__prefetch_t *pf) {
+  uint64_t k = pf->marks[pf->marks_head];
+  pf->marks_head = (pf->marks_head + 1) % pf->marks_cap;
+  pf->marks_n--;
+  if (pf->inflight.count[idxset_slot(&pf->inflight, k)] == TAKEN) idxset_del(&pf->inflight, k);
+}
+
+static void marks_push(lade__prefetch_t *pf, uint64_t idx) {
+  if (pf->marks_n == pf->marks_cap) marks_pop(pf);
+  pf->marks[(pf->marks_head + pf->marks_n++) % pf->marks_cap] = idx;
 }
 
 bool lade__prefetch_inflight(lade__prefetch_t *pf, uint64_t idx) {
@@ -135,6 +143,7 @@ bool lade__prefetch_take_ahead(lade__prefetch_t *pf, uint64_t idx, bool resident
   if (want && st == SELECTED) pf->inflight.count[at] = TAKEN;
   else if (want && !st && !pf->p.node && idxset_add(&pf->inflight, idx))
     pf->inflight.count[at] = TAKEN; /* the set full: not marked */
+  if (pf->inflight.count[at] == TAKEN && st != TAKEN) marks_push(pf, idx);
   pthread_mutex_unlock(&pf->mu);
   return want;
 }
@@ -205,7 +214,7 @@ static void end_claims(lade__prefetch_t *pf, const uint64_t *ring, size_t cap, s
 static void drop_ring(lade__prefetch_t *pf, const uint64_t *ring, size_t cap, size_t head, size_t n, size_t nsub) {
   for (size_t h = head, k = n; k; k--, h = (h + 1) % cap)
     if (ring[h] != LEFT_TO_NODE) idxset_del(&pf->inflight, ring[h]);
-  idxset_drop_taken(&pf->inflight);
+  while (pf->marks_n) marks_pop(pf);
   pthread_cond_broadcast(&pf->cv_inflight);
   pthread_mutex_unlock(&pf->mu);
   end_claims(pf, ring, cap, head, nsub);
@@ -250,27 +259,6 @@ static size_t claim_chunk(lade__prefetch_t *pf, uint64_t *ring, size_t cap, size
   return m;
 }
 
-/* TAKEN marks whose sample the tier holds now: the worker found it there
- * and never came for the mark (the read-ahead took it just after this
- * thread put it). Dropped before each window, at most DROP_KEYS of them a
- * time (the marks are about the read-ahead's depth), so they neither fill
- * the set nor keep the thread from selecting the sample. Called without mu. */
-#define DROP_KEYS 4096
-static void drop_resident_taken(lade__prefetch_t *pf, uint64_t *keys) {
-  size_t n = 0;
-  pthread_mutex_lock(&pf->mu);
-  for (size_t i = 0; i < pf->inflight.cap && n < DROP_KEYS; i++)
-    if (pf->inflight.count[i] == TAKEN) keys[n++] = pf->inflight.key[i];
-  pthread_mutex_unlock(&pf->mu);
-  size_t m = 0;
-  for (size_t i = 0; i < n; i++)
-    if (lade__cache_contains(pf->p.disk, keys[i])) keys[m++] = keys[i];
-  pthread_mutex_lock(&pf->mu);
-  for (size_t i = 0; i < m; i++)
-    if (pf->inflight.count[idxset_slot(&pf->inflight, keys[i])] == TAKEN) idxset_del(&pf->inflight, keys[i]);
-  pthread_mutex_unlock(&pf->mu);
-}
-
 /* The samples at positions [start, end) in plan order, minus those cached
  * or repeated, into want (added to the in-flight set); their count. Called
  * without mu. */
@@ -309,15 +297,14 @@ static void *prefetch_main(void *arg) {
   size_t nsub = 0, chunk = p->ra_samples ? (size_t)LADE__MAX(p->ra_samples / 2, 1) : cap;
   uint64_t *batch = malloc(B * sizeof *batch);
   uint64_t *want = malloc(LADE__MAX(p->fetch_size, (uint64_t)LADE__MIN(chunk, cap)) * sizeof *want);
-  uint64_t *ring = malloc(cap * sizeof *ring), *taken = malloc(DROP_KEYS * sizeof *taken);
+  uint64_t *ring = malloc(cap * sizeof *ring);
   lade__buf_t buf = {0};
-  if (!batch || !want || !ring || !taken) {
+  if (!batch || !want || !ring) {
     /* without its memory the prefetcher does nothing; reads still work */
     atomic_fetch_add_explicit(&pf->errors, 1, memory_order_relaxed);
     free(batch);
     free(want);
     free(ring);
-    free(taken);
     return NULL;
   }
   /* the engine fetches its own window (prefetch + 1 batches) itself */
@@ -349,7 +336,6 @@ static void *prefetch_main(void *arg) {
       uint64_t start = pf->pos, end = LADE__MIN(start + p->fetch_size, pf->total);
       pf->pos = end;
       pthread_mutex_unlock(&pf->mu);
-      if (!p->node) drop_resident_taken(pf, taken);
       size_t k = select_window(pf, start, end, batch, want);
       for (size_t j = 0; j < k; j++) ring[(head + n + j) % cap] = want[j];
       pthread_mutex_lock(&pf->mu);
@@ -403,7 +389,6 @@ static void *prefetch_main(void *arg) {
   free(batch);
   free(want);
   free(ring);
-  free(taken);
   return NULL;
 }
 
@@ -411,8 +396,12 @@ static void *prefetch_main(void *arg) {
 int lade__prefetch_start(lade__prefetch_t *pf, const lade__prefetch_params_t *p) {
   *pf = (lade__prefetch_t){.p = *p, .total = p->steps * p->batch * p->epochs};
   /* the ring's two windows, and the read-ahead's samples marked TAKEN */
-  if (idxset_init(&pf->inflight, 2 * p->fetch_size + p->ra_samples + p->window * p->batch) != 0) {
+  pf->marks_cap = 2 * (size_t)(p->ra_samples + p->window * p->batch) + 64;
+  pf->marks = malloc(pf->marks_cap * sizeof *pf->marks);
+  if (!pf->marks || idxset_init(&pf->inflight, 2 * p->fetch_size + pf->marks_cap) != 0) {
+    free(pf->marks);
     idxset_free(&pf->inflight);
+    *pf = (lade__prefetch_t){0};
     return lade__fail(LADE_ENOMEM, "prefetcher: out of memory");
   }
   pthread_mutex_init(&pf->mu, NULL);
@@ -424,6 +413,7 @@ int lade__prefetch_start(lade__prefetch_t *pf, const lade__prefetch_params_t *p)
     pthread_cond_destroy(&pf->cv_work);
     pthread_cond_destroy(&pf->cv_inflight);
     idxset_free(&pf->inflight);
+    free(pf->marks);
     *pf = (lade__prefetch_t){0};
     return lade__fail(LADE_ETHREAD, "cannot start the prefetcher thread: %s", strerror(e));
   }
@@ -451,6 +441,7 @@ void lade__prefetch_close(lade__prefetch_t *pf) {
   lade__prefetch_quiesce(pf);
   pthread_join(pf->thread, NULL);
   idxset_free(&pf->inflight);
+  free(pf->marks);
   pthread_mutex_destroy(&pf->mu);
   pthread_cond_destroy(&pf->cv_work);
   pthread_cond_destroy(&pf->cv_inflight);

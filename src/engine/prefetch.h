@@ -60,6 +60,8 @@ typedef struct lade__prefetch {
   uint64_t seek_gen;
   uint64_t pos;      /* it fetched every position below this (that it is responsible for) */
   lade__idxset_t inflight;
+  uint64_t *marks;   /* the samples marked TAKEN, oldest first (a ring): the oldest leaves the set when it is */
+  size_t marks_cap, marks_head, marks_n; /* full, all of them at a seek (prefetch.c, marks_pop) */
   _Atomic uint64_t prefetched, errors, waited; /* counters: stats */
 } lade__prefetch_t;
 
