@@ -28,11 +28,7 @@ typedef struct lade__nodeplan_params {
 } lade__nodeplan_params_t;
 
 typedef struct lade__nodeplan {
-  lade__cache_t *node;     /* the node cache (NULL: not a node-aware plan, every call a no-op) */
-  lade__transport_t *dist; /* told of a rank of the node that fell behind (may be NULL) */
-  uint32_t base, ranks;    /* the node's ranks are base .. base + ranks - 1 */
-  uint32_t local;          /* this rank among them */
-  uint32_t timeout_ms;     /* peer_timeout_ms */
+  lade__nodeplan_params_t p;
   uint64_t *send_idx;      /* a step's sends less those to the node's ranks */
   uint32_t *send_dst;
   uint32_t send_cap;

@@ -10,17 +10,21 @@
 #include "transform/imagenet.h"
 #include "transform/imgpipe.h"
 
-/* A format whose library this build lacks: its images fail saying so. */
-#ifndef LADE_HAVE_JPEG
-const lade__imgbackend_t lade__img_jpeg = {
-    .name = "JPEG", .missing = "JPEG support is not built in (configure with libjpeg-turbo installed)"};
+/* The backends by format (0: JPEG, 1: PNG); one whose library this build
+ * lacks is a table that says so, and its images fail with that. */
+#define MISSING(format, why) (&(const lade__imgbackend_t){.name = format, .missing = why})
+static const lade__imgbackend_t *const backends[2] = {
+#ifdef LADE_HAVE_JPEG
+    &lade__img_jpeg,
+#else
+    MISSING("JPEG", "JPEG support is not built in (configure with libjpeg-turbo installed)"),
 #endif
-#ifndef LADE_HAVE_PNG
-const lade__imgbackend_t lade__img_png = {
-    .name = "PNG", .missing = "PNG support is not built in (install libspng-dev and reconfigure)"};
+#ifdef LADE_HAVE_PNG
+    &lade__img_png,
+#else
+    MISSING("PNG", "PNG support is not built in (install libspng-dev and reconfigure)"),
 #endif
-
-static const lade__imgbackend_t *const backends[2] = {&lade__img_jpeg, &lade__img_png};
+};
 
 int lade__imgdec_create(lade__imgdec_t **out) { return lade__imgpipe_new(out); }
 
@@ -97,7 +101,7 @@ static int run(lade__imgdec_t *d, const uint8_t *buf, size_t len, const lade__im
   if (rc) return rc;
   if ((rc = be->decode(st, d, buf, len, b, out_size)) != 0) return rc;
   lade__imgacct_t *a = lade__imgdec_account(d);
-  if (a->stop == LADE__ACCT_OFF || be != &lade__img_jpeg) {
+  if (a->stop == LADE__ACCT_OFF || be != backends[0]) {
     lade__imgpipe_finish(d, flip, dtype, out);
   } else if (a->stop == LADE__ACCT_FULL) {
     const double t0 = lade__now();

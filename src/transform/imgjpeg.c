@@ -410,4 +410,4 @@ static int jb_decode(void *st, lade__imgdec_t *d, const uint8_t *jpeg, size_t le
 
 const lade__imgbackend_t lade__img_jpeg = {"JPEG", jb_create, jb_destroy, jb_size, jb_decode, NULL};
 
-#endif /* LADE_HAVE_JPEG; without it the backend is imgdecode.c's "missing" one */
+#endif /* LADE_HAVE_JPEG; without it imgdecode.c has a table that says so */

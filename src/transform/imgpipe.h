@@ -49,8 +49,8 @@ typedef struct lade__imgbackend {
   const char *missing;
 } lade__imgbackend_t;
 
-extern const lade__imgbackend_t lade__img_jpeg;
-extern const lade__imgbackend_t lade__img_png;
+extern const lade__imgbackend_t lade__img_jpeg; /* imgjpeg.c, with LADE_HAVE_JPEG */
+extern const lade__imgbackend_t lade__img_png;  /* imgpng.c, with LADE_HAVE_PNG */
 
 /* The DCT scale f (1, 2, 4 or 8) the JPEG backend may decode at for this box:
  * 1 unless decode_scale=auto was set on the decoder. */

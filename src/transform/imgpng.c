@@ -146,4 +146,4 @@ static int pb_decode(void *st, lade__imgdec_t *d, const uint8_t *buf, size_t len
 
 const lade__imgbackend_t lade__img_png = {"PNG", pb_create, pb_destroy, pb_size, pb_decode, NULL};
 
-#endif /* LADE_HAVE_PNG; without it the backend is imgdecode.c's "missing" one */
+#endif /* LADE_HAVE_PNG; without it imgdecode.c has a table that says so */
