@@ -148,12 +148,15 @@ static void make_chains(lade__fetch_t *f) {
 /* ---------------------------------------------------------------- open */
 
 /* The read-ahead's `wanted`: not requested by the prefetcher, not in a
- * tier (lade__prefetch_take_ahead, which makes it the engine's). A sample
- * the prefetcher puts between the two looks is requested twice, once too
- * often; its TAKEN mark leaves the set later (prefetch.c, marks_pop). */
+ * tier. The prefetcher's set is asked first (lade__prefetch_take_ahead,
+ * which makes the sample the engine's): it leaves the set only after its
+ * put, so a sample it just fetched is found in one or the other. */
 static bool wanted_ahead(void *ctx, uint64_t idx) {
   lade__fetch_t *f = ctx;
-  return lade__prefetch_take_ahead(&f->pf, idx, lade__fetch_resident(f, idx));
+  if (!lade__prefetch_take_ahead(&f->pf, idx)) return false;
+  if (!lade__fetch_resident(f, idx)) return true;
+  lade__prefetch_untake(&f->pf, idx);
+  return false;
 }
 
 static uint64_t version_of(void *ctx, uint64_t idx) { return lade__fetch_version(ctx, idx); }

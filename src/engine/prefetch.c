@@ -134,18 +134,24 @@ bool lade__prefetch_inflight(lade__prefetch_t *pf, uint64_t idx) {
   return r;
 }
 
-bool lade__prefetch_take_ahead(lade__prefetch_t *pf, uint64_t idx, bool resident) {
-  if (!pf->on) return !resident;
+bool lade__prefetch_take_ahead(lade__prefetch_t *pf, uint64_t idx) {
+  if (!pf->on) return true;
   pthread_mutex_lock(&pf->mu);
   size_t at = idxset_slot(&pf->inflight, idx);
   uint32_t st = pf->inflight.count[at];
-  bool want = st != REQUESTED && !resident;
-  if (want && st == SELECTED) pf->inflight.count[at] = TAKEN;
-  else if (want && !st && !pf->p.node && idxset_add(&pf->inflight, idx))
+  if (st == SELECTED) pf->inflight.count[at] = TAKEN;
+  else if (!st && !pf->p.node && idxset_add(&pf->inflight, idx))
     pf->inflight.count[at] = TAKEN; /* the set full: not marked */
   if (pf->inflight.count[at] == TAKEN && st != TAKEN) marks_push(pf, idx);
   pthread_mutex_unlock(&pf->mu);
-  return want;
+  return st != REQUESTED;
+}
+
+void lade__prefetch_untake(lade__prefetch_t *pf, uint64_t idx) {
+  if (!pf->on) return;
+  pthread_mutex_lock(&pf->mu);
+  if (pf->inflight.count[idxset_slot(&pf->inflight, idx)] == TAKEN) idxset_del(&pf->inflight, idx);
+  pthread_mutex_unlock(&pf->mu);
 }
 
 int lade__prefetch_wait(lade__prefetch_t *pf, uint64_t idx) {

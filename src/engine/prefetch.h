@@ -78,15 +78,19 @@ void lade__prefetch_close(lade__prefetch_t *pf);
 /* Whether sample idx is in flight: requested by the thread, which will put
  * it (a sample only selected into its ring is not). */
 bool lade__prefetch_inflight(lade__prefetch_t *pf, uint64_t idx);
-/* The engine's read-ahead would request sample idx (resident: a tier holds
- * it now): whether to. Not when the thread has requested it or a tier holds
- * it. Else the sample is the engine's from now, selected into the ring or
- * not: the ring's chunk skips it, the thread does not select it again, and
- * lade__prefetch_wait hands it to the worker that reads it as taken, to put
- * into the tier in the thread's place (before, a sample the read-ahead
- * requested first could be requested again by the thread for a later
- * epoch, and one of the two requests was wasted). */
-bool lade__prefetch_take_ahead(lade__prefetch_t *pf, uint64_t idx, bool resident);
+/* The engine's read-ahead would request sample idx: false when the thread
+ * has requested it already. Else the sample is the engine's from now,
+ * selected into the ring or not (marked TAKEN): the ring's chunk skips it,
+ * the thread does not select it again, and lade__prefetch_wait hands it to
+ * the worker that reads it as taken, to put into the tier in the thread's
+ * place (before, a sample the read-ahead requested first could be
+ * requested again by the thread for a later epoch, and one of the two
+ * requests was wasted). Ask the tiers after this (the thread leaves the
+ * set only after its put, so a sample it just fetched is found in one or
+ * the other); one a tier holds is not wanted: lade__prefetch_untake. */
+bool lade__prefetch_take_ahead(lade__prefetch_t *pf, uint64_t idx);
+/* Undoes take_ahead's mark of idx: a tier holds it, the read-ahead leaves it. */
+void lade__prefetch_untake(lade__prefetch_t *pf, uint64_t idx);
 /* Waits while sample idx is in flight (LADE__PF_WAITED after a wait). A
  * sample only selected into the ring (or taken by the read-ahead) is taken
  * from it instead (LADE__PF_TAKEN): the caller reads it and puts it into the

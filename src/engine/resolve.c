@@ -219,10 +219,14 @@ static int resolve_fetch(const struct lade_config *cfg, const lade__source_facts
     if (pf) {
       /* DELI's 50/50 rule: fetch size = threshold = half the cache, in
        * samples (entries are charged in whole 4 KiB blocks on disk), less
-       * the engine's own window of batches, resident too while it is read */
+       * the engine's own window of batches, resident too while it is read;
+       * at most the dataset: a window of more positions holds no more
+       * distinct samples, and the prefetcher's set and ring are sized by it
+       * (half of a free disk of terabytes, in 4 KiB samples, was a set of
+       * billions of entries, whose allocation failed the open) */
       uint64_t per = (mean + 64 + 4095) / 4096 * 4096;
       uint64_t slots = cap / per, window = (uint64_t)(cfg->prefetch + 1) * cfg->batch_size;
-      uint64_t half = LADE__MAX((slots > window ? slots - window : 0) / 2, 1);
+      uint64_t half = LADE__MAX(LADE__MIN((slots > window ? slots - window : 0) / 2, fa->count), 1);
       o->fetch_size = cfg->fetch_size ? cfg->fetch_size : half;
       o->threshold = cfg->prefetch_threshold ? cfg->prefetch_threshold : o->fetch_size;
     }

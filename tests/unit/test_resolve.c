@@ -187,6 +187,14 @@ static void test_prefetcher_window_and_readahead(void) {
   CHECK_EQ_INT(r.fetch.disk_capacity, UINT64_C(1) << 30);
   CHECK_EQ_INT(r.fetch.fetch_size, (slots - 4 * 16) / 2);
   CHECK_EQ_INT(r.fetch.threshold, r.fetch.fetch_size);
+  /* a disk that holds the dataset many times: a window of the dataset, no
+   * more (the prefetcher's set and ring are sized by it) */
+  lade__source_facts_t few = facts(1000, 100000, true);
+  few.disk_free_bytes = UINT64_C(2) << 40;
+  lade__resolved_t rf;
+  CHECK_OK(resolve(deli, &few, &rf));
+  CHECK_EQ_INT(rf.fetch.fetch_size, 1000);
+  CHECK_EQ_INT(rf.fetch.threshold, 1000);
   /* read-ahead (64 MiB default) bounds the prefetcher's unread samples;
    * no step read-ahead with the prefetcher on */
   CHECK_EQ_INT(r.fetch.ra_samples, (64u << 20) / 100000);
