@@ -209,14 +209,12 @@ int lade__fetch_open(lade__fetch_t **out, const lade__fetch_params_t *p) {
     if (!rc && f->routed && !c->warm) lade__cache_clear(f->disk);
   }
   f->pf_on = !rc && c->prefetcher && f->disk;
-  if (f->routed) { /* the tiers the plan drives: memory, else disk; two tiers: the disk under memory */
+  if (!rc && f->routed) { /* the tiers the plan drives: memory, else disk; two tiers: the disk under memory */
     f->plan_tier = f->mem ? f->mem : f->disk;
     f->plan_disk = c->two_tiers && f->mem ? f->disk : NULL;
-  }
-  if (!rc && f->routed)
-    rc = lade__plantier_open(&f->pt, f->plan_tier, f->plan_disk,
-                             f->samples_n, lade__cursor_first(p->cursor),
+    rc = lade__plantier_open(&f->pt, f->plan_tier, f->plan_disk, f->samples_n, lade__cursor_first(p->cursor),
                              lade_plan_kind_name(lade__cursor_kind(p->cursor)));
+  }
   if (!rc && c->node_plan) {
     lade__nodeplan_params_t np = {.node = f->mem, .dist = p->dist, .base = c->node_base, .ranks = c->node_ranks,
                                   .local = c->node_local, .timeout_ms = c->node_timeout_ms};

@@ -47,20 +47,20 @@ static int idxset_init(lade__idxset_t *s, size_t want) {
   size_t cap = 64;
   while (cap < want * 2) cap <<= 1;
   s->key = malloc(cap * sizeof *s->key);
-  s->count = calloc(cap, sizeof *s->count);
+  s->state = calloc(cap, sizeof *s->state);
   s->cap = cap;
   s->n = 0;
-  return s->key && s->count ? 0 : -1;
+  return s->key && s->state ? 0 : -1;
 }
 
 static void idxset_free(lade__idxset_t *s) {
   free(s->key);
-  free(s->count);
+  free(s->state);
 }
 
 static size_t idxset_slot(const lade__idxset_t *s, uint64_t k) {
   size_t m = s->cap - 1, i = (size_t)lade__mix64(k) & m;
-  while (s->count[i] && s->key[i] != k) i = (i + 1) & m;
+  while (s->state[i] && s->key[i] != k) i = (i + 1) & m;
   return i;
 }
 
@@ -70,41 +70,41 @@ static size_t idxset_slot(const lade__idxset_t *s, uint64_t k) {
 enum { SELECTED = 1, REQUESTED = 2, TAKEN = 3 /* by the engine's read-ahead: its worker reads and puts it */ };
 
 static bool idxset_requested(const lade__idxset_t *s, uint64_t k) {
-  return s->count[idxset_slot(s, k)] == REQUESTED;
+  return s->state[idxset_slot(s, k)] == REQUESTED;
 }
 
 static bool idxset_selected(const lade__idxset_t *s, uint64_t k) {
-  return s->count[idxset_slot(s, k)] == SELECTED;
+  return s->state[idxset_slot(s, k)] == SELECTED;
 }
 
 static void idxset_mark_requested(lade__idxset_t *s, uint64_t k) {
   size_t i = idxset_slot(s, k);
-  if (s->count[i]) s->count[i] = REQUESTED;
+  if (s->state[i]) s->state[i] = REQUESTED;
 }
 
 /* Adds k; false when it was already there (or the set is full). */
 static bool idxset_add(lade__idxset_t *s, uint64_t k) {
   size_t i = idxset_slot(s, k);
-  if (s->count[i]) return false;
+  if (s->state[i]) return false;
   if ((s->n + 1) * 2 > s->cap) return false;
   s->key[i] = k;
-  s->count[i] = SELECTED;
+  s->state[i] = SELECTED;
   s->n++;
   return true;
 }
 
 static void idxset_del(lade__idxset_t *s, uint64_t k) {
   size_t m = s->cap - 1, i = idxset_slot(s, k);
-  if (!s->count[i]) return;
-  s->count[i] = 0;
+  if (!s->state[i]) return;
+  s->state[i] = 0;
   s->n--;
-  for (size_t j = (i + 1) & m; s->count[j]; j = (j + 1) & m) {
+  for (size_t j = (i + 1) & m; s->state[j]; j = (j + 1) & m) {
     size_t home = (size_t)lade__mix64(s->key[j]) & m;
     /* move j back into the hole i when its home is not in (i, j] */
     if ((j > i && (home <= i || home > j)) || (j < i && (home <= i && home > j))) {
       s->key[i] = s->key[j];
-      s->count[i] = s->count[j];
-      s->count[j] = 0;
+      s->state[i] = s->state[j];
+      s->state[j] = 0;
       i = j;
     }
   }
@@ -118,7 +118,7 @@ static void marks_pop(lade__prefetch_t *pf) {
   uint64_t k = pf->marks[pf->marks_head];
   pf->marks_head = (pf->marks_head + 1) % pf->marks_cap;
   pf->marks_n--;
-  if (pf->inflight.count[idxset_slot(&pf->inflight, k)] == TAKEN) idxset_del(&pf->inflight, k);
+  if (pf->inflight.state[idxset_slot(&pf->inflight, k)] == TAKEN) idxset_del(&pf->inflight, k);
 }
 
 static void marks_push(lade__prefetch_t *pf, uint64_t idx) {
@@ -138,11 +138,11 @@ bool lade__prefetch_take_ahead(lade__prefetch_t *pf, uint64_t idx) {
   if (!pf->on) return true;
   pthread_mutex_lock(&pf->mu);
   size_t at = idxset_slot(&pf->inflight, idx);
-  uint32_t st = pf->inflight.count[at];
-  if (st == SELECTED) pf->inflight.count[at] = TAKEN;
+  uint32_t st = pf->inflight.state[at];
+  if (st == SELECTED) pf->inflight.state[at] = TAKEN;
   else if (!st && !pf->p.node && idxset_add(&pf->inflight, idx))
-    pf->inflight.count[at] = TAKEN; /* the set full: not marked */
-  if (pf->inflight.count[at] == TAKEN && st != TAKEN) marks_push(pf, idx);
+    pf->inflight.state[at] = TAKEN; /* the set full: not marked */
+  if (pf->inflight.state[at] == TAKEN && st != TAKEN) marks_push(pf, idx);
   pthread_mutex_unlock(&pf->mu);
   return st != REQUESTED;
 }
@@ -150,7 +150,7 @@ bool lade__prefetch_take_ahead(lade__prefetch_t *pf, uint64_t idx) {
 void lade__prefetch_untake(lade__prefetch_t *pf, uint64_t idx) {
   if (!pf->on) return;
   pthread_mutex_lock(&pf->mu);
-  if (pf->inflight.count[idxset_slot(&pf->inflight, idx)] == TAKEN) idxset_del(&pf->inflight, idx);
+  if (pf->inflight.state[idxset_slot(&pf->inflight, idx)] == TAKEN) idxset_del(&pf->inflight, idx);
   pthread_mutex_unlock(&pf->mu);
 }
 
@@ -163,7 +163,7 @@ int lade__prefetch_wait(lade__prefetch_t *pf, uint64_t idx) {
     pthread_cond_wait(&pf->cv_inflight, &pf->mu);
   }
   size_t at = idxset_slot(&pf->inflight, idx);
-  if (r == LADE__PF_NONE && pf->inflight.count[at] >= SELECTED) { /* the caller's now: the chunk will skip it */
+  if (r == LADE__PF_NONE && pf->inflight.state[at] >= SELECTED) { /* the caller's now: the chunk will skip it */
     idxset_del(&pf->inflight, idx);
     pthread_cond_broadcast(&pf->cv_inflight);
     r = LADE__PF_TAKEN;
@@ -202,16 +202,17 @@ void lade__prefetch_seek(lade__prefetch_t *pf, uint64_t pos, uint64_t q) {
   pthread_mutex_unlock(&pf->mu);
 }
 
-/* A ring entry not to fetch after all: another rank of the node claimed it, it is in the tier now, or a
- * worker took it. */
-#define LEFT_TO_NODE UINT64_MAX
+/* A ring entry not to fetch after all: in the tier already, claimed by
+ * another rank of the node, or taken by the engine (a worker, the
+ * read-ahead). */
+#define LEFT_OUT UINT64_MAX
 
 /* The node-wide claims (lade__cache_claim_fetch) of the nsub submitted
  * samples from ring[head], dropped unread (a seek, the stop). Without mu:
  * the ring is the prefetcher thread's own. */
 static void end_claims(lade__prefetch_t *pf, const uint64_t *ring, size_t cap, size_t head, size_t nsub) {
   for (; nsub; nsub--, head = (head + 1) % cap)
-    if (ring[head] != LEFT_TO_NODE) lade__cache_end_fetch(pf->p.disk, ring[head]);
+    if (ring[head] != LEFT_OUT) lade__cache_end_fetch(pf->p.disk, ring[head]);
 }
 
 /* Drops the ring's n samples from head (a seek, the stop): out of the set
@@ -219,7 +220,7 @@ static void end_claims(lade__prefetch_t *pf, const uint64_t *ring, size_t cap, s
  * claims of the nsub submitted ended. Called with mu; returns without it. */
 static void drop_ring(lade__prefetch_t *pf, const uint64_t *ring, size_t cap, size_t head, size_t n, size_t nsub) {
   for (size_t h = head, k = n; k; k--, h = (h + 1) % cap)
-    if (ring[h] != LEFT_TO_NODE) idxset_del(&pf->inflight, ring[h]);
+    if (ring[h] != LEFT_OUT) idxset_del(&pf->inflight, ring[h]);
   while (pf->marks_n) marks_pop(pf);
   pthread_cond_broadcast(&pf->cv_inflight);
   pthread_mutex_unlock(&pf->mu);
@@ -232,7 +233,8 @@ static void drop_ring(lade__prefetch_t *pf, const uint64_t *ring, size_t cap, si
  * claimed (its put is coming; the workers read it from the tier, or
  * storage if it is late), one in the tier already, and one the engine took
  * since it was selected (lade__prefetch_take_ahead, lade__prefetch_wait)
- * become LEFT_TO_NODE and leave the set. Compacts the claimed ones into
+ * become LEFT_OUT and leave the set, but a read-ahead's TAKEN mark outside
+ * node mode, which its worker collects (below). Compacts the claimed ones into
  * want; returns their count. Without mu; takes it for the set. */
 static size_t claim_chunk(lade__prefetch_t *pf, uint64_t *ring, size_t cap, size_t at, size_t k, uint64_t *want) {
   size_t m = 0;
@@ -249,7 +251,7 @@ static size_t claim_chunk(lade__prefetch_t *pf, uint64_t *ring, size_t cap, size
       if (pf->p.node) idxset_del(&pf->inflight, *e);
       pthread_mutex_unlock(&pf->mu);
       lade__cache_end_fetch(pf->p.disk, *e);
-      *e = LEFT_TO_NODE;
+      *e = LEFT_OUT;
       continue;
     }
     if (mine) {
@@ -260,7 +262,7 @@ static size_t claim_chunk(lade__prefetch_t *pf, uint64_t *ring, size_t cap, size
       pthread_cond_broadcast(&pf->cv_inflight);
     }
     pthread_mutex_unlock(&pf->mu);
-    if (!mine) *e = LEFT_TO_NODE;
+    if (!mine) *e = LEFT_OUT;
   }
   return m;
 }
@@ -365,7 +367,7 @@ static void *prefetch_main(void *arg) {
       continue;
     }
     uint64_t idx = ring[head];
-    if (idx == LEFT_TO_NODE) { /* another rank of the node fetches it */
+    if (idx == LEFT_OUT) { /* another fetches it, or nobody needs to */
       head = (head + 1) % cap, n--, nsub--;
       continue;
     }

@@ -18,11 +18,12 @@
 #include "cursor/cursor.h"
 #include "source/source.h"
 
-/* A small multiset of sample indices (open addressing, backward-shift
- * deletion): the samples in the prefetcher's ring, each selected or requested. */
+/* A small set of sample indices (open addressing, backward-shift
+ * deletion), each with its state: selected into the prefetcher's ring,
+ * requested, or taken by the engine (prefetch.c; 0: an empty slot). */
 typedef struct lade__idxset {
   uint64_t *key;
-  uint32_t *count;
+  uint32_t *state;
   size_t cap, n; /* cap: power of two */
 } lade__idxset_t;
 
