@@ -291,42 +291,49 @@ static void resample_h_from(const coeffs_t *c, const uint8_t *restrict in, uint8
  * an unpack, a shuffle and a cross-lane widening (twice the shuffle port's
  * work, which bounds this loop on Intel). RGB rows (bpp 3) shuffle zeros into
  * the X lanes. An odd last tap pair goes alone. Two pairs of pixels share
- * one pack and store. The pass alone (build/tests/bench_image_passes, Zen 5,
- * LADE_NO_AVX512=1): 330->224 about 490 -> 420 ns a row, 1200->224
- * 1,020 -> 600 ns (bench/RESULTS.md).
+ * one pack and store. The trip count is a constant for up to 8 taps (below),
+ * which halved the pass: the loop over taps, its counters and the reloads
+ * of c's fields after each byte store cost as much as the arithmetic. The
+ * pass alone (build/tests/bench_image_passes, Zen 5, LADE_NO_AVX512=1):
+ * 330->224 490 -> 420 -> 144 ns a row, 1200->224 1,020 -> 600 -> 440 ns
+ * (bench/RESULTS.md).
  */
-/* Output pixels xx and xx+1 as Pillow's fixed-point sums, shifted: 8 lanes. */
-__attribute__((target("avx2"))) static inline __m256i h_avx2_pair(const coeffs_t *c, const uint8_t *restrict in, int xx,
-                                                                 int ntp, const int bpp, __m256i even, __m256i odd) {
-  const uint8_t *p0 = in + (size_t)c->bounds[2 * xx] * bpp, *p1 = in + (size_t)c->bounds[2 * xx + 2] * bpp;
-  const int16_t *k2 = c->k2 + (size_t)(xx / 2) * ntp * 32;
-  __m256i lo = _mm256_setzero_si256(), hi = _mm256_setzero_si256();
+/* Output pixels xx and xx+1 as Pillow's fixed-point sums, shifted: 8 lanes.
+ * p0 and p1 are the pair's window starts, k its coefficients; ntp is a
+ * constant where the caller is specialised, so the tap loop unrolls. */
+__attribute__((target("avx2"), always_inline)) static inline __m256i h_avx2_pair(const uint8_t *p0, const uint8_t *p1,
+                                                                                const int16_t *k2, const int ntp,
+                                                                                const int bpp, __m256i even,
+                                                                                __m256i odd) {
+  __m256i lo = _mm256_set1_epi32(1 << (PRECISION_BITS - 1)), hi = _mm256_setzero_si256();
   int tp = 0;
   for (; tp + 1 < ntp; tp += 2) {
     const __m256i w = _mm256_loadu2_m128i((const __m128i *)(p1 + 2 * bpp * tp), (const __m128i *)(p0 + 2 * bpp * tp));
     const __m256i pa = _mm256_shuffle_epi8(w, even), pb = _mm256_shuffle_epi8(w, odd);
     const int16_t *k = k2 + 32 * tp;
-    lo = _mm256_add_epi32(lo, _mm256_madd_epi16(pa, _mm256_loadu_si256((const __m256i *)k)));
-    hi = _mm256_add_epi32(hi, _mm256_madd_epi16(pa, _mm256_loadu_si256((const __m256i *)(k + 16))));
-    lo = _mm256_add_epi32(lo, _mm256_madd_epi16(pb, _mm256_loadu_si256((const __m256i *)(k + 32))));
-    hi = _mm256_add_epi32(hi, _mm256_madd_epi16(pb, _mm256_loadu_si256((const __m256i *)(k + 48))));
+    lo = _mm256_add_epi32(lo, _mm256_madd_epi16(pa, _mm256_load_si256((const __m256i *)k)));
+    hi = _mm256_add_epi32(hi, _mm256_madd_epi16(pa, _mm256_load_si256((const __m256i *)(k + 16))));
+    lo = _mm256_add_epi32(lo, _mm256_madd_epi16(pb, _mm256_load_si256((const __m256i *)(k + 32))));
+    hi = _mm256_add_epi32(hi, _mm256_madd_epi16(pb, _mm256_load_si256((const __m256i *)(k + 48))));
   }
   if (tp < ntp) {
     const __m128i a = _mm_loadl_epi64((const __m128i *)(p0 + 2 * bpp * tp));
     const __m128i b = _mm_loadl_epi64((const __m128i *)(p1 + 2 * bpp * tp));
     const __m256i pa = _mm256_shuffle_epi8(_mm256_set_m128i(b, a), even);
-    lo = _mm256_add_epi32(lo, _mm256_madd_epi16(pa, _mm256_loadu_si256((const __m256i *)(k2 + 32 * tp))));
-    hi = _mm256_add_epi32(hi, _mm256_madd_epi16(pa, _mm256_loadu_si256((const __m256i *)(k2 + 32 * tp + 16))));
+    lo = _mm256_add_epi32(lo, _mm256_madd_epi16(pa, _mm256_load_si256((const __m256i *)(k2 + 32 * tp))));
+    hi = _mm256_add_epi32(hi, _mm256_madd_epi16(pa, _mm256_load_si256((const __m256i *)(k2 + 32 * tp + 16))));
   }
-  const __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(hi, 11), lo),
-                                     _mm256_set1_epi32(1 << (PRECISION_BITS - 1)));
-  return _mm256_srai_epi32(s, PRECISION_BITS);
+  return _mm256_srai_epi32(_mm256_add_epi32(_mm256_slli_epi32(hi, 11), lo), PRECISION_BITS);
 }
 
-__attribute__((target("avx2"))) static inline void resample_h_avx2_bpp(const coeffs_t *c, const uint8_t *restrict in,
-                                                                        uint8_t *restrict out, int out_size,
-                                                                        const int bpp) {
-  const int ntp = (c->taps + 1) / 2;
+/* Pairs of pairs up to out_size (rounded down to 4); returns the first pixel
+ * not written. The bounds, the coefficients and the rows are read through
+ * locals: the stores are bytes, which may alias anything, so fields of c
+ * would be read again after every store. */
+__attribute__((target("avx2"), always_inline)) static inline int h_avx2_quads(const coeffs_t *c,
+                                                                             const uint8_t *restrict in,
+                                                                             uint8_t *restrict out, int out_size,
+                                                                             const int ntp, const int bpp) {
   const int8_t Z = -128;
   /* pair 2q of a lane's four taps, then pair 2q+1: {tap a, tap b} per channel as 16-bit lanes */
   const __m128i e4 = _mm_setr_epi8(0, Z, 4, Z, 1, Z, 5, Z, 2, Z, 6, Z, 3, Z, 7, Z),
@@ -337,18 +344,40 @@ __attribute__((target("avx2"))) static inline void resample_h_avx2_bpp(const coe
   const __m256i odd = _mm256_broadcastsi128_si256(bpp == 4 ? o4 : o3);
   /* packs and packus leave pixels 0, 2 | 1, 3 in the lanes' low 8 bytes */
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  const int *bd = c->bounds;
+  const int16_t *k2 = c->k2;
+  const size_t kstep = (size_t)ntp * 32; /* int16 per pair */
   int xx = 0;
-  for (; xx + 3 < out_size; xx += 4) {
-    const __m256i s01 = h_avx2_pair(c, in, xx, ntp, bpp, even, odd);
-    const __m256i s23 = h_avx2_pair(c, in, xx + 2, ntp, bpp, even, odd);
+  for (; xx + 3 < out_size; xx += 4, bd += 8, k2 += 2 * kstep) {
+    const __m256i s01 = h_avx2_pair(in + (size_t)bd[0] * bpp, in + (size_t)bd[2] * bpp, k2, ntp, bpp, even, odd);
+    const __m256i s23 =
+        h_avx2_pair(in + (size_t)bd[4] * bpp, in + (size_t)bd[6] * bpp, k2 + kstep, ntp, bpp, even, odd);
     const __m256i w = _mm256_packus_epi16(_mm256_packs_epi32(s01, s23), _mm256_setzero_si256());
     _mm_storeu_si128((__m128i *)(out + 4 * xx), _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(w, order)));
   }
   if (xx + 1 < out_size) {
-    const __m256i s = h_avx2_pair(c, in, xx, ntp, bpp, even, odd);
+    const __m256i s = h_avx2_pair(in + (size_t)bd[0] * bpp, in + (size_t)bd[2] * bpp, k2, ntp, bpp, even, odd);
     __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
     _mm_storel_epi64((__m128i *)(out + 4 * xx), _mm_packus_epi16(w, w));
     xx += 2;
+  }
+  return xx;
+}
+
+/* The trip count as a constant for the usual downscales (ntp 1-4: up to 8
+ * taps, about 3.5x), so the tap loop unrolls; any other count loops. */
+__attribute__((target("avx2"), always_inline)) static inline void resample_h_avx2_bpp(const coeffs_t *c,
+                                                                                    const uint8_t *restrict in,
+                                                                                    uint8_t *restrict out,
+                                                                                    int out_size, const int bpp) {
+  const int ntp = (c->taps + 1) / 2;
+  int xx;
+  switch (ntp) {
+    case 1: xx = h_avx2_quads(c, in, out, out_size, 1, bpp); break;
+    case 2: xx = h_avx2_quads(c, in, out, out_size, 2, bpp); break;
+    case 3: xx = h_avx2_quads(c, in, out, out_size, 3, bpp); break;
+    case 4: xx = h_avx2_quads(c, in, out, out_size, 4, bpp); break;
+    default: xx = h_avx2_quads(c, in, out, out_size, ntp, bpp); break;
   }
   resample_h_bpp(c, in, out, xx, out_size, bpp); /* the odd last pixel */
 }
@@ -376,21 +405,24 @@ __attribute__((target("avx2"))) static void resample_h_avx2_rgb(const coeffs_t *
  * has ksize*4+16 readable bytes past its end, which covers the last 16-byte
  * load.
  */
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) static inline void resample_h_vnni_bpp(
-    const coeffs_t *c, const uint8_t *restrict in, uint8_t *restrict out, int out_size, const int bpp) {
-  const int ntq = (c->taps + 3) / 4;
+/* Quads up to out_size (rounded down to 4), ntq a constant where the caller
+ * is specialised; returns the first pixel not written (c's fields in locals,
+ * as for the AVX2 pass). */
+__attribute__((target("avx512f,avx512bw,avx512vnni"), always_inline)) static inline int h_vnni_quads(
+    const coeffs_t *c, const uint8_t *restrict in, uint8_t *restrict out, int out_size, const int ntq,
+    const int bpp) {
   const __m512i half = _mm512_set1_epi32(1 << (PRECISION_BITS - 1));
   /* RGBX: bytes t*4 + ch to ch*4 + t; RGB: t*3 + ch, and zeros for X */
   const __m512i by_channel = _mm512_broadcast_i32x4(
       bpp == 4 ? _mm_setr_epi8(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15)
                : _mm_setr_epi8(0, 3, 6, 9, 1, 4, 7, 10, 2, 5, 8, 11, -128, -128, -128, -128));
+  const int *bd = c->bounds;
+  const int8_t *k4 = c->k4;
   int xx = 0;
-  for (; xx + 3 < out_size; xx += 4) {
-    const int *bd = c->bounds + 2 * xx;
+  for (; xx + 3 < out_size; xx += 4, bd += 8, k4 += (size_t)ntq * 256) {
     const uint8_t *p0 = in + (size_t)bd[0] * bpp, *p1 = in + (size_t)bd[2] * bpp, *p2 = in + (size_t)bd[4] * bpp,
                   *p3 = in + (size_t)bd[6] * bpp;
-    const int8_t *k4 = c->k4 + (size_t)(xx / 4) * (size_t)ntq * 256;
-    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+    __m512i a0 = half, a1 = _mm512_setzero_si512(), a2 = a1, a3 = a1;
     for (int tq = 0; tq < ntq; tq++) {
       __m512i px = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p0 + 4 * bpp * tq)));
       px = _mm512_inserti32x4(px, _mm_loadu_si128((const __m128i *)(p1 + 4 * bpp * tq)), 1);
@@ -403,12 +435,23 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static inline void resamp
       a2 = _mm512_dpbusd_epi32(a2, px, _mm512_load_si512((const void *)(k + 128)));
       a3 = _mm512_dpbusd_epi32(a3, px, _mm512_load_si512((const void *)(k + 192)));
     }
-    __m512i s = _mm512_add_epi32(_mm512_add_epi32(a0, half), _mm512_slli_epi32(a1, 7));
+    __m512i s = _mm512_add_epi32(a0, _mm512_slli_epi32(a1, 7));
     s = _mm512_add_epi32(s, _mm512_add_epi32(_mm512_slli_epi32(a2, 14), _mm512_slli_epi32(a3, 21)));
     s = _mm512_srai_epi32(s, PRECISION_BITS);
     s = _mm512_max_epi32(s, _mm512_setzero_si512()); /* clip8's lower bound; the store saturates above */
     _mm_storeu_si128((__m128i *)(out + 4 * xx), _mm512_cvtusepi32_epi8(s));
   }
+  return xx;
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vnni"), always_inline)) static inline void resample_h_vnni_bpp(
+    const coeffs_t *c, const uint8_t *restrict in, uint8_t *restrict out, int out_size, const int bpp) {
+  const int ntq = (c->taps + 3) / 4;
+  /* the trip count as a constant for up to 12 taps, so the tap loop unrolls */
+  const int xx = ntq == 1   ? h_vnni_quads(c, in, out, out_size, 1, bpp)
+                 : ntq == 2 ? h_vnni_quads(c, in, out, out_size, 2, bpp)
+                 : ntq == 3 ? h_vnni_quads(c, in, out, out_size, 3, bpp)
+                            : h_vnni_quads(c, in, out, out_size, ntq, bpp);
   resample_h_bpp(c, in, out, xx, out_size, bpp); /* the last out_size % 4 pixels */
 }
 
@@ -436,21 +479,22 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void resample_h_vn
  * them. Wider quads take the VNNI pass. Reads 64 bytes from a window start:
  * the rows have ksize*4+80 readable bytes past their end.
  */
-__attribute__((target("avx512f,avx512bw,avx512vnni,avx512vbmi"))) static inline void resample_h_vbmi_bpp(
-    const coeffs_t *c, const uint8_t *restrict in, uint8_t *restrict out, int out_size, const int bpp) {
-  if (c->qspan * bpp + 16 > 64) {
-    resample_h_vnni_bpp(c, in, out, out_size, bpp);
-    return;
-  }
-  const int ntq = (c->taps + 3) / 4;
+/* Quads up to out_size (rounded down to 4), ntq a constant where the caller
+ * is specialised; returns the first pixel not written. Fields of c are read
+ * into locals: the byte stores may alias them. */
+__attribute__((target("avx512f,avx512bw,avx512vnni,avx512vbmi"), always_inline)) static inline int h_vbmi_quads(
+    const coeffs_t *c, const uint8_t *restrict in, uint8_t *restrict out, int out_size, const int ntq,
+    const int bpp) {
   const __m512i half = _mm512_set1_epi32(1 << (PRECISION_BITS - 1));
   const __mmask64 keep = bpp == 4 ? ~(__mmask64)0 : (__mmask64)0x0FFF0FFF0FFF0FFFull; /* RGB: X lanes 0 */
+  const int *bd = c->bounds;
+  const uint8_t *qidx = c->qidx + (bpp == 4 ? 0 : 64);
+  const int8_t *k4 = c->k4;
   int xx = 0;
-  for (; xx + 3 < out_size; xx += 4) {
-    const uint8_t *p0 = in + (size_t)c->bounds[2 * xx] * bpp;
-    const __m512i idx = _mm512_load_si512((const void *)(c->qidx + (size_t)(xx / 4) * 128 + (bpp == 4 ? 0 : 64)));
-    const int8_t *k4 = c->k4 + (size_t)(xx / 4) * (size_t)ntq * 256;
-    __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+  for (; xx + 3 < out_size; xx += 4, bd += 8, qidx += 128, k4 += (size_t)ntq * 256) {
+    const uint8_t *p0 = in + (size_t)bd[0] * bpp;
+    const __m512i idx = _mm512_load_si512((const void *)qidx);
+    __m512i a0 = half, a1 = _mm512_setzero_si512(), a2 = a1, a3 = a1;
     for (int tq = 0; tq < ntq; tq++) {
       const __m512i px =
           _mm512_maskz_permutexvar_epi8(keep, idx, _mm512_loadu_si512((const void *)(p0 + 4 * bpp * tq)));
@@ -460,12 +504,27 @@ __attribute__((target("avx512f,avx512bw,avx512vnni,avx512vbmi"))) static inline 
       a2 = _mm512_dpbusd_epi32(a2, px, _mm512_load_si512((const void *)(k + 128)));
       a3 = _mm512_dpbusd_epi32(a3, px, _mm512_load_si512((const void *)(k + 192)));
     }
-    __m512i s = _mm512_add_epi32(_mm512_add_epi32(a0, half), _mm512_slli_epi32(a1, 7));
+    __m512i s = _mm512_add_epi32(a0, _mm512_slli_epi32(a1, 7));
     s = _mm512_add_epi32(s, _mm512_add_epi32(_mm512_slli_epi32(a2, 14), _mm512_slli_epi32(a3, 21)));
     s = _mm512_srai_epi32(s, PRECISION_BITS);
     s = _mm512_max_epi32(s, _mm512_setzero_si512());
     _mm_storeu_si128((__m128i *)(out + 4 * xx), _mm512_cvtusepi32_epi8(s));
   }
+  return xx;
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vnni,avx512vbmi"), always_inline)) static inline void resample_h_vbmi_bpp(
+    const coeffs_t *c, const uint8_t *restrict in, uint8_t *restrict out, int out_size, const int bpp) {
+  if (c->qspan * bpp + 16 > 64) {
+    resample_h_vnni_bpp(c, in, out, out_size, bpp);
+    return;
+  }
+  const int ntq = (c->taps + 3) / 4;
+  /* the trip count as a constant for up to 12 taps (about 5x), so the tap loop unrolls */
+  const int xx = ntq == 1   ? h_vbmi_quads(c, in, out, out_size, 1, bpp)
+                 : ntq == 2 ? h_vbmi_quads(c, in, out, out_size, 2, bpp)
+                 : ntq == 3 ? h_vbmi_quads(c, in, out, out_size, 3, bpp)
+                            : h_vbmi_quads(c, in, out, out_size, ntq, bpp);
   resample_h_bpp(c, in, out, xx, out_size, bpp); /* the last out_size % 4 pixels */
 }
 
