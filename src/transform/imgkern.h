@@ -1,6 +1,6 @@
 /*
  * imgkern.h - what the image pipeline (imagenet.c) and its kernels in other
- * files (imgkern_neon.c) share: the coefficients, the decoder's state, the
+ * files (imgkern_x86.c, imgkern_neon.c) share: the coefficients, the decoder's state, the
  * kernel signatures and the C loops. Internal to src/transform/.
  *
  * The C loops below are the reference: Pillow's fixed-point arithmetic,
@@ -32,8 +32,8 @@ typedef struct coeffs {
   int32_t *k;    /* out * ksize */
   int *bounds;   /* out * 2: first input index, tap count */
   double *pre;   /* ksize, the float weights of one output pixel */
-  int16_t *k2;   /* SIMD layout, see resample_h_avx2 (imagenet.c) */
-  int8_t *k4;    /* SIMD layout, see resample_h_vnni (imagenet.c) */
+  int16_t *k2;   /* SIMD layout, see lade__resample_h_avx2 (imgkern_x86.c) */
+  int8_t *k4;    /* SIMD layout, see lade__resample_h_vnni (imgkern_x86.c) */
   uint8_t *qidx; /* per output quad, byte shuffles for RGBX and RGB rows, see resample_h_vbmi */
   size_t kcap, bcap, pcap, k2cap, k4cap, qidxcap;
   int qspan;     /* the most input pixels between a quad's first and last window start */
@@ -150,6 +150,30 @@ static inline void store_f32_lut(const struct lade__imgdec *d, const uint8_t *vr
     o2[x] = l2[s[2]];
   }
 }
+
+/* ---- the x86-64 kernels (imgkern_x86.c), each compiled for its own
+ * target and chosen by cpuid in imagenet.c's pick_* functions. The
+ * horizontal passes read up to 16 bytes (VBMI: 64) past a window's start:
+ * the rows' pad (lade__imgpipe_begin) covers it. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define LADE__HAVE_X86_SIMD 1
+void lade__resample_h_avx2(const coeffs_t *c, const uint8_t *in, uint8_t *out, int out_size);
+void lade__resample_h_avx2_rgb(const coeffs_t *c, const uint8_t *in, uint8_t *out, int out_size);
+void lade__resample_h_vnni(const coeffs_t *c, const uint8_t *in, uint8_t *out, int out_size);
+void lade__resample_h_vnni_rgb(const coeffs_t *c, const uint8_t *in, uint8_t *out, int out_size);
+void lade__resample_h_vbmi(const coeffs_t *c, const uint8_t *in, uint8_t *out, int out_size);
+void lade__resample_h_vbmi_rgb(const coeffs_t *c, const uint8_t *in, uint8_t *out, int out_size);
+void lade__resample_v_avx512(const int32_t *k, int taps, const uint8_t *rows, size_t stride, int32_t *acc,
+                             uint8_t *out, size_t n);
+void lade__resample_v_avx2(const int32_t *k, int taps, const uint8_t *rows, size_t stride, int32_t *acc,
+                           uint8_t *out, size_t n);
+void lade__store_f32_avx512(const struct lade__imgdec *d, const uint8_t *vrow, int n, bool flip, float *o0,
+                            float *o1, float *o2);
+void lade__store_f32_avx2(const struct lade__imgdec *d, const uint8_t *vrow, int n, bool flip, float *o0, float *o1,
+                          float *o2);
+void lade__store_u8_vbmi(const uint8_t *vrow, int n, bool flip, uint8_t *o);
+void lade__store_u8_avx2(const uint8_t *vrow, int n, bool flip, uint8_t *o);
+#endif
 
 /* ---- the Arm kernels (imgkern_neon.c): NEON is baseline on aarch64, so
  * they need no run-time check; imagenet.c's pick_* functions choose them
