@@ -1,9 +1,12 @@
-/* image_passes.c - the image pipeline's horizontal pass alone, per path:
- * rows of W RGB pixels (RGBX where the path takes no RGB rows) resampled
- * to 224, for the widths a crop of ImageNet meets, on the kernels this CPU
- * picks (LADE_NO_AVX512=1, LADE_NO_VBMI=1, LADE_NO_SIMD=1 as for the loader).
- * Prints ns per row, the best of REPS rounds of 4,000 rows. No decoder: the
- * stage account of bench_jpeg_transform times the pass in place.
+/* image_passes.c - the image pipeline's passes alone, per path: the
+ * horizontal pass over rows of W RGB pixels (RGBX where the path takes no
+ * RGB rows) resampled to 224, for the widths a crop of ImageNet meets; then
+ * the vertical pass with the float32 and with the uint8 store (the
+ * pipeline's finish) of 330 -> 224 rows, on the kernels this CPU picks
+ * (LADE_NO_AVX512=1, LADE_NO_VBMI=1, LADE_NO_SIMD=1 as for the loader).
+ * Prints ns per row, the best of REPS rounds (4,000 rows; 50 finishes).
+ * No decoder: the stage account of bench_jpeg_transform times the passes
+ * in place.
  *
  *   build/tests/bench_image_passes [REPS]
  */
@@ -53,6 +56,41 @@ int main(int argc, char **argv) {
     printf("%5d -> 224, %s rows, %d taps: %7.1f ns a row  (%s)\n", W, bpp == 3 ? "RGB " : "RGBX", d->ch.taps,
            best * 1e9, k);
     free(in);
+    free(out);
+    lade__imgpipe_free(d);
+  }
+  /* the vertical pass and the stores: 330 box rows (3 taps) to 224 */
+  for (int dt = 0; dt < 2; dt++) {
+    const int W = 330, HB = 330, dtype = dt ? LADE_DTYPE_UINT8 : LADE_DTYPE_FLOAT32;
+    lade__imgdec_t *d = NULL;
+    lade__imgbox_t box = {.left = 0, .top = 0, .w = W, .h = HB, .clip_to_box = true};
+    lade__imgplan_t plan;
+    if (lade__imgpipe_new(&d) || lade__imgpipe_begin(d, W, HB, 1, W, HB, &box, 224, &plan)) {
+      fprintf(stderr, "bench_image_passes: %s\n", lade_last_error());
+      return 1;
+    }
+    uint8_t *row = malloc((size_t)W * 4 + plan.pad);
+    float *out = malloc(224 * 224 * 3 * sizeof(float));
+    if (!row || !out) return 1;
+    for (int r = 0; r < plan.nrows; r++) {
+      for (size_t j = 0; j < (size_t)W * 4 + plan.pad; j++) row[j] = (uint8_t)(j * 131 + (size_t)r * 7);
+      lade__imgpipe_row(d, r, row);
+    }
+    double best = 1e9;
+    for (int r = 0; r < reps; r++) {
+      const double t0 = now();
+      for (int it = 0; it < 50; it++) {
+        lade__imgpipe_finish(d, it & 1, dtype, out);
+        sink += ((const uint8_t *)out)[it];
+      }
+      const double t = (now() - t0) / (50.0 * 224);
+      if (t < best) best = t;
+    }
+    char k[128];
+    lade__imgpipe_kernels(d, k, sizeof k);
+    printf("  %d -> 224 rows, vertical pass and %s store: %7.1f ns a row  (%s)\n", HB, dt ? "uint8" : "float32",
+           best * 1e9, k);
+    free(row);
     free(out);
     lade__imgpipe_free(d);
   }

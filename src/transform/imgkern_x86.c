@@ -344,13 +344,17 @@ __attribute__((target("avx2"))) void lade__resample_v_avx2(const int32_t *restri
   if (i < n) resample_v_c(k, taps, rows + i, stride, acc, out + i, n - i); /* the last n % 32 bytes */
 }
 
-/* (v/255 - mean) / std of one channel's 16 values (see above). */
-__attribute__((target("avx512f"))) static inline __m512 norm16(__m512i v, const float *nc) {
-  const __m512 x = _mm512_cvtepi32_ps(v), r255 = _mm512_set1_ps(nc[3]), k255 = _mm512_set1_ps(255.0f);
-  const __m512 s = _mm512_set1_ps(nc[1]), rs = _mm512_set1_ps(nc[2]);
+/* (v/255 - mean) / std of one channel's 16 values (see imagenet.c,
+ * store_f32_exact): m, s, rs the channel's mean, std and 1/std, r255 1/255.
+ * The constants come in registers, loaded before the loop: read from d
+ * inside it, they were read again after every float store (which may alias
+ * them). */
+__attribute__((target("avx512f"), always_inline)) static inline __m512 norm16(__m512i v, __m512 m, __m512 s, __m512 rs,
+                                                                             __m512 r255) {
+  const __m512 x = _mm512_cvtepi32_ps(v), k255 = _mm512_set1_ps(255.0f);
   __m512 q = _mm512_mul_ps(x, r255);
   q = _mm512_fmadd_ps(_mm512_fnmadd_ps(q, k255, x), r255, q); /* q + (x - q*255) / 255 */
-  const __m512 y = _mm512_sub_ps(q, _mm512_set1_ps(nc[0]));
+  const __m512 y = _mm512_sub_ps(q, m);
   __m512 z = _mm512_mul_ps(y, rs);
   return _mm512_fmadd_ps(_mm512_fnmadd_ps(z, s, y), rs, z); /* z + (y - z*std) / std */
 }
@@ -358,25 +362,32 @@ __attribute__((target("avx512f"))) static inline __m512 norm16(__m512i v, const 
 __attribute__((target("avx512f"))) void lade__store_f32_avx512(const lade__imgdec_t *d, const uint8_t *vrow, int n,
                                                                 bool flip, float *o0, float *o1, float *o2) {
   const __m512i lo = _mm512_set1_epi32(0xFF), rev = _mm512_setr_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512 r255 = _mm512_set1_ps(d->norm[0][3]);
+  __m512 m[3], sd[3], rs[3];
+  for (int c = 0; c < 3; c++) {
+    m[c] = _mm512_set1_ps(d->norm[c][0]);
+    sd[c] = _mm512_set1_ps(d->norm[c][1]);
+    rs[c] = _mm512_set1_ps(d->norm[c][2]);
+  }
   int x = 0;
   for (; x + 16 <= n; x += 16) {
     __m512i p;
     if (flip) p = _mm512_permutexvar_epi32(rev, _mm512_loadu_si512(vrow + (size_t)(n - 16 - x) * 4));
     else p = _mm512_loadu_si512(vrow + (size_t)x * 4);
-    _mm512_storeu_ps(o0 + x, norm16(_mm512_and_si512(p, lo), d->norm[0]));
-    _mm512_storeu_ps(o1 + x, norm16(_mm512_and_si512(_mm512_srli_epi32(p, 8), lo), d->norm[1]));
-    _mm512_storeu_ps(o2 + x, norm16(_mm512_and_si512(_mm512_srli_epi32(p, 16), lo), d->norm[2]));
+    _mm512_storeu_ps(o0 + x, norm16(_mm512_and_si512(p, lo), m[0], sd[0], rs[0], r255));
+    _mm512_storeu_ps(o1 + x, norm16(_mm512_and_si512(_mm512_srli_epi32(p, 8), lo), m[1], sd[1], rs[1], r255));
+    _mm512_storeu_ps(o2 + x, norm16(_mm512_and_si512(_mm512_srli_epi32(p, 16), lo), m[2], sd[2], rs[2], r255));
   }
   /* the last n % 16 pixels: outputs x.. read the first n - x pixels mirrored, or those from x on */
   if (x < n) store_f32_lut(d, flip ? vrow : vrow + (size_t)x * 4, n - x, flip, o0 + x, o1 + x, o2 + x);
 }
 
-__attribute__((target("avx2,fma"))) static inline __m256 norm8(__m256i v, const float *nc) {
-  const __m256 x = _mm256_cvtepi32_ps(v), r255 = _mm256_set1_ps(nc[3]), k255 = _mm256_set1_ps(255.0f);
-  const __m256 s = _mm256_set1_ps(nc[1]), rs = _mm256_set1_ps(nc[2]);
+__attribute__((target("avx2,fma"), always_inline)) static inline __m256 norm8(__m256i v, __m256 m, __m256 s, __m256 rs,
+                                                                             __m256 r255) {
+  const __m256 x = _mm256_cvtepi32_ps(v), k255 = _mm256_set1_ps(255.0f);
   __m256 q = _mm256_mul_ps(x, r255);
   q = _mm256_fmadd_ps(_mm256_fnmadd_ps(q, k255, x), r255, q);
-  const __m256 y = _mm256_sub_ps(q, _mm256_set1_ps(nc[0]));
+  const __m256 y = _mm256_sub_ps(q, m);
   __m256 z = _mm256_mul_ps(y, rs);
   return _mm256_fmadd_ps(_mm256_fnmadd_ps(z, s, y), rs, z);
 }
@@ -384,14 +395,21 @@ __attribute__((target("avx2,fma"))) static inline __m256 norm8(__m256i v, const 
 __attribute__((target("avx2,fma"))) void lade__store_f32_avx2(const lade__imgdec_t *d, const uint8_t *vrow, int n,
                                                                bool flip, float *o0, float *o1, float *o2) {
   const __m256i lo = _mm256_set1_epi32(0xFF), rev = _mm256_setr_epi32(7, 6, 5, 4, 3, 2, 1, 0);
+  const __m256 r255 = _mm256_set1_ps(d->norm[0][3]);
+  __m256 m[3], sd[3], rs[3];
+  for (int c = 0; c < 3; c++) {
+    m[c] = _mm256_set1_ps(d->norm[c][0]);
+    sd[c] = _mm256_set1_ps(d->norm[c][1]);
+    rs[c] = _mm256_set1_ps(d->norm[c][2]);
+  }
   int x = 0;
   for (; x + 8 <= n; x += 8) {
     __m256i p;
     if (flip) p = _mm256_permutevar8x32_epi32(_mm256_loadu_si256((const __m256i *)(vrow + (size_t)(n - 8 - x) * 4)), rev);
     else p = _mm256_loadu_si256((const __m256i *)(vrow + (size_t)x * 4));
-    _mm256_storeu_ps(o0 + x, norm8(_mm256_and_si256(p, lo), d->norm[0]));
-    _mm256_storeu_ps(o1 + x, norm8(_mm256_and_si256(_mm256_srli_epi32(p, 8), lo), d->norm[1]));
-    _mm256_storeu_ps(o2 + x, norm8(_mm256_and_si256(_mm256_srli_epi32(p, 16), lo), d->norm[2]));
+    _mm256_storeu_ps(o0 + x, norm8(_mm256_and_si256(p, lo), m[0], sd[0], rs[0], r255));
+    _mm256_storeu_ps(o1 + x, norm8(_mm256_and_si256(_mm256_srli_epi32(p, 8), lo), m[1], sd[1], rs[1], r255));
+    _mm256_storeu_ps(o2 + x, norm8(_mm256_and_si256(_mm256_srli_epi32(p, 16), lo), m[2], sd[2], rs[2], r255));
   }
   if (x < n) store_f32_lut(d, flip ? vrow : vrow + (size_t)x * 4, n - x, flip, o0 + x, o1 + x, o2 + x);
 }
