@@ -126,14 +126,18 @@ static int scenario(void) {
 
 /* ------------------------------------------------------------ driver */
 
-enum { CHILD_OK = 0, CHILD_ENOMEM = 3, CHILD_OTHER = 4 };
+/* CHILD_UNREACHED: the scenario made fewer than n allocations, so none
+ * failed (the counting run can make more than a child: threads move a few,
+ * and a loaded machine, ctest -j2, moved 30 of 390); not counted as
+ * absorbed, which would read as allocations lade does without. */
+enum { CHILD_OK = 0, CHILD_ENOMEM = 3, CHILD_OTHER = 4, CHILD_UNREACHED = 5 };
 
 static int child(long n) {
   fail_at = n;
   atomic_store(&counting, true);
   int rc = scenario();
   atomic_store(&counting, false);
-  if (rc == 0) return CHILD_OK;
+  if (rc == 0) return atomic_load(&allocs) < n ? CHILD_UNREACHED : CHILD_OK;
   if (rc == LADE_ENOMEM && strstr(lade_last_error(), "memory")) return CHILD_ENOMEM;
   fprintf(stderr, "allocation %ld failing gave %s: %s\n", n, lade_error_name(rc), lade_last_error());
   return CHILD_OTHER;
@@ -164,7 +168,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   long total = (cold > warm ? cold : warm) + 16; /* + slack: thread timing moves a few */
-  long ok = 0, enomem = 0, bad = 0;
+  long ok = 0, enomem = 0, bad = 0, unreached = 0;
   const char *only = getenv("LADE_ALLOCFAIL_MAX");
   if (only) total = strtol(only, NULL, 10);
   for (long n = 1; n <= total; n++) {
@@ -188,12 +192,15 @@ int main(int argc, char **argv) {
     int st = 0;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
     }
-    bool good = WIFEXITED(st) && (WEXITSTATUS(st) == CHILD_OK || WEXITSTATUS(st) == CHILD_ENOMEM);
+    bool good = WIFEXITED(st) && (WEXITSTATUS(st) == CHILD_OK || WEXITSTATUS(st) == CHILD_ENOMEM ||
+                                  WEXITSTATUS(st) == CHILD_UNREACHED);
     if (!good) lade_test_sh("grep -v 'lade: warning' %s >&2", errf);
     if (WIFEXITED(st) && WEXITSTATUS(st) == CHILD_OK) {
       ok++;
     } else if (WIFEXITED(st) && WEXITSTATUS(st) == CHILD_ENOMEM) {
       enomem++;
+    } else if (WIFEXITED(st) && WEXITSTATUS(st) == CHILD_UNREACHED) {
+      unreached++;
     } else {
       bad++;
       if (WIFSIGNALED(st))
@@ -203,10 +210,10 @@ int main(int argc, char **argv) {
     }
   }
   printf("allocation-failure run: %ld allocations (cold cache %ld, warm %ld); %ld failure points: %ld gave "
-         "LADE_ENOMEM, %ld were absorbed, %ld failed badly\n",
-         cold > warm ? cold : warm, cold, warm, total, enomem, ok, bad);
+         "LADE_ENOMEM, %ld were absorbed, %ld failed badly, %ld not reached by the child\n",
+         cold > warm ? cold : warm, cold, warm, total, enomem, ok, bad, unreached);
   CHECK_EQ_INT(bad, 0);
-  CHECK(enomem > total / 2);
+  CHECK(enomem > (total - unreached) / 2); /* most allocations are needed: their failure is an error */
   printf("%s\n", lade_test_failed_checks ? "FAILED" : "ok");
   return lade_test_failed_checks ? 1 : 0;
 }
