@@ -121,8 +121,9 @@ lade__imgacct_t *lade__imgdec_account(lade__imgdec_t *d) { return &d->acct; }
 
 void lade__imgpipe_free(lade__imgdec_t *d) {
   if (!d) return;
-  void *bufs[] = {d->tmp, d->vrow, d->acc, d->ch.k, d->ch.bounds, d->ch.pre, d->ch.k2, d->ch.k4, d->ch.qidx,
-                  d->cv.k, d->cv.bounds, d->cv.pre, d->cv.k2, d->cv.k4, d->cv.qidx};
+  void *bufs[] = {d->tmp,      d->vrow,    d->acc,   d->ch.k,  d->ch.bounds, d->ch.pre,
+                  d->ch.k2,    d->ch.k4,   d->ch.qidx, d->ch.kn, d->cv.k,      d->cv.bounds,
+                  d->cv.pre,   d->cv.k2,   d->cv.k4, d->cv.qidx, d->cv.kn};
   for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) lade__aligned_free(bufs[i]);
   free(d);
 }
@@ -208,6 +209,15 @@ static int make_coeffs_anew(coeffs_t *c, int in_size, double in0, double in1, in
           }
         }
       }
+  }
+  if (layout == LAYOUT_PADDED) {
+    /* Per output pixel, its coefficients padded with zeros to whole quads of
+     * taps (k's own stride, ksize, may be shorter than that). */
+    const size_t nq4 = (size_t)(c->taps + 3) / 4 * 4;
+    if ((rc = lade__imgpipe_grow(&c->kn, &c->kncap, (size_t)out_size * nq4 * sizeof(int32_t))) != 0) return rc;
+    for (size_t xx = 0; xx < (size_t)out_size; xx++)
+      for (size_t x = 0; x < nq4; x++)
+        c->kn[xx * nq4 + x] = x < (size_t)ksize ? c->k[xx * (size_t)ksize + x] : 0;
   }
   if (layout == LAYOUT_QUADS) {
     /* Per output quad qi, tap quad tq and 7-bit piece j (k = sum over j of
@@ -352,6 +362,8 @@ static int resample_h_layout(resample_h_fn f) {
 #ifdef LADE__HAVE_X86_SIMD
   if (f == lade__resample_h_vnni || f == lade__resample_h_vbmi) return LAYOUT_QUADS;
   if (f == lade__resample_h_avx2) return LAYOUT_PAIRS;
+#elif defined(LADE__HAVE_NEON)
+  if (f == lade__resample_h_neon) return LAYOUT_PADDED;
 #endif
   LADE__UNUSED(f);
   return LAYOUT_C;

@@ -83,8 +83,8 @@ static int pick_backend(lade__imgdec_t *d, const uint8_t *p, size_t n, const lad
 }
 
 int lade__img_size(lade__imgdec_t *d, const uint8_t *buf, size_t len, int *width, int *height) {
-  const lade__imgbackend_t *be;
-  void *st;
+  const lade__imgbackend_t *be = NULL; /* set when pick_backend returns 0 (gcc cannot tell in a build */
+  void *st = NULL;                      /* with no codec, where every pick fails) */
   int rc = pick_backend(d, buf, len, &be, &st);
   if (rc) return rc;
   return be->size(st, buf, len, width, height);
@@ -95,8 +95,8 @@ static int run(lade__imgdec_t *d, const uint8_t *buf, size_t len, const lade__im
   if (out_size <= 0 || out_size > 65535) return lade__fail(LADE_EINVAL, "bad output size %d", out_size);
   if (dtype != LADE_DTYPE_UINT8 && dtype != LADE_DTYPE_FLOAT32)
     return lade__fail(LADE_EINVAL, "image dtype must be uint8 or float32, not %s", lade_dtype_name(dtype));
-  const lade__imgbackend_t *be;
-  void *st;
+  const lade__imgbackend_t *be = NULL; /* set when pick_backend returns 0 (gcc cannot tell in a build */
+  void *st = NULL;                      /* with no codec, where every pick fails) */
   int rc = pick_backend(d, buf, len, &be, &st);
   if (rc) return rc;
   if ((rc = be->decode(st, d, buf, len, b, out_size)) != 0) return rc;

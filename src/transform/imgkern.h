@@ -35,7 +35,8 @@ typedef struct coeffs {
   int16_t *k2;   /* SIMD layout, see lade__resample_h_avx2 (imgkern_x86.c) */
   int8_t *k4;    /* SIMD layout, see lade__resample_h_vnni (imgkern_x86.c) */
   uint8_t *qidx; /* per output quad, byte shuffles for RGBX and RGB rows, see resample_h_vbmi */
-  size_t kcap, bcap, pcap, k2cap, k4cap, qidxcap;
+  int32_t *kn;   /* per output pixel, k padded with zeros to 4*ceil(taps/4): see lade__resample_h_neon */
+  size_t kcap, bcap, pcap, k2cap, k4cap, qidxcap, kncap;
   int qspan;     /* the most input pixels between a quad's first and last window start */
   int ksize;
   int taps;      /* the most taps any output pixel has (<= ksize): the SIMD passes' trip count */
@@ -43,7 +44,7 @@ typedef struct coeffs {
 } coeffs_t;
 
 /* The coefficient layout a horizontal pass reads besides k. */
-enum { LAYOUT_C, LAYOUT_PAIRS, LAYOUT_QUADS };
+enum { LAYOUT_C, LAYOUT_PAIRS, LAYOUT_QUADS, LAYOUT_PADDED };
 
 /* One row (RGBX, or RGB for the _rgb passes) -> out_size RGBX pixels. */
 typedef void (*resample_h_fn)(const coeffs_t *, const uint8_t *, uint8_t *, int);
@@ -178,8 +179,9 @@ void lade__store_u8_avx2(const uint8_t *vrow, int n, bool flip, uint8_t *o);
 /* ---- the Arm kernels (imgkern_neon.c): NEON is baseline on aarch64, so
  * they need no run-time check; imagenet.c's pick_* functions choose them
  * unless LADE_NO_SIMD is set, the float store only after store_f32_exact.
- * Each reads no byte before or past what the C loop reads, except the RGB
- * pass, which reads up to 4 bytes past a window (inside the rows' pad). */
+ * Each reads no byte before or past what the C loop reads, except the
+ * horizontal pass, which reads whole quads of taps: up to 3 pixels (and 4
+ * bytes more for RGB rows) past a window, inside the rows' pad. */
 #if defined(__aarch64__) && defined(__ARM_NEON)
 #define LADE__HAVE_NEON 1
 void lade__resample_h_neon(const coeffs_t *c, const uint8_t *in, uint8_t *out, int out_size);

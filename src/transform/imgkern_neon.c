@@ -22,7 +22,6 @@
 
 #ifdef LADE__HAVE_NEON
 #include <arm_neon.h>
-#include <string.h>
 
 static inline int32x4_t widen_lo(uint16x8_t v) { return vreinterpretq_s32_u32(vmovl_u16(vget_low_u16(v))); }
 static inline int32x4_t widen_hi(uint16x8_t v) { return vreinterpretq_s32_u32(vmovl_high_u16(v)); }
@@ -38,48 +37,64 @@ static inline uint8x16_t clip16(int32x4_t s0, int32x4_t s1, int32x4_t s2, int32x
 }
 
 /*
- * One output pixel per register: four taps per step from one 16-byte load
+ * One output pixel per register, four taps per step from one 16-byte load
  * (RGB rows: 12 bytes spread to RGBX with a zero X by a table lookup), each
- * tap's pixel widened to int32 and multiplied by its coefficient; the last
- * n % 4 taps one at a time. RGB rows read up to 4 bytes past a window, which
- * the rows' pad covers.
+ * tap's pixel widened to int32 and multiplied by its coefficient. Every
+ * pixel runs ceil(taps/4) quads over its coefficients padded with zeros
+ * (c->kn, LAYOUT_PADDED), with the count a constant for up to 12 taps so
+ * the loop unrolls, and four pixels share one clip and one 16-byte store.
+ * A pixel's window is read up to 4*ceil(taps/4) pixels (+4 bytes for RGB)
+ * from its start, which the rows' pad covers. The coefficients' fields are
+ * read once per row: a byte store may alias them. (Before: the taps one by
+ * one past the last whole quad, so a 3-tap pixel, the usual downscale, ran
+ * three scalar-sized steps, and a store per pixel. Counted under qemu, not
+ * timed: bench/RESULTS.md.)
  */
+__attribute__((always_inline)) static inline int32x4_t h_neon_px(const uint8_t *p, const int32_t *k, const int ntq,
+                                                              const int bpp, uint8x16_t spread) {
+  int32x4_t s0 = vdupq_n_s32(1 << (PRECISION_BITS - 1)), s1 = vdupq_n_s32(0);
+  for (int tq = 0; tq < ntq; tq++) {
+    uint8x16_t b = vld1q_u8(p + 4 * bpp * tq);
+    if (bpp == 3) b = vqtbl1q_u8(b, spread); /* index 255: a zero byte */
+    const int32x4_t kv = vld1q_s32(k + 4 * tq);
+    const uint16x8_t lo = vmovl_u8(vget_low_u8(b)), hi = vmovl_high_u8(b);
+    s0 = vmlaq_laneq_s32(s0, widen_lo(lo), kv, 0);
+    s1 = vmlaq_laneq_s32(s1, widen_hi(lo), kv, 1);
+    s0 = vmlaq_laneq_s32(s0, widen_lo(hi), kv, 2);
+    s1 = vmlaq_laneq_s32(s1, widen_hi(hi), kv, 3);
+  }
+  return vaddq_s32(s0, s1);
+}
+
+/* Quads of output pixels up to out_size (rounded down to 4); returns the
+ * first pixel not written. */
+__attribute__((always_inline)) static inline int h_neon_quads(const coeffs_t *c, const uint8_t *restrict in,
+                                                           uint8_t *restrict out, int out_size, const int ntq,
+                                                           const int bpp) {
+  static const uint8_t rgb_to_rgbx[16] = {0, 1, 2, 255, 3, 4, 5, 255, 6, 7, 8, 255, 9, 10, 11, 255};
+  const uint8x16_t spread = vld1q_u8(rgb_to_rgbx);
+  const int *bd = c->bounds;
+  const int32_t *kn = c->kn;
+  const size_t kstep = 4 * (size_t)ntq; /* int32 per pixel */
+  int xx = 0;
+  for (; xx + 3 < out_size; xx += 4, bd += 8, kn += 4 * kstep) {
+    const int32x4_t s0 = h_neon_px(in + (size_t)bd[0] * bpp, kn, ntq, bpp, spread);
+    const int32x4_t s1 = h_neon_px(in + (size_t)bd[2] * bpp, kn + kstep, ntq, bpp, spread);
+    const int32x4_t s2 = h_neon_px(in + (size_t)bd[4] * bpp, kn + 2 * kstep, ntq, bpp, spread);
+    const int32x4_t s3 = h_neon_px(in + (size_t)bd[6] * bpp, kn + 3 * kstep, ntq, bpp, spread);
+    vst1q_u8(out + 4 * (size_t)xx, clip16(s0, s1, s2, s3));
+  }
+  return xx;
+}
+
 static inline void resample_h_neon_bpp(const coeffs_t *c, const uint8_t *restrict in, uint8_t *restrict out,
                                        int out_size, const int bpp) {
-  const int ksize = c->ksize;
-  const int32x4_t half = vdupq_n_s32(1 << (PRECISION_BITS - 1)), zero = vdupq_n_s32(0);
-  static const uint8_t rgb_to_rgbx[16] = {0, 1, 2, 255, 3, 4, 5, 255, 6, 7, 8, 255, 9, 10, 11, 255};
-  static const uint8_t rgb_mask[8] = {255, 255, 255, 0, 255, 255, 255, 0};
-  const uint8x16_t spread = vld1q_u8(rgb_to_rgbx);
-  const uint8x8_t mask = vld1_u8(rgb_mask);
-  for (int xx = 0; xx < out_size; xx++) {
-    const int n = c->bounds[2 * xx + 1];
-    const int32_t *k = c->k + (size_t)xx * ksize;
-    const uint8_t *p = in + (size_t)c->bounds[2 * xx] * (size_t)bpp;
-    int32x4_t s0 = half, s1 = zero;
-    int x = 0;
-    for (; x + 4 <= n; x += 4) {
-      uint8x16_t b = vld1q_u8(p + bpp * x);
-      if (bpp == 3) b = vqtbl1q_u8(b, spread); /* index 255: a zero byte */
-      const int32x4_t kv = vld1q_s32(k + x);
-      const uint16x8_t lo = vmovl_u8(vget_low_u8(b)), hi = vmovl_high_u8(b);
-      s0 = vmlaq_laneq_s32(s0, widen_lo(lo), kv, 0);
-      s1 = vmlaq_laneq_s32(s1, widen_hi(lo), kv, 1);
-      s0 = vmlaq_laneq_s32(s0, widen_lo(hi), kv, 2);
-      s1 = vmlaq_laneq_s32(s1, widen_hi(hi), kv, 3);
-    }
-    for (; x < n; x++) {
-      uint32_t w;
-      memcpy(&w, p + bpp * x, 4); /* RGB: one byte past the pixel, zeroed below */
-      uint8x8_t b = vreinterpret_u8_u32(vdup_n_u32(w));
-      if (bpp == 3) b = vand_u8(b, mask);
-      s0 = vmlaq_n_s32(s0, widen_lo(vmovl_u8(b)), k[x]);
-    }
-    const int32x4_t s = vshrq_n_s32(vaddq_s32(s0, s1), PRECISION_BITS);
-    const uint16x4_t w16 = vqmovun_s32(s);
-    const uint8x8_t w8 = vqmovn_u16(vcombine_u16(w16, w16));
-    vst1_lane_u32((uint32_t *)(void *)(out + 4 * (size_t)xx), vreinterpret_u32_u8(w8), 0);
-  }
+  const int ntq = (c->taps + 3) / 4;
+  const int xx = ntq == 1   ? h_neon_quads(c, in, out, out_size, 1, bpp)
+                 : ntq == 2 ? h_neon_quads(c, in, out, out_size, 2, bpp)
+                 : ntq == 3 ? h_neon_quads(c, in, out, out_size, 3, bpp)
+                            : h_neon_quads(c, in, out, out_size, ntq, bpp);
+  resample_h_bpp(c, in, out, xx, out_size, bpp); /* the last out_size % 4 pixels */
 }
 
 void lade__resample_h_neon(const coeffs_t *c, const uint8_t *in, uint8_t *out, int out_size) {

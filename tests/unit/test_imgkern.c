@@ -233,7 +233,10 @@ static void test_clip(void) {
         hhi += s2 > 511;
       }
     CHECK(hlo > 0 && hhi > 0);
-    coeffs_t c = {.k = kh, .bounds = bounds, .ksize = 3, .taps = 3};
+    int32_t kn[67 * 4]; /* the NEON pass's layout (LAYOUT_PADDED): each pixel's taps padded to a quad */
+    for (int x = 0; x < 67; x++)
+      for (int t = 0; t < 4; t++) kn[4 * x + t] = t < 3 ? kh[3 * x + t] : 0;
+    coeffs_t c = {.k = kh, .bounds = bounds, .kn = kn, .ksize = 3, .taps = 3};
     for (int bpp = 3; bpp <= 4; bpp++) {
       resample_h_fn f = bpp == 4 ? d->resample_h : d->resample_h_rgb;
       if (!f) continue;
