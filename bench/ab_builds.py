@@ -4,7 +4,9 @@ with build A and build B, alternated rep by rep (A B, B A, A B, ...), so both
 see the same machine state. For a refactor that must not cost speed, or a
 tuning that must be measured against the code before it.
 
-Cases: JPEG imagenet-train (float32 crops), .npy 128 KiB arrays (raw bytes
+Cases: JPEG imagenet-train (float32 crops; `jpeg-avx2`: the same with
+LADE_NO_AVX512=1, the kernels of a CPU without AVX-512, not run unless
+named), .npy 128 KiB arrays (raw bytes
 into the batch; `tar` and `hdf5`: the same arrays packed by `lade pack`, not
 run unless named), every plan kind across --np MPI ranks on local JPEGs
 (the plans' local overhead; mpirun is skipped when absent), and the JPEGs
@@ -44,13 +46,14 @@ def no_ceiling(lade):
     return _CEILING[lade]
 
 
-def bench(lade, args, mpi_np=0):
+def bench(lade, args, mpi_np=0, env=None):
     """samples/s, the batch checksums, and lade's CPU seconds per sample (its user + system time, open
     included: a measure that other load on a shared machine moves less than the rate)."""
     cmd = [lade, "bench"] + args + ["--json"] + no_ceiling(lade)
     u0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if not mpi_np:
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True,
+                             env=dict(os.environ, **env) if env else None).stdout
     else:  # one output file per rank: the ranks' long JSON lines would interleave on one pipe
         with tempfile.TemporaryDirectory(prefix="lade-ab-mpi-") as d:
             subprocess.run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(mpi_np),
@@ -90,9 +93,11 @@ def main():
         subprocess.run([a.b, "gen", "jpeg", jpeg, "--count", str(a.jpeg_count)], check=True, capture_output=True)
         cases = []
         want = a.cases.split(",")
+        jpeg_args = ["--transform", "imagenet-train", "--batch-size", "32", "--epochs", "2", "--seed", "1"]
         if "jpeg" in want:
-            cases.append(("jpeg imagenet-train b32", ["--transform", "imagenet-train", "--batch-size", "32",
-                                                      "--epochs", "2", "--seed", "1"], jpeg, 0))
+            cases.append(("jpeg imagenet-train b32", jpeg_args, jpeg, 0))
+        if "jpeg-avx2" in want:
+            cases.append(("jpeg b32 LADE_NO_AVX512=1", jpeg_args, jpeg, 0, {"LADE_NO_AVX512": "1"}))
         if "npy" in want:
             subprocess.run([a.b, "gen", "npy", npy, "--count", str(a.npy_count)], check=True, capture_output=True)
             cases.append(("npy 128 KiB b256", ["--batch-size", "256", "--epochs", "3"], npy, 0))
@@ -135,14 +140,15 @@ def main():
                 cases.append(("http tar raw b32 in order", raw + ["--set", "shuffle=false"], url, 0))
                 cases.append(("http tar raw shuffled, gap 0", raw + ["--set", "coalesce_gap_bytes=0"], url, 0))
         print("A = %s\nB = %s\nCPU: %s" % (a.a, a.b, cpu_model()))
-        for name, args, data, np_ in cases:
+        for name, args, data, np_, *env in cases:
+            env = env[0] if env else None
             rates = {"A": [], "B": []}
             cpus = {"A": [], "B": []}
             sums = {}
             for rep in range(a.reps):
                 order = ("A", "B") if rep % 2 == 0 else ("B", "A")
                 for which in order:
-                    r, cs, cpu = bench(a.a if which == "A" else a.b, [data] + args, np_)
+                    r, cs, cpu = bench(a.a if which == "A" else a.b, [data] + args, np_, env)
                     rates[which].append(r)
                     cpus[which].append(cpu)
                     sums.setdefault(which, cs)
