@@ -23,19 +23,28 @@ static double now(void) {
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+/* A pipeline for a W x H image whose box is the whole image, to 224; NULL
+ * (said on stderr) when it cannot be made. */
+static lade__imgdec_t *open_pipe(int W, int H, lade__imgplan_t *plan) {
+  lade__imgdec_t *d = NULL;
+  lade__imgbox_t box = {.left = 0, .top = 0, .w = W, .h = H, .clip_to_box = true};
+  if (lade__imgpipe_new(&d) || lade__imgpipe_begin(d, W, H, 1, W, H, &box, 224, plan)) {
+    fprintf(stderr, "bench_image_passes: %s\n", lade_last_error());
+    lade__imgpipe_free(d);
+    return NULL;
+  }
+  return d;
+}
+
 int main(int argc, char **argv) {
   static const int widths[] = {250, 330, 500, 800, 1200};
   const int reps = argc > 1 ? atoi(argv[1]) : 10, H = 64, ROWS = 4000;
   unsigned sink = 0;
   for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
     const int W = widths[wi];
-    lade__imgdec_t *d = NULL;
-    lade__imgbox_t box = {.left = 0, .top = 0, .w = W, .h = H, .clip_to_box = true};
     lade__imgplan_t plan;
-    if (lade__imgpipe_new(&d) || lade__imgpipe_begin(d, W, H, 1, W, H, &box, 224, &plan)) {
-      fprintf(stderr, "bench_image_passes: %s\n", lade_last_error());
-      return 1;
-    }
+    lade__imgdec_t *d = open_pipe(W, H, &plan);
+    if (!d) return 1;
     const resample_h_fn f = d->resample_h_rgb ? d->resample_h_rgb : d->resample_h;
     const size_t bpp = d->resample_h_rgb ? 3 : 4, len = (size_t)W * 4 * (size_t)H + (size_t)plan.pad;
     uint8_t *in = malloc(len), *out = malloc(224 * 4 + 64);
@@ -62,13 +71,9 @@ int main(int argc, char **argv) {
   /* the vertical pass and the stores: 330 box rows (3 taps) to 224 */
   for (int dt = 0; dt < 2; dt++) {
     const int W = 330, HB = 330, dtype = dt ? LADE_DTYPE_UINT8 : LADE_DTYPE_FLOAT32;
-    lade__imgdec_t *d = NULL;
-    lade__imgbox_t box = {.left = 0, .top = 0, .w = W, .h = HB, .clip_to_box = true};
     lade__imgplan_t plan;
-    if (lade__imgpipe_new(&d) || lade__imgpipe_begin(d, W, HB, 1, W, HB, &box, 224, &plan)) {
-      fprintf(stderr, "bench_image_passes: %s\n", lade_last_error());
-      return 1;
-    }
+    lade__imgdec_t *d = open_pipe(W, HB, &plan);
+    if (!d) return 1;
     uint8_t *row = malloc((size_t)W * 4 + plan.pad);
     float *out = malloc(224 * 224 * 3 * sizeof(float));
     if (!row || !out) return 1;

@@ -121,9 +121,8 @@ lade__imgacct_t *lade__imgdec_account(lade__imgdec_t *d) { return &d->acct; }
 
 void lade__imgpipe_free(lade__imgdec_t *d) {
   if (!d) return;
-  void *bufs[] = {d->tmp,      d->vrow,    d->acc,   d->ch.k,  d->ch.bounds, d->ch.pre,
-                  d->ch.k2,    d->ch.k4,   d->ch.qidx, d->ch.kn, d->cv.k,      d->cv.bounds,
-                  d->cv.pre,   d->cv.k2,   d->cv.k4, d->cv.qidx, d->cv.kn};
+  void *bufs[] = {d->tmp,   d->vrow, d->acc,       d->ch.k,   d->ch.bounds, d->ch.pre, d->ch.k2,   d->ch.k4, d->ch.qidx,
+                  d->ch.kn, d->cv.k, d->cv.bounds, d->cv.pre, d->cv.k2,     d->cv.k4,  d->cv.qidx, d->cv.kn};
   for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) lade__aligned_free(bufs[i]);
   free(d);
 }
