@@ -365,6 +365,12 @@ static int bench_loop(bench_run_t *r, const bench_opts_t *o) {
         n += (size_t)snprintf(r->shape + n, sizeof r->shape - n, "%s%lld", i ? "x" : "", (long long)b->shape[i]);
       r->dtype = lade_dtype_name(b->dtype);
     }
+    if (o->checksum && b->device >= 0) {
+      fprintf(stderr, "%slade bench: error: the batches are in GPU memory (device=cuda:%d) and the checksum reads "
+              "them on the host: add --no-checksum\n", tty ? "\n" : "", b->device);
+      lade_batch_release(b);
+      break;
+    }
     if (o->checksum) r->sum = lade_checksum(b->data, b->nbytes, r->sum);
     r->samples += (uint64_t)b->shape[0];
     r->out_bytes += b->nbytes;

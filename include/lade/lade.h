@@ -237,8 +237,11 @@ typedef struct lade_batch {
   uint64_t epoch;           /* 0-based epoch of this batch */
   uint64_t step;            /* 0-based step within the epoch */
   uint32_t substituted;     /* samples replaced by on_error=skip in this batch */
-  int device;               /* -1: host memory */
+  int device;               /* -1: host memory; else the CUDA device that `data` is on (setting device) */
   uint32_t valid;           /* samples that are real; the rest (at the end) are padding repeats */
+  /* device >= 0: the labels in device memory (shape[0] int64); `labels` stays a host copy. Before the
+   * device's bytes are read, a stream must wait for them: lade_batch_use_stream() */
+  const int64_t *device_labels;
 } lade_batch_t;
 
 /* --------------------------------------------------------------------- loader */
@@ -290,6 +293,20 @@ LADE_API int lade_loader_next(lade_loader_t *loader, lade_batch_t **out);
  * fork() it does nothing (the pool is the parent's).
  */
 LADE_API void lade_batch_release(lade_batch_t *batch);
+
+/*
+ * device=cuda[:N] (docs/device.md): makes the CUDA stream `stream` (a
+ * cudaStream_t; NULL or 1: the legacy default stream, 2: the per-thread
+ * one) wait, on the GPU and without blocking the host, until the batch's
+ * data and labels are in device memory, as DLPack's __dlpack__(stream=)
+ * does. The stream is remembered: lade_batch_release() records an event on
+ * it, and lade's copy of a later batch into the same device buffer waits for
+ * that event, so work queued on the stream before the release still reads
+ * this batch. Call it on every stream that reads the batch (at most 4)
+ * before reading. 0, or LADE_EINVAL for a host batch or a fifth stream,
+ * LADE_EIO with the CUDA runtime's reason.
+ */
+LADE_API int lade_batch_use_stream(lade_batch_t *batch, void *stream);
 
 /*
  * Repositions the loader so the next batch is (epoch, step), exactly as an
@@ -582,6 +599,11 @@ typedef struct lade_stats {
    * that follow the machine): its horizontal pass and rows per libjpeg call, as the first worker made them, e.g.
    * "vbmi-rgb, 16 rows per libjpeg call (trials cost 1.2 ms)"; "" before then and for other transforms */
   char image_kernels[96];
+  /* device=cuda[:N] (docs/device.md): the batches' copies to the GPU; zero for host batches */
+  uint64_t h2d_bytes;        /* bytes copied host to device (data and labels) */
+  uint64_t device_buffers;   /* device batch buffers allocated */
+  double h2d_seconds;        /* GPU time of the copies, on lade's own stream (they overlap the consumer's work) */
+  double h2d_wait_seconds;   /* GPU time the consumer's streams waited for a copy: a stall of training */
 } lade_stats_t;
 
 /*

@@ -147,6 +147,12 @@ def _torch():
     return _import_optional("torch")
 
 
+def _torch_stream(torch, b):
+    """The DLPack stream number of torch's current stream on b's device (1: the legacy default stream)."""
+    s = torch.cuda.current_stream(b.device).cuda_stream
+    return s if s else 1
+
+
 def _numpy():
     import numpy  # noqa: WPS433
 
@@ -235,6 +241,7 @@ class Loader:
             pairs.append((k, _setting_text(k, v)))
         # what the loader was made with, secrets masked (S3 credentials never show in logs or repr)
         self.settings = {k: ("***" if v and _lade.is_secret(k) else v) for k, v in pairs}
+        self._on_device = str(self.settings.get("device", "cpu")) not in ("cpu", "")
         self._convert = self._converter(output)
         _no_workers()
         if _ucx_bootstrap(settings, rank, world_size) == "local":
@@ -248,6 +255,7 @@ class Loader:
 
     # ---- conversion
     def _converter(self, output):
+        on_device = self._on_device
         if output == "torch":
             torch = _torch()
             if torch is None:
@@ -258,18 +266,31 @@ class Loader:
                 dt = b.dtype
                 if dt == "bool":
                     # torch 1.13's from_dlpack rejects DLPack bool: the same bytes as uint8, viewed as bool
-                    return from_dlpack(b._dlpack_uint8_bool()).view(torch.bool)
+                    kw = {"stream": _torch_stream(torch, b)} if on_device else {}
+                    return from_dlpack(b._dlpack_uint8_bool(**kw)).view(torch.bool)
                 if getattr(torch, dt, None) is None:
                     # uint16/32/64 before torch 2.3: no tensor type holds them; widening would copy every
                     # batch and change the dtype (and uint64 does not fit int64), so say so instead
                     raise Error("the dataset's dtype is %s, which torch %s has no tensor type for; use "
                                 "output='numpy' (exact values) and convert as you need"
                                 % (dt, torch.__version__))
+                if on_device:
+                    # the protocol: torch passes its current stream, which waits (on the GPU) for lade's copy
+                    return from_dlpack(b)
                 return from_dlpack(b.__dlpack__())
+
+            if on_device:
+                def conv(b):
+                    x = data(b)  # first: the stream's wait covers the labels' copy too
+                    return x, from_dlpack(b._device_labels())
+                return conv
 
             def conv(b):
                 return data(b), from_dlpack(b.labels.__dlpack__())
             return conv
+        if on_device and output == "numpy":
+            raise Error("output='numpy' with device=%s: the batches are in GPU memory; use output='torch' or "
+                        "'dlpack' (CuPy, JAX: from_dlpack(batch))" % self.settings.get("device"))
         if output == "numpy":
             np = _numpy()
 

@@ -76,6 +76,24 @@ static PyObject *wrap_managed(managed_t *mt) {
   return cap;
 }
 
+/* mt as a 1-D int64 tensor of n values at data (labels, indices). */
+static void managed_int64(managed_t *mt, void *data, int64_t n, DLDeviceType type, int32_t id) {
+  mt->shape[0] = n;
+  mt->strides[0] = 1;
+  mt->m.dl_tensor.data = data;
+  mt->m.dl_tensor.device.device_type = type;
+  mt->m.dl_tensor.device.device_id = id;
+  mt->m.dl_tensor.ndim = 1;
+  mt->m.dl_tensor.dtype.code = kDLInt;
+  mt->m.dl_tensor.dtype.bits = 64;
+  mt->m.dl_tensor.dtype.lanes = 1;
+  mt->m.dl_tensor.shape = mt->shape;
+  mt->m.dl_tensor.strides = mt->strides;
+  mt->m.dl_tensor.byte_offset = 0;
+  mt->m.manager_ctx = mt;
+  mt->m.deleter = managed_deleter;
+}
+
 /* ------------------------------------------------------------ Array (labels, indices) */
 
 typedef struct {
@@ -165,20 +183,7 @@ static PyObject *array_dlpack(ArrayObject *a, PyObject *args, PyObject *kwargs) 
     return PyErr_NoMemory();
   }
   if (a->n) memcpy(mt->owned, a->data, (size_t)a->n * sizeof(int64_t));
-  mt->shape[0] = a->n;
-  mt->strides[0] = 1;
-  mt->m.dl_tensor.data = mt->owned;
-  mt->m.dl_tensor.device.device_type = kDLCPU;
-  mt->m.dl_tensor.device.device_id = 0;
-  mt->m.dl_tensor.ndim = 1;
-  mt->m.dl_tensor.dtype.code = kDLInt;
-  mt->m.dl_tensor.dtype.bits = 64;
-  mt->m.dl_tensor.dtype.lanes = 1;
-  mt->m.dl_tensor.shape = mt->shape;
-  mt->m.dl_tensor.strides = mt->strides;
-  mt->m.dl_tensor.byte_offset = 0;
-  mt->m.manager_ctx = mt;
-  mt->m.deleter = managed_deleter;
+  managed_int64(mt, mt->owned, a->n, kDLCPU, 0);
   return wrap_managed(mt);
 }
 
@@ -282,8 +287,68 @@ static PyObject *batch_dlpack_typed(BatchObject *o, int bool_as_u8) {
   return wrap_managed(mt);
 }
 
-static PyObject *batch_dlpack(BatchObject *o, PyObject *args, PyObject *kwargs) { return batch_dlpack_typed(o, 0); }
-static PyObject *batch_dlpack_u8(BatchObject *o, PyObject *unused) { return batch_dlpack_typed(o, 1); }
+/* DLPack's stream protocol (the array API's __dlpack__): a device batch
+ * makes the consumer's stream wait for its copy (lade_batch_use_stream);
+ * None, 0 and 1 are the legacy default stream, 2 the per-thread one, -1 no
+ * synchronisation. The other keywords (max_version, dl_device, copy) are
+ * accepted and a legacy capsule is returned, which every consumer takes. */
+static int dlpack_stream(BatchObject *o, PyObject *args, PyObject *kwargs) {
+  static char *kw[] = {"stream", "max_version", "dl_device", "copy", NULL};
+  PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|O$OOO:__dlpack__", kw, &stream, &max_version, &dl_device, &copy))
+    return -1;
+  if (copy != Py_None && PyObject_IsTrue(copy) == 1) {
+    PyErr_SetString(PyExc_BufferError, "lade.Batch.__dlpack__: copy=True is not supported (the batch is exported "
+                    "without a copy; copy the tensor made from it)");
+    return -1;
+  }
+  if (batch_check(o)) return -1;
+  if (o->b->device < 0) return 0;
+  void *s = NULL;
+  if (stream != Py_None) {
+    long long v = PyLong_AsLongLong(stream);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    if (v == -1) return 0;
+    s = v == 0 ? NULL : (void *)(intptr_t)v;
+  }
+  int rc;
+  Py_BEGIN_ALLOW_THREADS rc = lade_batch_use_stream(o->b, s);
+  Py_END_ALLOW_THREADS if (rc) {
+    raise_last(rc);
+    return -1;
+  }
+  return 0;
+}
+
+static PyObject *batch_dlpack(BatchObject *o, PyObject *args, PyObject *kwargs) {
+  return dlpack_stream(o, args, kwargs) ? NULL : batch_dlpack_typed(o, 0);
+}
+static PyObject *batch_dlpack_u8(BatchObject *o, PyObject *args, PyObject *kwargs) {
+  return dlpack_stream(o, args, kwargs) ? NULL : batch_dlpack_typed(o, 1);
+}
+
+/* A device batch's labels (shape[0] int64 on its device, no copy), as a
+ * DLPack capsule holding the batch; made after the data's __dlpack__ on the
+ * same stream, which already waits for the labels' copy too. */
+static PyObject *batch_device_labels(BatchObject *o, PyObject *unused) {
+  if (batch_check(o)) return NULL;
+  const lade_batch_t *b = o->b;
+  if (b->device < 0 || !b->device_labels)
+    return raise_lade(LADE_EINVAL, "batch is in host memory: its labels are batch.labels");
+  managed_t *mt = calloc(1, sizeof *mt);
+  if (!mt) return PyErr_NoMemory();
+  managed_int64(mt, (void *)b->device_labels, b->shape[0], kDLCUDA, b->device);
+  mt->ref = o->ref;
+  ref_inc(o->ref);
+  return wrap_managed(mt);
+}
+
+static PyObject *batch_device(BatchObject *o, void *c) {
+  if (batch_check(o)) return NULL;
+  if (o->b->device < 0) return PyUnicode_FromString("cpu");
+  return PyUnicode_FromFormat("cuda:%d", o->b->device);
+}
+
 
 static PyObject *batch_dlpack_device(BatchObject *o, PyObject *unused) {
   if (batch_check(o)) return NULL;
@@ -384,6 +449,11 @@ static int batch_getbuffer(BatchObject *o, Py_buffer *view, int flags) {
   view->obj = NULL;
   if (batch_check(o)) return -1;
   const lade_batch_t *b = o->b;
+  if (b->device >= 0) {
+    PyErr_Format(PyExc_BufferError, "the batch is in GPU memory (device=cuda:%d): take it with DLPack "
+                 "(torch.from_dlpack, output='torch'), not the buffer protocol", b->device);
+    return -1;
+  }
   const char *fmt = buffer_format(b->dtype);
   size_t isz = lade_dtype_size(b->dtype);
   if (!fmt || !isz || b->ndim < 1 || b->ndim > LADE_MAX_DIMS) {
@@ -440,13 +510,16 @@ static PyGetSetDef batch_getset[] = {
     {"valid", (getter)batch_valid, NULL,
      "samples that are real: the first `valid`; the rest pad the epoch (world_size > 1, drop_last=False)", NULL},
     {"_refs", (getter)batch_refs, NULL, "owners of the buffer (this object + live DLPack exports)", NULL},
+    {"device", (getter)batch_device, NULL, "where the batch is: 'cpu' or 'cuda:N' (setting device)", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PyMethodDef batch_methods[] = {
     {"__dlpack__", (PyCFunction)(void (*)(void))batch_dlpack, METH_VARARGS | METH_KEYWORDS,
      "DLPack capsule viewing the batch buffer (no copy); the buffer returns to the pool when the last view is freed"},
     {"__dlpack_device__", (PyCFunction)batch_dlpack_device, METH_NOARGS, "(device_type, device_id)"},
-    {"_dlpack_uint8_bool", (PyCFunction)batch_dlpack_u8, METH_NOARGS,
+    {"_device_labels", (PyCFunction)batch_device_labels, METH_NOARGS,
+     "a device batch's labels on its device: a DLPack capsule (no copy), after the data's __dlpack__"},
+    {"_dlpack_uint8_bool", (PyCFunction)(void (*)(void))batch_dlpack_u8, METH_VARARGS | METH_KEYWORDS,
      "like __dlpack__, but a bool batch is typed uint8 (for torch versions without DLPack bool)"},
     {"close", (PyCFunction)batch_close, METH_NOARGS,
      "drop this object's reference (views made by __dlpack__ stay valid)"},

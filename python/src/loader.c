@@ -543,6 +543,16 @@ static PyObject *stats_dict(const lade_stats_t *s) {
     return NULL;
   }
   Py_DECREF(node);
+  /* device=cuda (docs/device.md): the batches' copies to the GPU */
+  PyObject *dev = Py_BuildValue("{sKsKsdsd}", "h2d_bytes", (unsigned long long)s->h2d_bytes, "device_buffers",
+                                (unsigned long long)s->device_buffers, "h2d_seconds", s->h2d_seconds,
+                                "h2d_wait_seconds", s->h2d_wait_seconds);
+  if (!dev || PyDict_Update(d, dev) != 0) {
+    Py_XDECREF(dev);
+    Py_DECREF(d);
+    return NULL;
+  }
+  Py_DECREF(dev);
   return d;
 }
 
@@ -840,6 +850,12 @@ PyObject *mod_c_run(PyObject *m, PyObject *args, PyObject *kwargs) {
     uint64_t h = FNV_OFFSET;
     Py_BEGIN_ALLOW_THREADS rc = lade_loader_next(ld, &b);
     if (rc) snprintf(err, sizeof err, "%s", lade_last_error());
+    if (!rc && b && checksum && b->device >= 0) {
+      snprintf(err, sizeof err, "_c_run: the batches are in GPU memory (device=cuda:%d): checksum=False", b->device);
+      rc = LADE_EINVAL;
+      lade_batch_release(b);
+      b = NULL;
+    }
     if (!rc && b && checksum) {
       chain = lade_checksum(b->data, b->nbytes, chain);
       h = fnv1a(h, b->data, b->nbytes);

@@ -60,8 +60,11 @@ static const setting_t settings[] = {
     {"threads", T_U32, OFF(threads), 0, 0, 1024, NULL, "0", "worker threads (0: online cores)"},
     {"prefetch", T_U32, OFF(prefetch), 0, 1, 64, NULL, "2", "batches prepared ahead of the consumer"},
     {"device", T_STR, OFF(device), SZ(device), 0, 0, NULL, "cpu",
-     "where batches are delivered: cpu, or cuda / cuda:N (a GPU, through the CUDA runtime opened on first use; "
-     "LADE_CUDA_LIB names libcudart. Delivery on the device is not built yet: pin_memory meanwhile)"},
+     "where batches are delivered: cpu, or cuda / cuda:N (a GPU: batches and labels in device memory, copied on "
+     "lade's own stream and handed out with DLPack's stream protocol; the CUDA runtime is opened on first use, "
+     "LADE_CUDA_LIB names libcudart; docs/device.md)"},
+    {"device_prefetch", T_U32, OFF(device_prefetch), 0, 0, 64, NULL, "2",
+     "device=cuda: ready batches copied to the device ahead of the one handed out (each costs a device buffer)"},
     {"pin_memory", T_BOOL, OFF(pin_memory), 0, 0, 0, NULL, "false",
      "page-locked (pinned) batch buffers, so tensor.cuda(non_blocking=True) copies them by DMA at full speed and "
      "overlaps; needs the CUDA runtime (LADE_CUDA_LIB) and a device"},

@@ -41,6 +41,7 @@ struct lade_config {
   int decode_scale;      /* LADE__DECODE_SCALE_*: JPEG IDCT scaling in the image transforms */
   char device[32];       /* "cpu", "cuda" or "cuda:N" (lade__resolve_device) */
   bool pin_memory;       /* page-locked batch buffers (core/cuda.h) */
+  uint32_t device_prefetch; /* device=cuda: ready batches copied ahead (engine/devring.h) */
   double scale_min, scale_max, ratio_min, ratio_max, hflip;
   uint64_t raw_size;     /* raw slot bytes; 0: size of sample 0 */
   int raw_overflow;      /* 0: error, 1: cut */

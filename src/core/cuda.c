@@ -16,17 +16,7 @@
 
 #include "core/core.h"
 
-#define CUDA_CALLS(X)                                                                                                 \
-  X(int, cudaGetDeviceCount, (int *))                                                                                 \
-  X(const char *, cudaGetErrorString, (int))                                                                         \
-  X(int, cudaHostRegister, (void *, size_t, unsigned))                                                                \
-  X(int, cudaHostUnregister, (void *))
-
-static struct {
-#define CUDA_PTR(ret, name, args) ret(*name) args;
-  CUDA_CALLS(CUDA_PTR)
-#undef CUDA_PTR
-} C;
+static lade__cuda_api_t C;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static void *lib;
@@ -63,7 +53,7 @@ static int load(void) {
              lib_name, #name);                                                                                        \
     loaded = -1;                                                                                                      \
   }
-      CUDA_CALLS(CUDA_SYM)
+      LADE__CUDA_CALLS(CUDA_SYM)
 #undef CUDA_SYM
       int e = loaded == 1 ? C.cudaGetDeviceCount(&devices) : 0;
       if (loaded == 1 && e != 0) {
@@ -100,3 +90,5 @@ int lade__cuda_pin(void *p, size_t n) {
 void lade__cuda_unpin(void *p) { C.cudaHostUnregister(p); }
 
 bool lade__cuda_usable(void) { return load() == 1 && devices > 0; }
+
+const lade__cuda_api_t *lade__cuda(void) { return &C; }

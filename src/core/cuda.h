@@ -13,6 +13,47 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* The runtime's calls lade makes, with its C ABI (cudaError_t is an int,
+ * 0 success; streams and events are opaque pointers; 1 and 2 as a stream
+ * are the legacy and the per-thread default streams). */
+enum {
+  LADE__CUDA_NOT_READY = 600,   /* cudaErrorNotReady (cudaEventQuery) */
+  LADE__CUDA_H2D = 1,           /* cudaMemcpyHostToDevice */
+  LADE__CUDA_STREAM_NONBLOCKING = 1, /* cudaStreamNonBlocking: no implicit sync with the legacy stream */
+  LADE__CUDA_EVENT_NO_TIMING = 2     /* cudaEventDisableTiming */
+};
+#define LADE__CUDA_CALLS(X)                                                                                           \
+  X(int, cudaGetDeviceCount, (int *))                                                                                 \
+  X(const char *, cudaGetErrorString, (int))                                                                         \
+  X(int, cudaHostRegister, (void *, size_t, unsigned))                                                                \
+  X(int, cudaHostUnregister, (void *))                                                                                \
+  X(int, cudaGetDevice, (int *))                                                                                      \
+  X(int, cudaSetDevice, (int))                                                                                        \
+  X(int, cudaMalloc, (void **, size_t))                                                                               \
+  X(int, cudaFree, (void *))                                                                                          \
+  X(int, cudaMallocHost, (void **, size_t))                                                                           \
+  X(int, cudaFreeHost, (void *))                                                                                      \
+  X(int, cudaStreamCreateWithFlags, (void **, unsigned))                                                              \
+  X(int, cudaStreamDestroy, (void *))                                                                                 \
+  X(int, cudaStreamSynchronize, (void *))                                                                             \
+  X(int, cudaStreamWaitEvent, (void *, void *, unsigned))                                                             \
+  X(int, cudaMemcpyAsync, (void *, const void *, size_t, int, void *))                                                \
+  X(int, cudaEventCreateWithFlags, (void **, unsigned))                                                               \
+  X(int, cudaEventDestroy, (void *))                                                                                  \
+  X(int, cudaEventRecord, (void *, void *))                                                                           \
+  X(int, cudaEventSynchronize, (void *))                                                                              \
+  X(int, cudaEventQuery, (void *))                                                                                    \
+  X(int, cudaEventElapsedTime, (float *, void *, void *))
+
+typedef struct lade__cuda_api {
+#define LADE__CUDA_PTR(ret, name, args) ret(*name) args;
+  LADE__CUDA_CALLS(LADE__CUDA_PTR)
+#undef LADE__CUDA_PTR
+} lade__cuda_api_t;
+
+/* The calls, valid once lade__cuda_open() succeeded (engine/devring.c). */
+const lade__cuda_api_t *lade__cuda(void);
+
 /* Loads the runtime and checks that device `ordinal` exists. `what` names
  * the setting for messages ("device=cuda:1", "pin_memory=true"). Returns 0,
  * or LADE_EUNSUPPORTED naming the library, the device and what to install. */

@@ -61,7 +61,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/cuda.h"
 #include "engine/counts.h"
+#include "engine/devring.h"
 #include "engine/engine.h"
 #include "engine/epochs.h"
 #include "engine/pool.h"
@@ -113,6 +115,8 @@ struct lade_loader {
   char fatal_msg[1200];
 
   lade__pool_t pool; /* the batch buffers and the caller's handles (pool.h), under mu */
+  lade__devring_t *ring; /* device=cuda: the batches' device copies (devring.h); lives as long as the pool */
+  uint32_t device_ahead; /* device_prefetch: ready batches copied ahead of the one handed out */
   uint32_t window;   /* prefetch + 1 batches prepared ahead */
   slot_t **sched;    /* window entries: the slot of scheduled, undelivered q at q % window */
   uint64_t next_sched, next_deliver;
@@ -547,6 +551,11 @@ static void *worker_main(void *arg) {
 /* Frees everything: the pipeline (if still open), the pool and the loader. */
 static void free_all(lade_loader_t *L) {
   lade__pipeline_close(&L->p);
+  for (uint32_t i = 0; L->ring && i < L->pool.n; i++) {
+    lade__devring_back(L->ring, L->pool.slots[i]->dbuf);
+    L->pool.slots[i]->dbuf = NULL;
+  }
+  lade__devring_close(L->ring);
   lade__pool_close(&L->pool);
   free(L->sched);
   lade__epochs_free(&L->epochs);
@@ -592,6 +601,13 @@ static int open_loader(lade_loader_t **out, const lade_config_t *cfg) {
     L->nworkers = L->p.res.threads;
     L->workers = calloc(L->nworkers, sizeof *L->workers);
     if (!L->workers) rc = lade__fail(LADE_ENOMEM, "lade_loader_create: out of memory");
+  }
+  int ordinal = -1;
+  if (!rc && !(rc = lade__resolve_device(cfg, &ordinal)) && ordinal >= 0) {
+    /* batches on the GPU: page-locked host slots, so their copies are DMAs queued without a host wait */
+    L->pool.pin = true;
+    L->device_ahead = cfg->device_prefetch;
+    rc = lade__devring_open(&L->ring, ordinal, (size_t)cfg->batch_size * L->p.shape.bytes, cfg->batch_size);
   }
   if (rc) {
     free_all(L);
@@ -665,6 +681,26 @@ static void fill_view(lade_loader_t *L, slot_t *s, lade_batch_t *v) {
   v->substituted = s->substituted;
   v->valid = s->valid;
   v->device = -1;
+  v->device_labels = NULL;
+  if (s->dbuf) {
+    v->data = lade__dbuf_data(s->dbuf);
+    v->device_labels = lade__dbuf_labels(s->dbuf);
+    v->device = lade__devring_ordinal(L->ring);
+  }
+}
+
+/* device=cuda: the copies of the batch handed out now (q) and of the ready
+ * ones up to device_ahead after it queued on lade's stream (devring.h), so
+ * they run while the GPU works on earlier batches. Locked. */
+static int copy_to_device(lade_loader_t *L, uint64_t q) {
+  for (uint64_t k = q; k <= q + L->device_ahead && k < L->p.total; k++) {
+    slot_t *s = slot_of(L, k);
+    if (k > q && (!s || s->state != SLOT_READY || s->err)) break;
+    if (!s || s->dbuf || s->err) continue;
+    int rc = lade__devring_copy(L->ring, s->data, (size_t)s->n * L->p.shape.bytes, s->labels, s->n, &s->dbuf);
+    if (rc) return rc;
+  }
+  return 0;
 }
 
 int lade_loader_next(lade_loader_t *L, lade_batch_t **out) {
@@ -691,6 +727,10 @@ int lade_loader_next(lade_loader_t *L, lade_batch_t **out) {
           continue;
         }
         double tc = lade__now();
+        if (L->ring && (rc = copy_to_device(L, L->next_deliver)) != 0) {
+          fail_locked(L, rc);
+          break;
+        }
         handle_t *h = lade__pool_hand_out(&L->pool, s);
         if (!h) {
           rc = lade__fail(LADE_ENOMEM, "lade_loader_next: out of memory for a batch handle");
@@ -745,6 +785,22 @@ void lade_batch_release(lade_batch_t *batch) {
   lade_loader_t *L = h->L; /* handles live as long as their loader */
   if (forked(L)) return;    /* the parent's pool: not ours to touch */
   pthread_mutex_lock(&L->mu);
+  if (h->held && !h->releasing && h->slot->dbuf) {
+    /* its device buffer first, unlocked: the fences on the consumer's streams, and the wait until the copy has
+     * left the host slot (devring.h) */
+    lade__dbuf_t *d = h->slot->dbuf;
+    h->releasing = true;
+    pthread_mutex_unlock(&L->mu);
+    lade__devring_back(L->ring, d);
+    pthread_mutex_lock(&L->mu);
+    h->slot->dbuf = NULL;
+    h->releasing = false;
+  } else if (h->held && h->releasing) {
+    pthread_mutex_unlock(&L->mu);
+    fprintf(stderr, "lade: lade_batch_release() of a batch being released by another thread: ignored (a batch is "
+            "released exactly once; this is a bug in the caller)\n");
+    return;
+  }
   if (!h->held) {
     /* a second release: the batch's buffer may hold a later batch now, so
      * nothing is touched */
@@ -764,6 +820,21 @@ void lade_batch_release(lade_batch_t *batch) {
   pthread_mutex_unlock(&L->mu);
   if (drop) lade__pool_slot_free(&L->pool, drop);
   if (last) free_all(L);
+}
+
+int lade_batch_use_stream(lade_batch_t *batch, void *stream) {
+  if (!batch) return lade__fail(LADE_EINVAL, "lade_batch_use_stream: NULL batch");
+  handle_t *h = (handle_t *)batch;
+  lade_loader_t *L = h->L;
+  if (forked(L)) return fail_forked(L, "lade_batch_use_stream");
+  pthread_mutex_lock(&L->mu);
+  lade__dbuf_t *d = h->held && !h->releasing ? h->slot->dbuf : NULL;
+  pthread_mutex_unlock(&L->mu);
+  if (!d)
+    return lade__fail(LADE_EINVAL, "lade_batch_use_stream: the batch of epoch %llu, step %llu is %s",
+                      (unsigned long long)batch->epoch, (unsigned long long)batch->step,
+                      L->ring ? "released" : "in host memory (setting device=cpu)");
+  return lade__devring_use(L->ring, d, stream);
 }
 
 int lade_loader_seek(lade_loader_t *L, uint64_t epoch, uint64_t step) {
@@ -793,6 +864,8 @@ int lade_loader_seek(lade_loader_t *L, uint64_t epoch, uint64_t step) {
       slot_t *s = L->pool.slots[i];
       if (s->state == SLOT_READY) {
         s->state = SLOT_FREE;
+        if (s->dbuf) lade__devring_back(L->ring, s->dbuf); /* a copy queued ahead, never handed out */
+        s->dbuf = NULL;
       } else if (s->state == SLOT_FILLING) {
         /* claim nothing more; samples in flight finish, then the slot frees */
         s->n = s->claimed;
@@ -837,6 +910,14 @@ uint64_t lade__engine_run_stats(lade_loader_t *L, lade_stats_t *out, double *lat
   out->peak_pool_bytes = L->pool.peak_bytes;
   out->threads = L->started;
   pthread_mutex_unlock(&L->mu);
+  if (L->ring) {
+    lade__devring_stats_t d;
+    lade__devring_stats(L->ring, &d);
+    out->h2d_bytes = d.bytes;
+    out->device_buffers = d.buffers;
+    out->h2d_seconds = d.copy_seconds;
+    out->h2d_wait_seconds = d.wait_seconds;
+  }
   return n;
 }
 

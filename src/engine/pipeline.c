@@ -393,11 +393,7 @@ static int open_device(const struct lade_config *cfg) {
   if (ordinal >= 0) {
     char what[48];
     snprintf(what, sizeof what, "device=cuda:%d", ordinal);
-    if ((rc = lade__cuda_open(ordinal, what)) != 0) return rc;
-    return lade__fail(LADE_EUNSUPPORTED,
-                      "%s: batches delivered in device memory are not built yet (issue 31); pin_memory=true gives "
-                      "page-locked host batches, which tensor.cuda(non_blocking=True) copies by DMA",
-                      what);
+    return lade__cuda_open(ordinal, what);
   }
   return cfg->pin_memory ? lade__cuda_open(0, "pin_memory=true") : 0;
 }

@@ -60,6 +60,7 @@ typedef struct slot {
   uint64_t node_reads;                 /* guarded by mu: intra-node handoffs read from the node's cache */
   lade__cursor_step_t cs;             /* the plan's step: samples, routes, admits, evicts */
   bool finishing;                     /* its evicts are being applied (routed plans) */
+  struct lade__dbuf *dbuf;            /* device=cuda: its copy in device memory (devring.h), once queued */
 } slot_t;
 
 /* The handle a caller holds: a lade_batch_t* is the view of one handle. */
@@ -69,6 +70,7 @@ typedef struct handle {
   slot_t *slot; /* the batch's slot while held; NULL once released */
   uint64_t seq; /* the batch it was last handed out for */
   bool held;
+  bool releasing; /* a release is giving its device buffer back (unlocked): a second one is a double release */
 } handle_t;
 
 #define HANDLE_QUARANTINE 64

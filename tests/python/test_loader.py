@@ -404,6 +404,55 @@ def test_device_cuda_errors_and_cpu_untouched(npy_dir):
     assert out.startswith("ERROR pin_memory=true: ") and "CUDA runtime" in out, out
 
 
+_FAKE_SCRIPT = r'''
+import ctypes, os, sys, numpy as np, lade
+src = sys.argv[1]
+fake = ctypes.CDLL(os.environ["LADE_CUDA_LIB"])  # the library lade opens: one instance
+stream = ctypes.c_void_p()
+assert fake.cudaStreamCreateWithFlags(ctypes.byref(stream), 1) == 0
+L = lade.Loader(src, batch_size=30, epochs=2, device="cuda", output="dlpack", meta=True, device_prefetch=1)
+H = lade.Loader(src, batch_size=30, epochs=2, output="numpy")
+for (b, labels, _), (hx, hy) in zip(L.stream(), H.stream()):
+    assert b.device == "cuda:0" and b.__dlpack_device__() == (2, 0), b.device
+    try:
+        memoryview(b)
+        print("BUFFER OPENED")
+    except BufferError as e:
+        assert "GPU memory" in str(e), e
+    cap = b.__dlpack__(stream=stream.value)  # a consumer's stream: lade_batch_use_stream
+    lab = b._device_labels()
+    assert type(cap).__name__ == type(lab).__name__ == "PyCapsule"
+    assert list(labels) == list(hy)  # the host copy of the labels
+    del cap, lab, b
+st = L.stats()
+print("H2D", st["h2d_bytes"], st["device_buffers"], st["h2d_seconds"] > 0)
+try:
+    lade.Loader(src, batch_size=30, device="cuda", output="numpy")
+except lade.Error as e:
+    print("NUMPY", e)
+'''
+
+
+def test_device_batches_with_a_stand_in_runtime(npy_dir):
+    """device=cuda end to end through the Python module, on fake_cudart.c (the CPU stand-in for libcudart that
+    test_devring uses): batches say cuda:0, refuse the buffer protocol, export DLPack with the stream protocol and
+    their labels on the device, and count the bytes copied; output='numpy' is refused by name. The data's bytes are
+    checked against the host run in test_devring (C) and on a real GPU by tests/gpu/run.sh."""
+    fake = os.path.join(os.path.dirname(os.environ["LADE_CLI"]), "tests", "libfake_cudart.so")
+    if not os.path.exists(fake):
+        pytest.skip("no fake_cudart in this build")
+    env = dict(os.environ, LADE_CUDA_LIB=fake)
+    r = subprocess.run([sys.executable, "-c", _FAKE_SCRIPT, npy_dir], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.split("\n")
+    h2d = [l for l in lines if l.startswith("H2D")][0].split()
+    assert int(h2d[1]) == 2 * 300 * (3 * 8 * 8 * 4 + 8), r.stdout  # 2 epochs of data and labels
+    assert 1 <= int(h2d[2]) <= 3 and h2d[3] == "True", r.stdout
+    assert "BUFFER OPENED" not in r.stdout
+    assert any(l.startswith("NUMPY output='numpy' with device=cuda") for l in lines), r.stdout
+
+
 @needs_torch
 def test_jpeg_uint8_hwc(jpeg_dir):
     try:

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# tests/gpu/run.sh - the device checks of batches on the GPU (docs/device.md),
+# one call on a machine with an NVIDIA GPU, PyTorch and torchvision:
+#
+#   bash tests/gpu/run.sh            # build, parity, training (about 5 minutes)
+#   bash tests/gpu/run.sh parity     # build and parity only
+#
+# Builds lade there (Release, CMake; libjpeg from the system, else from
+# .gpudeps/ beside this checkout: include/ and lib/libjpeg.so), then:
+#   parity.py  every device batch equals the host batch of the same run
+#              (JPEG train/eval, float32/uint8, npy; several epochs;
+#              device_prefetch 1, 2, 4; a consumer that lags on the GPU and
+#              frees and reallocates torch tensors between steps)
+#   interop.py CuPy and JAX take the same batches through DLPack
+#   train.py   torchvision ResNet-50, bf16, channels_last, batch 256: lade
+#              (8 and 16 threads) against synthetic data and against
+#              DataLoader (16 workers, pin_memory), in the same run
+# Logs go to $OUT (or /tmp/lade-gpu) as well as to stdout.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+out=${OUT:-/tmp/lade-gpu}
+mkdir -p "$out"
+cd "$root"
+say() { echo "== $*"; }
+
+say machine
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+grep -m1 "model name" /proc/cpuinfo || true
+echo "cores: $(nproc)"
+python3 -c "import sys, torch, torchvision; print('python', sys.version.split()[0], 'torch', torch.__version__, \
+'torchvision', torchvision.__version__, 'cuda', torch.version.cuda, torch.cuda.is_available())"
+
+say build
+jpeg=()
+if [ ! -e /usr/include/jpeglib.h ] && [ -e .gpudeps/include/jpeglib.h ]; then
+  jpeg=(-DJPEG_INCLUDE_DIR="$root/.gpudeps/include" -DJPEG_LIBRARY="$root/.gpudeps/lib/libjpeg.so")
+  export LD_LIBRARY_PATH="$root/.gpudeps/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+gen=()
+command -v ninja >/dev/null && gen=(-G Ninja)
+if ! { cmake -S . -B build-gpu "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DLADE_BUILD_TESTS=OFF \
+         -DLADE_WITH_JPEG=ON -DLADE_WITH_PYTHON=ON -DPython3_EXECUTABLE="$(command -v python3)" "${jpeg[@]}" \
+         >"$out/cmake.log" 2>&1 && cmake --build build-gpu -j "$(nproc)" >>"$out/cmake.log" 2>&1; }; then
+  tail -40 "$out/cmake.log"
+  echo "run.sh: the build failed (log: $out/cmake.log)"
+  exit 2
+fi
+export PYTHONPATH="$root/build-gpu/python" PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+# the CUDA runtime that torch loaded, so lade and torch share one (either works: both use the primary context)
+cudart=$(python3 -c "import torch, re; torch.zeros(1, device='cuda'); \
+print(next((l.split()[-1] for l in open('/proc/self/maps') if re.search(r'libcudart\.so', l)), ''))")
+if [ -z "$cudart" ]; then  # torch linked it statically: the toolkit's, or a wheel's
+  cudart=$(ls /usr/local/cuda/lib64/libcudart.so* "$(python3 -c 'import site; print(site.getsitepackages()[0])')"/nvidia/*/lib/libcudart.so* 2>/dev/null | head -1)
+fi
+[ -n "$cudart" ] && export LADE_CUDA_LIB="$cudart"
+echo "LADE_CUDA_LIB=${LADE_CUDA_LIB:-<search>}"
+python3 -c "import lade; print('lade features:', lade.features())"
+
+rc=0
+say parity
+python3 tests/gpu/parity.py 2>&1 | tee "$out/parity.log" || rc=1
+say "interop (CuPy, JAX)"
+python3 tests/gpu/interop.py 2>&1 | tee "$out/interop.log" || rc=1
+if [ "${1:-all}" != parity ]; then
+  say training
+  python3 tests/gpu/train.py 2>&1 | tee "$out/train.log" || rc=1
+fi
+say "done rc=$rc"
+exit $rc
