@@ -28,12 +28,12 @@ cmake --build build-asan -j"$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --output-on-failure -L "unit|asan" -j"$jobs")
 
-echo "== engine, fetch and hdf5 tests under ThreadSanitizer"
+echo "== engine, fetch, device ring and hdf5 tests under ThreadSanitizer"
 # (none of these uses the UCX transport, so none opens UCX, whose memory
 # hooks would crash a ThreadSanitizer process: ucx.c opens it on first use)
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DLADE_TSAN=ON >/dev/null
-cmake --build build-tsan -j"$jobs" --target test_engine test_fetch test_plan_exec
-(cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R "^(test_engine|test_fetch|test_plan_exec)$")
+cmake --build build-tsan -j"$jobs" --target test_engine test_fetch test_plan_exec test_devring
+(cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R "^(test_engine|test_fetch|test_plan_exec|test_devring)$")
 # the hdf5 source's stage and libhdf5 lock under 4 workers (exit 77 = skipped, no libhdf5)
 cmake --build build-tsan -j"$jobs" --target test_hdf5 && (cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -R "^test_hdf5$")
 # the cache tiers' own threads test

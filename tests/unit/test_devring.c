@@ -6,6 +6,7 @@
  * checks on a real GPU are tests/gpu/run.sh.
  */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,6 +194,44 @@ static void test_seek_hold_and_release_after_destroy(void) {
   lade_loader_destroy(H);
 }
 
+/* Python releases a batch wherever its last tensor dies: from other
+ * threads, while next() copies (ThreadSanitizer runs this one). */
+static void *release_elsewhere(void *arg) {
+  lade_batch_t *b = arg;
+  void *s = NULL;
+  stream_create(&s, 1);
+  int rc = lade_batch_use_stream(b, s);
+  float buf[8 * DIM];
+  enqueue_read(s, buf, b->data, b->nbytes);
+  lade_batch_release(b);
+  stream_sync(s);
+  stream_destroy(s);
+  return (void *)(intptr_t)rc;
+}
+
+static void test_release_from_other_threads(void) {
+  lade_loader_t *D = open_loader("cuda", "2");
+  CHECK(D != NULL);
+  if (!D) return;
+  pthread_t th[3];
+  int n = 0;
+  for (;; n++) {
+    lade_batch_t *b = NULL;
+    CHECK_OK(lade_loader_next(D, &b));
+    if (n >= 3) {
+      void *rc = NULL;
+      pthread_join(th[n % 3], &rc);
+      CHECK(rc == NULL);
+    }
+    if (!b) break;
+    CHECK(pthread_create(&th[n % 3], NULL, release_elsewhere, b) == 0);
+  }
+  for (int k = n >= 3 ? n - 2 : 0; k < n; k++) pthread_join(th[k % 3], NULL);
+  CHECK_EQ_INT(n, 3 * ((N + 7) / 8));
+  lade_loader_destroy(D);
+  CHECK_EQ_INT(fake_count(3), 0);
+}
+
 int main(int argc, char **argv) {
   lade_test_args(argc, argv);
   setenv("LADE_CUDA_LIB", FAKE_CUDART, 1);
@@ -210,5 +249,6 @@ int main(int argc, char **argv) {
   RUN(test_device_batches_equal_host_batches);
   RUN(test_unannounced_stream_reads_later_batches);
   RUN(test_seek_hold_and_release_after_destroy);
+  RUN(test_release_from_other_threads);
   return lade_test_finish();
 }
