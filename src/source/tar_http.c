@@ -30,7 +30,7 @@
  * size, checksum and bounds, the framing of its first and last sampled
  * entries (format.check_entry) and its end; the rest of bind() (the other
  * sampled entries) before the shard's first sample is served
- * (check_shard; submit() sends those Ranges with the shard's first
+ * (check_shard, by the binding piece, tar_bind.h; submit() sends those Ranges with the shard's first
  * samples, and ready() waits for them too, so it costs no round trip).
  * Its samples' offsets came from the sidecar, so a shard whose rest then
  * differs fails every read of it (it cannot switch to other offsets
@@ -40,17 +40,14 @@
  * Threads and locks. The per-sample arrays of lade__tar_t are read-only
  * after open; the http module does its own locking. During open, index
  * threads write only their own shard's slots of http_state_t (shard_ver,
- * shard_size, shard_val, state, rest, pend) and add to `rejected` and
- * `pending` atomically; open_http is created before them and destroyed by
- * start() after them, or by close() when a binding waits. After open,
- * `bind_mu` guards each shard's state changes and its pend (bind_cv: a
- * shard left ST_CHECKING); the state is also read without it (atomics:
- * ST_BOUND, the common case, costs one load per read). One reader moves a
- * shard to ST_CHECKING and fetches with no lock held (waits bounded by the
- * HTTP timeouts); the others wait on bind_cv. Lock order: bind_mu, then
- * the http module's own (submits are made under bind_mu; its hooks take no
- * lock of this file). probe_mu is taken only during open, never with
- * bind_mu.
+ * shard_size, shard_val, and through tar_bind.h its state, rest and pend)
+ * and add to `rejected` atomically; open_http is created before them and
+ * destroyed by start() after them, or by close() when a binding waits.
+ * After open the bindings are the binding piece's, under its own lock
+ * (tar_bind.h), which it holds while it sends their reads through
+ * open_http (lock order: the piece's, then the http module's; its hooks
+ * take no lock of this file or the piece). probe_mu is taken only during
+ * open, never with the piece's.
  */
 #ifdef LADE_HAVE_CURL
 
@@ -66,6 +63,7 @@
 #include "source/remote.h"
 #include "source/s3auth.h"
 #include "tar_impl.h"
+#include "source/tar_bind.h"
 #include "source/tar_nodelist.h"
 #include "source/tar_reads.h"
 
@@ -86,44 +84,14 @@ typedef struct http_state {
   uint64_t rejected;       /* sidecars ignored (atomic) */
   pthread_mutex_t probe_mu; /* the index threads' one probe (sidecars_wanted) */
   int probe;               /* 0: not made, 1: sidecars are asked for, 2: the first shard has none */
-  /* the rest of sidecars' bindings, checked at each shard's first read
-   * (check_shard; the lock rule is the file's opening comment's) */
-  pthread_mutex_t bind_mu;
-  pthread_cond_t bind_cv;  /* a shard left ST_CHECKING */
-  uint8_t *state;          /* per shard: ST_BOUND, ST_PENDING, ST_ASKED, ST_CHECKING, ST_FAILED (atomic) */
-  uint32_t *rest;          /* per shard: bind()'s reads left for its first read (bit k: read k) */
-  struct pend **pend;      /* per shard, while not ST_BOUND: what the rest needs (bind_mu) */
-  uint64_t pending;        /* shards left ST_PENDING by open (atomic): open_http then lives until close */
+  lade__tar_bind_t bind;   /* the rest of sidecars' bindings, at each shard's first read (tar_bind.h) */
   int started;             /* start() ran: open_http's arrivals wake the workers (atomic) */
   lade__tar_nodelist_t nl; /* the open made once per node and job (tar_nodelist.h) */
 } http_state_t;
 
-/* A shard's binding: ST_BOUND (also every shard not indexed from a sidecar,
- * and a sidecar bound whole at open), ST_PENDING (its first and last entries
- * and its end checked at open, the rest not asked), ST_ASKED (the rest's
- * Ranges sent, by submit() or a read), ST_CHECKING (one reader takes them and
- * runs bind()), ST_FAILED (the sidecar is not the shard's: every read fails). */
-enum { ST_BOUND = 0, ST_PENDING, ST_ASKED, ST_CHECKING, ST_FAILED };
-
-#define PEND_READS 16            /* the most bind() reads a binding checked in two steps has (tar 8, tfrecord 16) */
 #define OPEN_GAP (64u << 10)     /* open: the last entry's framing and the end in one Range when this close */
 #define LAZY_GAP (16u << 10)     /* the rest: a small record's header and CRC in one Range */
 #define FIRST_BYTES 4096u        /* open: a shard's first bytes, asked instead of a HEAD when its sidecar is */
-#define PENDING_SUFFIX ".pending" /* an index kept in index_dir before its binding is whole */
-
-/* What the rest of a sidecar's binding needs, from open to the shard's
- * first read (about 0.5 KB and the bytes of the reads made at open). */
-typedef struct pend {
-  uint64_t n, bind;                            /* the sidecar's entries and its bind() */
-  lade__tar_entry_t e[LADE__TAR_BIND_ENTRIES]; /* its sampled entries (lade__tar_bind_at) */
-  uint64_t off[PEND_READS];                    /* bind()'s reads, in its order */
-  uint32_t len[PEND_READS], got[PEND_READS];   /* their lengths; the bytes kept of those made at open */
-  uint32_t nr;
-  char *keep;                                  /* the index in index_dir, under its pending name (or NULL) */
-  int node;                                    /* taken from the node's listing (node_index) */
-  char *msg;                                   /* ST_FAILED: why, for every read of the shard */
-  uint8_t bytes[];                             /* the bytes of the reads made at open, back to back */
-} pend_t;
 
 /* The open handle's results, by key: shard i's binding reads are
  * i * LADE__TAR_READS + k, its sidecar SIDE0 + i (also its object number, so a
@@ -286,36 +254,6 @@ static void reject(lade__tar_t *t, const char *shown, const char *why) {
           "shard by reading it whole\n", shown, shown, why);
 }
 
-static const char *framing(const lade__tar_t *t) { return t->fmt->names ? "member headers" : "records' framing"; }
-
-/* Keeps what the rest of shard i's binding needs (r: bind()'s reads, those
- * of `now` fetched) until its first read: the shard is ST_PENDING. */
-static int pend_keep(lade__tar_t *t, size_t i, const lade__tar_index_t *x, const lade__tar_reads_t *r, size_t nb,
-                     uint32_t now) {
-  size_t bytes = 0;
-  for (size_t q = 0; q < nb; q++) bytes += now >> q & 1 ? r->got[q].len : 0;
-  pend_t *p = calloc(1, sizeof *p + bytes);
-  if (!p) return lade__fail(LADE_ENOMEM, "%s: out of memory", lade__tar_strs_at(&t->shards, i));
-  p->n = x->n;
-  p->bind = x->bind;
-  for (size_t j = 0; j < LADE__MIN(x->n, (size_t)LADE__TAR_BIND_ENTRIES); j++)
-    p->e[j] = x->m[lade__tar_bind_at(x->n, j)];
-  p->nr = (uint32_t)nb;
-  for (size_t q = 0, at = 0; q < nb; q++) {
-    p->off[q] = r->off[q];
-    p->len[q] = (uint32_t)r->len[q];
-    if (!(now >> q & 1)) continue;
-    p->got[q] = (uint32_t)r->got[q].len;
-    if (p->got[q]) memcpy(p->bytes + at, r->got[q].data, p->got[q]);
-    at += p->got[q];
-  }
-  H(t)->pend[i] = p;
-  H(t)->rest[i] = ~now & (uint32_t)((1ull << nb) - 1);
-  __atomic_store_n(&H(t)->state[i], ST_PENDING, __ATOMIC_RELEASE);
-  __atomic_fetch_add(&H(t)->pending, 1, __ATOMIC_RELAXED);
-  return 0;
-}
-
 /* The reads of bind() (nb of them, `per` per entry, the end's after them
  * at nb when tail) that open makes: all when they fit one Range of
  * OPEN_GAP bytes or cannot be split per entry (*lazy 0); else the first
@@ -335,7 +273,7 @@ static uint32_t open_reads(const lade__tar_t *t, size_t i, const lade__tar_reads
     return all;
   }
   for (size_t q = per; q < nb - per; q++) now &= ~(1u << q);
-  size_t drop[2 * PEND_READS], nd = 0;
+  size_t drop[2 * LADE__BIND_READS], nd = 0;
   for (size_t q = nb - per + 1; q < nb; q++) drop[nd++] = q;
   for (size_t q = 1; q < per; q++) drop[nd++] = q;
   drop[nd++] = nb - per;
@@ -379,7 +317,7 @@ static int sidecar_index(lade__tar_t *t, size_t i, lade__buf_t *b, const lade__b
   memset(&r, 0, sizeof r);
   t->fmt->bind(t, x, lade__tar_reads_record, &r);
   size_t nb = r.n, k = LADE__MIN(x->n, (size_t)LADE__TAR_BIND_ENTRIES), per = k ? nb / k : 0;
-  int lazy = k > 2 && per && per * k == nb && nb <= PEND_READS && t->fmt->check_entry;
+  int lazy = k > 2 && per && per * k == nb && nb <= LADE__BIND_READS && t->fmt->check_entry;
   if (tlen && nb < LADE__TAR_READS) r.off[r.n] = toff, r.len[r.n++] = tlen; /* the end, after them */
   uint32_t now = open_reads(t, i, &r, nb, per, &lazy); /* the reads made now */
   uint32_t ask = now & ~lade__tar_reads_first(&r, now, first, H(t)->shard_size[i]);
@@ -394,14 +332,14 @@ static int sidecar_index(lade__tar_t *t, size_t i, lade__buf_t *b, const lade__b
     if (t->fmt->check_entry(t, x, 0, lade__tar_reads_kept, &r, &why) ||
         (now >> (nb - per) & 1 && t->fmt->check_entry(t, x, x->n - 1, lade__tar_reads_kept, &r, &why)))
       snprintf(bad, sizeof bad, "its sampled %s differ from the shard's (%s: another shard's index, or the shard "
-               "was rewritten after it)", framing(t), why);
+               "was rewritten after it)", lade__tar_framing(t), why);
   } else if (!rc && t->fmt->bind(t, x, lade__tar_reads_served, &r) != x->bind) {
     snprintf(bad, sizeof bad, "its sampled %s differ from the shard's (another shard's index, or the shard was "
-             "rewritten after it)", framing(t));
+             "rewritten after it)", lade__tar_framing(t));
   }
   if (!rc && !bad[0] && !zeros)
     snprintf(bad, sizeof bad, "a member follows its last one (the shard grew within its end padding)");
-  if (!rc && !bad[0] && lazy) rc = pend_keep(t, i, x, &r, nb, now);
+  if (!rc && !bad[0] && lazy) rc = lade__tar_bind_keep(&H(t)->bind, i, x, &r, nb, now);
   lade__tar_reads_free(&r);
   if (rc || bad[0]) lade__tar_index_free(x);
   if (!rc && bad[0]) reject(t, shown, bad);
@@ -426,11 +364,11 @@ static int sidecar_get(lade__tar_t *t, size_t i, lade__buf_t *b) {
  * binding waits (renamed when the shard's first read finds it whole). */
 static void keep_index(lade__tar_t *t, size_t i, const lade__tar_index_t *x, const char *ipath, lade__tar_ver_t v,
                        const struct lade_config *cfg) {
-  pend_t *p = H(t)->pend[i];
+  lade__tar_pend_t *p = H(t)->bind.pend[i];
   char pp[LADE__PATH_MAX + 96];
   if (!p) {
     lade__tar_index_store(t, x, ipath, v, cfg);
-  } else if (snprintf(pp, sizeof pp, "%s" PENDING_SUFFIX, ipath) < (int)sizeof pp &&
+  } else if (snprintf(pp, sizeof pp, "%s" LADE__BIND_PENDING_SUFFIX, ipath) < (int)sizeof pp &&
              lade__tar_index_store(t, x, pp, v, cfg) == 0) {
     p->keep = lade__strdup(pp);
   }
@@ -491,7 +429,7 @@ static int node_index(lade__tar_t *t, size_t i, const char *ipath, lade__tar_ind
   lade__tar_ver_t v = remote_ver(H(t)->nl.size[i], H(t)->nl.val[i]);
   char pp[LADE__PATH_MAX + 96];
   if (lade__tar_index_load(t, x, ipath, v) == 0) return set_version(t, i, H(t)->nl.size[i], H(t)->nl.val[i], &v);
-  snprintf(pp, sizeof pp, "%s" PENDING_SUFFIX, ipath);
+  snprintf(pp, sizeof pp, "%s" LADE__BIND_PENDING_SUFFIX, ipath);
   const char *hook = getenv("LADE_TEST_HOOK_PENDING_RENAMED"); /* the other rank's first read, just now */
   if (hook && strcmp(hook, "later")) rename(pp, ipath);
   if (lade__tar_index_load(t, x, pp, v) != 0) /* renamed whole by the other rank's first read meanwhile? */
@@ -500,10 +438,10 @@ static int node_index(lade__tar_t *t, size_t i, const char *ipath, lade__tar_ind
   memset(&r, 0, sizeof r);
   t->fmt->bind(t, x, lade__tar_reads_record, &r);
   size_t nb = r.n, k = LADE__MIN(x->n, (size_t)LADE__TAR_BIND_ENTRIES), per = k ? nb / k : 0;
-  int rc = k > 2 && per && per * k == nb && nb <= PEND_READS && t->fmt->check_entry ? 0 : 1;
+  int rc = k > 2 && per && per * k == nb && nb <= LADE__BIND_READS && t->fmt->check_entry ? 0 : 1;
   if (!rc) rc = set_version(t, i, H(t)->nl.size[i], H(t)->nl.val[i], &v);
-  if (!rc) rc = pend_keep(t, i, x, &r, nb, 0);
-  if (!rc) H(t)->pend[i]->keep = lade__strdup(pp), H(t)->pend[i]->node = 1;
+  if (!rc) rc = lade__tar_bind_keep(&H(t)->bind, i, x, &r, nb, 0);
+  if (!rc) H(t)->bind.pend[i]->keep = lade__strdup(pp), H(t)->bind.pend[i]->node = 1;
   lade__tar_reads_free(&r);
   if (rc) lade__tar_index_free(x);
   return rc;
@@ -603,149 +541,24 @@ static int name_member(int rc, const char *url, const char *name) {
 
 /* ------------------------------------- the rest of a binding, at first read */
 
-/* Sends the rest of shard si's binding (ST_PENDING: bind_mu held). */
-static int ask_rest(lade__tar_t *t, uint32_t si) {
-  const pend_t *p = H(t)->pend[si];
-  lade__tar_reads_t r;
-  memset(&r, 0, sizeof r);
-  r.n = p->nr;
-  for (size_t q = 0; q < p->nr; q++) r.off[q] = p->off[q], r.len[q] = p->len[q];
-  int rc = ask_reads(t, si, &r, H(t)->rest[si], LAZY_GAP);
-  if (!rc) __atomic_store_n(&H(t)->state[si], ST_ASKED, __ATOMIC_RELEASE);
-  return rc;
+/* The binding piece's calls (tar_bind.h): its reads go through open_http,
+ * coalesced by LAZY_GAP; a stored index names the HEAD's version. */
+static int bind_ask(lade__tar_t *t, size_t si, const lade__tar_reads_t *r, uint32_t mask) {
+  return ask_reads(t, si, r, mask, LAZY_GAP);
 }
-
-/* Takes the rest's reads of shard si (ST_CHECKING: this thread alone) and
- * runs bind() over all of them, the first and last entries' bytes kept
- * from open: 0 when it is the sidecar's, 1 when it differs, or an error
- * fetching them. */
-static int check_rest(lade__tar_t *t, uint32_t si) {
-  const pend_t *p = H(t)->pend[si];
-  lade__tar_reads_t r;
-  memset(&r, 0, sizeof r);
-  r.n = p->nr;
-  int rc = 0;
-  for (size_t q = 0, at = 0; q < p->nr && !rc; q++) {
-    r.off[q] = p->off[q], r.len[q] = p->len[q];
-    if (H(t)->rest[si] >> q & 1) continue;
-    r.have |= 1u << q;
-    rc = lade__buf_reserve(&r.got[q], p->got[q] ? p->got[q] : 1);
-    if (!rc && p->got[q]) memcpy(r.got[q].data, p->bytes + at, p->got[q]);
-    r.got[q].len = p->got[q];
-    at += p->got[q];
-  }
-  if (!rc) rc = take_reads(t, si, &r, H(t)->rest[si]);
-  /* bind() over an index holding only the sampled entries: all it reads */
-  lade__tar_index_t x = {.n = p->n, .cap = p->n, .bind = p->bind};
-  if (!rc && !(x.m = calloc(p->n, sizeof *x.m))) rc = lade__fail(LADE_ENOMEM, "tar source: out of memory");
-  for (size_t j = 0; !rc && j < LADE__MIN(p->n, (uint64_t)LADE__TAR_BIND_ENTRIES); j++)
-    x.m[lade__tar_bind_at(p->n, j)] = p->e[j];
-  if (!rc) rc = t->fmt->bind(t, &x, lade__tar_reads_served, &r) == p->bind ? 0 : 1;
-  free(x.m);
-  lade__tar_reads_free(&r);
-  return rc;
-}
-
-/* The verdict on shard si's binding, under bind_mu: ST_BOUND (the index kept
- * in index_dir becomes the shard's: renamed from its pending name), ST_FAILED
- * (kept for every read of it), or ST_PENDING again after a failed fetch (the
- * next read asks again). */
-static void settle(lade__tar_t *t, uint32_t si, int rc) {
-  http_state_t *h = H(t);
-  pend_t *p = h->pend[si];
-  const char *shown = lade__tar_strs_at(&t->shards, si);
-  if (rc < 0) {
-    __atomic_store_n(&h->state[si], ST_PENDING, __ATOMIC_RELEASE);
-  } else if (rc == 1) {
-    char msg[LADE__PATH_MAX + 1024];
-    const char *e = t->fmt->names ? "members" : "records";
-    snprintf(msg, sizeof msg, "its sidecar index %s" LADE__TAR_SIDECAR_SUFFIX " is not the shard's: its sampled %s "
-             "differ from the shard's (another shard's index, or the shard was rewritten after it: open checked the "
-             "shard's size, its first and last sampled %s and its end, the other sampled %s at this first read); "
-             "none of its samples is served: delete the sidecar, or run `lade index` on the shard again and put the "
-             "new sidecar beside it, then reopen", shown, framing(t), e, e);
-    p->msg = lade__strdup(msg);
-    if (p->keep) unlink(p->keep);
-    free(p->keep);
-    p->keep = NULL;
-    __atomic_store_n(&h->state[si], ST_FAILED, __ATOMIC_RELEASE);
-  } else {
-    if (p->keep) {
-      char to[LADE__PATH_MAX + 64];
-      snprintf(to, sizeof to, "%.*s", (int)(strlen(p->keep) - strlen(PENDING_SUFFIX)), p->keep);
-      if (rename(p->keep, to) != 0) unlink(p->keep);
-    }
-    free(p->keep);
-    free(p);
-    h->pend[si] = NULL;
-    __atomic_store_n(&h->state[si], ST_BOUND, __ATOMIC_RELEASE);
-  }
-  pthread_cond_broadcast(&h->bind_cv);
-}
-
-/* Whether pending shard si, taken from the node's listing, was found whole
- * meanwhile by the rank that made the listing: its index renamed from the
- * pending name to the final one, of this version (bind_mu held). Then this
- * rank binds it with no request of its own. */
-static int node_checked(lade__tar_t *t, uint32_t si) {
-  const pend_t *p = H(t)->pend[si];
-  char to[LADE__PATH_MAX + 64];
-  if (!p || !p->node || !p->keep) return 0;
-  snprintf(to, sizeof to, "%.*s", (int)(strlen(p->keep) - strlen(PENDING_SUFFIX)), p->keep);
-  const char *hook = getenv("LADE_TEST_HOOK_PENDING_RENAMED"); /* that rank's first read, just now */
-  if (hook && !strcmp(hook, "later")) rename(p->keep, to);
-  lade__tar_index_t x = {0};
-  int ok = lade__tar_index_load(t, &x, to, remote_ver(H(t)->shard_size[si], H(t)->shard_val[si])) == 0 &&
-           x.n == p->n && x.bind == p->bind;
-  lade__tar_index_free(&x);
-  if (ok) settle(t, si, 0);
-  return ok;
-}
-
-/* submit(): the shards of a batch whose binding waits are asked now, so
- * that it travels with their samples' Ranges; an error here is the read's. */
-static void ask_shard(lade__tar_t *t, uint32_t si) {
-  http_state_t *h = H(t);
-  pthread_mutex_lock(&h->bind_mu);
-  if (__atomic_load_n(&h->state[si], __ATOMIC_ACQUIRE) == ST_PENDING && !node_checked(t, si) && ask_rest(t, si))
-    lade__clear_error();
-  pthread_mutex_unlock(&h->bind_mu);
+static lade__tar_ver_t bind_version(const lade__tar_t *t, size_t si) {
+  return remote_ver(H(t)->shard_size[si], H(t)->shard_val[si]);
 }
 
 /* backend.check_shard: before the first sample of a shard whose sidecar
- * waits for the rest of its binding is served, one thread fetches and
- * checks it (the others wait for its verdict on bind_cv); a shard whose
- * binding then differs fails every read, naming shard, member and sidecar:
- * its samples' offsets came from the sidecar, so it cannot switch to
- * others mid-run. */
+ * waits for the rest of its binding is served (tar_bind.h). */
 static int http_check_shard(lade__tar_t *t, uint64_t idx) {
-  http_state_t *h = H(t);
   uint32_t si = t->shard[idx];
-  if (__atomic_load_n(&h->state[si], __ATOMIC_ACQUIRE) == ST_BOUND) return 0;
+  if (lade__tar_bind_state(&H(t)->bind, si) == LADE__BIND_BOUND) return 0;
   char what[LADE__PATH_MAX + 64];
-  const char *shown = lade__tar_strs_at(&t->shards, si);
   t->fmt->what(t, idx, what, sizeof what);
-  pthread_mutex_lock(&h->bind_mu);
-  int st, rc = 0;
-  while ((st = __atomic_load_n(&h->state[si], __ATOMIC_ACQUIRE)) == ST_CHECKING)
-    pthread_cond_wait(&h->bind_cv, &h->bind_mu);
-  if (st == ST_FAILED)
-    rc = lade__fail(LADE_EFORMAT, "%s: %s: %s", shown, what,
-                    h->pend[si]->msg ? h->pend[si]->msg : "its sidecar index is not the shard's");
-  if (st == ST_PENDING && node_checked(t, si)) st = ST_BOUND;
-  if (st == ST_PENDING) rc = ask_rest(t, si);
-  if (!rc && st != ST_BOUND && st != ST_FAILED) __atomic_store_n(&h->state[si], ST_CHECKING, __ATOMIC_RELEASE);
-  pthread_mutex_unlock(&h->bind_mu);
-  if (st == ST_BOUND || st == ST_FAILED) return rc;
-  if (rc) return name_member(rc, shown, what);
-  rc = check_rest(t, si);
-  if (rc < 0) rc = name_member(rc, shown, what);
-  pthread_mutex_lock(&h->bind_mu);
-  settle(t, si, rc);
-  const char *msg = rc == 1 ? h->pend[si]->msg : NULL;
-  if (rc == 1) rc = lade__fail(LADE_EFORMAT, "%s: %s: %s", shown, what, msg ? msg : "its sidecar is not the shard's");
-  pthread_mutex_unlock(&h->bind_mu);
-  return rc;
+  int fetch, rc = lade__tar_bind_check(&H(t)->bind, si, what, &fetch);
+  return rc && fetch ? name_member(rc, lade__tar_strs_at(&t->shards, si), what) : rc;
 }
 
 static int http_read(lade__tar_t *t, uint64_t idx, lade__buf_t *out) {
@@ -805,7 +618,7 @@ static int http_submit(lade__tar_t *t, const uint64_t *idx, size_t n, int backgr
       break;
     }
     uint32_t si = t->shard[idx[i]];
-    if (__atomic_load_n(&H(t)->state[si], __ATOMIC_ACQUIRE) == ST_PENDING) ask_shard(t, si); /* in the order of use */
+    if (lade__tar_bind_state(&H(t)->bind, si) == LADE__BIND_PENDING) lade__tar_bind_ask(&H(t)->bind, si); /* in the order of use */
     uint64_t size = lade__tar_span(t, idx[i]);
     if (size == 0 || size - t->fmt->tail > t->max_sample) continue; /* read() answers these without a request */
     v[k++] = (span_t){idx[i], t->off[idx[i]], size, t->shard[idx[i]], i};
@@ -856,9 +669,9 @@ static bool http_ready(lade__tar_t *t, uint64_t idx) {
   if (idx >= t->count) return true;
   http_state_t *h = H(t);
   uint32_t si = t->shard[idx];
-  if (__atomic_load_n(&h->state[si], __ATOMIC_ACQUIRE) == ST_ASKED)
-    for (size_t k = 0; k < PEND_READS; k++)
-      if (h->rest[si] >> k & 1 && !lade__http_ready(h->open_http, (uint64_t)si * LADE__TAR_READS + k)) return false;
+  if (lade__tar_bind_state(&h->bind, si) == LADE__BIND_ASKED)
+    for (size_t k = 0; k < LADE__BIND_READS; k++)
+      if (h->bind.rest[si] >> k & 1 && !lade__http_ready(h->open_http, (uint64_t)si * LADE__TAR_READS + k)) return false;
   return lade__http_ready(h->http, idx);
 }
 
@@ -916,8 +729,6 @@ static int http_open(lade__tar_t *t, const struct lade_config *cfg, lade__source
   if (!h) return lade__fail(LADE_ENOMEM, "tar source: out of memory");
   h->nl.fd = -1;
   pthread_mutex_init(&h->probe_mu, NULL);
-  pthread_mutex_init(&h->bind_mu, NULL);
-  pthread_cond_init(&h->bind_cv, NULL);
   t->be_state = h;
   const char *first = lade__tar_is_url(cfg->source) ? cfg->source : lade__tar_strs_at(&t->shards, 0);
   int rc = remote_http(t, cfg, s, first);
@@ -932,9 +743,10 @@ static int http_open(lade__tar_t *t, const struct lade_config *cfg, lade__source
   size_t ns = t->shards.n ? t->shards.n : 1;
   if (!rc && (!(h->shard_ver = calloc(ns, sizeof *h->shard_ver)) ||
               !(h->shard_size = calloc(ns, sizeof *h->shard_size)) ||
-              !(h->shard_val = calloc(ns, sizeof *h->shard_val)) || !(h->state = calloc(ns, sizeof *h->state)) ||
-              !(h->rest = calloc(ns, sizeof *h->rest)) || !(h->pend = calloc(ns, sizeof *h->pend))))
+              !(h->shard_val = calloc(ns, sizeof *h->shard_val))))
     rc = lade__fail(LADE_ENOMEM, "tar source: out of memory");
+  static const lade__tar_bind_ops_t bind_ops = {bind_ask, take_reads, bind_version};
+  if (!rc) rc = lade__tar_bind_open(&h->bind, t, &bind_ops);
   if (!rc) rc = open_http_start(t);
   return rc;
 }
@@ -942,10 +754,10 @@ static int http_open(lade__tar_t *t, const struct lade_config *cfg, lade__source
 static int http_start(lade__tar_t *t) {
   http_state_t *h = H(t);
   lade__tar_nodelist_store(&h->nl, &t->shards, h->shard_size, h->shard_val); /* every shard indexed */
-  if (!__atomic_load_n(&h->pending, __ATOMIC_RELAXED))
+  if (!__atomic_load_n(&h->bind.pending, __ATOMIC_RELAXED))
     open_http_close(h);
   else /* every shard's rest may be asked ahead of its reads (a read-ahead over all shards) */
-    lade__http_reserve(h->open_http, (uint64_t)t->shards.n * PEND_READS + 1024, 0);
+    lade__http_reserve(h->open_http, (uint64_t)t->shards.n * LADE__BIND_READS + 1024, 0);
   __atomic_store_n(&h->started, 1, __ATOMIC_RELEASE);
   return lade__http_start(h->http, t->count);
 }
@@ -965,18 +777,7 @@ static void http_close(lade__tar_t *t) {
   free(h->shard_size);
   for (size_t i = 0; h->shard_val && i < t->shards.n; i++) free(h->shard_val[i]);
   free(h->shard_val);
-  for (size_t i = 0; h->pend && i < t->shards.n; i++) {
-    if (!h->pend[i]) continue;
-    if (h->pend[i]->keep) unlink(h->pend[i]->keep); /* never found whole: not a later open's */
-    free(h->pend[i]->keep);
-    free(h->pend[i]->msg);
-    free(h->pend[i]);
-  }
-  free(h->pend);
-  free(h->state);
-  free(h->rest);
-  pthread_mutex_destroy(&h->bind_mu);
-  pthread_cond_destroy(&h->bind_cv);
+  lade__tar_bind_close(&h->bind);
   pthread_mutex_destroy(&h->probe_mu);
   free(h);
   t->be_state = NULL;
