@@ -229,6 +229,12 @@ class Loader:
         if epochs is None:
             epochs = self._UNBOUNDED_EPOCHS
         self._resume = False  # the position was set by seek/load_state_dict: the next iter() starts there
+        if str(settings.get("device", "")) == "cuda":
+            # torch's current device (torch.cuda.set_device, as torchrun scripts call it), whichever copy of the
+            # CUDA runtime lade opens
+            torch = _torch()
+            if torch is not None and torch.cuda.is_available():
+                settings["device"] = "cuda:%d" % torch.cuda.current_device()
         pairs = [("source", _setting_text("source", source)),
                  ("transform", _setting_text("transform", transform)),
                  ("batch_size", _setting_text("batch_size", batch_size)),

@@ -9,6 +9,7 @@
 #include "core/cuda.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,17 +24,31 @@ static void *lib;
 static int loaded;          /* 1: C is filled; -1: the last try failed (why holds it; tried again next time,
                              * so a fixed LADE_CUDA_LIB is taken) */
 static int devices;         /* cudaGetDeviceCount's answer, when loaded */
-static char why[512];       /* the failed load's reason */
-static char lib_name[256];  /* the library loaded or tried */
+static char why[5120];      /* the failed load's reason */
+static char lib_name[4096]; /* the library loaded or tried */
 
-/* The load, once; fills why on failure. */
+/* dl_iterate_phdr: the path of a libcudart the process has loaded already. */
+static int find_loaded(struct dl_phdr_info *info, size_t size, void *data) {
+  (void)size;
+  const char *base = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
+  if (!base || strncmp(base + 1, "libcudart.so", 12)) return 0;
+  snprintf(data, 4096, "%s", info->dlpi_name);
+  return 1;
+}
+
+/* The load, once; fills why on failure. LADE_CUDA_LIB when set; else a
+ * libcudart already in the process (PyTorch's, CuPy's: from a wheel, off
+ * the loader's search path), so lade shares its instance, and with it the
+ * calling thread's current device (device=cuda); else the usual names. */
 static int load(void) {
   pthread_mutex_lock(&mu);
   if (loaded != 1) {
     const char *env = getenv("LADE_CUDA_LIB");
     static const char *const names[] = {"libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", NULL};
+    static char present[4096];
     const char *const *try = names, *one[2] = {env, NULL};
     if (env && *env) try = one;
+    else if (dl_iterate_phdr(find_loaded, present)) one[0] = present, try = one;
     const char *err = "";
     for (; *try && !lib; try++) {
       snprintf(lib_name, sizeof lib_name, "%s", *try);
@@ -73,8 +88,11 @@ static int load(void) {
   return r;
 }
 
-int lade__cuda_open(int ordinal, const char *what) {
+int lade__cuda_open(int *ordinalp, const char *what) {
   if (load() != 1) return lade__fail(LADE_EUNSUPPORTED, "%s: %s", what, why);
+  int ordinal = *ordinalp;
+  if (ordinal == LADE__CUDA_CURRENT && C.cudaGetDevice(&ordinal) != 0) ordinal = 0;
+  *ordinalp = ordinal;
   if (ordinal < 0 || ordinal >= devices)
     return lade__fail(LADE_EUNSUPPORTED, "%s: no such device: the CUDA runtime (%s) sees %d device%s%s", what,
                       lib_name, devices, devices == 1 ? "" : "s", devices ? " (cuda:0 ...)" : "");

@@ -4,8 +4,9 @@
  * lade is built and runs without CUDA: libcudart is opened with dlopen only
  * when a loader asks for the device (setting `device=cuda[:N]`) or for
  * pinned host batches (`pin_memory=true`), or when lade_features() is asked
- * whether a device is usable. LADE_CUDA_LIB names the library; else the
- * dynamic loader's search finds libcudart.so (.13, .12, .11.0).
+ * whether a device is usable. LADE_CUDA_LIB names the library; else a
+ * libcudart the process has loaded already (PyTorch's, CuPy's) is used;
+ * else the dynamic loader's search finds libcudart.so (.13, .12, .11.0).
  */
 #ifndef LADE__CUDA_H
 #define LADE__CUDA_H
@@ -54,10 +55,14 @@ typedef struct lade__cuda_api {
 /* The calls, valid once lade__cuda_open() succeeded (engine/devring.c). */
 const lade__cuda_api_t *lade__cuda(void);
 
-/* Loads the runtime and checks that device `ordinal` exists. `what` names
- * the setting for messages ("device=cuda:1", "pin_memory=true"). Returns 0,
- * or LADE_EUNSUPPORTED naming the library, the device and what to install. */
-int lade__cuda_open(int ordinal, const char *what);
+/* Loads the runtime and checks that device *ordinal exists;
+ * LADE__CUDA_CURRENT is replaced by the calling thread's current device
+ * (cudaGetDevice, as torch.cuda.set_device set it when lade shares torch's
+ * runtime). `what` names the setting for messages ("device=cuda:1",
+ * "pin_memory=true"). Returns 0, or LADE_EUNSUPPORTED naming the library,
+ * the device and what to install. */
+#define LADE__CUDA_CURRENT (-2)
+int lade__cuda_open(int *ordinal, const char *what);
 
 /* Page-locks [p, p + n) for DMA (cudaHostRegister), on a runtime opened by
  * lade__cuda_open; LADE_EIO with the runtime's reason. Undone by unpin. */

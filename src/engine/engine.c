@@ -603,7 +603,8 @@ static int open_loader(lade_loader_t **out, const lade_config_t *cfg) {
     if (!L->workers) rc = lade__fail(LADE_ENOMEM, "lade_loader_create: out of memory");
   }
   int ordinal = -1;
-  if (!rc && !(rc = lade__resolve_device(cfg, &ordinal)) && ordinal >= 0) {
+  if (!rc && !(rc = lade__resolve_device(cfg, &ordinal)) && ordinal != -1 &&
+      !(rc = lade__cuda_open(&ordinal, "device=cuda"))) { /* cuda: the creating thread's current device */
     /* batches on the GPU: page-locked host slots, so their copies are DMAs queued without a host wait */
     L->pool.pin = true;
     L->device_ahead = cfg->device_prefetch;

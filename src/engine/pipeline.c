@@ -390,12 +390,13 @@ static int open_stages(lade__pipeline_t *P, void (*wake)(void *), void *ctx, lad
 static int open_device(const struct lade_config *cfg) {
   int ordinal, rc = lade__resolve_device(cfg, &ordinal);
   if (rc) return rc;
-  if (ordinal >= 0) {
+  if (ordinal != -1) {
     char what[48];
-    snprintf(what, sizeof what, "device=cuda:%d", ordinal);
-    return lade__cuda_open(ordinal, what);
+    snprintf(what, sizeof what, "device=%s", cfg->device);
+    return lade__cuda_open(&ordinal, what);
   }
-  return cfg->pin_memory ? lade__cuda_open(0, "pin_memory=true") : 0;
+  ordinal = LADE__CUDA_CURRENT;
+  return cfg->pin_memory ? lade__cuda_open(&ordinal, "pin_memory=true") : 0;
 }
 
 int lade__pipeline_check(const lade_config_t *cfg, const lade__source_ops_t **ops) {

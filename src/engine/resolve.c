@@ -8,6 +8,7 @@
 
 #include "cache/cache.h"
 #include "core/core.h"
+#include "core/cuda.h"
 
 /* Most samples read ahead of the current step: what arrives ahead must fit
  * the remote source's table of unread results (docs/http.md). */
@@ -50,8 +51,8 @@ int lade__resolve_device(const struct lade_config *cfg, int *ordinal) {
   char *end = NULL;
   *ordinal = -1;
   if (!strcmp(d, "cpu")) return 0;
-  if (!strcmp(d, "cuda")) {
-    *ordinal = 0;
+  if (!strcmp(d, "cuda")) { /* the current device of the thread that creates the loader */
+    *ordinal = LADE__CUDA_CURRENT;
     return 0;
   }
   if (!strncmp(d, "cuda:", 5) && d[5] >= '0' && d[5] <= '9') {

@@ -126,8 +126,9 @@ uint32_t lade__resolve_plan_nodes(const struct lade_config *cfg, const uint32_t 
  * setting when node_cache=on cannot be. */
 int lade__resolve_node_cache(const struct lade_config *cfg, const char *env_job, lade__resolved_t *out);
 
-/* The setting device: -1 for cpu, else the CUDA device number (cuda: 0);
- * LADE_EINVAL naming the forms for anything else. Pure. */
+/* The setting device: -1 for cpu, else the CUDA device number (cuda:N), or
+ * LADE__CUDA_CURRENT for cuda (core/cuda.h: the creating thread's current
+ * device); LADE_EINVAL naming the forms for anything else. Pure. */
 int lade__resolve_device(const struct lade_config *cfg, int *ordinal);
 
 /* The transform's part of the settings alone (lade__resolve fills

@@ -101,7 +101,11 @@ def run_case(name, source, settings, epochs, prefetch, lie=False):
 
 def main():
     assert torch.cuda.is_available()
+    torch.zeros(1, device="cuda")
     assert "cuda" in lade.features(), lade.features()
+    libs = sorted({ln.split()[-1] for ln in open("/proc/self/maps") if "libcudart.so" in ln})
+    print("libcudart mapped (lade shares torch's: one expected):", libs)
+    assert len(libs) == 1, libs
     root = "/tmp/lade-gpu-data"
     jpg, npy = make_data(root)
     cases = [

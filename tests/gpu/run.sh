@@ -46,14 +46,8 @@ if ! { cmake -S . -B build-gpu "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DLADE_BUI
   exit 2
 fi
 export PYTHONPATH="$root/build-gpu/python" PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
-# the CUDA runtime that torch loaded, so lade and torch share one (either works: both use the primary context)
-cudart=$(python3 -c "import torch, re; torch.zeros(1, device='cuda'); \
-print(next((l.split()[-1] for l in open('/proc/self/maps') if re.search(r'libcudart\.so', l)), ''))")
-if [ -z "$cudart" ]; then  # torch linked it statically: the toolkit's, or a wheel's
-  cudart=$(ls /usr/local/cuda/lib64/libcudart.so* "$(python3 -c 'import site; print(site.getsitepackages()[0])')"/nvidia/*/lib/libcudart.so* 2>/dev/null | head -1)
-fi
-[ -n "$cudart" ] && export LADE_CUDA_LIB="$cudart"
-echo "LADE_CUDA_LIB=${LADE_CUDA_LIB:-<search>}"
+# no LADE_CUDA_LIB: lade takes the CUDA runtime torch loaded (parity.py prints the copies mapped)
+unset LADE_CUDA_LIB
 python3 -c "import lade; print('lade features:', lade.features())"
 
 rc=0

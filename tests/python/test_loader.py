@@ -390,7 +390,7 @@ def test_device_cuda_errors_and_cpu_untouched(npy_dir):
         lade.Loader(npy_dir, device="gpu")
     missing = "/nonexistent/lade-test/libcudart.so.99"
     out = _device_run(npy_dir, "device", lib=missing)
-    assert out.startswith("ERROR device=cuda:0: cannot load the CUDA runtime") and missing in out, out
+    assert out.startswith("ERROR device=cuda: cannot load the CUDA runtime") and missing in out, out
     assert "LADE_CUDA_LIB" in out and "install" in out, out
     out = _device_run(npy_dir, "pin_memory", lib=missing)
     assert out.startswith("ERROR pin_memory=true: cannot load the CUDA runtime") and missing in out, out
@@ -399,7 +399,7 @@ def test_device_cuda_errors_and_cpu_untouched(npy_dir):
     if "cuda" in lade.features():
         return  # a usable device here: the errors below are not this machine's
     out = _device_run(npy_dir, "device")
-    assert out.startswith("ERROR device=cuda:0: ") and "CUDA runtime" in out, out
+    assert out.startswith("ERROR device=cuda: ") and "CUDA runtime" in out, out
     out = _device_run(npy_dir, "pin_memory")
     assert out.startswith("ERROR pin_memory=true: ") and "CUDA runtime" in out, out
 
@@ -438,7 +438,7 @@ def test_device_batches_with_a_stand_in_runtime(npy_dir):
     test_devring uses): batches say cuda:0, refuse the buffer protocol, export DLPack with the stream protocol and
     their labels on the device, and count the bytes copied; output='numpy' is refused by name. The data's bytes are
     checked against the host run in test_devring (C) and on a real GPU by tests/gpu/run.sh."""
-    fake = os.path.join(os.path.dirname(os.environ["LADE_CLI"]), "tests", "libfake_cudart.so")
+    fake = os.path.join(os.path.dirname(os.environ["LADE_CLI"]), "tests", "libcudart.so.99")
     if not os.path.exists(fake):
         pytest.skip("no fake_cudart in this build")
     env = dict(os.environ, LADE_CUDA_LIB=fake)

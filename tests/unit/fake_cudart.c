@@ -14,6 +14,9 @@
  *  - a copy from host memory that is not page-locked (cudaHostRegister or
  *    cudaMallocHost) fails, as a DMA would not be one; device pointers are
  *    tracked, so a test can ask whether a batch is in "device" memory.
+ * Two devices, and each thread's current one. It is built as
+ * libcudart.so.99, so that a test which loads it first finds lade taking the
+ * runtime already in the process, as it takes PyTorch's.
  * The test enqueues its own reads (fake_enqueue_read) to play a consumer.
  * One lock guards everything (lade calls from several threads).
  */
@@ -110,10 +113,16 @@ static size_t drop_range(void *p, bool device) {
   return 0;
 }
 
-API int cudaGetDeviceCount(int *n) { *n = 1; return 0; }
+/* two devices; each thread's current one, as the runtime keeps it */
+static _Thread_local int current;
+API int cudaGetDeviceCount(int *n) { *n = 2; return 0; }
 API const char *cudaGetErrorString(int e) { return e == 1 ? "invalid argument (fake)" : "error (fake)"; }
-API int cudaGetDevice(int *d) { *d = 0; return 0; }
-API int cudaSetDevice(int d) { return d == 0 ? 0 : 101; }
+API int cudaGetDevice(int *d) { *d = current; return 0; }
+API int cudaSetDevice(int d) {
+  if (d < 0 || d > 1) return 101;
+  current = d;
+  return 0;
+}
 API int cudaHostRegister(void *p, size_t n, unsigned f) {
   (void)f;
   pthread_mutex_lock(&mu);

@@ -26,6 +26,7 @@ static int (*fake_is_device)(const void *p, size_t n);
 static int (*stream_create)(void **s, unsigned flags);
 static int (*stream_sync)(void *s);
 static int (*stream_destroy)(void *s);
+static int (*set_device)(int d);
 
 static const char *make_folder(void) {
   static char dir[4096];
@@ -232,9 +233,41 @@ static void test_release_from_other_threads(void) {
   CHECK_EQ_INT(fake_count(3), 0);
 }
 
+/* device=cuda is the creating thread's current device (torch.cuda.set_device
+ * under torchrun); cuda:N names one; a device the runtime lacks is said. */
+static void test_cuda_is_the_current_device(void) {
+  set_device(1);
+  lade_loader_t *D = open_loader("cuda", "1");
+  set_device(0);
+  lade_batch_t *b = NULL;
+  CHECK(D != NULL);
+  if (D) {
+    CHECK_OK(lade_loader_next(D, &b));
+    CHECK(b && b->device == 1);
+    lade_batch_release(b);
+    lade_loader_destroy(D);
+  }
+  D = open_loader("cuda:1", NULL);
+  CHECK(D != NULL);
+  if (D) {
+    CHECK_OK(lade_loader_next(D, &b));
+    CHECK(b && b->device == 1);
+    lade_batch_release(b);
+    lade_loader_destroy(D);
+  }
+  lade_config_t *c = NULL;
+  lade_config_create(&c);
+  lade_config_set(c, "source", make_folder());
+  lade_config_set(c, "device", "cuda:2");
+  CHECK_EQ_INT(lade_loader_create(&D, c), LADE_EUNSUPPORTED);
+  CHECK(strstr(lade_last_error(), "device=cuda:2: no such device") && strstr(lade_last_error(), "sees 2 devices"));
+  lade_config_destroy(c);
+}
+
 int main(int argc, char **argv) {
   lade_test_args(argc, argv);
-  setenv("LADE_CUDA_LIB", FAKE_CUDART, 1);
+  /* no LADE_CUDA_LIB: lade takes the runtime already in the process (core/cuda.c), as it takes torch's */
+  unsetenv("LADE_CUDA_LIB");
   fake = dlopen(FAKE_CUDART, RTLD_NOW | RTLD_LOCAL);
   if (!fake) {
     fprintf(stderr, "cannot load %s: %s\n", FAKE_CUDART, dlerror());
@@ -246,9 +279,11 @@ int main(int argc, char **argv) {
   *(void **)&stream_create = dlsym(fake, "cudaStreamCreateWithFlags");
   *(void **)&stream_sync = dlsym(fake, "cudaStreamSynchronize");
   *(void **)&stream_destroy = dlsym(fake, "cudaStreamDestroy");
+  *(void **)&set_device = dlsym(fake, "cudaSetDevice");
   RUN(test_device_batches_equal_host_batches);
   RUN(test_unannounced_stream_reads_later_batches);
   RUN(test_seek_hold_and_release_after_destroy);
   RUN(test_release_from_other_threads);
+  RUN(test_cuda_is_the_current_device);
   return lade_test_finish();
 }
