@@ -369,6 +369,7 @@ static int bench_loop(bench_run_t *r, const bench_opts_t *o) {
       fprintf(stderr, "%slade bench: error: the batches are in GPU memory (device=cuda:%d) and the checksum reads "
               "them on the host: add --no-checksum\n", tty ? "\n" : "", b->device);
       lade_batch_release(b);
+      rc = LADE_EINVAL;
       break;
     }
     if (o->checksum) r->sum = lade_checksum(b->data, b->nbytes, r->sum);
@@ -571,6 +572,10 @@ static void bench_report_json(const bench_run_t *r, const bench_opts_t *o) {
   /* the plan's cache in samples, and the samples a warm start handed it (docs/plan.md "Warm restarts") */
   printf("\"plan_cache\":%llu,\"warm_start\":%llu,", (unsigned long long)(r->planned ? r->ps.cache : 0),
          (unsigned long long)r->warm_handed);
+  /* device=cuda (docs/device.md) */
+  printf("\"h2d_bytes\":%llu,\"h2d_s\":%.4f,\"h2d_wait_s\":%.4f,\"device_buffers\":%llu,",
+         (unsigned long long)r->st.h2d_bytes, r->st.h2d_seconds, r->st.h2d_wait_seconds,
+         (unsigned long long)r->st.device_buffers);
   /* a plan's two tiers and the node's shared plan cache (docs/plan.md) */
   printf("\"plan_admits_mem\":%llu,\"plan_admits_disk\":%llu,\"plan_moves_up\":%llu,\"plan_moves_down\":%llu,"
          "\"plan_node_reads\":%llu,\"cache_corrupt\":%llu,\"cache_stale\":%llu,\"epochs\":[",
@@ -645,6 +650,10 @@ static void bench_report_text(const bench_run_t *r, const bench_opts_t *o) {
   printf("first batch  %.2f ms after create\n", r->first * 1e3);
   printf("memory       peak RSS %.1f MiB, batch pool %.1f MiB\n", r->rss,
          (double)r->st.peak_pool_bytes / 1048576.0);
+  if (r->st.h2d_bytes)
+    printf("device       %.1f MB copied to the GPU on lade's stream in %.3f s of GPU time, %llu device buffers; the "
+           "consumer's stream waited %.3f s for copies\n", (double)r->st.h2d_bytes / 1e6, r->st.h2d_seconds,
+           (unsigned long long)r->st.device_buffers, r->st.h2d_wait_seconds);
   printf("stages       read %.3f s, transform %.3f s (summed over threads); collate %.4f s; consumer wait %.3f s\n",
          r->st.stage_seconds[LADE_STAGE_READ], r->st.stage_seconds[LADE_STAGE_TRANSFORM],
          r->st.stage_seconds[LADE_STAGE_COLLATE], r->st.stage_seconds[LADE_STAGE_WAIT]);

@@ -451,6 +451,14 @@ def test_device_batches_with_a_stand_in_runtime(npy_dir):
     assert 1 <= int(h2d[2]) <= 3 and h2d[3] == "True", r.stdout
     assert "BUFFER OPENED" not in r.stdout
     assert any(l.startswith("NUMPY output='numpy' with device=cuda") for l in lines), r.stdout
+    # the CLI: its checksum would read device memory, so it asks for --no-checksum; without it, the copies' figures
+    cli = [os.environ["LADE_CLI"], "bench", npy_dir, "--set", "device=cuda", "--epochs", "2", "--batch-size", "30"]
+    r = subprocess.run(cli, capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode != 0 and "GPU memory" in r.stderr and "--no-checksum" in r.stderr, r.stderr
+    r = subprocess.run(cli + ["--no-checksum", "--json"], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["h2d_bytes"] == 2 * 300 * (3 * 8 * 8 * 4 + 8) and d["device_buffers"] >= 1, d
 
 
 @needs_torch
