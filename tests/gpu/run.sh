@@ -4,6 +4,7 @@
 #
 #   bash tests/gpu/run.sh            # build, parity, training (about 5 minutes)
 #   bash tests/gpu/run.sh parity     # build and parity only
+#   bash tests/gpu/run.sh train      # build and training only
 #
 # Builds lade there (Release, CMake; libjpeg from the system, else from
 # .gpudeps/ beside this checkout: include/ and lib/libjpeg.so), then:
@@ -51,10 +52,12 @@ unset LADE_CUDA_LIB
 python3 -c "import lade; print('lade features:', lade.features())"
 
 rc=0
-say parity
-python3 tests/gpu/parity.py 2>&1 | tee "$out/parity.log" || rc=1
-say "interop (CuPy, JAX)"
-python3 tests/gpu/interop.py 2>&1 | tee "$out/interop.log" || rc=1
+if [ "${1:-all}" != train ]; then
+  say parity
+  python3 tests/gpu/parity.py 2>&1 | tee "$out/parity.log" || rc=1
+  say "interop (CuPy, JAX)"
+  python3 tests/gpu/interop.py 2>&1 | tee "$out/interop.log" || rc=1
+fi
 if [ "${1:-all}" != parity ]; then
   say training
   python3 tests/gpu/train.py 2>&1 | tee "$out/train.log" || rc=1

@@ -8,7 +8,8 @@ autocast, channels_last, batch 256, SGD, fed
     transform (RandomResizedCrop, flip, ToTensor, Normalize), 16 workers,
     pin_memory, .cuda(non_blocking=True),
 
-in one run. Each rate is images per second over STEPS steps after WARM. The
+in one run, then each loader alone (no model: how many such GPUs the
+host's cores could feed). Each rate is images per second over STEPS steps after WARM. The
 GPU's idle time between steps is measured with CUDA events: the time from
 one step's last kernel to the next step's first, which holds the wait for
 the next batch (on the host, and on the GPU for its copy).
@@ -145,9 +146,32 @@ def main():
     res["dataloader"] = timed("DataLoader, 16 workers, pin_memory", m, opt, epochs(),
                               lambda b: (b[0].cuda(non_blocking=True), b[1].cuda(non_blocking=True)),
                               lambda x: x.contiguous(memory_format=cl))
+    # the loaders alone, nothing else on the GPU: how many such GPUs one host's cores could feed
+    def alone(name, batches, take):
+        it = iter(batches)
+        for _ in range(WARM):
+            x, y = take(next(it))
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(STEPS):
+            x, y = take(next(it))
+            del x, y
+        torch.cuda.synchronize()
+        rate = STEPS * BATCH / (time.perf_counter() - t0)
+        print("%-44s %7.0f img/s alone = %.2f of these GPUs fed by %d cores"
+              % (name, rate, rate / res["synthetic"][0], os.cpu_count()), flush=True)
+        return rate
+
+    L = lade.Loader(root, transform="imagenet-train", batch_size=BATCH, threads=os.cpu_count(), seed=2,
+                    device="cuda", drop_last=True)
+    res["lade_alone"] = (alone("lade float32, %d threads, device=cuda" % os.cpu_count(), L.stream(),
+                               lambda b: b),)
+    L.close()
+    res["dataloader_alone"] = (alone("DataLoader, 16 workers, pin_memory", epochs(),
+                                     lambda b: (b[0].cuda(non_blocking=True), b[1].cuda(non_blocking=True))),)
     syn = res["synthetic"][0]
     print("share of the synthetic-data rate: " + ", ".join(
-        "%s %.1f%%" % (k, 100 * v[0] / syn) for k, v in res.items() if k != "synthetic"))
+        "%s %.1f%%" % (k, 100 * v[0] / syn) for k, v in res.items() if k != "synthetic" and len(v) > 1))
     best = max(res["lade8"][0], res["lade16"][0])
     print("target lade >= 95%% of synthetic: %s (best float32 %.1f%%)"
           % ("MET" if best >= 0.95 * syn else "NOT MET", 100 * best / syn))
