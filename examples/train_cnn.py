@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Train a tiny CNN on CPU for a few steps, fed by lade (zero-copy torch tensors).
+"""Train a tiny CNN for a few steps, fed by lade (zero-copy torch tensors).
 
-    python3 examples/train_cnn.py --data DIR [--steps 20] [--batch-size 32]
+    python3 examples/train_cnn.py --data DIR [--steps 20] [--batch-size 32] [--device cuda]
 
 DIR is an ImageFolder of JPEGs (transform imagenet-train, --crop 64 keeps it
 fast) or a folder of .npy samples shaped C,H,W (e.g. made by
 `lade gen npy DIR --count 512 --shape 3,32,32`). Prints one line per step and,
-at the end, `final loss L after N steps`.
+at the end, `final loss L after N steps`. With --device cuda the batches
+arrive in GPU memory, copied on lade's own stream (docs/device.md), and the
+model trains there.
 """
 import argparse
 import sys
@@ -42,11 +44,12 @@ def main(argv=None):
     ap.add_argument("--crop", type=int, default=64, help="crop size for JPEG datasets")
     ap.add_argument("--transform", default="auto")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda / cuda:N: batches delivered on the GPU")
     args = ap.parse_args(argv)
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
-    settings = {}
+    settings = {"device": args.device} if args.device != "cpu" else {}
     if args.transform.startswith("imagenet"):
         settings["crop_size"] = args.crop
     loader = lade.Loader(args.data, transform=args.transform, batch_size=args.batch_size,
@@ -65,7 +68,7 @@ def main(argv=None):
                 if images.dtype != torch.float32:
                     images = images.float()
                 if model is None:
-                    model = TinyCNN(channels=images.shape[1])
+                    model = TinyCNN(channels=images.shape[1]).to(images.device)
                     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
                 labels = labels.clamp(min=0)  # -1 (no class) would be an invalid target
                 loss = F.cross_entropy(model(images), labels)

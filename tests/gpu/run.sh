@@ -12,7 +12,8 @@
 #              (JPEG train/eval, float32/uint8, npy; several epochs;
 #              device_prefetch 1, 2, 4; a consumer that lags on the GPU and
 #              frees and reallocates torch tensors between steps)
-#   interop.py CuPy and JAX take the same batches through DLPack
+#   interop.py CuPy and JAX take the same batches through DLPack; then
+#              examples/train_cnn.py --device cuda
 #   train.py   torchvision ResNet-50, bf16, channels_last, batch 256: lade
 #              (8 and 16 threads) against synthetic data and against
 #              DataLoader (16 workers, pin_memory), in the same run
@@ -57,6 +58,9 @@ if [ "${1:-all}" != train ]; then
   python3 tests/gpu/parity.py 2>&1 | tee "$out/parity.log" || rc=1
   say "interop (CuPy, JAX)"
   python3 tests/gpu/interop.py 2>&1 | tee "$out/interop.log" || rc=1
+  say "examples/train_cnn.py --device cuda"
+  python3 examples/train_cnn.py --data /tmp/lade-gpu-data/jpeg --transform imagenet-train --device cuda \
+    --steps 20 --threads 8 2>&1 | tail -3 | tee "$out/example.log" || rc=1
 fi
 if [ "${1:-all}" != parity ]; then
   say training
