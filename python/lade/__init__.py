@@ -199,7 +199,11 @@ class Loader:
     meta=True, where batch is the lade.Batch holding indices/epoch/step/valid).
     ``output`` picks the array type: "torch" (default when torch imports),
     "numpy", or "dlpack" (data is the lade.Batch itself, which has
-    ``__dlpack__``; labels a lade.Array). ``epochs=None`` (the default) lets
+    ``__dlpack__``; labels a lade.Array). ``device="cuda"`` (or "cuda:N";
+    "cuda" is torch's current device) delivers data and labels in GPU
+    memory, copied on lade's own stream, with DLPack's stream protocol: the
+    current stream waits for the copy on the GPU (docs/device.md).
+    ``epochs=None`` (the default) lets
     you iterate as many epochs as you like; a number ends the loader after
     that many. Any other keyword is a lade setting (see lade.config_keys());
     values are validated by the C library and errors raise lade.Error. The
