@@ -1,5 +1,5 @@
 /*
- * main.c - the `lade` command: gen, bench, demo, ls (here), pack (pack.c,
+ * main.c - the `lade` command: gen, bench, demo (here), ls (ls.c), pack (pack.c,
  * pack_hdf5.c), probe (probe.c), dlio (dlio*.c) and plan, simulate, model
  * (plan_cli.c, plan_simulate.c, plan_model.c). Uses the public header only.
  */
@@ -20,6 +20,7 @@
 #include "gen_jpeg.h"
 #include "gen_npy.h"
 #include "jpeg_stages.h"
+#include "ls.h"
 #include "lade/lade.h"
 #include "lade/plan.h"
 #ifdef LADE_HAVE_MPI
@@ -799,14 +800,6 @@ static int run_bench(lade_config_t *cfg, const bench_opts_t *o) {
   return rc ? 1 : 0;
 }
 
-static int set_or_fail(lade_config_t *cfg, const char *key, const char *value) {
-  if (lade_config_set(cfg, key, value)) {
-    fprintf(stderr, "lade: %s\n", lade_tool_error());
-    return -1;
-  }
-  return 0;
-}
-
 static int cmd_bench(int argc, char **argv) {
   static const struct option opts[] = {
       {"transform", required_argument, 0, 't'}, {"batch-size", required_argument, 0, 'b'},
@@ -824,13 +817,13 @@ static int cmd_bench(int argc, char **argv) {
   optind = 1;
   while (!bad && (c = getopt_long(argc, argv, "t:b:e:j:p:s:S:Jm:CT:P:Nh", opts, NULL)) != -1) {
     switch (c) {
-      case 't': bad = set_or_fail(cfg, "transform", optarg); break;
-      case 'b': bad = set_or_fail(cfg, "batch_size", optarg); break;
-      case 'e': bad = set_or_fail(cfg, "epochs", optarg); break;
-      case 'j': bad = set_or_fail(cfg, "threads", optarg); break;
-      case 'p': bad = set_or_fail(cfg, "prefetch", optarg); break;
-      case 's': bad = set_or_fail(cfg, "seed", optarg); break;
-      case 'P': bad = set_or_fail(cfg, "plan", optarg); break;
+      case 't': bad = lade_tool_set(cfg, "transform", optarg); break;
+      case 'b': bad = lade_tool_set(cfg, "batch_size", optarg); break;
+      case 'e': bad = lade_tool_set(cfg, "epochs", optarg); break;
+      case 'j': bad = lade_tool_set(cfg, "threads", optarg); break;
+      case 'p': bad = lade_tool_set(cfg, "prefetch", optarg); break;
+      case 's': bad = lade_tool_set(cfg, "seed", optarg); break;
+      case 'P': bad = lade_tool_set(cfg, "plan", optarg); break;
       case 'S':
         if (lade_config_parse(cfg, optarg)) {
           fprintf(stderr, "lade: %s\n", lade_tool_error());
@@ -865,7 +858,7 @@ static int cmd_bench(int argc, char **argv) {
   }
   o.dir = argv[optind];
   cli_mpi_init();
-  int rc = set_or_fail(cfg, "source", o.dir) ? 2 : run_bench(cfg, &o);
+  int rc = lade_tool_set(cfg, "source", o.dir) ? 2 : run_bench(cfg, &o);
   cli_mpi_done();
   lade_config_destroy(cfg);
   return rc;
@@ -895,84 +888,6 @@ static int cmd_demo(int argc, char **argv) {
   return cmd_bench(8, args);
 }
 
-/* ------------------------------------------------------------------- ls */
-
-static int usage_ls(FILE *f) {
-  fprintf(f,
-          "usage: lade ls SOURCE [--transform T] [--classes] [--set key=value ...]\n\n"
-          "Lists the dataset as the loader sees it, one sample per line:\n"
-          "INDEX<TAB>LABEL<TAB>CLASS<TAB>PATH (CLASS is - without one). With --classes,\n"
-          "one class per line: LABEL<TAB>NAME. The transform (default auto) decides which\n"
-          "files of a folder are samples: images only, or every file with raw.\n");
-  return f == stderr ? 2 : 0;
-}
-
-static int cmd_ls(int argc, char **argv) {
-  static const struct option opts[] = {{"transform", required_argument, 0, 't'}, {"set", required_argument, 0, 'S'},
-                                       {"classes", no_argument, 0, 'c'},         {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
-  lade_config_t *cfg = NULL;
-  lade_config_create(&cfg);
-  int c, bad = 0, classes_only = 0;
-  optind = 1;
-  while (!bad && (c = getopt_long(argc, argv, "t:S:ch", opts, NULL)) != -1) {
-    switch (c) {
-      case 't': bad = set_or_fail(cfg, "transform", optarg); break;
-      case 'S':
-        if (lade_config_parse(cfg, optarg)) {
-          fprintf(stderr, "lade: %s\n", lade_tool_error());
-          bad = 1;
-        }
-        break;
-      case 'c': classes_only = 1; break;
-      case 'h':
-        lade_config_destroy(cfg);
-        return usage_ls(stdout);
-      default: bad = 1;
-    }
-  }
-  if (bad || argc - optind != 1) {
-    lade_config_destroy(cfg);
-    if (!bad) usage_ls(stderr);
-    return 2;
-  }
-  /* one worker, one small batch: the loader is made for its listing only */
-  if (set_or_fail(cfg, "source", argv[optind]) || set_or_fail(cfg, "threads", "1") ||
-      set_or_fail(cfg, "batch_size", "1") || set_or_fail(cfg, "prefetch", "1")) {
-    lade_config_destroy(cfg);
-    return 2;
-  }
-  lade_loader_t *L = NULL;
-  int rc = lade_loader_create(&L, cfg);
-  lade_config_destroy(cfg);
-  uint64_t n = 0;
-  uint32_t nc = 0;
-  if (!rc) rc = lade_loader_info(L, &n, NULL, NULL);
-  if (!rc) rc = lade_loader_classes(L, &nc);
-  const char **names = rc ? NULL : calloc(nc ? nc : 1, sizeof *names);
-  for (uint32_t i = 0; !rc && i < nc; i++)
-    if (lade_loader_class_name(L, i, &names[i])) names[i] = NULL; /* a source without names */
-  /* names as the Python module's messages show them (shown.h): a 0xff byte as \xff */
-  static char path[2 * 4096 + 64], shown_path[4 * sizeof path], shown_cls[4 * 4096 + 1];
-  if (!rc && classes_only) {
-    for (uint32_t i = 0; i < nc; i++)
-      printf("%u\t%s\n", i, names[i] ? lade_tool_shown(names[i], shown_cls, sizeof shown_cls) : "-");
-  } else if (!rc) {
-    for (uint64_t i = 0; !rc && i < n; i++) {
-      int64_t label = -1;
-      rc = lade_loader_sample(L, i, path, sizeof path, &label);
-      const char *cls = label >= 0 && (uint64_t)label < nc && names[label] ? names[label] : "-";
-      if (!rc)
-        printf("%llu\t%lld\t%s\t%s\n", (unsigned long long)i, (long long)label,
-               lade_tool_shown(cls, shown_cls, sizeof shown_cls), lade_tool_shown(path, shown_path, sizeof shown_path));
-    }
-  }
-  if (rc) fprintf(stderr, "lade ls: %s\n", lade_tool_error());
-  free(names);
-  lade_loader_destroy(L);
-  return rc ? 1 : 0;
-}
-
 static int cmd_settings(int argc, char **argv) {
   (void)argc;
   (void)argv;
@@ -994,7 +909,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
   if (!strcmp(cmd, "demo")) return cmd_demo(argc - 1, argv + 1);
   if (!strcmp(cmd, "settings")) return cmd_settings(argc - 1, argv + 1);
-  if (!strcmp(cmd, "ls")) return cmd_ls(argc - 1, argv + 1);
+  if (!strcmp(cmd, "ls")) return lade_tool_ls(argc - 1, argv + 1);
   if (!strcmp(cmd, "pack")) return lade_tool_pack(argc - 1, argv + 1);
   if (!strcmp(cmd, "index")) return lade_tool_index(argc - 1, argv + 1);
   if (!strcmp(cmd, "probe")) return lade_tool_probe(argc - 1, argv + 1);

@@ -51,3 +51,11 @@ const char *lade_tool_error(void) {
   static _Thread_local char buf[4 * 1024 + 1]; /* every byte of a 1 KiB message escaped */
   return lade_tool_shown(lade_last_error(), buf, sizeof buf);
 }
+
+int lade_tool_set(lade_config_t *cfg, const char *key, const char *value) {
+  if (lade_config_set(cfg, key, value)) {
+    fprintf(stderr, "lade: %s\n", lade_tool_error());
+    return -1;
+  }
+  return 0;
+}
