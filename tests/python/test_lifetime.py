@@ -18,6 +18,13 @@ def _released():
     return lade._lade._released()
 
 
+def _released_settled():
+    """The count once garbage from earlier tests (batches of their loaders) is collected: the counter is
+    process-wide, so a batch collected during this test's own gc.collect() would count as its own."""
+    gc.collect()
+    return _released()
+
+
 def test_numpy_views_outlive_loader(npy_dir):
     L = lade.Loader(npy_dir, batch_size=16, threads=2, shuffle=False, output="numpy")
     it = iter(L)
@@ -37,7 +44,7 @@ def test_numpy_views_outlive_loader(npy_dir):
 
 @pytest.mark.skipif(torch is None, reason="torch is not installed")
 def test_torch_tensor_outlives_loader_and_releases_once(npy_dir):
-    before = _released()
+    before = _released_settled()
     L = lade.Loader(npy_dir, batch_size=16, threads=2, output="torch", meta=True)
     data, labels, b = next(iter(L))
     view2 = data[3:5]  # a derived view keeps the same storage
@@ -60,7 +67,7 @@ def test_torch_tensor_outlives_loader_and_releases_once(npy_dir):
 
 @pytest.mark.skipif(torch is None, reason="torch is not installed")
 def test_release_from_another_thread(npy_dir):
-    before = _released()
+    before = _released_settled()
     with lade.Loader(npy_dir, batch_size=8, threads=2, prefetch=40, output="torch") as L:
         held = [d for d, _ in L]
     n = len(held)
@@ -83,7 +90,7 @@ def test_batch_put_back_when_conversion_fails(npy_dir):
     # a KeyboardInterrupt inside the conversion (torch.from_dlpack is Python
     # code, so a signal often lands there) used to end the generator with the
     # batch taken and dropped: tell() skipped it and resume lost it
-    before = _released()
+    before = _released_settled()
     with lade.Loader(npy_dir, batch_size=30, threads=2, shuffle=False, output="numpy", meta=True) as L:
         conv = L._convert
         calls = [0]
