@@ -61,7 +61,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/cuda.h"
 #include "engine/counts.h"
 #include "engine/devring.h"
 #include "engine/engine.h"
@@ -580,7 +579,8 @@ static int open_loader(lade_loader_t **out, const lade_config_t *cfg) {
   if (!out || !cfg) return lade__fail(LADE_EINVAL, "lade_loader_create: NULL argument");
   *out = NULL;
   const lade__source_ops_t *ops = NULL;
-  int rc = lade__pipeline_check(cfg, &ops);
+  int ordinal = -1;
+  int rc = lade__pipeline_check(cfg, &ops, &ordinal);
   if (rc) return rc;
   lade_loader_t *L = calloc(1, sizeof *L);
   if (!L) return lade__fail(LADE_ENOMEM, "lade_loader_create: out of memory");
@@ -602,9 +602,7 @@ static int open_loader(lade_loader_t **out, const lade_config_t *cfg) {
     L->workers = calloc(L->nworkers, sizeof *L->workers);
     if (!L->workers) rc = lade__fail(LADE_ENOMEM, "lade_loader_create: out of memory");
   }
-  int ordinal = -1;
-  if (!rc && !(rc = lade__resolve_device(cfg, &ordinal)) && ordinal != -1 &&
-      !(rc = lade__cuda_open(&ordinal, "device=cuda"))) { /* cuda: the creating thread's current device */
+  if (!rc && ordinal != -1) { /* the device pipeline_check opened (cuda: the creating thread's current one) */
     /* batches on the GPU: page-locked host slots, so their copies are DMAs queued without a host wait */
     L->pool.pin = true;
     L->device_ahead = cfg->device_prefetch;

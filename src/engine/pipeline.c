@@ -386,25 +386,26 @@ static int open_stages(lade__pipeline_t *P, void (*wake)(void *), void *ctx, lad
 }
 
 /* device=cuda[:N] and pin_memory (core/cuda.h): the CUDA runtime opened now,
- * so its absence is said at create, naming the library and the device. */
-static int open_device(const struct lade_config *cfg) {
-  int ordinal, rc = lade__resolve_device(cfg, &ordinal);
+ * so its absence is said at create, naming the library and the device;
+ * *ordinal the device (cuda: the calling thread's current one), -1 for cpu. */
+static int open_device(const struct lade_config *cfg, int *ordinal) {
+  int rc = lade__resolve_device(cfg, ordinal);
   if (rc) return rc;
-  if (ordinal != -1) {
+  if (*ordinal != -1) {
     char what[48];
     snprintf(what, sizeof what, "device=%s", cfg->device);
-    return lade__cuda_open(&ordinal, what);
+    return lade__cuda_open(ordinal, what);
   }
-  ordinal = LADE__CUDA_CURRENT;
-  return cfg->pin_memory ? lade__cuda_open(&ordinal, "pin_memory=true") : 0;
+  int current = LADE__CUDA_CURRENT;
+  return cfg->pin_memory ? lade__cuda_open(&current, "pin_memory=true") : 0;
 }
 
-int lade__pipeline_check(const lade_config_t *cfg, const lade__source_ops_t **ops) {
+int lade__pipeline_check(const lade_config_t *cfg, const lade__source_ops_t **ops, int *device) {
   int rc = lade__source_select(cfg, ops);
   if (rc) return rc;
   lade__source_kind_t kind = source_kind(*ops);
   rc = lade__resolve_settings(cfg, &kind);
-  return rc ? rc : open_device(cfg);
+  return rc ? rc : open_device(cfg, device);
 }
 
 int lade__pipeline_open(lade__pipeline_t *P, const lade_config_t *cfg, const lade__source_ops_t *ops,

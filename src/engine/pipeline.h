@@ -50,8 +50,9 @@ typedef struct lade__pipeline {
 } lade__pipeline_t;
 
 /* lade_loader_create's checks before any file is touched: the source kind
- * chosen (*ops), the settings checked alone, the device opened. */
-int lade__pipeline_check(const lade_config_t *cfg, const lade__source_ops_t **ops);
+ * chosen (*ops), the settings checked alone, the device opened (*device:
+ * its number, the current one for `cuda`; -1 for cpu). */
+int lade__pipeline_check(const lade_config_t *cfg, const lade__source_ops_t **ops, int *device);
 
 /* Opens the stages in order (trace, source, settings resolved, transport,
  * cursor, fetch stage, transform); on failure the caller closes what opened
