@@ -150,6 +150,22 @@ __attribute__((target("avx2"))) void lade__resample_h_avx2_rgb(const coeffs_t *c
  * has ksize*4+16 readable bytes past its end, which covers the last 16-byte
  * load.
  */
+/* The VNNI and VBMI passes' common steps. A tap quad's bytes px (4 pixels'
+ * channels, 4 taps each) against the coefficients' four byte planes at k
+ * (dpbusd into a[0..3]); then a quad's 4 output pixels from those sums
+ * (a0 + a1 << 7 + a2 << 14 + a3 << 21), shifted, clipped (the lower bound
+ * here, the upper in the saturating store) and stored. */
+__attribute__((target("avx512f,avx512vnni"), always_inline)) static inline void quad_dot(__m512i a[4], __m512i px,
+                                                                                         const int8_t *k) {
+  for (int j = 0; j < 4; j++) a[j] = _mm512_dpbusd_epi32(a[j], px, _mm512_load_si512((const void *)(k + 64 * j)));
+}
+__attribute__((target("avx512f"), always_inline)) static inline void quad_store(const __m512i a[4], uint8_t *out) {
+  __m512i s = _mm512_add_epi32(a[0], _mm512_slli_epi32(a[1], 7));
+  s = _mm512_add_epi32(s, _mm512_add_epi32(_mm512_slli_epi32(a[2], 14), _mm512_slli_epi32(a[3], 21)));
+  s = _mm512_max_epi32(_mm512_srai_epi32(s, PRECISION_BITS), _mm512_setzero_si512());
+  _mm_storeu_si128((__m128i *)out, _mm512_cvtusepi32_epi8(s));
+}
+
 /* Quads up to out_size (rounded down to 4), ntq a constant where the caller
  * is specialised; returns the first pixel not written (c's fields in locals,
  * as for the AVX2 pass). */
@@ -167,24 +183,16 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"), always_inline)) static inl
   for (; xx + 3 < out_size; xx += 4, bd += 8, k4 += (size_t)ntq * 256) {
     const uint8_t *p0 = in + (size_t)bd[0] * bpp, *p1 = in + (size_t)bd[2] * bpp, *p2 = in + (size_t)bd[4] * bpp,
                   *p3 = in + (size_t)bd[6] * bpp;
-    __m512i a0 = half, a1 = _mm512_setzero_si512(), a2 = a1, a3 = a1;
+    __m512i a[4] = {half, _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
     for (int tq = 0; tq < ntq; tq++) {
       __m512i px = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(p0 + 4 * bpp * tq)));
       px = _mm512_inserti32x4(px, _mm_loadu_si128((const __m128i *)(p1 + 4 * bpp * tq)), 1);
       px = _mm512_inserti32x4(px, _mm_loadu_si128((const __m128i *)(p2 + 4 * bpp * tq)), 2);
       px = _mm512_inserti32x4(px, _mm_loadu_si128((const __m128i *)(p3 + 4 * bpp * tq)), 3);
       px = _mm512_shuffle_epi8(px, by_channel);
-      const int8_t *k = k4 + 256 * tq;
-      a0 = _mm512_dpbusd_epi32(a0, px, _mm512_load_si512((const void *)k));
-      a1 = _mm512_dpbusd_epi32(a1, px, _mm512_load_si512((const void *)(k + 64)));
-      a2 = _mm512_dpbusd_epi32(a2, px, _mm512_load_si512((const void *)(k + 128)));
-      a3 = _mm512_dpbusd_epi32(a3, px, _mm512_load_si512((const void *)(k + 192)));
+      quad_dot(a, px, k4 + 256 * tq);
     }
-    __m512i s = _mm512_add_epi32(a0, _mm512_slli_epi32(a1, 7));
-    s = _mm512_add_epi32(s, _mm512_add_epi32(_mm512_slli_epi32(a2, 14), _mm512_slli_epi32(a3, 21)));
-    s = _mm512_srai_epi32(s, PRECISION_BITS);
-    s = _mm512_max_epi32(s, _mm512_setzero_si512()); /* clip8's lower bound; the store saturates above */
-    _mm_storeu_si128((__m128i *)(out + 4 * xx), _mm512_cvtusepi32_epi8(s));
+    quad_store(a, out + 4 * xx);
   }
   return xx;
 }
@@ -239,21 +247,13 @@ __attribute__((target("avx512f,avx512bw,avx512vnni,avx512vbmi"), always_inline))
   for (; xx + 3 < out_size; xx += 4, bd += 8, qidx += 128, k4 += (size_t)ntq * 256) {
     const uint8_t *p0 = in + (size_t)bd[0] * bpp;
     const __m512i idx = _mm512_load_si512((const void *)qidx);
-    __m512i a0 = half, a1 = _mm512_setzero_si512(), a2 = a1, a3 = a1;
+    __m512i a[4] = {half, _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
     for (int tq = 0; tq < ntq; tq++) {
       const __m512i px =
           _mm512_maskz_permutexvar_epi8(keep, idx, _mm512_loadu_si512((const void *)(p0 + 4 * bpp * tq)));
-      const int8_t *k = k4 + 256 * tq;
-      a0 = _mm512_dpbusd_epi32(a0, px, _mm512_load_si512((const void *)k));
-      a1 = _mm512_dpbusd_epi32(a1, px, _mm512_load_si512((const void *)(k + 64)));
-      a2 = _mm512_dpbusd_epi32(a2, px, _mm512_load_si512((const void *)(k + 128)));
-      a3 = _mm512_dpbusd_epi32(a3, px, _mm512_load_si512((const void *)(k + 192)));
+      quad_dot(a, px, k4 + 256 * tq);
     }
-    __m512i s = _mm512_add_epi32(a0, _mm512_slli_epi32(a1, 7));
-    s = _mm512_add_epi32(s, _mm512_add_epi32(_mm512_slli_epi32(a2, 14), _mm512_slli_epi32(a3, 21)));
-    s = _mm512_srai_epi32(s, PRECISION_BITS);
-    s = _mm512_max_epi32(s, _mm512_setzero_si512());
-    _mm_storeu_si128((__m128i *)(out + 4 * xx), _mm512_cvtusepi32_epi8(s));
+    quad_store(a, out + 4 * xx);
   }
   return xx;
 }
